@@ -1,0 +1,155 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// Config is every setting of the sandgate binary. It is read from the
+// environment (SANDGATE_*), and flags of the same name override it.
+type Config struct {
+	Listen          string
+	DatabaseURL     string
+	TokensFile      string
+	Dev             bool
+	PolicyDir       string
+	AirGapped       bool
+	MountRoots      []string
+	SpoolDir        string
+	SpoolMaxBytes   int64
+	SigningKeyFile  string
+	Migrate         bool
+	WarmPool        int
+	MaxConcurrent   int
+	Node            string
+	DockerHost      string
+	ShutdownGrace   time.Duration
+	CheckpointEvery int
+	CheckpointAfter time.Duration
+
+	// Client settings, for `sandgate run` and `sandgate runs`.
+	URL   string
+	Token string
+}
+
+// defaultConfig reads the environment over the built-in defaults.
+func defaultConfig(getenv func(string) string) Config {
+	c := Config{
+		Listen:          "127.0.0.1:8080",
+		DatabaseURL:     "host=/var/run/postgresql dbname=sandgate",
+		Migrate:         true,
+		MaxConcurrent:   4,
+		SpoolMaxBytes:   256 << 20,
+		ShutdownGrace:   30 * time.Second,
+		CheckpointEvery: 1000,
+		CheckpointAfter: 10 * time.Second,
+		URL:             "http://127.0.0.1:8080",
+	}
+	c.Node, _ = os.Hostname()
+	str := func(key string, dst *string) {
+		if v := getenv(key); v != "" {
+			*dst = v
+		}
+	}
+	str("SANDGATE_LISTEN", &c.Listen)
+	str("SANDGATE_DATABASE_URL", &c.DatabaseURL)
+	str("SANDGATE_TOKENS_FILE", &c.TokensFile)
+	str("SANDGATE_POLICY_DIR", &c.PolicyDir)
+	str("SANDGATE_SPOOL_DIR", &c.SpoolDir)
+	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
+	str("SANDGATE_NODE", &c.Node)
+	str("DOCKER_HOST", &c.DockerHost)
+	str("SANDGATE_URL", &c.URL)
+	str("SANDGATE_TOKEN", &c.Token)
+	c.Dev = parseBool(getenv("SANDGATE_DEV"), false)
+	c.AirGapped = parseBool(getenv("SANDGATE_AIR_GAPPED"), false)
+	c.Migrate = parseBool(getenv("SANDGATE_MIGRATE"), true)
+	if v := getenv("SANDGATE_MOUNT_ROOTS"); v != "" {
+		c.MountRoots = splitRoots(v)
+	}
+	if n, err := strconv.Atoi(getenv("SANDGATE_WARM_POOL")); err == nil {
+		c.WarmPool = n
+	}
+	if n, err := strconv.Atoi(getenv("SANDGATE_MAX_CONCURRENT")); err == nil {
+		c.MaxConcurrent = n
+	}
+	if n, err := strconv.ParseInt(getenv("SANDGATE_SPOOL_MAX_BYTES"), 10, 64); err == nil {
+		c.SpoolMaxBytes = n
+	}
+	if c.SpoolDir == "" {
+		if state := getenv("XDG_STATE_HOME"); state != "" {
+			c.SpoolDir = filepath.Join(state, "sandgate", "spool")
+		} else {
+			c.SpoolDir = "/var/lib/sandgate/spool"
+		}
+	}
+	if c.SigningKeyFile == "" {
+		c.SigningKeyFile = filepath.Join(filepath.Dir(c.SpoolDir), "checkpoint.key")
+	}
+	return c
+}
+
+func parseBool(v string, def bool) bool {
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return def
+	}
+	return b
+}
+
+func splitRoots(v string) []string {
+	var roots []string
+	for _, r := range strings.Split(v, ":") {
+		if r = strings.TrimSpace(r); r != "" {
+			roots = append(roots, r)
+		}
+	}
+	return roots
+}
+
+// bindPersistentFlags adds the flags that mirror the environment.
+func (c *Config) bindPersistentFlags(cmd *cobra.Command) {
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "Postgres DSN (SANDGATE_DATABASE_URL)")
+	f.StringVar(&c.PolicyDir, "policy-dir", c.PolicyDir, "Rego bundle directory (SANDGATE_POLICY_DIR; default: the embedded bundle)")
+	f.BoolVar(&c.AirGapped, "air-gapped", c.AirGapped, "force network none and never pull (SANDGATE_AIR_GAPPED)")
+	f.StringVar(&c.URL, "url", c.URL, "gateway URL for client commands (SANDGATE_URL)")
+}
+
+// loadFlags applies flags that need parsing beyond what pflag does.
+func (c *Config) loadFlags(_ *cobra.Command) error { return nil }
+
+// Validate checks the configuration for serve.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("SANDGATE_LISTEN %q: %w", c.Listen, err)
+	}
+	if c.TokensFile == "" && !c.Dev {
+		return fmt.Errorf("SANDGATE_TOKENS_FILE is not set: give a tokens file, or set SANDGATE_DEV=1 for a development token")
+	}
+	for _, r := range c.MountRoots {
+		if !filepath.IsAbs(r) {
+			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %q is not an absolute path", r)
+		}
+	}
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		return fmt.Errorf("SANDGATE_WARM_POOL must be between 0 and 64, not %d", c.WarmPool)
+	}
+	if c.MaxConcurrent < 1 || c.MaxConcurrent > 256 {
+		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)
+	}
+	if c.SpoolMaxBytes < 1<<20 {
+		return fmt.Errorf("SANDGATE_SPOOL_MAX_BYTES must be at least 1 MiB")
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package sandgate
+
+import (
+	"context"
+	"time"
+)
+
+// EventType names an audit event.
+type EventType string
+
+// The audit event types.
+const (
+	EventRunRequested       EventType = "run.requested"
+	EventAdmissionAllowed   EventType = "admission.allowed"
+	EventAdmissionDenied    EventType = "admission.denied"
+	EventAdmissionReviewed  EventType = "admission.reviewed"
+	EventImageResolved      EventType = "image.resolved"
+	EventImageUnavailable   EventType = "image.unavailable"
+	EventContainerCreated   EventType = "container.created"
+	EventContainerStarted   EventType = "container.started"
+	EventContainerExited    EventType = "container.exited"
+	EventContainerOOMKilled EventType = "container.oom_killed"
+	EventRunTimedOut        EventType = "run.timed_out"
+	EventRunCancelled       EventType = "run.cancelled"
+	EventRunFailed          EventType = "run.failed"
+	EventRunLost            EventType = "run.lost"
+	EventContainerRemoved   EventType = "container.removed"
+	EventExecutorRetry      EventType = "executor.retry"
+	EventOrphanRemoved      EventType = "orphan.removed"
+	EventPolicyLoaded       EventType = "policy.loaded"
+	EventPolicyLoadFailed   EventType = "policy.load_failed"
+	EventAuthDenied         EventType = "auth.denied"
+	EventAuditExported      EventType = "audit.exported"
+)
+
+// Event is one entry of the audit trail as its producers see it. The audit
+// writer adds the chain fields (chain, seq, hashes) and recorded_at.
+type Event struct {
+	// ID is the event's UUIDv7. Producers may leave it empty; the writer
+	// then assigns one. A retried delivery reuses it.
+	ID             string         `json:"event_id"`
+	Type           EventType      `json:"type"`
+	Time           time.Time      `json:"event_time"`
+	Outcome        string         `json:"outcome,omitempty"`
+	CorrelationID  string         `json:"correlation_id,omitempty"`
+	RunID          string         `json:"run_id,omitempty"`
+	DecisionID     string         `json:"decision_id,omitempty"`
+	ContainerID    string         `json:"container_id,omitempty"`
+	Actor          string         `json:"actor,omitempty"`
+	Team           string         `json:"team,omitempty"`
+	Node           string         `json:"node,omitempty"`
+	PolicyRevision string         `json:"policy_revision,omitempty"`
+	ExitCode       *int           `json:"exit_code,omitempty"`
+	Payload        map[string]any `json:"payload,omitempty"`
+}
+
+// EventSink receives lifecycle events. Emit never blocks for long and never
+// loses an event: when the store is away the event is spooled locally.
+type EventSink interface {
+	Emit(ev Event)
+}
+
+// EventSinkFunc adapts a function to EventSink.
+type EventSinkFunc func(Event)
+
+// Emit calls f.
+func (f EventSinkFunc) Emit(ev Event) { f(ev) }
+
+// Recorder is the audit trail as the gateway uses it.
+type Recorder interface {
+	EventSink
+	// Record commits the events durably (synchronous commit) before it
+	// returns, in order. It returns AUDIT-UNAVAILABLE when it cannot; the
+	// caller must then not act on what the events describe.
+	Record(ctx context.Context, events ...Event) error
+}

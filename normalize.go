@@ -1,0 +1,442 @@
+package sandgate
+
+import (
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Defaults are the values Normalize fills in where a request is silent. The
+// policy bundle's data supplies them, so security staff change them without
+// touching Go code.
+type Defaults struct {
+	Image            string     `json:"image"`
+	User             string     `json:"user"`
+	Network          string     `json:"network"`
+	Workdir          string     `json:"workdir"`
+	Resources        Resources  `json:"resources"`
+	TimeoutSeconds   int        `json:"timeout_seconds"`
+	OutputLimitBytes int64      `json:"output_limit_bytes"`
+	PullPolicy       PullPolicy `json:"pull_policy"`
+}
+
+// BuiltinDefaults are used for any default the bundle's data leaves out.
+var BuiltinDefaults = Defaults{
+	Image:            "sandgate/sandbox:latest",
+	User:             "10001:10001",
+	Network:          "none",
+	Resources:        Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024},
+	TimeoutSeconds:   300,
+	OutputLimitBytes: 1 << 20,
+	PullPolicy:       PullNever,
+}
+
+// merge returns d with every zero field taken from BuiltinDefaults.
+func (d Defaults) merge() Defaults {
+	b := BuiltinDefaults
+	pick := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	pick64 := func(v, def int64) int64 {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	d.Image = pick(d.Image, b.Image)
+	d.User = pick(d.User, b.User)
+	d.Network = pick(d.Network, b.Network)
+	d.Workdir = pick(d.Workdir, b.Workdir)
+	d.PullPolicy = PullPolicy(pick(string(d.PullPolicy), string(b.PullPolicy)))
+	d.Resources.MemoryMB = pick64(d.Resources.MemoryMB, b.Resources.MemoryMB)
+	d.Resources.Pids = pick64(d.Resources.Pids, b.Resources.Pids)
+	d.Resources.TmpfsMB = pick64(d.Resources.TmpfsMB, b.Resources.TmpfsMB)
+	d.Resources.Nofile = pick64(d.Resources.Nofile, b.Resources.Nofile)
+	if d.Resources.CPUs <= 0 {
+		d.Resources.CPUs = b.Resources.CPUs
+	}
+	if d.TimeoutSeconds <= 0 {
+		d.TimeoutSeconds = b.TimeoutSeconds
+	}
+	d.OutputLimitBytes = pick64(d.OutputLimitBytes, b.OutputLimitBytes)
+	return d
+}
+
+// Normalize returns the spec policies evaluate and the executor runs:
+// defaults filled, every mount source resolved to a clean absolute host path
+// with symlinks followed, security_opt parsed, capabilities canonical and the
+// user parsed into numeric IDs where numeric. It refuses values that cannot
+// be interpreted with an INVALID-REQUEST error naming the field; what is
+// merely dangerous is left for policy to judge.
+func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
+	d = d.merge()
+	s := in.clone()
+
+	if s.Image == "" {
+		s.Image = d.Image
+	}
+	if strings.ContainsAny(s.Image, " \t\n\x00") {
+		return RunSpec{}, FieldError("image", "must not contain whitespace or NUL")
+	}
+	if len(s.Command) == 0 {
+		return RunSpec{}, FieldError("command", "is required: at least one element")
+	}
+	for i, a := range s.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return RunSpec{}, FieldError(fmt.Sprintf("command[%d]", i), "must not contain NUL")
+		}
+	}
+	if err := checkEnv(s.Env); err != nil {
+		return RunSpec{}, err
+	}
+	if s.Workdir == "" {
+		s.Workdir = d.Workdir
+	}
+	if s.Workdir != "" {
+		if !path.IsAbs(s.Workdir) || strings.IndexByte(s.Workdir, 0) >= 0 {
+			return RunSpec{}, FieldError("workdir", "must be an absolute path")
+		}
+		s.Workdir = path.Clean(s.Workdir)
+	}
+
+	if s.User == "" {
+		s.User = d.User
+	}
+	uid, gid, err := parseUser(s.User)
+	if err != nil {
+		return RunSpec{}, err
+	}
+	s.UID, s.GID = uid, gid
+
+	if s.Network == "" {
+		s.Network = d.Network
+	}
+	s.Network = strings.ToLower(strings.TrimSpace(s.Network))
+	if s.PullPolicy == "" {
+		s.PullPolicy = d.PullPolicy
+	}
+	switch s.PullPolicy {
+	case PullNever, PullIfNotPresent, PullAlways:
+	default:
+		return RunSpec{}, FieldError("pull_policy", "must be one of never, if-not-present, always; got %q", s.PullPolicy)
+	}
+
+	if err := normalizeResources(&s.Resources, d.Resources); err != nil {
+		return RunSpec{}, err
+	}
+	if s.TimeoutSeconds < 0 {
+		return RunSpec{}, FieldError("timeout_seconds", "must not be negative")
+	}
+	if s.TimeoutSeconds == 0 {
+		s.TimeoutSeconds = d.TimeoutSeconds
+	}
+	if s.OutputLimitBytes < 0 {
+		return RunSpec{}, FieldError("output_limit_bytes", "must not be negative")
+	}
+	if s.OutputLimitBytes == 0 {
+		s.OutputLimitBytes = d.OutputLimitBytes
+	}
+	if s.ReadOnlyRootfs == nil {
+		t := true
+		s.ReadOnlyRootfs = &t
+	}
+
+	for i := range s.Mounts {
+		if err := normalizeMount(&s.Mounts[i], i); err != nil {
+			return RunSpec{}, err
+		}
+	}
+	for i, v := range s.Volumes {
+		if v.Name == "" {
+			return RunSpec{}, FieldError(fmt.Sprintf("volumes[%d].name", i), "is required")
+		}
+		t, err := cleanTarget(v.Target)
+		if err != nil {
+			return RunSpec{}, FieldError(fmt.Sprintf("volumes[%d].target", i), "%s", err)
+		}
+		s.Volumes[i].Target = t
+	}
+	if err := checkTargets(s); err != nil {
+		return RunSpec{}, err
+	}
+
+	for i, c := range s.CapAdd {
+		s.CapAdd[i] = CanonicalCapability(c)
+	}
+	sec, err := ParseSecurityOpts(s.SecurityOpt)
+	if err != nil {
+		return RunSpec{}, err
+	}
+	s.Security = &sec
+	for _, m := range []struct{ field, value string }{
+		{"pid_mode", s.PIDMode}, {"ipc_mode", s.IPCMode}, {"uts_mode", s.UTSMode}, {"userns_mode", s.UsernsMode},
+	} {
+		if strings.IndexByte(m.value, 0) >= 0 {
+			return RunSpec{}, FieldError(m.field, "must not contain NUL")
+		}
+	}
+	for k := range s.Labels {
+		if strings.HasPrefix(k, "sandgate.") {
+			return RunSpec{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")
+		}
+	}
+	return s, nil
+}
+
+func (s RunSpec) clone() RunSpec {
+	c := s
+	c.Command = append([]string(nil), s.Command...)
+	c.Mounts = append([]Mount(nil), s.Mounts...)
+	c.Volumes = append([]Volume(nil), s.Volumes...)
+	c.CapAdd = append([]string(nil), s.CapAdd...)
+	c.Devices = append([]string(nil), s.Devices...)
+	c.SecurityOpt = append([]string(nil), s.SecurityOpt...)
+	c.Ports = append([]string(nil), s.Ports...)
+	c.Env = cloneMap(s.Env)
+	c.Labels = cloneMap(s.Labels)
+	c.Sysctls = cloneMap(s.Sysctls)
+	if s.ReadOnlyRootfs != nil {
+		v := *s.ReadOnlyRootfs
+		c.ReadOnlyRootfs = &v
+	}
+	return c
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func checkEnv(env map[string]string) error {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !envName.MatchString(k) {
+			return FieldError("env."+k, "must be a name of letters, digits and underscores")
+		}
+		if strings.IndexByte(env[k], 0) >= 0 {
+			return FieldError("env."+k, "must not contain NUL")
+		}
+	}
+	return nil
+}
+
+// parseUser parses "uid[:gid]". Numeric parts become IDs ("00" is uid 0);
+// names are kept for policy to judge, with a nil ID.
+func parseUser(u string) (uid, gid *int64, err error) {
+	if strings.IndexByte(u, 0) >= 0 || strings.ContainsAny(u, " \t\n") {
+		return nil, nil, FieldError("user", "must be uid[:gid] or name[:group]")
+	}
+	name, group, hasGroup := strings.Cut(u, ":")
+	if name == "" || (hasGroup && group == "") || strings.Contains(group, ":") {
+		return nil, nil, FieldError("user", "must be uid[:gid] or name[:group]; got %q", u)
+	}
+	parse := func(field, v string) (*int64, error) {
+		if v == "" || strings.Trim(v, "0123456789") != "" {
+			return nil, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n > 1<<31-1 {
+			return nil, FieldError(field, "id %q is out of range", v)
+		}
+		return &n, nil
+	}
+	if uid, err = parse("user", name); err != nil {
+		return nil, nil, err
+	}
+	if gid, err = parse("user", group); err != nil {
+		return nil, nil, err
+	}
+	return uid, gid, nil
+}
+
+func normalizeResources(r *Resources, d Resources) error {
+	checks := []struct {
+		field string
+		v     *int64
+		def   int64
+	}{
+		{"resources.memory_mb", &r.MemoryMB, d.MemoryMB},
+		{"resources.pids", &r.Pids, d.Pids},
+		{"resources.tmpfs_mb", &r.TmpfsMB, d.TmpfsMB},
+		{"resources.nofile", &r.Nofile, d.Nofile},
+	}
+	for _, c := range checks {
+		if *c.v < 0 {
+			return FieldError(c.field, "must not be negative")
+		}
+		if *c.v == 0 {
+			*c.v = c.def
+		}
+	}
+	if r.CPUs < 0 || r.CPUs != r.CPUs {
+		return FieldError("resources.cpus", "must be a positive number")
+	}
+	if r.CPUs == 0 {
+		r.CPUs = d.CPUs
+	}
+	return nil
+}
+
+func normalizeMount(m *Mount, i int) error {
+	field := fmt.Sprintf("mounts[%d]", i)
+	resolved, err := ResolveHostPath(m.Source)
+	if err != nil {
+		return FieldError(field+".source", "%s", err)
+	}
+	m.Resolved = resolved
+	t, err := cleanTarget(m.Target)
+	if err != nil {
+		return FieldError(field+".target", "%s", err)
+	}
+	m.Target = t
+	m.Propagation = strings.ToLower(strings.TrimSpace(m.Propagation))
+	return nil
+}
+
+// ResolveHostPath turns a requested bind-mount source into the host path
+// that would really be mounted: it must be absolute and free of NUL bytes,
+// is cleaned, and has every symlink followed, so that policy judges the
+// directory itself and not its spelling. A path that does not exist is an
+// error.
+func ResolveHostPath(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("is required")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("must not contain NUL")
+	}
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("must be an absolute path; got %q", p)
+	}
+	resolved, err := filepath.EvalSymlinks(filepath.Clean(p))
+	if err != nil {
+		return "", fmt.Errorf("cannot be resolved: %s does not exist or is not accessible", filepath.Clean(p))
+	}
+	return filepath.Clean(resolved), nil
+}
+
+// PathWithin reports whether the clean absolute path p is root or lies below
+// it, comparing whole path components ("/srv/work-evil" is not within
+// "/srv/work").
+func PathWithin(p, root string) bool {
+	p, root = filepath.Clean(p), filepath.Clean(root)
+	if root == "/" {
+		return true
+	}
+	return p == root || strings.HasPrefix(p, root+"/")
+}
+
+func cleanTarget(t string) (string, error) {
+	if t == "" {
+		return "", fmt.Errorf("is required")
+	}
+	if strings.IndexByte(t, 0) >= 0 || strings.ContainsRune(t, ':') {
+		return "", fmt.Errorf("must not contain NUL or ':'")
+	}
+	if !path.IsAbs(t) {
+		return "", fmt.Errorf("must be an absolute path in the container; got %q", t)
+	}
+	c := path.Clean(t)
+	if c == "/" {
+		return "", fmt.Errorf("cannot be the container's root")
+	}
+	return c, nil
+}
+
+func checkTargets(s RunSpec) error {
+	seen := map[string]string{}
+	add := func(field, target string) error {
+		if prev, ok := seen[target]; ok {
+			return FieldError(field, "target %s is already used by %s", target, prev)
+		}
+		seen[target] = field
+		return nil
+	}
+	if err := add("tmpfs", "/tmp"); err != nil {
+		return err
+	}
+	for i, m := range s.Mounts {
+		if err := add(fmt.Sprintf("mounts[%d].target", i), m.Target); err != nil {
+			return err
+		}
+	}
+	for i, v := range s.Volumes {
+		if err := add(fmt.Sprintf("volumes[%d].target", i), v.Target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CanonicalCapability spells a Linux capability the way policy data does:
+// upper case without the CAP_ prefix ("cap_sys_admin" → "SYS_ADMIN").
+func CanonicalCapability(c string) string {
+	c = strings.ToUpper(strings.TrimSpace(c))
+	return strings.TrimPrefix(c, "CAP_")
+}
+
+// ParseSecurityOpts parses Docker-style security options, accepting both
+// the "key=value" and the legacy "key:value" spellings.
+func ParseSecurityOpts(opts []string) (SecurityOptions, error) {
+	sec := SecurityOptions{NoNewPrivileges: true}
+	for i, o := range opts {
+		field := fmt.Sprintf("security_opt[%d]", i)
+		key, value, hasValue := strings.Cut(o, "=")
+		if !hasValue {
+			key, value, hasValue = strings.Cut(o, ":")
+		}
+		key = strings.ToLower(strings.TrimSpace(key))
+		value = strings.TrimSpace(value)
+		switch key {
+		case "seccomp":
+			if value == "" {
+				return sec, FieldError(field, "seccomp needs a profile")
+			}
+			sec.Seccomp = strings.ToLower(value)
+		case "apparmor":
+			if value == "" {
+				return sec, FieldError(field, "apparmor needs a profile")
+			}
+			sec.AppArmor = strings.ToLower(value)
+		case "no-new-privileges":
+			if !hasValue {
+				sec.NoNewPrivileges = true
+				continue
+			}
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return sec, FieldError(field, "no-new-privileges must be true or false; got %q", value)
+			}
+			sec.NoNewPrivileges = b
+		case "label":
+			if value == "" {
+				return sec, FieldError(field, "label needs a value")
+			}
+			sec.Label = append(sec.Label, strings.ToLower(value))
+		case "systempaths":
+			sec.SystemPaths = strings.ToLower(value)
+		default:
+			return sec, FieldError(field, "unknown security option %q", key)
+		}
+	}
+	return sec, nil
+}

@@ -1,0 +1,167 @@
+package sandgate
+
+import (
+	"context"
+	"time"
+)
+
+// State is where a run is in its life.
+type State string
+
+// The run states, in order.
+const (
+	StatePending  State = "pending"
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateFinished State = "finished"
+)
+
+// Outcome is how a finished run ended.
+type Outcome string
+
+// The run outcomes.
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeOOMKilled Outcome = "oom_killed"
+	OutcomeTimedOut  Outcome = "timed_out"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeError     Outcome = "error"
+	OutcomeLost      Outcome = "lost"
+)
+
+// Output is one captured stream of a run.
+type Output struct {
+	// Data is the captured bytes, up to the run's output limit, as UTF-8
+	// text or base64 as Encoding says.
+	Data string `json:"data"`
+	// Encoding is "utf-8" or "base64".
+	Encoding string `json:"encoding"`
+	// Bytes is how many bytes the stream produced in all, captured or not.
+	Bytes int64 `json:"bytes"`
+	// Truncated is true when Bytes exceeds what was captured.
+	Truncated bool `json:"truncated"`
+	// SHA256 is the hex digest of the captured bytes; the audit trail keeps
+	// this and never the data.
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// ErrorInfo is the client-facing form of a run's platform error.
+type ErrorInfo struct {
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+}
+
+// Run is a submitted run and everything known about it; it is what
+// GET /v1/runs/{id} answers.
+type Run struct {
+	ID             string     `json:"id"`
+	CorrelationID  string     `json:"correlation_id"`
+	DecisionID     string     `json:"decision_id"`
+	PolicyRevision string     `json:"policy_revision,omitempty"`
+	Principal      string     `json:"principal"`
+	Team           string     `json:"team"`
+	Node           string     `json:"node,omitempty"`
+	IdempotencyKey string     `json:"-"`
+	State          State      `json:"state"`
+	Outcome        Outcome    `json:"outcome,omitempty"`
+	ExitCode       *int       `json:"exit_code"`
+	OOMKilled      bool       `json:"oom_killed"`
+	Error          *ErrorInfo `json:"error"`
+	ContainerID    string     `json:"container_id,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	StartedAt      *time.Time `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	DurationMS     int64      `json:"duration_ms"`
+	Stdout         Output     `json:"stdout"`
+	Stderr         Output     `json:"stderr"`
+	Spec           RunSpec    `json:"spec"`
+	Warnings       []string   `json:"warnings"`
+}
+
+// Job is an admitted run handed to an Executor: the normalised, mutated and
+// allowed spec plus the identities every event and container label carries.
+type Job struct {
+	RunID         string
+	CorrelationID string
+	DecisionID    string
+	Principal     string
+	Team          string
+	Spec          RunSpec
+	// AirGapped forbids any image pull, whatever the spec's pull policy.
+	AirGapped bool
+	// Output, when set, receives each chunk of captured output as it is
+	// produced, within the output limit. It must not block for long.
+	Output func(stream Stream, p []byte)
+	// Started, when set, is called once the container is running.
+	Started func(containerID string, at time.Time)
+}
+
+// Stream names an output stream.
+type Stream string
+
+// The output streams.
+const (
+	Stdout Stream = "stdout"
+	Stderr Stream = "stderr"
+)
+
+// Result is how an executed job ended.
+type Result struct {
+	Outcome     Outcome
+	ExitCode    *int
+	OOMKilled   bool
+	ContainerID string
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	FinishedAt  time.Time
+	Stdout      Output
+	Stderr      Output
+	// Error is set for OutcomeError and OutcomeLost, with a SANDGATE-SBX
+	// code or DOCKER-UNAVAILABLE.
+	Error *ErrorInfo
+}
+
+// Executor runs admitted jobs in fresh, locked-down sandboxes. The Docker
+// executor is one; a Kubernetes one would be another.
+type Executor interface {
+	// Execute runs job to completion and reports its result. It emits the
+	// lifecycle events as they happen. It returns an error only when the
+	// job could not be run at all (codes SBX-001…004, DOCKER-UNAVAILABLE);
+	// the result then still says when it ended and why.
+	Execute(ctx context.Context, job Job) (Result, error)
+	// Cancel stops the run: SIGTERM, a grace period, SIGKILL, then removal.
+	// It returns NOT-FOUND when no such run is executing.
+	Cancel(ctx context.Context, runID string) error
+	// Ping reports whether the sandbox backend answers
+	// (DOCKER-UNAVAILABLE when not).
+	Ping(ctx context.Context) error
+}
+
+// RunFilter selects runs for listing. Empty fields match everything.
+type RunFilter struct {
+	Team      string
+	State     State
+	Outcome   Outcome
+	SessionID string
+	TaskID    string
+	Since     time.Time
+	Until     time.Time
+	Limit     int
+	Cursor    string
+}
+
+// RunStore keeps runs, the state the API serves.
+type RunStore interface {
+	// CreateRun inserts a new run. When run.IdempotencyKey is set and the
+	// same principal used it within 24 hours, it returns the earlier run
+	// and created=false instead.
+	CreateRun(ctx context.Context, run *Run) (existing *Run, created bool, err error)
+	// UpdateRun saves the run's state, outcome and result fields.
+	UpdateRun(ctx context.Context, run *Run) error
+	// GetRun returns the run or a NOT-FOUND error.
+	GetRun(ctx context.Context, id string) (*Run, error)
+	// ListRuns returns runs newest first and the cursor of the next page
+	// ("" on the last page).
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error)
+}
