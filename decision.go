@@ -3,6 +3,7 @@ package sandgate
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // Role is what a principal may do.
@@ -89,6 +90,10 @@ type Decision struct {
 	// Spec is the normalised spec with the mutations applied: what runs
 	// when Allow is true.
 	Spec RunSpec `json:"spec"`
+	// Mask lists the spec fields (dotted paths such as "env" or
+	// "labels.token") the bundle's mask rules name: the audit trail stores
+	// them only as keyed hashes.
+	Mask []string `json:"mask,omitempty"`
 }
 
 // Admitter decides whether a run may go ahead.
@@ -100,4 +105,30 @@ type Admitter interface {
 	Decide(ctx context.Context, in AdmissionInput) (Decision, error)
 	// Defaults are the bundle's defaults for Normalize.
 	Defaults() Defaults
+}
+
+// PolicyModule is one file of a loaded policy bundle.
+type PolicyModule struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// PolicyStatus describes the policy in force.
+type PolicyStatus struct {
+	Revision    string         `json:"revision"`
+	Source      string         `json:"source"`
+	Modules     []PolicyModule `json:"modules"`
+	LoadedAt    time.Time      `json:"loaded_at"`
+	LastError   string         `json:"last_error,omitempty"`
+	LastErrorAt *time.Time     `json:"last_error_at,omitempty"`
+}
+
+// PolicyAdmin is the policy engine as security staff drive it.
+type PolicyAdmin interface {
+	// Status describes the policy in force.
+	Status() PolicyStatus
+	// Reload loads the bundle again from its directory. On a compile or
+	// test failure it keeps the old policy and returns POLICY-INVALID with
+	// the errors in Details["errors"].
+	Reload(ctx context.Context) (PolicyStatus, error)
 }

@@ -165,3 +165,28 @@ type RunStore interface {
 	// ("" on the last page).
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error)
 }
+
+// Sandbox is a container sandgate manages.
+type Sandbox struct {
+	ContainerID   string    `json:"container_id"`
+	Name          string    `json:"name"`
+	Image         string    `json:"image"`
+	State         string    `json:"state"`
+	RunID         string    `json:"run_id"`
+	Session       string    `json:"session,omitempty"`
+	Task          string    `json:"task,omitempty"`
+	CorrelationID string    `json:"correlation_id,omitempty"`
+	Node          string    `json:"node,omitempty"`
+	CreatedAt     time.Time `json:"created_at"`
+	// Orphan is true when no live run of this node owns the container.
+	Orphan bool `json:"orphan"`
+}
+
+// SandboxAdmin lists and cleans up managed containers.
+type SandboxAdmin interface {
+	// Sandboxes lists every container labelled sandgate.managed.
+	Sandboxes(ctx context.Context) ([]Sandbox, error)
+	// CleanupOrphans removes managed containers that no live run owns and
+	// returns them (DOCKER-UNAVAILABLE when the daemon does not answer).
+	CleanupOrphans(ctx context.Context) ([]Sandbox, error)
+}

@@ -1,0 +1,88 @@
+package sandgate
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// AuditFilter selects audit events. Empty fields match everything; Since is
+// inclusive and Until exclusive.
+type AuditFilter struct {
+	CorrelationID string
+	RunID         string
+	DecisionID    string
+	Type          EventType
+	Actor         string
+	Team          string
+	Outcome       string
+	Since         time.Time
+	Until         time.Time
+	Limit         int
+	Cursor        string
+}
+
+// AuditRecord is an event as stored in the trail, with its chain fields.
+type AuditRecord struct {
+	Event
+	ChainID    string    `json:"chain_id"`
+	Seq        int64     `json:"seq"`
+	RecordedAt time.Time `json:"recorded_at"`
+	// Body is the exact canonical bytes that were hashed.
+	Body     string `json:"body"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+}
+
+// ExportFormat is an audit export's format.
+type ExportFormat string
+
+// The export formats.
+const (
+	ExportJSONL ExportFormat = "jsonl"
+	ExportCSV   ExportFormat = "csv"
+)
+
+// VerifyRange limits a verification to part of the trail. Zero values mean
+// the whole trail.
+type VerifyRange struct {
+	ChainID string
+	FromSeq int64
+	ToSeq   int64
+	Since   time.Time
+	Until   time.Time
+}
+
+// VerifyProblem is one integrity problem found by a verification.
+type VerifyProblem struct {
+	ChainID string `json:"chain_id,omitempty"`
+	Seq     int64  `json:"seq"`
+	// Kind is a stable word: "hash_mismatch", "prev_hash_mismatch",
+	// "seq_gap", "bad_signature", "checkpoint_mismatch",
+	// "missing_tail", …
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+// VerifyReport is a verification's answer.
+type VerifyReport struct {
+	OK       bool            `json:"ok"`
+	Checked  int64           `json:"checked"`
+	Problems []VerifyProblem `json:"problems"`
+}
+
+// AuditTrail is the audit trail as auditors read it.
+type AuditTrail interface {
+	// Query returns matching events oldest first and the cursor of the next
+	// page ("" on the last page). A bad cursor is INVALID-REQUEST.
+	Query(ctx context.Context, f AuditFilter) ([]AuditRecord, string, error)
+	// Export streams every matching event to w in the format, without
+	// holding them all in memory.
+	Export(ctx context.Context, f AuditFilter, format ExportFormat, w io.Writer) error
+	// Verify checks chain continuity, hashes and checkpoint signatures over
+	// the range and lists every problem.
+	Verify(ctx context.Context, r VerifyRange) (VerifyReport, error)
+	// Ready reports whether events can be committed now, and whether the
+	// local spool has room (AUDIT-UNAVAILABLE when not).
+	Ready(ctx context.Context) error
+}
