@@ -35,6 +35,10 @@ const (
 	CodeResourceLimit ErrorCode = "SANDGATE-SBX-004"
 )
 
+// CodeMethodNotAllowed means the path exists but not with the request's
+// method (HTTP 405).
+const CodeMethodNotAllowed ErrorCode = "SANDGATE-METHOD-NOT-ALLOWED"
+
 // Error is sandgate's one error type. Code classifies it; Field names the
 // request field at fault, when there is one; Details carries structured data
 // (for a policy denial, the decision). Err is the underlying cause and is
