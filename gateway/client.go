@@ -1,0 +1,321 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Client is a typed client of the gateway's API.
+type Client struct {
+	base  *url.URL
+	token string
+	// HTTP is the client requests go through. Its Timeout must be zero
+	// (or long) for log streams; NewClient sets none.
+	HTTP *http.Client
+	// UserAgent is sent with every request.
+	UserAgent string
+}
+
+// APIError is an error answer of the gateway.
+type APIError struct {
+	Status        int
+	Code          sandgate.ErrorCode
+	Message       string
+	CorrelationID string
+	Details       map[string]any
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// NewClient returns a client of the gateway at baseURL (such as
+// http://127.0.0.1:8080) that authenticates with token.
+func NewClient(baseURL, token string) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gateway URL %q: must be http(s)://host[:port]", baseURL)
+	}
+	return &Client{base: u, token: token, HTTP: &http.Client{}, UserAgent: "sandgate/" + sandgate.Version}, nil
+}
+
+// SubmitOptions are the optional parts of a submission.
+type SubmitOptions struct {
+	// Wait asks the gateway to answer when the run ends or after Wait.
+	Wait time.Duration
+	// IdempotencyKey makes retries of the same submission return one run.
+	IdempotencyKey string
+	// CorrelationID is sent as X-Correlation-ID.
+	CorrelationID string
+}
+
+// Submit asks for a run. A policy denial is an *APIError with code
+// SANDGATE-POLICY-DENIED whose Details are the decision (see
+// DecisionFromDetails).
+func (c *Client) Submit(ctx context.Context, spec sandgate.RunSpec, opts SubmitOptions) (RunView, error) {
+	q := url.Values{}
+	if opts.Wait > 0 {
+		q.Set("wait", opts.Wait.String())
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return RunView{}, fmt.Errorf("encode run spec: %w", err)
+	}
+	h := http.Header{}
+	if opts.IdempotencyKey != "" {
+		h.Set("Idempotency-Key", opts.IdempotencyKey)
+	}
+	if opts.CorrelationID != "" {
+		h.Set("X-Correlation-ID", opts.CorrelationID)
+	}
+	var run RunView
+	err = c.do(ctx, http.MethodPost, "/v1/runs", q, h, bytes.NewReader(body), &run)
+	return run, err
+}
+
+// Run returns a run.
+func (c *Client) Run(ctx context.Context, id string) (RunView, error) {
+	var run RunView
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &run)
+	return run, err
+}
+
+// ListOptions filter a run listing; empty fields match everything.
+type ListOptions struct {
+	State     sandgate.State
+	Outcome   sandgate.Outcome
+	SessionID string
+	TaskID    string
+	Since     time.Time
+	Until     time.Time
+	Limit     int
+	Cursor    string
+}
+
+// Runs lists runs, newest first.
+func (c *Client) Runs(ctx context.Context, o ListOptions) (RunList, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("state", string(o.State))
+	set("outcome", string(o.Outcome))
+	set("session_id", o.SessionID)
+	set("task_id", o.TaskID)
+	set("cursor", o.Cursor)
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !o.Until.IsZero() {
+		q.Set("until", o.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	var list RunList
+	err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, nil, &list)
+	return list, err
+}
+
+// Cancel asks the gateway to stop a run and returns the run as it then is.
+func (c *Client) Cancel(ctx context.Context, id string) (RunView, error) {
+	var run RunView
+	err := c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &run)
+	return run, err
+}
+
+// Review evaluates a spec without running it.
+func (c *Client) Review(ctx context.Context, spec sandgate.RunSpec) (DecisionView, error) {
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return DecisionView{}, fmt.Errorf("encode run spec: %w", err)
+	}
+	var d DecisionView
+	err = c.do(ctx, http.MethodPost, "/v1/admission/review", nil, nil, bytes.NewReader(body), &d)
+	return d, err
+}
+
+// LogEvent is one Server-Sent Event of a run's log stream.
+type LogEvent struct {
+	ID    string
+	Event string
+	Data  []byte
+}
+
+// Chunk decodes a stdout or stderr event.
+func (e LogEvent) Chunk() ([]byte, error) {
+	var c ChunkData
+	if err := json.Unmarshal(e.Data, &c); err != nil {
+		return nil, fmt.Errorf("decode %s event: %w", e.Event, err)
+	}
+	return c.Bytes()
+}
+
+// Exit decodes an exit event.
+func (e LogEvent) Exit() (ExitData, error) {
+	var x ExitData
+	if err := json.Unmarshal(e.Data, &x); err != nil {
+		return ExitData{}, fmt.Errorf("decode exit event: %w", err)
+	}
+	return x, nil
+}
+
+// State decodes a state event.
+func (e LogEvent) State() (StateData, error) {
+	var st StateData
+	if err := json.Unmarshal(e.Data, &st); err != nil {
+		return StateData{}, fmt.Errorf("decode state event: %w", err)
+	}
+	return st, nil
+}
+
+// ErrStopStream may be returned by a Logs callback to end the stream early
+// without an error.
+var ErrStopStream = errors.New("stop stream")
+
+// Logs reads a run's log stream, calling fn for each event in order. With
+// follow it returns after the exit event (or when the server ends the
+// stream); fn's error ends it early.
+func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogEvent) error) error {
+	q := url.Values{}
+	if follow {
+		q.Set("follow", "true")
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/logs", q, http.Header{"Accept": {"text/event-stream"}}, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeAPIError(resp)
+	}
+	err = readSSE(resp.Body, fn)
+	if errors.Is(err, ErrStopStream) {
+		return nil
+	}
+	return err
+}
+
+// readSSE parses an event stream (the subset the gateway writes, plus
+// multi-line data as the format allows).
+func readSSE(r io.Reader, fn func(LogEvent) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 8<<20)
+	var ev LogEvent
+	var data [][]byte
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if ev.Event != "" || len(data) > 0 {
+				if ev.Event == "" {
+					ev.Event = "message"
+				}
+				ev.Data = bytes.Join(data, []byte("\n"))
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			ev, data = LogEvent{}, nil
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimPrefix(value, []byte(" "))
+		switch string(field) {
+		case "id":
+			ev.ID = string(value)
+		case "event":
+			ev.Event = string(value)
+		case "data":
+			data = append(data, append([]byte(nil), value...))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read log stream: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader) (*http.Response, error) {
+	u := *c.base
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	for k, vs := range h {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.UserAgent != "" {
+		req.Header.Set("User-Agent", c.UserAgent)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+	}
+	return resp, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader, out any) error {
+	resp, err := c.send(ctx, method, path, q, h, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return decodeAPIError(resp)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func decodeAPIError(resp *http.Response) error {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var body ErrorBody
+	if err := json.Unmarshal(raw, &body); err != nil || body.Error.Code == "" {
+		msg := strings.TrimSpace(string(raw))
+		if len(msg) > 200 {
+			msg = msg[:200]
+		}
+		if msg == "" {
+			msg = http.StatusText(resp.StatusCode)
+		}
+		return &APIError{Status: resp.StatusCode, Code: sandgate.CodeUnavailable, Message: msg,
+			CorrelationID: resp.Header.Get("X-Correlation-ID")}
+	}
+	return &APIError{
+		Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message,
+		CorrelationID: body.Error.CorrelationID, Details: body.Error.Details,
+	}
+}

@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Config is the gateway's behaviour. The zero value of every field but
+// MaskKey means the documented default; Validate reports what is wrong.
+type Config struct {
+	// Node names this gateway replica; it goes on every run, audit event
+	// and log line. Default: "local".
+	Node string
+	// AirGapped is passed to policy (settings.air_gapped) and to the
+	// executor (Job.AirGapped).
+	AirGapped bool
+	// MountRoots are the host directories under which bind mounts may be
+	// requested (settings.mount_roots). Each must be absolute.
+	MountRoots []string
+	// MaxWait caps POST /v1/runs?wait=. Default 5 minutes.
+	MaxWait time.Duration
+	// CancelOnShutdown makes Shutdown cancel in-flight runs at once. When
+	// false, Shutdown lets them finish for up to ShutdownGrace and cancels
+	// what is still running after that.
+	CancelOnShutdown bool
+	// ShutdownGrace bounds how long Shutdown waits for runs and open
+	// requests. Default 30 seconds.
+	ShutdownGrace time.Duration
+	// BodyLimit is the largest request body accepted; larger bodies answer
+	// 413 SANDGATE-TOO-LARGE. Default and maximum: sandgate.MaxSpecBytes
+	// (1 MiB).
+	BodyLimit int64
+	// MaskKey is the HMAC-SHA256 key that turns secrets (env values and the
+	// paths a decision's Mask names) into keyed hashes before they reach the
+	// audit trail. Required, at least 16 bytes, stable across restarts so
+	// that equal secrets hash equally.
+	MaskKey []byte
+	// AuthFailureRate and AuthFailureBurst rate-limit failed
+	// authentication and authorisation per source address: once a source
+	// has spent its burst, every request from it answers 429 until the
+	// bucket refills. Defaults: 1 per second, burst 10.
+	AuthFailureRate  float64
+	AuthFailureBurst int
+	// RateLimit and RateBurst, when RateLimit > 0, limit every /v1 request
+	// per source address. Default: off.
+	RateLimit float64
+	RateBurst int
+	// TrustProxyHeaders takes the source address from X-Forwarded-For and
+	// X-Real-IP. Only set it behind a proxy that overwrites them.
+	TrustProxyHeaders bool
+	// RetryAfter is the Retry-After sent with 503 and 429 answers. Default
+	// 5 seconds.
+	RetryAfter time.Duration
+	// HeartbeatInterval is how often an idle followed log stream sends an
+	// SSE comment so that proxies keep it open. Default 15 seconds.
+	HeartbeatInterval time.Duration
+	// Limits are the policy maxima GET /v1/config reports. The policy
+	// bundle enforces them; this copy only informs clients.
+	Limits Limits
+	// AllowedImages are the image repositories GET /v1/config reports.
+	AllowedImages []string
+}
+
+// Limits are the maxima in force, as GET /v1/config reports them.
+type Limits struct {
+	Resources        sandgate.Resources `json:"resources"`
+	TimeoutSeconds   int                `json:"timeout_seconds,omitempty"`
+	OutputLimitBytes int64              `json:"output_limit_bytes,omitempty"`
+}
+
+// Authenticator maps a bearer token to its principal. *Principals is the
+// implementation LoadPrincipals and DevPrincipals return.
+type Authenticator interface {
+	// Authenticate returns the principal whose token this is. It must take
+	// the same time whatever the token.
+	Authenticate(token string) (sandgate.Principal, bool)
+}
+
+// Deps are the parts the gateway drives. Every interface field is
+// required; Clock, IDs, Logger, Registry and Metrics have defaults.
+type Deps struct {
+	// Admitter decides runs and reviews (package policies).
+	Admitter sandgate.Admitter
+	// Policies reports and reloads the policy (package policies).
+	Policies sandgate.PolicyAdmin
+	// Recorder commits admission events and receives auth.denied and
+	// admission.reviewed (package audit).
+	Recorder sandgate.Recorder
+	// Audit answers audit queries, exports and verification (package audit).
+	Audit sandgate.AuditTrail
+	// Runs stores runs (package audit or a store of its own).
+	Runs sandgate.RunStore
+	// Executor runs admitted jobs (package executor).
+	Executor sandgate.Executor
+	// Sandboxes lists and cleans up managed containers (package executor).
+	Sandboxes sandgate.SandboxAdmin
+	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
+	Principals Authenticator
+	// Clock defaults to time.Now.
+	Clock sandgate.Clock
+	// IDs makes run IDs; defaults to UUIDv7.
+	IDs sandgate.IDSource
+	// Logger receives JSON logs; defaults to discarding them.
+	Logger *slog.Logger
+	// Registry is where the gateway's collectors are registered when
+	// Metrics is nil; defaults to a new registry.
+	Registry prometheus.Registerer
+	// Gatherer serves /metrics; defaults to Registry when it is a
+	// *prometheus.Registry, else to prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	// Metrics, when set, is used instead of creating collectors on
+	// Registry; pass the one whose Sink wraps the executor's event sink.
+	Metrics *Metrics
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Node == "" {
+		c.Node = "local"
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 5 * time.Minute
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.BodyLimit <= 0 || c.BodyLimit > sandgate.MaxSpecBytes {
+		c.BodyLimit = sandgate.MaxSpecBytes
+	}
+	if c.AuthFailureRate <= 0 {
+		c.AuthFailureRate = 1
+	}
+	if c.AuthFailureBurst <= 0 {
+		c.AuthFailureBurst = 10
+	}
+	if c.RateLimit > 0 && c.RateBurst <= 0 {
+		c.RateBurst = max(1, int(c.RateLimit))
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = 5 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 15 * time.Second
+	}
+	return c
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	if len(c.MaskKey) < 16 {
+		return errors.New("gateway: MaskKey must be at least 16 bytes")
+	}
+	for _, r := range c.MountRoots {
+		if !filepath.IsAbs(r) {
+			return fmt.Errorf("gateway: mount root %q is not an absolute path", r)
+		}
+	}
+	if c.RateLimit < 0 || c.AuthFailureRate < 0 {
+		return errors.New("gateway: rate limits must not be negative")
+	}
+	return nil
+}
+
+// check reports the first missing dependency.
+func (d Deps) check() error {
+	missing := func(name string) error { return fmt.Errorf("gateway: Deps.%s is required", name) }
+	switch {
+	case d.Admitter == nil:
+		return missing("Admitter")
+	case d.Policies == nil:
+		return missing("Policies")
+	case d.Recorder == nil:
+		return missing("Recorder")
+	case d.Audit == nil:
+		return missing("Audit")
+	case d.Runs == nil:
+		return missing("Runs")
+	case d.Executor == nil:
+		return missing("Executor")
+	case d.Sandboxes == nil:
+		return missing("Sandboxes")
+	case d.Principals == nil:
+		return missing("Principals")
+	}
+	return nil
+}

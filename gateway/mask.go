@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sandgate/sandgate"
+)
+
+// maskPrefix marks a value the audit trail keeps only as a keyed hash.
+const maskPrefix = "hmac-sha256:"
+
+// masker replaces secrets with keyed hashes (HMAC-SHA256) before a spec
+// reaches the audit trail. Equal secrets hash equally under one key, so an
+// auditor can still tell that two runs used the same value without learning
+// it.
+type masker struct {
+	key []byte
+}
+
+// hash returns the keyed hash of v.
+func (m masker) hash(v string) string {
+	h := hmac.New(sha256.New, m.key)
+	h.Write([]byte(v))
+	return maskPrefix + hex.EncodeToString(h.Sum(nil))
+}
+
+// spec returns the spec as a JSON object with every env value, the stdin
+// and every field a mask path names (dotted, such as "labels.token" or
+// "command.2") replaced by its keyed hash. A path naming an object or an
+// array masks every value below it; a path naming nothing masks nothing.
+func (m masker) spec(s sandgate.RunSpec, mask []string) map[string]any {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return map[string]any{"masking_error": err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return map[string]any{"masking_error": err.Error()}
+	}
+	if env, ok := doc["env"]; ok {
+		doc["env"] = m.all(env)
+	}
+	if stdin, ok := doc["stdin"].(string); ok && stdin != "" {
+		doc["stdin"] = m.hash(stdin)
+	}
+	for _, p := range mask {
+		m.at(doc, strings.Split(p, "."))
+	}
+	return doc
+}
+
+// at masks the value at path below node.
+func (m masker) at(node any, path []string) {
+	if len(path) == 0 {
+		return
+	}
+	switch n := node.(type) {
+	case map[string]any:
+		v, ok := n[path[0]]
+		if !ok {
+			return
+		}
+		if len(path) == 1 {
+			n[path[0]] = m.all(v)
+			return
+		}
+		m.at(v, path[1:])
+	case []any:
+		i, err := strconv.Atoi(path[0])
+		if err != nil || i < 0 || i >= len(n) {
+			return
+		}
+		if len(path) == 1 {
+			n[i] = m.all(n[i])
+			return
+		}
+		m.at(n[i], path[1:])
+	}
+}
+
+// all masks every scalar in v, keeping objects' keys and arrays' lengths.
+func (m masker) all(v any) any {
+	switch n := v.(type) {
+	case map[string]any:
+		for k, e := range n {
+			n[k] = m.all(e)
+		}
+		return n
+	case []any:
+		for i, e := range n {
+			n[i] = m.all(e)
+		}
+		return n
+	case nil:
+		return nil
+	case string:
+		return m.hash(n)
+	default:
+		raw, _ := json.Marshal(n)
+		return m.hash(string(raw))
+	}
+}
+
+// mutations returns the decision's mutations with the values of masked
+// paths hashed. A mutation path is a JSON pointer ("/env/TOKEN").
+func (m masker) mutations(muts []sandgate.Mutation, mask []string) []map[string]any {
+	out := make([]map[string]any, 0, len(muts))
+	for _, mu := range muts {
+		parts := strings.Split(strings.TrimPrefix(mu.Path, "/"), "/")
+		for i := range parts {
+			parts[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(parts[i])
+		}
+		var value any = mu.Value
+		if isMasked(parts, mask) {
+			raw, _ := json.Marshal(mu.Value)
+			var generic any
+			_ = json.Unmarshal(raw, &generic)
+			value = m.all(generic)
+		}
+		out = append(out, map[string]any{"op": mu.Op, "path": mu.Path, "value": value, "rule": mu.Rule})
+	}
+	return out
+}
+
+// isMasked reports whether the field path lies at or below env, stdin or a
+// mask path.
+func isMasked(path, mask []string) bool {
+	if len(path) > 0 && (path[0] == "env" || path[0] == "stdin") {
+		return true
+	}
+	for _, p := range mask {
+		mp := strings.Split(p, ".")
+		if len(mp) <= len(path) && slices.Equal(mp, path[:len(mp)]) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,229 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate"
+)
+
+// QueueDepther is implemented by a Recorder that buffers events; its depth
+// is exported as sandgate_audit_queue_depth.
+type QueueDepther interface {
+	QueueDepth() int
+}
+
+// SpoolSizer is implemented by a Recorder with a local spool; its size is
+// exported as sandgate_audit_spool_bytes.
+type SpoolSizer interface {
+	SpoolBytes() int64
+}
+
+// ActiveContainerCounter is implemented by an Executor that counts its
+// containers; when it is not, the gateway counts container.created and
+// container.removed events passing through Metrics.Sink.
+type ActiveContainerCounter interface {
+	ActiveContainers() int
+}
+
+// Metrics are the gateway's Prometheus collectors. Container durations and
+// counts come from the lifecycle events that pass through Sink: the
+// executor's container.created, container.started and container.removed
+// events carry their duration in the payload as "duration_ms".
+type Metrics struct {
+	reg prometheus.Registerer
+
+	httpDuration     *prometheus.HistogramVec
+	decisions        *prometheus.CounterVec
+	ruleHits         *prometheus.CounterVec
+	runsFinished     *prometheus.CounterVec
+	authDenied       *prometheus.CounterVec
+	containerCreate  prometheus.Histogram
+	containerStart   prometheus.Histogram
+	containerCleanup prometheus.Histogram
+	orphansRemoved   prometheus.Counter
+
+	containers atomic.Int64
+
+	mu         sync.Mutex
+	runsActive func() int
+	counter    ActiveContainerCounter
+	queue      QueueDepther
+	spool      SpoolSizer
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	durations := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+	m := &Metrics{
+		reg: reg,
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandgate_http_request_duration_seconds", Help: "HTTP request latency by route, method and status.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method", "route", "status"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_admission_decisions_total", Help: "Admission decisions by operation (run, review) and result (allowed, denied).",
+		}, []string{"operation", "result"}),
+		ruleHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_admission_rule_hits_total", Help: "Policy violations by rule, action (deny, warn) and decision result.",
+		}, []string{"rule", "action", "result"}),
+		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_runs_finished_total", Help: "Finished runs by outcome.",
+		}, []string{"outcome"}),
+		authDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_auth_denied_total", Help: "Refused requests by reason (unauthenticated, forbidden, rate_limited).",
+		}, []string{"reason"}),
+		containerCreate: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandgate_container_create_seconds", Help: "Time to create a container.", Buckets: durations,
+		}),
+		containerStart: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandgate_container_start_seconds", Help: "Time to start a container.", Buckets: durations,
+		}),
+		containerCleanup: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandgate_container_cleanup_seconds", Help: "Time to remove a container.", Buckets: durations,
+		}),
+		orphansRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandgate_orphans_removed_total", Help: "Orphaned containers removed.",
+		}),
+	}
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	collectors := []prometheus.Collector{
+		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied,
+		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved,
+		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
+			m.mu.Lock()
+			f := m.runsActive
+			m.mu.Unlock()
+			if f == nil {
+				return 0
+			}
+			return float64(f())
+		}),
+		gauge("sandgate_containers_active", "Managed containers that exist now.", func() float64 {
+			m.mu.Lock()
+			c := m.counter
+			m.mu.Unlock()
+			if c != nil {
+				return float64(c.ActiveContainers())
+			}
+			return float64(max(0, m.containers.Load()))
+		}),
+		gauge("sandgate_audit_queue_depth", "Audit events waiting to be committed.", func() float64 {
+			m.mu.Lock()
+			q := m.queue
+			m.mu.Unlock()
+			if q == nil {
+				return 0
+			}
+			return float64(q.QueueDepth())
+		}),
+		gauge("sandgate_audit_spool_bytes", "Size of the local audit spool.", func() float64 {
+			m.mu.Lock()
+			s := m.spool
+			m.mu.Unlock()
+			if s == nil {
+				return 0
+			}
+			return float64(s.SpoolBytes())
+		}),
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// attach connects the gauges that read from the gateway's parts.
+func (m *Metrics) attach(d Deps, runsActive func() int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.runsActive = runsActive
+	if c, ok := d.Executor.(ActiveContainerCounter); ok {
+		m.counter = c
+	}
+	if q, ok := d.Recorder.(QueueDepther); ok {
+		m.queue = q
+	}
+	if s, ok := d.Recorder.(SpoolSizer); ok {
+		m.spool = s
+	}
+}
+
+// Sink returns an EventSink that observes each event and passes it on to
+// next. Give it to the executor as its event sink so that container
+// metrics are counted.
+func (m *Metrics) Sink(next sandgate.EventSink) sandgate.EventSink {
+	return sandgate.EventSinkFunc(func(ev sandgate.Event) {
+		m.Observe(ev)
+		next.Emit(ev)
+	})
+}
+
+// Observe counts one lifecycle event.
+func (m *Metrics) Observe(ev sandgate.Event) {
+	switch ev.Type {
+	case sandgate.EventContainerCreated:
+		m.containers.Add(1)
+		observeDuration(m.containerCreate, ev.Payload)
+	case sandgate.EventContainerStarted:
+		observeDuration(m.containerStart, ev.Payload)
+	case sandgate.EventContainerRemoved:
+		m.containers.Add(-1)
+		observeDuration(m.containerCleanup, ev.Payload)
+	case sandgate.EventOrphanRemoved:
+		m.orphansRemoved.Inc()
+	}
+}
+
+func observeDuration(h prometheus.Histogram, payload map[string]any) {
+	var ms float64
+	switch v := payload["duration_ms"].(type) {
+	case float64:
+		ms = v
+	case int:
+		ms = float64(v)
+	case int64:
+		ms = float64(v)
+	case json.Number:
+		f, err := v.Float64()
+		if err != nil {
+			return
+		}
+		ms = f
+	case time.Duration:
+		ms = float64(v) / float64(time.Millisecond)
+	default:
+		return
+	}
+	h.Observe(ms / 1000)
+}
+
+func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
+	result := "denied"
+	if d.Allow {
+		result = "allowed"
+	}
+	m.decisions.WithLabelValues(string(op), result).Inc()
+	for _, v := range d.Violations {
+		m.ruleHits.WithLabelValues(v.Rule, v.Action, result).Inc()
+	}
+	for _, v := range d.Warnings {
+		m.ruleHits.WithLabelValues(v.Rule, "warn", result).Inc()
+	}
+}

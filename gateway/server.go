@@ -1,0 +1,376 @@
+// Package gateway is sandgate's HTTP API on echo v4: authentication,
+// correlation IDs, strict decoding, the run service that ties the policy
+// decision, the audit trail and the executor together, Server-Sent Events
+// for live output, Prometheus metrics, and the typed client the CLI uses.
+//
+// It meets the other parts only at the root package's interfaces.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Server is the gateway: an HTTP handler and the runs it started.
+type Server struct {
+	cfg      Config
+	d        Deps
+	echo     *echo.Echo
+	svc      *service
+	metrics  *Metrics
+	gatherer prometheus.Gatherer
+	log      *slog.Logger
+
+	authFailures *limiters
+	requests     *limiters
+
+	stopOnce sync.Once
+	stopping chan struct{}
+}
+
+// New checks cfg and deps and builds the server. Runs start only once a
+// request admits them; Shutdown (or Serve's return) ends them.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := deps.check(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if deps.Clock == nil {
+		deps.Clock = time.Now
+	}
+	if deps.IDs == nil {
+		deps.IDs = newUUIDv7
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	deps.Logger = deps.Logger.With("component", "gateway", "node", cfg.Node)
+	reg := deps.Registry
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg = r
+		if deps.Gatherer == nil {
+			deps.Gatherer = r
+		}
+	}
+	if deps.Gatherer == nil {
+		if g, ok := reg.(prometheus.Gatherer); ok {
+			deps.Gatherer = g
+		} else {
+			deps.Gatherer = prometheus.DefaultGatherer
+		}
+	}
+	m := deps.Metrics
+	if m == nil {
+		var err error
+		if m, err = NewMetrics(reg); err != nil {
+			return nil, err
+		}
+	}
+	runCtx, stopRuns := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger,
+		authFailures: newLimiters(cfg.AuthFailureRate, cfg.AuthFailureBurst, deps.Clock),
+		stopping:     make(chan struct{}),
+	}
+	if cfg.RateLimit > 0 {
+		s.requests = newLimiters(cfg.RateLimit, cfg.RateBurst, deps.Clock)
+	}
+	s.svc = &service{
+		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: masker{key: cfg.MaskKey},
+		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(),
+		runCtx: runCtx, stopRuns: stopRuns,
+	}
+	m.attach(deps, s.svc.live.count)
+	s.echo = s.routes()
+	return s, nil
+}
+
+func newUUIDv7() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// Handler returns the HTTP handler of the whole API.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve answers HTTP on ln until ctx ends, then shuts down gracefully: it
+// stops accepting, ends open log streams and waits, ends the runs as
+// Config.CancelOnShutdown says, and returns. The caller then flushes the
+// audit writer.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	hs := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	s.log.Info("gateway listening", "addr", ln.Addr().String())
+	var serveErr error
+	select {
+	case serveErr = <-errc:
+	case <-ctx.Done():
+	}
+	grace := s.cfg.ShutdownGrace + cancelWait
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
+	defer cancel()
+	s.beginStop()
+	if err := hs.Shutdown(sctx); err != nil {
+		s.log.Warn("http shutdown", "error", err)
+		_ = hs.Close()
+	}
+	err := s.Shutdown(sctx)
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return errors.Join(serveErr, err)
+	}
+	return err
+}
+
+// beginStop marks the server as stopping: /readyz answers 503, new runs
+// are refused, waiting requests and log streams return.
+func (s *Server) beginStop() {
+	s.stopOnce.Do(func() {
+		s.svc.draining.Store(true)
+		close(s.stopping)
+	})
+}
+
+// Shutdown refuses new runs and ends the running ones (cancelled at once
+// with CancelOnShutdown, else given ShutdownGrace to finish), waiting until
+// each has stored its result or ctx ends. Serve calls it; tests that use
+// Handler call it themselves.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.beginStop()
+	err := s.svc.shutdown(ctx)
+	s.log.Info("gateway stopped", "error", err)
+	return err
+}
+
+// Context keys of the values middleware leaves for handlers.
+const (
+	keyCorrelation = "sandgate.correlation_id"
+	keyPrincipal   = "sandgate.principal"
+	keyLogger      = "sandgate.logger"
+)
+
+var correlationPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+// correlationID returns the request's correlation ID.
+func correlationID(c echo.Context) string {
+	if v, ok := c.Get(keyCorrelation).(string); ok {
+		return v
+	}
+	return ""
+}
+
+// principal returns the authenticated caller.
+func principal(c echo.Context) sandgate.Principal {
+	p, _ := c.Get(keyPrincipal).(sandgate.Principal)
+	return p
+}
+
+// logger returns the request's logger, which carries its correlation ID.
+func (s *Server) logger(c echo.Context) *slog.Logger {
+	if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
+		return l
+	}
+	return s.log
+}
+
+func (s *Server) routes() *echo.Echo {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	if s.cfg.TrustProxyHeaders {
+		e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	} else {
+		e.IPExtractor = echo.ExtractIPDirect()
+	}
+	e.Use(s.correlate, s.observe, s.recoverPanics, s.limitBody)
+
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.metricsHandler())
+
+	v1 := e.Group("/v1", s.authenticate)
+	sub := []sandgate.Role{sandgate.RoleSubmitter}
+	readers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin, sandgate.RoleAuditor}
+	cancellers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin}
+	policyReaders := []sandgate.Role{sandgate.RoleSecurity, sandgate.RoleAdmin, sandgate.RoleAuditor}
+	policyWriters := []sandgate.Role{sandgate.RoleSecurity, sandgate.RoleAdmin}
+	auditors := []sandgate.Role{sandgate.RoleAuditor, sandgate.RoleAdmin}
+	admins := []sandgate.Role{sandgate.RoleAdmin}
+
+	v1.POST("/runs", s.submitRun, s.require(sub...))
+	v1.GET("/runs", s.listRuns, s.require(readers...))
+	v1.GET("/runs/:id", s.getRun, s.require(readers...))
+	v1.GET("/runs/:id/logs", s.runLogs, s.require(readers...))
+	v1.DELETE("/runs/:id", s.cancelRun, s.require(cancellers...))
+	v1.POST("/admission/review", s.review)
+	v1.GET("/policies", s.policyStatus, s.require(policyReaders...))
+	v1.POST("/policies/reload", s.policyReload, s.require(policyWriters...))
+	v1.GET("/audit/events", s.auditEvents, s.require(auditors...))
+	v1.GET("/audit/export", s.auditExport, s.require(auditors...))
+	v1.GET("/audit/verify", s.auditVerify, s.require(auditors...))
+	v1.GET("/sandboxes", s.sandboxes, s.require(admins...))
+	v1.POST("/sandboxes/cleanup", s.sandboxCleanup, s.require(admins...))
+	v1.GET("/config", s.config)
+	return e
+}
+
+// correlate takes a valid X-Correlation-ID or makes one, echoes it and
+// gives the request a logger that carries it.
+func (s *Server) correlate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get("X-Correlation-ID")
+		if !correlationPattern.MatchString(id) {
+			id = newUUIDv7()
+		}
+		c.Set(keyCorrelation, id)
+		c.Set(keyLogger, s.log.With("correlation_id", id))
+		c.Response().Header().Set("X-Correlation-ID", id)
+		return next(c)
+	}
+}
+
+// observe logs each request and measures its latency. It hands errors to
+// the error handler itself so that the status it records is the one sent.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		if err := next(c); err != nil {
+			c.Error(err)
+		}
+		status := c.Response().Status
+		route := c.Path()
+		if route == "" || strings.HasSuffix(route, "/*") {
+			route = "unmatched"
+		}
+		elapsed := time.Since(start)
+		s.metrics.httpDuration.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Observe(elapsed.Seconds())
+		attrs := []any{"method", c.Request().Method, "route", route, "status", status,
+			"duration_ms", elapsed.Milliseconds(), "source", c.RealIP()}
+		if p := principal(c); p.Name != "" {
+			attrs = append(attrs, "principal", p.Name, "team", p.Team)
+		}
+		s.logger(c).Info("request", attrs...)
+		return nil
+	}
+}
+
+// limitBody refuses bodies over the limit: at once by Content-Length, and
+// while reading otherwise.
+func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.ContentLength > s.cfg.BodyLimit {
+			return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", s.cfg.BodyLimit)
+		}
+		if req.Body != nil {
+			// One byte more than the limit so that the decoder sees the
+			// excess and answers TOO-LARGE itself.
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, s.cfg.BodyLimit+1)
+		}
+		return next(c)
+	}
+}
+
+// authenticate checks the bearer token. A source that failed too often is
+// refused before its token is looked at.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		src := c.RealIP()
+		if s.authFailures.exhausted(src) {
+			s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
+			return sandgate.Errorf(sandgate.CodeRateLimited, "too many failed attempts from this address; retry later")
+		}
+		if s.requests != nil && !s.requests.allow(src) {
+			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
+		}
+		token, ok := bearerToken(c.Request().Header.Get("Authorization"))
+		if !ok {
+			return s.deny(c, sandgate.Principal{}, "unauthenticated", "missing or malformed bearer token",
+				sandgate.Errorf(sandgate.CodeUnauthenticated, "a bearer token is required (Authorization: Bearer <token>)"))
+		}
+		p, ok := s.d.Principals.Authenticate(token)
+		if !ok {
+			return s.deny(c, sandgate.Principal{}, "unauthenticated", "unknown token",
+				sandgate.Errorf(sandgate.CodeUnauthenticated, "the bearer token is not valid"))
+		}
+		c.Set(keyPrincipal, p)
+		c.Set(keyLogger, s.logger(c).With("principal", p.Name))
+		return next(c)
+	}
+}
+
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	if token == "" || len(token) > 4096 {
+		return "", false
+	}
+	return token, true
+}
+
+// require lets the request through when the principal holds one of roles.
+func (s *Server) require(roles ...sandgate.Role) echo.MiddlewareFunc {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	need := strings.Join(names, " or ")
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p := principal(c)
+			if !p.Has(roles...) {
+				return s.deny(c, p, "forbidden", "role "+need+" required",
+					&sandgate.Error{Code: sandgate.CodeForbidden, Message: "this needs the role " + need,
+						Details: map[string]any{"required_roles": names}})
+			}
+			return next(c)
+		}
+	}
+}
+
+// deny audits a refused request (auth.denied), spends one of the source's
+// failure tokens and returns err.
+func (s *Server) deny(c echo.Context, p sandgate.Principal, reason, detail string, err error) error {
+	src := c.RealIP()
+	s.authFailures.spend(src)
+	s.metrics.authDenied.WithLabelValues(reason).Inc()
+	s.d.Recorder.Emit(sandgate.Event{
+		Type: sandgate.EventAuthDenied, Time: s.d.Clock(), Outcome: reason,
+		CorrelationID: correlationID(c), Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
+		Payload: map[string]any{
+			"method": c.Request().Method, "path": c.Request().URL.Path, "source": src, "reason": detail,
+		},
+	})
+	s.logger(c).Warn("request denied", "reason", reason, "detail", detail, "source", src)
+	return err
+}

@@ -1,0 +1,556 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate"
+)
+
+// storeTimeout bounds the run-store writes a run's goroutine makes; they
+// must not hang a run forever, nor be cut short by a client leaving.
+const storeTimeout = 15 * time.Second
+
+// cancelWait is how long DELETE waits for a cancelled run to end before
+// answering 202 with the run still stopping (the grace period is 10 s).
+const cancelWait = 15 * time.Second
+
+// service is the run orchestration: decode, normalise, decide, record,
+// store, execute. Handlers call it and render what it returns.
+type service struct {
+	cfg     Config
+	d       Deps
+	now     func() time.Time
+	newID   func() string
+	mask    masker
+	metrics *Metrics
+	log     *slog.Logger
+	live    *hub
+	idem    *idemCache
+
+	runCtx   context.Context
+	stopRuns context.CancelFunc
+	wg       sync.WaitGroup
+	draining atomic.Bool
+}
+
+// submission is a run request after decoding.
+type submission struct {
+	Principal      sandgate.Principal
+	CorrelationID  string
+	Spec           sandgate.RunSpec
+	IdempotencyKey string
+}
+
+// submit admits and starts a run. It returns the run and whether it was
+// created now (false: the idempotency key named an earlier run). A denial
+// is POLICY-DENIED with the decision in Details; a failed audit commit is
+// AUDIT-UNAVAILABLE and nothing runs.
+func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bool, error) {
+	if s.draining.Load() {
+		return nil, false, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
+	}
+	p := sub.Principal
+	if sub.IdempotencyKey != "" {
+		if id, ok := s.idem.get(p.Name, sub.IdempotencyKey, s.now()); ok {
+			if run, err := s.d.Runs.GetRun(ctx, id); err == nil {
+				return s.overlay(run), false, nil
+			}
+		}
+	}
+	spec, err := sandgate.Normalize(sub.Spec, s.d.Admitter.Defaults())
+	if err != nil {
+		return nil, false, err
+	}
+	dec, err := s.d.Admitter.Decide(ctx, sandgate.AdmissionInput{
+		APIVersion: sandgate.APIVersion,
+		Operation:  sandgate.OperationRun,
+		Principal:  p,
+		Request:    spec,
+		Settings:   s.settings(),
+	})
+	if err != nil {
+		return nil, false, unavailable(err, "policy evaluation")
+	}
+	s.metrics.decision(sandgate.OperationRun, dec)
+
+	runID := ""
+	if dec.Allow {
+		runID = s.newID()
+	}
+	base := sandgate.Event{
+		Time: s.now(), CorrelationID: sub.CorrelationID, RunID: runID, DecisionID: dec.DecisionID,
+		Actor: p.Name, Team: p.Team, Node: s.cfg.Node, PolicyRevision: dec.PolicyRevision,
+	}
+	requested := base
+	requested.Type = sandgate.EventRunRequested
+	requested.Outcome = "requested"
+	requested.Payload = map[string]any{"spec": s.mask.spec(spec, dec.Mask)}
+	if sub.IdempotencyKey != "" {
+		requested.Payload["idempotency_key"] = s.mask.hash(sub.IdempotencyKey)
+	}
+	admission := base
+	admission.Payload = s.decisionPayload(dec)
+	if dec.Allow {
+		admission.Type, admission.Outcome = sandgate.EventAdmissionAllowed, "allowed"
+		admission.Payload["spec"] = s.mask.spec(dec.Spec, dec.Mask)
+	} else {
+		admission.Type, admission.Outcome = sandgate.EventAdmissionDenied, "denied"
+	}
+	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	err = s.d.Recorder.Record(rctx, requested, admission)
+	cancel()
+	if err != nil {
+		s.log.Error("audit commit failed; run refused", "correlation_id", sub.CorrelationID, "error", err)
+		return nil, false, sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
+			"the audit trail cannot commit the decision now; nothing was run, retry later")
+	}
+	if !dec.Allow {
+		return nil, false, denial(dec)
+	}
+
+	now := s.now()
+	run := &sandgate.Run{
+		ID: runID, CorrelationID: sub.CorrelationID, DecisionID: dec.DecisionID,
+		PolicyRevision: dec.PolicyRevision, Principal: p.Name, Team: p.Team, Node: s.cfg.Node,
+		IdempotencyKey: sub.IdempotencyKey, State: sandgate.StatePending, CreatedAt: now,
+		Spec: dec.Spec, Warnings: warningMessages(dec),
+	}
+	existing, created, err := s.d.Runs.CreateRun(ctx, run)
+	if err != nil {
+		return nil, false, unavailable(err, "the run store")
+	}
+	if !created {
+		if existing == nil {
+			return nil, false, sandgate.Errorf(sandgate.CodeConflict, "idempotency key already used")
+		}
+		s.idem.put(p.Name, sub.IdempotencyKey, existing.ID, s.now())
+		return s.overlay(existing), false, nil
+	}
+	if sub.IdempotencyKey != "" {
+		s.idem.put(p.Name, sub.IdempotencyKey, run.ID, now)
+	}
+	s.start(*run)
+	return s.overlay(run), true, nil
+}
+
+func (s *service) settings() sandgate.Settings {
+	roots := s.cfg.MountRoots
+	if roots == nil {
+		roots = []string{}
+	}
+	return sandgate.Settings{AirGapped: s.cfg.AirGapped, MountRoots: roots}
+}
+
+func (s *service) decisionPayload(dec sandgate.Decision) map[string]any {
+	return map[string]any{
+		"allow":      dec.Allow,
+		"violations": nonNil(dec.Violations),
+		"warnings":   nonNil(dec.Warnings),
+		"mutations":  s.mask.mutations(dec.Mutations, dec.Mask),
+	}
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// denial is the POLICY-DENIED error for a decision.
+func denial(dec sandgate.Decision) error {
+	msgs := make([]string, 0, len(dec.Violations))
+	for _, v := range dec.Violations {
+		if v.Action == "warn" {
+			continue
+		}
+		msgs = append(msgs, fmt.Sprintf("%s: %s", v.Rule, v.Message))
+	}
+	msg := "denied by policy"
+	if len(msgs) > 0 {
+		msg += ": " + strings.Join(msgs, "; ")
+	}
+	return &sandgate.Error{Code: sandgate.CodePolicyDenied, Message: msg, Details: decisionView(dec, false).details()}
+}
+
+func warningMessages(dec sandgate.Decision) []string {
+	out := []string{}
+	for _, w := range dec.Warnings {
+		out = append(out, fmt.Sprintf("%s: %s", w.Rule, w.Message))
+	}
+	for _, v := range dec.Violations {
+		if v.Action == "warn" {
+			out = append(out, fmt.Sprintf("%s: %s", v.Rule, v.Message))
+		}
+	}
+	return out
+}
+
+// unavailable gives an uncoded dependency error the UNAVAILABLE code.
+func unavailable(err error, what string) error {
+	var se *sandgate.Error
+	if errors.As(err, &se) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return sandgate.WrapError(sandgate.CodeUnavailable, err, "request cancelled")
+	}
+	return sandgate.WrapError(sandgate.CodeUnavailable, err, "%s is unavailable", what)
+}
+
+// start executes the run in its own goroutine, detached from the request.
+func (s *service) start(run sandgate.Run) {
+	lr := newLiveRun(run)
+	ctx, cancel := context.WithCancel(s.runCtx)
+	lr.cancel = cancel
+	s.live.add(run.ID, lr)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		s.execute(ctx, lr)
+	}()
+}
+
+// execute drives one run to its end and stores the result.
+func (s *service) execute(ctx context.Context, lr *liveRun) {
+	defer s.live.remove(lr.run.ID)
+	run, _ := lr.setState(sandgate.StateCreating, "", s.now())
+	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
+	s.store(lr, run, log)
+
+	job := sandgate.Job{
+		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
+		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
+		Output: lr.output,
+		Started: func(containerID string, at time.Time) {
+			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
+				s.store(lr, r, log)
+			}
+		},
+	}
+	log.Info("run starting", "image", run.Spec.Image)
+	res, err := s.d.Executor.Execute(ctx, job)
+	final := lr.snapshot()
+	applyResult(&final, res, err, s.now())
+	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
+		final.Outcome, final.Error = sandgate.OutcomeCancelled, nil
+	}
+	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
+	log.Info("run finished", "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
+	s.store(lr, final, log)
+	lr.finish(final)
+}
+
+// store saves the run, logging a failure: the run goes on regardless.
+func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
+	lr.storeMu.Lock()
+	defer lr.storeMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := s.d.Runs.UpdateRun(ctx, &run); err != nil {
+		log.Error("store run", "state", run.State, "error", err)
+	}
+}
+
+// applyResult copies an execution's result onto the run.
+func applyResult(run *sandgate.Run, res sandgate.Result, err error, now time.Time) {
+	run.State = sandgate.StateFinished
+	run.Outcome = res.Outcome
+	run.ExitCode = res.ExitCode
+	run.OOMKilled = res.OOMKilled
+	if res.ContainerID != "" {
+		run.ContainerID = res.ContainerID
+	}
+	if !res.StartedAt.IsZero() {
+		t := res.StartedAt
+		run.StartedAt = &t
+	}
+	finished := res.FinishedAt
+	if finished.IsZero() {
+		finished = now
+	}
+	run.FinishedAt = &finished
+	from := run.CreatedAt
+	if run.StartedAt != nil {
+		from = *run.StartedAt
+	}
+	run.DurationMS = max(0, finished.Sub(from).Milliseconds())
+	run.Stdout, run.Stderr = res.Stdout, res.Stderr
+	run.Error = res.Error
+	if err != nil && run.Error == nil {
+		run.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(err), Message: sandgate.ErrorMessageOf(err)}
+	}
+	if run.Outcome == "" {
+		switch {
+		case err != nil:
+			run.Outcome = sandgate.OutcomeError
+		case run.ExitCode != nil && *run.ExitCode == 0:
+			run.Outcome = sandgate.OutcomeSucceeded
+		case run.ExitCode != nil:
+			run.Outcome = sandgate.OutcomeFailed
+		default:
+			run.Outcome = sandgate.OutcomeError
+		}
+	}
+	if run.Outcome == sandgate.OutcomeError && run.Error == nil {
+		run.Error = &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: "the executor reported no result"}
+	}
+}
+
+// overlay returns the run with what this node knows live: the state and
+// the output captured so far.
+func (s *service) overlay(run *sandgate.Run) *sandgate.Run {
+	if lr := s.live.get(run.ID); lr != nil {
+		r := lr.snapshot()
+		return &r
+	}
+	return run
+}
+
+// seesAllTeams reports whether p may read every team's runs.
+func seesAllTeams(p sandgate.Principal) bool {
+	return p.Has(sandgate.RoleAdmin, sandgate.RoleAuditor)
+}
+
+// visibleRun returns the run when p may see it; another team's run is
+// NOT-FOUND, exactly as a run that does not exist.
+func (s *service) visibleRun(ctx context.Context, p sandgate.Principal, id string, allTeams bool) (*sandgate.Run, error) {
+	notFound := sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return nil, notFound
+	}
+	run, err := s.d.Runs.GetRun(ctx, id)
+	if err != nil {
+		if sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound {
+			return nil, notFound
+		}
+		return nil, unavailable(err, "the run store")
+	}
+	if run == nil || (!allTeams && run.Team != p.Team) {
+		return nil, notFound
+	}
+	return s.overlay(run), nil
+}
+
+// get returns a run p may see.
+func (s *service) get(ctx context.Context, p sandgate.Principal, id string) (*sandgate.Run, error) {
+	return s.visibleRun(ctx, p, id, seesAllTeams(p))
+}
+
+// list returns a page of runs p may see.
+func (s *service) list(ctx context.Context, p sandgate.Principal, f sandgate.RunFilter) ([]sandgate.Run, string, error) {
+	if !seesAllTeams(p) {
+		f.Team = p.Team
+	}
+	runs, next, err := s.d.Runs.ListRuns(ctx, f)
+	if err != nil {
+		return nil, "", unavailable(err, "the run store")
+	}
+	for i := range runs {
+		runs[i] = *s.overlay(&runs[i])
+	}
+	return runs, next, nil
+}
+
+// cancel stops a run p may cancel: submitters their team's, admins any. It
+// waits a little for the run to end and returns it as it then is.
+func (s *service) cancel(ctx context.Context, p sandgate.Principal, id string) (*sandgate.Run, error) {
+	run, err := s.visibleRun(ctx, p, id, p.Has(sandgate.RoleAdmin))
+	if err != nil {
+		return nil, err
+	}
+	if run.State == sandgate.StateFinished {
+		return nil, &sandgate.Error{Code: sandgate.CodeConflict,
+			Message: fmt.Sprintf("run %s has already finished (%s)", id, run.Outcome),
+			Details: map[string]any{"state": run.State, "outcome": run.Outcome}}
+	}
+	lr := s.live.get(id)
+	if lr == nil {
+		return nil, &sandgate.Error{Code: sandgate.CodeConflict,
+			Message: fmt.Sprintf("run %s is not executing on this node", id),
+			Details: map[string]any{"state": run.State, "node": run.Node}}
+	}
+	cancelCtx := lr.requestCancel()
+	s.log.Info("run cancel requested", "run_id", id, "correlation_id", run.CorrelationID, "actor", p.Name)
+	if err := s.d.Executor.Cancel(ctx, id); err != nil {
+		if sandgate.ErrorCodeOf(err) != sandgate.CodeNotFound {
+			return nil, unavailable(err, "the executor")
+		}
+		// Not in the executor yet (or any more): end the job's context.
+		cancelCtx()
+	}
+	t := time.NewTimer(cancelWait)
+	defer t.Stop()
+	select {
+	case <-lr.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	r := lr.snapshot()
+	return &r, nil
+}
+
+// review evaluates a spec without running it and audits the review.
+func (s *service) review(ctx context.Context, p sandgate.Principal, corr string, spec sandgate.RunSpec) (sandgate.Decision, error) {
+	spec, err := sandgate.Normalize(spec, s.d.Admitter.Defaults())
+	if err != nil {
+		return sandgate.Decision{}, err
+	}
+	dec, err := s.d.Admitter.Decide(ctx, sandgate.AdmissionInput{
+		APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview,
+		Principal: p, Request: spec, Settings: s.settings(),
+	})
+	if err != nil {
+		return sandgate.Decision{}, unavailable(err, "policy evaluation")
+	}
+	s.metrics.decision(sandgate.OperationReview, dec)
+	payload := s.decisionPayload(dec)
+	payload["spec"] = s.mask.spec(spec, dec.Mask)
+	outcome := "denied"
+	if dec.Allow {
+		outcome = "allowed"
+	}
+	s.d.Recorder.Emit(sandgate.Event{
+		Type: sandgate.EventAdmissionReviewed, Time: s.now(), Outcome: outcome,
+		CorrelationID: corr, DecisionID: dec.DecisionID, Actor: p.Name, Team: p.Team,
+		Node: s.cfg.Node, PolicyRevision: dec.PolicyRevision, Payload: payload,
+	})
+	return dec, nil
+}
+
+// exportAudit commits an audit.exported event, then streams the export.
+func (s *service) exportAudit(ctx context.Context, p sandgate.Principal, corr string, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer, begin func()) error {
+	err := s.d.Recorder.Record(ctx, sandgate.Event{
+		Type: sandgate.EventAuditExported, Time: s.now(), Outcome: "started", CorrelationID: corr,
+		Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
+		Payload: map[string]any{"format": string(format), "filter": auditFilterPayload(f)},
+	})
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the export now; retry later")
+	}
+	begin()
+	return s.d.Audit.Export(ctx, f, format, w)
+}
+
+func auditFilterPayload(f sandgate.AuditFilter) map[string]any {
+	m := map[string]any{}
+	add := func(k, v string) {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	add("correlation_id", f.CorrelationID)
+	add("run_id", f.RunID)
+	add("decision_id", f.DecisionID)
+	add("type", string(f.Type))
+	add("actor", f.Actor)
+	add("team", f.Team)
+	add("outcome", f.Outcome)
+	if !f.Since.IsZero() {
+		m["since"] = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.Until.IsZero() {
+		m["until"] = f.Until.UTC().Format(time.RFC3339Nano)
+	}
+	return m
+}
+
+// shutdown ends the runs: at once when CancelOnShutdown, else after they
+// finish or ShutdownGrace passes. It waits for every run's final store.
+func (s *service) shutdown(ctx context.Context) error {
+	s.draining.Store(true)
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	if !s.cfg.CancelOnShutdown {
+		t := time.NewTimer(s.cfg.ShutdownGrace)
+		defer t.Stop()
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	var cwg sync.WaitGroup
+	for id, lr := range s.live.all() {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			cancelCtx := lr.requestCancel()
+			if err := s.d.Executor.Cancel(ctx, id); err != nil {
+				cancelCtx()
+			}
+		}()
+	}
+	cwg.Wait()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	// Out of time: cut every job's context and give the goroutines a last
+	// moment to store their runs.
+	s.stopRuns()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("gateway shutdown: %d runs did not end", s.live.count())
+	}
+}
+
+// idemCache remembers, for this node, which run an idempotency key made,
+// so that a retry is answered without a second decision. The run store
+// remains the authority across nodes.
+type idemCache struct {
+	mu      sync.Mutex
+	entries map[string]idemEntry
+	swept   time.Time
+}
+
+type idemEntry struct {
+	runID string
+	at    time.Time
+}
+
+const idemWindow = 24 * time.Hour
+
+func newIdemCache() *idemCache { return &idemCache{entries: map[string]idemEntry{}} }
+
+func (c *idemCache) get(principal, key string, now time.Time) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[principal+"\x00"+key]
+	if !ok || now.Sub(e.at) > idemWindow {
+		return "", false
+	}
+	return e.runID, true
+}
+
+func (c *idemCache) put(principal, key, runID string, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.swept) > time.Hour || len(c.entries) > 100_000 {
+		for k, e := range c.entries {
+			if now.Sub(e.at) > idemWindow {
+				delete(c.entries, k)
+			}
+		}
+		c.swept = now
+	}
+	if len(c.entries) > 100_000 {
+		return
+	}
+	c.entries[principal+"\x00"+key] = idemEntry{runID: runID, at: now}
+}

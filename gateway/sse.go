@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate"
+)
+
+// storePoll is how often a followed stream of a run that executes on
+// another node looks at the store.
+const storePoll = time.Second
+
+// runLogs is GET /v1/runs/{id}/logs: the run's output as Server-Sent
+// Events. A run executing here streams from its live log, every event
+// flushed as it happens; with follow=true the stream stays open until the
+// exit event. A finished run replays its stored output. Each event's id is
+// its position, so a client may resume with Last-Event-ID.
+func (s *Server) runLogs(c echo.Context) error {
+	if err := checkQuery(c, "follow"); err != nil {
+		return err
+	}
+	follow := false
+	if v := c.QueryParam("follow"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return sandgate.FieldError("follow", "must be true or false; got %q", v)
+		}
+		follow = b
+	}
+	var after int64
+	if v := c.Request().Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return sandgate.FieldError("Last-Event-ID", "must be a non-negative integer")
+		}
+		after = n
+	}
+	ctx := c.Request().Context()
+	p := principal(c)
+	run, err := s.svc.get(ctx, p, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	sw := &sseWriter{c: c}
+	sw.begin()
+	if lr := s.svc.live.get(run.ID); lr != nil {
+		return s.streamLive(ctx, sw, lr, after, follow)
+	}
+	return s.streamStored(ctx, sw, p, run, follow)
+}
+
+func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, after int64, follow bool) error {
+	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer heartbeat.Stop()
+	for {
+		evs, changed, finished := lr.since(after)
+		for _, ev := range evs {
+			if err := sw.event(ev.id, ev.name, ev.data); err != nil {
+				return nil
+			}
+			after = ev.id
+		}
+		if finished || !follow {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-heartbeat.C:
+			if err := sw.comment("keepalive"); err != nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			return nil
+		}
+	}
+}
+
+// streamStored replays a run from the store. A run that is not finished
+// and not live here executes on another node: its state is sent, and when
+// following, the store is polled until the run ends.
+func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, follow bool) error {
+	var id int64
+	send := func(name string, v any) error {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		id++
+		return sw.event(id, name, data)
+	}
+	if run.State != sandgate.StateFinished {
+		if err := send(EventState, StateData{State: run.State, ContainerID: run.ContainerID, At: s.d.Clock()}); err != nil || !follow {
+			return nil
+		}
+		t := time.NewTicker(storePoll)
+		defer t.Stop()
+		for run.State != sandgate.StateFinished {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return nil
+			case <-s.stopping:
+				return nil
+			}
+			r, err := s.svc.get(ctx, p, run.ID)
+			if err != nil {
+				s.logger(sw.c).Warn("poll run for logs", "error", err)
+				continue
+			}
+			if lr := s.svc.live.get(r.ID); lr != nil {
+				return s.streamLive(ctx, sw, lr, 0, follow)
+			}
+			run = r
+		}
+	}
+	for _, o := range []struct {
+		name string
+		out  sandgate.Output
+	}{{EventStdout, run.Stdout}, {EventStderr, run.Stderr}} {
+		if o.out.Data == "" {
+			continue
+		}
+		enc := o.out.Encoding
+		if enc == "" {
+			enc = "utf-8"
+		}
+		if err := send(o.name, ChunkData{Data: o.out.Data, Encoding: enc}); err != nil {
+			return nil
+		}
+	}
+	_ = send(EventExit, exitData(run))
+	return nil
+}
+
+// sseWriter writes Server-Sent Events and flushes each one.
+type sseWriter struct {
+	c echo.Context
+}
+
+func (w *sseWriter) begin() {
+	h := w.c.Response().Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.c.Response().WriteHeader(http.StatusOK)
+	w.c.Response().Flush()
+}
+
+// event writes one event; data must be one line (JSON is).
+func (w *sseWriter) event(id int64, name string, data []byte) error {
+	if _, err := fmt.Fprintf(w.c.Response(), "id: %d\nevent: %s\ndata: %s\n\n", id, name, data); err != nil {
+		return err
+	}
+	w.c.Response().Flush()
+	return nil
+}
+
+func (w *sseWriter) comment(text string) error {
+	if _, err := fmt.Fprintf(w.c.Response(), ": %s\n\n", text); err != nil {
+		return err
+	}
+	w.c.Response().Flush()
+	return nil
+}
