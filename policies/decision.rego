@@ -1,0 +1,84 @@
+# Package sandgate.admission decides whether a run may go ahead.
+#
+# Every rule family (one file each) adds findings to the `finding` set:
+#
+#     finding contains {"rule": "...", "message": "...", "controls": [...]} if { ... }
+#
+# A finding may carry "action": "warn"; otherwise it is a deny. This file
+# turns findings into the decision: data.sandgate.config.actions can change a
+# rule's action, and an active exemption turns a deny into a warn that names
+# the exemption. Mutations (JSON Patch "replace" operations on the request)
+# come from the `mutation` set; the engine applies them and evaluates the
+# mutated request again.
+package sandgate.admission
+
+import data.sandgate.config
+
+# decision is what the engine reads. policy_revision and decision_id are
+# added by the engine.
+decision := {
+	"allow": count(violations) == 0,
+	"violations": violations,
+	"warnings": warnings,
+	"mutations": mutations,
+}
+
+violations := [r | some r in _results; r.action == "deny"]
+
+warnings := [r | some r in _results; r.action != "deny"]
+
+mutations := [m | some m in mutation]
+
+_results contains _result(f) if some f in finding
+
+# _result is the finding as reported: with its action, or turned into a warn
+# by an active exemption.
+_result(f) := {
+	"rule": f.rule,
+	"message": sprintf("%s (exempted until %s: %s)", [f.message, e.expires, e.reason]),
+	"controls": f.controls,
+	"action": "warn",
+} if {
+	exempt := [x | some x in _active_exemptions; x.rule == f.rule]
+	count(exempt) > 0
+	e := exempt[0]
+} else := {
+	"rule": f.rule,
+	"message": f.message,
+	"controls": f.controls,
+	"action": _action(f),
+}
+
+_action(f) := config.actions[f.rule] if {
+	config.actions[f.rule] in {"deny", "warn"}
+} else := "warn" if {
+	f.action == "warn"
+} else := "deny"
+
+# _active_exemptions are the exemptions that name this principal or team
+# and have not expired at evaluation time (time.now_ns is the engine's
+# clock).
+_active_exemptions contains e if {
+	some e in config.exemptions
+	_exemption_applies(e)
+	time.parse_rfc3339_ns(e.expires) > time.now_ns()
+}
+
+_exemption_applies(e) if {
+	e.principal != ""
+	e.principal == input.principal.name
+	not e.team
+}
+
+_exemption_applies(e) if {
+	e.team != ""
+	e.team == input.principal.team
+	not e.principal
+}
+
+_exemption_applies(e) if {
+	e.principal != ""
+	e.team != ""
+	e.principal == input.principal.name
+	e.team == input.principal.team
+}

@@ -1,0 +1,121 @@
+package sandgate.admission_test
+
+import data.sandgate.admission
+import data.sandgate.config
+import data.sandgate.fixtures
+
+test_fixture_request_is_allowed if {
+	d := admission.decision with input as fixtures.input_with({})
+	d.allow == true
+	d.violations == []
+	d.warnings == []
+	d.mutations == []
+}
+
+test_every_violation_is_complete if {
+	d := admission.decision with input as fixtures.input_with({"privileged": true, "ports": ["80:80"], "cap_add": ["ALL"]})
+	count(d.violations) >= 3
+	every v in d.violations {
+		v.rule != ""
+		v.message != ""
+		count(v.controls) > 0
+		v.action == "deny"
+	}
+}
+
+test_action_override_turns_deny_into_warn if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.actions as {"no_published_ports": "warn"}
+	d.allow == true
+	fixtures.warned_by(d, "no_published_ports")
+}
+
+test_unknown_action_override_is_ignored if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.actions as {"no_published_ports": "allow"}
+	fixtures.denied_by(d, "no_published_ports")
+}
+
+now := time.parse_rfc3339_ns("2026-06-01T00:00:00Z")
+
+test_exemption_for_principal_applies if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.exemptions as [{"principal": "alice", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "ENG-1 demo"}]
+		with time.now_ns as now
+	d.allow == true
+	some w in d.warnings
+	w.rule == "no_published_ports"
+	contains(w.message, "exempted until 2026-07-01T00:00:00Z: ENG-1 demo")
+}
+
+test_exemption_for_team_applies if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.exemptions as [{"team": "payments", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "r"}]
+		with time.now_ns as now
+	d.allow == true
+}
+
+test_expired_exemption_does_not_apply if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.exemptions as [{"principal": "alice", "rule": "no_published_ports", "expires": "2026-05-01T00:00:00Z", "reason": "r"}]
+		with time.now_ns as now
+	fixtures.denied_by(d, "no_published_ports")
+}
+
+test_exemption_for_someone_else_does_not_apply if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.exemptions as [
+			{"principal": "bob", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "r"},
+			{"team": "search", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "r"},
+			{"principal": "alice", "team": "search", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "r"},
+		]
+		with time.now_ns as now
+	fixtures.denied_by(d, "no_published_ports")
+}
+
+test_exemption_covers_only_its_rule if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"], "privileged": true})
+		with config.exemptions as [{"principal": "alice", "rule": "no_published_ports", "expires": "2026-07-01T00:00:00Z", "reason": "r"}]
+		with time.now_ns as now
+	fixtures.denied_by(d, "no_privileged")
+	fixtures.warned_by(d, "no_published_ports")
+}
+
+test_exemption_without_expiry_does_not_apply if {
+	d := admission.decision with input as fixtures.input_with({"ports": ["8080"]})
+		with config.exemptions as [{"principal": "alice", "rule": "no_published_ports", "reason": "r"}]
+		with time.now_ns as now
+	fixtures.denied_by(d, "no_published_ports")
+}
+
+# The bundle's own data must be consistent: these tests refuse a data.json
+# edit that would break it.
+test_data_defaults_within_maxima if {
+	every field, max in config.maxima {
+		_default(field) <= max
+	}
+}
+
+_default(field) := config.defaults.resources[field]
+
+_default(field) := config.defaults[field] if not config.defaults.resources[field]
+
+test_data_exemptions_are_well_formed if {
+	every e in config.exemptions {
+		is_string(e.rule)
+		e.rule != ""
+		is_string(e.reason)
+		e.reason != ""
+		time.parse_rfc3339_ns(e.expires)
+		_names_someone(e)
+	}
+}
+
+_names_someone(e) if e.principal != ""
+
+_names_someone(e) if e.team != ""
+
+test_data_default_image_is_allowed if {
+	d := admission.decision with input as fixtures.input_with({"image": config.defaults.image})
+	d.allow == true
+}

@@ -1,0 +1,510 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/google/uuid"
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/sandgate/sandgate"
+)
+
+// DefaultDebounce is how long Watch waits after the last file change in
+// the bundle directory before it reloads, so that an editor's or a
+// deployment's burst of writes is loaded once, complete.
+const DefaultDebounce = 250 * time.Millisecond
+
+// maxPasses bounds evaluate–mutate rounds: a policy whose mutations do not
+// settle after this many is denied.
+const maxPasses = 4
+
+// The rules of the violations the engine itself reports when it cannot get
+// a decision from the policy. They fail closed.
+const (
+	RuleNoPolicy        = "no_policy"
+	RulePolicyUndefined = "policy_undefined"
+	RulePolicyError     = "policy_error"
+)
+
+// fallbackMask is what the audit trail masks when no policy is loaded.
+var fallbackMask = []string{"env", "stdin"}
+
+// Options configure an Engine.
+type Options struct {
+	// Dir is the bundle directory to load and watch; "" loads the bundle
+	// embedded in the binary.
+	Dir string
+	// Settings are the gateway settings every input carries. Mount roots
+	// are resolved (symlinks followed) once, here.
+	Settings sandgate.Settings
+	// Clock gives the evaluation time (rego.EvalTime) and event times.
+	// Default time.Now.
+	Clock sandgate.Clock
+	// IDs gives each decision its decision_id. Default UUIDv7.
+	IDs sandgate.IDSource
+	// Events receives policy.loaded and policy.load_failed. Optional.
+	Events sandgate.EventSink
+	// Logger logs loads and reloads. Default: discard.
+	Logger *slog.Logger
+	// Debounce is Watch's quiet period after a file change. Default
+	// DefaultDebounce.
+	Debounce time.Duration
+}
+
+// policy is one loaded, tested and prepared revision of a bundle.
+type policy struct {
+	query    rego.PreparedEvalQuery
+	revision string
+	modules  []sandgate.PolicyModule
+	loadedAt time.Time
+	defaults sandgate.Defaults
+	mask     []string
+}
+
+// Engine evaluates admission decisions against a policy bundle and keeps it
+// current. It implements sandgate.Admitter and sandgate.PolicyAdmin. The
+// zero Engine has no policy and denies every request.
+type Engine struct {
+	dir      string
+	source   string
+	settings sandgate.Settings
+	clock    sandgate.Clock
+	ids      sandgate.IDSource
+	events   sandgate.EventSink
+	log      *slog.Logger
+	debounce time.Duration
+
+	current atomic.Pointer[policy]
+
+	// loadMu serialises loads; mu guards the last error.
+	loadMu      sync.Mutex
+	mu          sync.Mutex
+	lastErr     string
+	lastErrAt   *time.Time
+}
+
+var (
+	_ sandgate.Admitter    = (*Engine)(nil)
+	_ sandgate.PolicyAdmin = (*Engine)(nil)
+)
+
+// New loads, compiles and tests the bundle and prepares it for evaluation.
+// It returns a POLICY-INVALID error, listing every problem in
+// Details["errors"], when the bundle cannot be read or compiled, does not
+// define data.sandgate.admission.decision, or fails its own tests.
+func New(ctx context.Context, opts Options) (*Engine, error) {
+	e := &Engine{
+		dir:      opts.Dir,
+		settings: opts.Settings,
+		clock:    opts.Clock,
+		ids:      opts.IDs,
+		events:   opts.Events,
+		log:      opts.Logger,
+		debounce: opts.Debounce,
+	}
+	_, e.source = bundleFS(opts.Dir)
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.debounce <= 0 {
+		e.debounce = DefaultDebounce
+	}
+	roots := make([]string, 0, len(opts.Settings.MountRoots))
+	for _, r := range opts.Settings.MountRoots {
+		if !filepath.IsAbs(r) {
+			return nil, sandgate.Errorf(sandgate.CodeInvalidRequest, "mount root %q is not an absolute path", r)
+		}
+		resolved, err := filepath.EvalSymlinks(r)
+		if err != nil {
+			e.log.Warn("mount root cannot be resolved; using it as written", "root", r, "err", err)
+			resolved = r
+		}
+		roots = append(roots, filepath.Clean(resolved))
+	}
+	e.settings.MountRoots = roots
+	if _, err := e.load(ctx, "start"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Engine) now() time.Time {
+	if e.clock == nil {
+		return time.Now()
+	}
+	return e.clock()
+}
+
+func (e *Engine) newID() string {
+	if e.ids != nil {
+		return e.ids()
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+func (e *Engine) logger() *slog.Logger {
+	if e.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return e.log
+}
+
+// Defaults are the bundle's defaults (data.sandgate.config.defaults) for
+// sandgate.Normalize; with no policy loaded, sandgate.BuiltinDefaults.
+func (e *Engine) Defaults() sandgate.Defaults {
+	if p := e.current.Load(); p != nil {
+		return p.defaults
+	}
+	return sandgate.BuiltinDefaults
+}
+
+// Settings are the gateway settings the engine puts in every input, with
+// the mount roots resolved.
+func (e *Engine) Settings() sandgate.Settings {
+	s := e.settings
+	s.MountRoots = slices.Clone(s.MountRoots)
+	return s
+}
+
+// Status describes the policy in force and the last failed load, if the
+// last load failed.
+func (e *Engine) Status() sandgate.PolicyStatus {
+	st := sandgate.PolicyStatus{Source: e.source, Modules: []sandgate.PolicyModule{}}
+	if p := e.current.Load(); p != nil {
+		st.Revision = p.revision
+		st.Modules = slices.Clone(p.modules)
+		st.LoadedAt = p.loadedAt
+	}
+	e.mu.Lock()
+	st.LastError = e.lastErr
+	if e.lastErrAt != nil {
+		t := *e.lastErrAt
+		st.LastErrorAt = &t
+	}
+	e.mu.Unlock()
+	return st
+}
+
+// Reload reads the bundle again. A bundle identical to the one in force is
+// a no-op. On any failure it keeps the policy in force, records the error
+// in Status, emits policy.load_failed and returns POLICY-INVALID with the
+// problems in Details["errors"].
+func (e *Engine) Reload(ctx context.Context) (sandgate.PolicyStatus, error) {
+	_, err := e.load(ctx, "api")
+	return e.Status(), err
+}
+
+// load reads, compiles, tests and prepares the bundle and swaps it in. It
+// reports whether a new revision went into force.
+func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
+	e.loadMu.Lock()
+	defer e.loadMu.Unlock()
+	old := e.current.Load()
+	b, err := readBundle(e.dir)
+	if err == nil && old != nil && b.revision == old.revision {
+		e.setLastError(nil)
+		return false, nil
+	}
+	var p *policy
+	if err == nil {
+		p, err = e.prepare(ctx, b)
+	}
+	if err != nil {
+		inv := invalid(e.source, err)
+		errs, _ := inv.(*sandgate.Error).Details["errors"].([]string)
+		e.setLastError(errs)
+		attempted := ""
+		if b != nil {
+			attempted = b.revision
+		}
+		e.logger().Error("policy bundle refused; the policy in force is kept",
+			"source", e.source, "trigger", trigger, "attempted_revision", attempted, "errors", errs)
+		e.emit(sandgate.Event{
+			Type:           sandgate.EventPolicyLoadFailed,
+			Outcome:        "failure",
+			PolicyRevision: revisionOf(old),
+			Payload: map[string]any{
+				"source": e.source, "trigger": trigger, "attempted_revision": attempted, "errors": errs,
+			},
+		})
+		return false, inv
+	}
+	e.current.Store(p)
+	e.setLastError(nil)
+	e.logger().Info("policy loaded", "source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old))
+	e.emit(sandgate.Event{
+		Type:           sandgate.EventPolicyLoaded,
+		Outcome:        "success",
+		PolicyRevision: p.revision,
+		Payload: map[string]any{
+			"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
+		},
+	})
+	return true, nil
+}
+
+func revisionOf(p *policy) string {
+	if p == nil {
+		return ""
+	}
+	return p.revision
+}
+
+// prepare compiles b, runs its tests and prepares the decision query.
+func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
+	compiler, err := b.compile()
+	if err != nil {
+		return nil, err
+	}
+	defaults, err := b.defaults()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
+	mask, err := b.mask()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
+	store := b.store()
+	results, err := b.runTests(ctx, store, false)
+	if err != nil {
+		return nil, err
+	}
+	if failed := testFailures(results); len(failed) > 0 {
+		return nil, &loadError{failed}
+	}
+	query, err := rego.New(
+		rego.Query(DecisionQuery),
+		rego.Compiler(compiler),
+		rego.Store(store),
+		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, nil }),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, &loadError{astErrors(err)}
+	}
+	if mask == nil {
+		mask = []string{}
+	}
+	return &policy{
+		query:    query,
+		revision: b.revision,
+		modules:  b.modules,
+		loadedAt: e.now(),
+		defaults: defaults,
+		mask:     mask,
+	}, nil
+}
+
+func (e *Engine) setLastError(errs []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(errs) == 0 {
+		e.lastErr, e.lastErrAt = "", nil
+		return
+	}
+	t := e.now()
+	e.lastErr = strings.Join(errs, "; ")
+	e.lastErrAt = &t
+}
+
+func (e *Engine) emit(ev sandgate.Event) {
+	if e.events == nil {
+		return
+	}
+	ev.Time = e.now()
+	ev.Actor = "sandgate"
+	e.events.Emit(ev)
+}
+
+// Watch reloads the bundle when a file in its directory changes (after
+// Options.Debounce of quiet) and on SIGHUP, until ctx ends. Failed reloads
+// keep the policy in force and are reported through Status, the log and
+// policy.load_failed events. The embedded bundle is only reloaded on
+// SIGHUP, which is then a no-op. Watch returns nil when ctx ends, or an
+// error when the directory cannot be watched.
+func (e *Engine) Watch(ctx context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	var fsEvents <-chan fsnotify.Event
+	var fsErrors <-chan error
+	if e.dir != "" {
+		w, err := fsnotify.NewWatcher()
+		if err != nil {
+			return fmt.Errorf("watch policy directory %s: %w", e.dir, err)
+		}
+		defer w.Close()
+		if err := w.Add(e.dir); err != nil {
+			return fmt.Errorf("watch policy directory %s: %w", e.dir, err)
+		}
+		fsEvents, fsErrors = w.Events, w.Errors
+	}
+	debounce := e.debounce
+	if debounce <= 0 {
+		debounce = DefaultDebounce
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			e.reloadFrom(ctx, "sighup")
+		case ev, ok := <-fsEvents:
+			if !ok {
+				fsEvents = nil
+				continue
+			}
+			e.logger().Debug("policy directory changed", "event", ev.String())
+			timer.Reset(debounce)
+		case err, ok := <-fsErrors:
+			if !ok {
+				fsErrors = nil
+				continue
+			}
+			e.logger().Warn("watching the policy directory", "err", err)
+		case <-timer.C:
+			e.reloadFrom(ctx, "file_change")
+		}
+	}
+}
+
+// reloadFrom reloads for a watcher; the outcome is logged and recorded by
+// load itself.
+func (e *Engine) reloadFrom(ctx context.Context, trigger string) {
+	if _, err := e.load(ctx, trigger); err != nil && ctx.Err() == nil {
+		e.logger().Debug("reload refused", "trigger", trigger, "err", err)
+	}
+}
+
+// Decide evaluates in against the policy in force. in.Request must be
+// normalised (sandgate.Normalize with Defaults). The engine's settings
+// replace in.Settings, except that in.Settings.AirGapped can only add
+// air-gapped mode and in.Settings.MountRoots are used when the engine has
+// none. Mutations the policy asks for are applied to the request, which is
+// normalised and evaluated again; Decision.Spec is the result. Decide
+// always returns a decision: with no policy, an undefined result, an
+// evaluation error or malformed output it is a deny naming the problem
+// (rules no_policy, policy_undefined, policy_error). The error is non-nil
+// only when ctx is done.
+func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
+	d := sandgate.Decision{
+		DecisionID: e.newID(),
+		Violations: []sandgate.Violation{},
+		Warnings:   []sandgate.Violation{},
+		Mutations:  []sandgate.Mutation{},
+		Spec:       in.Request,
+	}
+	p := e.current.Load()
+	if p == nil {
+		d.Mask = slices.Clone(fallbackMask)
+		return deny(d, RuleNoPolicy, "no policy is loaded; every request is denied until one is"), ctx.Err()
+	}
+	d.PolicyRevision = p.revision
+	d.Mask = slices.Clone(p.mask)
+	if err := ctx.Err(); err != nil {
+		return deny(d, RulePolicyError, "the request was cancelled before it was decided"), err
+	}
+	if in.APIVersion == "" {
+		in.APIVersion = sandgate.APIVersion
+	}
+	if in.Operation == "" {
+		in.Operation = sandgate.OperationRun
+	}
+	settings := e.settings
+	settings.AirGapped = settings.AirGapped || in.Settings.AirGapped
+	if len(settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0 {
+		settings.MountRoots = in.Settings.MountRoots
+	}
+	now := e.now()
+
+	spec := in.Request
+	for pass := 1; ; pass++ {
+		input := inputValue(in.APIVersion, in.Operation, in.Principal, spec, settings)
+		rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalTime(now))
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return deny(d, RulePolicyError, "the request was cancelled while it was being decided"), ctxErr
+			}
+			e.logger().Error("policy evaluation failed", "revision", p.revision, "decision_id", d.DecisionID, "err", err)
+			return deny(d, RulePolicyError, "policy evaluation failed: "+err.Error()), nil
+		}
+		if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+			return deny(d, RulePolicyUndefined, DecisionQuery+" is undefined for this request"), nil
+		}
+		out, err := decodeResult(rs[0].Expressions[0].Value)
+		if err != nil {
+			return deny(d, RulePolicyError, "the policy's decision is malformed: "+err.Error()), nil
+		}
+		d.Violations, d.Warnings = out.violations, out.warnings
+		if len(out.mutations) == 0 {
+			d.Allow = out.allow && len(out.violations) == 0
+			if !d.Allow && len(out.violations) == 0 {
+				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
+			}
+			d.Spec = spec
+			return d, nil
+		}
+		if pass == maxPasses {
+			return deny(d, RulePolicyError, fmt.Sprintf("the policy's mutations did not settle after %d evaluations", maxPasses)), nil
+		}
+		next, changed, err := applyMutations(spec, out.mutations, p.defaults)
+		if err != nil {
+			return deny(d, RulePolicyError, "the policy's mutation cannot be applied: "+sandgate.ErrorMessageOf(err)), nil
+		}
+		d.Mutations = append(d.Mutations, changed...)
+		if len(changed) == 0 {
+			// Every mutation asked for what the request already says:
+			// this evaluation's verdict stands.
+			d.Allow = out.allow && len(out.violations) == 0
+			if !d.Allow && len(out.violations) == 0 {
+				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
+			}
+			d.Spec = spec
+			return d, nil
+		}
+		spec = next
+	}
+}
+
+// deny makes d a fail-closed deny with one violation of rule.
+func deny(d sandgate.Decision, rule, message string) sandgate.Decision {
+	d.Allow = false
+	d.Violations = append(d.Violations, failClosed(rule, message))
+	return d
+}
+
+func failClosed(rule, message string) sandgate.Violation {
+	return sandgate.Violation{Rule: rule, Message: message, Controls: []string{}, Action: "deny"}
+}
+
+// IsPolicyInvalid reports whether err is the POLICY-INVALID error of a
+// refused bundle, and returns its problems.
+func IsPolicyInvalid(err error) ([]string, bool) {
+	var se *sandgate.Error
+	if !errors.As(err, &se) || se.Code != sandgate.CodePolicyInvalid {
+		return nil, false
+	}
+	errs, _ := se.Details["errors"].([]string)
+	return errs, true
+}

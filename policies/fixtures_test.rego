@@ -1,0 +1,55 @@
+# Package sandgate.fixtures holds the inputs the bundle's tests start from:
+# a normalised request every rule admits, changed one field at a time.
+package sandgate.fixtures
+
+request := {
+	"image": "sandgate/sandbox:latest",
+	"command": ["sh", "-c", "echo hello"],
+	"user": "10001:10001",
+	"uid": 10001,
+	"gid": 10001,
+	"network": "none",
+	"resources": {"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 64, "nofile": 1024},
+	"timeout_seconds": 300,
+	"output_limit_bytes": 1048576,
+	"pull_policy": "never",
+	"privileged": false,
+	"read_only_rootfs": true,
+	"security": {"seccomp": "", "apparmor": "", "no_new_privileges": true, "label": null, "systempaths": ""},
+}
+
+principal := {"name": "alice", "team": "payments", "roles": ["submitter"]}
+
+settings := {"air_gapped": false, "mount_roots": ["/srv/work"]}
+
+# input_with is an input whose request is the fixture request with patch
+# merged over it.
+input_with(patch) := {
+	"api_version": "sandgate/v1",
+	"operation": "run",
+	"principal": principal,
+	"request": object.union(request, patch),
+	"settings": settings,
+}
+
+# input_settings is input_with(patch) under other gateway settings.
+input_settings(patch, s) := object.union(input_with(patch), {"settings": s})
+
+# mount is a bind mount whose source resolved to path.
+mount(path) := {"source": path, "target": "/workspace", "read_only": false, "resolved": path}
+
+# denied_by is true when the decision denies and names rule.
+denied_by(d, rule) if {
+	d.allow == false
+	some v in d.violations
+	v.rule == rule
+}
+
+# warned_by is true when the decision warns about rule.
+warned_by(d, rule) if {
+	some v in d.warnings
+	v.rule == rule
+}
+
+# rules are the rules a decision names, deny and warn.
+rules(d) := {v.rule | some v in array.concat(d.violations, d.warnings)}

@@ -1,0 +1,422 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sandgate/sandgate"
+)
+
+// inputValue builds the policy input as an AST value directly from the
+// domain types, so that a decision costs no JSON round trip. The document
+// is exactly what encoding/json makes of sandgate.AdmissionInput (the same
+// fields, the same omitempty rules); input_test.go holds it to that.
+func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal, spec sandgate.RunSpec, st sandgate.Settings) ast.Value {
+	roles := make([]*ast.Term, len(pr.Roles))
+	for i, r := range pr.Roles {
+		roles[i] = ast.StringTerm(string(r))
+	}
+	rolesTerm := ast.NullTerm()
+	if pr.Roles != nil {
+		rolesTerm = ast.ArrayTerm(roles...)
+	}
+	return ast.NewObject(
+		item("api_version", ast.StringTerm(apiVersion)),
+		item("operation", ast.StringTerm(string(op))),
+		item("principal", ast.ObjectTerm(
+			item("name", ast.StringTerm(pr.Name)),
+			item("team", ast.StringTerm(pr.Team)),
+			item("roles", rolesTerm),
+		)),
+		item("request", ast.NewTerm(specValue(spec))),
+		item("settings", ast.ObjectTerm(
+			item("air_gapped", ast.BooleanTerm(st.AirGapped)),
+			item("mount_roots", strings0(st.MountRoots)),
+		)),
+	)
+}
+
+func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{ast.StringTerm(k), v} }
+
+// specValue is a RunSpec as its JSON encoding has it.
+func specValue(s sandgate.RunSpec) ast.Value {
+	items := make([][2]*ast.Term, 0, 40)
+	add := func(k string, v *ast.Term) { items = append(items, item(k, v)) }
+	str := func(k, v string) {
+		if v != "" {
+			add(k, ast.StringTerm(v))
+		}
+	}
+	add("image", ast.StringTerm(s.Image))
+	add("command", strings0(s.Command))
+	str("stdin", s.Stdin)
+	if len(s.Env) > 0 {
+		add("env", stringMap(s.Env))
+	}
+	str("workdir", s.Workdir)
+	str("user", s.User)
+	if len(s.Mounts) > 0 {
+		ms := make([]*ast.Term, len(s.Mounts))
+		for i, m := range s.Mounts {
+			mi := [][2]*ast.Term{
+				item("source", ast.StringTerm(m.Source)),
+				item("target", ast.StringTerm(m.Target)),
+				item("read_only", ast.BooleanTerm(m.ReadOnly)),
+			}
+			if m.Propagation != "" {
+				mi = append(mi, item("propagation", ast.StringTerm(m.Propagation)))
+			}
+			if m.Resolved != "" {
+				mi = append(mi, item("resolved", ast.StringTerm(m.Resolved)))
+			}
+			ms[i] = ast.ObjectTerm(mi...)
+		}
+		add("mounts", ast.ArrayTerm(ms...))
+	}
+	if len(s.Volumes) > 0 {
+		vs := make([]*ast.Term, len(s.Volumes))
+		for i, v := range s.Volumes {
+			vi := [][2]*ast.Term{
+				item("name", ast.StringTerm(v.Name)),
+				item("target", ast.StringTerm(v.Target)),
+			}
+			if v.ReadOnly {
+				vi = append(vi, item("read_only", ast.BooleanTerm(true)))
+			}
+			vs[i] = ast.ObjectTerm(vi...)
+		}
+		add("volumes", ast.ArrayTerm(vs...))
+	}
+	str("network", s.Network)
+	ri := make([][2]*ast.Term, 0, 5)
+	addInt := func(items *[][2]*ast.Term, k string, v int64) {
+		if v != 0 {
+			*items = append(*items, item(k, ast.InternedTerm(int(v))))
+		}
+	}
+	addInt(&ri, "memory_mb", s.Resources.MemoryMB)
+	if s.Resources.CPUs != 0 {
+		ri = append(ri, item("cpus", floatTerm(s.Resources.CPUs)))
+	}
+	addInt(&ri, "pids", s.Resources.Pids)
+	addInt(&ri, "tmpfs_mb", s.Resources.TmpfsMB)
+	addInt(&ri, "nofile", s.Resources.Nofile)
+	add("resources", ast.ObjectTerm(ri...))
+	addInt(&items, "timeout_seconds", int64(s.TimeoutSeconds))
+	addInt(&items, "output_limit_bytes", s.OutputLimitBytes)
+	str("pull_policy", string(s.PullPolicy))
+	str("session_id", s.SessionID)
+	str("task_id", s.TaskID)
+	if len(s.Labels) > 0 {
+		add("labels", stringMap(s.Labels))
+	}
+	add("privileged", ast.BooleanTerm(s.Privileged))
+	if len(s.CapAdd) > 0 {
+		add("cap_add", strings0(s.CapAdd))
+	}
+	if len(s.Devices) > 0 {
+		add("devices", strings0(s.Devices))
+	}
+	if len(s.Sysctls) > 0 {
+		add("sysctls", stringMap(s.Sysctls))
+	}
+	str("pid_mode", s.PIDMode)
+	str("ipc_mode", s.IPCMode)
+	str("uts_mode", s.UTSMode)
+	str("userns_mode", s.UsernsMode)
+	if len(s.SecurityOpt) > 0 {
+		add("security_opt", strings0(s.SecurityOpt))
+	}
+	if s.ReadOnlyRootfs != nil {
+		add("read_only_rootfs", ast.BooleanTerm(*s.ReadOnlyRootfs))
+	}
+	if len(s.Ports) > 0 {
+		add("ports", strings0(s.Ports))
+	}
+	if s.UID != nil {
+		add("uid", ast.InternedTerm(int(*s.UID)))
+	}
+	if s.GID != nil {
+		add("gid", ast.InternedTerm(int(*s.GID)))
+	}
+	if sec := s.Security; sec != nil {
+		add("security", ast.ObjectTerm(
+			item("seccomp", ast.StringTerm(sec.Seccomp)),
+			item("apparmor", ast.StringTerm(sec.AppArmor)),
+			item("no_new_privileges", ast.BooleanTerm(sec.NoNewPrivileges)),
+			item("label", strings0(sec.Label)),
+			item("systempaths", ast.StringTerm(sec.SystemPaths)),
+		))
+	}
+	return ast.NewObject(items...)
+}
+
+// strings0 is a string slice as JSON has it: null when nil.
+func strings0(ss []string) *ast.Term {
+	if ss == nil {
+		return ast.NullTerm()
+	}
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = ast.StringTerm(s)
+	}
+	return ast.ArrayTerm(ts...)
+}
+
+func stringMap(m map[string]string) *ast.Term {
+	items := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		items = append(items, item(k, ast.StringTerm(v)))
+	}
+	return ast.ObjectTerm(items...)
+}
+
+// floatTerm spells f as encoding/json does.
+func floatTerm(f float64) *ast.Term {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return ast.NullTerm()
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return ast.NumberTerm(json.Number(strconv.FormatFloat(f, 'g', -1, 64)))
+	}
+	return ast.NumberTerm(json.Number(b))
+}
+
+// result is a decision as the policy returned it.
+type result struct {
+	allow      bool
+	violations []sandgate.Violation
+	warnings   []sandgate.Violation
+	mutations  []sandgate.Mutation
+}
+
+var (
+	keyAllow      = ast.StringTerm("allow")
+	keyViolations = ast.StringTerm("violations")
+	keyWarnings   = ast.StringTerm("warnings")
+	keyMutations  = ast.StringTerm("mutations")
+	keyRule       = ast.StringTerm("rule")
+	keyMessage    = ast.StringTerm("message")
+	keyControls   = ast.StringTerm("controls")
+	keyAction     = ast.StringTerm("action")
+	keyOp         = ast.StringTerm("op")
+	keyPath       = ast.StringTerm("path")
+	keyValue      = ast.StringTerm("value")
+)
+
+// decodeResult reads the decision object. "allow" must be a boolean; the
+// lists may be missing but not of another type.
+func decodeResult(v any) (result, error) {
+	var r result
+	obj, ok := v.(ast.Object)
+	if !ok {
+		return r, fmt.Errorf("%s is %s, not an object", DecisionQuery, typeName(v))
+	}
+	allow, ok := getValue(obj, keyAllow).(ast.Boolean)
+	if !ok {
+		return r, fmt.Errorf(`"allow" must be a boolean`)
+	}
+	r.allow = bool(allow)
+	var err error
+	if r.violations, err = decodeViolations(obj, keyViolations, "deny"); err != nil {
+		return r, err
+	}
+	if r.warnings, err = decodeViolations(obj, keyWarnings, "warn"); err != nil {
+		return r, err
+	}
+	muts, err := arrayOf(obj, keyMutations)
+	if err != nil {
+		return r, err
+	}
+	r.mutations = make([]sandgate.Mutation, 0, len(muts))
+	for i, t := range muts {
+		m, ok := t.Value.(ast.Object)
+		if !ok {
+			return r, fmt.Errorf("mutations[%d] is not an object", i)
+		}
+		op, _ := stringAt(m, keyOp)
+		p, _ := stringAt(m, keyPath)
+		rule, _ := stringAt(m, keyRule)
+		val := getValue(m, keyValue)
+		if val == nil {
+			return r, fmt.Errorf("mutations[%d] has no value", i)
+		}
+		jv, err := ast.JSON(val)
+		if err != nil {
+			return r, fmt.Errorf("mutations[%d].value: %v", i, err)
+		}
+		r.mutations = append(r.mutations, sandgate.Mutation{Op: op, Path: p, Value: jv, Rule: rule})
+	}
+	return r, nil
+}
+
+func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.Violation, error) {
+	list, err := arrayOf(obj, key)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandgate.Violation, 0, len(list))
+	for i, t := range list {
+		vo, ok := t.Value.(ast.Object)
+		if !ok {
+			return nil, fmt.Errorf("%s[%d] is not an object", key.Value.(ast.String), i)
+		}
+		v := sandgate.Violation{Action: action, Controls: []string{}}
+		v.Rule, _ = stringAt(vo, keyRule)
+		if v.Rule == "" {
+			return nil, fmt.Errorf("%s[%d] names no rule", key.Value.(ast.String), i)
+		}
+		v.Message, _ = stringAt(vo, keyMessage)
+		if a, ok := stringAt(vo, keyAction); ok && action == "warn" && a == "deny" {
+			return nil, fmt.Errorf("%s[%d] (%s) is a deny among the warnings", key.Value.(ast.String), i, v.Rule)
+		}
+		if cs, ok := getValue(vo, keyControls).(*ast.Array); ok {
+			for j := 0; j < cs.Len(); j++ {
+				if s, ok := cs.Elem(j).Value.(ast.String); ok {
+					v.Controls = append(v.Controls, string(s))
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func getValue(obj ast.Object, key *ast.Term) ast.Value {
+	t := obj.Get(key)
+	if t == nil {
+		return nil
+	}
+	return t.Value
+}
+
+func stringAt(obj ast.Object, key *ast.Term) (string, bool) {
+	s, ok := getValue(obj, key).(ast.String)
+	return string(s), ok
+}
+
+// arrayOf returns the array or set at key; missing is empty.
+func arrayOf(obj ast.Object, key *ast.Term) ([]*ast.Term, error) {
+	switch v := getValue(obj, key).(type) {
+	case nil:
+		return nil, nil
+	case *ast.Array:
+		out := make([]*ast.Term, 0, v.Len())
+		v.Foreach(func(t *ast.Term) { out = append(out, t) })
+		return out, nil
+	case ast.Set:
+		return v.Slice(), nil
+	default:
+		return nil, fmt.Errorf("%q must be an array, not %s", key.Value.(ast.String), typeName(v))
+	}
+}
+
+func typeName(v any) string {
+	if v == nil {
+		return "undefined"
+	}
+	if av, ok := v.(ast.Value); ok {
+		return ast.ValueName(av)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// applyMutations applies JSON Patch "replace" (or "add") operations to the
+// spec's JSON document, decodes the result strictly and normalises it
+// again, so that derived fields (uid, gid, security, mounts[].resolved)
+// follow the fields they derive from. It returns the mutations that changed
+// something.
+func applyMutations(spec sandgate.RunSpec, muts []sandgate.Mutation, d sandgate.Defaults) (sandgate.RunSpec, []sandgate.Mutation, error) {
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return spec, nil, err
+	}
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return spec, nil, err
+	}
+	var changed []sandgate.Mutation
+	for _, m := range muts {
+		if m.Op != "replace" && m.Op != "add" {
+			return spec, nil, fmt.Errorf("mutation %q of rule %s: only replace and add are supported", m.Op, m.Rule)
+		}
+		before, _ := json.Marshal(doc)
+		if doc, err = setPointer(doc, m.Path, m.Value); err != nil {
+			return spec, nil, fmt.Errorf("mutation of rule %s at %s: %w", m.Rule, m.Path, err)
+		}
+		after, _ := json.Marshal(doc)
+		if !bytes.Equal(before, after) {
+			changed = append(changed, m)
+		}
+	}
+	if len(changed) == 0 {
+		return spec, nil, nil
+	}
+	out, _ := json.Marshal(doc)
+	var next sandgate.RunSpec
+	if err := sandgate.DecodeStrict(bytes.NewReader(out), &next, sandgate.MaxSpecBytes); err != nil {
+		return spec, nil, err
+	}
+	next, err = sandgate.Normalize(next, d)
+	if err != nil {
+		return spec, nil, err
+	}
+	return next, changed, nil
+}
+
+// setPointer sets the value at an RFC 6901 JSON pointer. Object members
+// are created when missing; array elements must exist.
+func setPointer(doc any, pointer string, value any) (any, error) {
+	if pointer == "" {
+		return value, nil
+	}
+	if !strings.HasPrefix(pointer, "/") {
+		return nil, fmt.Errorf("path must start with /")
+	}
+	parts := strings.Split(pointer[1:], "/")
+	for i := range parts {
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(parts[i], "~1", "/"), "~0", "~")
+	}
+	var set func(node any, parts []string) (any, error)
+	set = func(node any, parts []string) (any, error) {
+		if len(parts) == 0 {
+			return value, nil
+		}
+		switch n := node.(type) {
+		case map[string]any:
+			child := n[parts[0]]
+			if child == nil && len(parts) > 1 {
+				child = map[string]any{}
+			}
+			v, err := set(child, parts[1:])
+			if err != nil {
+				return nil, err
+			}
+			n[parts[0]] = v
+			return n, nil
+		case []any:
+			idx, err := strconv.Atoi(parts[0])
+			if err != nil || idx < 0 || idx >= len(n) {
+				return nil, fmt.Errorf("no array element %q", parts[0])
+			}
+			v, err := set(n[idx], parts[1:])
+			if err != nil {
+				return nil, err
+			}
+			n[idx] = v
+			return n, nil
+		default:
+			return nil, fmt.Errorf("%q is not inside an object or array", parts[0])
+		}
+	}
+	return set(doc, parts)
+}

@@ -1,0 +1,10 @@
+# Privileged mode gives the container every capability and every device.
+package sandgate.admission
+
+finding contains {
+	"rule": "no_privileged",
+	"message": "privileged mode is forbidden",
+	"controls": ["CIS-5.5", "PSS-baseline"],
+} if {
+	input.request.privileged == true
+}

@@ -1,0 +1,14 @@
+package sandgate.admission_test
+
+import data.sandgate.admission
+import data.sandgate.fixtures
+
+test_read_only_rootfs_is_allowed if {
+	d := admission.decision with input as fixtures.input_with({"read_only_rootfs": true})
+	d.allow == true
+}
+
+test_writable_rootfs_is_denied if {
+	d := admission.decision with input as fixtures.input_with({"read_only_rootfs": false})
+	fixtures.denied_by(d, "read_only_rootfs")
+}

@@ -1,0 +1,47 @@
+# Kernel confinement: seccomp, AppArmor, SELinux, masked /proc paths and
+# no-new-privileges. Normalisation parses security_opt (both the "=" and ":"
+# spellings) into input.request.security.
+package sandgate.admission
+
+_security := object.get(input.request, "security", {})
+
+finding contains {
+	"rule": "seccomp_unconfined",
+	"message": "seccomp must not be unconfined; Docker's default profile is applied",
+	"controls": ["CIS-5.22", "PSS-baseline"],
+} if {
+	_security.seccomp == "unconfined"
+}
+
+finding contains {
+	"rule": "apparmor_unconfined",
+	"message": "AppArmor must not be unconfined",
+	"controls": ["CIS-5.22", "PSS-baseline"],
+} if {
+	_security.apparmor == "unconfined"
+}
+
+finding contains {
+	"rule": "selinux_disabled",
+	"message": sprintf("SELinux labelling must not be disabled (label %q)", [l]),
+	"controls": ["CIS-5.22", "PSS-baseline"],
+} if {
+	some l in _security.label
+	startswith(l, "disable")
+}
+
+finding contains {
+	"rule": "systempaths_unconfined",
+	"message": "masked /proc and /sys paths must stay masked (systempaths=unconfined)",
+	"controls": ["PSS-baseline"],
+} if {
+	_security.systempaths == "unconfined"
+}
+
+finding contains {
+	"rule": "no_new_privileges",
+	"message": "no-new-privileges must not be turned off",
+	"controls": ["CIS-5.26", "PSS-restricted"],
+} if {
+	not _security.no_new_privileges == true
+}
