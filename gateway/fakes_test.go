@@ -1,0 +1,352 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// fakeAdmitter allows everything but privileged runs and images named
+// "evil/…", and counts its calls.
+type fakeAdmitter struct {
+	calls  atomic.Int64
+	mask   []string
+	panics bool
+}
+
+func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
+	n := a.calls.Add(1)
+	if a.panics {
+		panic("admitter exploded")
+	}
+	d := sandgate.Decision{
+		Allow: true, PolicyRevision: "sha256:test", DecisionID: fmt.Sprintf("dec-%d", n),
+		Spec: in.Request, Mask: a.mask,
+	}
+	if in.Request.Privileged {
+		d.Allow = false
+		d.Violations = append(d.Violations, sandgate.Violation{
+			Rule: "no_privileged", Message: "privileged mode is forbidden", Controls: []string{"CIS-5.5"}, Action: "deny",
+		})
+	}
+	if strings.HasPrefix(in.Request.Image, "evil/") {
+		d.Allow = false
+		d.Violations = append(d.Violations, sandgate.Violation{
+			Rule: "allowed_images", Message: "image not allowed", Action: "deny",
+		})
+	}
+	if in.Request.Network == "bridge" {
+		d.Warnings = append(d.Warnings, sandgate.Violation{Rule: "network_bridge", Message: "bridge network", Action: "warn"})
+	}
+	return d, nil
+}
+
+func (a *fakeAdmitter) Defaults() sandgate.Defaults { return sandgate.BuiltinDefaults }
+
+type fakePolicies struct {
+	mu        sync.Mutex
+	status    sandgate.PolicyStatus
+	reloadErr error
+}
+
+func (p *fakePolicies) Status() sandgate.PolicyStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.status
+}
+
+func (p *fakePolicies) Reload(context.Context) (sandgate.PolicyStatus, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reloadErr != nil {
+		return sandgate.PolicyStatus{}, p.reloadErr
+	}
+	p.status.Revision = "sha256:reloaded"
+	return p.status, nil
+}
+
+// fakeRecorder keeps every event; Record fails while failing is set.
+type fakeRecorder struct {
+	mu      sync.Mutex
+	events  []sandgate.Event
+	failing atomic.Bool
+}
+
+func (r *fakeRecorder) Emit(ev sandgate.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, ev)
+}
+
+func (r *fakeRecorder) Record(_ context.Context, evs ...sandgate.Event) error {
+	if r.failing.Load() {
+		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "postgres is away")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, evs...)
+	return nil
+}
+
+func (r *fakeRecorder) QueueDepth() int { return 7 }
+
+func (r *fakeRecorder) ofType(t sandgate.EventType) []sandgate.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandgate.Event
+	for _, e := range r.events {
+		if e.Type == t {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *fakeRecorder) all() []sandgate.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.events)
+}
+
+type fakeAudit struct {
+	readyErr  error
+	exportErr error
+	lastQuery sandgate.AuditFilter
+	mu        sync.Mutex
+}
+
+func (a *fakeAudit) Query(_ context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
+	a.mu.Lock()
+	a.lastQuery = f
+	a.mu.Unlock()
+	if f.Cursor == "bad" {
+		return nil, "", sandgate.FieldError("cursor", "malformed cursor")
+	}
+	return []sandgate.AuditRecord{{Event: sandgate.Event{ID: "ev-1", Type: sandgate.EventRunRequested, CorrelationID: f.CorrelationID}, Seq: 1}}, "next-1", nil
+}
+
+func (a *fakeAudit) Export(_ context.Context, _ sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
+	if a.exportErr != nil {
+		return a.exportErr
+	}
+	if format == sandgate.ExportCSV {
+		_, err := io.WriteString(w, "event_id,type\nev-1,run.requested\n")
+		return err
+	}
+	_, err := io.WriteString(w, `{"event_id":"ev-1","type":"run.requested"}`+"\n")
+	return err
+}
+
+func (a *fakeAudit) Verify(context.Context, sandgate.VerifyRange) (sandgate.VerifyReport, error) {
+	return sandgate.VerifyReport{OK: true, Checked: 3}, nil
+}
+
+func (a *fakeAudit) Ready(context.Context) error { return a.readyErr }
+
+// fakeStore is an in-memory RunStore.
+type fakeStore struct {
+	mu   sync.Mutex
+	runs map[string]sandgate.Run
+	err  error
+}
+
+func newFakeStore() *fakeStore { return &fakeStore{runs: map[string]sandgate.Run{}} }
+
+func (s *fakeStore) CreateRun(_ context.Context, run *sandgate.Run) (*sandgate.Run, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, false, s.err
+	}
+	if run.IdempotencyKey != "" {
+		for _, r := range s.runs {
+			if r.Principal == run.Principal && r.IdempotencyKey == run.IdempotencyKey {
+				c := r
+				return &c, false, nil
+			}
+		}
+	}
+	s.runs[run.ID] = *run
+	return nil, true, nil
+}
+
+func (s *fakeStore) UpdateRun(_ context.Context, run *sandgate.Run) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runs[run.ID] = *run
+	return nil
+}
+
+func (s *fakeStore) GetRun(_ context.Context, id string) (*sandgate.Run, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.runs[id]
+	if !ok {
+		return nil, sandgate.Errorf(sandgate.CodeNotFound, "no run %s", id)
+	}
+	return &r, nil
+}
+
+func (s *fakeStore) ListRuns(_ context.Context, f sandgate.RunFilter) ([]sandgate.Run, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []sandgate.Run
+	for _, r := range s.runs {
+		if (f.Team == "" || r.Team == f.Team) && (f.State == "" || r.State == f.State) &&
+			(f.Outcome == "" || r.Outcome == f.Outcome) && (f.SessionID == "" || r.Spec.SessionID == f.SessionID) {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID > out[j].ID })
+	return out, "", nil
+}
+
+// fakeExecutor interprets the command: "echo ARGS…" prints and exits 0,
+// "exit N" exits N, "block" prints "first" and waits for release or
+// cancellation, "unavailable" fails with SBX-002.
+type fakeExecutor struct {
+	calls   atomic.Int64
+	pingErr error
+
+	mu      sync.Mutex
+	running map[string]chan sandgate.Outcome
+	jobs    []sandgate.Job
+}
+
+func newFakeExecutor() *fakeExecutor {
+	return &fakeExecutor{running: map[string]chan sandgate.Outcome{}}
+}
+
+func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.Result, error) {
+	e.calls.Add(1)
+	ch := make(chan sandgate.Outcome, 1)
+	e.mu.Lock()
+	e.running[job.RunID] = ch
+	e.jobs = append(e.jobs, job)
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.running, job.RunID)
+		e.mu.Unlock()
+	}()
+	start := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
+	end := start.Add(1500 * time.Millisecond)
+	res := sandgate.Result{ContainerID: "c-" + job.RunID[:8], StartedAt: start, FinishedAt: end}
+	cmd := job.Spec.Command
+	if cmd[0] == "unavailable" {
+		res.Outcome = sandgate.OutcomeError
+		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeImageUnavailable, Message: "image not present"}
+		return res, sandgate.Errorf(sandgate.CodeImageUnavailable, "image not present")
+	}
+	if job.Started != nil {
+		job.Started(res.ContainerID, start)
+	}
+	exit := func(code int) (sandgate.Result, error) {
+		res.ExitCode = &code
+		res.Outcome = sandgate.OutcomeSucceeded
+		if code != 0 {
+			res.Outcome = sandgate.OutcomeFailed
+		}
+		return res, nil
+	}
+	switch cmd[0] {
+	case "echo":
+		out := strings.Join(cmd[1:], " ") + "\n"
+		job.Output(sandgate.Stdout, []byte(out))
+		res.Stdout = sandgate.Output{Data: out, Encoding: "utf-8", Bytes: int64(len(out))}
+		return exit(0)
+	case "stderr":
+		out := strings.Join(cmd[1:], " ") + "\n"
+		job.Output(sandgate.Stderr, []byte(out))
+		res.Stderr = sandgate.Output{Data: out, Encoding: "utf-8", Bytes: int64(len(out))}
+		return exit(0)
+	case "exit":
+		n, _ := strconv.Atoi(cmd[1])
+		return exit(n)
+	case "block":
+		job.Output(sandgate.Stdout, []byte("first\n"))
+		select {
+		case o := <-ch:
+			if o == sandgate.OutcomeCancelled {
+				res.Outcome = o
+				res.Stdout = sandgate.Output{Data: "first\n", Encoding: "utf-8", Bytes: 6}
+				return res, nil
+			}
+			job.Output(sandgate.Stdout, []byte("second\n"))
+			res.Stdout = sandgate.Output{Data: "first\nsecond\n", Encoding: "utf-8", Bytes: 13}
+			return exit(0)
+		case <-ctx.Done():
+			res.Outcome = sandgate.OutcomeCancelled
+			return res, nil
+		}
+	}
+	return exit(0)
+}
+
+// release lets a blocked run finish successfully.
+func (e *fakeExecutor) release(runID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.running[runID]
+	if ok {
+		ch <- sandgate.OutcomeSucceeded
+	}
+	return ok
+}
+
+func (e *fakeExecutor) Cancel(_ context.Context, runID string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ch, ok := e.running[runID]
+	if !ok {
+		return sandgate.Errorf(sandgate.CodeNotFound, "run %s is not executing", runID)
+	}
+	select {
+	case ch <- sandgate.OutcomeCancelled:
+	default:
+	}
+	return nil
+}
+
+func (e *fakeExecutor) Ping(context.Context) error { return e.pingErr }
+
+func (e *fakeExecutor) lastJob() sandgate.Job {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.jobs[len(e.jobs)-1]
+}
+
+type fakeSandboxes struct {
+	err error
+}
+
+func (f *fakeSandboxes) Sandboxes(context.Context) ([]sandgate.Sandbox, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return []sandgate.Sandbox{{ContainerID: "c1", Name: "sandgate-x", RunID: "r1"}}, nil
+}
+
+func (f *fakeSandboxes) CleanupOrphans(context.Context) ([]sandgate.Sandbox, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return []sandgate.Sandbox{{ContainerID: "c2", Orphan: true}}, nil
+}
+
+// jsonMap decodes a JSON object.
+func jsonMap(b []byte) map[string]any {
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return m
+}
