@@ -4,7 +4,7 @@ BIN       := bin/sandgate
 PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sandgate/sandgate.Version=$(VERSION)
-STATICCHECK := honnef.co/go/tools/cmd/staticcheck@2025.1.1
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
