@@ -57,8 +57,9 @@ func (s *Server) submitRun(c echo.Context) error {
 		}
 	}
 	c.Response().Header().Set("Location", "/v1/runs/"+run.ID)
+	// 202 unless the client waited (or replayed) and the run has ended.
 	status := http.StatusAccepted
-	if run.State == sandgate.StateFinished {
+	if run.State == sandgate.StateFinished && (wait > 0 || !created) {
 		status = http.StatusOK
 	}
 	return c.JSON(status, runView(run))

@@ -215,7 +215,9 @@ func (s *Server) routes() *echo.Echo {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", s.metricsHandler())
 
-	v1 := e.Group("/v1", s.authenticate)
+	// Authentication is per route, not group middleware: echo would
+	// otherwise answer a wrong method on a known path with 404, not 405.
+	v1 := &authedRoutes{e: e, auth: s.authenticate}
 	sub := []sandgate.Role{sandgate.RoleSubmitter}
 	readers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin, sandgate.RoleAuditor}
 	cancellers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin}
@@ -239,6 +241,31 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sandboxes/cleanup", s.sandboxCleanup, s.require(admins...))
 	v1.GET("/config", s.config)
 	return e
+}
+
+// authedRoutes registers /v1 routes behind authentication.
+type authedRoutes struct {
+	e    *echo.Echo
+	auth echo.MiddlewareFunc
+}
+
+func (a *authedRoutes) add(method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	a.e.Add(method, "/v1"+path, h, append([]echo.MiddlewareFunc{a.auth}, m...)...)
+}
+
+// GET registers a GET route.
+func (a *authedRoutes) GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	a.add(http.MethodGet, path, h, m...)
+}
+
+// POST registers a POST route.
+func (a *authedRoutes) POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	a.add(http.MethodPost, path, h, m...)
+}
+
+// DELETE registers a DELETE route.
+func (a *authedRoutes) DELETE(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	a.add(http.MethodDelete, path, h, m...)
 }
 
 // correlate takes a valid X-Correlation-ID or makes one, echoes it and
