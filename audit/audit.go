@@ -1,0 +1,376 @@
+// Package audit is sandgate's tamper-evident, loss-free audit trail and run
+// store, in Postgres.
+//
+// A Store writes events through one writer goroutine per chain, which owns
+// sequence numbers and hashes: hash = SHA-256(prev_hash ‖ len(chain_id) ‖
+// chain_id ‖ seq ‖ body) over the exact canonical body bytes stored, with
+// gapless seq. Lifecycle events (Emit) are group-committed; decisions
+// (Record) wait for their commit with synchronous_commit on. While
+// Postgres is away, lifecycle events are sealed into an fsync'd,
+// checksummed local spool and delivered, idempotently by event_id, in chain
+// order when it returns. Checkpoints signed with Ed25519 cover the chain
+// head every N events or T seconds, also when idle, so a truncated tail is
+// detectable. Verify checks it all online; VerifyExport offline.
+//
+// The Store also keeps runs (sandgate.RunStore), the state the API serves.
+//
+// It is the only package that imports gorm and pgx: gorm for queries and
+// runs, pgx directly for the writer's batched multi-row inserts.
+package audit
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Config configures a Store. DSN is required; a writing Store also needs
+// SpoolDir and SigningKeyFile.
+type Config struct {
+	// DSN is the Postgres connection string (URL or keyword/value).
+	DSN string
+	// ReadOnly opens the trail for queries, export and verify only: no
+	// writer, no spool, no signing key needed. Emit and Record then fail.
+	ReadOnly bool
+	// SpoolDir holds the local spool, its lock and the persisted chain ID.
+	// One writing process per directory.
+	SpoolDir string
+	// SpoolMaxBytes caps the spool file (default 256 MiB). A full spool
+	// makes Ready fail; further events wait in memory, never dropped.
+	SpoolMaxBytes int64
+	// SigningKeyFile is the Ed25519 checkpoint key (PEM PKCS #8),
+	// generated with mode 0600 when absent.
+	SigningKeyFile string
+	// Node names this gateway; it is stored on events that carry none.
+	Node string
+	// ChainID names this writer's chain. Empty means the one persisted in
+	// SpoolDir, created as Node plus a random suffix on first start.
+	ChainID string
+	// CheckpointEvery signs a checkpoint after this many events (default
+	// 1000).
+	CheckpointEvery int
+	// CheckpointInterval signs one at least this often, also when idle
+	// (default 10 s). Verify flags a chain whose newest checkpoint is older
+	// than twice this and not final.
+	CheckpointInterval time.Duration
+	// FlushInterval lets a batch of lifecycle events wait this long for
+	// company before it is committed (default 0: commit as soon as the
+	// previous commit is done, which batches under load by itself). A
+	// Record never waits for it.
+	FlushInterval time.Duration
+	// MaxBatch caps the events in one commit (default 2000).
+	MaxBatch int
+	// RetryInterval is how often a writer whose Postgres is away tries it
+	// again (default 1 s).
+	RetryInterval time.Duration
+	// MaxConns caps the connection pool (default 8).
+	MaxConns int32
+	// Clock and IDs are injected for tests (defaults: time.Now, UUIDv7).
+	Clock sandgate.Clock
+	IDs   sandgate.IDSource
+	// Logger receives operational messages (default slog.Default()).
+	Logger *slog.Logger
+	// MaskKey keys the hashes that replace secrets in payloads. Empty means
+	// a key derived from the signing key, so hashes stay comparable across
+	// restarts without another secret to manage.
+	MaskKey []byte
+	// TrustedKeys are public keys whose checkpoints Verify accepts besides
+	// this Store's own. When the set is empty (a read-only Store without
+	// keys), Verify checks signatures against the keys stored with the
+	// checkpoints and reports that they were not pinned.
+	TrustedKeys []ed25519.PublicKey
+}
+
+func (c *Config) setDefaults() {
+	if c.SpoolMaxBytes <= 0 {
+		c.SpoolMaxBytes = 256 << 20
+	}
+	if c.CheckpointEvery <= 0 {
+		c.CheckpointEvery = 1000
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = 10 * time.Second
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = 2000
+	}
+	if c.RetryInterval <= 0 {
+		c.RetryInterval = time.Second
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 8
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.IDs == nil {
+		c.IDs = func() string { return uuid.Must(uuid.NewV7()).String() }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports a configuration Open cannot work with.
+func (c Config) Validate() error {
+	if c.DSN == "" {
+		return errors.New("audit: DSN is required")
+	}
+	if c.ReadOnly {
+		return nil
+	}
+	if c.SpoolDir == "" {
+		return errors.New("audit: SpoolDir is required for a writing store")
+	}
+	if c.SigningKeyFile == "" {
+		return errors.New("audit: SigningKeyFile is required for a writing store")
+	}
+	if c.SpoolMaxBytes > 0 && c.SpoolMaxBytes < 4096 {
+		return errors.New("audit: SpoolMaxBytes must be at least 4096")
+	}
+	return nil
+}
+
+// Store is the audit trail and run store. It implements sandgate.Recorder,
+// sandgate.AuditTrail and sandgate.RunStore. It is safe for concurrent use.
+type Store struct {
+	cfg     Config
+	pool    *pgxpool.Pool
+	sqlDB   *sql.DB
+	db      *gorm.DB
+	key     ed25519.PrivateKey
+	trusted map[string]ed25519.PublicKey
+	maskKey []byte
+	w       *writer
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ sandgate.Recorder   = (*Store)(nil)
+	_ sandgate.AuditTrail = (*Store)(nil)
+	_ sandgate.RunStore   = (*Store)(nil)
+)
+
+// Open connects to Postgres and, unless cfg.ReadOnly, loads (or creates)
+// the signing key, opens the spool, finds where this chain stands (its
+// last stored row, or the last spooled one if later) and starts the
+// writer. The schema must exist: run migrations.Up first. Postgres must
+// answer at Open, since the chain's head is there.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("audit: parse DSN: %w", err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	if pcfg.ConnConfig.RuntimeParams == nil {
+		pcfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	// Decisions must be durable before the caller acts on them, whatever
+	// the server's default is.
+	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "sandgate"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("audit: connect: %w", err)
+	}
+	s := &Store{cfg: cfg, pool: pool, trusted: map[string]ed25519.PublicKey{}}
+	s.sqlDB = stdlib.OpenDBFromPool(pool)
+	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+		NowFunc:                func() time.Time { return cfg.Clock().UTC() },
+	})
+	if err != nil {
+		s.closeDB()
+		return nil, fmt.Errorf("audit: open gorm: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		s.closeDB()
+		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "audit database unreachable")
+	}
+	for _, k := range cfg.TrustedKeys {
+		s.trusted[KeyID(k)] = k
+	}
+	if cfg.ReadOnly {
+		return s, nil
+	}
+	s.key, err = LoadSigningKey(cfg.SigningKeyFile, true)
+	if err != nil {
+		s.closeDB()
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	pub := s.key.Public().(ed25519.PublicKey)
+	s.trusted[KeyID(pub)] = pub
+	s.maskKey = cfg.MaskKey
+	if len(s.maskKey) == 0 {
+		m := hmac.New(sha256.New, s.key.Seed())
+		m.Write([]byte("sandgate-mask-key-v1"))
+		s.maskKey = m.Sum(nil)
+	}
+	s.w, err = startWriter(ctx, s)
+	if err != nil {
+		s.closeDB()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) closeDB() {
+	if s.sqlDB != nil {
+		s.sqlDB.Close()
+	}
+	s.pool.Close()
+}
+
+// Close stops accepting events, commits (or spools) everything queued,
+// writes a final checkpoint when the chain is fully in Postgres, and
+// closes the connections. It gives up waiting when ctx ends.
+func (s *Store) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() {
+		if s.w != nil {
+			s.closeErr = s.w.close(ctx)
+		}
+		s.closeDB()
+	})
+	return s.closeErr
+}
+
+// ChainID returns this Store's writer chain ("" when read-only).
+func (s *Store) ChainID() string {
+	if s.w == nil {
+		return ""
+	}
+	return s.w.chainID
+}
+
+// PublicKey returns the public half of the checkpoint signing key, for
+// auditors (nil when read-only). EncodePublicKey turns it into PEM.
+func (s *Store) PublicKey() ed25519.PublicKey {
+	if s.key == nil {
+		return nil
+	}
+	return s.key.Public().(ed25519.PublicKey)
+}
+
+// DB returns the database handle the Store uses, for migrations.
+func (s *Store) DB() *sql.DB { return s.sqlDB }
+
+// Emit queues a lifecycle event for the next group commit. It does not
+// wait and never drops the event: when Postgres is away the event is
+// spooled, and when the spool is full it waits in memory (Ready then
+// fails, so the gateway stops admitting). Events without an ID, time or
+// node get them here.
+func (s *Store) Emit(ev sandgate.Event) {
+	s.fill(&ev)
+	if s.w == nil {
+		s.cfg.Logger.Error("audit: event emitted to a read-only store", "event", ev)
+		return
+	}
+	s.w.enqueue(&request{events: []sandgate.Event{ev}})
+}
+
+// Record commits events durably, in order, with synchronous commit, and
+// returns only then. It returns AUDIT-UNAVAILABLE when it cannot: Postgres
+// away, events still waiting in the spool, or ctx done. The caller must
+// then not act on what they describe. If ctx ends while the commit is in
+// flight the events may still be stored.
+func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if s.w == nil {
+		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
+	}
+	evs := make([]sandgate.Event, len(events))
+	for i, ev := range events {
+		s.fill(&ev)
+		evs[i] = ev
+	}
+	r := &request{events: evs, done: make(chan error, 1)}
+	if !s.w.enqueue(r) {
+		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, ctx.Err(), "audit commit did not finish in time")
+	}
+}
+
+// fill gives ev the ID, time and node it lacks. An ID that is not a UUID
+// (the column's type) is replaced, the producer's kept in the payload.
+func (s *Store) fill(ev *sandgate.Event) {
+	if ev.ID == "" {
+		ev.ID = s.cfg.IDs()
+	} else if _, err := uuid.Parse(ev.ID); err != nil {
+		p := make(map[string]any, len(ev.Payload)+1)
+		for k, v := range ev.Payload {
+			p[k] = v
+		}
+		p["producer_event_id"] = ev.ID
+		ev.Payload = p
+		ev.ID = s.cfg.IDs()
+	}
+	if ev.Time.IsZero() {
+		ev.Time = s.cfg.Clock()
+	}
+	if ev.Node == "" {
+		ev.Node = s.cfg.Node
+	}
+}
+
+// Ready reports whether a Record can commit now: Postgres answers and the
+// spool has room. Otherwise it returns AUDIT-UNAVAILABLE with the reason.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.w != nil {
+		if s.w.isClosed() {
+			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
+		}
+		if s.w.spoolFull.Load() {
+			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := s.pool.Ping(ctx); err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "audit database unreachable")
+	}
+	return nil
+}
+
+// newChainID returns node plus a random suffix.
+func newChainID(node string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	if node == "" {
+		node = "node"
+	}
+	return node + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,198 @@
+package audit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandgate/sandgate"
+)
+
+// HashSize is the size of a chain hash.
+const HashSize = sha256.Size
+
+// body is the canonical form of one event: the fields hashed and stored as
+// audit_events.body. Its JSON has sorted keys, no HTML escaping, times in
+// RFC 3339 UTC with microseconds (what Postgres keeps), and omits empty
+// fields. canonicalEvent writes it; verify reads it back with this type.
+type body struct {
+	ContainerID    string         `json:"container_id,omitempty"`
+	CorrelationID  string         `json:"correlation_id,omitempty"`
+	DecisionID     string         `json:"decision_id,omitempty"`
+	EventID        string         `json:"event_id"`
+	EventTime      string         `json:"event_time"`
+	ExitCode       *int           `json:"exit_code,omitempty"`
+	Node           string         `json:"node,omitempty"`
+	Outcome        string         `json:"outcome,omitempty"`
+	Actor          string         `json:"actor,omitempty"`
+	Payload        map[string]any `json:"payload,omitempty"`
+	PolicyRevision string         `json:"policy_revision,omitempty"`
+	RecordedAt     string         `json:"recorded_at"`
+	RunID          string         `json:"run_id,omitempty"`
+	Team           string         `json:"team,omitempty"`
+	Type           string         `json:"type"`
+}
+
+// timeLayout is how times appear in bodies: UTC, microseconds.
+const timeLayout = "2006-01-02T15:04:05.000000Z"
+
+// pgTime truncates t to what Postgres keeps, in UTC.
+func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// cleanText makes s storable in a Postgres text column: valid UTF-8 without
+// NUL characters.
+func cleanText(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return s
+}
+
+// canonicalEvent returns ev with its text cleaned, its times truncated to
+// microseconds in UTC and its payload in canonical form (numbers kept as
+// written, strings cleaned), and its canonical body bytes.
+func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
+	ev.ID = cleanText(ev.ID)
+	ev.Type = sandgate.EventType(cleanText(string(ev.Type)))
+	ev.Time = pgTime(ev.Time)
+	for _, p := range []*string{&ev.Outcome, &ev.CorrelationID, &ev.RunID, &ev.DecisionID,
+		&ev.ContainerID, &ev.Actor, &ev.Team, &ev.Node, &ev.PolicyRevision} {
+		*p = cleanText(*p)
+	}
+	if len(ev.Payload) > 0 {
+		p, err := canonicalPayload(ev.Payload)
+		if err != nil {
+			return ev, nil, err
+		}
+		ev.Payload = p
+	} else {
+		ev.Payload = nil
+	}
+	b := map[string]any{
+		"event_id":    ev.ID,
+		"event_time":  ev.Time.Format(timeLayout),
+		"recorded_at": pgTime(recordedAt).Format(timeLayout),
+		"type":        string(ev.Type),
+	}
+	for k, v := range map[string]string{
+		"actor": ev.Actor, "container_id": ev.ContainerID, "correlation_id": ev.CorrelationID,
+		"decision_id": ev.DecisionID, "node": ev.Node, "outcome": ev.Outcome,
+		"policy_revision": ev.PolicyRevision, "run_id": ev.RunID, "team": ev.Team,
+	} {
+		if v != "" {
+			b[k] = v
+		}
+	}
+	if ev.ExitCode != nil {
+		b["exit_code"] = *ev.ExitCode
+	}
+	if ev.Payload != nil {
+		b["payload"] = ev.Payload
+	}
+	data, err := marshalCanonical(b)
+	if err != nil {
+		return ev, nil, err
+	}
+	return ev, data, nil
+}
+
+// canonicalPayload round-trips p through JSON so that what is stored is
+// exactly what a reader decodes: maps with string keys, json.Number
+// numbers, and strings without NUL characters (jsonb refuses them).
+func canonicalPayload(p map[string]any) (map[string]any, error) {
+	data, err := marshalCanonical(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode payload: %w", err)
+	}
+	var out map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&out); err != nil {
+		return nil, fmt.Errorf("decode payload: %w", err)
+	}
+	return cleanValue(out).(map[string]any), nil
+}
+
+func cleanValue(v any) any {
+	switch x := v.(type) {
+	case string:
+		return cleanText(x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[cleanText(k)] = cleanValue(e)
+		}
+		return out
+	case []any:
+		for i := range x {
+			x[i] = cleanValue(x[i])
+		}
+		return x
+	}
+	return v
+}
+
+// marshalCanonical encodes v as JSON without HTML escaping and without the
+// trailing newline. Maps encode with sorted keys; body's fields are
+// declared in sorted order.
+func marshalCanonical(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// ChainHash returns SHA-256(prev ‖ uint16be(len(chainID)) ‖ chainID ‖
+// uint64be(seq) ‖ body): the hash of one trail entry. The length prefix
+// keeps chain IDs from running into the sequence number.
+func ChainHash(prev []byte, chainID string, seq int64, body []byte) []byte {
+	h := sha256.New()
+	if len(prev) == 0 {
+		prev = make([]byte, HashSize)
+	}
+	h.Write(prev)
+	var n [8]byte
+	binary.BigEndian.PutUint16(n[:2], uint16(len(chainID)))
+	h.Write(n[:2])
+	h.Write([]byte(chainID))
+	binary.BigEndian.PutUint64(n[:], uint64(seq))
+	h.Write(n[:])
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// sealed is an event with its place in a chain: what one audit_events row
+// holds.
+type sealed struct {
+	Event      sandgate.Event `json:"event"`
+	ChainID    string         `json:"chain_id"`
+	Seq        int64          `json:"seq"`
+	RecordedAt time.Time      `json:"recorded_at"`
+	Body       []byte         `json:"body"`
+	PrevHash   []byte         `json:"prev_hash"`
+	Hash       []byte         `json:"hash"`
+}
+
+// record returns s as auditors see it.
+func (s *sealed) record() sandgate.AuditRecord {
+	return sandgate.AuditRecord{
+		Event:      s.Event,
+		ChainID:    s.ChainID,
+		Seq:        s.Seq,
+		RecordedAt: s.RecordedAt,
+		Body:       string(s.Body),
+		PrevHash:   fmt.Sprintf("%x", s.PrevHash),
+		Hash:       fmt.Sprintf("%x", s.Hash),
+	}
+}

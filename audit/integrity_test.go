@@ -1,0 +1,222 @@
+package audit
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestAppendOnlyEvenForOwner: UPDATE, DELETE and TRUNCATE on the trail's
+// tables are refused for the tables' owner (a superuser here), also with
+// session_replication_role = replica, which silences ordinary triggers.
+func TestAppendOnlyEvenForOwner(t *testing.T) {
+	dsn, db := newDB(t)
+	s := testStore(t, dsn, nil)
+	if err := s.Record(context.Background(), lifecycle(1, "r1")); err != nil {
+		t.Fatalf("Record: %v", err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	tests := []struct {
+		name string
+		sql  string
+	}{
+		{"update event", "UPDATE audit_events SET actor = 'mallory'"},
+		{"delete event", "DELETE FROM audit_events"},
+		{"truncate events", "TRUNCATE audit_events"},
+		{"update checkpoint", "UPDATE audit_checkpoints SET seq = 0"},
+		{"delete checkpoint", "DELETE FROM audit_checkpoints"},
+		{"truncate checkpoints", "TRUNCATE audit_checkpoints"},
+		{"delete chain", "DELETE FROM audit_chains"},
+		{"truncate chains", "TRUNCATE audit_chains CASCADE"},
+	}
+	for _, tt := range tests {
+		for _, role := range []string{"origin", "replica"} {
+			t.Run(tt.name+"/"+role, func(t *testing.T) {
+				conn, err := db.Conn(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.ExecContext(context.Background(), "SET session_replication_role = "+role); err != nil {
+					t.Fatal(err)
+				}
+				_, err = conn.ExecContext(context.Background(), tt.sql)
+				if err == nil || !strings.Contains(err.Error(), "append-only") {
+					t.Fatalf("%s: err = %v, want the append-only refusal", tt.sql, err)
+				}
+			})
+		}
+	}
+	if got := count(t, db, "SELECT count(*) FROM audit_events"); got != 1 {
+		t.Fatalf("rows = %d after refused changes, want 1", got)
+	}
+}
+
+// tamper runs statements with the append-only triggers disabled, as a
+// superuser attacker would.
+func tamper(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	all := append([]string{
+		"ALTER TABLE audit_events DISABLE TRIGGER USER",
+		"ALTER TABLE audit_checkpoints DISABLE TRIGGER USER",
+	}, stmts...)
+	all = append(all,
+		"ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_events_no_update",
+		"ALTER TABLE audit_events ENABLE ALWAYS TRIGGER audit_events_no_truncate",
+		"ALTER TABLE audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_no_update",
+		"ALTER TABLE audit_checkpoints ENABLE ALWAYS TRIGGER audit_checkpoints_no_truncate")
+	for _, q := range all {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestVerifyCatchesTampering: each way of changing the stored trail with
+// the triggers disabled is reported, with the right kind at the right seq.
+func TestVerifyCatchesTampering(t *testing.T) {
+	tests := []struct {
+		name  string
+		stmts []string
+		now   time.Duration // verify this long after the writes
+		want  map[string]int
+		seq   int64 // the first problem's seq
+	}{
+		{
+			name:  "column changed",
+			stmts: []string{"UPDATE audit_events SET actor = 'mallory' WHERE seq = 3"},
+			want:  map[string]int{ProblemBodyMismatch: 1},
+			seq:   3,
+		},
+		{
+			name:  "body changed",
+			stmts: []string{`UPDATE audit_events SET body = convert_to(replace(convert_from(body, 'UTF8'), 'alice', 'mallo'), 'UTF8') WHERE seq = 4`},
+			want:  map[string]int{ProblemHashMismatch: 1, ProblemBodyMismatch: 1},
+			seq:   4,
+		},
+		{
+			name:  "body and hash rewritten",
+			stmts: []string{`UPDATE audit_events SET hash = sha256(prev_hash || '\x0000'::bytea) WHERE seq = 5`},
+			want:  map[string]int{ProblemHashMismatch: 1, ProblemPrevHashMismatch: 1},
+			seq:   5,
+		},
+		{
+			name:  "row deleted in the middle",
+			stmts: []string{"DELETE FROM audit_events WHERE seq = 7"},
+			want:  map[string]int{ProblemSeqGap: 1, ProblemPrevHashMismatch: 0},
+			seq:   7,
+		},
+		{
+			name:  "newest rows deleted",
+			stmts: []string{"DELETE FROM audit_events WHERE seq > 20"},
+			want:  map[string]int{ProblemMissingTail: 1},
+			seq:   25,
+		},
+		{
+			name:  "signed row replaced",
+			stmts: []string{"DELETE FROM audit_events WHERE seq = 10"},
+			want:  map[string]int{ProblemSeqGap: 1},
+			seq:   10,
+		},
+		{
+			name: "newest rows and checkpoints deleted",
+			stmts: []string{"DELETE FROM audit_events WHERE seq > 20",
+				"DELETE FROM audit_checkpoints WHERE seq > 20"},
+			now:  time.Hour,
+			want: map[string]int{ProblemStaleCheckpoint: 1},
+			seq:  20,
+		},
+		{
+			name:  "checkpoint deleted in the middle",
+			stmts: []string{"DELETE FROM audit_checkpoints WHERE seq = 10"},
+			want:  map[string]int{ProblemCheckpointChain: 1},
+			seq:   20,
+		},
+		{
+			name:  "checkpoint forged",
+			stmts: []string{`UPDATE audit_checkpoints SET head_hash = sha256('x'::bytea) WHERE seq = 20`},
+			want:  map[string]int{ProblemBadSignature: 1, ProblemCheckpointMismatch: 1},
+			seq:   20,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dsn, db := newDB(t)
+			start := time.Now()
+			s := testStore(t, dsn, func(c *Config) { c.CheckpointEvery = 10; c.MaxBatch = 5; c.CheckpointInterval = time.Minute })
+			for i := range 25 {
+				// One commit each, so checkpoints land at 10, 20 and 25 (final).
+				if err := s.Record(context.Background(), lifecycle(i, "r1")); err != nil {
+					t.Fatalf("Record: %v", err)
+				}
+			}
+			if err := s.Close(context.Background()); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			at := start.Add(tt.now)
+			ro := readOnly(t, dsn, func(c *Config) {
+				c.TrustedKeys = append(c.TrustedKeys, s.PublicKey())
+				c.Clock = func() time.Time { return at }
+				c.CheckpointInterval = time.Minute
+			})
+			rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+			if err != nil || !rep.OK {
+				t.Fatalf("before tampering: Verify = %+v, %v", rep, err)
+			}
+			tamper(t, db, tt.stmts...)
+			rep, err = ro.Verify(context.Background(), sandgate.VerifyRange{})
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			if rep.OK {
+				t.Fatalf("Verify OK after tampering")
+			}
+			got := problemKinds(rep)
+			for k, n := range tt.want {
+				if got[k] != n {
+					t.Errorf("problems = %v, want %s ×%d", rep.Problems, k, n)
+				}
+			}
+			if rep.Problems[0].Seq != tt.seq {
+				t.Errorf("first problem at seq %d, want %d: %v", rep.Problems[0].Seq, tt.seq, rep.Problems)
+			}
+		})
+	}
+}
+
+// TestVerifyUntrustedKey: checkpoints signed by another key than the one
+// auditors hold are reported; so is verifying with no key at all.
+func TestVerifyUntrustedKey(t *testing.T) {
+	dsn, _ := newDB(t)
+	s := testStore(t, dsn, nil)
+	s.Emit(lifecycle(1, "r"))
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	other := testStore(t, dsn, nil) // another key, another chain
+	if err := other.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, other.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{ProblemUntrustedKey: 1}, problemKinds(rep)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+	rep, err = readOnly(t, dsn, nil).Verify(context.Background(), sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{ProblemUnpinnedKeys: 1}, problemKinds(rep)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s", diff)
+	}
+}

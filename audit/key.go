@@ -1,0 +1,171 @@
+package audit
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// LoadSigningKey reads the Ed25519 checkpoint key from path (PEM, PKCS #8
+// "PRIVATE KEY"). When the file does not exist and create is true it
+// generates a key and writes it with mode 0600 (its directory 0700).
+func LoadSigningKey(path string, create bool) (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		return generateKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("signing key %s: not a PEM PRIVATE KEY", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("signing key %s: not an Ed25519 key", path)
+	}
+	return priv, nil
+}
+
+func generateKey(path string) (ed25519.PrivateKey, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create signing key dir: %w", err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate signing key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("encode signing key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		// Another process made it first: use theirs.
+		return LoadSigningKey(path, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	return priv, f.Close()
+}
+
+// KeyID names a public key in checkpoints: the first 8 bytes of its
+// SHA-256, in hex.
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// EncodePublicKey returns pub as PEM ("PUBLIC KEY", PKIX), the form
+// auditors keep and pass to verify.
+func EncodePublicKey(pub ed25519.PublicKey) []byte {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		// Marshalling a well-formed Ed25519 key cannot fail.
+		panic(fmt.Sprintf("audit: encode public key: %v", err))
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+}
+
+// ParsePublicKey reads an Ed25519 public key given as PEM ("PUBLIC KEY" or
+// a "PRIVATE KEY", whose public half is taken) or as 64 hex digits.
+func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
+	if block, _ := pem.Decode(data); block != nil {
+		switch block.Type {
+		case "PUBLIC KEY":
+			k, err := x509.ParsePKIXPublicKey(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("parse public key: %w", err)
+			}
+			pub, ok := k.(ed25519.PublicKey)
+			if !ok {
+				return nil, errors.New("parse public key: not an Ed25519 key")
+			}
+			return pub, nil
+		case "PRIVATE KEY":
+			k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+			if err != nil {
+				return nil, fmt.Errorf("parse key: %w", err)
+			}
+			priv, ok := k.(ed25519.PrivateKey)
+			if !ok {
+				return nil, errors.New("parse key: not an Ed25519 key")
+			}
+			return priv.Public().(ed25519.PublicKey), nil
+		}
+		return nil, fmt.Errorf("parse public key: unexpected PEM block %q", block.Type)
+	}
+	raw, err := hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil || len(raw) != ed25519.PublicKeySize {
+		return nil, errors.New("parse public key: want PEM or 64 hex digits")
+	}
+	return ed25519.PublicKey(raw), nil
+}
+
+// Checkpoint is a signed statement of a chain's head: after seq events the
+// chain's hash was HeadHash, at CreatedAt. Each checkpoint also signs the
+// previous checkpoint's signature of the same chain, so checkpoints form a
+// chain of their own.
+type Checkpoint struct {
+	ChainID       string    `json:"chain_id"`
+	Seq           int64     `json:"seq"`
+	HeadHash      string    `json:"head_hash"`
+	CreatedAt     time.Time `json:"created_at"`
+	Final         bool      `json:"final"`
+	PrevSignature string    `json:"prev_signature"`
+	Signature     string    `json:"signature"`
+	KeyID         string    `json:"key_id"`
+	PublicKey     string    `json:"public_key"`
+}
+
+// CheckpointMessage returns the bytes a checkpoint's signature covers:
+//
+//	sandgate-checkpoint-v1\n chain_id\n seq\n hex(head_hash)\n
+//	created_at (RFC 3339, UTC, microseconds)\n final\n hex(prev_signature)
+//
+// (fields separated by single newlines, no trailing newline).
+func CheckpointMessage(chainID string, seq int64, headHash []byte, createdAt time.Time, final bool, prevSig []byte) []byte {
+	return fmt.Appendf(nil, "sandgate-checkpoint-v1\n%s\n%d\n%x\n%s\n%t\n%x",
+		chainID, seq, headHash, pgTime(createdAt).Format(timeLayout), final, prevSig)
+}
+
+// signCheckpoint returns a checkpoint of the head signed with key.
+func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []byte, at time.Time, final bool, prevSig []byte) Checkpoint {
+	at = pgTime(at)
+	sig := ed25519.Sign(key, CheckpointMessage(chainID, seq, head, at, final, prevSig))
+	pub := key.Public().(ed25519.PublicKey)
+	return Checkpoint{
+		ChainID:       chainID,
+		Seq:           seq,
+		HeadHash:      hex.EncodeToString(head),
+		CreatedAt:     at,
+		Final:         final,
+		PrevSignature: hex.EncodeToString(prevSig),
+		Signature:     hex.EncodeToString(sig),
+		KeyID:         KeyID(pub),
+		PublicKey:     hex.EncodeToString(pub),
+	}
+}

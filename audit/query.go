@@ -1,0 +1,338 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Query page sizes.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// eventRow is one audit_events row as gorm reads it.
+type eventRow struct {
+	EventID        string
+	ChainID        string
+	Seq            int64
+	RecordedAt     time.Time
+	EventTime      time.Time
+	Type           string
+	Outcome        sql.NullString
+	CorrelationID  sql.NullString
+	RunID          sql.NullString
+	DecisionID     sql.NullString
+	ContainerID    sql.NullString
+	Actor          sql.NullString
+	Team           sql.NullString
+	Node           sql.NullString
+	PolicyRevision sql.NullString
+	ExitCode       sql.NullInt32
+	Payload        []byte
+	Body           []byte
+	PrevHash       []byte
+	Hash           []byte
+}
+
+// TableName tells gorm the table.
+func (eventRow) TableName() string { return "audit_events" }
+
+const eventColumns = `event_id, chain_id, seq, recorded_at, event_time, type, outcome, correlation_id,
+	run_id, decision_id, container_id, actor, team, node, policy_revision, exit_code, payload, body,
+	prev_hash, hash`
+
+func (r *eventRow) scan(rows *sql.Rows) error {
+	return rows.Scan(&r.EventID, &r.ChainID, &r.Seq, &r.RecordedAt, &r.EventTime, &r.Type, &r.Outcome,
+		&r.CorrelationID, &r.RunID, &r.DecisionID, &r.ContainerID, &r.Actor, &r.Team, &r.Node,
+		&r.PolicyRevision, &r.ExitCode, &r.Payload, &r.Body, &r.PrevHash, &r.Hash)
+}
+
+// record converts the row to the auditors' form.
+func (r *eventRow) record() sandgate.AuditRecord {
+	ev := sandgate.Event{
+		ID:             r.EventID,
+		Type:           sandgate.EventType(r.Type),
+		Time:           r.EventTime.UTC(),
+		Outcome:        r.Outcome.String,
+		CorrelationID:  r.CorrelationID.String,
+		RunID:          r.RunID.String,
+		DecisionID:     r.DecisionID.String,
+		ContainerID:    r.ContainerID.String,
+		Actor:          r.Actor.String,
+		Team:           r.Team.String,
+		Node:           r.Node.String,
+		PolicyRevision: r.PolicyRevision.String,
+	}
+	if r.ExitCode.Valid {
+		c := int(r.ExitCode.Int32)
+		ev.ExitCode = &c
+	}
+	if len(r.Payload) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.Payload))
+		dec.UseNumber()
+		_ = dec.Decode(&ev.Payload)
+	}
+	return sandgate.AuditRecord{
+		Event:      ev,
+		ChainID:    r.ChainID,
+		Seq:        r.Seq,
+		RecordedAt: r.RecordedAt.UTC(),
+		Body:       string(r.Body),
+		PrevHash:   hex.EncodeToString(r.PrevHash),
+		Hash:       hex.EncodeToString(r.Hash),
+	}
+}
+
+// eventCursor is where a page of events ended, in the trail's order
+// (recorded_at, chain_id, seq).
+type eventCursor struct {
+	T time.Time `json:"t"`
+	C string    `json:"c"`
+	S int64     `json:"s"`
+}
+
+func encodeCursor(v any) string {
+	data, _ := json.Marshal(v)
+	return base64.RawURLEncoding.EncodeToString(data)
+}
+
+func decodeCursor(s string, v any) error {
+	data, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return sandgate.FieldError("cursor", "not a cursor this server issued")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return sandgate.FieldError("cursor", "not a cursor this server issued")
+	}
+	return nil
+}
+
+// filtered applies f's filters (not its cursor or limit) to a query on
+// audit_events.
+func (s *Store) filtered(ctx context.Context, f sandgate.AuditFilter) *gorm.DB {
+	q := s.db.WithContext(ctx).Table("audit_events")
+	eq := map[string]string{
+		"correlation_id": f.CorrelationID, "run_id": f.RunID, "decision_id": f.DecisionID,
+		"type": string(f.Type), "actor": f.Actor, "team": f.Team, "outcome": f.Outcome,
+	}
+	for _, col := range []string{"correlation_id", "run_id", "decision_id", "type", "actor", "team", "outcome"} {
+		if v := eq[col]; v != "" {
+			q = q.Where(col+" = ?", v)
+		}
+	}
+	if !f.Since.IsZero() {
+		q = q.Where("recorded_at >= ?", f.Since)
+	}
+	if !f.Until.IsZero() {
+		q = q.Where("recorded_at < ?", f.Until)
+	}
+	return q
+}
+
+func checkFilter(f sandgate.AuditFilter) error {
+	if f.Limit < 0 {
+		return sandgate.FieldError("limit", "must not be negative")
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+		return sandgate.FieldError("until", "must be after since")
+	}
+	return nil
+}
+
+// Query returns matching events oldest first (by recorded_at, then chain
+// and seq) and the cursor of the next page, "" on the last page. Limit
+// defaults to 100 and is capped at 1000. A bad cursor or filter is
+// INVALID-REQUEST; a database failure AUDIT-UNAVAILABLE.
+func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
+	if err := checkFilter(f); err != nil {
+		return nil, "", err
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	q := s.filtered(ctx, f)
+	if f.Cursor != "" {
+		var c eventCursor
+		if err := decodeCursor(f.Cursor, &c); err != nil {
+			return nil, "", err
+		}
+		q = q.Where("(recorded_at, chain_id, seq) > (?, ?, ?)", c.T, c.C, c.S)
+	}
+	rows, err := q.Select(eventColumns).Order("recorded_at, chain_id, seq").Limit(limit + 1).Rows()
+	if err != nil {
+		return nil, "", sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "query audit events")
+	}
+	defer rows.Close()
+	out := make([]sandgate.AuditRecord, 0, limit)
+	next := ""
+	for rows.Next() {
+		var r eventRow
+		if err := r.scan(rows); err != nil {
+			return nil, "", sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
+		}
+		if len(out) == limit {
+			last := out[len(out)-1]
+			next = encodeCursor(eventCursor{T: last.RecordedAt, C: last.ChainID, S: last.Seq})
+			break
+		}
+		out = append(out, r.record())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
+	}
+	return out, next, nil
+}
+
+// CSVHeader is the header row of a CSV export.
+var CSVHeader = []string{"chain_id", "seq", "event_id", "recorded_at", "event_time", "type", "outcome",
+	"correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
+	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
+
+// Export streams every matching event (ignoring Limit and Cursor) to w,
+// oldest first, as JSON Lines (one AuditRecord per line) or CSV (header
+// CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
+// one at a time, never all held. An unknown format is INVALID-REQUEST.
+func (s *Store) Export(ctx context.Context, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
+	if err := checkFilter(f); err != nil {
+		return err
+	}
+	if format != sandgate.ExportJSONL && format != sandgate.ExportCSV {
+		return sandgate.FieldError("format", "must be jsonl or csv, not %q", format)
+	}
+	rows, err := s.filtered(ctx, f).Select(eventColumns).Order("recorded_at, chain_id, seq").Rows()
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "export audit events")
+	}
+	defer rows.Close()
+	var cw *csv.Writer
+	var enc *json.Encoder
+	if format == sandgate.ExportCSV {
+		cw = csv.NewWriter(w)
+		if err := cw.Write(CSVHeader); err != nil {
+			return fmt.Errorf("write export: %w", err)
+		}
+	} else {
+		enc = json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
+	}
+	for rows.Next() {
+		var r eventRow
+		if err := r.scan(rows); err != nil {
+			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
+		}
+		if enc != nil {
+			if err := enc.Encode(r.record()); err != nil {
+				return fmt.Errorf("write export: %w", err)
+			}
+			continue
+		}
+		exit := ""
+		if r.ExitCode.Valid {
+			exit = strconv.Itoa(int(r.ExitCode.Int32))
+		}
+		if err := cw.Write([]string{r.ChainID, strconv.FormatInt(r.Seq, 10), r.EventID,
+			r.RecordedAt.UTC().Format(time.RFC3339Nano), r.EventTime.UTC().Format(time.RFC3339Nano), r.Type,
+			r.Outcome.String, r.CorrelationID.String, r.RunID.String, r.DecisionID.String, r.ContainerID.String,
+			r.Actor.String, r.Team.String, r.Node.String, r.PolicyRevision.String, exit, string(r.Payload),
+			string(r.Body), hex.EncodeToString(r.PrevHash), hex.EncodeToString(r.Hash)}); err != nil {
+			return fmt.Errorf("write export: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
+	}
+	if cw != nil {
+		cw.Flush()
+		if err := cw.Error(); err != nil {
+			return fmt.Errorf("write export: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkpointRow is one audit_checkpoints row.
+type checkpointRow struct {
+	ChainID       string
+	Seq           int64
+	HeadHash      []byte
+	CreatedAt     time.Time
+	Final         bool
+	PrevSignature []byte
+	Signature     []byte
+	KeyID         string
+	PublicKey     []byte
+}
+
+func (r *checkpointRow) checkpoint() Checkpoint {
+	return Checkpoint{
+		ChainID:       r.ChainID,
+		Seq:           r.Seq,
+		HeadHash:      hex.EncodeToString(r.HeadHash),
+		CreatedAt:     r.CreatedAt.UTC(),
+		Final:         r.Final,
+		PrevSignature: hex.EncodeToString(r.PrevSignature),
+		Signature:     hex.EncodeToString(r.Signature),
+		KeyID:         r.KeyID,
+		PublicKey:     hex.EncodeToString(r.PublicKey),
+	}
+}
+
+// eachCheckpoint calls fn with the checkpoints of chainID ("" for all) in
+// chain order (chain_id, seq, id).
+func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Checkpoint) error) error {
+	q := s.db.WithContext(ctx).Table("audit_checkpoints").
+		Select("chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key")
+	if chainID != "" {
+		q = q.Where("chain_id = ?", chainID)
+	}
+	rows, err := q.Order("chain_id, seq, id").Rows()
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read checkpoints")
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r checkpointRow
+		if err := rows.Scan(&r.ChainID, &r.Seq, &r.HeadHash, &r.CreatedAt, &r.Final, &r.PrevSignature,
+			&r.Signature, &r.KeyID, &r.PublicKey); err != nil {
+			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read checkpoints")
+		}
+		if err := fn(r.checkpoint()); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read checkpoints")
+	}
+	return nil
+}
+
+// ExportCheckpoints streams the signed checkpoints of chainID ("" for all
+// chains) to w as JSON Lines, in chain order: what VerifyExport takes next
+// to an event export.
+func (s *Store) ExportCheckpoints(ctx context.Context, chainID string, w io.Writer) error {
+	enc := json.NewEncoder(w)
+	return s.eachCheckpoint(ctx, chainID, func(cp Checkpoint) error {
+		if err := enc.Encode(cp); err != nil {
+			return fmt.Errorf("write checkpoints: %w", err)
+		}
+		return nil
+	})
+}

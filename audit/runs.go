@@ -1,0 +1,320 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+
+	"github.com/sandgate/sandgate"
+)
+
+// IdempotencyWindow is how long an Idempotency-Key keeps returning the
+// run it first created, per principal.
+const IdempotencyWindow = 24 * time.Hour
+
+// runRow is one runs row.
+type runRow struct {
+	ID             string     `gorm:"column:id;primaryKey"`
+	CorrelationID  string     `gorm:"column:correlation_id"`
+	DecisionID     string     `gorm:"column:decision_id"`
+	PolicyRevision string     `gorm:"column:policy_revision"`
+	Principal      string     `gorm:"column:principal"`
+	Team           string     `gorm:"column:team"`
+	Node           string     `gorm:"column:node"`
+	State          string     `gorm:"column:state"`
+	Outcome        string     `gorm:"column:outcome"`
+	ExitCode       *int       `gorm:"column:exit_code"`
+	OOMKilled      bool       `gorm:"column:oom_killed"`
+	Error          []byte     `gorm:"column:error"`
+	ContainerID    string     `gorm:"column:container_id"`
+	SessionID      string     `gorm:"column:session_id"`
+	TaskID         string     `gorm:"column:task_id"`
+	CreatedAt      time.Time  `gorm:"column:created_at"`
+	StartedAt      *time.Time `gorm:"column:started_at"`
+	FinishedAt     *time.Time `gorm:"column:finished_at"`
+	ClaimedAt      *time.Time `gorm:"column:claimed_at"`
+	UpdatedAt      time.Time  `gorm:"column:updated_at"`
+	DurationMS     int64      `gorm:"column:duration_ms"`
+	Stdout         []byte     `gorm:"column:stdout"`
+	Stderr         []byte     `gorm:"column:stderr"`
+	Spec           []byte     `gorm:"column:spec"`
+	Warnings       []byte     `gorm:"column:warnings"`
+	IdempotencyKey *string    `gorm:"column:idempotency_key"`
+}
+
+// TableName tells gorm the table.
+func (runRow) TableName() string { return "runs" }
+
+func storeErr(err error, what string) error {
+	return sandgate.WrapError(sandgate.CodeUnavailable, err, "%s: database unavailable", what)
+}
+
+func toRow(r *sandgate.Run) (*runRow, error) {
+	row := &runRow{
+		ID: r.ID, CorrelationID: r.CorrelationID, DecisionID: r.DecisionID, PolicyRevision: r.PolicyRevision,
+		Principal: r.Principal, Team: r.Team, Node: r.Node, State: string(r.State), Outcome: string(r.Outcome),
+		ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, ContainerID: r.ContainerID,
+		SessionID: r.Spec.SessionID, TaskID: r.Spec.TaskID, CreatedAt: pgTime(r.CreatedAt),
+		StartedAt: pgTimePtr(r.StartedAt), FinishedAt: pgTimePtr(r.FinishedAt), DurationMS: r.DurationMS,
+	}
+	if r.IdempotencyKey != "" {
+		k := r.IdempotencyKey
+		row.IdempotencyKey = &k
+	}
+	var err error
+	if r.Error != nil {
+		if row.Error, err = json.Marshal(r.Error); err != nil {
+			return nil, fmt.Errorf("encode run error: %w", err)
+		}
+	}
+	if row.Stdout, err = json.Marshal(r.Stdout); err != nil {
+		return nil, fmt.Errorf("encode stdout: %w", err)
+	}
+	if row.Stderr, err = json.Marshal(r.Stderr); err != nil {
+		return nil, fmt.Errorf("encode stderr: %w", err)
+	}
+	if row.Spec, err = json.Marshal(r.Spec); err != nil {
+		return nil, fmt.Errorf("encode spec: %w", err)
+	}
+	w := r.Warnings
+	if w == nil {
+		w = []string{}
+	}
+	if row.Warnings, err = json.Marshal(w); err != nil {
+		return nil, fmt.Errorf("encode warnings: %w", err)
+	}
+	return row, nil
+}
+
+func pgTimePtr(t *time.Time) *time.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	u := pgTime(*t)
+	return &u
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func (row *runRow) run() (*sandgate.Run, error) {
+	r := &sandgate.Run{
+		ID: row.ID, CorrelationID: row.CorrelationID, DecisionID: row.DecisionID, PolicyRevision: row.PolicyRevision,
+		Principal: row.Principal, Team: row.Team, Node: row.Node, State: sandgate.State(row.State),
+		Outcome: sandgate.Outcome(row.Outcome), ExitCode: row.ExitCode, OOMKilled: row.OOMKilled,
+		ContainerID: row.ContainerID, CreatedAt: row.CreatedAt.UTC(), StartedAt: utcPtr(row.StartedAt),
+		FinishedAt: utcPtr(row.FinishedAt), DurationMS: row.DurationMS, Warnings: []string{},
+	}
+	if row.IdempotencyKey != nil {
+		r.IdempotencyKey = *row.IdempotencyKey
+	}
+	for _, f := range []struct {
+		data []byte
+		dst  any
+	}{{row.Stdout, &r.Stdout}, {row.Stderr, &r.Stderr}, {row.Spec, &r.Spec}, {row.Warnings, &r.Warnings}} {
+		if len(f.data) == 0 {
+			continue
+		}
+		if err := json.Unmarshal(f.data, f.dst); err != nil {
+			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
+		}
+	}
+	if len(row.Error) > 0 && string(row.Error) != "null" {
+		r.Error = &sandgate.ErrorInfo{}
+		if err := json.Unmarshal(row.Error, r.Error); err != nil {
+			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
+		}
+	}
+	return r, nil
+}
+
+// CreateRun inserts run (State defaults to pending, CreatedAt to now).
+// When run.IdempotencyKey is set and its principal used the key within
+// IdempotencyWindow, nothing is inserted and the earlier run is returned
+// with created=false; concurrent requests with one key create one run.
+// Errors: INVALID-REQUEST (no ID or principal), CONFLICT (the ID exists),
+// UNAVAILABLE (database).
+func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run, bool, error) {
+	if run.ID == "" {
+		return nil, false, sandgate.FieldError("id", "is required")
+	}
+	if run.Principal == "" {
+		return nil, false, sandgate.FieldError("principal", "is required")
+	}
+	if run.State == "" {
+		run.State = sandgate.StatePending
+	}
+	if run.CreatedAt.IsZero() {
+		run.CreatedAt = s.cfg.Clock()
+	}
+	run.CreatedAt = pgTime(run.CreatedAt)
+	row, err := toRow(run)
+	if err != nil {
+		return nil, false, sandgate.WrapError(sandgate.CodeInvalidRequest, err, "run cannot be stored")
+	}
+	row.UpdatedAt = pgTime(s.cfg.Clock())
+	errExists := errors.New("idempotency key in use")
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(row).Error; err != nil {
+			return err
+		}
+		if run.IdempotencyKey == "" {
+			return nil
+		}
+		now := s.cfg.Clock()
+		var taken []string
+		err := tx.Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
+			WHERE idempotency_keys.created_at <= ?
+			RETURNING run_id`, run.Principal, run.IdempotencyKey, run.ID, now, now.Add(-IdempotencyWindow)).Scan(&taken).Error
+		if err != nil {
+			return err
+		}
+		if len(taken) == 0 {
+			return errExists
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		return nil, true, nil
+	case errors.Is(err, errExists):
+		var runID string
+		if err := s.db.WithContext(ctx).Raw(`SELECT run_id FROM idempotency_keys WHERE principal = ? AND key = ?`,
+			run.Principal, run.IdempotencyKey).Row().Scan(&runID); err != nil {
+			return nil, false, storeErr(err, "read idempotency key")
+		}
+		existing, err := s.GetRun(ctx, runID)
+		if err != nil {
+			return nil, false, err
+		}
+		return existing, false, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "runs_pkey" {
+		return nil, false, sandgate.Errorf(sandgate.CodeConflict, "run %s already exists", run.ID)
+	}
+	return nil, false, storeErr(err, "create run")
+}
+
+// UpdateRun saves the run's node, state, outcome and result fields (exit
+// code, OOM, error, container, timings, output, warnings). It returns
+// NOT-FOUND when there is no such run.
+func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
+	row, err := toRow(run)
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "run cannot be stored")
+	}
+	res := s.db.WithContext(ctx).Model(&runRow{}).Where("id = ?", run.ID).Updates(map[string]any{
+		"node": row.Node, "state": row.State, "outcome": row.Outcome, "exit_code": row.ExitCode,
+		"oom_killed": row.OOMKilled, "error": row.Error, "container_id": row.ContainerID,
+		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
+		"stdout": row.Stdout, "stderr": row.Stderr, "warnings": row.Warnings,
+		"updated_at": pgTime(s.cfg.Clock()),
+	})
+	if res.Error != nil {
+		return storeErr(res.Error, "update run")
+	}
+	if res.RowsAffected == 0 {
+		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", run.ID)
+	}
+	return nil
+}
+
+// GetRun returns the run, NOT-FOUND when there is none.
+func (s *Store) GetRun(ctx context.Context, id string) (*sandgate.Run, error) {
+	var row runRow
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
+	}
+	if err != nil {
+		return nil, storeErr(err, "get run")
+	}
+	r, err := row.run()
+	if err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeInternal, err, "run %s cannot be read", id)
+	}
+	return r, nil
+}
+
+// runCursor is where a page of runs ended: newest first by (created_at, id).
+type runCursor struct {
+	T  time.Time `json:"t"`
+	ID string    `json:"id"`
+}
+
+var (
+	validStates   = map[sandgate.State]bool{sandgate.StatePending: true, sandgate.StateCreating: true, sandgate.StateRunning: true, sandgate.StateFinished: true}
+	validOutcomes = map[sandgate.Outcome]bool{sandgate.OutcomeSucceeded: true, sandgate.OutcomeFailed: true, sandgate.OutcomeOOMKilled: true,
+		sandgate.OutcomeTimedOut: true, sandgate.OutcomeCancelled: true, sandgate.OutcomeError: true, sandgate.OutcomeLost: true}
+)
+
+// ListRuns returns matching runs newest first and the cursor of the next
+// page ("" on the last). Limit defaults to 100, capped at 1000. A bad
+// cursor, state, outcome or limit is INVALID-REQUEST naming the field.
+func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.Run, string, error) {
+	if f.Limit < 0 {
+		return nil, "", sandgate.FieldError("limit", "must not be negative")
+	}
+	if f.State != "" && !validStates[f.State] {
+		return nil, "", sandgate.FieldError("state", "unknown state %q", f.State)
+	}
+	if f.Outcome != "" && !validOutcomes[f.Outcome] {
+		return nil, "", sandgate.FieldError("outcome", "unknown outcome %q", f.Outcome)
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	q := s.db.WithContext(ctx).Model(&runRow{})
+	for col, v := range map[string]string{"team": f.Team, "state": string(f.State), "outcome": string(f.Outcome),
+		"session_id": f.SessionID, "task_id": f.TaskID} {
+		if v != "" {
+			q = q.Where(col+" = ?", v)
+		}
+	}
+	if !f.Since.IsZero() {
+		q = q.Where("created_at >= ?", f.Since)
+	}
+	if !f.Until.IsZero() {
+		q = q.Where("created_at < ?", f.Until)
+	}
+	if f.Cursor != "" {
+		var c runCursor
+		if err := decodeCursor(f.Cursor, &c); err != nil {
+			return nil, "", err
+		}
+		q = q.Where("(created_at, id) < (?, ?)", c.T, c.ID)
+	}
+	var rows []runRow
+	if err := q.Order("created_at DESC, id DESC").Limit(limit + 1).Find(&rows).Error; err != nil {
+		return nil, "", storeErr(err, "list runs")
+	}
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1]
+		next = encodeCursor(runCursor{T: last.CreatedAt, ID: last.ID})
+	}
+	out := make([]sandgate.Run, 0, len(rows))
+	for i := range rows {
+		r, err := rows[i].run()
+		if err != nil {
+			return nil, "", sandgate.WrapError(sandgate.CodeInternal, err, "runs cannot be read")
+		}
+		out = append(out, *r)
+	}
+	return out, next, nil
+}

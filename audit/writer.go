@@ -1,0 +1,574 @@
+package audit
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sandgate/sandgate"
+)
+
+// request is one Emit (done == nil) or Record (done != nil).
+type request struct {
+	events []sandgate.Event
+	done   chan error
+}
+
+// writer is the single goroutine that owns a chain: it assigns seq and
+// hashes, commits, spools and signs checkpoints. Producers only append to
+// its queue.
+type writer struct {
+	s       *Store
+	cfg     Config
+	chainID string
+	key     ed25519.PrivateKey
+	logf    func(msg string, args ...any)
+
+	mu      sync.Mutex
+	queue   []*request
+	closed  bool
+	notify  chan struct{}
+	closing chan struct{}
+	done    chan struct{}
+
+	spoolFull atomic.Bool
+
+	// Owned by the writer goroutine.
+	headSeq     int64
+	headHash    []byte
+	pending     []*sealed // sealed but not known to be in Postgres, oldest first
+	memOnly     bool      // some of pending is not in the spool file
+	sp          *spool
+	dbDown      bool
+	lastAttempt time.Time
+	sinceCP     int64
+	lastCP      time.Time
+	lastSig     []byte
+}
+
+func startWriter(ctx context.Context, s *Store) (*writer, error) {
+	cfg := s.cfg
+	w := &writer{
+		s:       s,
+		cfg:     cfg,
+		key:     s.key,
+		logf:    func(msg string, args ...any) { cfg.Logger.Warn(msg, args...) },
+		notify:  make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	sp, recs, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, w.logf)
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+	w.sp = sp
+	w.chainID = cfg.ChainID
+	if w.chainID == "" {
+		w.chainID, err = chainIDFile(cfg.SpoolDir, func() string { return newChainID(cfg.Node) })
+		if err != nil {
+			sp.close()
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	}
+	if err := w.loadHead(ctx, recs); err != nil {
+		sp.close()
+		return nil, err
+	}
+	go w.run()
+	return w, nil
+}
+
+// loadHead finds where the chain stands: its last row in Postgres, or the
+// last spooled record when that is later. Spooled records are delivered
+// first.
+func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
+	w.headHash = make([]byte, HashSize)
+	err := w.s.pool.QueryRow(ctx,
+		`SELECT seq, hash FROM audit_events WHERE chain_id = $1 ORDER BY seq DESC LIMIT 1`, w.chainID,
+	).Scan(&w.headSeq, &w.headHash)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain head")
+	}
+	var cpSeq int64
+	err = w.s.pool.QueryRow(ctx,
+		`SELECT signature, created_at, seq FROM audit_checkpoints WHERE chain_id = $1 ORDER BY seq DESC, id DESC LIMIT 1`, w.chainID,
+	).Scan(&w.lastSig, &w.lastCP, &cpSeq)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read last checkpoint")
+	}
+	w.sinceCP = w.headSeq - cpSeq
+	if w.lastCP.IsZero() {
+		w.lastCP = w.cfg.Clock() // the first interval runs from the first start
+	}
+	for _, r := range recs {
+		if r.ChainID == w.chainID && r.Seq > w.headSeq {
+			w.headSeq, w.headHash = r.Seq, r.Hash
+		}
+	}
+	w.pending = recs
+	if len(recs) > 0 {
+		w.logf("audit: delivering spooled events", "count", len(recs), "chain_id", w.chainID)
+	}
+	_, err = w.s.pool.Exec(ctx,
+		`INSERT INTO audit_chains (chain_id, node, key_id) VALUES ($1, $2, $3) ON CONFLICT (chain_id) DO NOTHING`,
+		w.chainID, w.cfg.Node, KeyID(w.key.Public().(ed25519.PublicKey)))
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "register chain")
+	}
+	return nil
+}
+
+// enqueue adds r to the queue; it returns false when the writer is closed.
+func (w *writer) enqueue(r *request) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		if r.done == nil {
+			// Never silently: the log keeps the event.
+			w.cfg.Logger.Error("audit: event emitted after Close; not in the trail", "event", r.events)
+		}
+		return false
+	}
+	w.queue = append(w.queue, r)
+	w.mu.Unlock()
+	select {
+	case w.notify <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (w *writer) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+func (w *writer) close(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.closed {
+		w.closed = true
+		close(w.closing)
+	}
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("audit: close: %w", ctx.Err())
+	}
+}
+
+func (w *writer) run() {
+	defer close(w.done)
+	defer w.sp.close()
+	tick := time.NewTicker(min(w.cfg.RetryInterval, w.cfg.CheckpointInterval))
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.notify:
+		case <-tick.C:
+		case <-w.closing:
+			w.cycle(true)
+			w.finish()
+			return
+		}
+		w.cycle(false)
+	}
+}
+
+// cycle delivers what is pending and commits queued requests until the
+// queue is empty or no progress can be made; then it signs a checkpoint if
+// one is due.
+func (w *writer) cycle(force bool) {
+	for {
+		if len(w.pending) > 0 {
+			w.deliver(force)
+		}
+		batch := w.take()
+		if len(batch) == 0 {
+			break
+		}
+		if !w.commit(batch) {
+			break
+		}
+	}
+	w.maybeCheckpoint()
+}
+
+// take removes up to MaxBatch events' worth of requests from the queue,
+// lingering FlushInterval for more when only lifecycle events came.
+func (w *writer) take() []*request {
+	var batch []*request
+	n, sync := 0, false
+	grab := func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		i := 0
+		for ; i < len(w.queue); i++ {
+			r := w.queue[i]
+			if n > 0 && n+len(r.events) > w.cfg.MaxBatch {
+				break
+			}
+			batch = append(batch, r)
+			n += len(r.events)
+			sync = sync || r.done != nil
+		}
+		w.queue = w.queue[i:]
+		if len(w.queue) == 0 {
+			w.queue = nil
+		}
+	}
+	grab()
+	if len(batch) == 0 || sync || w.cfg.FlushInterval <= 0 || n >= w.cfg.MaxBatch {
+		return batch
+	}
+	deadline := time.NewTimer(w.cfg.FlushInterval)
+	defer deadline.Stop()
+	for !sync && n < w.cfg.MaxBatch {
+		select {
+		case <-w.notify:
+			grab()
+		case <-deadline.C:
+			grab()
+			return batch
+		case <-w.closing:
+			return batch
+		}
+	}
+	return batch
+}
+
+// requeue puts batch back at the front of the queue, in order.
+func (w *writer) requeue(batch []*request) {
+	w.mu.Lock()
+	w.queue = append(append([]*request(nil), batch...), w.queue...)
+	w.mu.Unlock()
+}
+
+// seal assigns the next seq numbers and hashes to events.
+func (w *writer) seal(events []sandgate.Event) []*sealed {
+	now := w.cfg.Clock()
+	out := make([]*sealed, 0, len(events))
+	for _, ev := range events {
+		ev, body, err := canonicalEvent(ev, now)
+		if err != nil {
+			// Only an unencodable payload gets here; keep the event and
+			// say why its payload is missing.
+			w.cfg.Logger.Error("audit: payload not encodable; stored without it", "event_id", ev.ID, "err", err)
+			ev.Payload = map[string]any{"payload_error": err.Error()}
+			ev, body, _ = canonicalEvent(ev, now)
+		}
+		seq := w.headSeq + 1
+		h := ChainHash(w.headHash, w.chainID, seq, body)
+		out = append(out, &sealed{
+			Event: ev, ChainID: w.chainID, Seq: seq, RecordedAt: pgTime(now),
+			Body: body, PrevHash: w.headHash, Hash: h,
+		})
+		w.headSeq, w.headHash = seq, h
+	}
+	return out
+}
+
+func unavailable(err error) error {
+	return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "audit trail cannot commit")
+}
+
+// commit writes batch to Postgres, or to the spool when Postgres is away.
+// It returns false when it could do neither (the spool is full), leaving
+// the lifecycle events queued.
+func (w *writer) commit(batch []*request) bool {
+	var all, emits []sandgate.Event
+	var syncs, rest []*request
+	for _, r := range batch {
+		all = append(all, r.events...)
+		if r.done == nil {
+			emits = append(emits, r.events...)
+			rest = append(rest, r)
+		} else {
+			syncs = append(syncs, r)
+		}
+	}
+	failSyncs := func(err error) {
+		for _, r := range syncs {
+			r.done <- unavailable(err)
+		}
+	}
+	if len(w.pending) > 0 {
+		// Postgres is away (or the spool is not yet delivered): decisions
+		// cannot be committed; lifecycle events join the spool.
+		failSyncs(errors.New("postgres unreachable; events are being spooled"))
+		return w.spoolEvents(emits, rest)
+	}
+	oldSeq, oldHash := w.headSeq, w.headHash
+	recs := w.seal(all)
+	err := w.insert(recs)
+	if err == nil {
+		for _, r := range syncs {
+			r.done <- nil
+		}
+		w.committed(int64(len(recs)))
+		return true
+	}
+	w.markDown(err)
+	failSyncs(err)
+	if definitelyNotCommitted(err) {
+		w.headSeq, w.headHash = oldSeq, oldHash
+		return w.spoolEvents(emits, rest)
+	}
+	// The commit may have happened: keep the batch exactly as sealed (the
+	// decisions too) so that a redelivery is idempotent and the chain stays
+	// gapless.
+	w.logf("audit: commit outcome unknown; batch spooled for idempotent redelivery", "err", err, "events", len(recs))
+	w.addPending(recs)
+	return true
+}
+
+// spoolEvents seals lifecycle events into the spool. When the spool has no
+// room it leaves them queued and returns false.
+func (w *writer) spoolEvents(events []sandgate.Event, reqs []*request) bool {
+	if len(events) == 0 {
+		return true
+	}
+	if w.spoolFull.Load() || w.memOnly {
+		w.requeue(reqs)
+		return false
+	}
+	oldSeq, oldHash := w.headSeq, w.headHash
+	recs := w.seal(events)
+	if err := w.sp.append(recs); err != nil {
+		w.headSeq, w.headHash = oldSeq, oldHash
+		w.spoolFull.Store(true)
+		if !errors.Is(err, errSpoolFull) {
+			w.cfg.Logger.Error("audit: spool write failed; events kept in memory", "err", err)
+		} else {
+			w.cfg.Logger.Error("audit: spool full; events kept in memory and readiness fails", "max_bytes", w.cfg.SpoolMaxBytes)
+		}
+		w.requeue(reqs)
+		return false
+	}
+	w.pending = append(w.pending, recs...)
+	return true
+}
+
+// addPending keeps sealed records for delivery, in the spool when it has
+// room and in memory otherwise.
+func (w *writer) addPending(recs []*sealed) {
+	if !w.memOnly && !w.spoolFull.Load() {
+		if err := w.sp.append(recs); err == nil {
+			w.pending = append(w.pending, recs...)
+			return
+		}
+		w.spoolFull.Store(true)
+	}
+	w.memOnly = true
+	w.pending = append(w.pending, recs...)
+}
+
+func (w *writer) markDown(err error) {
+	if !w.dbDown {
+		w.cfg.Logger.Warn("audit: postgres unreachable; spooling lifecycle events", "err", err)
+	}
+	w.dbDown = true
+	w.lastAttempt = time.Now()
+}
+
+// deliver sends pending records to Postgres in chain order. Unless force,
+// a writer that found Postgres away waits RetryInterval between attempts.
+func (w *writer) deliver(force bool) {
+	if w.dbDown && !force && time.Since(w.lastAttempt) < w.cfg.RetryInterval && !w.syncWaiting() {
+		return
+	}
+	var own int64
+	for len(w.pending) > 0 {
+		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
+		if err := w.insert(chunk); err != nil {
+			w.markDown(err)
+			return
+		}
+		for _, r := range chunk {
+			if r.ChainID == w.chainID {
+				own++
+			}
+		}
+		w.pending = w.pending[len(chunk):]
+	}
+	w.pending = nil
+	if err := w.sp.reset(); err != nil {
+		w.cfg.Logger.Error("audit: cannot empty the delivered spool; it will be redelivered (idempotently)", "err", err)
+	} else {
+		w.spoolFull.Store(false)
+	}
+	w.memOnly = false
+	if w.dbDown {
+		w.cfg.Logger.Info("audit: postgres is back; spooled events delivered", "chain_id", w.chainID)
+	}
+	w.dbDown = false
+	w.committed(own)
+}
+
+func (w *writer) syncWaiting() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.queue {
+		if r.done != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *writer) committed(n int64) {
+	w.sinceCP += n
+	if w.sinceCP >= int64(w.cfg.CheckpointEvery) {
+		w.checkpoint(false)
+	}
+}
+
+// maybeCheckpoint signs the head when N events or T have passed since the
+// last checkpoint; when idle that re-signs the same head with a new time.
+func (w *writer) maybeCheckpoint() {
+	if len(w.pending) > 0 || w.headSeq == 0 {
+		return
+	}
+	if w.sinceCP >= int64(w.cfg.CheckpointEvery) || w.cfg.Clock().Sub(w.lastCP) >= w.cfg.CheckpointInterval {
+		w.checkpoint(false)
+	}
+}
+
+func (w *writer) checkpoint(final bool) {
+	cp := signCheckpoint(w.key, w.chainID, w.headSeq, w.headHash, w.cfg.Clock(), final, w.lastSig)
+	sig, _ := hex.DecodeString(cp.Signature)
+	pub := w.key.Public().(ed25519.PublicKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
+		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub))
+	if err != nil {
+		w.markDown(err)
+		return
+	}
+	w.lastSig = sig
+	w.lastCP = cp.CreatedAt
+	w.sinceCP = 0
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// finish runs after Close: whatever is still queued goes to Postgres or
+// the spool; a final checkpoint marks a clean end when all is delivered.
+func (w *writer) finish() {
+	for {
+		batch := w.take()
+		if len(batch) == 0 {
+			break
+		}
+		if !w.commit(batch) {
+			break
+		}
+	}
+	if len(w.pending) > 0 {
+		w.deliver(true)
+	}
+	w.mu.Lock()
+	left := w.queue
+	w.queue = nil
+	w.mu.Unlock()
+	for _, r := range left {
+		if r.done != nil {
+			r.done <- sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store closed")
+			continue
+		}
+		// The spool is full and Postgres away: the log is the last place.
+		w.cfg.Logger.Error("audit: event could not be committed or spooled before exit", "event", r.events)
+	}
+	if len(w.pending) == 0 && w.headSeq > 0 {
+		w.checkpoint(true)
+	} else if len(w.pending) > 0 {
+		w.logf("audit: closing with spooled events; they are delivered on the next start", "count", len(w.pending))
+	}
+}
+
+// definitelyNotCommitted reports whether err proves the statement did not
+// commit: the server refused it, or nothing reached the server.
+func definitelyNotCommitted(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return true
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+const insertSQL = `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type,
+	outcome, correlation_id, run_id, decision_id, container_id, actor, team, node, policy_revision,
+	exit_code, payload, body, prev_hash, hash)
+SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
+	$6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
+	$14::text[], $15::text[], $16::int4[], $17::text[]::jsonb[], $18::bytea[], $19::bytea[], $20::bytea[])
+ON CONFLICT (event_id) DO NOTHING`
+
+// insert writes recs in one multi-row statement (one commit). A record
+// already there (same event_id) is skipped, so redelivery is idempotent.
+func (w *writer) insert(recs []*sealed) error {
+	n := len(recs)
+	ids := make([]string, n)
+	chains := make([]string, n)
+	seqs := make([]int64, n)
+	recorded := make([]time.Time, n)
+	times := make([]time.Time, n)
+	types := make([]string, n)
+	texts := make([][]pgtype.Text, 9)
+	for i := range texts {
+		texts[i] = make([]pgtype.Text, n)
+	}
+	exits := make([]pgtype.Int4, n)
+	payloads := make([]pgtype.Text, n)
+	bodies := make([][]byte, n)
+	prevs := make([][]byte, n)
+	hashes := make([][]byte, n)
+	for i, r := range recs {
+		ev := r.Event
+		ids[i], chains[i], seqs[i], recorded[i], times[i], types[i] = ev.ID, r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type)
+		for j, v := range []string{ev.Outcome, ev.CorrelationID, ev.RunID, ev.DecisionID, ev.ContainerID,
+			ev.Actor, ev.Team, ev.Node, ev.PolicyRevision} {
+			texts[j][i] = pgtype.Text{String: v, Valid: v != ""}
+		}
+		if ev.ExitCode != nil {
+			exits[i] = pgtype.Int4{Int32: int32(*ev.ExitCode), Valid: true}
+		}
+		if ev.Payload != nil {
+			p, err := json.Marshal(ev.Payload)
+			if err != nil {
+				return fmt.Errorf("encode payload: %w", err)
+			}
+			payloads[i] = pgtype.Text{String: string(p), Valid: true}
+		}
+		bodies[i], prevs[i], hashes[i] = r.Body, r.PrevHash, r.Hash
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := w.s.pool.Exec(ctx, insertSQL, ids, chains, seqs, recorded, times, types,
+		texts[0], texts[1], texts[2], texts[3], texts[4], texts[5], texts[6], texts[7], texts[8],
+		exits, payloads, bodies, prevs, hashes)
+	if err != nil {
+		return fmt.Errorf("insert %d audit events: %w", n, err)
+	}
+	return nil
+}
