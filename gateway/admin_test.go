@@ -1,0 +1,254 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestReview checks POST /v1/admission/review: the decision, the audit
+// event, and that nothing runs.
+func TestReview(t *testing.T) {
+	tests := []struct {
+		name      string
+		body      string
+		wantAllow bool
+		outcome   string
+	}{
+		{"allowed", `{"command":["echo"],"env":{"TOKEN":"abc"}}`, true, "allowed"},
+		{"denied", `{"command":["echo"],"privileged":true}`, false, "denied"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			r := e.do(http.MethodPost, "/v1/admission/review", tokBob, tc.body, "X-Correlation-ID: corr-review")
+			if r.status != http.StatusOK {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			var d DecisionView
+			if err := json.Unmarshal(r.body, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Allow != tc.wantAllow || d.DecisionID == "" || d.Spec == nil || d.Spec.Image != "sandgate/sandbox:latest" {
+				t.Errorf("decision = %+v", d)
+			}
+			evs := e.recorder.ofType(sandgate.EventAdmissionReviewed)
+			if len(evs) != 1 || evs[0].Outcome != tc.outcome || evs[0].CorrelationID != "corr-review" || evs[0].Actor != "bob" {
+				t.Fatalf("admission.reviewed events = %+v", evs)
+			}
+			if raw, _ := json.Marshal(evs[0].Payload); strings.Contains(string(raw), `"abc"`) {
+				t.Errorf("review payload leaks an env value: %s", raw)
+			}
+			if e.exec.calls.Load() != 0 {
+				t.Errorf("a review reached the executor")
+			}
+		})
+	}
+}
+
+// TestPolicies checks the policy status and reload endpoints.
+func TestPolicies(t *testing.T) {
+	e := newEnv(t)
+	r := e.do(http.MethodGet, "/v1/policies", tokSec, "")
+	var st sandgate.PolicyStatus
+	_ = json.Unmarshal(r.body, &st)
+	if r.status != http.StatusOK || st.Revision != "sha256:test" {
+		t.Errorf("status: %d %s", r.status, r.body)
+	}
+	r = e.do(http.MethodPost, "/v1/policies/reload", tokSec, "")
+	_ = json.Unmarshal(r.body, &st)
+	if r.status != http.StatusOK || st.Revision != "sha256:reloaded" {
+		t.Errorf("reload: %d %s", r.status, r.body)
+	}
+	e.policies.reloadErr = &sandgate.Error{Code: sandgate.CodePolicyInvalid, Message: "policy does not compile",
+		Details: map[string]any{"errors": []string{"admission.rego:3: rego_parse_error"}}}
+	r = e.do(http.MethodPost, "/v1/policies/reload", tokAdmin, "")
+	if r.status != http.StatusUnprocessableEntity || r.errorCode() != string(sandgate.CodePolicyInvalid) {
+		t.Fatalf("failed reload: %d %s", r.status, r.body)
+	}
+	want := map[string]any{"errors": []any{"admission.rego:3: rego_parse_error"}}
+	if diff := cmp.Diff(want, r.errorBody().Error.Details); diff != "" {
+		t.Errorf("details (-want +got):\n%s", diff)
+	}
+	e.policies.reloadErr = errors.New("disk gone")
+	if r := e.do(http.MethodPost, "/v1/policies/reload", tokAdmin, ""); r.status != http.StatusServiceUnavailable {
+		t.Errorf("uncoded reload error: %d", r.status)
+	}
+}
+
+// TestAuditEndpoints checks query, export and verify.
+func TestAuditEndpoints(t *testing.T) {
+	e := newEnv(t)
+	r := e.do(http.MethodGet, "/v1/audit/events?correlation_id=c1&type=run.requested&since=2026-01-01T00:00:00Z&limit=5", tokAuditor, "")
+	var list AuditEventList
+	_ = json.Unmarshal(r.body, &list)
+	if r.status != http.StatusOK || len(list.Events) != 1 || list.NextCursor == nil || *list.NextCursor != "next-1" {
+		t.Errorf("events: %d %s", r.status, r.body)
+	}
+	if e.audit.lastQuery.CorrelationID != "c1" || e.audit.lastQuery.Limit != 5 || e.audit.lastQuery.Type != sandgate.EventRunRequested {
+		t.Errorf("filter passed = %+v", e.audit.lastQuery)
+	}
+	bad := []string{"?type=run.nope", "?since=yesterday", "?limit=0", "?limit=5000", "?color=red", "?cursor=bad",
+		"?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z", "?run_id=a&run_id=b"}
+	for _, q := range bad {
+		t.Run("bad "+q, func(t *testing.T) {
+			if r := e.do(http.MethodGet, "/v1/audit/events"+q, tokAuditor, ""); r.status != http.StatusBadRequest {
+				t.Errorf("status %d: %s", r.status, r.body)
+			}
+		})
+	}
+	tests := []struct {
+		query, contentType, body string
+	}{
+		{"", "application/x-ndjson", `{"event_id":"ev-1","type":"run.requested"}` + "\n"},
+		{"?format=csv", "text/csv; charset=utf-8", "event_id,type\nev-1,run.requested\n"},
+	}
+	for _, tc := range tests {
+		t.Run("export"+tc.query, func(t *testing.T) {
+			before := len(e.recorder.ofType(sandgate.EventAuditExported))
+			r := e.do(http.MethodGet, "/v1/audit/export"+tc.query, tokAuditor, "")
+			if r.status != http.StatusOK || r.header.Get("Content-Type") != tc.contentType || string(r.body) != tc.body {
+				t.Errorf("export: %d %q %q", r.status, r.header.Get("Content-Type"), r.body)
+			}
+			if n := len(e.recorder.ofType(sandgate.EventAuditExported)) - before; n != 1 {
+				t.Errorf("audit.exported events = %d", n)
+			}
+		})
+	}
+	if r := e.do(http.MethodGet, "/v1/audit/export?format=xml", tokAuditor, ""); r.status != http.StatusBadRequest {
+		t.Errorf("bad format: %d", r.status)
+	}
+	e.recorder.failing.Store(true)
+	if r := e.do(http.MethodGet, "/v1/audit/export", tokAuditor, ""); r.status != http.StatusServiceUnavailable {
+		t.Errorf("unaudited export: %d", r.status)
+	}
+	e.recorder.failing.Store(false)
+
+	r = e.do(http.MethodGet, "/v1/audit/verify?from_seq=1&to_seq=10", tokAdmin, "")
+	if r.status != http.StatusOK || string(r.body) != `{"ok":true,"checked":3,"problems":[]}`+"\n" {
+		t.Errorf("verify: %d %s", r.status, r.body)
+	}
+	for _, q := range []string{"?from_seq=-1", "?from_seq=5&to_seq=2", "?to_seq=x"} {
+		if r := e.do(http.MethodGet, "/v1/audit/verify"+q, tokAdmin, ""); r.status != http.StatusBadRequest {
+			t.Errorf("verify %s: %d", q, r.status)
+		}
+	}
+}
+
+// TestListRunsFilters checks filter validation and passing.
+func TestListRunsFilters(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "echo", "x")
+	e.waitFinished(v.ID)
+	tests := []struct {
+		query  string
+		status int
+		count  int
+	}{
+		{"", 200, 1},
+		{"?state=finished&outcome=succeeded&limit=10", 200, 1},
+		{"?state=running", 200, 0},
+		{"?state=sleeping", 400, 0},
+		{"?outcome=great", 400, 0},
+		{"?limit=-1", 400, 0},
+		{"?since=2026-13-01", 400, 0},
+		{"?bogus=1", 400, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			r := e.do(http.MethodGet, "/v1/runs"+tc.query, tokAlice, "")
+			if r.status != tc.status {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			if tc.status != 200 {
+				return
+			}
+			var l RunList
+			_ = json.Unmarshal(r.body, &l)
+			if len(l.Runs) != tc.count || l.NextCursor != nil {
+				t.Errorf("list = %s", r.body)
+			}
+		})
+	}
+}
+
+// TestSandboxes checks the sandbox admin endpoints, and Docker being away.
+func TestSandboxes(t *testing.T) {
+	e := newEnv(t)
+	r := e.do(http.MethodGet, "/v1/sandboxes", tokAdmin, "")
+	var l SandboxList
+	_ = json.Unmarshal(r.body, &l)
+	if r.status != http.StatusOK || len(l.Sandboxes) != 1 || l.Sandboxes[0].ContainerID != "c1" {
+		t.Errorf("list: %d %s", r.status, r.body)
+	}
+	r = e.do(http.MethodPost, "/v1/sandboxes/cleanup", tokAdmin, "")
+	var c CleanupResult
+	_ = json.Unmarshal(r.body, &c)
+	if r.status != http.StatusOK || c.Count != 1 {
+		t.Errorf("cleanup: %d %s", r.status, r.body)
+	}
+	e.boxes.err = errors.New("dial unix /var/run/docker.sock: connect: no such file")
+	for _, m := range []string{http.MethodGet + " /v1/sandboxes", http.MethodPost + " /v1/sandboxes/cleanup"} {
+		method, path, _ := strings.Cut(m, " ")
+		r := e.do(method, path, tokAdmin, "")
+		if r.status != http.StatusServiceUnavailable || r.errorCode() != string(sandgate.CodeDockerUnavailable) || r.header.Get("Retry-After") == "" {
+			t.Errorf("%s with Docker away: %d %s", m, r.status, r.body)
+		}
+		if strings.Contains(string(r.body), "docker.sock") {
+			t.Errorf("%s leaks the cause: %s", m, r.body)
+		}
+	}
+}
+
+// TestConfigEndpoint checks GET /v1/config.
+func TestConfigEndpoint(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *testEnv) {
+		c.AirGapped = true
+		c.AllowedImages = []string{"sandgate/"}
+		c.Limits = Limits{Resources: sandgate.Resources{MemoryMB: 4096}, TimeoutSeconds: 3600}
+	})
+	r := e.do(http.MethodGet, "/v1/config", tokBob, "")
+	var got ConfigView
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := ConfigView{
+		Version: sandgate.Version, Node: "test-node", AirGapped: true, MountRoots: []string{"/srv/work"},
+		Defaults: sandgate.BuiltinDefaults, Maxima: Limits{Resources: sandgate.Resources{MemoryMB: 4096}, TimeoutSeconds: 3600},
+		AllowedImages: []string{"sandgate/"}, MaxWaitSeconds: 2, BodyLimitBytes: sandgate.MaxSpecBytes,
+		PolicyRevision: "sha256:test",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+}
+
+// TestExecutorFailure checks that a run the executor could not start ends
+// as an error with its code, not a crash.
+func TestExecutorFailure(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "unavailable")
+	final := e.waitFinished(v.ID)
+	if final.Outcome != sandgate.OutcomeError || final.Error == nil || final.Error.Code != sandgate.CodeImageUnavailable {
+		t.Errorf("final = outcome %q error %+v", final.Outcome, final.Error)
+	}
+}
+
+// TestStoreUnavailable checks that a store failure is a 503, not a 500.
+func TestStoreUnavailable(t *testing.T) {
+	e := newEnv(t)
+	e.store.err = errors.New("connection refused")
+	r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+	if r.status != http.StatusServiceUnavailable || r.errorCode() != string(sandgate.CodeUnavailable) {
+		t.Errorf("got %d %s", r.status, r.body)
+	}
+	if e.exec.calls.Load() != 0 {
+		t.Errorf("an unstored run was executed")
+	}
+}
