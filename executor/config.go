@@ -1,0 +1,98 @@
+package executor
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sethvargo/go-retry"
+
+	"github.com/sandgate/sandgate"
+)
+
+// SandboxImage is the default sandbox image that BuildSandboxImage builds.
+const SandboxImage = "sandgate/sandbox:latest"
+
+// Config configures an Executor. The zero value of every field but Node has
+// a usable default; Validate fills the defaults in.
+type Config struct {
+	// DockerHost is the daemon to talk to ("unix:///var/run/docker.sock",
+	// "tcp://…"); empty means the local socket.
+	DockerHost string
+	// Node names this executor in labels and events. Containers labelled
+	// with another node are never reaped by this one, so every executor
+	// that shares a daemon needs its own name.
+	Node string
+	// MaxConcurrent is how many runs may have a container at once; further
+	// runs wait in a queue. Default 4.
+	MaxConcurrent int
+	// StopGrace is how long a cancelled or timed-out container has between
+	// SIGTERM and SIGKILL. Default 10s.
+	StopGrace time.Duration
+	// ReapInterval is how often the orphan reaper runs after the pass at
+	// Start. Default 2 minutes.
+	ReapInterval time.Duration
+	// CallTimeout bounds one attempt of one Docker call that is expected to
+	// be quick (create, start, inspect, remove…). A call that exceeds it
+	// counts as transient and is retried. Default 30s.
+	CallTimeout time.Duration
+	// MaxRetries caps the retries of one Docker call after a transient
+	// error, whatever Backoff says. Default 4.
+	MaxRetries uint64
+	// Backoff returns a fresh backoff for each retried call. Default:
+	// exponential from 100ms, capped at 2s, with 10% jitter. Tests inject a
+	// constant 1ns backoff.
+	Backoff func() retry.Backoff
+	// ImageCacheTTL is how long a resolved image reference is trusted
+	// without asking the daemon again. A container create that finds the
+	// image gone invalidates it at once. Default 30s; negative disables the
+	// cache.
+	ImageCacheTTL time.Duration
+	// Clock stamps events and results. Default time.Now.
+	Clock sandgate.Clock
+	// Logger receives operational logs (never run output). Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate fills in defaults and reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	if c.Node == "" {
+		return fmt.Errorf("executor: Node is required")
+	}
+	if !safeName.MatchString(c.Node) {
+		return fmt.Errorf("executor: Node %q must be letters, digits, '.', '_' or '-'", c.Node)
+	}
+	switch {
+	case c.MaxConcurrent == 0:
+		c.MaxConcurrent = 4
+	case c.MaxConcurrent < 0 || c.MaxConcurrent > 1024:
+		return fmt.Errorf("executor: MaxConcurrent must be between 1 and 1024, not %d", c.MaxConcurrent)
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = 10 * time.Second
+	}
+	if c.ReapInterval <= 0 {
+		c.ReapInterval = 2 * time.Minute
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 4
+	}
+	if c.Backoff == nil {
+		c.Backoff = func() retry.Backoff {
+			return retry.WithJitterPercent(10, retry.WithCappedDuration(2*time.Second, retry.NewExponential(100*time.Millisecond)))
+		}
+	}
+	if c.ImageCacheTTL == 0 {
+		c.ImageCacheTTL = 30 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

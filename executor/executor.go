@@ -1,0 +1,240 @@
+// Package executor runs admitted jobs in fresh, locked-down Docker
+// containers: it resolves the image, creates the container with sandgate's
+// fixed hardening, streams and caps its output, enforces the timeout, tells
+// OOM kills from exits, removes the container, and reports every step as an
+// audit event. It retries transient Docker failures in one place, never
+// re-runs user code, limits how many runs hold a container at once, reaps
+// containers no live run owns, and builds and loads sandbox images.
+//
+// It is the only package that talks to the Docker Engine API.
+package executor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Why a run's context was cancelled, besides the caller's own context.
+var (
+	errCancelled = errors.New("run cancelled")
+	errShutdown  = errors.New("executor shutting down")
+	errLost      = errors.New("container vanished")
+)
+
+// Executor is the Docker executor. It implements sandgate.Executor and
+// sandgate.SandboxAdmin. Create one with New, call Start to reap what a
+// previous process left behind, and Shutdown before exit.
+type Executor struct {
+	cfg    Config
+	docker dockerAPI
+	images imageAPI
+	closer io.Closer
+	events sandgate.EventSink
+	log    *slog.Logger
+	now    sandgate.Clock
+	slots  chan struct{}
+
+	mu      sync.Mutex
+	runs    map[string]*run
+	closing bool
+	active  sync.WaitGroup
+
+	imgMu    sync.Mutex
+	imgCache map[string]cachedImage
+
+	reaperMu   sync.Mutex
+	reaperStop context.CancelFunc
+	reaperDone chan struct{}
+}
+
+var (
+	_ sandgate.Executor     = (*Executor)(nil)
+	_ sandgate.SandboxAdmin = (*Executor)(nil)
+)
+
+// New returns an executor for the daemon cfg.DockerHost names. Events go to
+// events (nil discards them). New does not contact the daemon; Start and
+// Ping do.
+func New(cfg Config, events sandgate.EventSink) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := dial(cfg.DockerHost)
+	if err != nil {
+		return nil, err
+	}
+	e := newExecutor(cfg, events, c, c)
+	e.closer = c
+	return e, nil
+}
+
+// newExecutor wires an executor to the Docker calls it makes; unit tests
+// pass fakes. cfg must be validated.
+func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imageAPI) *Executor {
+	if events == nil {
+		events = sandgate.EventSinkFunc(func(sandgate.Event) {})
+	}
+	return &Executor{
+		cfg:      cfg,
+		docker:   d,
+		images:   images,
+		events:   events,
+		log:      cfg.Logger.With("component", "executor", "node", cfg.Node),
+		now:      cfg.Clock,
+		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		runs:     map[string]*run{},
+		imgCache: map[string]cachedImage{},
+	}
+}
+
+// Node returns the node name this executor labels its containers with.
+func (e *Executor) Node() string { return e.cfg.Node }
+
+// Start checks that the daemon answers, removes the orphans a previous
+// process of this node left behind, and then reaps every ReapInterval
+// until ctx ends or Shutdown or Close is called. It returns
+// DOCKER-UNAVAILABLE when the daemon does not answer.
+func (e *Executor) Start(ctx context.Context) error {
+	if err := e.Ping(ctx); err != nil {
+		return err
+	}
+	if _, err := e.CleanupOrphans(ctx); err != nil {
+		return err
+	}
+	e.reaperMu.Lock()
+	defer e.reaperMu.Unlock()
+	if e.reaperStop != nil {
+		return nil
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.reaperStop = stop
+	e.reaperDone = make(chan struct{})
+	go func() {
+		defer close(e.reaperDone)
+		e.reapLoop(ctx, rctx)
+	}()
+	return nil
+}
+
+// reapLoop reaps every ReapInterval until either context ends.
+func (e *Executor) reapLoop(parent, ctx context.Context) {
+	t := time.NewTicker(e.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-parent.Done():
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := e.CleanupOrphans(ctx); err != nil {
+				e.log.Error("orphan reaper", "err", err)
+			}
+		}
+	}
+}
+
+func (e *Executor) stopReaper() {
+	e.reaperMu.Lock()
+	stop, done := e.reaperStop, e.reaperDone
+	e.reaperMu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// Ping reports whether the daemon answers (DOCKER-UNAVAILABLE when not).
+// The first successful ping also settles the API version.
+func (e *Executor) Ping(ctx context.Context) error {
+	err := e.call(ctx, nil, "ping", func(ctx context.Context) error {
+		_, err := e.docker.Ping(ctx)
+		return err
+	})
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeDockerUnavailable, err, "docker daemon %s does not answer", e.hostName())
+	}
+	return nil
+}
+
+func (e *Executor) hostName() string {
+	if e.cfg.DockerHost == "" {
+		return "(local socket)"
+	}
+	return e.cfg.DockerHost
+}
+
+// Cancel stops the run: SIGTERM, StopGrace, SIGKILL, then removal; the
+// output captured so far is kept in the run's result, whose outcome is
+// cancelled. A run still queued ends without a container. Cancel returns
+// when the run has ended, or when ctx ends with the stop still under way.
+// It returns NOT-FOUND when no such run is executing here.
+func (e *Executor) Cancel(ctx context.Context, runID string) error {
+	e.mu.Lock()
+	r := e.runs[runID]
+	e.mu.Unlock()
+	if r == nil {
+		return sandgate.Errorf(sandgate.CodeNotFound, "run %s is not executing on node %s", runID, e.cfg.Node)
+	}
+	r.cancel(errCancelled)
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// Shutdown refuses new runs, cancels every run in flight (each is stopped
+// with SIGTERM, StopGrace, SIGKILL and removed), waits for them, and
+// finally removes any container of this node that is left. It returns an
+// error when ctx ends first or the daemon does not answer.
+func (e *Executor) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	runs := make([]*run, 0, len(e.runs))
+	for _, r := range e.runs {
+		runs = append(runs, r)
+	}
+	e.mu.Unlock()
+	e.stopReaper()
+	for _, r := range runs {
+		r.cancel(errShutdown)
+	}
+	done := make(chan struct{})
+	go func() {
+		e.active.Wait()
+		close(done)
+	}()
+	var waitErr error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		waitErr = sandgate.WrapError(sandgate.CodeUnavailable, ctx.Err(), "shutdown: runs still stopping")
+	}
+	// A final sweep, even when runs did not finish in time: what they leave
+	// is removed here rather than by the next process's reaper.
+	cctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+		defer cancel()
+	}
+	_, err := e.cleanup(cctx, true, waitErr != nil)
+	return errors.Join(waitErr, err)
+}
+
+// Close stops the reaper and releases the Docker client. It does not stop
+// running containers; Shutdown does.
+func (e *Executor) Close() error {
+	e.stopReaper()
+	if e.closer != nil {
+		return e.closer.Close()
+	}
+	return nil
+}

@@ -1,0 +1,291 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// fakeDocker is an in-memory daemon for the calls in dockerAPI. Hooks
+// decide, per call number (1-based), what a call does.
+type fakeDocker struct {
+	mu         sync.Mutex
+	calls      map[string]int
+	containers map[string]*fakeContainer
+	nextID     int
+
+	// onCreate returns the error of create call n and whether the
+	// container is made anyway (a create that timed out but happened).
+	onCreate func(ctx context.Context, n int) (happened bool, err error)
+	// onStart returns the error of start call n and whether the start
+	// happened anyway.
+	onStart        func(n int) (happened bool, err error)
+	onImageInspect func(n int) error
+	onPing         func(n int) error
+	// exitCode and stdout are what every container does once started.
+	exitCode int64
+	stdout   string
+}
+
+type fakeContainer struct {
+	id, name string
+	labels   map[string]string
+	started  int // how many times user code was started
+	running  bool
+	exited   bool
+	waiters  []chan container.WaitResponse
+	out      net.Conn // the daemon's end of the attach stream
+}
+
+func newFakeDocker() *fakeDocker {
+	return &fakeDocker{calls: map[string]int{}, containers: map[string]*fakeContainer{}, stdout: "hello\n"}
+}
+
+func (f *fakeDocker) count(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+func (f *fakeDocker) called(op string) int {
+	f.calls[op]++
+	return f.calls[op]
+}
+
+// find looks a container up by ID or name; f.mu is held.
+func (f *fakeDocker) find(ref string) *fakeContainer {
+	if c, ok := f.containers[ref]; ok {
+		return c
+	}
+	for _, c := range f.containers {
+		if c.name == ref {
+			return c
+		}
+	}
+	return nil
+}
+
+func (f *fakeDocker) Ping(context.Context) (types.Ping, error) {
+	f.mu.Lock()
+	n := f.called("ping")
+	hook := f.onPing
+	f.mu.Unlock()
+	if hook != nil {
+		return types.Ping{}, hook(n)
+	}
+	return types.Ping{APIVersion: "1.41"}, nil
+}
+
+func (f *fakeDocker) ImageInspect(_ context.Context, ref string, _ ...client.ImageInspectOption) (image.InspectResponse, error) {
+	f.mu.Lock()
+	n := f.called("image inspect")
+	hook := f.onImageInspect
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(n); err != nil {
+			return image.InspectResponse{}, err
+		}
+	}
+	return image.InspectResponse{ID: "sha256:" + strings.Repeat("ab", 32)}, nil
+}
+
+func (f *fakeDocker) ImagePull(context.Context, string, image.PullOptions) (io.ReadCloser, error) {
+	f.mu.Lock()
+	f.called("image pull")
+	f.mu.Unlock()
+	return io.NopCloser(strings.NewReader(`{"status":"pulled"}`)), nil
+}
+
+func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config, _ *container.HostConfig, _ *network.NetworkingConfig, _ *ocispec.Platform, name string) (container.CreateResponse, error) {
+	f.mu.Lock()
+	n := f.called("create")
+	hook := f.onCreate
+	f.mu.Unlock()
+	happened, err := true, error(nil)
+	if hook != nil {
+		happened, err = hook(ctx, n)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if happened {
+		if f.find(name) != nil {
+			return container.CreateResponse{}, errConflict(fmt.Sprintf("name %s in use", name))
+		}
+		f.nextID++
+		id := fmt.Sprintf("%064d", f.nextID)
+		f.containers[id] = &fakeContainer{id: id, name: name, labels: cfg.Labels}
+		if err == nil {
+			return container.CreateResponse{ID: id}, nil
+		}
+	}
+	return container.CreateResponse{}, err
+}
+
+func (f *fakeDocker) ContainerAttach(_ context.Context, id string, _ container.AttachOptions) (types.HijackedResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("attach")
+	c := f.find(id)
+	if c == nil {
+		return types.HijackedResponse{}, errNotFound("no such container " + id)
+	}
+	client, daemon := net.Pipe()
+	c.out = daemon
+	return types.NewHijackedResponse(client, ""), nil
+}
+
+func (f *fakeDocker) ContainerWait(_ context.Context, id string, cond container.WaitCondition) (<-chan container.WaitResponse, <-chan error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("wait")
+	res, errc := make(chan container.WaitResponse, 1), make(chan error, 1)
+	c := f.find(id)
+	switch {
+	case c == nil:
+		errc <- errNotFound("no such container " + id)
+	case c.exited && cond != container.WaitConditionNextExit:
+		res <- container.WaitResponse{StatusCode: f.exitCode}
+	default:
+		c.waiters = append(c.waiters, res)
+	}
+	return res, errc
+}
+
+func (f *fakeDocker) ContainerStart(_ context.Context, id string, _ container.StartOptions) error {
+	f.mu.Lock()
+	n := f.called("start")
+	hook := f.onStart
+	c := f.find(id)
+	f.mu.Unlock()
+	if c == nil {
+		return errNotFound("no such container " + id)
+	}
+	happened, err := true, error(nil)
+	if hook != nil {
+		happened, err = hook(n)
+	}
+	if happened {
+		f.run(c)
+	}
+	return err
+}
+
+// run plays the container: output on the attach stream, then the exit.
+func (f *fakeDocker) run(c *fakeContainer) {
+	f.mu.Lock()
+	c.started++
+	c.running = true
+	out, stdout, code := c.out, f.stdout, f.exitCode
+	f.mu.Unlock()
+	go func() {
+		if out != nil {
+			w := stdcopy.NewStdWriter(out, stdcopy.Stdout)
+			io.WriteString(w, stdout)
+			out.Close()
+		}
+		f.mu.Lock()
+		c.running, c.exited = false, true
+		waiters := c.waiters
+		c.waiters = nil
+		f.mu.Unlock()
+		for _, w := range waiters {
+			w <- container.WaitResponse{StatusCode: code}
+		}
+	}()
+}
+
+func (f *fakeDocker) ContainerKill(_ context.Context, id, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("kill")
+	if f.find(id) == nil {
+		return errNotFound("no such container " + id)
+	}
+	return nil
+}
+
+func (f *fakeDocker) ContainerInspect(_ context.Context, ref string) (container.InspectResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("inspect")
+	c := f.find(ref)
+	if c == nil {
+		return container.InspectResponse{}, errNotFound("no such container " + ref)
+	}
+	status, started := "created", "0001-01-01T00:00:00Z"
+	if c.started > 0 {
+		status, started = "exited", time.Unix(1, 0).UTC().Format(time.RFC3339Nano)
+		if c.running {
+			status = "running"
+		}
+	}
+	return container.InspectResponse{
+		ContainerJSONBase: &container.ContainerJSONBase{
+			ID:    c.id,
+			Name:  "/" + c.name,
+			State: &container.State{Status: container.ContainerState(status), Running: c.running, ExitCode: int(f.exitCode), StartedAt: started},
+		},
+		Config: &container.Config{Labels: c.labels},
+	}, nil
+}
+
+func (f *fakeDocker) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("remove")
+	c := f.find(id)
+	if c == nil {
+		return errNotFound("no such container " + id)
+	}
+	delete(f.containers, c.id)
+	return nil
+}
+
+func (f *fakeDocker) ContainerList(context.Context, container.ListOptions) ([]container.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("list")
+	var out []container.Summary
+	for _, c := range f.containers {
+		state := "created"
+		if c.running {
+			state = "running"
+		} else if c.exited {
+			state = "exited"
+		}
+		out = append(out, container.Summary{ID: c.id, Names: []string{"/" + c.name}, Labels: c.labels, State: container.ContainerState(state)})
+	}
+	return out, nil
+}
+
+// Errors as the Docker client classifies them.
+type (
+	errNotFound    string
+	errConflict    string
+	errUnavailable string
+	errInternal    string
+	errInvalid     string
+)
+
+func (e errNotFound) Error() string    { return string(e) }
+func (errNotFound) NotFound()          {}
+func (e errConflict) Error() string    { return string(e) }
+func (errConflict) Conflict()          {}
+func (e errUnavailable) Error() string { return string(e) }
+func (errUnavailable) Unavailable()    {}
+func (e errInternal) Error() string    { return string(e) }
+func (errInternal) System()            {}
+func (e errInvalid) Error() string     { return string(e) }
+func (errInvalid) InvalidParameter()   {}

@@ -1,0 +1,188 @@
+package executor_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/executortest"
+)
+
+// recorder collects emitted events.
+type recorder struct {
+	mu     sync.Mutex
+	events []sandgate.Event
+}
+
+func (r *recorder) Emit(ev sandgate.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+}
+
+// of returns the events of one run, in order.
+func (r *recorder) of(runID string) []sandgate.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandgate.Event
+	for _, ev := range r.events {
+		if ev.RunID == runID {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func (r *recorder) typesOf(runID string) []sandgate.EventType {
+	var out []sandgate.EventType
+	for _, ev := range r.of(runID) {
+		out = append(out, ev.Type)
+	}
+	return out
+}
+
+func (r *recorder) count(t sandgate.EventType) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, ev := range r.events {
+		if ev.Type == t {
+			n++
+		}
+	}
+	return n
+}
+
+func randomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// newTestExecutor starts an executor on a node of its own, so that tests
+// running side by side never reap each other's containers, and checks at
+// the end that it left no container behind.
+func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Executor, *recorder) {
+	t.Helper()
+	executortest.RequireDocker(t)
+	rec := &recorder{}
+	cfg := executor.Config{
+		DockerHost: executortest.DockerHost(),
+		Node:       "test-" + randomHex(t, 6),
+		StopGrace:  3 * time.Second,
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	ex, err := executor.New(cfg, rec)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := ex.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := ex.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if left := managed(t, cfg.Node); len(left) > 0 {
+			t.Errorf("%d container(s) of node %s left behind", len(left), cfg.Node)
+		}
+		ex.Close()
+	})
+	return ex, rec
+}
+
+var (
+	dockerOnce sync.Once
+	dockerC    *client.Client
+	dockerErr  error
+)
+
+// docker is a plain client for looking at what the executor did.
+func docker(t testing.TB) *client.Client {
+	t.Helper()
+	executortest.RequireDocker(t)
+	dockerOnce.Do(func() {
+		opts := []client.Opt{client.WithAPIVersionNegotiation()}
+		if h := executortest.DockerHost(); h != "" {
+			opts = append(opts, client.WithHost(h))
+		}
+		dockerC, dockerErr = client.NewClientWithOpts(opts...)
+	})
+	if dockerErr != nil {
+		t.Fatal(dockerErr)
+	}
+	return dockerC
+}
+
+// managed lists the containers labelled with node.
+func managed(t testing.TB, node string) []container.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	list, err := docker(t).ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", sandgate.LabelNode+"="+node)),
+	})
+	if err != nil {
+		t.Fatalf("list containers: %v", err)
+	}
+	return list
+}
+
+// newJob returns an admitted job for command, normalised with the builtin
+// defaults and then adjusted by tune.
+func newJob(t testing.TB, tune func(*sandgate.RunSpec), command ...string) sandgate.Job {
+	t.Helper()
+	spec := sandgate.RunSpec{Command: command, SessionID: "s-test", TaskID: t.Name()}
+	if tune != nil {
+		tune(&spec)
+	}
+	n, err := sandgate.Normalize(spec, sandgate.Defaults{})
+	if err != nil {
+		t.Fatalf("Normalize: %v", err)
+	}
+	return sandgate.Job{
+		RunID:         "0193" + randomHex(t, 14),
+		CorrelationID: "corr-" + randomHex(t, 4),
+		DecisionID:    "dec-" + randomHex(t, 4),
+		Principal:     "alice",
+		Team:          "payments",
+		Spec:          n,
+	}
+}
+
+func execute(t testing.TB, ex *executor.Executor, job sandgate.Job) sandgate.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := ex.Execute(ctx, job)
+	if err != nil {
+		t.Fatalf("Execute: %v (result %+v)", err, res)
+	}
+	return res
+}
+
+func exitCode(res sandgate.Result) int {
+	if res.ExitCode == nil {
+		return -1
+	}
+	return *res.ExitCode
+}

@@ -1,0 +1,408 @@
+package executor
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+
+	"github.com/sandgate/sandgate"
+)
+
+// cachedImage is a resolved image reference.
+type cachedImage struct {
+	id string
+	at time.Time
+}
+
+// resolveImage makes sure the job's image is present, pulling it only when
+// the pull policy allows and the job is not air-gapped, and returns its ID.
+// It returns SBX-002 when the image is not there and may not be fetched,
+// or could not be fetched.
+func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string, error) {
+	policy := r.job.Spec.PullPolicy
+	if policy == "" {
+		policy = sandgate.PullNever
+	}
+	mayPull := policy != sandgate.PullNever && !r.job.AirGapped
+	resolved := func(id string, pulled, cached bool) (string, error) {
+		e.emit(r, sandgate.EventImageResolved, map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)})
+		return id, nil
+	}
+	unavailable := func(err error, format string, args ...any) (string, error) {
+		reason := fmt.Sprintf(format, args...)
+		e.emit(r, sandgate.EventImageUnavailable, map[string]any{"image": ref, "reason": reason, "pull_policy": string(policy), "air_gapped": r.job.AirGapped})
+		if err == nil {
+			return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "image %s: %s", ref, reason)
+		}
+		return "", dockerError(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
+	}
+
+	if policy == sandgate.PullAlways && mayPull {
+		if err := e.pull(ctx, r, ref); err != nil {
+			return unavailable(err, "pull failed")
+		}
+		id, err := e.inspectImage(ctx, r, ref)
+		if err != nil {
+			return unavailable(err, "not present after pull")
+		}
+		return resolved(id, true, false)
+	}
+	if id, ok := e.cachedImageID(ref); ok {
+		return resolved(id, false, true)
+	}
+	id, err := e.inspectImage(ctx, r, ref)
+	switch {
+	case err == nil:
+		return resolved(id, false, false)
+	case !cerrdefs.IsNotFound(err):
+		return unavailable(err, "inspect failed")
+	case !mayPull:
+		why := "not present, and pull policy never forbids pulling it"
+		if r.job.AirGapped {
+			why = "not present, and nothing is pulled in air-gapped mode; load it with `sandgate image load`"
+		}
+		return unavailable(nil, "%s", why)
+	}
+	if err := e.pull(ctx, r, ref); err != nil {
+		return unavailable(err, "not present and the pull failed")
+	}
+	if id, err = e.inspectImage(ctx, r, ref); err != nil {
+		return unavailable(err, "not present after pull")
+	}
+	return resolved(id, true, false)
+}
+
+// inspectImage asks the daemon for the image's ID and caches it.
+func (e *Executor) inspectImage(ctx context.Context, r *run, ref string) (string, error) {
+	var id string
+	err := e.call(ctx, r, "inspect image", func(ctx context.Context) error {
+		img, err := e.docker.ImageInspect(ctx, ref)
+		id = img.ID
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if e.cfg.ImageCacheTTL > 0 {
+		e.imgMu.Lock()
+		e.imgCache[ref] = cachedImage{id: id, at: e.now()}
+		e.imgMu.Unlock()
+	}
+	return id, nil
+}
+
+func (e *Executor) cachedImageID(ref string) (string, bool) {
+	e.imgMu.Lock()
+	defer e.imgMu.Unlock()
+	c, ok := e.imgCache[ref]
+	if !ok || e.now().Sub(c.at) > e.cfg.ImageCacheTTL {
+		return "", false
+	}
+	return c.id, true
+}
+
+func (e *Executor) forgetImage(ref string) {
+	e.imgMu.Lock()
+	delete(e.imgCache, ref)
+	e.imgMu.Unlock()
+}
+
+// pullTimeout bounds one pull attempt.
+const pullTimeout = 15 * time.Minute
+
+// pull pulls ref and reads the progress stream to its end, where the
+// daemon reports a failed pull.
+func (e *Executor) pull(ctx context.Context, r *run, ref string) error {
+	e.forgetImage(ref)
+	return e.callWith(ctx, r, "pull", pullTimeout, func(ctx context.Context) error {
+		body, err := e.docker.ImagePull(ctx, ref, image.PullOptions{})
+		if err != nil {
+			return err
+		}
+		defer body.Close()
+		return readJSONMessages(body, nil)
+	})
+}
+
+// jsonMessage is one line of the daemon's build, pull and load progress.
+type jsonMessage struct {
+	Stream      string `json:"stream"`
+	Status      string `json:"status"`
+	Error       string `json:"error"`
+	ErrorDetail *struct {
+		Message string `json:"message"`
+	} `json:"errorDetail"`
+	Aux json.RawMessage `json:"aux"`
+}
+
+// streamError is a failure the daemon reported inside a progress stream.
+type streamError struct{ msg string }
+
+func (e *streamError) Error() string { return e.msg }
+
+// readJSONMessages reads a progress stream to its end, calling each for
+// every message, and returns the first error the daemon reported in it.
+func readJSONMessages(r io.Reader, each func(jsonMessage)) error {
+	dec := json.NewDecoder(r)
+	for {
+		var m jsonMessage
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read progress stream: %w", err)
+		}
+		if m.ErrorDetail != nil && m.ErrorDetail.Message != "" {
+			return &streamError{m.ErrorDetail.Message}
+		}
+		if m.Error != "" {
+			return &streamError{m.Error}
+		}
+		if each != nil {
+			each(m)
+		}
+	}
+}
+
+// BuildOptions configures BuildSandboxImage.
+type BuildOptions struct {
+	// Busybox is the statically linked busybox binary to put in the image.
+	// Default /bin/busybox (Debian's busybox-static).
+	Busybox string
+	// Tag names the image. Default SandboxImage.
+	Tag string
+	// Progress receives the daemon's build output; nil discards it.
+	Progress io.Writer
+}
+
+// SandboxUID is the user and group every sandbox image process runs as.
+const SandboxUID = 10001
+
+// BuildSandboxImage builds the default sandbox image with the daemon's
+// classic builder, from an in-memory context and FROM scratch, so neither
+// a registry nor a pull is needed: the host's static busybox with a link
+// for every applet it lists, /etc/passwd and /etc/group with the
+// unprivileged user 10001, /tmp and /workspace, and USER 10001:10001. It
+// returns the image ID. It fails when busybox is not statically linked.
+func (e *Executor) BuildSandboxImage(ctx context.Context, opts BuildOptions) (string, error) {
+	if opts.Busybox == "" {
+		opts.Busybox = "/bin/busybox"
+	}
+	if opts.Tag == "" {
+		opts.Tag = SandboxImage
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	buildCtx, err := sandboxContext(ctx, opts.Busybox)
+	if err != nil {
+		return "", err
+	}
+	resp, err := e.images.ImageBuild(ctx, bytes.NewReader(buildCtx), build.ImageBuildOptions{
+		Tags:        []string{opts.Tag},
+		Dockerfile:  "Dockerfile",
+		Remove:      true,
+		ForceRemove: true,
+		PullParent:  false,
+		NetworkMode: "none",
+		Version:     build.BuilderV1,
+		Labels:      map[string]string{"org.opencontainers.image.title": "sandgate sandbox", "org.opencontainers.image.source": "sandgate image build"},
+	})
+	if err != nil {
+		return "", dockerError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
+	}
+	defer resp.Body.Close()
+	err = readJSONMessages(resp.Body, func(m jsonMessage) {
+		if m.Stream != "" {
+			io.WriteString(opts.Progress, m.Stream)
+		}
+	})
+	if err != nil {
+		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
+	}
+	img, err := e.images.ImageInspect(ctx, opts.Tag)
+	if err != nil {
+		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect %s after build", opts.Tag)
+	}
+	e.forgetImage(opts.Tag)
+	return img.ID, nil
+}
+
+// sandboxDockerfile is the recipe. COPY keeps the symlinks and the modes
+// of the context; no RUN step, so the build needs no shell and no base.
+const sandboxDockerfile = `FROM scratch
+COPY rootfs/ /
+COPY --chown=10001:10001 workspace/ /workspace/
+ENV PATH=/bin:/usr/bin HOME=/workspace
+USER 10001:10001
+WORKDIR /workspace
+`
+
+// sandboxContext returns the build context as a tar archive.
+func sandboxContext(ctx context.Context, busybox string) ([]byte, error) {
+	bin, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, fmt.Errorf("read busybox: %w (install Debian's busybox-static)", err)
+	}
+	if err := checkStatic(busybox); err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s --list: %w", busybox, err)
+	}
+	applets := map[string]bool{}
+	for _, a := range strings.Fields(string(out)) {
+		if a != "busybox" && !strings.ContainsAny(a, "/\x00") && a != "." && a != ".." {
+			applets[a] = true
+		}
+	}
+	if !applets["sh"] {
+		return nil, fmt.Errorf("%s has no sh applet", busybox)
+	}
+	names := make([]string, 0, len(applets))
+	for a := range applets {
+		names = append(names, a)
+	}
+	sort.Strings(names)
+
+	sum := sha256.Sum256(bin)
+	// A fixed time keeps the context, and so the builder's cache, stable.
+	mtime := time.Unix(0, 0)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(h *tar.Header, body []byte) error {
+		h.ModTime, h.Format = mtime, tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		_, err := tw.Write(body)
+		return err
+	}
+	dir := func(name string, mode int64) error {
+		return add(&tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: mode}, nil)
+	}
+	file := func(name string, mode int64, body []byte) error {
+		return add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body))}, body)
+	}
+	link := func(name, target string) error {
+		return add(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777}, nil)
+	}
+	passwd := fmt.Sprintf("root:x:0:0:root:/root:/sbin/nologin\nsandbox:x:%d:%d:sandgate sandbox:/workspace:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n", SandboxUID, SandboxUID)
+	group := fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", SandboxUID)
+	steps := []func() error{
+		func() error { return file("Dockerfile", 0o644, []byte(sandboxDockerfile)) },
+		func() error { return dir("rootfs/", 0o755) },
+		func() error { return dir("rootfs/bin/", 0o755) },
+		func() error { return file("rootfs/bin/busybox", 0o755, bin) },
+		func() error { return dir("rootfs/sbin/", 0o755) },
+		func() error { return link("rootfs/sbin/nologin", "/bin/busybox") },
+		func() error { return dir("rootfs/usr/", 0o755) },
+		func() error { return dir("rootfs/usr/bin/", 0o755) },
+		func() error { return link("rootfs/usr/bin/env", "/bin/busybox") },
+		func() error { return dir("rootfs/etc/", 0o755) },
+		func() error { return file("rootfs/etc/passwd", 0o644, []byte(passwd)) },
+		func() error { return file("rootfs/etc/group", 0o644, []byte(group)) },
+		func() error {
+			return file("rootfs/etc/sandgate-release", 0o644, []byte("busybox_sha256="+hex.EncodeToString(sum[:])+"\n"))
+		},
+		func() error { return dir("rootfs/tmp/", 0o1777) },
+		func() error { return dir("workspace/", 0o755) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return nil, fmt.Errorf("build context: %w", err)
+		}
+	}
+	for _, a := range names {
+		if err := link("rootfs/bin/"+a, "busybox"); err != nil {
+			return nil, fmt.Errorf("build context: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("build context: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// checkStatic refuses a dynamically linked binary: FROM scratch has no
+// loader and no libraries.
+func checkStatic(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("%s is not an ELF binary: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("%s is dynamically linked; install Debian's busybox-static", path)
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err == nil && len(libs) > 0 {
+		return fmt.Errorf("%s needs shared libraries %v; install Debian's busybox-static", path, libs)
+	}
+	return nil
+}
+
+// LoadImage loads the images of a `docker save` tarball and returns the
+// references (or IDs) the daemon reports loading. Errors are SBX-002, or
+// DOCKER-UNAVAILABLE.
+func (e *Executor) LoadImage(ctx context.Context, r io.Reader) ([]string, error) {
+	resp, err := e.images.ImageLoad(ctx, r, client.ImageLoadWithQuiet(true))
+	if err != nil {
+		return nil, dockerError(sandgate.CodeImageUnavailable, err, "load images")
+	}
+	defer resp.Body.Close()
+	var loaded []string
+	err = readJSONMessages(resp.Body, func(m jsonMessage) {
+		// The daemon reports each image as a line of text.
+		for _, line := range strings.Split(m.Stream, "\n") {
+			for _, p := range []string{"Loaded image: ", "Loaded image ID: "} {
+				if ref, ok := strings.CutPrefix(strings.TrimSpace(line), p); ok {
+					loaded = append(loaded, ref)
+				}
+			}
+		}
+	})
+	if err != nil {
+		return loaded, sandgate.WrapError(sandgate.CodeImageUnavailable, err, "load images")
+	}
+	e.imgMu.Lock()
+	clear(e.imgCache)
+	e.imgMu.Unlock()
+	return loaded, nil
+}
+
+// ImageID returns the ID of the local image ref, or SBX-002 when the
+// daemon does not have it (DOCKER-UNAVAILABLE when it does not answer).
+func (e *Executor) ImageID(ctx context.Context, ref string) (string, error) {
+	var id string
+	err := e.call(ctx, nil, "inspect image", func(ctx context.Context) error {
+		img, err := e.images.ImageInspect(ctx, ref)
+		id = img.ID
+		return err
+	})
+	if cerrdefs.IsNotFound(err) {
+		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "image %s is not present", ref)
+	}
+	if err != nil {
+		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect image %s", ref)
+	}
+	return id, nil
+}

@@ -1,0 +1,210 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/sandgate/sandgate"
+)
+
+// reapWorkers is how many orphans are removed at once.
+const reapWorkers = 8
+
+// CleanupOptions says which orphans Cleanup removes.
+type CleanupOptions struct {
+	// IncludeRunning removes running orphans too. The reaper of a serving
+	// executor does; a one-off `sandgate sandbox cleanup` does not by
+	// default, since it cannot see the runs of a gateway serving on the
+	// same node.
+	IncludeRunning bool
+}
+
+// Sandboxes lists every container labelled sandgate.managed, of any node,
+// oldest first. Orphan is set for this node's containers that no live run
+// owns. It returns DOCKER-UNAVAILABLE when the daemon does not answer.
+func (e *Executor) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
+	list, err := e.listManaged(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := e.liveRuns()
+	out := make([]sandgate.Sandbox, 0, len(list))
+	for _, c := range list {
+		out = append(out, e.sandbox(c, live))
+	}
+	return out, nil
+}
+
+// CleanupOrphans removes every container of this node that no live run
+// owns, running or not, and returns them. It is what the reaper does at
+// Start and every ReapInterval. It returns DOCKER-UNAVAILABLE when the
+// daemon does not answer.
+func (e *Executor) CleanupOrphans(ctx context.Context) ([]sandgate.Sandbox, error) {
+	return e.Cleanup(ctx, CleanupOptions{IncludeRunning: true})
+}
+
+// Cleanup removes this node's orphans as opts says and returns those it
+// removed. A container that could not be removed makes the error, after
+// the others were dealt with.
+func (e *Executor) Cleanup(ctx context.Context, opts CleanupOptions) ([]sandgate.Sandbox, error) {
+	return e.cleanup(ctx, opts.IncludeRunning, false)
+}
+
+// cleanup is one reaper pass. Besides removing orphans it notices live
+// runs whose container has vanished and ends them as lost. With
+// ignoreLive, the containers of live runs count as orphans too: Shutdown's
+// last resort when runs did not stop in time.
+func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool) ([]sandgate.Sandbox, error) {
+	listed := e.now()
+	list, err := e.listManaged(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := e.liveRuns()
+	owners := live
+	if ignoreLive {
+		owners = nil
+	}
+	present := map[string]bool{}
+	var orphans []sandgate.Sandbox
+	for _, c := range list {
+		present[c.ID] = true
+		s := e.sandbox(c, owners)
+		if s.Orphan && (includeRunning || s.State != "running") {
+			orphans = append(orphans, s)
+		}
+	}
+	e.markLost(live, present, listed)
+
+	var (
+		mu      sync.Mutex
+		removed []sandgate.Sandbox
+		errs    []error
+		wg      sync.WaitGroup
+		work    = make(chan sandgate.Sandbox)
+	)
+	for range min(reapWorkers, len(orphans)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range work {
+				err := e.call(ctx, nil, "remove orphan", func(ctx context.Context) error {
+					return e.docker.ContainerRemove(ctx, s.ContainerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+				})
+				mu.Lock()
+				switch {
+				case err == nil:
+					removed = append(removed, s)
+				case cerrdefs.IsNotFound(err), cerrdefs.IsConflict(err):
+					// Gone already, or its removal is already in progress.
+				default:
+					errs = append(errs, err)
+				}
+				mu.Unlock()
+				if err == nil {
+					e.orphanRemoved(s)
+				}
+			}
+		}()
+	}
+	for _, s := range orphans {
+		work <- s
+	}
+	close(work)
+	wg.Wait()
+	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
+	if len(errs) > 0 {
+		return removed, dockerError(sandgate.CodeContainerCreate, errors.Join(errs...), "remove %d orphan(s)", len(errs))
+	}
+	if len(removed) > 0 {
+		e.log.Info("removed orphans", "count", len(removed))
+	}
+	return removed, nil
+}
+
+// markLost ends the live runs whose container was not in a listing taken
+// after the container was created.
+func (e *Executor) markLost(live map[string]*run, present map[string]bool, listed time.Time) {
+	for _, r := range live {
+		id, state, created := r.snapshot()
+		if id == "" || state != sandgate.StateRunning || !created.Before(listed) || present[id] {
+			continue
+		}
+		e.log.Warn("container of a live run vanished", "run_id", r.job.RunID, "container_id", id)
+		r.cancel(errLost)
+	}
+}
+
+func (e *Executor) orphanRemoved(s sandgate.Sandbox) {
+	e.events.Emit(sandgate.Event{
+		Type:          sandgate.EventOrphanRemoved,
+		Time:          e.now(),
+		CorrelationID: s.CorrelationID,
+		RunID:         s.RunID,
+		ContainerID:   s.ContainerID,
+		Node:          e.cfg.Node,
+		Payload:       map[string]any{"name": s.Name, "image": s.Image, "state": s.State, "session": s.Session, "task": s.Task},
+	})
+}
+
+// listManaged lists every container labelled sandgate.managed, oldest
+// first.
+func (e *Executor) listManaged(ctx context.Context) ([]container.Summary, error) {
+	var list []container.Summary
+	err := e.call(ctx, nil, "list containers", func(ctx context.Context) error {
+		var err error
+		list, err = e.docker.ContainerList(ctx, container.ListOptions{
+			All:     true,
+			Filters: filters.NewArgs(filters.Arg("label", sandgate.LabelManaged+"=true")),
+		})
+		return err
+	})
+	if err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeDockerUnavailable, err, "list sandboxes")
+	}
+	sort.SliceStable(list, func(i, j int) bool { return list[i].Created < list[j].Created })
+	return list, nil
+}
+
+func (e *Executor) liveRuns() map[string]*run {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	live := make(map[string]*run, len(e.runs))
+	for id, r := range e.runs {
+		live[id] = r
+	}
+	return live
+}
+
+// sandbox describes a listed container. Containers of other nodes are
+// never orphans here; a container without a node label is this node's.
+func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.Sandbox {
+	l := c.Labels
+	name := ""
+	if len(c.Names) > 0 {
+		name = strings.TrimPrefix(c.Names[0], "/")
+	}
+	node := l[sandgate.LabelNode]
+	mine := node == "" || node == e.cfg.Node
+	return sandgate.Sandbox{
+		ContainerID:   c.ID,
+		Name:          name,
+		Image:         c.Image,
+		State:         string(c.State),
+		RunID:         l[sandgate.LabelRunID],
+		Session:       l[sandgate.LabelSession],
+		Task:          l[sandgate.LabelTask],
+		CorrelationID: l[sandgate.LabelCorrelationID],
+		Node:          node,
+		CreatedAt:     time.Unix(c.Created, 0).UTC(),
+		Orphan:        mine && live[l[sandgate.LabelRunID]] == nil,
+	}
+}
