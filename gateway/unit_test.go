@@ -1,0 +1,414 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestLoadPrincipals reads YAML and JSON tokens files and refuses bad ones.
+func TestLoadPrincipals(t *testing.T) {
+	hash := HashToken("s3cret")
+	tests := []struct {
+		name    string
+		file    string
+		wantErr string
+	}{
+		{"yaml", "principals:\n  - name: alice\n    team: payments\n    roles: [submitter]\n    token_sha256: " + hash + "\n", ""},
+		{"json", `{"principals":[{"name":"alice","team":"payments","roles":["submitter"],"token_sha256":"` + strings.ToUpper(hash) + `"}]}`, ""},
+		{"unknown field", "principals:\n  - name: alice\n    team: p\n    roles: [submitter]\n    token: s3cret\n    token_sha256: " + hash + "\n", "unknown field"},
+		{"no principals", "principals: []\n", "no principals"},
+		{"unknown role", "principals:\n  - name: a\n    team: p\n    roles: [root]\n    token_sha256: " + hash + "\n", "unknown role"},
+		{"submitter without team", "principals:\n  - name: a\n    roles: [submitter]\n    token_sha256: " + hash + "\n", "needs a team"},
+		{"short hash", "principals:\n  - name: a\n    team: p\n    roles: [admin]\n    token_sha256: abc\n", "64 hex digits"},
+		{"duplicate name", "principals:\n  - {name: a, team: p, roles: [admin], token_sha256: " + hash + "}\n  - {name: a, team: p, roles: [admin], token_sha256: " + HashToken("x") + "}\n", "used twice"},
+		{"duplicate hash", "principals:\n  - {name: a, team: p, roles: [admin], token_sha256: " + hash + "}\n  - {name: b, team: p, roles: [admin], token_sha256: " + hash + "}\n", "another principal"},
+		{"no name", "principals:\n  - {team: p, roles: [admin], token_sha256: " + hash + "}\n", "name is required"},
+		{"not yaml", "principals: [", "parse tokens file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tokens")
+			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p, err := LoadPrincipals(path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := p.Authenticate("s3cret")
+			want := sandgate.Principal{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}}
+			if diff := cmp.Diff(want, got); !ok || diff != "" {
+				t.Errorf("Authenticate (-want +got):\n%s", diff)
+			}
+			for _, bad := range []string{"", "s3cret ", "S3CRET", hash} {
+				if _, ok := p.Authenticate(bad); ok {
+					t.Errorf("token %q authenticated", bad)
+				}
+			}
+		})
+	}
+	if _, err := LoadPrincipals(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Errorf("a missing file loaded")
+	}
+}
+
+// TestDevPrincipals checks the development token.
+func TestDevPrincipals(t *testing.T) {
+	p, token, err := DevPrincipals()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := p.Authenticate(token)
+	if !ok || got.Name != "dev" || !got.Has(sandgate.RoleSubmitter) || !got.Has(sandgate.RoleAdmin) {
+		t.Errorf("dev principal = %+v, %v", got, ok)
+	}
+	_, token2, _ := DevPrincipals()
+	if token == token2 || len(token) < 40 {
+		t.Errorf("dev tokens %q and %q", token, token2)
+	}
+}
+
+// TestBearerToken checks the Authorization header parser.
+func TestBearerToken(t *testing.T) {
+	tests := []struct {
+		header, token string
+		ok            bool
+	}{
+		{"Bearer abc", "abc", true},
+		{"bearer abc", "abc", true},
+		{"Bearer  abc ", "abc", true},
+		{"Basic abc", "", false},
+		{"Bearer", "", false},
+		{"Bearer ", "", false},
+		{"", "", false},
+		{"Bearer " + strings.Repeat("a", 5000), "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.header[:min(len(tc.header), 20)], func(t *testing.T) {
+			got, ok := bearerToken(tc.header)
+			if got != tc.token || ok != tc.ok {
+				t.Errorf("bearerToken(%q) = %q, %v", tc.header, got, ok)
+			}
+		})
+	}
+}
+
+// TestMaskSpec checks that env values, stdin and masked paths become
+// keyed hashes, deterministic under one key and different under another.
+func TestMaskSpec(t *testing.T) {
+	m := masker{key: []byte("k1-0123456789abcdef")}
+	spec := sandgate.RunSpec{
+		Image: "img", Command: []string{"run", "--password", "pw"}, Stdin: "secret input",
+		Env:       map[string]string{"TOKEN": "t0k", "EMPTY": ""},
+		Labels:    map[string]string{"token": "lab", "team": "x"},
+		Resources: sandgate.Resources{MemoryMB: 64},
+	}
+	got := m.spec(spec, []string{"labels.token", "command.2", "resources", "no.such.path", "command.99"})
+	raw, _ := json.Marshal(got)
+	for _, secret := range []string{"t0k", `"lab"`, `"pw"`, "secret input"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("masked spec leaks %s: %s", secret, raw)
+		}
+	}
+	want := map[string]any{
+		"TOKEN": m.hash("t0k"), "EMPTY": m.hash(""),
+	}
+	if diff := cmp.Diff(want, got["env"]); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	labels := got["labels"].(map[string]any)
+	if labels["team"] != "x" || labels["token"] != m.hash("lab") {
+		t.Errorf("labels = %v", labels)
+	}
+	cmd := got["command"].([]any)
+	if cmd[0] != "run" || cmd[2] != m.hash("pw") {
+		t.Errorf("command = %v", cmd)
+	}
+	if got["resources"].(map[string]any)["memory_mb"] != m.hash("64") {
+		t.Errorf("resources = %v", got["resources"])
+	}
+	other := masker{key: []byte("k2-0123456789abcdef")}
+	if m.hash("t0k") == other.hash("t0k") || m.hash("t0k") != m.hash("t0k") || !strings.HasPrefix(m.hash("x"), maskPrefix) {
+		t.Errorf("hash is not keyed and deterministic")
+	}
+	muts := m.mutations([]sandgate.Mutation{
+		{Op: "replace", Path: "/network", Value: "none", Rule: "air_gapped_network"},
+		{Op: "replace", Path: "/env/TOKEN", Value: "new", Rule: "r"},
+		{Op: "replace", Path: "/labels/token", Value: "v", Rule: "r"},
+	}, []string{"labels.token"})
+	if muts[0]["value"] != "none" || muts[1]["value"] != m.hash("new") || muts[2]["value"] != m.hash("v") {
+		t.Errorf("mutations = %v", muts)
+	}
+}
+
+// TestMaskedAuditPayload checks masking on the recorded events.
+func TestMaskedAuditPayload(t *testing.T) {
+	e := newEnv(t)
+	e.admitter.mask = []string{"labels.ticket"}
+	r := e.do(http.MethodPost, "/v1/runs", tokAlice, `{"command":["echo"],"env":{"API_KEY":"k-123"},"labels":{"ticket":"ENG-9"}}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("status %d", r.status)
+	}
+	if n := len(e.recorder.all()); n < 2 {
+		t.Fatalf("%d events recorded", n)
+	}
+	for _, ev := range e.recorder.all() {
+		raw, _ := json.Marshal(ev.Payload)
+		if strings.Contains(string(raw), "k-123") || strings.Contains(string(raw), "ENG-9") {
+			t.Errorf("%s payload leaks a secret: %s", ev.Type, raw)
+		}
+	}
+}
+
+// TestMetrics checks that /metrics serves every family the gateway
+// promises, fed by requests, decisions, runs and lifecycle events.
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "echo")
+	e.waitFinished(v.ID)
+	e.do(http.MethodPost, "/v1/runs", tokAlice, `{"command":["x"],"privileged":true}`)
+	e.do(http.MethodGet, "/v1/config", "bad", "")
+	sink := e.srv.metrics.Sink(sandgate.EventSinkFunc(func(sandgate.Event) {}))
+	sink.Emit(sandgate.Event{Type: sandgate.EventContainerCreated, Payload: map[string]any{"duration_ms": 120.0}})
+	sink.Emit(sandgate.Event{Type: sandgate.EventContainerStarted, Payload: map[string]any{"duration_ms": int64(30)}})
+	sink.Emit(sandgate.Event{Type: sandgate.EventContainerCreated})
+	sink.Emit(sandgate.Event{Type: sandgate.EventContainerRemoved, Payload: map[string]any{"duration_ms": json.Number("15")}})
+	sink.Emit(sandgate.Event{Type: sandgate.EventOrphanRemoved})
+
+	r := e.do(http.MethodGet, "/metrics", "", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("metrics: %d", r.status)
+	}
+	body := string(r.body)
+	for _, want := range []string{
+		`sandgate_admission_decisions_total{operation="run",result="allowed"} 1`,
+		`sandgate_admission_decisions_total{operation="run",result="denied"} 1`,
+		`sandgate_admission_rule_hits_total{action="deny",result="denied",rule="no_privileged"} 1`,
+		`sandgate_runs_finished_total{outcome="succeeded"} 1`,
+		`sandgate_auth_denied_total{reason="unauthenticated"} 1`,
+		`sandgate_container_create_seconds_count 1`,
+		`sandgate_container_start_seconds_sum 0.03`,
+		`sandgate_container_cleanup_seconds_count 1`,
+		`sandgate_containers_active 1`,
+		`sandgate_orphans_removed_total 1`,
+		`sandgate_audit_queue_depth 7`,
+		`sandgate_audit_spool_bytes 0`,
+		`sandgate_runs_active 0`,
+		`sandgate_http_request_duration_seconds_count{method="POST",route="/v1/runs",status="202"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestNewMetricsTwice checks that two servers may share a registry.
+func TestNewMetricsTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatalf("second NewMetrics: %v", err)
+	}
+	m.Observe(sandgate.Event{Type: sandgate.EventOrphanRemoved})
+	var got dto.Metric
+	if err := m.orphansRemoved.Write(&got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GetCounter().GetValue() != 1 {
+		t.Errorf("orphans = %v", got.GetCounter().GetValue())
+	}
+}
+
+// TestNewValidates checks New's refusals.
+func TestNewValidates(t *testing.T) {
+	e := newEnv(t)
+	full := e.srv.d
+	tests := []struct {
+		name string
+		cfg  Config
+		deps func(Deps) Deps
+		want string
+	}{
+		{"short mask key", Config{MaskKey: []byte("short")}, func(d Deps) Deps { return d }, "MaskKey"},
+		{"relative mount root", Config{MaskKey: make([]byte, 16), MountRoots: []string{"srv"}}, func(d Deps) Deps { return d }, "absolute"},
+		{"no executor", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Executor = nil; return d }, "Executor"},
+		{"no principals", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Principals = nil; return d }, "Principals"},
+		{"no recorder", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Recorder = nil; return d }, "Recorder"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.deps(full)
+			d.Registry = prometheus.NewRegistry()
+			d.Metrics = nil
+			if _, err := New(tc.cfg, d); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestServeGracefulShutdown serves on a loopback port, starts a run, and
+// ends Serve: the run is cancelled (CancelOnShutdown), stored, and Serve
+// returns.
+func TestServeGracefulShutdown(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *testEnv) { c.CancelOnShutdown = true })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ctx, ln) }()
+	c, err := NewClient("http://"+ln.Addr().String(), tokAlice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"block"}}, SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitRunning(run.ID)
+	// A follower is released by the shutdown too.
+	followed := make(chan error, 1)
+	go func() {
+		followed <- c.Logs(context.Background(), run.ID, true, func(LogEvent) error { return nil })
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	select {
+	case <-followed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the log follower was not released")
+	}
+	final, _ := e.store.GetRun(context.Background(), run.ID)
+	if final.State != sandgate.StateFinished || final.Outcome != sandgate.OutcomeCancelled {
+		t.Errorf("run after shutdown = %s %s", final.State, final.Outcome)
+	}
+	if _, err := net.DialTimeout("tcp", ln.Addr().String(), time.Second); err == nil {
+		t.Errorf("still accepting after Serve returned")
+	}
+}
+
+// TestShutdownLetsRunsFinish checks the default: runs get the grace period
+// to finish on their own.
+func TestShutdownLetsRunsFinish(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *testEnv) { c.ShutdownGrace = 5 * time.Second })
+	v := e.submit(tokAlice, "block")
+	e.waitRunning(v.ID)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		e.exec.release(v.ID)
+	}()
+	if err := e.srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	final, _ := e.store.GetRun(context.Background(), v.ID)
+	if final.Outcome != sandgate.OutcomeSucceeded {
+		t.Errorf("outcome = %q, want succeeded", final.Outcome)
+	}
+}
+
+// TestClient drives the API through the typed client.
+func TestClient(t *testing.T) {
+	e := newEnv(t)
+	c, err := NewClient(e.ts.URL+"/", tokAlice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run, err := c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo", "hi"}}, SubmitOptions{Wait: time.Second, IdempotencyKey: "k", CorrelationID: "corr-client"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !run.Finished() || run.Stdout.Data != "hi\n" || run.CorrelationID != "corr-client" {
+		t.Errorf("run = %+v", run)
+	}
+	got, err := c.Run(ctx, run.ID)
+	if err != nil || got.ID != run.ID {
+		t.Errorf("Run = %+v, %v", got, err)
+	}
+	list, err := c.Runs(ctx, ListOptions{State: sandgate.StateFinished, Limit: 10, Since: time.Unix(0, 0)})
+	if err != nil || len(list.Runs) != 1 {
+		t.Errorf("Runs = %+v, %v", list, err)
+	}
+	var out strings.Builder
+	err = c.Logs(ctx, run.ID, true, func(ev LogEvent) error {
+		if ev.Event == EventStdout {
+			b, _ := ev.Chunk()
+			out.Write(b)
+		}
+		return nil
+	})
+	if err != nil || out.String() != "hi\n" {
+		t.Errorf("Logs = %q, %v", out.String(), err)
+	}
+	d, err := c.Review(ctx, sandgate.RunSpec{Command: []string{"echo"}})
+	if err != nil || !d.Allow {
+		t.Errorf("Review = %+v, %v", d, err)
+	}
+	_, err = c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo"}, Privileged: true}, SubmitOptions{})
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodePolicyDenied || apiErr.Status != 403 {
+		t.Fatalf("denied submit err = %v", err)
+	}
+	dec, err := DecisionFromDetails(apiErr.Details)
+	if err != nil || len(dec.Violations) != 1 || dec.Violations[0].Rule != "no_privileged" {
+		t.Errorf("decision = %+v, %v", dec, err)
+	}
+	_, err = c.Cancel(ctx, run.ID)
+	if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodeConflict {
+		t.Errorf("cancel finished run err = %v", err)
+	}
+	err = c.Logs(ctx, "01900000-0000-7000-8000-000000000000", false, func(LogEvent) error { return nil })
+	if !errors.As(err, &apiErr) || apiErr.Status != 404 {
+		t.Errorf("logs of missing run err = %v", err)
+	}
+	if _, err := NewClient("ftp://x", ""); err == nil {
+		t.Errorf("ftp URL accepted")
+	}
+	// A non-JSON error answer (a proxy's) still becomes an APIError.
+	proxy := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html>bad gateway</html>")
+	})}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go func() { _ = proxy.Serve(ln) }()
+	defer proxy.Close()
+	pc, _ := NewClient("http://"+ln.Addr().String(), "t")
+	_, err = pc.Run(ctx, "x")
+	if !errors.As(err, &apiErr) || apiErr.Status != 502 || !strings.Contains(apiErr.Message, "bad gateway") {
+		t.Errorf("proxy error = %v", err)
+	}
+}
