@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -27,7 +28,7 @@ func testStore(t testing.TB, dsn string, mod func(*Config)) *Store {
 		SpoolDir:       filepath.Join(dir, "spool"),
 		SigningKeyFile: filepath.Join(dir, "checkpoint.key"),
 		Node:           "test-node",
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:         testLogger(),
 		RetryInterval:  20 * time.Millisecond,
 	}
 	if mod != nil {
@@ -192,4 +193,12 @@ func proxiedDSN(t testing.TB, db *sql.DB, p *proxy) string {
 func isCode(err error, code sandgate.ErrorCode) bool {
 	var e *sandgate.Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// testLogger discards the writer's log unless SANDGATE_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("SANDGATE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

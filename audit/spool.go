@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -139,7 +140,9 @@ func readSpool(f *os.File) ([]*sealed, int64, error) {
 			return recs, off, nil
 		}
 		var s sealed
-		if err := json.Unmarshal(payload, &s); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(payload))
+		dec.UseNumber() // payload numbers stay as written
+		if err := dec.Decode(&s); err != nil {
 			return recs, off, nil
 		}
 		recs = append(recs, &s)

@@ -23,22 +23,22 @@ import (
 
 // Problem kinds Verify reports.
 const (
-	ProblemHashMismatch       = "hash_mismatch"        // hash is not SHA-256 of prev_hash, chain, seq and body
-	ProblemPrevHashMismatch   = "prev_hash_mismatch"   // prev_hash is not the previous row's hash
-	ProblemSeqGap             = "seq_gap"              // rows missing from the chain
-	ProblemSeqOrder           = "seq_duplicate"        // a seq appears twice
-	ProblemBodyMismatch       = "body_mismatch"        // a column disagrees with the hashed body
-	ProblemBadBody            = "bad_body"             // the body is not a canonical event
-	ProblemBadSignature       = "bad_signature"        // a checkpoint's signature does not verify
-	ProblemUntrustedKey       = "untrusted_key"        // a checkpoint is signed by a key not trusted
-	ProblemCheckpointChain    = "checkpoint_chain"     // a checkpoint does not sign its predecessor's signature
-	ProblemCheckpointMismatch = "checkpoint_mismatch"  // the row at a checkpoint's seq has another hash
-	ProblemMissingTail        = "missing_tail"         // a checkpoint covers rows that are gone
-	ProblemUnsignedTail       = "unsigned_tail"        // rows past the last checkpoint are older than they may be
-	ProblemStaleCheckpoint    = "stale_checkpoint"     // a live chain's newest checkpoint is too old
-	ProblemUnpinnedKeys       = "unpinned_keys"        // no trusted key given: signatures checked against stored keys only
-	ProblemTooMany            = "too_many_problems"    // the list was cut
-	ProblemBadInput           = "bad_input"            // an export line could not be read
+	ProblemHashMismatch       = "hash_mismatch"       // hash is not SHA-256 of prev_hash, chain, seq and body
+	ProblemPrevHashMismatch   = "prev_hash_mismatch"  // prev_hash is not the previous row's hash
+	ProblemSeqGap             = "seq_gap"             // rows missing from the chain
+	ProblemSeqOrder           = "seq_duplicate"       // a seq appears twice
+	ProblemBodyMismatch       = "body_mismatch"       // a column disagrees with the hashed body
+	ProblemBadBody            = "bad_body"            // the body is not a canonical event
+	ProblemBadSignature       = "bad_signature"       // a checkpoint's signature does not verify
+	ProblemUntrustedKey       = "untrusted_key"       // a checkpoint is signed by a key not trusted
+	ProblemCheckpointChain    = "checkpoint_chain"    // a checkpoint does not sign its predecessor's signature
+	ProblemCheckpointMismatch = "checkpoint_mismatch" // the row at a checkpoint's seq has another hash
+	ProblemMissingTail        = "missing_tail"        // a checkpoint covers rows that are gone
+	ProblemUnsignedTail       = "unsigned_tail"       // rows past the last checkpoint are older than they may be
+	ProblemStaleCheckpoint    = "stale_checkpoint"    // a live chain's newest checkpoint is too old
+	ProblemUnpinnedKeys       = "unpinned_keys"       // no trusted key given: signatures checked against stored keys only
+	ProblemTooMany            = "too_many_problems"   // the list was cut
+	ProblemBadInput           = "bad_input"           // an export line could not be read
 	maxProblems               = 10000
 )
 

@@ -320,9 +320,22 @@ func (w *writer) commit(batch []*request) bool {
 		w.committed(int64(len(recs)))
 		return true
 	}
+	committed, known := false, definitelyNotCommitted(err)
+	if !known {
+		// A broken connection leaves the outcome open; a fresh one may
+		// settle it.
+		committed, known = w.resolve(recs)
+	}
+	if committed {
+		for _, r := range syncs {
+			r.done <- nil
+		}
+		w.committed(int64(len(recs)))
+		return true
+	}
 	w.markDown(err)
 	failSyncs(err)
-	if definitelyNotCommitted(err) {
+	if known {
 		w.headSeq, w.headHash = oldSeq, oldHash
 		return w.spoolEvents(emits, rest)
 	}
@@ -506,11 +519,34 @@ func (w *writer) finish() {
 	}
 }
 
+// resolve asks Postgres, on a new connection, whether recs were
+// committed; known is false when it cannot tell.
+func (w *writer) resolve(recs []*sealed) (committed, known bool) {
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.Event.ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var n int
+	if err := w.s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE event_id = ANY($1::text[]::uuid[])`, ids).Scan(&n); err != nil {
+		return false, false
+	}
+	switch n {
+	case len(recs):
+		return true, true
+	case 0:
+		return false, true
+	}
+	return false, false
+}
+
 // definitelyNotCommitted reports whether err proves the statement did not
 // commit: the server refused it, or nothing reached the server.
 func definitelyNotCommitted(err error) bool {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &pgErr) || errors.As(err, &connErr) {
 		return true
 	}
 	return pgconn.SafeToRetry(err)
@@ -571,4 +607,11 @@ func (w *writer) insert(recs []*sealed) error {
 		return fmt.Errorf("insert %d audit events: %w", n, err)
 	}
 	return nil
+}
+
+// queueSnapshot returns the requests still queued (for tests and stats).
+func (w *writer) queueSnapshot() []*request {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*request(nil), w.queue...)
 }

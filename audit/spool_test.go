@@ -1,0 +1,227 @@
+package audit
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+)
+
+const pgSocket = "/var/run/postgresql/.s.PGSQL.5432"
+
+// TestPostgresStoppedMidStream: with the connection to Postgres cut,
+// lifecycle events are spooled and decisions refused; when it returns
+// every event is delivered exactly once, in one gapless chain, also across
+// a restart of the writer with events still in the spool.
+func TestPostgresStoppedMidStream(t *testing.T) {
+	if _, err := os.Stat(pgSocket); err != nil {
+		t.Skipf("no local Postgres socket for the proxy: %v", err)
+	}
+	_, db := newDB(t)
+	p := newProxy(t, pgSocket)
+	dsn := proxiedDSN(t, db, p)
+	dir := t.TempDir()
+	spoolDir := filepath.Join(dir, "spool")
+	mod := func(c *Config) {
+		c.SpoolDir = spoolDir
+		c.SigningKeyFile = filepath.Join(dir, "key")
+		c.CheckpointEvery = 25
+	}
+	s := testStore(t, dsn, mod)
+	rows := func() int64 { return count(t, db, "SELECT count(*) FROM audit_events") }
+
+	for i := range 50 {
+		s.Emit(lifecycle(i, "before"))
+	}
+	waitFor(t, "the first events", 10*time.Second, func() bool { return rows() == 50 })
+
+	p.cut()
+	for i := range 100 {
+		s.Emit(lifecycle(i, "during"))
+	}
+	waitFor(t, "events in the spool", 10*time.Second, func() bool {
+		st, err := os.Stat(filepath.Join(spoolDir, spoolFile))
+		return err == nil && st.Size() > 0 && len(s.w.queueSnapshot()) == 0
+	})
+	err := s.Record(context.Background(), sandgate.Event{Type: sandgate.EventAdmissionAllowed, RunID: "refused"})
+	if !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("Record with Postgres away = %v, want AUDIT-UNAVAILABLE", err)
+	}
+	if err := s.Ready(context.Background()); !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("Ready with Postgres away = %v, want AUDIT-UNAVAILABLE", err)
+	}
+	s.Emit(lifecycle(100, "during")) // the spool keeps taking lifecycle events
+	waitFor(t, "the last event in the spool", 10*time.Second, func() bool { return len(s.w.queueSnapshot()) == 0 })
+	if got := rows(); got != 50 {
+		t.Fatalf("rows while cut = %d, want 50", got)
+	}
+
+	p.restore()
+	waitFor(t, "spooled events delivered", 10*time.Second, func() bool { return rows() == 151 })
+	if err := s.Record(context.Background(), sandgate.Event{Type: sandgate.EventAdmissionAllowed, RunID: "after"}); err != nil {
+		t.Fatalf("Record after restore: %v", err)
+	}
+
+	// Cut again and stop the writer with events in the spool; the next
+	// writer on the same spool continues the chain and delivers them.
+	p.cut()
+	for i := range 30 {
+		s.Emit(lifecycle(i, "restart"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	p.restore()
+	s2 := testStore(t, dsn, mod)
+	if s2.ChainID() != s.ChainID() {
+		t.Fatalf("restarted writer chain %q, want %q", s2.ChainID(), s.ChainID())
+	}
+	waitFor(t, "events spooled before the restart", 10*time.Second, func() bool { return rows() == 182 })
+	s2.Emit(lifecycle(0, "after-restart"))
+	if err := s2.Close(context.Background()); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	if got := count(t, db, "SELECT count(DISTINCT event_id) FROM audit_events"); got != 183 {
+		t.Errorf("distinct events = %d, want 183 (each exactly once)", got)
+	}
+	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE run_id = 'refused'"); got != 0 {
+		t.Errorf("the refused decision was stored %d times", got)
+	}
+	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 183 {
+		t.Errorf("max seq = %d, want 183 (gapless)", got)
+	}
+	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	if err != nil || !rep.OK {
+		t.Fatalf("Verify = %+v, %v", rep, err)
+	}
+	if st, err := os.Stat(filepath.Join(spoolDir, spoolFile)); err != nil || st.Size() != 0 {
+		t.Errorf("spool after delivery: %v, %v; want empty", st, err)
+	}
+}
+
+// TestSpoolFullStopsReadinessNeverDrops: a full spool makes Ready fail;
+// the events wait in memory and all arrive when Postgres returns.
+func TestSpoolFullStopsReadinessNeverDrops(t *testing.T) {
+	if _, err := os.Stat(pgSocket); err != nil {
+		t.Skipf("no local Postgres socket for the proxy: %v", err)
+	}
+	_, db := newDB(t)
+	p := newProxy(t, pgSocket)
+	s := testStore(t, proxiedDSN(t, db, p), func(c *Config) { c.SpoolMaxBytes = 8192 })
+	if err := s.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready = %v", err)
+	}
+	p.cut()
+	for i := range 200 {
+		s.Emit(lifecycle(i, "full"))
+	}
+	waitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
+	if err := s.Ready(context.Background()); !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("Ready with a full spool = %v, want AUDIT-UNAVAILABLE", err)
+	}
+	p.restore()
+	waitFor(t, "all events delivered", 10*time.Second, func() bool {
+		return count(t, db, "SELECT count(*) FROM audit_events") == 200
+	})
+	waitFor(t, "readiness", 10*time.Second, func() bool { return s.Ready(context.Background()) == nil })
+}
+
+// TestSpoolCutShortRecord: a spool whose last record was cut short (a
+// crash mid-write) keeps every record before it, saves the damaged bytes
+// aside and takes new records after the good ones.
+func TestSpoolCutShortRecord(t *testing.T) {
+	tests := []struct {
+		name string
+		cut  func(size int64) int64 // new size
+		want int
+	}{
+		{"header cut", func(n int64) int64 { return n - 1 - int64(len(spoolFrame(t, 3))) + 4 }, 2},
+		{"payload cut", func(n int64) int64 { return n - 3 }, 2},
+		{"intact", func(n int64) int64 { return n }, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			sp, recs, err := openSpool(dir, 1<<20, t.Logf)
+			if err != nil || len(recs) != 0 {
+				t.Fatalf("openSpool = %v, %v", recs, err)
+			}
+			var all []*sealed
+			for i := 1; i <= 3; i++ {
+				r := testSealed(i)
+				all = append(all, r)
+				if err := sp.append([]*sealed{r}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sp.close()
+			path := filepath.Join(dir, spoolFile)
+			st, _ := os.Stat(path)
+			if err := os.Truncate(path, tt.cut(st.Size())); err != nil {
+				t.Fatal(err)
+			}
+			sp, recs, err = openSpool(dir, 1<<20, t.Logf)
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			defer sp.close()
+			if diff := cmp.Diff(all[:tt.want], recs); diff != "" {
+				t.Fatalf("records kept (-want +got):\n%s", diff)
+			}
+			saved, _ := filepath.Glob(path + ".corrupt-*")
+			if wantSaved := tt.want < 3; (len(saved) == 1) != wantSaved {
+				t.Errorf("saved damaged tails = %v, want one: %v", saved, wantSaved)
+			}
+			// A new record follows the good ones and survives a reopen.
+			if err := sp.append([]*sealed{testSealed(9)}); err != nil {
+				t.Fatal(err)
+			}
+			sp.close()
+			sp, recs, err = openSpool(dir, 1<<20, t.Logf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != tt.want+1 || recs[tt.want].Seq != 9 {
+				t.Errorf("after append: %d records, last %+v", len(recs), recs[len(recs)-1])
+			}
+		})
+	}
+}
+
+// TestSpoolLockedPerProcess: a second writer on the same spool is refused.
+func TestSpoolLockedPerProcess(t *testing.T) {
+	dir := t.TempDir()
+	sp, _, err := openSpool(dir, 1<<20, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.close()
+	if _, _, err := openSpool(dir, 1<<20, t.Logf); err == nil {
+		t.Fatal("second openSpool on a locked spool succeeded")
+	}
+}
+
+func testSealed(seq int) *sealed {
+	ev, body, _ := canonicalEvent(lifecycle(seq, "spool"), time.Unix(1700000000, 0))
+	ev.ID = "0190f5d2-0000-7000-8000-00000000000" + string(rune('0'+seq%10))
+	prev := make([]byte, HashSize)
+	return &sealed{Event: ev, ChainID: "c", Seq: int64(seq), RecordedAt: time.Unix(1700000000, 0).UTC(),
+		Body: body, PrevHash: prev, Hash: ChainHash(prev, "c", int64(seq), body)}
+}
+
+func spoolFrame(t *testing.T, seq int) []byte {
+	t.Helper()
+	b, err := encodeFrames([]*sealed{testSealed(seq)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
