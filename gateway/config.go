@@ -37,10 +37,11 @@ type Config struct {
 	// 413 SANDGATE-TOO-LARGE. Default and maximum: sandgate.MaxSpecBytes
 	// (1 MiB).
 	BodyLimit int64
-	// MaskKey is the HMAC-SHA256 key that turns secrets (env values and the
-	// paths a decision's Mask names) into keyed hashes before they reach the
-	// audit trail. Required, at least 16 bytes, stable across restarts so
-	// that equal secrets hash equally.
+	// MaskKey is the HMAC-SHA256 key that turns secrets (env values, stdin
+	// and the paths a decision's Mask names) into keyed hashes before they
+	// reach the audit trail. At least 16 bytes, stable across restarts so
+	// that equal secrets hash equally. When empty, the Recorder must be a
+	// Redactor (the audit store is) and its key is used.
 	MaskKey []byte
 	// AuthFailureRate and AuthFailureBurst rate-limit failed
 	// authentication and authorisation per source address: once a source
@@ -154,7 +155,7 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
-	if len(c.MaskKey) < 16 {
+	if len(c.MaskKey) > 0 && len(c.MaskKey) < 16 {
 		return errors.New("gateway: MaskKey must be at least 16 bytes")
 	}
 	for _, r := range c.MountRoots {

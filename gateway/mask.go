@@ -110,21 +110,69 @@ func (m masker) all(v any) any {
 	}
 }
 
-// mutations returns the decision's mutations with the values of masked
+// value hashes every scalar of v (a Go value that marshals to JSON).
+func (m masker) value(v any) any {
+	return m.all(generic(v))
+}
+
+// generic returns v as encoding/json's generic form.
+func generic(v any) any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		return nil
+	}
+	return g
+}
+
+// Redactor is implemented by a Recorder that hashes secrets with its own
+// key (the audit store does). When Config.MaskKey is empty the gateway
+// uses it, so that the gateway's hashes and the trail's agree.
+type Redactor interface {
+	// Redact returns doc with every value under "env" and every field a
+	// mask path names replaced by its keyed hash.
+	Redact(doc map[string]any, mask []string) map[string]any
+	// RedactSpec is Redact of the spec's JSON.
+	RedactSpec(spec sandgate.RunSpec, mask []string) map[string]any
+}
+
+// secrets turns secrets into keyed hashes for the audit trail.
+type secrets interface {
+	// spec returns the spec as a JSON object with env values, stdin and
+	// the mask paths hashed.
+	spec(s sandgate.RunSpec, mask []string) map[string]any
+	// value hashes every scalar of v.
+	value(v any) any
+}
+
+// redactorSecrets adapts a Redactor.
+type redactorSecrets struct{ r Redactor }
+
+func (r redactorSecrets) spec(s sandgate.RunSpec, mask []string) map[string]any {
+	return r.r.RedactSpec(s, append(slices.Clone(mask), "stdin"))
+}
+
+func (r redactorSecrets) value(v any) any {
+	return r.r.Redact(map[string]any{"v": generic(v)}, []string{"v"})["v"]
+}
+
+// maskMutations returns the decision's mutations with the values of masked
 // paths hashed. A mutation path is a JSON pointer ("/env/TOKEN").
-func (m masker) mutations(muts []sandgate.Mutation, mask []string) []map[string]any {
+func maskMutations(sec secrets, muts []sandgate.Mutation, mask []string) []map[string]any {
 	out := make([]map[string]any, 0, len(muts))
 	for _, mu := range muts {
 		parts := strings.Split(strings.TrimPrefix(mu.Path, "/"), "/")
 		for i := range parts {
 			parts[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(parts[i])
 		}
-		var value any = mu.Value
+		value := mu.Value
 		if isMasked(parts, mask) {
-			raw, _ := json.Marshal(mu.Value)
-			var generic any
-			_ = json.Unmarshal(raw, &generic)
-			value = m.all(generic)
+			value = sec.value(mu.Value)
 		}
 		out = append(out, map[string]any{"op": mu.Op, "path": mu.Path, "value": value, "rule": mu.Rule})
 	}

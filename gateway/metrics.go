@@ -32,9 +32,8 @@ type ActiveContainerCounter interface {
 }
 
 // Metrics are the gateway's Prometheus collectors. Container durations and
-// counts come from the lifecycle events that pass through Sink: the
-// executor's container.created, container.started and container.removed
-// events carry their duration in the payload as "duration_ms".
+// counts come from the lifecycle events that pass through Sink (see
+// Observe), so the executor needs no metrics code of its own.
 type Metrics struct {
 	reg prometheus.Registerer
 
@@ -49,6 +48,8 @@ type Metrics struct {
 	orphansRemoved   prometheus.Counter
 
 	containers atomic.Int64
+	timesMu    sync.Mutex
+	times      map[string]*runTimes
 
 	mu         sync.Mutex
 	runsActive func() int
@@ -175,23 +176,98 @@ func (m *Metrics) Sink(next sandgate.EventSink) sandgate.EventSink {
 	})
 }
 
-// Observe counts one lifecycle event.
+// Observe counts one lifecycle event. A container step's duration is the
+// payload's "duration_ms" when the executor sets one, else the time
+// between the run's events: image.resolved → container.created (create),
+// container.created → container.started (start), the container's end →
+// container.removed (cleanup). Active containers are those created and not
+// yet removed (or lost).
 func (m *Metrics) Observe(ev sandgate.Event) {
 	switch ev.Type {
+	case sandgate.EventImageResolved:
+		m.track(ev, func(t *runTimes) { t.resolved = ev.Time })
 	case sandgate.EventContainerCreated:
 		m.containers.Add(1)
-		observeDuration(m.containerCreate, ev.Payload)
+		m.track(ev, func(t *runTimes) {
+			observeStep(m.containerCreate, ev, t.resolved)
+			t.created, t.counted = ev.Time, true
+		})
 	case sandgate.EventContainerStarted:
-		observeDuration(m.containerStart, ev.Payload)
+		m.track(ev, func(t *runTimes) { observeStep(m.containerStart, ev, t.created) })
+	case sandgate.EventContainerExited, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventRunCancelled:
+		m.track(ev, func(t *runTimes) {
+			if t.ended.IsZero() {
+				t.ended = ev.Time
+			}
+		})
 	case sandgate.EventContainerRemoved:
-		m.containers.Add(-1)
-		observeDuration(m.containerCleanup, ev.Payload)
+		m.finishRun(ev, func(t *runTimes) { observeStep(m.containerCleanup, ev, t.ended) })
+	case sandgate.EventRunLost, sandgate.EventRunFailed, sandgate.EventImageUnavailable:
+		m.finishRun(ev, nil)
 	case sandgate.EventOrphanRemoved:
 		m.orphansRemoved.Inc()
 	}
 }
 
-func observeDuration(h prometheus.Histogram, payload map[string]any) {
+// runTimes are the times of one run's container steps so far.
+type runTimes struct {
+	resolved, created, ended time.Time
+	counted                  bool
+}
+
+// maxTracked bounds the runs whose step times are kept.
+const maxTracked = 10000
+
+func (m *Metrics) track(ev sandgate.Event, f func(*runTimes)) {
+	m.timesMu.Lock()
+	defer m.timesMu.Unlock()
+	if m.times == nil {
+		m.times = map[string]*runTimes{}
+	}
+	t := m.times[ev.RunID]
+	if t == nil {
+		if len(m.times) >= maxTracked {
+			for k := range m.times {
+				delete(m.times, k)
+				break
+			}
+		}
+		t = &runTimes{}
+		m.times[ev.RunID] = t
+	}
+	f(t)
+}
+
+// finishRun observes the run's last step and forgets it; its container, if
+// counted, is no longer active.
+func (m *Metrics) finishRun(ev sandgate.Event, f func(*runTimes)) {
+	m.timesMu.Lock()
+	defer m.timesMu.Unlock()
+	t := m.times[ev.RunID]
+	if t == nil {
+		t = &runTimes{counted: ev.Type == sandgate.EventContainerRemoved}
+	}
+	if f != nil {
+		f(t)
+	}
+	if t.counted {
+		m.containers.Add(-1)
+	}
+	delete(m.times, ev.RunID)
+}
+
+// observeStep records a step's duration: the payload's duration_ms, else
+// the time since the previous step.
+func observeStep(h prometheus.Histogram, ev sandgate.Event, since time.Time) {
+	if observeDuration(h, ev.Payload) {
+		return
+	}
+	if !since.IsZero() && !ev.Time.IsZero() && !ev.Time.Before(since) {
+		h.Observe(ev.Time.Sub(since).Seconds())
+	}
+}
+
+func observeDuration(h prometheus.Histogram, payload map[string]any) bool {
 	var ms float64
 	switch v := payload["duration_ms"].(type) {
 	case float64:
@@ -203,15 +279,16 @@ func observeDuration(h prometheus.Histogram, payload map[string]any) {
 	case json.Number:
 		f, err := v.Float64()
 		if err != nil {
-			return
+			return false
 		}
 		ms = f
 	case time.Duration:
 		ms = float64(v) / float64(time.Millisecond)
 	default:
-		return
+		return false
 	}
 	h.Observe(ms / 1000)
+	return true
 }
 
 func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {

@@ -84,6 +84,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			return nil, err
 		}
 	}
+	var sec secrets = masker{key: cfg.MaskKey}
+	if len(cfg.MaskKey) == 0 {
+		r, ok := deps.Recorder.(Redactor)
+		if !ok {
+			return nil, errors.New("gateway: Config.MaskKey is required when the Recorder is not a Redactor")
+		}
+		sec = redactorSecrets{r: r}
+	}
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger,
@@ -94,7 +102,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.requests = newLimiters(cfg.RateLimit, cfg.RateBurst, deps.Clock)
 	}
 	s.svc = &service{
-		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: masker{key: cfg.MaskKey},
+		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: sec,
 		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(),
 		runCtx: runCtx, stopRuns: stopRuns,
 	}

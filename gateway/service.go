@@ -31,7 +31,7 @@ type service struct {
 	d       Deps
 	now     func() time.Time
 	newID   func() string
-	mask    masker
+	mask    secrets
 	metrics *Metrics
 	log     *slog.Logger
 	live    *hub
@@ -96,7 +96,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	requested.Outcome = "requested"
 	requested.Payload = map[string]any{"spec": s.mask.spec(spec, dec.Mask)}
 	if sub.IdempotencyKey != "" {
-		requested.Payload["idempotency_key"] = s.mask.hash(sub.IdempotencyKey)
+		requested.Payload["idempotency_key"] = s.mask.value(sub.IdempotencyKey)
 	}
 	admission := base
 	admission.Payload = s.decisionPayload(dec)
@@ -156,7 +156,7 @@ func (s *service) decisionPayload(dec sandgate.Decision) map[string]any {
 		"allow":      dec.Allow,
 		"violations": nonNil(dec.Violations),
 		"warnings":   nonNil(dec.Warnings),
-		"mutations":  s.mask.mutations(dec.Mutations, dec.Mask),
+		"mutations":  maskMutations(s.mask, dec.Mutations, dec.Mask),
 	}
 }
 

@@ -152,7 +152,7 @@ func TestMaskSpec(t *testing.T) {
 	if m.hash("t0k") == other.hash("t0k") || m.hash("t0k") != m.hash("t0k") || !strings.HasPrefix(m.hash("x"), maskPrefix) {
 		t.Errorf("hash is not keyed and deterministic")
 	}
-	muts := m.mutations([]sandgate.Mutation{
+	muts := maskMutations(m, []sandgate.Mutation{
 		{Op: "replace", Path: "/network", Value: "none", Rule: "air_gapped_network"},
 		{Op: "replace", Path: "/env/TOKEN", Value: "new", Rule: "r"},
 		{Op: "replace", Path: "/labels/token", Value: "v", Rule: "r"},
@@ -258,6 +258,7 @@ func TestNewValidates(t *testing.T) {
 		{"no executor", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Executor = nil; return d }, "Executor"},
 		{"no principals", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Principals = nil; return d }, "Principals"},
 		{"no recorder", Config{MaskKey: make([]byte, 16)}, func(d Deps) Deps { d.Recorder = nil; return d }, "Recorder"},
+		{"no mask key, recorder no redactor", Config{}, func(d Deps) Deps { return d }, "MaskKey"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,5 +411,119 @@ func TestClient(t *testing.T) {
 	_, err = pc.Run(ctx, "x")
 	if !errors.As(err, &apiErr) || apiErr.Status != 502 || !strings.Contains(apiErr.Message, "bad gateway") {
 		t.Errorf("proxy error = %v", err)
+	}
+}
+
+// redactingRecorder is a Recorder that redacts with its own key, as the
+// audit store does.
+type redactingRecorder struct {
+	*fakeRecorder
+	m masker
+}
+
+func (r redactingRecorder) Redact(doc map[string]any, mask []string) map[string]any {
+	if env, ok := doc["env"]; ok {
+		doc["env"] = r.m.all(env)
+	}
+	for _, p := range mask {
+		r.m.at(doc, strings.Split(p, "."))
+	}
+	return doc
+}
+
+func (r redactingRecorder) RedactSpec(spec sandgate.RunSpec, mask []string) map[string]any {
+	raw, _ := json.Marshal(spec)
+	var doc map[string]any
+	_ = json.Unmarshal(raw, &doc)
+	return r.Redact(doc, mask)
+}
+
+// TestRecorderRedactor checks that without a MaskKey the gateway hashes
+// with the Recorder's redactor, so that its hashes match the trail's.
+func TestRecorderRedactor(t *testing.T) {
+	m := masker{key: []byte("audit-store-key-0123")}
+	e := newEnv(t)
+	rec := redactingRecorder{fakeRecorder: e.recorder, m: m}
+	// Build a second server over the same fakes with the redacting
+	// recorder and no MaskKey.
+	d := e.srv.d
+	d.Recorder = rec
+	d.Registry = prometheus.NewRegistry()
+	d.Metrics = nil
+	cfg := e.srv.cfg
+	cfg.MaskKey = nil
+	srv, err := New(cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandgate.RunSpec{Command: []string{"echo"}, Stdin: "in", Env: map[string]string{"K": "v"}}
+	if _, err := srv.svc.review(context.Background(), sandgate.Principal{Name: "alice", Team: "payments"}, "c", spec); err != nil {
+		t.Fatal(err)
+	}
+	evs := rec.ofType(sandgate.EventAdmissionReviewed)
+	if len(evs) != 1 {
+		t.Fatalf("events = %+v", evs)
+	}
+	got := evs[0].Payload["spec"].(map[string]any)
+	if got["env"].(map[string]any)["K"] != m.hash("v") || got["stdin"] != m.hash("in") {
+		t.Errorf("spec = %v", got)
+	}
+	if v := (redactorSecrets{r: rec}).value(map[string]any{"a": "b"}); v.(map[string]any)["a"] != m.hash("b") {
+		t.Errorf("value = %v", v)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMetricsFromEventTimes checks durations derived from the times of a
+// run's events, and the active container count through a lost run.
+func TestMetricsFromEventTimes(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(typ sandgate.EventType, run string, ms int) sandgate.Event {
+		return sandgate.Event{Type: typ, RunID: run, Time: t0.Add(time.Duration(ms) * time.Millisecond)}
+	}
+	for _, ev := range []sandgate.Event{
+		at(sandgate.EventImageResolved, "a", 0),
+		at(sandgate.EventContainerCreated, "a", 200),
+		at(sandgate.EventContainerStarted, "a", 250),
+		at(sandgate.EventImageResolved, "b", 0),
+		at(sandgate.EventContainerCreated, "b", 100),
+		at(sandgate.EventContainerExited, "a", 1000),
+		at(sandgate.EventContainerRemoved, "a", 1400),
+		at(sandgate.EventImageUnavailable, "c", 10),
+	} {
+		m.Observe(ev)
+	}
+	sum := func(h prometheus.Histogram) (uint64, float64) {
+		var d dto.Metric
+		if err := h.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount(), d.GetHistogram().GetSampleSum()
+	}
+	type obs struct {
+		Count uint64
+		Sum   float64
+	}
+	got := map[string]obs{}
+	for name, h := range map[string]prometheus.Histogram{"create": m.containerCreate, "start": m.containerStart, "cleanup": m.containerCleanup} {
+		c, s := sum(h)
+		got[name] = obs{c, float64(int(s*1000+0.5)) / 1000}
+	}
+	want := map[string]obs{"create": {2, 0.3}, "start": {1, 0.05}, "cleanup": {1, 0.4}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("durations (-want +got):\n%s", diff)
+	}
+	if n := m.containers.Load(); n != 1 {
+		t.Errorf("active = %d, want 1 (b)", n)
+	}
+	m.Observe(at(sandgate.EventRunLost, "b", 5000))
+	if n := m.containers.Load(); n != 0 {
+		t.Errorf("active after lost = %d, want 0", n)
 	}
 }
