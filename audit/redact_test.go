@@ -1,0 +1,77 @@
+package audit
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestRedact: env values always, and every masked path, become keyed
+// hashes; everything else is untouched and the input is not modified.
+func TestRedact(t *testing.T) {
+	key := []byte("k")
+	h := func(v string) string { return KeyedHash(key, v) }
+	tests := []struct {
+		name string
+		doc  map[string]any
+		mask []string
+		want map[string]any
+	}{
+		{
+			name: "env always",
+			doc:  map[string]any{"image": "x", "env": map[string]any{"TOKEN": "s3cret", "A": "1"}},
+			want: map[string]any{"image": "x", "env": map[string]any{"TOKEN": h("s3cret"), "A": h("1")}},
+		},
+		{
+			name: "dotted path and top-level string",
+			doc:  map[string]any{"stdin": "password", "labels": map[string]any{"token": "t", "ticket": "ENG-1"}},
+			mask: []string{"stdin", "labels.token"},
+			want: map[string]any{"stdin": h("password"), "labels": map[string]any{"token": h("t"), "ticket": "ENG-1"}},
+		},
+		{
+			name: "array and number leaves",
+			doc:  map[string]any{"command": []any{"sh", "-c", "x"}, "resources": map[string]any{"memory_mb": 512.0}},
+			mask: []string{"command", "resources.memory_mb"},
+			want: map[string]any{"command": []any{h("sh"), h("-c"), h("x")}, "resources": map[string]any{"memory_mb": h("512")}},
+		},
+		{
+			name: "missing paths ignored",
+			doc:  map[string]any{"a": "b"},
+			mask: []string{"nope", "a.b.c", ""},
+			want: map[string]any{"a": "b"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := deepCopy(tt.doc)
+			got := Redact(key, tt.doc, tt.mask)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Redact (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(before, any(tt.doc)); diff != "" {
+				t.Errorf("input modified (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRedactSpec: a run spec's env and masked fields never appear in
+// clear.
+func TestRedactSpec(t *testing.T) {
+	spec := sandgate.RunSpec{Image: "img", Command: []string{"sh"}, Env: map[string]string{"API_KEY": "abc123"},
+		Stdin: "pw", Labels: map[string]string{"token": "tok", "team": "x"}}
+	got := RedactSpec([]byte("k"), spec, []string{"stdin", "labels.token"})
+	env := got["env"].(map[string]any)
+	if !strings.HasPrefix(env["API_KEY"].(string), HashPrefix) || got["stdin"] == "pw" || got["labels"].(map[string]any)["token"] == "tok" {
+		t.Errorf("secret in clear: %v", got)
+	}
+	if got["labels"].(map[string]any)["team"] != "x" || got["image"] != "img" {
+		t.Errorf("unmasked field changed: %v", got)
+	}
+	if KeyedHash([]byte("k"), "abc123") != env["API_KEY"] || KeyedHash([]byte("other"), "abc123") == env["API_KEY"] {
+		t.Error("hash is not keyed HMAC-SHA256")
+	}
+}

@@ -1,0 +1,216 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/sandgate/sandgate"
+)
+
+func testRun(id string, created time.Time) *sandgate.Run {
+	return &sandgate.Run{
+		ID: id, CorrelationID: "c-" + id, DecisionID: "d-" + id, PolicyRevision: "sha256:aa",
+		Principal: "alice", Team: "payments", Node: "n1", State: sandgate.StatePending,
+		CreatedAt: created, Warnings: []string{},
+		Spec: sandgate.RunSpec{Image: "sandgate/sandbox:latest", Command: []string{"echo", "hi"}, SessionID: "s1", TaskID: "t-" + id},
+	}
+}
+
+// TestRunStoreCRUD: a run round-trips through create, update and get.
+func TestRunStoreCRUD(t *testing.T) {
+	dsn, _ := newDB(t)
+	s := readOnly(t, dsn, nil)
+	ctx := context.Background()
+	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	run := testRun("r1", created)
+	if _, ok, err := s.CreateRun(ctx, run); err != nil || !ok {
+		t.Fatalf("CreateRun = %v, %v", ok, err)
+	}
+	if _, _, err := s.CreateRun(ctx, testRun("r1", created)); !isCode(err, sandgate.CodeConflict) {
+		t.Errorf("CreateRun(dup) = %v, want CONFLICT", err)
+	}
+	got, err := s.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	if diff := cmp.Diff(run, got); diff != "" {
+		t.Errorf("GetRun (-want +got):\n%s", diff)
+	}
+	started, finished := created.Add(time.Second), created.Add(3*time.Second)
+	code := 0
+	run.State, run.Outcome, run.ExitCode, run.ContainerID = sandgate.StateFinished, sandgate.OutcomeSucceeded, &code, "ctr"
+	run.StartedAt, run.FinishedAt, run.DurationMS = &started, &finished, 2000
+	run.Stdout = sandgate.Output{Data: "hi\n", Encoding: "utf-8", Bytes: 3, SHA256: "98ea"}
+	run.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "x"}
+	run.Warnings = []string{"w"}
+	if err := s.UpdateRun(ctx, run); err != nil {
+		t.Fatalf("UpdateRun: %v", err)
+	}
+	got, err = s.GetRun(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(run, got); diff != "" {
+		t.Errorf("after UpdateRun (-want +got):\n%s", diff)
+	}
+	if _, err := s.GetRun(ctx, "nope"); !isCode(err, sandgate.CodeNotFound) {
+		t.Errorf("GetRun(nope) = %v, want NOT-FOUND", err)
+	}
+	if err := s.UpdateRun(ctx, testRun("nope", created)); !isCode(err, sandgate.CodeNotFound) {
+		t.Errorf("UpdateRun(nope) = %v, want NOT-FOUND", err)
+	}
+	if _, _, err := s.CreateRun(ctx, &sandgate.Run{Principal: "a"}); !isCode(err, sandgate.CodeInvalidRequest) {
+		t.Errorf("CreateRun(no id) = %v, want INVALID-REQUEST", err)
+	}
+}
+
+// TestRunStoreIdempotency: one key, one principal, one run for 24 hours,
+// also when the requests race; another principal or an expired key makes
+// a new run.
+func TestRunStoreIdempotency(t *testing.T) {
+	dsn, _ := newDB(t)
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s := readOnly(t, dsn, func(c *Config) { c.Clock = clock })
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	createdIDs := make(chan string, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := testRun(fmt.Sprintf("race-%d", i), now)
+			r.IdempotencyKey = "k1"
+			existing, created, err := s.CreateRun(ctx, r)
+			if err != nil {
+				t.Errorf("CreateRun: %v", err)
+				return
+			}
+			if created {
+				createdIDs <- r.ID
+			} else if existing == nil || existing.IdempotencyKey != "k1" {
+				t.Errorf("existing = %+v", existing)
+			}
+		}()
+	}
+	wg.Wait()
+	close(createdIDs)
+	var winners []string
+	for id := range createdIDs {
+		winners = append(winners, id)
+	}
+	if len(winners) != 1 {
+		t.Fatalf("runs created with one key = %v, want exactly one", winners)
+	}
+
+	tests := []struct {
+		name      string
+		principal string
+		advance   time.Duration
+		created   bool
+	}{
+		{"same principal within 24h", "alice", 23 * time.Hour, false},
+		{"other principal", "bob", 0, true},
+		{"same principal after 24h", "alice", 2 * time.Hour, true},
+		{"again right after", "alice", time.Minute, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mu.Lock()
+			now = now.Add(tt.advance)
+			mu.Unlock()
+			r := testRun(fmt.Sprintf("later-%d", i), clock())
+			r.Principal, r.IdempotencyKey = tt.principal, "k1"
+			existing, created, err := s.CreateRun(ctx, r)
+			if err != nil {
+				t.Fatalf("CreateRun: %v", err)
+			}
+			if created != tt.created {
+				t.Fatalf("created = %v, want %v (existing %+v)", created, tt.created, existing)
+			}
+			if !created && existing.Principal != tt.principal {
+				t.Errorf("existing run of %s for %s", existing.Principal, tt.principal)
+			}
+		})
+	}
+}
+
+// TestListRuns: filters, newest first, keyset pages, bad input refused.
+func TestListRuns(t *testing.T) {
+	dsn, _ := newDB(t)
+	s := readOnly(t, dsn, nil)
+	ctx := context.Background()
+	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i := range 12 {
+		r := testRun(fmt.Sprintf("r%02d", i), base.Add(time.Duration(i/2)*time.Minute)) // pairs share a time
+		if i%3 == 0 {
+			r.Team, r.Spec.SessionID = "research", "s2"
+		}
+		if i%4 == 0 {
+			r.State, r.Outcome = sandgate.StateFinished, sandgate.OutcomeFailed
+		}
+		if _, _, err := s.CreateRun(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(runs []sandgate.Run) []string {
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		f    sandgate.RunFilter
+		want []string
+	}{
+		{"team", sandgate.RunFilter{Team: "research"}, []string{"r09", "r06", "r03", "r00"}},
+		{"state", sandgate.RunFilter{State: sandgate.StateFinished}, []string{"r08", "r04", "r00"}},
+		{"outcome", sandgate.RunFilter{Outcome: sandgate.OutcomeFailed, Team: "payments"}, []string{"r08", "r04"}},
+		{"session", sandgate.RunFilter{SessionID: "s2", Until: base.Add(3 * time.Minute)}, []string{"r03", "r00"}},
+		{"task", sandgate.RunFilter{TaskID: "t-r05"}, []string{"r05"}},
+		{"since", sandgate.RunFilter{Since: base.Add(5 * time.Minute)}, []string{"r11", "r10"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runs, next, err := s.ListRuns(ctx, tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, ids(runs), cmpopts.EquateEmpty()); diff != "" || next != "" {
+				t.Errorf("ListRuns (-want +got):\n%s next %q", diff, next)
+			}
+		})
+	}
+	var all []string
+	cursor := ""
+	for {
+		runs, next, err := s.ListRuns(ctx, sandgate.RunFilter{Limit: 5, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, ids(runs)...)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	want := []string{"r11", "r10", "r09", "r08", "r07", "r06", "r05", "r04", "r03", "r02", "r01", "r00"}
+	if diff := cmp.Diff(want, all); diff != "" {
+		t.Errorf("paged (-want +got):\n%s", diff)
+	}
+	for _, f := range []sandgate.RunFilter{{Cursor: "garbage!"}, {State: "sleeping"}, {Outcome: "meh"}, {Limit: -2}} {
+		if _, _, err := s.ListRuns(ctx, f); !isCode(err, sandgate.CodeInvalidRequest) {
+			t.Errorf("ListRuns(%+v) = %v, want INVALID-REQUEST", f, err)
+		}
+	}
+}

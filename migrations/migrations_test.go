@@ -1,0 +1,93 @@
+package migrations_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/migrations"
+)
+
+// TestUpIsIdempotentAndStatusShowsAll: Up applies every migration once;
+// a second Up applies none; Status lists them all as applied.
+func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
+	db := audittest.OpenDB(t, audittest.NewDatabase(t))
+	ctx := context.Background()
+	pending, err := migrations.Pending(ctx, db)
+	if err != nil || !pending {
+		t.Fatalf("Pending on an empty database = %v, %v; want true", pending, err)
+	}
+	n, err := migrations.Up(ctx, db)
+	if err != nil || n != 3 {
+		t.Fatalf("Up = %d, %v; want 3 applied", n, err)
+	}
+	if n, err := migrations.Up(ctx, db); err != nil || n != 0 {
+		t.Fatalf("second Up = %d, %v; want 0", n, err)
+	}
+	var out bytes.Buffer
+	if err := migrations.Status(ctx, db, &out); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	for _, want := range []string{"00001_audit_trail.sql", "00002_runs.sql", "00003_app_role.sql"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("Status lacks %s:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "pending") {
+		t.Errorf("Status shows pending migrations after Up:\n%s", out.String())
+	}
+	for _, table := range []string{"audit_events", "audit_checkpoints", "audit_chains", "runs", "idempotency_keys"} {
+		var ok bool
+		if err := db.QueryRow("SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil || !ok {
+			t.Errorf("table %s missing (%v)", table, err)
+		}
+	}
+}
+
+// TestAppRolePrivileges: sandgate_app may append to and read the trail and
+// keep runs, but not change or remove audit rows (privileges, besides the
+// triggers).
+func TestAppRolePrivileges(t *testing.T) {
+	dsn := audittest.NewMigratedDatabase(t)
+	db := audittest.OpenDB(t, dsn)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx := context.Background()
+	if _, err := conn.ExecContext(ctx, "SET ROLE sandgate_app"); err != nil {
+		t.Fatalf("SET ROLE: %v", err)
+	}
+	tests := []struct {
+		sql     string
+		allowed bool
+	}{
+		{`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
+		  VALUES (gen_random_uuid(), 'c', 1, now(), now(), 't', '\x7b7d', sha256(''), sha256(''))`, true},
+		{"SELECT count(*) FROM audit_events", true},
+		{"INSERT INTO audit_chains (chain_id, node) VALUES ('c', 'n')", true},
+		{`INSERT INTO audit_checkpoints (chain_id, seq, head_hash, created_at, signature, key_id, public_key)
+		  VALUES ('c', 1, sha256(''), now(), '\x00', 'k', '\x00')`, true},
+		{"INSERT INTO runs (id, principal, state, created_at, spec) VALUES ('r', 'p', 'pending', now(), '{}')", true},
+		{"UPDATE runs SET state = 'running' WHERE id = 'r'", true},
+		{"INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES ('p', 'k', 'r', now())", true},
+		{"UPDATE audit_events SET type = 'x'", false},
+		{"DELETE FROM audit_events", false},
+		{"TRUNCATE audit_events", false},
+		{"DELETE FROM audit_checkpoints", false},
+		{"DELETE FROM runs", false},
+		{"ALTER TABLE audit_events DISABLE TRIGGER USER", false},
+	}
+	for _, tt := range tests {
+		_, err := conn.ExecContext(ctx, tt.sql)
+		if tt.allowed && err != nil {
+			t.Errorf("%s: %v, want allowed", tt.sql, err)
+		}
+		if !tt.allowed && (err == nil || !strings.Contains(err.Error(), "SQLSTATE 42501")) {
+			t.Errorf("%s: %v, want permission denied", tt.sql, err)
+		}
+	}
+}
