@@ -170,6 +170,20 @@ func (e *Executor) hostName() string {
 	return e.cfg.DockerHost
 }
 
+// State reports where a run executing here is: pending (queued for a
+// slot or resolving its image), creating, or running. ok is false when no
+// such run is executing here.
+func (e *Executor) State(runID string) (state sandgate.State, ok bool) {
+	e.mu.Lock()
+	r := e.runs[runID]
+	e.mu.Unlock()
+	if r == nil {
+		return "", false
+	}
+	_, state, _ = r.snapshot()
+	return state, true
+}
+
 // Cancel stops the run: SIGTERM, StopGrace, SIGKILL, then removal; the
 // output captured so far is kept in the run's result, whose outcome is
 // cancelled. A run still queued ends without a container. Cancel returns

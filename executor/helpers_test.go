@@ -186,3 +186,18 @@ func exitCode(res sandgate.Result) int {
 	}
 	return *res.ExitCode
 }
+
+// waitState waits until the run is live in state want.
+func waitState(t testing.TB, ex *executor.Executor, runID string, want sandgate.State) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if got, ok := ex.State(runID); ok && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s never reached state %s", runID, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -471,17 +471,9 @@ func TestQueueBeyondLimit(t *testing.T) {
 		res, _ := ex.Execute(context.Background(), queued)
 		results <- res
 	}()
-	// Cancel returns NOT-FOUND until the queued run is registered.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := ex.Cancel(context.Background(), queued.RunID)
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Cancel of the queued run: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	waitState(t, ex, queued.RunID, sandgate.StatePending)
+	if err := ex.Cancel(context.Background(), queued.RunID); err != nil {
+		t.Fatalf("Cancel of the queued run: %v", err)
 	}
 	var outcomes []string
 	for range 2 {
@@ -563,4 +555,20 @@ func sandgateLabels(l map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestStartFailure: a container that cannot start (its user does not
+// exist in the image) is SBX-001, and is removed.
+func TestStartFailure(t *testing.T) {
+	ex, rec := newTestExecutor(t, nil)
+	job := newJob(t, func(s *sandgate.RunSpec) { s.User = "nosuchuser" }, "true")
+	res, err := ex.Execute(context.Background(), job)
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeContainerCreate || res.Outcome != sandgate.OutcomeError ||
+		res.Error == nil || !strings.Contains(res.Error.Message, "did not start") {
+		t.Fatalf("Execute = %+v, %v; want SBX-001, did not start", res, err)
+	}
+	want := []sandgate.EventType{sandgate.EventImageResolved, sandgate.EventContainerCreated, sandgate.EventRunFailed, sandgate.EventContainerRemoved}
+	if diff := cmp.Diff(want, rec.typesOf(job.RunID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 }

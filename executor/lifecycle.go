@@ -121,21 +121,38 @@ func (e *Executor) findOwn(ctx context.Context, r *run, name string) (string, bo
 func (e *Executor) start(ctx context.Context, r *run, id string) (*int, error) {
 	tried := false
 	var st container.InspectResponse
+	// settled looks at the container after a failed start: started after
+	// all (done), or refused for a reason the daemon recorded.
+	settled := func(ctx context.Context) (bool, error) {
+		var err error
+		if st, err = e.docker.ContainerInspect(ctx, id); err != nil {
+			return false, err
+		}
+		if everStarted(st) {
+			return true, nil
+		}
+		if s := stateOf(st); s != nil && s.Error != "" {
+			return false, errStartRefused
+		}
+		return false, nil
+	}
 	err := e.call(ctx, r, "start", func(ctx context.Context) error {
 		if tried {
-			var err error
-			if st, err = e.docker.ContainerInspect(ctx, id); err != nil {
+			if done, err := settled(ctx); done || err != nil {
 				return err
-			}
-			switch s := stateOf(st); {
-			case everStarted(st):
-				return nil
-			case s != nil && s.Error != "":
-				return errStartRefused
 			}
 		}
 		tried = true
-		return e.docker.ContainerStart(ctx, id, container.StartOptions{})
+		err := e.docker.ContainerStart(ctx, id, container.StartOptions{})
+		if err == nil || !cerrdefs.IsInternal(err) {
+			return err
+		}
+		// A 500 is mostly the runtime refusing the process (no such user,
+		// no such binary), which the daemon records; look before retrying.
+		if done, serr := settled(ctx); done || errors.Is(serr, errStartRefused) {
+			return serr
+		}
+		return err
 	})
 	if err == nil {
 		return nil, nil
