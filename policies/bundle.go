@@ -75,14 +75,15 @@ func (e *loadError) Error() string { return strings.Join(e.errs, "; ") }
 func invalid(source string, err error) error {
 	var le *loadError
 	errs := []string{err.Error()}
+	cause := err
 	if errors.As(err, &le) {
-		errs = le.errs
+		errs, cause = le.errs, nil
 	}
 	return &sandgate.Error{
 		Code:    sandgate.CodePolicyInvalid,
 		Message: fmt.Sprintf("policy bundle %s was refused: %s", source, strings.Join(errs, "; ")),
 		Details: map[string]any{"errors": errs},
-		Err:     err,
+		Err:     cause,
 	}
 }
 

@@ -8,6 +8,7 @@ finding contains {
 	"rule": "capabilities",
 	"message": "cap_add ALL would grant every capability",
 	"controls": ["CIS-5.4", "PSS-restricted"],
+	"action": "deny",
 } if {
 	some c in input.request.cap_add
 	_canonical_cap(c) == "ALL"
@@ -17,6 +18,7 @@ finding contains {
 	"rule": "capabilities",
 	"message": sprintf("capability %s is not allowed; allowed: %s", [cap, concat(", ", config.allowed_capabilities)]),
 	"controls": ["CIS-5.4", "PSS-restricted"],
+	"action": "deny",
 } if {
 	some c in input.request.cap_add
 	cap := _canonical_cap(c)

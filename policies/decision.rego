@@ -2,12 +2,12 @@
 #
 # Every rule family (one file each) adds findings to the `finding` set:
 #
-#     finding contains {"rule": "...", "message": "...", "controls": [...]} if { ... }
+#     finding contains {"rule": "...", "message": "...", "controls": [...], "action": "deny"} if { ... }
 #
-# A finding may carry "action": "warn"; otherwise it is a deny. This file
-# turns findings into the decision: data.sandgate.config.actions can change a
-# rule's action, and an active exemption turns a deny into a warn that names
-# the exemption. Mutations (JSON Patch "replace" operations on the request)
+# Each finding says "action": "deny" or "warn"; one that says neither is a
+# deny. This file turns findings into the
+# decision: data.sandgate.config.actions can change a rule's action, and an
+# active exemption turns a deny into a warn that names the exemption. Mutations (JSON Patch "replace" operations on the request)
 # come from the `mutation` set; the engine applies them and evaluates the
 # mutated request again.
 package sandgate.admission
@@ -23,13 +23,24 @@ decision := {
 	"mutations": mutations,
 }
 
-violations := [r | some r in _results; r.action == "deny"]
+# A finding is a deny unless its action says "warn"; so a finding that
+# forgets its action still blocks.
+violations := [r | some r in _results; not _warn(r)]
 
-warnings := [r | some r in _results; r.action != "deny"]
+warnings := [r | some r in _results; _warn(r)]
+
+_warn(r) if r.action == "warn"
 
 mutations := [m | some m in mutation]
 
-_results contains _result(f) if some f in finding
+# With no findings, or no exemption in force and no action overrides (the
+# common cases), the findings are the results as they are.
+_results := finding if {
+	count(finding) == 0
+} else := finding if {
+	count(_active_exemptions) == 0
+	count(config.actions) == 0
+} else := {_result(f) | some f in finding}
 
 # _result is the finding as reported: with its action, or turned into a warn
 # by an active exemption.

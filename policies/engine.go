@@ -91,10 +91,10 @@ type Engine struct {
 	current atomic.Pointer[policy]
 
 	// loadMu serialises loads; mu guards the last error.
-	loadMu      sync.Mutex
-	mu          sync.Mutex
-	lastErr     string
-	lastErrAt   *time.Time
+	loadMu    sync.Mutex
+	mu        sync.Mutex
+	lastErr   string
+	lastErrAt *time.Time
 }
 
 var (

@@ -1,62 +1,41 @@
 # Images only from the repositories data.sandgate.config.allowed_images
-# names (glob patterns; "*" stays within one path segment), pinned by digest
-# when data.sandgate.config.require_digest is true. Docker Hub spellings are
-# folded: "docker.io/library/busybox" is "busybox" and
-# "docker.io/sandgate/sandbox" is "sandgate/sandbox".
+# names (glob patterns; "*" stays within one path segment, "**" crosses
+# them), pinned by digest when data.sandgate.config.require_digest is true.
+# Docker Hub spellings are folded: "docker.io/library/busybox" is "busybox"
+# and "docker.io/sandgate/sandbox" is "sandgate/sandbox". A registry port
+# ("registry.local:5000/team/tool:1") is not a tag.
 package sandgate.admission
 
 import data.sandgate.config
 
-_image := object.get(input.request, "image", "")
-
-# _image_parts splits "name[:tag][@digest]".
-_image_parts := split(_image, "@")
-
-_image_digest := _image_parts[1] if count(_image_parts) == 2
-
-_image_repository := _fold_hub(lower(repo)) if {
-	segments := split(_image_parts[0], "/")
-	n := count(segments)
-	last := split(segments[n - 1], ":")[0]
-	repo := concat("/", array.concat(array.slice(segments, 0, n - 1), [last]))
-}
-
-_fold_hub(r) := _fold_library(trim_prefix(r, "index.docker.io/")) if {
-	startswith(r, "index.docker.io/")
-} else := _fold_library(trim_prefix(r, "docker.io/")) if {
-	startswith(r, "docker.io/")
-} else := r
-
-_fold_library(r) := trim_prefix(r, "library/")
+# _image_glob matches the image references the allowlist admits: an
+# allowed repository, optionally spelt with Docker Hub's prefixes, with any
+# tag and digest. One glob (compiled once, cached by OPA) per evaluation.
+_image_glob := concat("", [
+	"{,docker.io/,index.docker.io/}{,library/}{",
+	concat(",", config.allowed_images),
+	"}{,:*}{,@*}",
+])
 
 finding contains {
 	"rule": "image_allowlist",
-	"message": sprintf("image %q is not from an allowed repository (%s)", [_image, concat(", ", config.allowed_images)]),
+	"message": sprintf("image %q is not from an allowed repository (%s)", [input.request.image, concat(", ", config.allowed_images)]),
 	"controls": ["CIS-5.28"],
+	"action": "deny",
 } if {
 	not _image_allowed
 }
 
-_image_allowed if {
-	some pattern in config.allowed_images
-	glob.match(pattern, ["/"], _image_repository)
-}
+_image_allowed if glob.match(_image_glob, ["/"], input.request.image)
 
 finding contains {
 	"rule": "image_digest",
-	"message": sprintf("image %q must be pinned by digest (name@sha256:…)", [_image]),
+	"message": sprintf("image %q must be pinned by digest (name@sha256:…)", [input.request.image]),
 	"controls": ["CIS-5.28"],
+	"action": "deny",
 } if {
 	config.require_digest == true
 	not _image_pinned
 }
 
-_image_pinned if regex.match(`^sha256:[a-f0-9]{64}$`, _image_digest)
-
-finding contains {
-	"rule": "image_digest",
-	"message": sprintf("image %q has a malformed digest", [_image]),
-	"controls": ["CIS-5.28"],
-} if {
-	count(_image_parts) > 2
-}
+_image_pinned if regex.match(`@sha256:[a-f0-9]{64}$`, input.request.image)

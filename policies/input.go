@@ -42,7 +42,31 @@ func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal,
 	)
 }
 
-func item(k string, v *ast.Term) [2]*ast.Term { return [2]*ast.Term{ast.StringTerm(k), v} }
+// item is an object member. The keys of the input document are made once:
+// terms are immutable, and sharing them saves an allocation per member.
+func item(k string, v *ast.Term) [2]*ast.Term {
+	kt, ok := inputKeys[k]
+	if !ok {
+		kt = ast.StringTerm(k)
+	}
+	return [2]*ast.Term{kt, v}
+}
+
+var inputKeys = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{
+		"api_version", "operation", "principal", "name", "team", "roles", "request", "settings", "air_gapped", "mount_roots",
+		"image", "command", "stdin", "env", "workdir", "user", "mounts", "source", "target", "read_only", "propagation",
+		"resolved", "volumes", "network", "resources", "memory_mb", "cpus", "pids", "tmpfs_mb", "nofile",
+		"timeout_seconds", "output_limit_bytes", "pull_policy", "session_id", "task_id", "labels", "privileged",
+		"cap_add", "devices", "sysctls", "pid_mode", "ipc_mode", "uts_mode", "userns_mode", "security_opt",
+		"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
+		"systempaths",
+	} {
+		m[k] = ast.StringTerm(k)
+	}
+	return m
+}()
 
 // specValue is a RunSpec as its JSON encoding has it.
 func specValue(s sandgate.RunSpec) ast.Value {

@@ -1,14 +1,16 @@
 # Bind mounts and named volumes.
 #
 # Mounts are judged by mounts[].resolved: the host path normalisation
-# resolved (clean, absolute, every symlink followed), compared component by
-# component, never by string prefix, so "/srv/work-evil" is not inside the
-# root "/srv/work" and "/srv/work/../../etc" is "/etc".
+# resolved (clean, absolute, every symlink followed), so "/srv/work/../../etc"
+# arrives as "/etc" and a symlink to /run/docker.sock as that socket. Paths
+# are compared by whole components, never by bare string prefix: globs use
+# "/" as their separator, and "a lies within b" means a == b or a starts
+# with b followed by "/", so "/srv/work-evil" is not within "/srv/work".
 #
-# A sensitive path (data.sandgate.config.sensitive_paths, "*" globs within a
-# component, so "/lib*" is /lib, /lib64, /libx32 …) may not be mounted, nor
-# anything below it, nor any directory above it (which would expose it), so
-# "/" is never mountable. Docker's and other runtimes' sockets
+# A sensitive path (data.sandgate.config.sensitive_paths; "*" matches within
+# one component, so "/lib*" is /lib, /lib64, /libx32 …) may not be mounted,
+# nor anything below it, nor any directory above it (which would expose it),
+# so "/" is never mountable. Container runtime sockets
 # (data.sandgate.config.docker_socket_names) may not be mounted from
 # anywhere. Every mount must lie within one of the gateway's mount roots
 # (input.settings.mount_roots, from SANDGATE_MOUNT_ROOTS); with none
@@ -17,96 +19,107 @@ package sandgate.admission
 
 import data.sandgate.config
 
-_mounts := object.get(input.request, "mounts", [])
+# _sensitive_glob matches every sensitive path and everything below them.
+_sensitive_glob := concat("", ["{", concat(",", config.sensitive_paths), "}{,/**}"])
 
-_roots := [_path_parts(r) | some r in object.get(input.settings, "mount_roots", [])]
-
-_sensitive := [{"path": p, "parts": _path_parts(p)} | some p in config.sensitive_paths]
-
-_path_parts(p) := [c | some c in split(p, "/"); c != ""]
-
-# _resolved holds the mounts whose resolved path can be judged.
-_resolved contains {"index": i, "mount": m, "parts": _path_parts(m.resolved)} if {
-	some i, m in _mounts
-	startswith(m.resolved, "/")
-}
+# _socket_glob matches a runtime socket's path, wherever it is.
+_socket_glob := concat("", ["**/{", concat(",", config.docker_socket_names), "}"])
 
 finding contains {
 	"rule": "mount_unresolved",
 	"message": sprintf("mounts[%d]: source %q has no resolved host path; only normalised requests are admitted", [i, object.get(m, "source", "")]),
 	"controls": ["CIS-5.6"],
+	"action": "deny",
 } if {
-	some i, m in _mounts
-	not startswith(object.get(m, "resolved", ""), "/")
+	some i, m in input.request.mounts
+	not _resolved(m)
 }
+
+_resolved(m) if startswith(m.resolved, "/")
 
 finding contains {
 	"rule": "no_sensitive_mounts",
-	"message": sprintf("mounts[%d]: %q (resolved %s) exposes the sensitive host path %s", [r.index, r.mount.source, r.mount.resolved, s.path]),
+	"message": sprintf("mounts[%d]: %q (resolved %s) exposes a sensitive host path (%s)", [i, m.source, m.resolved, concat(", ", _exposed(m.resolved))]),
 	"controls": ["CIS-5.6", "PSS-baseline"],
+	"action": "deny",
 } if {
-	some r in _resolved
-	some s in _sensitive
-	_overlaps(r.parts, s.parts)
+	some i, m in input.request.mounts
+	_sensitive(m.resolved)
 }
 
-# _overlaps is true when the mount path is the sensitive path, lies below it
-# or lies above it: their common leading components all match.
-_overlaps(mount, sensitive) if {
-	n := min([count(mount), count(sensitive)])
-	every i, c in array.slice(mount, 0, n) {
-		glob.match(sensitive[i], [], c)
-	}
+# _sensitive: the path is a sensitive path or below one …
+_sensitive(p) if glob.match(_sensitive_glob, ["/"], p)
+
+# … or the host root …
+_sensitive("/")
+
+# … or above one.
+_sensitive(p) if {
+	some s in config.sensitive_paths
+	startswith(s, concat("", [p, "/"]))
 }
+
+# _exposed names the sensitive paths p exposes, for the message.
+_exposed(p) := [s |
+	some s in config.sensitive_paths
+	_overlaps(p, s)
+]
+
+_overlaps(p, s) if glob.match(concat("", [s, "{,/**}"]), ["/"], p)
+
+_overlaps(p, s) if startswith(s, concat("", [trim_suffix(p, "/"), "/"]))
 
 finding contains {
 	"rule": "no_docker_socket",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is a container runtime socket", [r.index, r.mount.source, r.mount.resolved]),
+	"message": sprintf("mounts[%d]: %q (resolved %s) is a container runtime socket", [i, m.source, m.resolved]),
 	"controls": ["CIS-5.32", "PSS-baseline"],
+	"action": "deny",
 } if {
-	some r in _resolved
-	some name in _socket_candidates(r)
-	name in config.docker_socket_names
-}
-
-# _socket_candidates are the base names a mount is known by: of its
-# resolved path and of the path it was requested as.
-_socket_candidates(r) := {_base(r.parts), _base(_path_parts(object.get(r.mount, "source", "")))}
-
-_base(parts) := parts[count(parts) - 1] if count(parts) > 0
-else := ""
-
-finding contains {
-	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is not within a mount root (%s)", [r.index, r.mount.source, r.mount.resolved, concat(", ", input.settings.mount_roots)]),
-	"controls": ["CIS-5.6"],
-} if {
-	count(_roots) > 0
-	some r in _resolved
-	not _within_a_root(r.parts)
+	some i, m in input.request.mounts
+	some p in [m.resolved, m.source]
+	glob.match(_socket_glob, ["/"], p)
 }
 
 finding contains {
 	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [r.index]),
+	"message": sprintf("mounts[%d]: %q (resolved %s) is not within a mount root (%s)", [i, m.source, m.resolved, concat(", ", input.settings.mount_roots)]),
 	"controls": ["CIS-5.6"],
+	"action": "deny",
 } if {
-	count(_roots) == 0
-	some r in _resolved
+	some i, m in input.request.mounts
+	_have_roots
+	_resolved(m)
+	not _within_a_root(m.resolved)
 }
 
-_within_a_root(parts) if {
-	some root in _roots
-	count(root) <= count(parts)
-	array.slice(parts, 0, count(root)) == root
+finding contains {
+	"rule": "mount_outside_roots",
+	"message": sprintf("mounts[%d]: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [i]),
+	"controls": ["CIS-5.6"],
+	"action": "deny",
+} if {
+	some i, _ in input.request.mounts
+	not _have_roots
 }
+
+_have_roots if count(input.settings.mount_roots) > 0
+
+_within_a_root(p) if {
+	some root in input.settings.mount_roots
+	_within(p, root)
+}
+
+_within(p, root) if p == root
+
+_within(p, root) if startswith(p, concat("", [trim_suffix(root, "/"), "/"]))
 
 finding contains {
 	"rule": "mount_propagation",
 	"message": sprintf("mounts[%d]: %s propagation is forbidden; use private or rprivate", [i, m.propagation]),
 	"controls": ["CIS-5.20"],
+	"action": "deny",
 } if {
-	some i, m in _mounts
+	some i, m in input.request.mounts
 	lower(m.propagation) in {"shared", "rshared"}
 }
 
@@ -114,7 +127,10 @@ finding contains {
 	"rule": "volume_name",
 	"message": sprintf("volumes[%d]: name %q must be a plain name (letters, digits, '_', '.', '-'), not a path", [i, v.name]),
 	"controls": ["CIS-5.6"],
+	"action": "deny",
 } if {
-	some i, v in object.get(input.request, "volumes", [])
-	not regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`, v.name)
+	some i, v in input.request.volumes
+	not _plain_volume_name(v)
 }
+
+_plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`, v.name)

@@ -1,21 +1,40 @@
-# Host namespaces (and another container's) must not be shared.
+# Host namespaces (and another container's) must not be shared. Each mode
+# must be empty (Docker's private default); IPC may also be "none" or
+# "private".
 package sandgate.admission
 
-# _namespace_modes lists, per spec field, the modes that keep the container
-# in namespaces of its own.
-_namespace_modes := {
-	"pid_mode": {"rule": "host_pid", "allowed": {""}, "controls": ["CIS-5.16", "PSS-baseline"]},
-	"ipc_mode": {"rule": "host_ipc", "allowed": {"", "none", "private"}, "controls": ["CIS-5.17", "PSS-baseline"]},
-	"uts_mode": {"rule": "host_uts", "allowed": {""}, "controls": ["CIS-5.21", "PSS-baseline"]},
-	"userns_mode": {"rule": "host_userns", "allowed": {""}, "controls": ["CIS-5.31"]},
+finding contains {
+	"rule": "host_pid",
+	"message": sprintf("pid_mode %q shares a namespace with the host or another container; leave it empty", [input.request.pid_mode]),
+	"controls": ["CIS-5.16", "PSS-baseline"],
+	"action": "deny",
+} if {
+	input.request.pid_mode != ""
 }
 
 finding contains {
-	"rule": ns.rule,
-	"message": sprintf("%s %q shares a namespace with the host or another container; leave it empty", [field, mode]),
-	"controls": ns.controls,
+	"rule": "host_ipc",
+	"message": sprintf("ipc_mode %q shares a namespace with the host or another container; leave it empty", [input.request.ipc_mode]),
+	"controls": ["CIS-5.17", "PSS-baseline"],
+	"action": "deny",
 } if {
-	some field, ns in _namespace_modes
-	mode := input.request[field]
-	not lower(mode) in ns.allowed
+	not lower(input.request.ipc_mode) in {"", "none", "private"}
+}
+
+finding contains {
+	"rule": "host_uts",
+	"message": sprintf("uts_mode %q shares a namespace with the host; leave it empty", [input.request.uts_mode]),
+	"controls": ["CIS-5.21", "PSS-baseline"],
+	"action": "deny",
+} if {
+	input.request.uts_mode != ""
+}
+
+finding contains {
+	"rule": "host_userns",
+	"message": sprintf("userns_mode %q shares the host's user namespace; leave it empty", [input.request.userns_mode]),
+	"controls": ["CIS-5.31"],
+	"action": "deny",
+} if {
+	input.request.userns_mode != ""
 }

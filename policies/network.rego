@@ -6,24 +6,28 @@ package sandgate.admission
 
 import data.sandgate.config
 
-_network := lower(object.get(input.request, "network", ""))
-
 finding contains {
 	"rule": "no_host_network",
 	"message": "the host network is forbidden",
 	"controls": ["CIS-5.10", "PSS-baseline"],
+	"action": "deny",
 } if {
-	_network == "host"
+	_host_network
 }
 
 finding contains {
 	"rule": "network_allowlist",
-	"message": sprintf("network %q is not allowed; allowed: %s", [_network, concat(", ", config.allowed_networks)]),
+	"message": sprintf("network %q is not allowed; allowed: %s", [object.get(input.request, "network", ""), concat(", ", config.allowed_networks)]),
 	"controls": ["CIS-5.10"],
+	"action": "deny",
 } if {
-	_network != "host"
-	not _network in config.allowed_networks
+	not _network_allowed
+	not _host_network
 }
+
+_network_allowed if input.request.network in config.allowed_networks
+
+_host_network if lower(input.request.network) == "host"
 
 mutation contains {
 	"op": "replace",
@@ -32,8 +36,8 @@ mutation contains {
 	"rule": "air_gapped_network",
 } if {
 	input.settings.air_gapped == true
-	_network != "none"
-	_network in config.allowed_networks
+	input.request.network != "none"
+	input.request.network in config.allowed_networks
 }
 
 mutation contains {

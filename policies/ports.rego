@@ -5,6 +5,7 @@ finding contains {
 	"rule": "no_published_ports",
 	"message": sprintf("publishing port %q is forbidden", [p]),
 	"controls": ["CIS-5.8"],
+	"action": "deny",
 } if {
 	some p in input.request.ports
 }

@@ -6,6 +6,7 @@ finding contains {
 	"rule": "read_only_rootfs",
 	"message": "the root filesystem must be read-only (read_only_rootfs: true)",
 	"controls": ["CIS-5.13"],
+	"action": "deny",
 } if {
-	not input.request.read_only_rootfs == true
+	not input.request.read_only_rootfs
 }

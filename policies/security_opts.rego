@@ -3,30 +3,31 @@
 # spellings) into input.request.security.
 package sandgate.admission
 
-_security := object.get(input.request, "security", {})
-
 finding contains {
 	"rule": "seccomp_unconfined",
 	"message": "seccomp must not be unconfined; Docker's default profile is applied",
 	"controls": ["CIS-5.22", "PSS-baseline"],
+	"action": "deny",
 } if {
-	_security.seccomp == "unconfined"
+	input.request.security.seccomp == "unconfined"
 }
 
 finding contains {
 	"rule": "apparmor_unconfined",
 	"message": "AppArmor must not be unconfined",
 	"controls": ["CIS-5.22", "PSS-baseline"],
+	"action": "deny",
 } if {
-	_security.apparmor == "unconfined"
+	input.request.security.apparmor == "unconfined"
 }
 
 finding contains {
 	"rule": "selinux_disabled",
 	"message": sprintf("SELinux labelling must not be disabled (label %q)", [l]),
 	"controls": ["CIS-5.22", "PSS-baseline"],
+	"action": "deny",
 } if {
-	some l in _security.label
+	some l in input.request.security.label
 	startswith(l, "disable")
 }
 
@@ -34,14 +35,17 @@ finding contains {
 	"rule": "systempaths_unconfined",
 	"message": "masked /proc and /sys paths must stay masked (systempaths=unconfined)",
 	"controls": ["PSS-baseline"],
+	"action": "deny",
 } if {
-	_security.systempaths == "unconfined"
+	input.request.security.systempaths == "unconfined"
 }
 
+# Missing (a request that was not normalised) counts as turned off.
 finding contains {
 	"rule": "no_new_privileges",
 	"message": "no-new-privileges must not be turned off",
 	"controls": ["CIS-5.26", "PSS-restricted"],
+	"action": "deny",
 } if {
-	not _security.no_new_privileges == true
+	not input.request.security.no_new_privileges
 }

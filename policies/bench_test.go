@@ -1,0 +1,106 @@
+package policies_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/policies"
+)
+
+// benchEvaluations is how many decisions each benchmark times, whatever
+// b.N is, so that `make bench` (-benchtime 1x) still yields percentiles.
+const benchEvaluations = 20000
+
+// BenchmarkDecideAllowed times decisions for a spec every rule admits.
+func BenchmarkDecideAllowed(b *testing.B) {
+	benchmarkDecide(b, allowedBenchSpec(b), true)
+}
+
+// BenchmarkDecideManyViolations times decisions for a spec that breaks
+// most rules at once.
+func BenchmarkDecideManyViolations(b *testing.B) {
+	benchmarkDecide(b, violatingBenchSpec(b), false)
+}
+
+func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
+	b.Helper()
+	ctx := context.Background()
+	e, err := policies.New(ctx, policies.Options{
+		Settings: sandgate.Settings{MountRoots: []string{b.TempDir()}},
+		IDs:      func() string { return "bench" },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := sandgate.AdmissionInput{
+		Operation: sandgate.OperationRun,
+		Principal: sandgate.Principal{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}},
+		Request:   spec,
+	}
+	d, _ := e.Decide(ctx, in)
+	if d.Allow != wantAllow {
+		b.Fatalf("allow = %v, want %v: %+v", d.Allow, wantAllow, d.Violations)
+	}
+	for range 500 { // warm up
+		_, _ = e.Decide(ctx, in)
+	}
+	lat := make([]time.Duration, benchEvaluations)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		for i := range lat {
+			start := time.Now()
+			_, _ = e.Decide(ctx, in)
+			lat[i] = time.Since(start)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+	b.ReportMetric(float64(len(d.Violations)), "violations")
+}
+
+func allowedBenchSpec(b *testing.B) sandgate.RunSpec {
+	s, err := sandgate.Normalize(sandgate.RunSpec{
+		Command: []string{"sh", "-c", "echo hello"},
+		Env:     map[string]string{"A": "1", "B": "2"},
+		Labels:  map[string]string{"ticket": "ENG-1"},
+		CapAdd:  []string{"NET_BIND_SERVICE"},
+		Volumes: []sandgate.Volume{{Name: "npm-cache", Target: "/cache"}},
+	}, sandgate.BuiltinDefaults)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func violatingBenchSpec(b *testing.B) sandgate.RunSpec {
+	f := false
+	s, err := sandgate.Normalize(sandgate.RunSpec{
+		Image:          "evil.example/miner:latest",
+		Command:        []string{"sh"},
+		User:           "0:0",
+		Mounts:         []sandgate.Mount{{Source: "/etc", Target: "/host-etc"}, {Source: "/", Target: "/host"}},
+		Volumes:        []sandgate.Volume{{Name: "/var/lib", Target: "/v"}},
+		Network:        "host",
+		Resources:      sandgate.Resources{MemoryMB: 1 << 20, CPUs: 64, Pids: 1 << 20},
+		TimeoutSeconds: 1 << 20,
+		Privileged:     true,
+		CapAdd:         []string{"ALL", "SYS_ADMIN"},
+		Devices:        []string{"/dev/kmsg"},
+		Sysctls:        map[string]string{"kernel.core_pattern": "x"},
+		PIDMode:        "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
+		SecurityOpt:    []string{"seccomp=unconfined", "apparmor:unconfined", "no-new-privileges=false", "label=disable"},
+		ReadOnlyRootfs: &f,
+		Ports:          []string{"80:80"},
+	}, sandgate.BuiltinDefaults)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
