@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
@@ -373,4 +374,19 @@ func newChainID(node string) string {
 		node = "node"
 	}
 	return node + "-" + hex.EncodeToString(b[:])
+}
+
+// OpenDB opens dsn as a database/sql handle (pgx driver) and checks that
+// it answers: what migrations.Up and migrations.Status take.
+func OpenDB(ctx context.Context, dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse DSN: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "database unreachable")
+	}
+	return db, nil
 }

@@ -269,8 +269,8 @@ func TestCanonicalBody(t *testing.T) {
 	code := 137
 	ev := sandgate.Event{
 		ID: "0190f5d2-0000-7000-8000-000000000001", Type: sandgate.EventContainerOOMKilled,
-		Time:     time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600)),
-		RunID:    "r<1>", ExitCode: &code, Actor: "a\x00b",
+		Time:  time.Date(2026, 1, 2, 3, 4, 5, 123456789, time.FixedZone("x", 3600)),
+		RunID: "r<1>", ExitCode: &code, Actor: "a\x00b",
 		Payload: map[string]any{"z": 1, "a": map[string]any{"y": "&", "b": 2.5}},
 	}
 	_, body, err := canonicalEvent(ev, time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC))
