@@ -254,8 +254,14 @@ func readSSE(r io.Reader, fn func(LogEvent) error) error {
 }
 
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader) (*http.Response, error) {
+	// path is escaped already (ids go through url.PathEscape).
 	u := *c.base
-	u.Path = strings.TrimRight(u.Path, "/") + path
+	u.RawPath = strings.TrimRight(c.base.EscapedPath(), "/") + path
+	p, err := url.PathUnescape(u.RawPath)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	u.Path = p
 	if len(q) > 0 {
 		u.RawQuery = q.Encode()
 	}

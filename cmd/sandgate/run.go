@@ -1,16 +1,402 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway"
 )
 
-// newRunCmd is replaced by the issue that builds it.
-func newRunCmd(_ *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "run",
-		Short: "not built yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("run: not built yet") },
+// Exit codes of `sandgate run` besides the container's own. They follow
+// the conventions of `docker run` and timeout(1).
+const (
+	exitTimedOut  = 124 // the run hit its timeout
+	exitPlatform  = 125 // sandgate could not run it: bad request, gateway or Docker trouble
+	exitDenied    = 126 // policy denied the run
+	exitCancelled = 130 // the run was cancelled (Ctrl-C or DELETE)
+	exitOOM       = 137 // the container was killed for memory, when it left no code
+)
+
+// maxStdinBytes caps what --stdin reads: the spec must fit in 1 MiB.
+const maxStdinBytes = 768 << 10
+
+// cancelGrace is how long `sandgate run` keeps streaming after an
+// interrupt, while the gateway stops the container (10 s grace + removal).
+const cancelGrace = 30 * time.Second
+
+type runOptions struct {
+	image, network, workdir, user string
+	session, task, idemKey        string
+	env, mounts, labels           []string
+	memoryMB                      int64
+	cpus                          float64
+	timeout                       time.Duration
+	detach, wait, stdin           bool
+}
+
+// newRunCmd builds `sandgate run`.
+func newRunCmd(a *app) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run [flags] [--] CMD [ARG...]",
+		Short: "Submit a run, stream its output live and exit with its exit code",
+		Long: `Submit a run to the gateway (SANDGATE_URL, token from SANDGATE_TOKEN),
+stream its stdout and stderr live, and exit with the container's exit code.
+
+Exit codes besides the container's own:
+  124  the run timed out
+  125  sandgate could not run it (bad request, gateway, audit or Docker unavailable)
+  126  policy denied the run (the violations are printed)
+  130  the run was cancelled
+  137  the container was killed for exceeding its memory limit
+
+Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
+		Example: `  sandgate run -- sh -c 'echo hello'
+  sandgate run --env TOKEN --mount /srv/work/proj:/workspace:ro -- make test
+  sandgate run --detach --timeout 10m -- ./long-job.sh`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd.Context(), a, o, args)
+		},
 	}
+	f := cmd.Flags()
+	f.SetInterspersed(false)
+	f.StringVar(&o.image, "image", "", "image to run (default: the policy's default image)")
+	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable K=V, or K to pass the local value (repeatable)")
+	f.StringArrayVarP(&o.mounts, "mount", "m", nil, "bind mount SRC:DST[:ro] of a host directory under the mount roots (repeatable)")
+	f.StringVar(&o.network, "network", "", "network: none or bridge (default: the policy's default)")
+	f.Int64Var(&o.memoryMB, "memory", 0, "memory limit in MB")
+	f.Float64Var(&o.cpus, "cpus", 0, "CPU limit, such as 0.5 or 2")
+	f.DurationVar(&o.timeout, "timeout", 0, "run timeout, such as 30s or 10m")
+	f.StringVarP(&o.workdir, "workdir", "w", "", "working directory in the container")
+	f.StringVarP(&o.user, "user", "u", "", "uid[:gid] to run as (non-root)")
+	f.StringVar(&o.session, "session", "", "session ID to label the run with")
+	f.StringVar(&o.task, "task", "", "task ID to label the run with")
+	f.StringArrayVarP(&o.labels, "label", "l", nil, "label K=V (repeatable)")
+	f.StringVar(&o.idemKey, "idempotency-key", "", "retries with the same key return the same run")
+	f.BoolVarP(&o.stdin, "stdin", "i", false, "send standard input to the run (up to 768 KiB)")
+	f.BoolVarP(&o.detach, "detach", "d", false, "print the run ID and return at once")
+	f.BoolVar(&o.wait, "wait", false, "do not stream: wait for the end, then print the captured output")
+	return cmd
+}
+
+// buildSpec turns the flags and command into a run spec.
+func buildSpec(a *app, o runOptions, args []string) (sandgate.RunSpec, error) {
+	spec := sandgate.RunSpec{
+		Image: o.image, Command: args, Network: o.network, Workdir: o.workdir, User: o.user,
+		SessionID: o.session, TaskID: o.task,
+		Resources: sandgate.Resources{MemoryMB: o.memoryMB, CPUs: o.cpus},
+	}
+	if o.memoryMB < 0 {
+		return spec, fmt.Errorf("--memory must be positive")
+	}
+	if o.cpus < 0 || math.IsNaN(o.cpus) {
+		return spec, fmt.Errorf("--cpus must be positive")
+	}
+	if o.timeout < 0 {
+		return spec, fmt.Errorf("--timeout must be positive")
+	}
+	if o.timeout > 0 {
+		spec.TimeoutSeconds = int(math.Ceil(o.timeout.Seconds()))
+	}
+	for _, kv := range o.env {
+		if spec.Env == nil {
+			spec.Env = map[string]string{}
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			v = a.getenv(k)
+		}
+		if k == "" {
+			return spec, fmt.Errorf("--env %q: want K=V or K", kv)
+		}
+		spec.Env[k] = v
+	}
+	for _, kv := range o.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return spec, fmt.Errorf("--label %q: want K=V", kv)
+		}
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		spec.Labels[k] = v
+	}
+	for _, m := range o.mounts {
+		mount, err := parseMount(m)
+		if err != nil {
+			return spec, err
+		}
+		spec.Mounts = append(spec.Mounts, mount)
+	}
+	if o.stdin {
+		data, err := io.ReadAll(io.LimitReader(a.stdin, maxStdinBytes+1))
+		if err != nil {
+			return spec, fmt.Errorf("read stdin: %w", err)
+		}
+		if len(data) > maxStdinBytes {
+			return spec, fmt.Errorf("stdin is larger than %d bytes; mount a directory instead", maxStdinBytes)
+		}
+		spec.Stdin = string(data)
+	}
+	return spec, nil
+}
+
+// parseMount parses SRC:DST[:ro|rw]. A relative SRC is made absolute
+// against the working directory, as the gateway needs host paths.
+func parseMount(s string) (sandgate.Mount, error) {
+	parts := strings.Split(s, ":")
+	m := sandgate.Mount{}
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && (parts[2] == "ro" || parts[2] == "rw"):
+		m.ReadOnly = parts[2] == "ro"
+	default:
+		return m, fmt.Errorf("--mount %q: want SRC:DST[:ro]", s)
+	}
+	if parts[0] == "" || parts[1] == "" {
+		return m, fmt.Errorf("--mount %q: want SRC:DST[:ro]", s)
+	}
+	src, err := filepath.Abs(parts[0])
+	if err != nil {
+		return m, fmt.Errorf("--mount %q: %w", s, err)
+	}
+	m.Source, m.Target = src, parts[1]
+	return m, nil
+}
+
+// newClient returns the gateway client from SANDGATE_URL and
+// SANDGATE_TOKEN.
+func (a *app) newClient() (*gateway.Client, error) {
+	if a.cfg.Token == "" {
+		return nil, errors.New("SANDGATE_TOKEN is not set: export the bearer token the gateway gave you (make run prints a development one)")
+	}
+	return gateway.NewClient(a.cfg.URL, a.cfg.Token)
+}
+
+func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
+	spec, err := buildSpec(a, o, args)
+	if err != nil {
+		return &exitError{Code: exitPlatform, Message: err.Error()}
+	}
+	c, err := a.newClient()
+	if err != nil {
+		return &exitError{Code: exitPlatform, Message: err.Error()}
+	}
+	opts := gateway.SubmitOptions{IdempotencyKey: o.idemKey}
+	if o.wait {
+		opts.Wait = time.Hour // the gateway caps it at its MaxWait
+	}
+	run, err := c.Submit(ctx, spec, opts)
+	if err != nil {
+		return submitError(a, err)
+	}
+	for _, w := range run.Warnings {
+		fmt.Fprintf(a.stderr, "sandgate: warning: %s\n", w)
+	}
+	if o.detach {
+		_, err := fmt.Fprintln(a.stdout, run.ID)
+		return err
+	}
+	// Ctrl-C cancels the run; the stream then carries on until the exit
+	// event, or cancelGrace after the interrupt.
+	streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStream()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
+		fmt.Fprintf(a.stderr, "sandgate: cancelling run %s\n", run.ID)
+		cctx, cancel := context.WithTimeout(streamCtx, cancelGrace)
+		defer cancel()
+		if _, err := c.Cancel(cctx, run.ID); err != nil {
+			var apiErr *gateway.APIError
+			if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodeConflict {
+				fmt.Fprintf(a.stderr, "sandgate: cancel: %v\n", err)
+			}
+		}
+		select {
+		case <-finished:
+		case <-time.After(cancelGrace):
+			stopStream()
+		}
+	}()
+
+	if o.wait {
+		final, err := waitFinished(streamCtx, c, run)
+		if err != nil {
+			return &exitError{Code: exitPlatform, Message: err.Error()}
+		}
+		if err := writeOutput(a.stdout, final.Stdout); err != nil {
+			return err
+		}
+		if err := writeOutput(a.stderr, final.Stderr); err != nil {
+			return err
+		}
+		return exitFor(a, final.ID, exitFromRun(final))
+	}
+
+	var exit *gateway.ExitData
+	err = c.Logs(streamCtx, run.ID, true, func(ev gateway.LogEvent) error {
+		switch ev.Event {
+		case gateway.EventStdout, gateway.EventStderr:
+			b, err := ev.Chunk()
+			if err != nil {
+				return err
+			}
+			w := a.stdout
+			if ev.Event == gateway.EventStderr {
+				w = a.stderr
+			}
+			_, err = w.Write(b)
+			return err
+		case gateway.EventExit:
+			x, err := ev.Exit()
+			if err != nil {
+				return err
+			}
+			exit = &x
+			return gateway.ErrStopStream
+		}
+		return nil
+	})
+	if exit == nil {
+		// The stream broke before the end: report the end from the run.
+		if err != nil {
+			fmt.Fprintf(a.stderr, "sandgate: output stream interrupted (%v); waiting for run %s to end\n", err, run.ID)
+		}
+		final, werr := waitFinished(streamCtx, c, run)
+		if werr != nil {
+			return &exitError{Code: exitPlatform, Message: werr.Error()}
+		}
+		x := exitFromRun(final)
+		exit = &x
+	}
+	return exitFor(a, run.ID, *exit)
+}
+
+// submitError explains a refused submission and picks its exit code.
+func submitError(a *app, err error) error {
+	var apiErr *gateway.APIError
+	if !errors.As(err, &apiErr) {
+		return &exitError{Code: exitPlatform, Message: fmt.Sprintf("cannot reach the gateway at %s: %v", a.cfg.URL, err)}
+	}
+	if apiErr.Code == sandgate.CodePolicyDenied {
+		var b strings.Builder
+		fmt.Fprintf(&b, "run denied by policy")
+		if d, derr := gateway.DecisionFromDetails(apiErr.Details); derr == nil {
+			fmt.Fprintf(&b, " (decision %s, policy %s):", d.DecisionID, d.PolicyRevision)
+			for _, v := range d.Violations {
+				fmt.Fprintf(&b, "\n  - %s: %s", v.Rule, v.Message)
+				if len(v.Controls) > 0 {
+					fmt.Fprintf(&b, " [%s]", strings.Join(v.Controls, ", "))
+				}
+			}
+		} else {
+			fmt.Fprintf(&b, ": %s", apiErr.Message)
+		}
+		return &exitError{Code: exitDenied, Message: b.String()}
+	}
+	return &exitError{Code: exitPlatform, Message: apiMessage(apiErr)}
+}
+
+// apiMessage is a one-line explanation of an API error.
+func apiMessage(e *gateway.APIError) string {
+	msg := fmt.Sprintf("%s: %s", e.Code, e.Message)
+	if e.CorrelationID != "" {
+		msg += " (correlation ID " + e.CorrelationID + ")"
+	}
+	return msg
+}
+
+// waitFinished polls the run until it has finished.
+func waitFinished(ctx context.Context, c *gateway.Client, run gateway.RunView) (gateway.RunView, error) {
+	for !run.Finished() {
+		select {
+		case <-ctx.Done():
+			return run, fmt.Errorf("gave up waiting for run %s: %w", run.ID, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+		r, err := c.Run(ctx, run.ID)
+		if err != nil {
+			var apiErr *gateway.APIError
+			if errors.As(err, &apiErr) && apiErr.Status < 500 {
+				return run, fmt.Errorf("run %s: %s", run.ID, apiMessage(apiErr))
+			}
+			continue
+		}
+		run = r
+	}
+	return run, nil
+}
+
+func writeOutput(w io.Writer, o gateway.OutputView) error {
+	b, err := o.Decode()
+	if err != nil {
+		return fmt.Errorf("decode output: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func exitFromRun(r gateway.RunView) gateway.ExitData {
+	x := gateway.ExitData{
+		State: r.State, ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, Error: r.Error, DurationMS: r.DurationMS,
+		Stdout: gateway.StreamTotals{Bytes: r.Stdout.Bytes, Truncated: r.Stdout.Truncated},
+		Stderr: gateway.StreamTotals{Bytes: r.Stderr.Bytes, Truncated: r.Stderr.Truncated},
+	}
+	if r.Outcome != nil {
+		x.Outcome = *r.Outcome
+	}
+	return x
+}
+
+// exitFor turns a run's end into the process's exit: nil for success, the
+// container's code for a failure, the codes above for the rest.
+func exitFor(a *app, runID string, x gateway.ExitData) error {
+	for _, s := range []struct {
+		name string
+		t    gateway.StreamTotals
+	}{{"stdout", x.Stdout}, {"stderr", x.Stderr}} {
+		if s.t.Truncated {
+			fmt.Fprintf(a.stderr, "sandgate: %s was truncated: the run produced %d bytes, more than its output limit\n", s.name, s.t.Bytes)
+		}
+	}
+	switch x.Outcome {
+	case sandgate.OutcomeSucceeded:
+		return nil
+	case sandgate.OutcomeFailed:
+		if x.ExitCode != nil {
+			return &exitError{Code: *x.ExitCode}
+		}
+		return &exitError{Code: 1}
+	case sandgate.OutcomeOOMKilled:
+		code := exitOOM
+		if x.ExitCode != nil && *x.ExitCode != 0 {
+			code = *x.ExitCode
+		}
+		return &exitError{Code: code, Message: fmt.Sprintf("run %s was killed: it exceeded its memory limit", runID)}
+	case sandgate.OutcomeTimedOut:
+		return &exitError{Code: exitTimedOut, Message: fmt.Sprintf("run %s timed out after %s", runID, time.Duration(x.DurationMS)*time.Millisecond)}
+	case sandgate.OutcomeCancelled:
+		return &exitError{Code: exitCancelled, Message: fmt.Sprintf("run %s was cancelled", runID)}
+	}
+	msg := fmt.Sprintf("run %s ended with outcome %q", runID, x.Outcome)
+	if x.Error != nil {
+		msg = fmt.Sprintf("run %s failed: %s: %s", runID, x.Error.Code, x.Error.Message)
+	}
+	return &exitError{Code: exitPlatform, Message: msg}
 }
