@@ -201,3 +201,36 @@ func waitState(t testing.TB, ex *executor.Executor, runID string, want sandgate.
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// executeAsync runs job in the background; errors are reported without
+// stopping the test, since they happen off the test's goroutine.
+func executeAsync(t testing.TB, ex *executor.Executor, job sandgate.Job) <-chan sandgate.Result {
+	t.Helper()
+	ch := make(chan sandgate.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := ex.Execute(ctx, job)
+		if err != nil {
+			t.Errorf("Execute: %v (result %+v)", err, res)
+		}
+		ch <- res
+	}()
+	return ch
+}
+
+// await waits for signal, failing when the run ends first or a minute
+// passes.
+func await[T any](t testing.TB, signal <-chan T, done <-chan sandgate.Result, what string) T {
+	t.Helper()
+	select {
+	case v := <-signal:
+		return v
+	case res := <-done:
+		t.Fatalf("the run ended (%s, stderr %q) before %s", res.Outcome, res.Stderr.Data, what)
+	case <-time.After(time.Minute):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
+}

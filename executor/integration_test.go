@@ -262,13 +262,8 @@ func TestCancel(t *testing.T) {
 			once.Do(func() { close(started) })
 		}
 	}
-	done := make(chan sandgate.Result)
-	go func() { done <- execute(t, ex, job) }()
-	select {
-	case <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the run never printed its first line")
-	}
+	done := executeAsync(t, ex, job)
+	await(t, started, done, "the first line")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ex.Cancel(ctx, job.RunID); err != nil {
@@ -339,14 +334,18 @@ func TestHardeningInspect(t *testing.T) {
 		s.Env = map[string]string{"GREETING": "hi"}
 	}, "sh", "-c", "cat /workspace/in/input.txt; echo $GREETING; sleep 60")
 	job.Started = func(id string, _ time.Time) { started <- id }
-	done := make(chan sandgate.Result)
-	go func() { done <- execute(t, ex, job) }()
-	var id string
-	select {
-	case id = <-started:
-	case <-time.After(time.Minute):
-		t.Fatal("the run never started")
+	printed := make(chan struct{})
+	var seen strings.Builder
+	var once sync.Once
+	job.Output = func(s sandgate.Stream, p []byte) {
+		seen.Write(p)
+		if strings.HasSuffix(seen.String(), "hi\n") {
+			once.Do(func() { close(printed) })
+		}
 	}
+	done := executeAsync(t, ex, job)
+	id := await(t, started, done, "the start")
+	await(t, printed, done, "the output")
 	c, err := docker(t).ContainerInspect(context.Background(), id)
 	if err != nil {
 		t.Fatalf("inspect: %v", err)
@@ -464,20 +463,20 @@ func TestQueueBeyondLimit(t *testing.T) {
 	first := newJob(t, nil, "sh", "-c", "sleep 1; echo first")
 	first.Started = func(string, time.Time) { close(started) }
 	queued := newJob(t, nil, "echo", "never")
-	results := make(chan sandgate.Result, 2)
-	go func() { results <- execute(t, ex, first) }()
-	<-started
+	firstDone := executeAsync(t, ex, first)
+	await(t, started, firstDone, "the first run's start")
+	queuedDone := make(chan sandgate.Result, 1)
 	go func() {
 		res, _ := ex.Execute(context.Background(), queued)
-		results <- res
+		queuedDone <- res
 	}()
 	waitState(t, ex, queued.RunID, sandgate.StatePending)
 	if err := ex.Cancel(context.Background(), queued.RunID); err != nil {
 		t.Fatalf("Cancel of the queued run: %v", err)
 	}
 	var outcomes []string
-	for range 2 {
-		r := <-results
+	for _, ch := range []<-chan sandgate.Result{firstDone, queuedDone} {
+		r := <-ch
 		outcomes = append(outcomes, string(r.Outcome)+":"+r.Stdout.Data)
 	}
 	sort.Strings(outcomes)

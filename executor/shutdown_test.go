@@ -118,12 +118,12 @@ func TestShutdownStopsRunning(t *testing.T) {
 	running := newJob(t, nil, "sleep", "300")
 	running.Started = func(string, time.Time) { close(started) }
 	queued := newJob(t, nil, "echo", "never")
-	results := make(chan sandgate.Result, 2)
-	go func() { results <- execute(t, ex, running) }()
-	<-started
+	runningDone := executeAsync(t, ex, running)
+	await(t, started, runningDone, "the start")
+	queuedDone := make(chan sandgate.Result, 1)
 	go func() {
 		res, _ := ex.Execute(context.Background(), queued)
-		results <- res
+		queuedDone <- res
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -132,8 +132,8 @@ func TestShutdownStopsRunning(t *testing.T) {
 	if err := ex.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
-	for range 2 {
-		if res := <-results; res.Outcome != sandgate.OutcomeCancelled {
+	for _, ch := range []<-chan sandgate.Result{runningDone, queuedDone} {
+		if res := <-ch; res.Outcome != sandgate.OutcomeCancelled {
 			t.Errorf("outcome = %s, want cancelled", res.Outcome)
 		}
 	}

@@ -1,0 +1,104 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
+)
+
+// benchRounds is how many runs of each side the comparison takes.
+const benchRounds = 15
+
+// BenchmarkExecutorVsDockerRun runs `true` through the executor and through
+// `docker run --rm` with the same container settings on the same daemon,
+// interleaved (alternating which goes first), and reports both medians and
+// their ratio. The executor's figure is the whole of Execute: image
+// resolution, create, attach, start, wait, inspect and removal, with every
+// event emitted; the CLI's is the wall time of the process.
+func BenchmarkExecutorVsDockerRun(b *testing.B) {
+	docker, err := exec.LookPath("docker")
+	if err != nil {
+		b.Fatalf("the docker CLI is needed for the comparison: %v", err)
+	}
+	ex, _ := newTestExecutor(b, nil)
+	spec := func() sandgate.Job { return newJob(b, func(s *sandgate.RunSpec) { s.SessionID = "bench" }, "true") }
+	// The flags containerSettings gives a default run.
+	d := sandgate.BuiltinDefaults.Resources
+	cliArgs := func(i int) []string {
+		return []string{
+			"run", "--rm",
+			"--name", fmt.Sprintf("sandgate-bench-cli-%s-%d", ex.Node(), i),
+			"--user", sandgate.BuiltinDefaults.User,
+			"--cap-drop", "ALL",
+			"--security-opt", "no-new-privileges",
+			"--read-only",
+			"--tmpfs", fmt.Sprintf("/tmp:rw,nosuid,nodev,size=%dm,mode=1777", d.TmpfsMB),
+			"--pids-limit", fmt.Sprint(d.Pids),
+			"--memory", fmt.Sprintf("%dm", d.MemoryMB), "--memory-swap", fmt.Sprintf("%dm", d.MemoryMB),
+			"--cpus", fmt.Sprint(d.CPUs),
+			"--ulimit", fmt.Sprintf("nofile=%d:%d", d.Nofile, d.Nofile),
+			"--ulimit", fmt.Sprintf("nproc=%d:%d", d.Pids*4, d.Pids*4),
+			"--network", "none",
+			"--init",
+			"--log-driver", "none",
+			"--label", sandgate.LabelManaged + "=true", "--label", sandgate.LabelNode + "=" + ex.Node(),
+			"--label", sandgate.LabelRunID + "=cli",
+			executor.SandboxImage, "true",
+		}
+	}
+	runExecutor := func() time.Duration {
+		start := time.Now()
+		res, err := ex.Execute(context.Background(), spec())
+		took := time.Since(start)
+		if err != nil || res.Outcome != sandgate.OutcomeSucceeded {
+			b.Fatalf("executor run: %+v, %v", res, err)
+		}
+		return took
+	}
+	runCLI := func(i int) time.Duration {
+		start := time.Now()
+		out, err := exec.Command(docker, cliArgs(i)...).CombinedOutput()
+		took := time.Since(start)
+		if err != nil {
+			b.Fatalf("docker run: %v: %s", err, out)
+		}
+		return took
+	}
+
+	// Warm both paths (image cache, client connections, page cache).
+	runExecutor()
+	runCLI(-1)
+	b.ResetTimer()
+	var ours, theirs []time.Duration
+	for i := range benchRounds {
+		if i%2 == 0 {
+			ours = append(ours, runExecutor())
+			theirs = append(theirs, runCLI(i))
+		} else {
+			theirs = append(theirs, runCLI(i))
+			ours = append(ours, runExecutor())
+		}
+	}
+	b.StopTimer()
+	mo, mt := median(ours), median(theirs)
+	b.ReportMetric(float64(mo.Microseconds())/1000, "executor-ms")
+	b.ReportMetric(float64(mt.Microseconds())/1000, "docker-run-ms")
+	b.ReportMetric(float64(mo)/float64(mt), "ratio")
+	b.Logf("executor: median %v of %v", mo, ours)
+	b.Logf("docker run --rm: median %v of %v", mt, theirs)
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
