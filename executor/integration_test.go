@@ -1,8 +1,10 @@
 package executor_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/google/go-cmp/cmp"
 
@@ -569,5 +572,65 @@ func TestStartFailure(t *testing.T) {
 	want := []sandgate.EventType{sandgate.EventImageResolved, sandgate.EventContainerCreated, sandgate.EventRunFailed, sandgate.EventContainerRemoved}
 	if diff := cmp.Diff(want, rec.typesOf(job.RunID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestContainerRemovedByHandIsLost: a container that vanishes under a
+// running run makes it lost, with run.lost in the trail.
+func TestContainerRemovedByHandIsLost(t *testing.T) {
+	ex, rec := newTestExecutor(t, nil)
+	started := make(chan string, 1)
+	job := newJob(t, nil, "sleep", "60")
+	job.Started = func(id string, _ time.Time) { started <- id }
+	done := executeAsync(t, ex, job)
+	id := await(t, started, done, "the start")
+	if err := docker(t).ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatalf("remove by hand: %v", err)
+	}
+	res := <-done
+	if res.Outcome != sandgate.OutcomeLost || res.Error == nil {
+		t.Errorf("result = %s %+v, want lost with an error", res.Outcome, res.Error)
+	}
+	if !slices.Contains(rec.typesOf(job.RunID), sandgate.EventRunLost) {
+		t.Errorf("events %v: no run.lost", rec.typesOf(job.RunID))
+	}
+}
+
+// TestLoadImage loads a `docker save` tarball and runs from the loaded
+// image.
+func TestLoadImage(t *testing.T) {
+	ex, _ := newTestExecutor(t, nil)
+	ctx := context.Background()
+	d := docker(t)
+	ref := "sandgate/load-test:" + randomHex(t, 4)
+	if err := d.ImageTag(ctx, executor.SandboxImage, ref); err != nil {
+		t.Fatal(err)
+	}
+	save, err := d.ImageSave(ctx, []string{ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarball, err := io.ReadAll(save)
+	save.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ImageRemove(ctx, ref, image.RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.ImageRemove(context.Background(), ref, image.RemoveOptions{}) })
+	loaded, err := ex.LoadImage(ctx, bytes.NewReader(tarball))
+	if err != nil {
+		t.Fatalf("LoadImage: %v", err)
+	}
+	if diff := cmp.Diff([]string{ref}, loaded); diff != "" {
+		t.Errorf("loaded (-want +got):\n%s", diff)
+	}
+	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = ref }, "echo", "loaded"))
+	if res.Outcome != sandgate.OutcomeSucceeded || res.Stdout.Data != "loaded\n" {
+		t.Errorf("run from the loaded image: %s %q", res.Outcome, res.Stdout.Data)
+	}
+	if _, err := ex.LoadImage(ctx, strings.NewReader("not a tarball")); sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
+		t.Errorf("LoadImage(garbage) = %v, want SBX-002", err)
 	}
 }

@@ -271,6 +271,10 @@ func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res s
 		cancel()
 		if err != nil {
 			exit = exitStatus{lost: true, err: err}
+		} else if s := stateOf(state); reason == notStopped && s != nil && (s.Status == "removing" || s.Status == "dead") {
+			// Someone else is removing it: it was killed under the run,
+			// not ended by it.
+			exit = exitStatus{lost: true}
 		}
 	}
 	return e.finish(r, res, reason, exit, state)
@@ -350,7 +354,7 @@ func (e *Executor) finish(r *run, res sandgate.Result, reason stopReason, exit e
 	if exit.lost {
 		res.Outcome = sandgate.OutcomeLost
 		code := sandgate.CodeContainerCreate
-		msg := "the container disappeared before its end was seen"
+		msg := "the container vanished while the run was executing"
 		if exit.err != nil && unreachable(exit.err) {
 			code, msg = sandgate.CodeDockerUnavailable, "the docker daemon stopped answering about the container"
 		}

@@ -25,7 +25,7 @@ func newImageCmd(a *app) *cobra.Command {
 		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.executor()
+			ex, err := a.adminExecutor()
 			if err != nil {
 				return err
 			}
@@ -59,7 +59,7 @@ func newImageCmd(a *app) *cobra.Command {
 				defer f.Close()
 				in = f
 			}
-			ex, err := a.executor()
+			ex, err := a.adminExecutor()
 			if err != nil {
 				return err
 			}
@@ -87,16 +87,12 @@ func tagOr(tag string) string {
 	return tag
 }
 
-// executor returns an executor for the admin commands: the configured
+// adminExecutor returns an executor for the admin commands: the configured
 // daemon and node, and no audit sink (these commands print what they do).
-func (a *app) executor() (*executor.Executor, error) {
+func (a *app) adminExecutor() (*executor.Executor, error) {
 	return executor.New(executor.Config{
 		DockerHost:    a.cfg.DockerHost,
 		Node:          a.cfg.Node,
 		MaxConcurrent: a.cfg.MaxConcurrent,
 	}, nil)
-}
-
-func executorCleanup(running bool) executor.CleanupOptions {
-	return executor.CleanupOptions{IncludeRunning: running}
 }

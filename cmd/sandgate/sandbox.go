@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
 )
 
 // newSandboxCmd builds `sandgate sandbox list|cleanup`, the admin view of
@@ -25,7 +26,7 @@ func newSandboxCmd(a *app) *cobra.Command {
 		Short: "List every container labelled sandgate.managed",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.executor()
+			ex, err := a.adminExecutor()
 			if err != nil {
 				return err
 			}
@@ -52,12 +53,12 @@ func newSandboxCmd(a *app) *cobra.Command {
 			"running orphans itself (POST /v1/sandboxes/cleanup).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.executor()
+			ex, err := a.adminExecutor()
 			if err != nil {
 				return err
 			}
 			defer ex.Close()
-			removed, err := ex.Cleanup(cmd.Context(), executorCleanup(opts.running))
+			removed, err := ex.Cleanup(cmd.Context(), executor.CleanupOptions{IncludeRunning: opts.running})
 			if perr := a.printSandboxes(removed, opts.asJSON); perr != nil && err == nil {
 				err = perr
 			}
