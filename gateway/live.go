@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -14,18 +17,76 @@ import (
 
 // sseEvent is one event of a run's log stream. Data is one line of JSON.
 type sseEvent struct {
-	id   int64
+	id   string
 	name string
 	data []byte
 }
 
+// logEntry is one entry of a live run's log. Every entry records how far
+// each stream's buffer reached (ends: stdout, stderr) when it was last
+// touched; reading it sends each stream up to there. Consecutive output of
+// one stream extends the same entry, so a program writing a byte at a time
+// costs bytes, not entries. State and exit entries carry their JSON.
+type logEntry struct {
+	name string
+	ends [2]int64
+	data []byte
+}
+
+// maxLogEntries bounds a run's log. Beyond it, output extends the last
+// entry whatever its stream: the interleaving of stdout and stderr becomes
+// approximate, the bytes of each stream stay exact and in order.
+const maxLogEntries = 4096
+
+// streamIndex is a stream's index in logEntry.ends.
+func streamIndex(s sandgate.Stream) int {
+	if s == sandgate.Stderr {
+		return 1
+	}
+	return 0
+}
+
+// logCursor is a follower's position: the next entry to read and how many
+// bytes of each stream it has sent. It is the SSE event id
+// ("next.stdout.stderr"), so a client resumes with Last-Event-ID.
+type logCursor struct {
+	next           int
+	stdout, stderr int64
+}
+
+func (c logCursor) String() string { return fmt.Sprintf("%d.%d.%d", c.next, c.stdout, c.stderr) }
+
+func (c *logCursor) off(s sandgate.Stream) *int64 {
+	if s == sandgate.Stderr {
+		return &c.stderr
+	}
+	return &c.stdout
+}
+
+// parseCursor reads a Last-Event-ID.
+func parseCursor(v string) (logCursor, error) {
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 {
+		return logCursor{}, sandgate.FieldError("Last-Event-ID", "must be an event id of this stream")
+	}
+	var n [3]int64
+	for i, p := range parts {
+		x, err := strconv.ParseInt(p, 10, 64)
+		if err != nil || x < 0 {
+			return logCursor{}, sandgate.FieldError("Last-Event-ID", "must be an event id of this stream")
+		}
+		n[i] = x
+	}
+	return logCursor{next: int(min(n[0], 1<<31)), stdout: n[1], stderr: n[2]}, nil
+}
+
 // liveRun is a run executing on this node: its current state and the log
-// of its events, which followers read from any position. The log is
-// bounded: each stream keeps at most the run's output limit.
+// its followers read from any position. The log is bounded: each stream
+// keeps at most the run's output limit, and entries are coalesced.
 type liveRun struct {
 	mu      sync.Mutex
 	run     sandgate.Run
-	events  []sseEvent
+	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}
 	out     map[sandgate.Stream]*bytes.Buffer
@@ -53,15 +114,20 @@ func newLiveRun(run sandgate.Run) *liveRun {
 	}
 }
 
-// appendLocked adds an event and wakes the followers. l.mu must be held.
+// notifyLocked wakes the followers. l.mu must be held.
+func (l *liveRun) notifyLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// appendLocked adds a state or exit entry. l.mu must be held.
 func (l *liveRun) appendLocked(name string, v any) {
 	data, err := json.Marshal(v)
 	if err != nil {
 		data = []byte(`{}`)
 	}
-	l.events = append(l.events, sseEvent{id: int64(len(l.events)) + 1, name: name, data: data})
-	close(l.changed)
-	l.changed = make(chan struct{})
+	l.entries = append(l.entries, logEntry{name: name, ends: l.endsLocked(), data: data})
+	l.notifyLocked()
 }
 
 // output records a chunk of a stream, dropping what exceeds the limit.
@@ -80,7 +146,18 @@ func (l *liveRun) output(stream sandgate.Stream, p []byte) {
 		p = p[:room]
 	}
 	buf.Write(p)
-	l.appendLocked(string(stream), chunkData(p))
+	if n := len(l.entries); n > 0 && (l.entries[n-1].name == string(stream) || n >= maxLogEntries) {
+		l.entries[n-1].ends[streamIndex(stream)] = int64(buf.Len())
+	} else {
+		l.entries = append(l.entries, logEntry{name: string(stream), ends: l.endsLocked()})
+	}
+	l.notifyLocked()
+}
+
+// endsLocked returns how far each stream's buffer reaches. l.mu must be
+// held.
+func (l *liveRun) endsLocked() [2]int64 {
+	return [2]int64{int64(l.out[sandgate.Stdout].Len()), int64(l.out[sandgate.Stderr].Len())}
 }
 
 func chunkData(p []byte) ChunkData {
@@ -110,7 +187,7 @@ func (l *liveRun) setState(state sandgate.State, containerID string, at time.Tim
 	return l.run, true
 }
 
-// finish records the final run, appends the exit event and releases the
+// finish records the final run, appends the exit entry and releases the
 // followers.
 func (l *liveRun) finish(run sandgate.Run) {
 	l.mu.Lock()
@@ -132,17 +209,42 @@ func (l *liveRun) finishedLocked() bool {
 	}
 }
 
-// since returns the events after id, a channel closed at the next change,
-// and whether the log is complete.
-func (l *liveRun) since(id int64) ([]sseEvent, <-chan struct{}, bool) {
+// read returns the events after cur and advances it, a channel closed at
+// the next change, and whether the log is complete. Each event's id is the
+// cursor just after it.
+func (l *liveRun) read(cur *logCursor) ([]sseEvent, <-chan struct{}, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if id < 0 {
-		id = 0
-	}
+	cur.next = max(0, min(cur.next, len(l.entries)))
 	var evs []sseEvent
-	if id < int64(len(l.events)) {
-		evs = append(evs, l.events[id:]...)
+	flush := func(ends [2]int64) {
+		for _, s := range []sandgate.Stream{sandgate.Stdout, sandgate.Stderr} {
+			off := cur.off(s)
+			buf := l.out[s].Bytes()
+			to := min(ends[streamIndex(s)], int64(len(buf)))
+			if *off >= to {
+				continue
+			}
+			data, _ := json.Marshal(chunkData(buf[*off:to]))
+			*off = to
+			evs = append(evs, sseEvent{id: cur.String(), name: string(s), data: data})
+		}
+	}
+	// The entry last read may have grown since.
+	if cur.next > 0 {
+		flush(l.entries[cur.next-1].ends)
+	}
+	for cur.next < len(l.entries) {
+		e := l.entries[cur.next]
+		switch e.name {
+		case EventStdout, EventStderr:
+			cur.next++
+			flush(e.ends)
+		default:
+			flush(e.ends)
+			cur.next++
+			evs = append(evs, sseEvent{id: cur.String(), name: e.name, data: e.data})
+		}
 	}
 	return evs, l.changed, l.finishedLocked()
 }

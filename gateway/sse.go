@@ -21,7 +21,8 @@ const storePoll = time.Second
 // Events. A run executing here streams from its live log, every event
 // flushed as it happens; with follow=true the stream stays open until the
 // exit event. A finished run replays its stored output. Each event's id is
-// its position, so a client may resume with Last-Event-ID.
+// the stream position after it ("entry.stdout_bytes.stderr_bytes"), so a
+// client may resume with Last-Event-ID, live or after the run ended.
 func (s *Server) runLogs(c echo.Context) error {
 	if err := checkQuery(c, "follow"); err != nil {
 		return err
@@ -34,13 +35,12 @@ func (s *Server) runLogs(c echo.Context) error {
 		}
 		follow = b
 	}
-	var after int64
+	var cur logCursor
 	if v := c.Request().Header.Get("Last-Event-ID"); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return sandgate.FieldError("Last-Event-ID", "must be a non-negative integer")
+		var err error
+		if cur, err = parseCursor(v); err != nil {
+			return err
 		}
-		after = n
 	}
 	ctx := c.Request().Context()
 	p := principal(c)
@@ -51,21 +51,20 @@ func (s *Server) runLogs(c echo.Context) error {
 	sw := &sseWriter{c: c}
 	sw.begin()
 	if lr := s.svc.live.get(run.ID); lr != nil {
-		return s.streamLive(ctx, sw, lr, after, follow)
+		return s.streamLive(ctx, sw, lr, cur, follow)
 	}
-	return s.streamStored(ctx, sw, p, run, follow)
+	return s.streamStored(ctx, sw, p, run, cur, follow)
 }
 
-func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, after int64, follow bool) error {
+func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
 	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
 	for {
-		evs, changed, finished := lr.since(after)
+		evs, changed, finished := lr.read(&cur)
 		for _, ev := range evs {
 			if err := sw.event(ev.id, ev.name, ev.data); err != nil {
 				return nil
 			}
-			after = ev.id
 		}
 		if finished || !follow {
 			return nil
@@ -84,18 +83,17 @@ func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, aft
 	}
 }
 
-// streamStored replays a run from the store. A run that is not finished
-// and not live here executes on another node: its state is sent, and when
-// following, the store is polled until the run ends.
-func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, follow bool) error {
-	var id int64
+// streamStored replays a run from the store, from the cursor's offsets. A
+// run that is not finished and not live here executes on another node: its
+// state is sent, and when following, the store is polled until it ends.
+func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
+	cur.next = 0
 	send := func(name string, v any) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		id++
-		return sw.event(id, name, data)
+		return sw.event(cur.String(), name, data)
 	}
 	if run.State != sandgate.StateFinished {
 		if err := send(EventState, StateData{State: run.State, ContainerID: run.ContainerID, At: s.d.Clock()}); err != nil || !follow {
@@ -117,26 +115,31 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 				continue
 			}
 			if lr := s.svc.live.get(r.ID); lr != nil {
-				return s.streamLive(ctx, sw, lr, 0, follow)
+				return s.streamLive(ctx, sw, lr, logCursor{stdout: cur.stdout, stderr: cur.stderr}, follow)
 			}
 			run = r
 		}
 	}
 	for _, o := range []struct {
-		name string
-		out  sandgate.Output
-	}{{EventStdout, run.Stdout}, {EventStderr, run.Stderr}} {
-		if o.out.Data == "" {
+		stream sandgate.Stream
+		out    sandgate.Output
+	}{{sandgate.Stdout, run.Stdout}, {sandgate.Stderr, run.Stderr}} {
+		b, err := outputView(o.out).Decode()
+		if err != nil {
+			s.logger(sw.c).Warn("stored output does not decode", "stream", o.stream, "error", err)
 			continue
 		}
-		enc := o.out.Encoding
-		if enc == "" {
-			enc = "utf-8"
+		off := cur.off(o.stream)
+		if *off >= int64(len(b)) {
+			continue
 		}
-		if err := send(o.name, ChunkData{Data: o.out.Data, Encoding: enc}); err != nil {
+		chunk := chunkData(b[*off:])
+		*off = int64(len(b))
+		if err := send(string(o.stream), chunk); err != nil {
 			return nil
 		}
 	}
+	cur.next = 1
 	_ = send(EventExit, exitData(run))
 	return nil
 }
@@ -156,8 +159,8 @@ func (w *sseWriter) begin() {
 }
 
 // event writes one event; data must be one line (JSON is).
-func (w *sseWriter) event(id int64, name string, data []byte) error {
-	if _, err := fmt.Fprintf(w.c.Response(), "id: %d\nevent: %s\ndata: %s\n\n", id, name, data); err != nil {
+func (w *sseWriter) event(id, name string, data []byte) error {
+	if _, err := fmt.Fprintf(w.c.Response(), "id: %s\nevent: %s\ndata: %s\n\n", id, name, data); err != nil {
 		return err
 	}
 	w.c.Response().Flush()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -100,10 +101,10 @@ func TestLogsFinishedRun(t *testing.T) {
 		cmd  []string
 		want string
 	}{
-		{"stdout", []string{"echo", "hello"}, "id: 1\nevent: stdout\ndata: {\"data\":\"hello\\n\",\"encoding\":\"utf-8\"}\n\n" +
-			"id: 2\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":6,\"truncated\":false},\"stderr\":{\"bytes\":0,\"truncated\":false}}\n\n"},
-		{"stderr", []string{"stderr", "oops"}, "id: 1\nevent: stderr\ndata: {\"data\":\"oops\\n\",\"encoding\":\"utf-8\"}\n\n" +
-			"id: 2\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":0,\"truncated\":false},\"stderr\":{\"bytes\":5,\"truncated\":false}}\n\n"},
+		{"stdout", []string{"echo", "hello"}, "id: 0.6.0\nevent: stdout\ndata: {\"data\":\"hello\\n\",\"encoding\":\"utf-8\"}\n\n" +
+			"id: 1.6.0\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":6,\"truncated\":false},\"stderr\":{\"bytes\":0,\"truncated\":false}}\n\n"},
+		{"stderr", []string{"stderr", "oops"}, "id: 0.0.5\nevent: stderr\ndata: {\"data\":\"oops\\n\",\"encoding\":\"utf-8\"}\n\n" +
+			"id: 1.0.5\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":0,\"truncated\":false},\"stderr\":{\"bytes\":5,\"truncated\":false}}\n\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +120,16 @@ func TestLogsFinishedRun(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Resuming a finished run's replay continues after the given bytes.
+	v := e.submit(tokAlice, "echo", "hello")
+	e.waitFinished(v.ID)
+	r := e.do(http.MethodGet, "/v1/runs/"+v.ID+"/logs", tokAlice, "", "Last-Event-ID: 3.2.0")
+	if !strings.HasPrefix(string(r.body), "id: 0.6.0\nevent: stdout\ndata: {\"data\":\"llo\\n\"") {
+		t.Errorf("resumed replay = %s", r.body)
+	}
+	if r := e.do(http.MethodGet, "/v1/runs/"+v.ID+"/logs", tokAlice, "", "Last-Event-ID: 7"); r.status != http.StatusBadRequest {
+		t.Errorf("bad Last-Event-ID: %d", r.status)
 	}
 	if r := e.do(http.MethodGet, "/v1/runs/01900000-0000-7000-8000-000000000000/logs", tokAlice, ""); r.status != http.StatusNotFound {
 		t.Errorf("missing run logs: %d", r.status)
@@ -164,12 +175,9 @@ func TestLiveOutputBounded(t *testing.T) {
 	lr.output(sandgate.Stdout, []byte("67890"))
 	lr.output(sandgate.Stdout, []byte("more"))
 	lr.output(sandgate.Stderr, []byte{0xff, 0xfe})
-	evs, _, _ := lr.since(0)
-	var got []ChunkData
-	for _, ev := range evs {
-		got = append(got, chunkDataOf(t, ev))
-	}
-	want := []ChunkData{{"12345", "utf-8"}, {"678", "utf-8"}, {"//4=", "base64"}}
+	var cur logCursor
+	got := readChunks(t, lr, &cur)
+	want := []string{"stdout 12345678 utf-8 1.8.0", "stderr //4= base64 2.8.2"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
@@ -178,13 +186,130 @@ func TestLiveOutputBounded(t *testing.T) {
 	}
 }
 
-func chunkDataOf(t *testing.T, ev sseEvent) ChunkData {
+// readChunks reads the live log from cur as "name data encoding id" lines.
+func readChunks(t *testing.T, lr *liveRun, cur *logCursor) []string {
 	t.Helper()
-	b, err := LogEvent{Event: ev.name, Data: ev.data}.Chunk()
-	if err != nil {
-		t.Fatal(err)
+	evs, _, _ := lr.read(cur)
+	var out []string
+	for _, ev := range evs {
+		if ev.name != EventStdout && ev.name != EventStderr {
+			out = append(out, ev.name+" "+ev.id)
+			continue
+		}
+		var c ChunkData
+		if err := json.Unmarshal(ev.data, &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev.name+" "+c.Data+" "+c.Encoding+" "+ev.id)
 	}
-	return chunkData(b)
+	return out
+}
+
+// TestLiveLogOrderAndResume checks that the log keeps the order of the
+// streams, coalesces a stream's consecutive writes, and resumes from any
+// event id without loss or repetition.
+func TestLiveLogOrderAndResume(t *testing.T) {
+	lr := newLiveRun(sandgate.Run{ID: "r"})
+	var a logCursor
+	lr.output(sandgate.Stdout, []byte("a"))
+	if diff := cmp.Diff([]string{"stdout a utf-8 1.1.0"}, readChunks(t, lr, &a)); diff != "" {
+		t.Errorf("first read (-want +got):\n%s", diff)
+	}
+	lr.output(sandgate.Stdout, []byte("b")) // extends the entry a has passed
+	lr.output(sandgate.Stderr, []byte("X"))
+	lr.output(sandgate.Stdout, []byte("c"))
+	lr.setState(sandgate.StateRunning, "c1", time.Time{})
+	want := []string{"stdout b utf-8 1.2.0", "stderr X utf-8 2.2.1", "stdout c utf-8 3.3.1", "state 4.3.1"}
+	if diff := cmp.Diff(want, readChunks(t, lr, &a)); diff != "" {
+		t.Errorf("second read (-want +got):\n%s", diff)
+	}
+	if len(lr.entries) != 4 {
+		t.Errorf("entries = %d, want 4 (a+b coalesced)", len(lr.entries))
+	}
+	// A fresh follower sees the coalesced log.
+	var b logCursor
+	want = []string{"stdout ab utf-8 1.2.0", "stderr X utf-8 2.2.1", "stdout c utf-8 3.3.1", "state 4.3.1"}
+	if diff := cmp.Diff(want, readChunks(t, lr, &b)); diff != "" {
+		t.Errorf("fresh read (-want +got):\n%s", diff)
+	}
+	// Resuming from any id continues exactly after it.
+	for i, id := range []string{"1.2.0", "2.2.1", "3.3.1"} {
+		cur, err := parseCursor(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readChunks(t, lr, &cur); len(got) != len(want)-i-1 {
+			t.Errorf("resume from %s: %v", id, got)
+		}
+	}
+	lr.output(sandgate.Stdout, []byte("d"))
+	lr.finish(sandgate.Run{ID: "r", State: sandgate.StateFinished, Outcome: sandgate.OutcomeSucceeded})
+	got := readChunks(t, lr, &b)
+	if diff := cmp.Diff([]string{"stdout d utf-8 5.4.1", "exit 6.4.1"}, got); diff != "" {
+		t.Errorf("end (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"1", "a.b.c", "1.2", "-1.0.0", "1.2.3.4"} {
+		if _, err := parseCursor(bad); err == nil {
+			t.Errorf("parseCursor(%q) accepted", bad)
+		}
+	}
+}
+
+// TestLiveLogBounded writes a byte at a time, alternating streams past the
+// entry cap: the log stays small and every byte arrives once, in order
+// per stream, before the exit.
+func TestLiveLogBounded(t *testing.T) {
+	lr := newLiveRun(sandgate.Run{ID: "r"})
+	var cur logCursor
+	var gotOut, gotErr strings.Builder
+	read := func() []sseEvent {
+		evs, _, _ := lr.read(&cur)
+		for _, ev := range evs {
+			switch ev.name {
+			case EventStdout, EventStderr:
+				b, err := LogEvent{Event: ev.name, Data: ev.data}.Chunk()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ev.name == EventStdout {
+					gotOut.Write(b)
+				} else {
+					gotErr.Write(b)
+				}
+			}
+		}
+		return evs
+	}
+	var wantOut, wantErr strings.Builder
+	for i := range 20000 {
+		c := byte('a' + i%26)
+		lr.output(sandgate.Stdout, []byte{c})
+		wantOut.WriteByte(c)
+		if i%2 == 0 {
+			lr.output(sandgate.Stderr, []byte{c})
+			wantErr.WriteByte(c)
+		}
+		if i%997 == 0 {
+			read()
+		}
+	}
+	lr.finish(sandgate.Run{ID: "r", State: sandgate.StateFinished})
+	evs := read()
+	if len(lr.entries) > maxLogEntries+1 {
+		t.Errorf("entries = %d, want at most %d", len(lr.entries), maxLogEntries+1)
+	}
+	if gotOut.String() != wantOut.String() || gotErr.String() != wantErr.String() {
+		t.Errorf("bytes differ: stdout %d/%d, stderr %d/%d", gotOut.Len(), wantOut.Len(), gotErr.Len(), wantErr.Len())
+	}
+	if last := evs[len(evs)-1]; last.name != EventExit {
+		t.Errorf("last event = %s", last.name)
+	}
+	// A follower from the start reads the same bytes.
+	cur, gotOut, gotErr = logCursor{}, strings.Builder{}, strings.Builder{}
+	read()
+	if gotOut.String() != wantOut.String() || gotErr.String() != wantErr.String() {
+		t.Errorf("replay differs: stdout %d/%d, stderr %d/%d", gotOut.Len(), wantOut.Len(), gotErr.Len(), wantErr.Len())
+	}
 }
 
 // TestReadSSE checks the client's event parser against the format's
