@@ -240,6 +240,20 @@ func TestExecutorFailure(t *testing.T) {
 	}
 }
 
+// TestExecutorPanic checks that an executor panic ends the run as an
+// internal error instead of killing the gateway.
+func TestExecutorPanic(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "panic")
+	final := e.waitFinished(v.ID)
+	if final.Outcome != sandgate.OutcomeError || final.Error == nil || final.Error.Code != sandgate.CodeInternal {
+		t.Errorf("final = outcome %q error %+v", final.Outcome, final.Error)
+	}
+	if r := e.do(http.MethodGet, "/healthz", "", ""); r.status != http.StatusOK {
+		t.Errorf("healthz after executor panic: %d", r.status)
+	}
+}
+
 // TestStoreUnavailable checks that a store failure is a 503, not a 500.
 func TestStoreUnavailable(t *testing.T) {
 	e := newEnv(t)

@@ -243,6 +243,9 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	end := start.Add(1500 * time.Millisecond)
 	res := sandgate.Result{ContainerID: "c-" + job.RunID[:8], StartedAt: start, FinishedAt: end}
 	cmd := job.Spec.Command
+	if cmd[0] == "panic" {
+		panic("executor bug")
+	}
 	if cmd[0] == "unavailable" {
 		res.Outcome = sandgate.OutcomeError
 		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeImageUnavailable, Message: "image not present"}

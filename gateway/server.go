@@ -403,9 +403,18 @@ func (s *Server) deny(c echo.Context, p sandgate.Principal, reason, detail strin
 		Type: sandgate.EventAuthDenied, Time: s.d.Clock(), Outcome: reason,
 		CorrelationID: correlationID(c), Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
 		Payload: map[string]any{
-			"method": c.Request().Method, "path": c.Request().URL.Path, "source": src, "reason": detail,
+			"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail,
 		},
 	})
 	s.logger(c).Warn("request denied", "reason", reason, "detail", detail, "source", src)
 	return err
+}
+
+// shorten cuts s to at most n bytes, so that hostile input cannot bloat an
+// audit event.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }

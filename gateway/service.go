@@ -240,7 +240,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		},
 	}
 	log.Info("run starting", "image", run.Spec.Image)
-	res, err := s.d.Executor.Execute(ctx, job)
+	res, err := s.executeSafely(ctx, job, log)
 	final := lr.snapshot()
 	applyResult(&final, res, err, s.now())
 	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
@@ -250,6 +250,20 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	log.Info("run finished", "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
 	s.store(lr, final, log)
 	lr.finish(final)
+}
+
+// executeSafely runs the job, turning an executor panic into an error
+// result so that the run still ends and is stored.
+func (s *service) executeSafely(ctx context.Context, job sandgate.Job, log *slog.Logger) (res sandgate.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("executor panicked", "panic", fmt.Sprint(r))
+			err = sandgate.Errorf(sandgate.CodeInternal, "the executor failed")
+			res = sandgate.Result{Outcome: sandgate.OutcomeError,
+				Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: "the executor failed"}}
+		}
+	}()
+	return s.d.Executor.Execute(ctx, job)
 }
 
 // store saves the run, logging a failure: the run goes on regardless.
