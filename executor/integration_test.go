@@ -634,3 +634,27 @@ func TestLoadImage(t *testing.T) {
 		t.Errorf("LoadImage(garbage) = %v, want SBX-002", err)
 	}
 }
+
+// TestSIGKILLAfterGrace: a run that ignores SIGTERM is killed once the
+// grace period is over.
+func TestSIGKILLAfterGrace(t *testing.T) {
+	ex, rec := newTestExecutor(t, func(c *executor.Config) { c.StopGrace = time.Second })
+	job := newJob(t, func(s *sandgate.RunSpec) { s.TimeoutSeconds = 1 },
+		"sh", "-c", `trap "echo got TERM" TERM; echo ready; while true; do sleep 1; done`)
+	res := execute(t, ex, job)
+	if res.Outcome != sandgate.OutcomeTimedOut || exitCode(res) != 137 {
+		t.Errorf("result = %s exit %d, want timed_out exit 137 (SIGKILL)", res.Outcome, exitCode(res))
+	}
+	if !strings.HasPrefix(res.Stdout.Data, "ready\n") {
+		t.Errorf("stdout = %q, want the output so far", res.Stdout.Data)
+	}
+	retries := 0
+	for _, ev := range rec.of(job.RunID) {
+		if ev.Type == sandgate.EventExecutorRetry {
+			retries++
+		}
+	}
+	if retries != 0 {
+		t.Errorf("%d retries while stopping", retries)
+	}
+}
