@@ -1,6 +1,5 @@
 package sandgate.admission_test
 
-import data.sandgate.admission
 import data.sandgate.config
 import data.sandgate.fixtures
 
@@ -14,7 +13,8 @@ test_allowed_images_are_allowed if {
 		"sandgate/python:3.12",
 		concat("@", ["sandgate/sandbox", digest]),
 	] {
-		d := admission.decision with input as fixtures.input_with({"image": image})
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+			with config.require_digest as false
 		d.allow == true
 	}
 }
@@ -27,32 +27,34 @@ test_other_images_are_denied if {
 		"sandgate/sandbox/../../x",
 		"sandgate-sandbox",
 	] {
-		d := admission.decision with input as fixtures.input_with({"image": image})
+		d := fixtures.check with input as fixtures.input_with({"image": image})
 		fixtures.denied_by(d, "image_allowlist")
 	}
 }
 
 test_library_images_fold_when_allowed if {
-	d := admission.decision with input as fixtures.input_with({"image": "docker.io/library/busybox:1.36"})
+	d := fixtures.check with input as fixtures.input_with({"image": "docker.io/library/busybox:1.36"})
 		with config.allowed_images as ["busybox"]
+		with config.require_digest as false
 	d.allow == true
 }
 
 test_registry_port_is_not_a_tag if {
-	d := admission.decision with input as fixtures.input_with({"image": "registry.local:5000/team/tool:1"})
+	d := fixtures.check with input as fixtures.input_with({"image": "registry.local:5000/team/tool:1"})
 		with config.allowed_images as ["registry.local:5000/team/*"]
+		with config.require_digest as false
 	d.allow == true
 }
 
 test_digest_required_and_present_is_allowed if {
-	d := admission.decision with input as fixtures.input_with({"image": concat("@", ["sandgate/sandbox:1", digest])})
+	d := fixtures.check with input as fixtures.input_with({"image": concat("@", ["sandgate/sandbox:1", digest])})
 		with config.require_digest as true
 	d.allow == true
 }
 
 test_digest_required_and_missing_is_denied if {
 	every image in ["sandgate/sandbox:latest", "sandgate/sandbox@sha256:abc"] {
-		d := admission.decision with input as fixtures.input_with({"image": image})
+		d := fixtures.check with input as fixtures.input_with({"image": image})
 			with config.require_digest as true
 		fixtures.denied_by(d, "image_digest")
 	}

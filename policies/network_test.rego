@@ -1,25 +1,24 @@
 package sandgate.admission_test
 
-import data.sandgate.admission
 import data.sandgate.fixtures
 
 test_allowed_networks_are_allowed if {
 	every network in ["none", "bridge"] {
-		d := admission.decision with input as fixtures.input_with({"network": network})
+		d := fixtures.check with input as fixtures.input_with({"network": network})
 		d.allow == true
 		d.mutations == []
 	}
 }
 
 test_host_network_is_denied if {
-	d := admission.decision with input as fixtures.input_with({"network": "host"})
+	d := fixtures.check with input as fixtures.input_with({"network": "host"})
 	fixtures.denied_by(d, "no_host_network")
 	not fixtures.denied_by(d, "network_allowlist")
 }
 
 test_other_network_is_denied if {
 	every network in ["container:abc", "my-net"] {
-		d := admission.decision with input as fixtures.input_with({"network": network})
+		d := fixtures.check with input as fixtures.input_with({"network": network})
 		fixtures.denied_by(d, "network_allowlist")
 	}
 }
@@ -27,7 +26,7 @@ test_other_network_is_denied if {
 air_gapped := {"air_gapped": true, "mount_roots": []}
 
 test_air_gapped_mutates_network_and_pull_policy if {
-	d := admission.decision with input as fixtures.input_settings({"network": "bridge", "pull_policy": "always"}, air_gapped)
+	d := fixtures.check with input as fixtures.input_settings({"network": "bridge", "pull_policy": "always"}, air_gapped)
 	{m.rule: m.value | some m in d.mutations} == {"air_gapped_network": "none", "air_gapped_pull": "never"}
 	every m in d.mutations {
 		m.op == "replace"
@@ -35,13 +34,13 @@ test_air_gapped_mutates_network_and_pull_policy if {
 }
 
 test_air_gapped_compliant_request_needs_no_mutation if {
-	d := admission.decision with input as fixtures.input_settings({}, air_gapped)
+	d := fixtures.check with input as fixtures.input_settings({}, air_gapped)
 	d.allow == true
 	d.mutations == []
 }
 
 test_air_gapped_host_network_is_denied_not_mutated if {
-	d := admission.decision with input as fixtures.input_settings({"network": "host"}, air_gapped)
+	d := fixtures.check with input as fixtures.input_settings({"network": "host"}, air_gapped)
 	fixtures.denied_by(d, "no_host_network")
 	every m in d.mutations {
 		m.path != "/network"

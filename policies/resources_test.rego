@@ -1,12 +1,11 @@
 package sandgate.admission_test
 
-import data.sandgate.admission
 import data.sandgate.config
 import data.sandgate.fixtures
 
 test_limits_at_maxima_are_allowed if {
 	m := config.maxima
-	d := admission.decision with input as fixtures.input_with({
+	d := fixtures.check with input as fixtures.input_with({
 		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile},
 		"timeout_seconds": m.timeout_seconds,
 		"output_limit_bytes": m.output_limit_bytes,
@@ -16,7 +15,7 @@ test_limits_at_maxima_are_allowed if {
 
 test_limits_above_maxima_are_denied if {
 	m := config.maxima
-	d := admission.decision with input as fixtures.input_with({
+	d := fixtures.check with input as fixtures.input_with({
 		"resources": {"memory_mb": m.memory_mb + 1, "cpus": m.cpus + 0.5, "pids": m.pids + 1, "tmpfs_mb": m.tmpfs_mb + 1, "nofile": m.nofile + 1},
 		"timeout_seconds": m.timeout_seconds + 1,
 		"output_limit_bytes": m.output_limit_bytes + 1,
@@ -27,7 +26,7 @@ test_limits_above_maxima_are_denied if {
 }
 
 test_missing_limit_is_denied if {
-	d := admission.decision with input as fixtures.input_with({})
+	d := fixtures.check with input as fixtures.input_with({})
 		with input.request.resources as {"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 64}
 	fixtures.denied_by(d, "nofile_limit")
 }

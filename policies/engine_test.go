@@ -1,0 +1,445 @@
+package policies_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/policies"
+)
+
+func TestDecisionFields(t *testing.T) {
+	e := newEngine(t, policies.Options{IDs: func() string { return "d-1" }})
+	d := decide(t, e, baseSpec())
+	st := e.Status()
+	if !d.Allow {
+		t.Fatalf("default spec denied: %+v", d.Violations)
+	}
+	if d.DecisionID != "d-1" {
+		t.Errorf("DecisionID = %q, want d-1", d.DecisionID)
+	}
+	if d.PolicyRevision != st.Revision || !strings.HasPrefix(st.Revision, "sha256:") || len(st.Revision) != len("sha256:")+64 {
+		t.Errorf("PolicyRevision = %q, status revision %q", d.PolicyRevision, st.Revision)
+	}
+	if diff := cmp.Diff([]string{"env", "stdin"}, d.Mask); diff != "" {
+		t.Errorf("Mask (-want +got):\n%s", diff)
+	}
+	if d.Violations == nil || d.Warnings == nil || d.Mutations == nil {
+		t.Errorf("nil lists in %+v: they must encode as []", d)
+	}
+	if d.Spec.Image != "sandgate/sandbox:latest" || d.Spec.User != "10001:10001" {
+		t.Errorf("Spec = %+v, want the normalised request", d.Spec)
+	}
+	if st.Source != policies.EmbeddedSource || st.LastError != "" || !st.LoadedAt.Equal(fixedNow) {
+		t.Errorf("Status = %+v", st)
+	}
+	var names []string
+	for _, m := range st.Modules {
+		names = append(names, m.Name)
+		if len(m.SHA256) != 64 {
+			t.Errorf("module %s sha256 %q", m.Name, m.SHA256)
+		}
+	}
+	for _, want := range []string{"data.json", "decision.rego", "mounts.rego", "mounts_test.rego"} {
+		if !contains(names, want) {
+			t.Errorf("modules %v lack %s", names, want)
+		}
+	}
+}
+
+func TestDefaultsFromData(t *testing.T) {
+	dir := copyBundle(t)
+	editData(t, dir, `"user": "10001:10001"`, `"user": "20000:20000"`)
+	e := newEngine(t, policies.Options{Dir: dir})
+	want := sandgate.Defaults{
+		Image: "sandgate/sandbox:latest", User: "20000:20000", Network: "none",
+		Resources:      sandgate.Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024},
+		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
+	}
+	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
+		t.Errorf("Defaults (-want +got):\n%s", diff)
+	}
+	if d := decide(t, e, baseSpec()); !d.Allow || *d.Spec.UID != 20000 {
+		t.Errorf("allow=%v uid=%v", d.Allow, d.Spec.UID)
+	}
+}
+
+func TestRevisionIsContentHash(t *testing.T) {
+	a := newEngine(t, policies.Options{Dir: copyBundle(t)})
+	b := newEngine(t, policies.Options{Dir: copyBundle(t)})
+	emb := newEngine(t, policies.Options{})
+	if a.Status().Revision != b.Status().Revision || a.Status().Revision != emb.Status().Revision {
+		t.Errorf("same files, different revisions: %s %s %s", a.Status().Revision, b.Status().Revision, emb.Status().Revision)
+	}
+	dir := copyBundle(t)
+	writeFile(t, dir, "ports.rego", readFile(t, dir, "ports.rego")+"\n")
+	c := newEngine(t, policies.Options{Dir: dir})
+	if c.Status().Revision == a.Status().Revision {
+		t.Errorf("a changed file kept revision %s", a.Status().Revision)
+	}
+}
+
+func TestExemptions(t *testing.T) {
+	dir := copyBundle(t)
+	editData(t, dir, `"exemptions": []`, `"exemptions": [
+		{"principal": "alice", "rule": "no_published_ports", "expires": "2026-06-01T13:00:00Z", "reason": "ENG-7 load test"},
+		{"team": "payments", "rule": "memory_limit", "expires": "2026-06-01T11:00:00Z", "reason": "expired"}
+	]`)
+	tests := []struct {
+		name      string
+		now       time.Time
+		principal sandgate.Principal
+		spec      func(*sandgate.RunSpec)
+		wantAllow bool
+		wantWarn  []string
+	}{
+		{"principal exempt before expiry", fixedNow, sandgate.Principal{Name: "alice", Team: "payments"},
+			func(s *sandgate.RunSpec) { s.Ports = []string{"8080"} }, true, []string{"no_published_ports"}},
+		{"principal exempt after expiry", fixedNow.Add(2 * time.Hour), sandgate.Principal{Name: "alice", Team: "payments"},
+			func(s *sandgate.RunSpec) { s.Ports = []string{"8080"} }, false, []string{}},
+		{"someone else", fixedNow, sandgate.Principal{Name: "bob", Team: "payments"},
+			func(s *sandgate.RunSpec) { s.Ports = []string{"8080"} }, false, []string{}},
+		{"expired team exemption", fixedNow, sandgate.Principal{Name: "alice", Team: "payments"},
+			func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 8192 }, false, []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := tt.now
+			e := newEngine(t, policies.Options{Dir: dir, Clock: func() time.Time { return now }})
+			s := baseSpec()
+			tt.spec(&s)
+			n, err := sandgate.Normalize(s, e.Defaults())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := e.Decide(context.Background(), sandgate.AdmissionInput{Principal: tt.principal, Request: n})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allow != tt.wantAllow {
+				t.Errorf("Allow = %v, want %v: %+v", d.Allow, tt.wantAllow, d.Violations)
+			}
+			if diff := cmp.Diff(tt.wantWarn, ruleNames(d.Warnings)); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+			for _, w := range d.Warnings {
+				if w.Action != "warn" || !strings.Contains(w.Message, "ENG-7 load test") {
+					t.Errorf("warning %+v does not name its exemption", w)
+				}
+			}
+		})
+	}
+}
+
+func TestRequireDigest(t *testing.T) {
+	dir := copyBundle(t)
+	editData(t, dir, `"require_digest": false`, `"require_digest": true`)
+	pinned := "sandgate/sandbox@sha256:" + strings.Repeat("ab", 32)
+	// The bundle's own tests insist that the default image passes, so
+	// turning the switch on means pinning the default image too.
+	if _, err := policies.New(context.Background(), policies.Options{Dir: dir}); err == nil {
+		t.Fatal("require_digest with an unpinned default image was accepted")
+	}
+	editData(t, dir, `"image": "sandgate/sandbox:latest"`, `"image": "`+pinned+`"`)
+	e := newEngine(t, policies.Options{Dir: dir})
+	if d := decide(t, e, baseSpec()); !d.Allow {
+		t.Errorf("pinned default image denied: %+v", d.Violations)
+	}
+	unpinned := baseSpec()
+	unpinned.Image = "sandgate/sandbox:latest"
+	if d := decide(t, e, unpinned); d.Allow || !contains(ruleNames(d.Violations), "image_digest") {
+		t.Errorf("unpinned image: allow=%v %+v", d.Allow, d.Violations)
+	}
+}
+
+func TestActionOverride(t *testing.T) {
+	dir := copyBundle(t)
+	editData(t, dir, `"actions": {}`, `"actions": {"read_only_rootfs": "warn"}`)
+	e := newEngine(t, policies.Options{Dir: dir})
+	s := baseSpec()
+	s.ReadOnlyRootfs = boolPtr(false)
+	d := decide(t, e, s)
+	if !d.Allow || !cmp.Equal([]string{"read_only_rootfs"}, ruleNames(d.Warnings)) {
+		t.Errorf("allow=%v warnings=%+v violations=%+v", d.Allow, d.Warnings, d.Violations)
+	}
+}
+
+func TestReload(t *testing.T) {
+	dir := copyBundle(t)
+	rec := &events{}
+	e := newEngine(t, policies.Options{Dir: dir, Events: rec})
+	rev0 := e.Status().Revision
+	big := baseSpec()
+	big.Resources.MemoryMB = 6000
+	if d := decide(t, e, big); d.Allow {
+		t.Fatal("6000 MB admitted under the default maximum")
+	}
+
+	// A valid change is applied.
+	editData(t, dir, `"memory_mb": 4096`, `"memory_mb": 8192`)
+	st, err := e.Reload(context.Background())
+	if err != nil {
+		t.Fatalf("Reload: %v", err)
+	}
+	rev1 := st.Revision
+	if rev1 == rev0 {
+		t.Fatal("revision unchanged after a change")
+	}
+	if d := decide(t, e, big); !d.Allow || d.PolicyRevision != rev1 {
+		t.Errorf("after raising the maximum: allow=%v revision=%s %+v", d.Allow, d.PolicyRevision, d.Violations)
+	}
+	if ev := rec.last(); ev.Type != sandgate.EventPolicyLoaded || ev.PolicyRevision != rev1 || ev.Outcome != "success" {
+		t.Errorf("last event %+v, want policy.loaded with %s", ev, rev1)
+	}
+
+	// An unchanged bundle is a no-op.
+	n := len(rec.types())
+	if _, err := e.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.types()) != n {
+		t.Errorf("a no-op reload emitted %v", rec.types()[n:])
+	}
+
+	refused := []struct {
+		name  string
+		edit  func()
+		undo  func()
+		wants string
+	}{
+		{"compile error", func() { writeFile(t, dir, "broken.rego", "package sandgate.admission\n\nfinding contains x if {\n") },
+			func() { os.Remove(filepath.Join(dir, "broken.rego")) }, "broken.rego"},
+		{"unsafe variable", func() {
+			writeFile(t, dir, "broken.rego", "package sandgate.admission\n\nfinding contains x if { y := 1 }\n")
+		}, func() { os.Remove(filepath.Join(dir, "broken.rego")) }, "broken.rego"},
+		{"failing Rego test", func() {
+			writeFile(t, dir, "extra_test.rego", "package sandgate.extra_test\n\nimport data.sandgate.admission\n\ntest_fails if {\n\tadmission.decision.allow == false with input as {}\n\tfalse\n}\n")
+		}, func() { os.Remove(filepath.Join(dir, "extra_test.rego")) }, "test_fails"},
+		{"data breaks the bundle's tests", func() { editData(t, dir, `"memory_mb": 512`, `"memory_mb": 999999`) },
+			func() { editData(t, dir, `"memory_mb": 999999`, `"memory_mb": 512`) }, "test_data_defaults_within_maxima"},
+		{"malformed data", func() { writeFile(t, dir, "extra.json", "{") },
+			func() { os.Remove(filepath.Join(dir, "extra.json")) }, "extra.json"},
+		{"no decision", func() {
+			writeFile(t, dir, "decision.rego.bak", readFile(t, dir, "decision.rego"))
+			writeFile(t, dir, "decision.rego", "package sandgate.admission\n\nviolations := []\n")
+		}, func() {
+			writeFile(t, dir, "decision.rego", readFile(t, dir, "decision.rego.bak"))
+			os.Remove(filepath.Join(dir, "decision.rego.bak"))
+		}, "does not define data.sandgate.admission.decision"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.edit()
+			defer tt.undo()
+			st, err := e.Reload(context.Background())
+			errs, ok := policies.IsPolicyInvalid(err)
+			if !ok {
+				t.Fatalf("Reload error = %v, want POLICY-INVALID", err)
+			}
+			if !strings.Contains(strings.Join(errs, "\n"), tt.wants) {
+				t.Errorf("errors %q do not mention %q", errs, tt.wants)
+			}
+			if st.Revision != rev1 || st.LastError == "" || st.LastErrorAt == nil {
+				t.Errorf("status after refusal: %+v", st)
+			}
+			if d := decide(t, e, big); !d.Allow || d.PolicyRevision != rev1 {
+				t.Errorf("the old policy no longer answers: allow=%v revision=%s", d.Allow, d.PolicyRevision)
+			}
+			ev := rec.last()
+			if ev.Type != sandgate.EventPolicyLoadFailed || ev.PolicyRevision != rev1 || ev.Outcome != "failure" {
+				t.Errorf("last event %+v, want policy.load_failed", ev)
+			}
+		})
+	}
+
+	// Once the directory is good again, the error clears.
+	st, err = e.Reload(context.Background())
+	if err != nil || st.LastError != "" || st.Revision != rev1 {
+		t.Errorf("after undoing: err=%v status=%+v", err, st)
+	}
+}
+
+func TestWatchFileChange(t *testing.T) {
+	dir := copyBundle(t)
+	e := newEngine(t, policies.Options{Dir: dir, Debounce: 20 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Watch(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	rev0 := e.Status().Revision
+
+	// A broken file is refused; the old revision stays.
+	// Watch may not be watching yet: write until the change is seen.
+	waitFor(t, func() bool {
+		writeFile(t, dir, "broken.rego", "package sandgate.admission\n\nfinding contains {\n")
+		return e.Status().LastError != ""
+	})
+	if e.Status().Revision != rev0 {
+		t.Fatalf("broken bundle went into force")
+	}
+	// Fixing it and making a valid change is applied.
+	os.Remove(filepath.Join(dir, "broken.rego"))
+	editData(t, dir, `"pids": 1024`, `"pids": 2048`)
+	waitFor(t, func() bool { return e.Status().Revision != rev0 && e.Status().LastError == "" })
+	s := baseSpec()
+	s.Resources.Pids = 1500
+	if d := decide(t, e, s); !d.Allow {
+		t.Errorf("1500 pids still denied after the watched change: %+v", d.Violations)
+	}
+}
+
+func TestWatchSIGHUP(t *testing.T) {
+	// Catch SIGHUP ourselves too, so that a signal sent before Watch
+	// registers cannot kill the test binary.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	dir := copyBundle(t)
+	// A debounce this long keeps the file watcher out of the test.
+	e := newEngine(t, policies.Options{Dir: dir, Debounce: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Watch(ctx) }()
+	defer func() { cancel(); <-done }()
+	rev0 := e.Status().Revision
+	editData(t, dir, `"pids": 1024`, `"pids": 2048`)
+	waitFor(t, func() bool {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		return e.Status().Revision != rev0
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestFailClosed: whatever goes wrong, the answer is a deny with a reason.
+func TestFailClosed(t *testing.T) {
+	t.Run("empty bundle is refused", func(t *testing.T) {
+		_, err := policies.New(context.Background(), policies.Options{Dir: t.TempDir()})
+		if errs, ok := policies.IsPolicyInvalid(err); !ok || !strings.Contains(strings.Join(errs, " "), "does not define") {
+			t.Errorf("New(empty dir) = %v, want POLICY-INVALID", err)
+		}
+	})
+	t.Run("missing directory is refused", func(t *testing.T) {
+		_, err := policies.New(context.Background(), policies.Options{Dir: filepath.Join(t.TempDir(), "nope")})
+		if _, ok := policies.IsPolicyInvalid(err); !ok {
+			t.Errorf("New(missing dir) = %v, want POLICY-INVALID", err)
+		}
+	})
+	t.Run("no policy", func(t *testing.T) {
+		var e policies.Engine
+		d, err := e.Decide(context.Background(), sandgate.AdmissionInput{Request: baseSpec()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertDenied(t, d, policies.RuleNoPolicy)
+		if d.DecisionID == "" || len(d.Mask) == 0 {
+			t.Errorf("decision %+v lacks an ID or a mask", d)
+		}
+	})
+	bundles := []struct {
+		name string
+		rego string
+		rule string
+	}{
+		{"undefined decision", `package sandgate.admission
+
+decision := {"allow": true} if input.never_set
+`, policies.RulePolicyUndefined},
+		{"evaluation error", `package sandgate.admission
+
+decision := {"allow": true, "violations": []} if input.request.image
+decision := {"allow": false, "violations": []} if input.request.command
+`, policies.RulePolicyError},
+		{"malformed decision", `package sandgate.admission
+
+decision := "yes"
+`, policies.RulePolicyError},
+		{"allow is not a boolean", `package sandgate.admission
+
+decision := {"allow": "true", "violations": []}
+`, policies.RulePolicyError},
+		{"deny without a reason", `package sandgate.admission
+
+decision := {"allow": false, "violations": []}
+`, policies.RulePolicyError},
+		{"allow with violations", `package sandgate.admission
+
+decision := {"allow": true, "violations": [{"rule": "r", "message": "m", "controls": ["c"]}]}
+`, "r"},
+		{"mutations that never settle", `package sandgate.admission
+
+decision := {"allow": true, "violations": [], "mutations": [{"op": "replace", "path": "/network", "value": concat("", [input.request.network, "x"]), "rule": "m"}]}
+`, policies.RulePolicyError},
+		{"mutation of an unknown field", `package sandgate.admission
+
+decision := {"allow": true, "violations": [], "mutations": [{"op": "replace", "path": "/nope", "value": 1, "rule": "m"}]}
+`, policies.RulePolicyError},
+	}
+	for _, tt := range bundles {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "policy.rego", tt.rego)
+			e := newEngine(t, policies.Options{Dir: dir})
+			d := decide(t, e, baseSpec())
+			assertDenied(t, d, tt.rule)
+			if d.PolicyRevision != e.Status().Revision {
+				t.Errorf("PolicyRevision = %q", d.PolicyRevision)
+			}
+		})
+	}
+	t.Run("cancelled context", func(t *testing.T) {
+		e := newEngine(t, policies.Options{})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		n, err := sandgate.Normalize(baseSpec(), e.Defaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := e.Decide(ctx, sandgate.AdmissionInput{Request: n})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+		assertDenied(t, d, policies.RulePolicyError)
+	})
+}
+
+func assertDenied(t *testing.T, d sandgate.Decision, rule string) {
+	t.Helper()
+	if d.Allow {
+		t.Fatalf("allowed: %+v", d)
+	}
+	if !contains(ruleNames(d.Violations), rule) {
+		t.Errorf("violations %+v do not name %s", d.Violations, rule)
+	}
+	for _, v := range d.Violations {
+		if v.Message == "" || v.Action != "deny" {
+			t.Errorf("incomplete violation %+v", v)
+		}
+	}
+}
