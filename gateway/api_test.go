@@ -330,6 +330,20 @@ func TestIdempotency(t *testing.T) {
 	if n := e.exec.calls.Load(); n != 2 {
 		t.Errorf("executions after store replay = %d, want 2", n)
 	}
+	// The same key for another request is a conflict, remembered by the
+	// node or found in the store.
+	for _, fresh := range []bool{false, true} {
+		if fresh {
+			e.srv.svc.idem = newIdemCache()
+		}
+		r := e.do(http.MethodPost, "/v1/runs", tokAlice, `{"command":["echo","other"]}`, "Idempotency-Key: key-1")
+		if r.status != http.StatusConflict || r.errorCode() != string(sandgate.CodeConflict) {
+			t.Errorf("key reused for another request (fresh cache %v): %d %s", fresh, r.status, r.body)
+		}
+	}
+	if n := e.exec.calls.Load(); n != 2 {
+		t.Errorf("executions after conflicts = %d, want 2", n)
+	}
 	bad := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody, "Idempotency-Key: "+strings.Repeat("k", 300))
 	if bad.status != http.StatusBadRequest {
 		t.Errorf("oversized key: status %d", bad.status)

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,16 +63,20 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		return nil, false, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
 	}
 	p := sub.Principal
-	if sub.IdempotencyKey != "" {
-		if id, ok := s.idem.get(p.Name, sub.IdempotencyKey, s.now()); ok {
-			if run, err := s.d.Runs.GetRun(ctx, id); err == nil {
-				return s.overlay(run), false, nil
-			}
-		}
-	}
 	spec, err := sandgate.Normalize(sub.Spec, s.d.Admitter.Defaults())
 	if err != nil {
 		return nil, false, err
+	}
+	requestDigest := specDigest(spec)
+	if sub.IdempotencyKey != "" {
+		if e, ok := s.idem.get(p.Name, sub.IdempotencyKey, s.now()); ok {
+			if e.digest != requestDigest {
+				return nil, false, idempotencyConflict(sub.IdempotencyKey, e.runID)
+			}
+			if run, err := s.d.Runs.GetRun(ctx, e.runID); err == nil {
+				return s.overlay(run), false, nil
+			}
+		}
 	}
 	dec, err := s.d.Admitter.Decide(ctx, sandgate.AdmissionInput{
 		APIVersion: sandgate.APIVersion,
@@ -133,11 +140,14 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		if existing == nil {
 			return nil, false, sandgate.Errorf(sandgate.CodeConflict, "idempotency key already used")
 		}
-		s.idem.put(p.Name, sub.IdempotencyKey, existing.ID, s.now())
+		if specDigest(existing.Spec) != specDigest(dec.Spec) {
+			return nil, false, idempotencyConflict(sub.IdempotencyKey, existing.ID)
+		}
+		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: existing.ID, digest: requestDigest, at: s.now()})
 		return s.overlay(existing), false, nil
 	}
 	if sub.IdempotencyKey != "" {
-		s.idem.put(p.Name, sub.IdempotencyKey, run.ID, now)
+		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: run.ID, digest: requestDigest, at: now})
 	}
 	s.start(*run)
 	return s.overlay(run), true, nil
@@ -535,24 +545,28 @@ type idemCache struct {
 
 type idemEntry struct {
 	runID string
-	at    time.Time
+	// digest identifies the normalised request, so that a key reused for
+	// another request is refused.
+	digest string
+	at     time.Time
 }
 
 const idemWindow = 24 * time.Hour
 
 func newIdemCache() *idemCache { return &idemCache{entries: map[string]idemEntry{}} }
 
-func (c *idemCache) get(principal, key string, now time.Time) (string, bool) {
+func (c *idemCache) get(principal, key string, now time.Time) (idemEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.entries[principal+"\x00"+key]
 	if !ok || now.Sub(e.at) > idemWindow {
-		return "", false
+		return idemEntry{}, false
 	}
-	return e.runID, true
+	return e, true
 }
 
-func (c *idemCache) put(principal, key, runID string, now time.Time) {
+func (c *idemCache) put(principal, key string, e idemEntry) {
+	now := e.at
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now.Sub(c.swept) > time.Hour || len(c.entries) > 100_000 {
@@ -566,5 +580,47 @@ func (c *idemCache) put(principal, key, runID string, now time.Time) {
 	if len(c.entries) > 100_000 {
 		return
 	}
-	c.entries[principal+"\x00"+key] = idemEntry{runID: runID, at: now}
+	c.entries[principal+"\x00"+key] = e
+}
+
+func idempotencyConflict(key, runID string) error {
+	return &sandgate.Error{Code: sandgate.CodeConflict,
+		Message: fmt.Sprintf("Idempotency-Key %q was used for a different request (run %s); use a new key", key, runID),
+		Details: map[string]any{"run_id": runID}}
+}
+
+// specDigest identifies a spec by its content, ignoring how empty lists
+// and maps are spelled (null, [], {}), so that a spec read back from the
+// store digests like the one that was stored.
+func specDigest(s sandgate.RunSpec) string {
+	raw, _ := json.Marshal(prune(generic(s)))
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// prune drops nulls and empty lists and maps from a generic JSON value.
+func prune(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if e = prune(e); e == nil {
+				delete(x, k)
+			} else {
+				x[k] = e
+			}
+		}
+		if len(x) == 0 {
+			return nil
+		}
+		return x
+	case []any:
+		if len(x) == 0 {
+			return nil
+		}
+		for i := range x {
+			x[i] = prune(x[i])
+		}
+		return x
+	}
+	return v
 }
