@@ -111,10 +111,10 @@ type Deps struct {
 	// Logger receives JSON logs; defaults to discarding them.
 	Logger *slog.Logger
 	// Registry is where the gateway's collectors are registered when
-	// Metrics is nil; defaults to a new registry.
+	// Metrics is nil; defaults to a new registry (see NewMetrics).
 	Registry prometheus.Registerer
-	// Gatherer serves /metrics; defaults to Registry when it is a
-	// *prometheus.Registry, else to prometheus.DefaultGatherer.
+	// Gatherer serves /metrics; defaults to the registry the metrics are
+	// registered on when it is a Gatherer, else prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	// Metrics, when set, is used instead of creating collectors on
 	// Registry; pass the one whose Sink wraps the executor's event sink.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/sandgate/sandgate"
 )
@@ -58,10 +59,14 @@ type Metrics struct {
 	spool      SpoolSizer
 }
 
-// NewMetrics creates the collectors and registers them on reg.
+// NewMetrics creates the collectors and registers them on reg. A nil reg
+// means a new registry that also holds the Go runtime and process
+// collectors; /metrics serves reg when it is also a Gatherer.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
-		reg = prometheus.NewRegistry()
+		r := prometheus.NewRegistry()
+		r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = r
 	}
 	durations := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 	m := &Metrics{

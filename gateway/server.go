@@ -62,26 +62,18 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
 	deps.Logger = deps.Logger.With("component", "gateway", "node", cfg.Node)
-	reg := deps.Registry
-	if reg == nil {
-		r := prometheus.NewRegistry()
-		reg = r
-		if deps.Gatherer == nil {
-			deps.Gatherer = r
-		}
-	}
-	if deps.Gatherer == nil {
-		if g, ok := reg.(prometheus.Gatherer); ok {
-			deps.Gatherer = g
-		} else {
-			deps.Gatherer = prometheus.DefaultGatherer
-		}
-	}
 	m := deps.Metrics
 	if m == nil {
 		var err error
-		if m, err = NewMetrics(reg); err != nil {
+		if m, err = NewMetrics(deps.Registry); err != nil {
 			return nil, err
+		}
+	}
+	if deps.Gatherer == nil {
+		if g, ok := m.reg.(prometheus.Gatherer); ok {
+			deps.Gatherer = g
+		} else {
+			deps.Gatherer = prometheus.DefaultGatherer
 		}
 	}
 	var sec secrets = masker{key: cfg.MaskKey}
