@@ -98,14 +98,20 @@ func (e *Executor) Node() string { return e.cfg.Node }
 
 // Start checks that the daemon answers, removes the orphans a previous
 // process of this node left behind, and then reaps every ReapInterval
-// until ctx ends or Shutdown or Close is called. It returns
-// DOCKER-UNAVAILABLE when the daemon does not answer.
+// until ctx ends or Shutdown or Close is called, so ctx should live as
+// long as the executor serves. It returns DOCKER-UNAVAILABLE when the
+// daemon does not answer.
 func (e *Executor) Start(ctx context.Context) error {
 	if err := e.Ping(ctx); err != nil {
 		return err
 	}
 	if _, err := e.CleanupOrphans(ctx); err != nil {
-		return err
+		if sandgate.ErrorCodeOf(err) == sandgate.CodeDockerUnavailable {
+			return err
+		}
+		// Orphans that resist removal are retried on the next pass; they
+		// are no reason to refuse to serve.
+		e.log.Error("orphan reaper", "err", err)
 	}
 	e.reaperMu.Lock()
 	defer e.reaperMu.Unlock()

@@ -546,3 +546,109 @@ func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// TestStopSequence: cancel and timeout send SIGTERM, and SIGKILL only when
+// the grace period passes; the output so far is kept.
+func TestStopSequence(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ignoreTERM  bool
+		cancel      bool
+		wantOutcome sandgate.Outcome
+		wantExit    int
+		wantKills   []string
+	}{
+		{"cancel, SIGTERM suffices", false, true, sandgate.OutcomeCancelled, 143, []string{"kill SIGTERM"}},
+		{"cancel, SIGTERM ignored", true, true, sandgate.OutcomeCancelled, 137, []string{"kill SIGTERM", "kill SIGKILL"}},
+		{"timeout, SIGTERM suffices", false, false, sandgate.OutcomeTimedOut, 143, []string{"kill SIGTERM"}},
+		{"timeout, SIGTERM ignored", true, false, sandgate.OutcomeTimedOut, 137, []string{"kill SIGTERM", "kill SIGKILL"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeDocker()
+			f.hang, f.ignoreTERM = true, tc.ignoreTERM
+			e, log := unitExecutor(t, f, func(c *Config) { c.StopGrace = 10 * time.Millisecond })
+			job := unitJob(t, func(s *sandgate.RunSpec) {
+				if tc.cancel {
+					s.TimeoutSeconds = 3600
+				} else {
+					s.TimeoutSeconds = 1
+				}
+			})
+			printed := make(chan struct{})
+			var once sync.Once
+			job.Output = func(sandgate.Stream, []byte) { once.Do(func() { close(printed) }) }
+			done := make(chan sandgate.Result, 1)
+			go func() {
+				res, _ := e.Execute(context.Background(), job)
+				done <- res
+			}()
+			<-printed
+			if tc.cancel {
+				if err := e.Cancel(context.Background(), job.RunID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res := <-done
+			if res.Outcome != tc.wantOutcome || res.ExitCode == nil || *res.ExitCode != tc.wantExit {
+				t.Errorf("result = %s exit %v, want %s exit %d", res.Outcome, res.ExitCode, tc.wantOutcome, tc.wantExit)
+			}
+			if res.Stdout.Data != "hello\n" {
+				t.Errorf("stdout = %q, want the output so far", res.Stdout.Data)
+			}
+			var kills []string
+			for _, op := range []string{"kill SIGTERM", "kill SIGKILL"} {
+				if f.count(op) > 0 {
+					kills = append(kills, op)
+				}
+			}
+			if diff := cmp.Diff(tc.wantKills, kills); diff != "" {
+				t.Errorf("signals (-want +got):\n%s", diff)
+			}
+			want := sandgate.EventRunCancelled
+			if !tc.cancel {
+				want = sandgate.EventRunTimedOut
+			}
+			if log.count(want) != 1 || log.count(sandgate.EventContainerRemoved) != 1 {
+				t.Errorf("events %v, want %s and container.removed", log.types(), want)
+			}
+		})
+	}
+}
+
+// TestReaperMarksVanishedRunLost: a live run whose container is no longer
+// listed ends lost.
+func TestReaperMarksVanishedRunLost(t *testing.T) {
+	f := newFakeDocker()
+	f.hang = true
+	now := time.Unix(1000, 0)
+	var clockMu sync.Mutex
+	clock := func() time.Time {
+		clockMu.Lock()
+		defer clockMu.Unlock()
+		now = now.Add(time.Second)
+		return now
+	}
+	e, log := unitExecutor(t, f, func(c *Config) { c.Clock = clock })
+	job := unitJob(t, nil)
+	started := make(chan string, 1)
+	job.Started = func(id string, _ time.Time) { started <- id }
+	done := make(chan sandgate.Result, 1)
+	go func() {
+		res, _ := e.Execute(context.Background(), job)
+		done <- res
+	}()
+	id := <-started
+	f.mu.Lock()
+	delete(f.containers, id) // gone without an exit, as when a daemon loses it
+	f.mu.Unlock()
+	if _, err := e.CleanupOrphans(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.Outcome != sandgate.OutcomeLost || res.Error == nil || res.Error.Code != sandgate.CodeContainerCreate {
+		t.Errorf("result = %s %+v, want lost", res.Outcome, res.Error)
+	}
+	if log.count(sandgate.EventRunLost) != 1 {
+		t.Errorf("events %v, want run.lost", log.types())
+	}
+}

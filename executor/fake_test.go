@@ -34,9 +34,13 @@ type fakeDocker struct {
 	onStart        func(n int) (happened bool, err error)
 	onImageInspect func(n int) error
 	onPing         func(n int) error
-	// exitCode and stdout are what every container does once started.
-	exitCode int64
-	stdout   string
+	// exitCode and stdout are what every container does once started;
+	// with hang it runs until a signal ends it, and with ignoreTERM only
+	// SIGKILL does.
+	exitCode   int64
+	stdout     string
+	hang       bool
+	ignoreTERM bool
 }
 
 type fakeContainer struct {
@@ -45,6 +49,7 @@ type fakeContainer struct {
 	started  int // how many times user code was started
 	running  bool
 	exited   bool
+	code     int64
 	waiters  []chan container.WaitResponse
 	out      net.Conn // the daemon's end of the attach stream
 }
@@ -156,7 +161,7 @@ func (f *fakeDocker) ContainerWait(_ context.Context, id string, cond container.
 	case c == nil:
 		errc <- errNotFound("no such container " + id)
 	case c.exited && cond != container.WaitConditionNextExit:
-		res <- container.WaitResponse{StatusCode: f.exitCode}
+		res <- container.WaitResponse{StatusCode: c.code}
 	default:
 		c.waiters = append(c.waiters, res)
 	}
@@ -182,36 +187,59 @@ func (f *fakeDocker) ContainerStart(_ context.Context, id string, _ container.St
 	return err
 }
 
-// run plays the container: output on the attach stream, then the exit.
+// run plays the container: output on the attach stream, then the exit,
+// unless the fake hangs, when only a signal ends it.
 func (f *fakeDocker) run(c *fakeContainer) {
 	f.mu.Lock()
 	c.started++
 	c.running = true
-	out, stdout, code := c.out, f.stdout, f.exitCode
+	out, stdout, code, hang := c.out, f.stdout, f.exitCode, f.hang
 	f.mu.Unlock()
 	go func() {
 		if out != nil {
 			w := stdcopy.NewStdWriter(out, stdcopy.Stdout)
 			io.WriteString(w, stdout)
-			out.Close()
 		}
-		f.mu.Lock()
-		c.running, c.exited = false, true
-		waiters := c.waiters
-		c.waiters = nil
-		f.mu.Unlock()
-		for _, w := range waiters {
-			w <- container.WaitResponse{StatusCode: code}
+		if !hang {
+			f.exit(c, code)
 		}
 	}()
 }
 
-func (f *fakeDocker) ContainerKill(_ context.Context, id, _ string) error {
+// exit ends the container with code.
+func (f *fakeDocker) exit(c *fakeContainer, code int64) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.called("kill")
-	if f.find(id) == nil {
+	if !c.running {
+		f.mu.Unlock()
+		return
+	}
+	c.running, c.exited, c.code = false, true, code
+	waiters, out := c.waiters, c.out
+	c.waiters = nil
+	f.mu.Unlock()
+	if out != nil {
+		out.Close()
+	}
+	for _, w := range waiters {
+		w <- container.WaitResponse{StatusCode: code}
+	}
+}
+
+func (f *fakeDocker) ContainerKill(_ context.Context, id, signal string) error {
+	f.mu.Lock()
+	f.called("kill " + signal)
+	c := f.find(id)
+	ignore := signal == "SIGTERM" && f.ignoreTERM
+	f.mu.Unlock()
+	switch {
+	case c == nil:
 		return errNotFound("no such container " + id)
+	case ignore:
+		return nil
+	case signal == "SIGKILL":
+		f.exit(c, 137)
+	default:
+		f.exit(c, 143)
 	}
 	return nil
 }
@@ -235,7 +263,7 @@ func (f *fakeDocker) ContainerInspect(_ context.Context, ref string) (container.
 		ContainerJSONBase: &container.ContainerJSONBase{
 			ID:    c.id,
 			Name:  "/" + c.name,
-			State: &container.State{Status: container.ContainerState(status), Running: c.running, ExitCode: int(f.exitCode), StartedAt: started},
+			State: &container.State{Status: container.ContainerState(status), Running: c.running, ExitCode: int(c.code), StartedAt: started},
 		},
 		Config: &container.Config{Labels: c.labels},
 	}, nil

@@ -122,7 +122,7 @@ func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool)
 	wg.Wait()
 	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
 	if len(errs) > 0 {
-		return removed, dockerError(sandgate.CodeContainerCreate, errors.Join(errs...), "remove %d orphan(s)", len(errs))
+		return removed, dockerError(sandgate.CodeInternal, errors.Join(errs...), "remove %d orphan(s)", len(errs))
 	}
 	if len(removed) > 0 {
 		e.log.Info("removed orphans", "count", len(removed))

@@ -251,10 +251,16 @@ func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res s
 	}
 	res.FinishedAt = e.now()
 
-	// Everything the container wrote before it ended is kept.
+	// Everything the container wrote before it ended is kept. A lost
+	// container will not close its stream, so what came is all there is.
+	drain := time.After(drainTimeout)
+	if exit.lost {
+		drain = nil
+		hj.Close()
+	}
 	select {
 	case <-pumped:
-	case <-time.After(drainTimeout):
+	case <-drain:
 		hj.Close()
 		<-pumped
 	}
