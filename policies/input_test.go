@@ -1,0 +1,138 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestInputValueMatchesJSON holds the fast input converter to the document
+// encoding/json makes of sandgate.AdmissionInput, which is what the docs
+// and `sandgate policy eval` show policy authors.
+func TestInputValueMatchesJSON(t *testing.T) {
+	uid, gid := int64(0), int64(1000)
+	ro := false
+	full := sandgate.RunSpec{
+		Image: "sandgate/sandbox:latest", Command: []string{"sh", "-c", "echo hi"}, Stdin: "in",
+		Env: map[string]string{"B": "2", "A": "1"}, Workdir: "/w", User: "0000:1000",
+		Mounts:  []sandgate.Mount{{Source: "/srv/a", Target: "/a", ReadOnly: true, Propagation: "rshared", Resolved: "/srv/a"}, {Source: "/b", Target: "/b"}},
+		Volumes: []sandgate.Volume{{Name: "c", Target: "/c", ReadOnly: true}, {Name: "d", Target: "/d"}},
+		Network: "bridge", Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.25, Pids: 10, TmpfsMB: 1, Nofile: 7},
+		TimeoutSeconds: 30, OutputLimitBytes: 1 << 40, PullPolicy: sandgate.PullAlways, SessionID: "s", TaskID: "t",
+		Labels: map[string]string{"k": "v"}, Privileged: true, CapAdd: []string{"ALL"}, Devices: []string{"/dev/x"},
+		Sysctls: map[string]string{"a.b": "1"}, PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
+		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &ro, Ports: []string{"80"}, UID: &uid, GID: &gid,
+		Security: &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
+	}
+	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		spec     sandgate.RunSpec
+		pr       sandgate.Principal
+		settings sandgate.Settings
+	}{
+		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}},
+		{"empty lists", sandgate.RunSpec{Command: []string{}, CapAdd: []string{}, Env: map[string]string{}},
+			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}},
+		{"normalised", normalized, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}},
+		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: tt.spec, Settings: tt.settings}
+			raw, err := json.Marshal(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc any
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			if err := dec.Decode(&doc); err != nil {
+				t.Fatal(err)
+			}
+			want, err := ast.InterfaceToValue(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request, in.Settings)
+			if ast.Compare(want, got) != 0 {
+				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
+			}
+		})
+	}
+}
+
+func TestSetPointer(t *testing.T) {
+	tests := []struct {
+		name    string
+		pointer string
+		value   any
+		want    any
+		wantErr bool
+	}{
+		{"replace member", "/network", "none", map[string]any{"network": "none", "a": []any{"x"}, "o": map[string]any{"k": 1}}, false},
+		{"add missing member", "/pull_policy", "never", map[string]any{"network": "host", "pull_policy": "never", "a": []any{"x"}, "o": map[string]any{"k": 1}}, false},
+		{"array element", "/a/0", "y", map[string]any{"network": "host", "a": []any{"y"}, "o": map[string]any{"k": 1}}, false},
+		{"nested", "/o/k", 2, map[string]any{"network": "host", "a": []any{"x"}, "o": map[string]any{"k": 2}}, false},
+		{"escaped", "/o/a~1b~0", 3, map[string]any{"network": "host", "a": []any{"x"}, "o": map[string]any{"k": 1, "a/b~": 3}}, false},
+		{"array out of range", "/a/1", "z", nil, true},
+		{"below a scalar", "/network/x", "z", nil, true},
+		{"relative", "network", "z", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := map[string]any{"network": "host", "a": []any{"x"}, "o": map[string]any{"k": 1}}
+			got, err := setPointer(doc, tt.pointer, tt.value)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				return
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// FuzzInputValue checks the converter against encoding/json on arbitrary
+// strings and numbers.
+func FuzzInputValue(f *testing.F) {
+	f.Add("sandgate/sandbox", "10001", "/srv/a", int64(512), 1.5, true)
+	f.Add("", "", "\x00", int64(-1), 0.0, false)
+	f.Fuzz(func(t *testing.T, image, user, path string, n int64, cpus float64, b bool) {
+		spec := sandgate.RunSpec{Image: image, User: user, Command: []string{image, user},
+			Mounts:    []sandgate.Mount{{Source: path, Target: path, Resolved: path, ReadOnly: b}},
+			Resources: sandgate.Resources{MemoryMB: n, CPUs: cpus}, OutputLimitBytes: n, Privileged: b,
+			Env: map[string]string{"X": path}}
+		if n >= 0 {
+			spec.UID = &n
+		}
+		raw, err := json.Marshal(sandgate.AdmissionInput{Request: spec})
+		if err != nil {
+			return // NaN and infinities have no JSON form
+		}
+		var doc any
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&doc); err != nil {
+			t.Fatal(err)
+		}
+		want, err := ast.InterfaceToValue(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := inputValue("", "", sandgate.Principal{}, spec, sandgate.Settings{}); ast.Compare(want, got) != 0 {
+			t.Errorf("inputValue differs\nwant %v\n got %v", want, got)
+		}
+	})
+}
