@@ -216,6 +216,13 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 	go func() {
 		select {
 		case <-ctx.Done():
+			// finished is closed before the caller's context ends on a
+			// normal return: only a real interrupt gets past here.
+			select {
+			case <-finished:
+				return
+			default:
+			}
 		case <-finished:
 			return
 		}

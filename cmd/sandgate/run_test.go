@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -22,6 +23,9 @@ import (
 // command's first word picks the behaviour: deny, unavailable, or a run
 // whose log stream ends as cliExits[word] says.
 type fakeGatewayAPI struct {
+	// hung is closed by DELETE: the "hang" run's log stream waits for it.
+	hung     chan struct{}
+	hungOnce sync.Once
 	mu       sync.Mutex
 	specs    []sandgate.RunSpec
 	headers  []http.Header
@@ -80,6 +84,12 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if word == "broken" {
 			return
 		}
+		if word == "hang" {
+			w.(http.Flusher).Flush()
+			<-f.hung
+			fmt.Fprintf(w, "id: 4\nevent: exit\ndata: {\"outcome\":\"cancelled\"}\n\n")
+			return
+		}
 		x, _ := json.Marshal(cliExits[word])
 		fmt.Fprintf(w, "id: 4\nevent: exit\ndata: %s\n\n", x)
 	case r.Method == http.MethodGet && strings.HasPrefix(id, "run-") && rest == "":
@@ -95,6 +105,9 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.canceled = append(f.canceled, id)
 		f.mu.Unlock()
+		if f.hung != nil {
+			f.hungOnce.Do(func() { close(f.hung) })
+		}
 		out := sandgate.OutcomeCancelled
 		_ = json.NewEncoder(w).Encode(gateway.RunView{ID: id, State: sandgate.StateFinished, Outcome: &out})
 	default:
@@ -285,4 +298,61 @@ func TestRunsCommands(t *testing.T) {
 	if got.code != 1 || !strings.Contains(got.message, "SANDGATE-NOT-FOUND") {
 		t.Errorf("missing run: %+v", got)
 	}
+}
+
+// TestRunInterrupt checks that an interrupt cancels the run and that the
+// command still reports its end.
+func TestRunInterrupt(t *testing.T) {
+	api := &fakeGatewayAPI{hung: make(chan struct{})}
+	ts := httptest.NewServer(api)
+	defer ts.Close()
+	env := map[string]string{"SANDGATE_URL": ts.URL, "SANDGATE_TOKEN": "tok"}
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr lockedBuffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"run", "--", "hang"}, func(k string) string { return env[k] }, strings.NewReader(""), &stdout, &stderr)
+	}()
+	// Interrupt once the output has arrived.
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(stdout.String(), "out") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after the interrupt")
+	}
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.Code != exitCancelled {
+		t.Fatalf("err = %v, want exit %d", err, exitCancelled)
+	}
+	if !strings.Contains(stderr.String(), "sandgate: cancelling run run-hang") {
+		t.Errorf("stderr = %q", stderr.String())
+	}
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if diff := cmp.Diff([]string{"run-hang"}, api.canceled); diff != "" {
+		t.Errorf("cancelled (-want +got):\n%s", diff)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe to read while a command writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
