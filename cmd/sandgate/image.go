@@ -19,7 +19,7 @@ func newImageCmd(a *app) *cobra.Command {
 	}
 
 	var opts executor.BuildOptions
-	var quiet bool
+	var verbose bool
 	build := &cobra.Command{
 		Use:   "build",
 		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox",
@@ -30,7 +30,7 @@ func newImageCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer ex.Close()
-			if !quiet {
+			if verbose {
 				opts.Progress = a.stderr
 			}
 			id, err := ex.BuildSandboxImage(cmd.Context(), opts)
@@ -43,7 +43,7 @@ func newImageCmd(a *app) *cobra.Command {
 	}
 	build.Flags().StringVar(&opts.Busybox, "busybox", "/bin/busybox", "statically linked busybox to put in the image")
 	build.Flags().StringVar(&opts.Tag, "tag", executor.SandboxImage, "image name")
-	build.Flags().BoolVarP(&quiet, "quiet", "q", false, "do not show the build output")
+	build.Flags().BoolVarP(&verbose, "verbose", "v", false, "show the daemon's build output")
 
 	load := &cobra.Command{
 		Use:   "load FILE",
