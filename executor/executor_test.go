@@ -403,6 +403,9 @@ func TestRefusedSpecs(t *testing.T) {
 			if res.Outcome != sandgate.OutcomeError || res.Error == nil || res.Error.Code != tc.wantCode {
 				t.Errorf("result = %+v", res)
 			}
+			if res.Stdout.Encoding != "utf-8" || res.Stderr.Encoding != "utf-8" || res.Stdout.Bytes != 0 {
+				t.Errorf("outputs = %+v %+v, want empty utf-8 streams", res.Stdout, res.Stderr)
+			}
 			if diff := cmp.Diff([]sandgate.EventType{sandgate.EventRunFailed}, log.types()); diff != "" {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}

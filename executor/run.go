@@ -425,6 +425,7 @@ func (e *Executor) failed(r *run, err error, res ...sandgate.Result) sandgate.Re
 	}
 	out.Outcome = sandgate.OutcomeError
 	out.FinishedAt = e.now()
+	out.Stdout, out.Stderr = noOutput(out.Stdout), noOutput(out.Stderr)
 	code := sandgate.ErrorCodeOf(err)
 	out.Error = &sandgate.ErrorInfo{Code: code, Message: sandgate.ErrorMessageOf(err)}
 	var se *sandgate.Error
@@ -438,6 +439,14 @@ func (e *Executor) failed(r *run, err error, res ...sandgate.Result) sandgate.Re
 	return out
 }
 
+// noOutput is o, or the empty stream when nothing was captured.
+func noOutput(o sandgate.Output) sandgate.Output {
+	if o.Encoding != "" {
+		return o
+	}
+	return newCapture(sandgate.Stdout, 0, nil).output()
+}
+
 // cancelledBeforeStart reports a run cancelled before its container ran.
 func (e *Executor) cancelledBeforeStart(r *run, res ...sandgate.Result) sandgate.Result {
 	var out sandgate.Result
@@ -446,6 +455,7 @@ func (e *Executor) cancelledBeforeStart(r *run, res ...sandgate.Result) sandgate
 	}
 	out.Outcome = sandgate.OutcomeCancelled
 	out.FinishedAt = e.now()
+	out.Stdout, out.Stderr = noOutput(out.Stdout), noOutput(out.Stderr)
 	reason := "cancelled"
 	if errors.Is(context.Cause(r.ctx), errShutdown) {
 		reason = "shutdown"
