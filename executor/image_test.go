@@ -1,0 +1,56 @@
+package executor_test
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
+)
+
+// TestBuildSandboxImage builds the sandbox recipe under a scratch tag and
+// checks the image: non-root user, busybox applets, no base image.
+func TestBuildSandboxImage(t *testing.T) {
+	ex, _ := newTestExecutor(t, nil)
+	ctx := context.Background()
+	tag := "sandgate/sandbox-test:" + randomHex(t, 4)
+	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{}) })
+	var progress strings.Builder
+	id, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Progress: &progress})
+	if err != nil {
+		t.Fatalf("BuildSandboxImage: %v\n%s", err, progress.String())
+	}
+	if !strings.HasPrefix(id, "sha256:") || !strings.Contains(progress.String(), "FROM scratch") {
+		t.Errorf("id %q, progress %q", id, progress.String())
+	}
+	img, err := docker(t).ImageInspect(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Config == nil || img.Config.User != "10001:10001" || img.Config.WorkingDir != "/workspace" || len(img.RootFS.Layers) != 2 {
+		t.Errorf("image config %+v, layers %d; want user 10001:10001, workdir /workspace, two layers", img.Config, len(img.RootFS.Layers))
+	}
+	want, err := exec.Command("/bin/busybox", "--list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = tag }, "sh", "-c", "id -u; id -g; ls /bin; test -d /tmp -a -w /tmp && echo tmp-ok"))
+	lines := strings.Split(strings.TrimSpace(res.Stdout.Data), "\n")
+	if len(lines) < 3 || lines[0] != "10001" || lines[1] != "10001" || lines[len(lines)-1] != "tmp-ok" {
+		t.Fatalf("stdout = %q", res.Stdout.Data)
+	}
+	for _, applet := range strings.Fields(string(want)) {
+		if applet != "busybox" && !slices.Contains(lines, applet) {
+			t.Errorf("applet %s missing from /bin", applet)
+		}
+	}
+
+	if _, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Busybox: "/bin/ls"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("build with a dynamic binary = %v, want refused", err)
+	}
+}
