@@ -211,7 +211,7 @@ func TestConfigEndpoint(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *testEnv) {
 		c.AirGapped = true
 		c.AllowedImages = []string{"sandgate/"}
-		c.Limits = Limits{Resources: sandgate.Resources{MemoryMB: 4096}, TimeoutSeconds: 3600}
+		c.Limits = Limits{MemoryMB: 4096, TimeoutSeconds: 3600}
 	})
 	r := e.do(http.MethodGet, "/v1/config", tokBob, "")
 	var got ConfigView
@@ -220,12 +220,44 @@ func TestConfigEndpoint(t *testing.T) {
 	}
 	want := ConfigView{
 		Version: sandgate.Version, Node: "test-node", AirGapped: true, MountRoots: []string{"/srv/work"},
-		Defaults: sandgate.BuiltinDefaults, Maxima: Limits{Resources: sandgate.Resources{MemoryMB: 4096}, TimeoutSeconds: 3600},
+		Defaults: sandgate.BuiltinDefaults, Maxima: Limits{MemoryMB: 4096, TimeoutSeconds: 3600},
 		AllowedImages: []string{"sandgate/"}, MaxWaitSeconds: 2, BodyLimitBytes: sandgate.MaxSpecBytes,
 		PolicyRevision: "sha256:test",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
+	}
+}
+
+// reportingAdmitter reports the policy's configuration as the engine does.
+type reportingAdmitter struct {
+	*fakeAdmitter
+	config map[string]any
+}
+
+func (r reportingAdmitter) PolicyConfig() map[string]any { return r.config }
+
+// TestConfigFromPolicy checks that maxima and allowed images come from
+// the policy in force when the Admitter reports them.
+func TestConfigFromPolicy(t *testing.T) {
+	e := newEnv(t)
+	d := e.srv.d
+	d.Admitter = reportingAdmitter{fakeAdmitter: e.admitter, config: map[string]any{
+		"maxima":         map[string]any{"memory_mb": 2048, "cpus": 2.5, "timeout_seconds": 600, "output_limit_bytes": 1 << 20},
+		"allowed_images": []string{"sandgate/sandbox"},
+		"mask":           []string{"env"},
+	}}
+	d.Registry, d.Metrics = nil, nil
+	srv, err := New(e.srv.cfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxima, images := srv.policyLimits()
+	if diff := cmp.Diff(Limits{MemoryMB: 2048, CPUs: 2.5, TimeoutSeconds: 600, OutputLimitBytes: 1 << 20}, maxima); diff != "" {
+		t.Errorf("maxima (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"sandgate/sandbox"}, images); diff != "" {
+		t.Errorf("images (-want +got):\n%s", diff)
 	}
 }
 

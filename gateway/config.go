@@ -62,18 +62,32 @@ type Config struct {
 	// HeartbeatInterval is how often an idle followed log stream sends an
 	// SSE comment so that proxies keep it open. Default 15 seconds.
 	HeartbeatInterval time.Duration
-	// Limits are the policy maxima GET /v1/config reports. The policy
-	// bundle enforces them; this copy only informs clients.
-	Limits Limits
-	// AllowedImages are the image repositories GET /v1/config reports.
+	// Limits and AllowedImages are what GET /v1/config reports as the
+	// maxima and image repositories in force when the Admitter is not a
+	// PolicyConfigReporter. The policy bundle enforces them; this copy
+	// only informs clients.
+	Limits        Limits
 	AllowedImages []string
 }
 
-// Limits are the maxima in force, as GET /v1/config reports them.
+// Limits are the maxima in force, as GET /v1/config reports them; the
+// fields are those of the bundle's data (sandgate.config.maxima).
 type Limits struct {
-	Resources        sandgate.Resources `json:"resources"`
-	TimeoutSeconds   int                `json:"timeout_seconds,omitempty"`
-	OutputLimitBytes int64              `json:"output_limit_bytes,omitempty"`
+	MemoryMB         int64   `json:"memory_mb,omitempty"`
+	CPUs             float64 `json:"cpus,omitempty"`
+	Pids             int64   `json:"pids,omitempty"`
+	TmpfsMB          int64   `json:"tmpfs_mb,omitempty"`
+	Nofile           int64   `json:"nofile,omitempty"`
+	TimeoutSeconds   int     `json:"timeout_seconds,omitempty"`
+	OutputLimitBytes int64   `json:"output_limit_bytes,omitempty"`
+}
+
+// PolicyConfigReporter is implemented by an Admitter that can show the
+// configuration of the policy in force (the bundle's sandgate.config
+// data: "maxima", "allowed_images", …). GET /v1/config then reports the
+// maxima and allowed images from it, current after every reload.
+type PolicyConfigReporter interface {
+	PolicyConfig() map[string]any
 }
 
 // Authenticator maps a bearer token to its principal. *Principals is the

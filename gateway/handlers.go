@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
@@ -491,16 +492,38 @@ func (s *Server) config(c echo.Context) error {
 	if roots == nil {
 		roots = []string{}
 	}
-	images := s.cfg.AllowedImages
-	if images == nil {
-		images = []string{}
-	}
+	maxima, images := s.policyLimits()
 	return c.JSON(http.StatusOK, ConfigView{
 		Version: sandgate.Version, Node: s.cfg.Node, AirGapped: s.cfg.AirGapped, MountRoots: roots,
-		Defaults: s.d.Admitter.Defaults(), Maxima: s.cfg.Limits, AllowedImages: images,
+		Defaults: s.d.Admitter.Defaults(), Maxima: maxima, AllowedImages: images,
 		MaxWaitSeconds: int64(s.cfg.MaxWait.Seconds()), BodyLimitBytes: s.cfg.BodyLimit,
 		PolicyRevision: s.d.Policies.Status().Revision,
 	})
+}
+
+// policyLimits returns the maxima and allowed images of the policy in
+// force when the Admitter reports them, else the configured copy.
+func (s *Server) policyLimits() (Limits, []string) {
+	maxima, images := s.cfg.Limits, s.cfg.AllowedImages
+	if r, ok := s.d.Admitter.(PolicyConfigReporter); ok {
+		pc := r.PolicyConfig()
+		var fromPolicy struct {
+			Maxima        *Limits   `json:"maxima"`
+			AllowedImages *[]string `json:"allowed_images"`
+		}
+		if raw, err := json.Marshal(pc); err == nil && json.Unmarshal(raw, &fromPolicy) == nil {
+			if fromPolicy.Maxima != nil {
+				maxima = *fromPolicy.Maxima
+			}
+			if fromPolicy.AllowedImages != nil {
+				images = *fromPolicy.AllowedImages
+			}
+		}
+	}
+	if images == nil {
+		images = []string{}
+	}
+	return maxima, images
 }
 
 // healthz is GET /healthz: the process answers.
