@@ -122,7 +122,9 @@ type Deps struct {
 	Clock sandgate.Clock
 	// IDs makes run IDs; defaults to UUIDv7.
 	IDs sandgate.IDSource
-	// Logger receives JSON logs; defaults to discarding them.
+	// Logger receives the gateway's logs (one line per request, and each
+	// run's start and end), each with its correlation ID and the node;
+	// give it a component attribute if wanted. Defaults to discarding.
 	Logger *slog.Logger
 	// Registry is where the gateway's collectors are registered when
 	// Metrics is nil; defaults to a new registry (see NewMetrics).

@@ -61,7 +61,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
-	deps.Logger = deps.Logger.With("component", "gateway", "node", cfg.Node)
+	deps.Logger = deps.Logger.With("node", cfg.Node)
 	m := deps.Metrics
 	if m == nil {
 		var err error
