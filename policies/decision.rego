@@ -17,6 +17,14 @@ import data.sandgate.config
 # decision is what the engine reads. policy_revision and decision_id are
 # added by the engine.
 decision := {
+	"allow": true,
+	"violations": [],
+	"warnings": [],
+	"mutations": mutations,
+} if {
+	# Nothing found, the common case: skip the assembly below.
+	count(finding) == 0
+} else := {
 	"allow": count(violations) == 0,
 	"violations": violations,
 	"warnings": warnings,

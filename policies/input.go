@@ -36,7 +36,7 @@ func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal,
 		)),
 		item("request", ast.NewTerm(specValue(spec))),
 		item("settings", ast.ObjectTerm(
-			item("air_gapped", ast.BooleanTerm(st.AirGapped)),
+			item("air_gapped", ast.InternedTerm(st.AirGapped)),
 			item("mount_roots", strings0(st.MountRoots)),
 		)),
 	)
@@ -74,7 +74,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 	add := func(k string, v *ast.Term) { items = append(items, item(k, v)) }
 	str := func(k, v string) {
 		if v != "" {
-			add(k, ast.StringTerm(v))
+			add(k, ast.InternedTerm(v))
 		}
 	}
 	add("image", ast.StringTerm(s.Image))
@@ -91,7 +91,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 			mi := [][2]*ast.Term{
 				item("source", ast.StringTerm(m.Source)),
 				item("target", ast.StringTerm(m.Target)),
-				item("read_only", ast.BooleanTerm(m.ReadOnly)),
+				item("read_only", ast.InternedTerm(m.ReadOnly)),
 			}
 			if m.Propagation != "" {
 				mi = append(mi, item("propagation", ast.StringTerm(m.Propagation)))
@@ -111,7 +111,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 				item("target", ast.StringTerm(v.Target)),
 			}
 			if v.ReadOnly {
-				vi = append(vi, item("read_only", ast.BooleanTerm(true)))
+				vi = append(vi, item("read_only", ast.InternedTerm(true)))
 			}
 			vs[i] = ast.ObjectTerm(vi...)
 		}
@@ -140,7 +140,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 	if len(s.Labels) > 0 {
 		add("labels", stringMap(s.Labels))
 	}
-	add("privileged", ast.BooleanTerm(s.Privileged))
+	add("privileged", ast.InternedTerm(s.Privileged))
 	if len(s.CapAdd) > 0 {
 		add("cap_add", strings0(s.CapAdd))
 	}
@@ -158,7 +158,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 		add("security_opt", strings0(s.SecurityOpt))
 	}
 	if s.ReadOnlyRootfs != nil {
-		add("read_only_rootfs", ast.BooleanTerm(*s.ReadOnlyRootfs))
+		add("read_only_rootfs", ast.InternedTerm(*s.ReadOnlyRootfs))
 	}
 	if len(s.Ports) > 0 {
 		add("ports", strings0(s.Ports))
@@ -173,7 +173,7 @@ func specValue(s sandgate.RunSpec) ast.Value {
 		add("security", ast.ObjectTerm(
 			item("seccomp", ast.StringTerm(sec.Seccomp)),
 			item("apparmor", ast.StringTerm(sec.AppArmor)),
-			item("no_new_privileges", ast.BooleanTerm(sec.NoNewPrivileges)),
+			item("no_new_privileges", ast.InternedTerm(sec.NoNewPrivileges)),
 			item("label", strings0(sec.Label)),
 			item("systempaths", ast.StringTerm(sec.SystemPaths)),
 		))

@@ -1,5 +1,6 @@
 # Networks only from data.sandgate.config.allowed_networks; the host network
-# never, whatever the data says. Air-gapped mode (input.settings.air_gapped)
+# never, whatever the data says. Normalisation spells the network in lower
+# case. Air-gapped mode (input.settings.air_gapped)
 # turns an allowed network into "none" and the pull policy into "never" by
 # mutation; the engine applies them and evaluates the result again.
 package sandgate.admission
@@ -27,7 +28,7 @@ finding contains {
 
 _network_allowed if input.request.network in config.allowed_networks
 
-_host_network if lower(input.request.network) == "host"
+_host_network if input.request.network == "host"
 
 mutation contains {
 	"op": "replace",
