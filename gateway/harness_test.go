@@ -25,7 +25,7 @@ const (
 )
 
 type testEnv struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *Server
 	ts       *httptest.Server
 	admitter *fakeAdmitter
@@ -40,7 +40,7 @@ type testEnv struct {
 
 // newEnv starts a gateway over fakes on a loopback test server. edit may
 // change the config before New.
-func newEnv(t *testing.T, edit ...func(*Config, *testEnv)) *testEnv {
+func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	t.Helper()
 	princ, err := NewPrincipals([]PrincipalEntry{
 		{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}, TokenSHA256: HashToken(tokAlice)},
@@ -109,7 +109,7 @@ func (r response) errorBody() ErrorBody {
 	return b
 }
 
-func (r response) run(t *testing.T) RunView {
+func (r response) run(t testing.TB) RunView {
 	t.Helper()
 	var v RunView
 	if err := json.Unmarshal(r.body, &v); err != nil {
