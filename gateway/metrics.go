@@ -250,7 +250,9 @@ func (m *Metrics) finishRun(ev sandgate.Event, f func(*runTimes)) {
 	defer m.timesMu.Unlock()
 	t := m.times[ev.RunID]
 	if t == nil {
-		t = &runTimes{counted: ev.Type == sandgate.EventContainerRemoved}
+		// A container this process did not see created (a previous
+		// process's): nothing to observe or uncount.
+		return
 	}
 	if f != nil {
 		f(t)

@@ -527,6 +527,11 @@ func TestMetricsFromEventTimes(t *testing.T) {
 	if n := m.containers.Load(); n != 0 {
 		t.Errorf("active after lost = %d, want 0", n)
 	}
+	// Removing a container created before this process counts nothing.
+	m.Observe(at(sandgate.EventContainerRemoved, "old", 6000))
+	if n := m.containers.Load(); n != 0 {
+		t.Errorf("active after an unknown removal = %d, want 0", n)
+	}
 }
 
 // TestSpecDigest checks that the digest ignores how empty values are
