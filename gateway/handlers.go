@@ -398,6 +398,7 @@ type flushWriter struct {
 	mu sync.Mutex
 }
 
+// Write writes p and flushes it to the client.
 func (w *flushWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -54,6 +54,7 @@ type logCursor struct {
 	stdout, stderr int64
 }
 
+// String is the cursor as an SSE event id.
 func (c logCursor) String() string { return fmt.Sprintf("%d.%d.%d", c.next, c.stdout, c.stderr) }
 
 func (c *logCursor) off(s sandgate.Stream) *int64 {
