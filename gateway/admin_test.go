@@ -297,4 +297,8 @@ func TestStoreUnavailable(t *testing.T) {
 	if e.exec.calls.Load() != 0 {
 		t.Errorf("an unstored run was executed")
 	}
+	allowed, failed := e.recorder.ofType(sandgate.EventAdmissionAllowed), e.recorder.ofType(sandgate.EventRunFailed)
+	if len(allowed) != 1 || len(failed) != 1 || failed[0].RunID != allowed[0].RunID || failed[0].Outcome != "error" {
+		t.Errorf("admission.allowed %+v, run.failed %+v", allowed, failed)
+	}
 }

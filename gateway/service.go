@@ -134,6 +134,11 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	}
 	existing, created, err := s.d.Runs.CreateRun(ctx, run)
 	if err != nil {
+		// The trail holds an admission for this run: say that it ended.
+		failed := base
+		failed.Type, failed.Outcome, failed.Time = sandgate.EventRunFailed, string(sandgate.OutcomeError), s.now()
+		failed.Payload = map[string]any{"error": "the run could not be stored; nothing was run"}
+		s.d.Recorder.Emit(failed)
 		return nil, false, unavailable(err, "the run store")
 	}
 	if !created {
