@@ -286,6 +286,22 @@ func TestExecutorPanic(t *testing.T) {
 	}
 }
 
+// TestFinalStoreRetried checks that a run's final state is saved even when
+// the store fails at first.
+func TestFinalStoreRetried(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "block")
+	e.waitRunning(v.ID)
+	e.store.mu.Lock()
+	e.store.updateFailures = 2
+	e.store.mu.Unlock()
+	e.exec.release(v.ID)
+	final := e.waitFinished(v.ID)
+	if final.Outcome != sandgate.OutcomeSucceeded {
+		t.Errorf("outcome = %q", final.Outcome)
+	}
+}
+
 // TestStoreUnavailable checks that a store failure is a 503, not a 500.
 func TestStoreUnavailable(t *testing.T) {
 	e := newEnv(t)

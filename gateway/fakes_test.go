@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -158,6 +159,8 @@ type fakeStore struct {
 	mu   sync.Mutex
 	runs map[string]sandgate.Run
 	err  error
+	// updateFailures makes that many UpdateRun calls fail.
+	updateFailures int
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{runs: map[string]sandgate.Run{}} }
@@ -183,6 +186,10 @@ func (s *fakeStore) CreateRun(_ context.Context, run *sandgate.Run) (*sandgate.R
 func (s *fakeStore) UpdateRun(_ context.Context, run *sandgate.Run) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.updateFailures > 0 {
+		s.updateFailures--
+		return errors.New("connection reset")
+	}
 	s.runs[run.ID] = *run
 	return nil
 }

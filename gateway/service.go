@@ -281,14 +281,31 @@ func (s *service) executeSafely(ctx context.Context, job sandgate.Job, log *slog
 	return s.d.Executor.Execute(ctx, job)
 }
 
-// store saves the run, logging a failure: the run goes on regardless.
+// store saves the run, logging a failure: the run goes on regardless. The
+// final save is retried a few times, since a run left "running" in the
+// store would outlive its end.
 func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	lr.storeMu.Lock()
 	defer lr.storeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-	defer cancel()
-	if err := s.d.Runs.UpdateRun(ctx, &run); err != nil {
-		log.Error("store run", "state", run.State, "error", err)
+	attempts := 1
+	if run.State == sandgate.StateFinished {
+		attempts = 4
+	}
+	wait := 500 * time.Millisecond
+	for i := 1; ; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+		err := s.d.Runs.UpdateRun(ctx, &run)
+		cancel()
+		if err == nil {
+			return
+		}
+		if i >= attempts {
+			log.Error("store run", "state", run.State, "attempts", i, "error", err)
+			return
+		}
+		log.Warn("store run, retrying", "state", run.State, "attempt", i, "error", err)
+		time.Sleep(wait)
+		wait *= 2
 	}
 }
 
