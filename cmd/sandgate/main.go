@@ -31,6 +31,9 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 	cfg    Config
+	// onListen, when set (by tests), is told the address serve listens on
+	// and the development token, if one was made.
+	onListen func(addr, devToken string)
 }
 
 // run builds the command tree and executes args. Tests call it directly.

@@ -1,16 +1,233 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/migrations"
+	"github.com/sandgate/sandgate/policies"
 )
 
-// newServeCmd is replaced by the issue that builds it.
-func newServeCmd(_ *app) *cobra.Command {
-	return &cobra.Command{
+// newServeCmd builds `sandgate serve`: the gateway with its policy engine,
+// audit trail and Docker executor.
+func newServeCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "not built yet",
-		RunE:  func(*cobra.Command, []string) error { return errors.New("serve: not built yet") },
+		Short: "Run the gateway",
+		Long: `Run the gateway: the HTTP API on SANDGATE_LISTEN, the policy engine
+(hot-reloaded from SANDGATE_POLICY_DIR, or the embedded bundle), the audit
+trail in Postgres and the Docker executor. SIGTERM or SIGINT stops accepting
+requests, finishes or cancels in-flight runs, removes every container and
+flushes the audit trail before exit. SIGHUP reloads the policy.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return serve(cmd.Context(), a)
+		},
+	}
+	f := cmd.Flags()
+	c := &a.cfg
+	f.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address (SANDGATE_LISTEN)")
+	f.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "principals and token hashes, YAML or JSON (SANDGATE_TOKENS_FILE)")
+	f.BoolVar(&c.Dev, "dev", c.Dev, "generate and print a development token when no tokens file is given (SANDGATE_DEV)")
+	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
+	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
+	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
+	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
+	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
+	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs with a container at once; more wait in a queue (SANDGATE_MAX_CONCURRENT)")
+	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
+	return cmd
+}
+
+// serve runs the gateway until ctx is done.
+func serve(ctx context.Context, a *app) error {
+	cfg := a.cfg
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
+
+	principals, devToken, err := loadPrincipals(cfg)
+	if err != nil {
+		return err
+	}
+
+	if cfg.Migrate {
+		if err := migrate(ctx, cfg.DatabaseURL, logger); err != nil {
+			return err
+		}
+	}
+	store, err := audit.Open(ctx, audit.Config{
+		DSN:                cfg.DatabaseURL,
+		SpoolDir:           cfg.SpoolDir,
+		SpoolMaxBytes:      cfg.SpoolMaxBytes,
+		SigningKeyFile:     cfg.SigningKeyFile,
+		Node:               cfg.Node,
+		CheckpointEvery:    cfg.CheckpointEvery,
+		CheckpointInterval: cfg.CheckpointAfter,
+		Logger:             logger.With("component", "audit"),
+	})
+	if err != nil {
+		return fmt.Errorf("open audit trail: %w", err)
+	}
+	// The audit trail closes last, after every run has ended and every
+	// container is gone, so that their events are committed or spooled.
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := store.Close(closeCtx); err != nil {
+			logger.Error("close audit trail", "err", err)
+		}
+	}()
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := gateway.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
+
+	exec, err := executor.New(executor.Config{
+		DockerHost:    cfg.DockerHost,
+		Node:          cfg.Node,
+		MaxConcurrent: cfg.MaxConcurrent,
+		Logger:        logger.With("component", "executor"),
+	}, metrics.Sink(store))
+	if err != nil {
+		return fmt.Errorf("docker executor: %w", err)
+	}
+	defer exec.Close()
+	if err := exec.Start(ctx); err != nil {
+		// The daemon may come later; readiness says so meanwhile.
+		logger.Warn("executor start", "err", err)
+	}
+	defer func() {
+		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		if err := exec.Shutdown(downCtx); err != nil {
+			logger.Error("executor shutdown", "err", err)
+		}
+	}()
+
+	engine, err := policies.New(ctx, policies.Options{
+		Dir:      cfg.PolicyDir,
+		Settings: settings,
+		Events:   store,
+		Logger:   logger.With("component", "policies"),
+	})
+	if err != nil {
+		return fmt.Errorf("load policy: %w", err)
+	}
+	go func() {
+		if err := engine.Watch(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("policy watch", "err", err)
+		}
+	}()
+
+	srv, err := gateway.New(gateway.Config{
+		Node:          cfg.Node,
+		AirGapped:     cfg.AirGapped,
+		MountRoots:    cfg.MountRoots,
+		ShutdownGrace: cfg.ShutdownGrace,
+	}, gateway.Deps{
+		Admitter:   engine,
+		Policies:   engine,
+		Recorder:   store,
+		Audit:      store,
+		Runs:       store,
+		Executor:   exec,
+		Sandboxes:  exec,
+		Principals: principals,
+		Logger:     logger.With("component", "gateway"),
+		Registry:   registry,
+		Gatherer:   registry,
+		Metrics:    metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	addr := ln.Addr().String()
+	logger.Info("sandgate listening", "addr", addr, "node", cfg.Node, "air_gapped", cfg.AirGapped,
+		"policy_revision", engine.Status().Revision, "audit_chain", store.ChainID())
+	if devToken != "" {
+		printDevBanner(a.stdout, addr, devToken)
+	}
+	if a.onListen != nil {
+		a.onListen(addr, devToken)
+	}
+	return srv.Serve(ctx, ln)
+}
+
+// loadPrincipals reads the tokens file, or makes a development token when
+// there is none and development mode is on.
+func loadPrincipals(cfg Config) (*gateway.Principals, string, error) {
+	if cfg.TokensFile != "" {
+		p, err := gateway.LoadPrincipals(cfg.TokensFile)
+		return p, "", err
+	}
+	return gateway.DevPrincipals()
+}
+
+func migrate(ctx context.Context, dsn string, logger *slog.Logger) error {
+	db, err := audit.OpenDB(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer db.Close()
+	n, err := migrations.Up(ctx, db)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if n > 0 {
+		logger.Info("applied migrations", "count", n)
+	}
+	return nil
+}
+
+// printDevBanner tells a developer how to use the token just made.
+func printDevBanner(w io.Writer, addr, token string) {
+	host := addr
+	if h, port, err := net.SplitHostPort(addr); err == nil && (h == "" || h == "::" || h == "0.0.0.0") {
+		host = net.JoinHostPort("127.0.0.1", port)
+	}
+	url := "http://" + host
+	lines := []string{
+		"",
+		"sandgate is listening on " + url + " (development mode)",
+		"",
+		"  development token (roles submitter, security, auditor, admin; team dev):",
+		"    export SANDGATE_URL=" + url,
+		"    export SANDGATE_TOKEN=" + token,
+		"",
+		"  try it:",
+		`    curl -s -H "Authorization: Bearer $SANDGATE_TOKEN" -H 'Content-Type: application/json' \`,
+		`      -d '{"command": ["sh", "-c", "echo hello from the sandbox; id -u"]}' "$SANDGATE_URL/v1/runs?wait=30s"`,
+		"    ./bin/sandgate run -- sh -c 'echo hello; exit 3'; echo \"exit code $?\"",
+		"",
+	}
+	fmt.Fprintln(w, strings.Join(lines, "\n"))
+	if f, ok := w.(*os.File); ok {
+		_ = f.Sync()
 	}
 }
