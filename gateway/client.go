@@ -192,11 +192,21 @@ var ErrStopStream = errors.New("stop stream")
 // follow it returns after the exit event (or when the server ends the
 // stream); fn's error ends it early.
 func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogEvent) error) error {
+	return c.LogsFrom(ctx, id, follow, "", fn)
+}
+
+// LogsFrom is Logs resuming after the event whose id is lastEventID (""
+// for the start), as a reconnecting client does.
+func (c *Client) LogsFrom(ctx context.Context, id string, follow bool, lastEventID string, fn func(LogEvent) error) error {
 	q := url.Values{}
 	if follow {
 		q.Set("follow", "true")
 	}
-	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/logs", q, http.Header{"Accept": {"text/event-stream"}}, nil)
+	h := http.Header{"Accept": {"text/event-stream"}}
+	if lastEventID != "" {
+		h.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/logs", q, h, nil)
 	if err != nil {
 		return err
 	}

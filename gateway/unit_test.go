@@ -376,6 +376,15 @@ func TestClient(t *testing.T) {
 	if err != nil || out.String() != "hi\n" {
 		t.Errorf("Logs = %q, %v", out.String(), err)
 	}
+	var resumed []string
+	err = c.LogsFrom(ctx, run.ID, true, "1.3.0", func(ev LogEvent) error {
+		resumed = append(resumed, ev.ID+" "+ev.Event+" "+string(ev.Data[:min(len(ev.Data), 20)]))
+		return nil
+	})
+	// Everything of stdout was sent already: only the exit follows.
+	if diff := cmp.Diff([]string{`1.3.0 exit {"state":"finished",`}, resumed); err != nil || diff != "" {
+		t.Errorf("LogsFrom (-want +got):\n%s%v", diff, err)
+	}
 	d, err := c.Review(ctx, sandgate.RunSpec{Command: []string{"echo"}})
 	if err != nil || !d.Allow {
 		t.Errorf("Review = %+v, %v", d, err)

@@ -26,6 +26,13 @@ const (
 	exitOOM       = 137 // the container was killed for memory, when it left no code
 )
 
+// streamAttempts is how often `sandgate run` (re)connects to a run's log
+// stream before it waits for the end without output; the n-th retry waits
+// n times streamRetryWait.
+const streamAttempts = 3
+
+var streamRetryWait = time.Second
+
 // maxStdinBytes caps what --stdin reads: the spec must fit in 1 MiB.
 const maxStdinBytes = 768 << 10
 
@@ -257,7 +264,11 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 	}
 
 	var exit *gateway.ExitData
-	err = c.Logs(streamCtx, run.ID, true, func(ev gateway.LogEvent) error {
+	lastID := ""
+	onEvent := func(ev gateway.LogEvent) error {
+		if ev.ID != "" {
+			lastID = ev.ID
+		}
 		switch ev.Event {
 		case gateway.EventStdout, gateway.EventStderr:
 			b, err := ev.Chunk()
@@ -279,12 +290,31 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 			return gateway.ErrStopStream
 		}
 		return nil
-	})
-	if exit == nil {
-		// The stream broke before the end: report the end from the run.
-		if err != nil {
-			fmt.Fprintf(a.stderr, "sandgate: output stream interrupted (%v); waiting for run %s to end\n", err, run.ID)
+	}
+	// A broken stream is resumed where it stopped (Last-Event-ID), a few
+	// times; after that the end is read from the run itself.
+	for attempt := 0; exit == nil && attempt < streamAttempts && streamCtx.Err() == nil; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-time.After(time.Duration(attempt) * streamRetryWait):
+			case <-streamCtx.Done():
+			}
 		}
+		err = c.LogsFrom(streamCtx, run.ID, true, lastID, onEvent)
+		if exit != nil || streamCtx.Err() != nil {
+			break
+		}
+		var apiErr *gateway.APIError
+		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			break
+		}
+		if err == nil {
+			err = errors.New("it ended before the run did")
+		}
+		fmt.Fprintf(a.stderr, "sandgate: output stream interrupted (%v); reconnecting\n", err)
+	}
+	if exit == nil {
+		fmt.Fprintf(a.stderr, "sandgate: waiting for run %s to end\n", run.ID)
 		final, werr := waitFinished(streamCtx, c, run)
 		if werr != nil {
 			return &exitError{Code: exitPlatform, Message: werr.Error()}

@@ -76,12 +76,19 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 			_ = json.NewEncoder(w).Encode(gateway.RunView{ID: "run-" + spec.Command[0], State: sandgate.StatePending, Warnings: []string{"net: bridge"}})
 		}
+	case r.Method == http.MethodGet && rest == "logs" && word == "broken" && r.Header.Get("Last-Event-ID") == "3":
+		// The resumed stream goes on after event 3.
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(w, "id: 4\nevent: exit\ndata: {\"outcome\":\"failed\",\"exit_code\":4}\n\n")
+	case r.Method == http.MethodGet && rest == "logs" && word == "gone" && r.Header.Get("Last-Event-ID") != "":
+		// Nothing after the last event, and no end: the stream stays short.
+		w.Header().Set("Content-Type", "text/event-stream")
 	case r.Method == http.MethodGet && rest == "logs":
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprintf(w, "id: 1\nevent: state\ndata: {\"state\":\"running\"}\n\n")
 		fmt.Fprintf(w, "id: 2\nevent: stdout\ndata: {\"data\":\"out\\n\",\"encoding\":\"utf-8\"}\n\n")
 		fmt.Fprintf(w, "id: 3\nevent: stderr\ndata: {\"data\":\"ZXJyCg==\",\"encoding\":\"base64\"}\n\n")
-		if word == "broken" {
+		if word == "broken" || word == "gone" {
 			return
 		}
 		if word == "hang" {
@@ -145,6 +152,8 @@ func runCLI(t *testing.T, api *fakeGatewayAPI, token string, stdin string, args 
 // TestRunExitCodes checks what `sandgate run` prints and cliExits with for
 // each way a run can end.
 func TestRunExitCodes(t *testing.T) {
+	defer func(d time.Duration) { streamRetryWait = d }(streamRetryWait)
+	streamRetryWait = time.Millisecond
 	tests := []struct {
 		word       string
 		wantCode   int
@@ -159,7 +168,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"cancel", exitCancelled, "out\n", "sandgate: warning: net: bridge\nerr\n", "run run-cancel was cancelled"},
 		{"error", exitPlatform, "out\n", "sandgate: warning: net: bridge\nerr\n", "run run-error failed: SANDGATE-SBX-002: image x is not present"},
 		{"trunc", 0, "out\n", "sandgate: warning: net: bridge\nerr\nsandgate: stdout was truncated: the run produced 5000 bytes, more than its output limit\n", ""},
-		{"broken", 4, "out\n", "sandgate: warning: net: bridge\nerr\n", ""},
+		{"broken", 4, "out\n", "sandgate: warning: net: bridge\nerr\nsandgate: output stream interrupted (it ended before the run did); reconnecting\n", ""},
+		{"gone", 4, "out\n", "sandgate: warning: net: bridge\nerr\n" + strings.Repeat("sandgate: output stream interrupted (it ended before the run did); reconnecting\n", 3) + "sandgate: waiting for run run-gone to end\n", ""},
 		{"deny", exitDenied, "", "", "run denied by policy (decision dec-9, policy sha256:abc):\n  - no_privileged: privileged mode is forbidden [CIS-5.5]"},
 		{"unavailable", exitPlatform, "", "", "SANDGATE-AUDIT-UNAVAILABLE: retry later (correlation ID corr-2)"},
 	}
