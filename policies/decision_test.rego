@@ -8,7 +8,6 @@ test_fixture_request_is_allowed if {
 	d := admission.decision with input as fixtures.input_with({})
 	d.allow == true
 	d.violations == []
-	d.warnings == []
 	d.mutations == []
 }
 

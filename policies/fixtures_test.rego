@@ -58,10 +58,15 @@ rules(d) := {v.rule | some v in array.concat(d.violations, d.warnings)}
 
 # check is the decision the findings and mutations alone make: the rule
 # files' tests use it so that they hold whatever actions and exemptions the
-# bundle's data sets (decision_test.rego tests those).
+# bundle's data sets (decision_test.rego tests those). Findings whose
+# action is "warn" are warnings and do not deny.
 check := {
-	"allow": count(admission.finding) == 0,
-	"violations": [f | some f in admission.finding],
-	"warnings": [],
+	"allow": count(_denies) == 0,
+	"violations": _denies,
+	"warnings": [f | some f in admission.finding; _warn(f)],
 	"mutations": [m | some m in admission.mutation],
 }
+
+_denies := [f | some f in admission.finding; not _warn(f)]
+
+_warn(f) if f.action == "warn"
