@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sandgate/sandgate"
 )
@@ -546,65 +546,101 @@ func (w *writer) resolve(recs []*sealed) (committed, known bool) {
 func definitelyNotCommitted(err error) bool {
 	var pgErr *pgconn.PgError
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &pgErr) || errors.As(err, &connErr) {
+	var before notCommitted
+	if errors.As(err, &before) || errors.As(err, &pgErr) || errors.As(err, &connErr) {
 		return true
 	}
 	return pgconn.SafeToRetry(err)
 }
 
-const insertSQL = `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type,
+// stageSQL creates the per-connection staging table batches are copied
+// into; rows leave it at commit.
+const stageSQL = `CREATE TEMP TABLE IF NOT EXISTS audit_stage (
+	event_id uuid, chain_id text, seq bigint, recorded_at timestamptz, event_time timestamptz, type text,
+	outcome text, correlation_id text, run_id text, decision_id text, container_id text, actor text,
+	team text, node text, policy_revision text, exit_code integer, payload jsonb, body bytea,
+	prev_hash bytea, hash bytea) ON COMMIT DELETE ROWS`
+
+var stageColumns = []string{"event_id", "chain_id", "seq", "recorded_at", "event_time", "type",
+	"outcome", "correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
+	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
+
+const moveSQL = `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type,
 	outcome, correlation_id, run_id, decision_id, container_id, actor, team, node, policy_revision,
 	exit_code, payload, body, prev_hash, hash)
-SELECT * FROM unnest($1::text[]::uuid[], $2::text[], $3::bigint[], $4::timestamptz[], $5::timestamptz[],
-	$6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-	$14::text[], $15::text[], $16::int4[], $17::text[]::jsonb[], $18::bytea[], $19::bytea[], $20::bytea[])
+SELECT event_id, chain_id, seq, recorded_at, event_time, type, outcome, correlation_id, run_id,
+	decision_id, container_id, actor, team, node, policy_revision, exit_code, payload, body, prev_hash, hash
+FROM audit_stage ORDER BY seq
 ON CONFLICT (event_id) DO NOTHING`
 
-// insert writes recs in one multi-row statement (one commit). A record
-// already there (same event_id) is skipped, so redelivery is idempotent.
-func (w *writer) insert(recs []*sealed) error {
-	n := len(recs)
-	ids := make([]string, n)
-	chains := make([]string, n)
-	seqs := make([]int64, n)
-	recorded := make([]time.Time, n)
-	times := make([]time.Time, n)
-	types := make([]string, n)
-	texts := make([][]pgtype.Text, 9)
-	for i := range texts {
-		texts[i] = make([]pgtype.Text, n)
+// notCommitted marks an error that happened before COMMIT was sent: the
+// transaction certainly did not commit.
+type notCommitted struct{ err error }
+
+func (e notCommitted) Error() string { return e.err.Error() }
+func (e notCommitted) Unwrap() error { return e.err }
+
+func textOrNil(s string) any {
+	if s == "" {
+		return nil
 	}
-	exits := make([]pgtype.Int4, n)
-	payloads := make([]pgtype.Text, n)
-	bodies := make([][]byte, n)
-	prevs := make([][]byte, n)
-	hashes := make([][]byte, n)
+	return s
+}
+
+// insert writes recs in one transaction (one commit, synchronous): COPY
+// into a temporary staging table, then one INSERT … SELECT that skips
+// records already there (same event_id), so redelivery is idempotent.
+func (w *writer) insert(recs []*sealed) error {
+	rows := make([][]any, len(recs))
 	for i, r := range recs {
 		ev := r.Event
-		ids[i], chains[i], seqs[i], recorded[i], times[i], types[i] = ev.ID, r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type)
-		for j, v := range []string{ev.Outcome, ev.CorrelationID, ev.RunID, ev.DecisionID, ev.ContainerID,
-			ev.Actor, ev.Team, ev.Node, ev.PolicyRevision} {
-			texts[j][i] = pgtype.Text{String: v, Valid: v != ""}
+		id, err := uuid.Parse(ev.ID)
+		if err != nil {
+			return notCommitted{fmt.Errorf("event_id %q: %w", ev.ID, err)}
 		}
+		var exit, payload any
 		if ev.ExitCode != nil {
-			exits[i] = pgtype.Int4{Int32: int32(*ev.ExitCode), Valid: true}
+			exit = int32(*ev.ExitCode)
 		}
 		if ev.Payload != nil {
 			p, err := json.Marshal(ev.Payload)
 			if err != nil {
-				return fmt.Errorf("encode payload: %w", err)
+				return notCommitted{fmt.Errorf("encode payload: %w", err)}
 			}
-			payloads[i] = pgtype.Text{String: string(p), Valid: true}
+			payload = p
 		}
-		bodies[i], prevs[i], hashes[i] = r.Body, r.PrevHash, r.Hash
+		rows[i] = []any{[16]byte(id), r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type),
+			textOrNil(ev.Outcome), textOrNil(ev.CorrelationID), textOrNil(ev.RunID), textOrNil(ev.DecisionID),
+			textOrNil(ev.ContainerID), textOrNil(ev.Actor), textOrNil(ev.Team), textOrNil(ev.Node),
+			textOrNil(ev.PolicyRevision), exit, payload, r.Body, r.PrevHash, r.Hash}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := w.s.pool.Exec(ctx, insertSQL, ids, chains, seqs, recorded, times, types,
-		texts[0], texts[1], texts[2], texts[3], texts[4], texts[5], texts[6], texts[7], texts[8],
-		exits, payloads, bodies, prevs, hashes)
+	conn, err := w.s.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("insert %d audit events: %w", n, err)
+		return notCommitted{fmt.Errorf("insert %d audit events: %w", len(recs), err)}
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return notCommitted{fmt.Errorf("insert %d audit events: %w", len(recs), err)}
+	}
+	step := func() error {
+		if _, err := tx.Exec(ctx, stageSQL); err != nil {
+			return err
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, stageColumns, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, moveSQL)
+		return err
+	}
+	if err := step(); err != nil {
+		_ = tx.Rollback(ctx)
+		return notCommitted{fmt.Errorf("insert %d audit events: %w", len(recs), err)}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit %d audit events: %w", len(recs), err)
 	}
 	return nil
 }
@@ -614,4 +650,11 @@ func (w *writer) queueSnapshot() []*request {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]*request(nil), w.queue...)
+}
+
+// queued returns how many requests wait for the writer.
+func (w *writer) queued() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue)
 }

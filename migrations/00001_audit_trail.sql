@@ -10,7 +10,6 @@ CREATE TABLE audit_chains (
 );
 
 CREATE TABLE audit_events (
-    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_id        uuid        NOT NULL UNIQUE,
     chain_id        text        NOT NULL,
     seq             bigint      NOT NULL CHECK (seq > 0),
@@ -33,7 +32,7 @@ CREATE TABLE audit_events (
     body            bytea       NOT NULL,
     prev_hash       bytea       NOT NULL CHECK (length(prev_hash) = 32),
     hash            bytea       NOT NULL CHECK (length(hash) = 32),
-    CONSTRAINT audit_events_chain_seq UNIQUE (chain_id, seq)
+    CONSTRAINT audit_events_pkey PRIMARY KEY (chain_id, seq)
 );
 
 COMMENT ON TABLE audit_events IS
