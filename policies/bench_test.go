@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate"
@@ -30,6 +32,24 @@ func BenchmarkDecideManyViolations(b *testing.B) {
 	benchmarkDecide(b, violatingBenchSpec(b), false)
 }
 
+// BenchmarkOPAFloor times OPA's cheapest prepared query ("true") on this
+// machine: the fixed cost every decision pays, to read the figures above
+// against.
+func BenchmarkOPAFloor(b *testing.B) {
+	ctx := context.Background()
+	pq, err := rego.New(rego.Query("true")).PrepareForEval(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	input := ast.NewObject()
+	eval := func() {
+		if _, err := pq.Eval(ctx, rego.EvalParsedInput(input)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	timeEvaluations(b, eval)
+}
+
 func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
 	b.Helper()
 	ctx := context.Background()
@@ -49,8 +69,16 @@ func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
 	if d.Allow != wantAllow {
 		b.Fatalf("allow = %v, want %v: %+v", d.Allow, wantAllow, d.Violations)
 	}
-	for range 500 { // warm up
-		_, _ = e.Decide(ctx, in)
+	timeEvaluations(b, func() { _, _ = e.Decide(ctx, in) })
+	b.ReportMetric(float64(len(d.Violations)), "violations")
+}
+
+// timeEvaluations runs eval benchEvaluations times (after a warm-up) and
+// reports the percentiles of wall and thread CPU time.
+func timeEvaluations(b *testing.B, eval func()) {
+	b.Helper()
+	for range 500 {
+		eval()
 	}
 	// Wall time is what a caller waits; the thread's CPU time is what a
 	// decision costs, whatever else the machine is running.
@@ -64,7 +92,7 @@ func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
 		for i := range wall {
 			c0 := threadCPU(b)
 			start := time.Now()
-			_, _ = e.Decide(ctx, in)
+			eval()
 			wall[i] = time.Since(start)
 			cpu[i] = threadCPU(b) - c0
 		}
@@ -78,7 +106,6 @@ func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
 	}
 	report(wall, "")
 	report(cpu, "cpu-")
-	b.ReportMetric(float64(len(d.Violations)), "violations")
 }
 
 func allowedBenchSpec(b *testing.B) sandgate.RunSpec {

@@ -55,8 +55,9 @@ _sensitive("/")
 
 # … or above one.
 _sensitive(p) if {
+	below := concat("", [p, "/"])
 	some s in config.sensitive_paths
-	startswith(s, concat("", [p, "/"]))
+	startswith(s, below)
 }
 
 finding contains {
