@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -82,6 +83,13 @@ type Config struct {
 	// RetryInterval is how often a writer whose Postgres is away tries it
 	// again (default 1 s).
 	RetryInterval time.Duration
+	// DecisionChain gives Record its own chain, writer and connection
+	// (chain ID: ChainID + "-decisions", or persisted in
+	// SpoolDir/decisions), so an admission decision never waits behind a
+	// batch of lifecycle events. Each chain stays gapless; order between
+	// the two chains is by time only. Off, Record and Emit share one chain
+	// and a decision is committed in queue order with the events before it.
+	DecisionChain bool
 	// MaxConns caps the connection pool (default 8).
 	MaxConns int32
 	// Clock and IDs are injected for tests (defaults: time.Now, UUIDv7).
@@ -161,6 +169,7 @@ type Store struct {
 	trusted map[string]ed25519.PublicKey
 	maskKey []byte
 	w       *writer
+	dw      *writer // Record's writer: w, or its own with DecisionChain
 
 	closeOnce sync.Once
 	closeErr  error
@@ -234,10 +243,23 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		m.Write([]byte("sandgate-mask-key-v1"))
 		s.maskKey = m.Sum(nil)
 	}
-	s.w, err = startWriter(ctx, s)
+	s.w, err = startWriter(ctx, s, cfg.SpoolDir, cfg.ChainID, cfg.Node)
 	if err != nil {
 		s.closeDB()
 		return nil, err
+	}
+	s.dw = s.w
+	if cfg.DecisionChain {
+		id := ""
+		if cfg.ChainID != "" {
+			id = cfg.ChainID + "-decisions"
+		}
+		s.dw, err = startWriter(ctx, s, filepath.Join(cfg.SpoolDir, "decisions"), id, cfg.Node+"-decisions")
+		if err != nil {
+			_ = s.w.close(ctx)
+			s.closeDB()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -254,15 +276,21 @@ func (s *Store) closeDB() {
 // closes the connections. It gives up waiting when ctx ends.
 func (s *Store) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		if s.dw != nil && s.dw != s.w {
+			s.closeErr = s.dw.close(ctx)
+		}
 		if s.w != nil {
-			s.closeErr = s.w.close(ctx)
+			if err := s.w.close(ctx); s.closeErr == nil {
+				s.closeErr = err
+			}
 		}
 		s.closeDB()
 	})
 	return s.closeErr
 }
 
-// ChainID returns this Store's writer chain ("" when read-only).
+// ChainID returns this Store's (lifecycle) writer chain ("" when
+// read-only).
 func (s *Store) ChainID() string {
 	if s.w == nil {
 		return ""
@@ -314,7 +342,7 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 		evs[i] = ev
 	}
 	r := &request{events: evs, done: make(chan error, 1)}
-	if !s.w.enqueue(r) {
+	if !s.dw.enqueue(r) {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 	}
 	select {
@@ -354,7 +382,7 @@ func (s *Store) Ready(ctx context.Context) error {
 		if s.w.isClosed() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 		}
-		if s.w.spoolFull.Load() {
+		if s.w.spoolFull.Load() || s.dw.spoolFull.Load() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)
 		}
 	}

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,7 @@ func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 		dsn, _ := newDB(b)
 		// Smaller batches bound how long a decision waits behind the
 		// lifecycle batch ahead of it.
-		s := testStore(b, dsn, func(c *Config) { c.MaxBatch = 500 })
+		s := testStore(b, dsn, func(c *Config) { c.MaxBatch = 500; c.DecisionChain = os.Getenv("SANDGATE_BENCH_SHARED_CHAIN") == "" })
 		stop := make(chan struct{})
 		var emitted atomic.Int64
 		var load sync.WaitGroup

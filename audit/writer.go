@@ -56,7 +56,7 @@ type writer struct {
 	lastSig     []byte
 }
 
-func startWriter(ctx context.Context, s *Store) (*writer, error) {
+func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string) (*writer, error) {
 	cfg := s.cfg
 	w := &writer{
 		s:       s,
@@ -67,14 +67,14 @@ func startWriter(ctx context.Context, s *Store) (*writer, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	sp, recs, err := openSpool(cfg.SpoolDir, cfg.SpoolMaxBytes, w.logf)
+	sp, recs, err := openSpool(spoolDir, cfg.SpoolMaxBytes, w.logf)
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	w.sp = sp
-	w.chainID = cfg.ChainID
+	w.chainID = chainID
 	if w.chainID == "" {
-		w.chainID, err = chainIDFile(cfg.SpoolDir, func() string { return newChainID(cfg.Node) })
+		w.chainID, err = chainIDFile(spoolDir, func() string { return newChainID(chainPrefix) })
 		if err != nil {
 			sp.close()
 			return nil, fmt.Errorf("audit: %w", err)
