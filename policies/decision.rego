@@ -49,22 +49,16 @@ _results := finding if {
 } else := {_result(f) | some f in finding}
 
 # _result is the finding as reported: with its action, or turned into a warn
-# by an active exemption.
-_result(f) := {
-	"rule": f.rule,
-	"message": sprintf("%s (exempted until %s: %s)", [f.message, e.expires, e.reason]),
-	"controls": f.controls,
+# by an active exemption. It keeps every field of the finding, so that a
+# finding missing one is still reported (and denies) rather than dropped.
+_result(f) := object.union(f, {
+	"message": sprintf("%s (exempted until %s: %s)", [object.get(f, "message", ""), e.expires, e.reason]),
 	"action": "warn",
-} if {
+}) if {
 	exempt := [x | some x in _active_exemptions; x.rule == f.rule]
 	count(exempt) > 0
 	e := exempt[0]
-} else := {
-	"rule": f.rule,
-	"message": f.message,
-	"controls": f.controls,
-	"action": _action(f),
-}
+} else := object.union(f, {"action": _action(f)})
 
 _action(f) := config.actions[f.rule] if {
 	config.actions[f.rule] in {"deny", "warn"}

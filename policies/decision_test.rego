@@ -118,3 +118,10 @@ test_data_default_image_is_allowed if {
 	d := admission.decision with input as fixtures.input_with({"image": config.defaults.image})
 	d.allow == true
 }
+
+test_incomplete_finding_still_denies_with_overrides if {
+	d := admission.decision with input as fixtures.input_with({})
+		with admission.finding as {{"rule": "bare"}}
+		with config.actions as {"other": "warn"}
+	fixtures.denied_by(d, "bare")
+}
