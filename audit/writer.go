@@ -314,6 +314,7 @@ func (w *writer) commit(batch []*request) bool {
 	recs := w.seal(all)
 	err := w.insert(recs)
 	if err == nil {
+		w.ok()
 		for _, r := range syncs {
 			r.done <- nil
 		}
@@ -327,6 +328,7 @@ func (w *writer) commit(batch []*request) bool {
 		committed, known = w.resolve(recs)
 	}
 	if committed {
+		w.ok()
 		for _, r := range syncs {
 			r.done <- nil
 		}
@@ -386,6 +388,14 @@ func (w *writer) addPending(recs []*sealed) {
 	}
 	w.memOnly = true
 	w.pending = append(w.pending, recs...)
+}
+
+// ok notes that Postgres took a batch with nothing pending: the spool is
+// empty, so it has room again.
+func (w *writer) ok() {
+	w.spoolFull.Store(false)
+	w.memOnly = false
+	w.dbDown = false
 }
 
 func (w *writer) markDown(err error) {
