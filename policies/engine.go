@@ -77,6 +77,7 @@ type policy struct {
 	loadedAt time.Time
 	defaults sandgate.Defaults
 	mask     []string
+	config   map[string]any
 }
 
 // Engine evaluates admission decisions against a policy bundle and keeps it
@@ -178,6 +179,17 @@ func (e *Engine) Defaults() sandgate.Defaults {
 		return p.defaults
 	}
 	return sandgate.BuiltinDefaults
+}
+
+// PolicyConfig returns the configuration of the policy in force (the
+// bundle's data.sandgate.config: defaults, maxima, allowed images, …), so
+// that GET /v1/config reports what is enforced now, after every reload.
+// With no policy loaded it returns nil. Callers must not modify the map.
+func (e *Engine) PolicyConfig() map[string]any {
+	if p := e.current.Load(); p != nil {
+		return p.config
+	}
+	return nil
 }
 
 // Settings are the gateway settings the engine puts in every input, with
@@ -313,6 +325,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		loadedAt: e.now(),
 		defaults: defaults,
 		mask:     mask,
+		config:   b.config(),
 	}, nil
 }
 

@@ -443,3 +443,24 @@ func assertDenied(t *testing.T, d sandgate.Decision, rule string) {
 		}
 	}
 }
+
+func TestPolicyConfigReportsBundleData(t *testing.T) {
+	e, err := policies.New(context.Background(), policies.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.PolicyConfig()
+	maxima, ok := cfg["maxima"].(map[string]any)
+	if !ok {
+		t.Fatalf("PolicyConfig()[\"maxima\"] = %T, want an object", cfg["maxima"])
+	}
+	if _, ok := maxima["memory_mb"]; !ok {
+		t.Errorf("maxima has no memory_mb: %v", maxima)
+	}
+	if images, ok := cfg["allowed_images"].([]any); !ok || len(images) == 0 {
+		t.Errorf("PolicyConfig()[\"allowed_images\"] = %v, want a non-empty list", cfg["allowed_images"])
+	}
+	if got := (&policies.Engine{}).PolicyConfig(); got != nil {
+		t.Errorf("zero Engine PolicyConfig() = %v, want nil", got)
+	}
+}
