@@ -183,16 +183,3 @@ type sealed struct {
 	PrevHash   []byte         `json:"prev_hash"`
 	Hash       []byte         `json:"hash"`
 }
-
-// record returns s as auditors see it.
-func (s *sealed) record() sandgate.AuditRecord {
-	return sandgate.AuditRecord{
-		Event:      s.Event,
-		ChainID:    s.ChainID,
-		Seq:        s.Seq,
-		RecordedAt: s.RecordedAt,
-		Body:       string(s.Body),
-		PrevHash:   fmt.Sprintf("%x", s.PrevHash),
-		Hash:       fmt.Sprintf("%x", s.Hash),
-	}
-}

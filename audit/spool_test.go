@@ -189,6 +189,7 @@ func TestSpoolCutShortRecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer sp.close()
 			if len(recs) != tt.want+1 || recs[tt.want].Seq != 9 {
 				t.Errorf("after append: %d records, last %+v", len(recs), recs[len(recs)-1])
 			}
