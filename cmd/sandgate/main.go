@@ -38,7 +38,12 @@ type app struct {
 
 // run builds the command tree and executes args. Tests call it directly.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	a := &app{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	return runWithApp(ctx, &app{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}, args)
+}
+
+// runWithApp executes args with a's environment and streams.
+func runWithApp(ctx context.Context, a *app, args []string) error {
+	getenv, stdin, stdout, stderr := a.getenv, a.stdin, a.stdout, a.stderr
 	root := &cobra.Command{
 		Use:           "sandgate",
 		Short:         "Policy-gated, audited container runs",
