@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test lint bench image check-deps bootstrap clean
+.PHONY: all build run test lint bench soak bundle image check-deps bootstrap clean
 
 all: build
 
@@ -38,8 +38,20 @@ lint:
 check-deps:
 	$(GO) test -count=1 -run TestPackageBoundaries .
 
+# make bench: every Go benchmark once (each sizes its own sample: medians,
+# percentiles and ratios against `docker run --rm` are reported as metrics).
 bench: bootstrap image
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 $(PKGS)
+	@command -v wrk >/dev/null || { echo "installing wrk"; apt-get install -y -qq wrk >/dev/null; }
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 60m $(PKGS)
+
+# make soak: ten minutes of mixed runs at 8 concurrent, sampling the
+# gateway's RSS and goroutines (not part of make test).
+soak: bootstrap image
+	$(GO) test -tags soak -run TestSoak -count 1 -timeout 30m -v ./cmd/sandgate
+
+# make bundle: the air-gapped install tarball in dist/.
+bundle: bootstrap
+	bash deploy/bundle.sh
 
 clean:
 	rm -rf bin
