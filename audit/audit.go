@@ -327,8 +327,9 @@ func (s *Store) Emit(ev sandgate.Event) {
 // Record commits events durably, in order, with synchronous commit, and
 // returns only then. It returns AUDIT-UNAVAILABLE when it cannot: Postgres
 // away, events still waiting in the spool, or ctx done. The caller must
-// then not act on what they describe. If ctx ends while the commit is in
-// flight the events may still be stored.
+// then not act on what they describe. If ctx ends before the events are
+// sealed they are not written; if it ends while their commit is in flight
+// they may still be stored.
 func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -341,7 +342,7 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 		s.fill(&ev)
 		evs[i] = ev
 	}
-	r := &request{events: evs, done: make(chan error, 1)}
+	r := &request{events: evs, done: make(chan error, 1), ctx: ctx}
 	if !s.dw.enqueue(r) {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 	}

@@ -22,6 +22,7 @@ import (
 type request struct {
 	events []sandgate.Event
 	done   chan error
+	ctx    context.Context // a Record's; once done before sealing, the events are not written
 }
 
 // writer is the single goroutine that owns a chain: it assigns seq and
@@ -291,6 +292,12 @@ func (w *writer) commit(batch []*request) bool {
 	var all, emits []sandgate.Event
 	var syncs, rest []*request
 	for _, r := range batch {
+		if r.done != nil && r.ctx != nil && r.ctx.Err() != nil {
+			// The caller gave up and was told AUDIT-UNAVAILABLE: do not
+			// record a decision it will not act on.
+			r.done <- unavailable(r.ctx.Err())
+			continue
+		}
 		all = append(all, r.events...)
 		if r.done == nil {
 			emits = append(emits, r.events...)
@@ -298,6 +305,9 @@ func (w *writer) commit(batch []*request) bool {
 		} else {
 			syncs = append(syncs, r)
 		}
+	}
+	if len(all) == 0 {
+		return true
 	}
 	failSyncs := func(err error) {
 		for _, r := range syncs {

@@ -82,3 +82,29 @@ func testConcurrentWriters(t *testing.T, decisionChain bool) {
 		t.Fatalf("final checkpoints = %d, want one per chain", got)
 	}
 }
+
+// TestRecordGivenUpIsNotWritten: a decision whose caller stopped waiting
+// before it was sealed is not recorded (the caller was told
+// AUDIT-UNAVAILABLE and will not act on it).
+func TestRecordGivenUpIsNotWritten(t *testing.T) {
+	dsn, db := newDB(t)
+	s := testStore(t, dsn, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Record(ctx, sandgate.Event{Type: sandgate.EventAdmissionAllowed, RunID: "gave-up"})
+	if !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("Record with a done context = %v, want AUDIT-UNAVAILABLE", err)
+	}
+	if err := s.Record(context.Background(), sandgate.Event{Type: sandgate.EventAdmissionAllowed, RunID: "kept"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE run_id = 'gave-up'"); got != 0 {
+		t.Errorf("abandoned decision stored %d times", got)
+	}
+	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 1 {
+		t.Errorf("max seq = %d, want 1 (no hole for the abandoned decision)", got)
+	}
+}
