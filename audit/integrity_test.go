@@ -220,3 +220,33 @@ func TestVerifyUntrustedKey(t *testing.T) {
 		t.Errorf("problems (-want +got):\n%s", diff)
 	}
 }
+
+// TestStoreAsAppRole: the whole Store works as the sandgate_app role
+// (what serve runs as), and that role cannot change the trail.
+func TestStoreAsAppRole(t *testing.T) {
+	dsn, _ := newDB(t)
+	appDSN := dsn + " role=sandgate_app"
+	s := testStore(t, appDSN, nil)
+	ctx := context.Background()
+	if err := s.Record(ctx, lifecycle(1, "app")); err != nil {
+		t.Fatalf("Record as sandgate_app: %v", err)
+	}
+	s.Emit(lifecycle(2, "app"))
+	if _, _, err := s.CreateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", IdempotencyKey: "k"}); err != nil {
+		t.Fatalf("CreateRun as sandgate_app: %v", err)
+	}
+	if err := s.UpdateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", State: sandgate.StateRunning}); err != nil {
+		t.Fatalf("UpdateRun as sandgate_app: %v", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro := readOnly(t, appDSN, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) })
+	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+	if err != nil || !rep.OK || rep.Checked != 2 {
+		t.Fatalf("Verify as sandgate_app = %+v, %v", rep, err)
+	}
+	if err := ro.db.Exec("UPDATE audit_events SET actor = 'x'").Error; err == nil || !strings.Contains(err.Error(), "42501") {
+		t.Errorf("UPDATE as sandgate_app = %v, want permission denied", err)
+	}
+}

@@ -20,6 +20,15 @@ END
 $$;
 -- +goose StatementEnd
 
+-- The writer copies batches through a temporary staging table.
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('GRANT CONNECT, TEMPORARY ON DATABASE %I TO sandgate_app', current_database());
+END
+$$;
+-- +goose StatementEnd
+
 REVOKE ALL ON audit_events, audit_checkpoints, audit_chains FROM PUBLIC;
 REVOKE ALL ON runs, idempotency_keys FROM PUBLIC;
 GRANT USAGE ON SCHEMA public TO sandgate_app;
@@ -28,6 +37,13 @@ GRANT SELECT, INSERT, UPDATE ON runs TO sandgate_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idempotency_keys TO sandgate_app;
 
 -- +goose Down
+-- +goose StatementBegin
+DO $$
+BEGIN
+    EXECUTE format('REVOKE CONNECT, TEMPORARY ON DATABASE %I FROM sandgate_app', current_database());
+END
+$$;
+-- +goose StatementEnd
 REVOKE ALL ON audit_events, audit_checkpoints, audit_chains FROM sandgate_app;
 REVOKE ALL ON runs, idempotency_keys FROM sandgate_app;
 REVOKE USAGE ON SCHEMA public FROM sandgate_app;
