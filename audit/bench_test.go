@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +33,11 @@ func BenchmarkEmitThroughput(b *testing.B) {
 	const producers, total = 8, 100_000
 	for b.Loop() {
 		dsn, _ := newDB(b)
-		s := testStore(b, dsn, nil)
+		s := testStore(b, dsn, func(c *Config) {
+			if n, err := strconv.Atoi(os.Getenv("SANDGATE_BENCH_MAX_BATCH")); err == nil {
+				c.MaxBatch = n
+			}
+		})
 		start := time.Now()
 		var wg sync.WaitGroup
 		for p := range producers {

@@ -279,7 +279,7 @@ func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.
 	}
 	limit = min(limit, MaxLimit)
 	q := s.db.WithContext(ctx).Model(&runRow{})
-	for col, v := range map[string]string{"team": f.Team, "state": string(f.State), "outcome": string(f.Outcome),
+	for col, v := range map[string]string{"team": f.Team, "node": f.Node, "state": string(f.State), "outcome": string(f.Outcome),
 		"session_id": f.SessionID, "task_id": f.TaskID} {
 		if v != "" {
 			q = q.Where(col+" = ?", v)
