@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -36,18 +37,13 @@ func TestEndToEndRunAuditTrail(t *testing.T) {
 		t.Errorf("correlation_id = %q, want e2e-trail-1", run.CorrelationID)
 	}
 
-	status, _, body := s.do(t, http.MethodGet, "/v1/audit/events?correlation_id=e2e-trail-1&limit=100", "")
-	if status != http.StatusOK {
-		t.Fatalf("audit events: %d %s", status, body)
-	}
-	var page struct {
-		Events []sandgate.AuditRecord `json:"events"`
-	}
-	if err := json.Unmarshal(body, &page); err != nil {
-		t.Fatal(err)
-	}
+	// Lifecycle events go through the trail's asynchronous writer:
+	// container.removed may be committed a batch after the answer.
+	events := s.waitAuditEvents(t, s.Token, url.Values{"correlation_id": {"e2e-trail-1"}}, func(evs []sandgate.AuditRecord) bool {
+		return hasEvent(evs, sandgate.EventContainerRemoved)
+	})
 	var types []sandgate.EventType
-	for _, ev := range page.Events {
+	for _, ev := range events {
 		if ev.CorrelationID != "e2e-trail-1" {
 			t.Errorf("event %s has correlation_id %q", ev.Type, ev.CorrelationID)
 		}
@@ -63,7 +59,7 @@ func TestEndToEndRunAuditTrail(t *testing.T) {
 		t.Errorf("audit event types (-want +got):\n%s", diff)
 	}
 
-	status, _, body = s.do(t, http.MethodGet, "/v1/audit/verify", "")
+	status, _, body := s.do(t, http.MethodGet, "/v1/audit/verify", "")
 	if status != http.StatusOK {
 		t.Fatalf("verify: %d %s", status, body)
 	}
