@@ -140,6 +140,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
+	if pinned, ok := localPinID(set.config.Image, imageID); ok {
+		set.config.Image = pinned // the daemon resolves name@digest only against registry digests
+	}
 
 	id, err := e.create(ctx, r, set)
 	if err != nil {

@@ -1,21 +1,25 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate/executor"
 )
 
-// newImageCmd builds `sandgate image build|load`: the sandbox image is
-// built and other images are loaded without any registry.
+// newImageCmd builds `sandgate image build|load|list|prune`: the sandbox
+// image is built and other images are loaded without any registry.
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "image",
-		Short: "Build the sandbox image or load images from a tarball",
+		Short: "Build the sandbox image, load images from a tarball, list and prune them",
 	}
 
 	var opts executor.BuildOptions
@@ -76,8 +80,148 @@ func newImageCmd(a *app) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(build, load)
+	cmd.AddCommand(build, load, newImageListCmd(a), newImagePruneCmd(a))
 	return cmd
+}
+
+// newImageListCmd builds `sandgate image list`: the daemon's images with
+// size, ID and the digest-pinned references a policy with require_digest
+// admits.
+func newImageListCmd(a *app) *cobra.Command {
+	var opts executor.ListOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the daemon's images: names, ID, size, and the pinned references to use with require_digest",
+		Long: `List the daemon's images, sandbox images first. PINNED is the reference
+to name in a run spec (or in the policy data's defaults.image) when the
+policy bundle sets require_digest: the registry digest when the image came
+from a registry, otherwise repository@<image ID>, which the executor
+resolves to exactly this local image.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ex, err := a.adminExecutor()
+			if err != nil {
+				return err
+			}
+			defer ex.Close()
+			list, err := ex.ListImages(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(struct {
+					Images []executor.ImageInfo `json:"images"`
+				}{list})
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tID\tSIZE\tCREATED\tCONTAINERS\tSANDBOX\tPINNED")
+			for _, img := range list {
+				name := "<none>"
+				if len(img.RepoTags) > 0 {
+					name = strings.Join(img.RepoTags, ",")
+				}
+				pin := "-"
+				if len(img.Pins) > 0 {
+					pin = strings.Join(img.Pins, ",")
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%t\t%s\n", name, shortID(img.ID), humanSize(img.Size),
+					img.Created.Format(time.DateTime), img.Containers, img.Sandbox, pin)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON ({\"images\": […]}) with full IDs")
+	cmd.Flags().StringVar(&opts.Label, "label", "", "only images with this label (key or key=value)")
+	return cmd
+}
+
+// newImagePruneCmd builds `sandgate image prune`.
+func newImagePruneCmd(a *app) *cobra.Command {
+	var opts executor.PruneOptions
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove dangling images and unused non-sandbox images (--dry-run to see what would go)",
+		Long: `Remove dangling (nameless) images and every tagged image that no
+container, running or stopped, uses, except sandbox images (made by
+'sandgate image build', also when loaded from a tarball) and the
+repositories given with --keep. --dangling-only keeps every tagged image.
+Nothing is forced: an image taken into use meanwhile is refused by the
+daemon and reported. On an air-gapped host a removed image comes back only
+with 'sandgate image load', so look at --dry-run first.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ex, err := a.adminExecutor()
+			if err != nil {
+				return err
+			}
+			defer ex.Close()
+			rep, err := ex.PruneImages(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(a.stdout)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				verb := "removed"
+				if rep.DryRun {
+					verb = "would remove"
+				}
+				for _, p := range rep.Removed {
+					name := "<none>"
+					if len(p.RepoTags) > 0 {
+						name = strings.Join(p.RepoTags, ",")
+					}
+					fmt.Fprintf(a.stdout, "%s %s %s (%s, %s)\n", verb, shortID(p.ID), name, p.Reason, humanSize(p.Size))
+				}
+				for _, f := range rep.Failed {
+					fmt.Fprintln(a.stderr, "not removed:", f)
+				}
+				fmt.Fprintf(a.stdout, "%s %d image(s), up to %s; kept %d\n", verb, len(rep.Removed), humanSize(rep.Bytes), rep.Kept)
+			}
+			if len(rep.Failed) > 0 {
+				return &exitError{Code: 1, Message: fmt.Sprintf("image prune: %d image(s) could not be removed", len(rep.Failed))}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&opts.DryRun, "dry-run", "n", false, "only say what would be removed")
+	f.BoolVar(&opts.DanglingOnly, "dangling-only", false, "remove only dangling images")
+	f.StringVar(&opts.Label, "label", "", "only consider images with this label (key or key=value)")
+	f.StringSliceVar(&opts.Keep, "keep", nil, "repository whose images are kept even when unused; repeatable")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// shortID is the 12 hex digits docker shows.
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// humanSize prints bytes in binary units.
+func humanSize(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func tagOr(tag string) string {
