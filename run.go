@@ -140,7 +140,10 @@ type Executor interface {
 
 // RunFilter selects runs for listing. Empty fields match everything.
 type RunFilter struct {
-	Team      string
+	Team string
+	// Node selects the runs of one gateway node, as reconciliation after a
+	// restart does.
+	Node      string
 	State     State
 	Outcome   Outcome
 	SessionID string
@@ -149,6 +152,22 @@ type RunFilter struct {
 	Until     time.Time
 	Limit     int
 	Cursor    string
+}
+
+// Reconciler is an Executor that can take over the runs a previous
+// process of its node left unfinished, for instance after a SIGKILL.
+type Reconciler interface {
+	// Hold keeps the containers of these runs from the orphan reaper until
+	// Adopt has ended them. Call it before the reaper's first pass.
+	Hold(runIDs ...string)
+	// Adopt finishes the run job.RunID that a previous process of this
+	// node started: a running container is followed to its end (output
+	// from then on), one that exited meanwhile is recorded with its real
+	// exit code, one created but never started is started; a run whose
+	// container is gone ends as OutcomeLost with a reason. It emits the
+	// remaining lifecycle events and removes the container. Errors are
+	// those of Execute.
+	Adopt(ctx context.Context, job Job) (Result, error)
 }
 
 // RunStore keeps runs, the state the API serves.

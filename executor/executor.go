@@ -43,6 +43,9 @@ type Executor struct {
 	mu      sync.Mutex
 	runs    map[string]*run
 	closing bool
+	// held are runs being reconciled after a restart: the reaper leaves
+	// their containers alone until Adopt has ended them.
+	held map[string]bool
 	active  sync.WaitGroup
 
 	imgMu    sync.Mutex

@@ -194,6 +194,9 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 	}
 	node := l[sandgate.LabelNode]
 	mine := node == "" || node == e.cfg.Node
+	// A run held for reconciliation owns its container like a live one,
+	// except for Shutdown's last sweep, which passes no live runs.
+	held := live != nil && e.isHeld(l[sandgate.LabelRunID])
 	return sandgate.Sandbox{
 		ContainerID:   c.ID,
 		Name:          name,
@@ -205,6 +208,6 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 		CorrelationID: l[sandgate.LabelCorrelationID],
 		Node:          node,
 		CreatedAt:     time.Unix(c.Created, 0).UTC(),
-		Orphan:        mine && live[l[sandgate.LabelRunID]] == nil,
+		Orphan:        mine && live[l[sandgate.LabelRunID]] == nil && !held,
 	}
 }

@@ -113,10 +113,6 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("docker executor: %w", err)
 	}
 	defer exec.Close()
-	if err := exec.Start(ctx); err != nil {
-		// The daemon may come later; readiness says so meanwhile.
-		logger.Warn("executor start", "err", err)
-	}
 	defer func() {
 		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 		defer cancel()
@@ -161,6 +157,19 @@ func serve(ctx context.Context, a *app) error {
 	})
 	if err != nil {
 		return err
+	}
+
+	// The runs a previous process of this node left unfinished are held
+	// before the reaper's first pass, so that their containers are adopted
+	// and finished, not reaped.
+	if n, err := srv.Reconcile(ctx); err != nil {
+		logger.Error("reconcile unfinished runs", "err", err)
+	} else if n > 0 {
+		logger.Info("adopting unfinished runs", "count", n)
+	}
+	if err := exec.Start(ctx); err != nil {
+		// The daemon may come later; readiness says so meanwhile.
+		logger.Warn("executor start", "err", err)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)

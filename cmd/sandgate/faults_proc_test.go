@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// The sandgate binary the fault tests run as a separate process, built
+// once per test binary.
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// sandgateBinary builds ./cmd/sandgate into a temporary directory, once.
+func sandgateBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sandgate-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "sandgate")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatalf("build sandgate: %v", binErr)
+	}
+	return binPath
+}
+
+// procServer is `sandgate serve` running as its own process, so that a
+// test can SIGKILL it or read its resident memory.
+type procServer struct {
+	*testServer
+	cmd  *exec.Cmd
+	exit chan error
+	logs *syncBuffer
+	once sync.Once
+}
+
+// processEnv is the environment of a fresh server process: a fresh
+// database on the shared cluster, its own spool and node, a development
+// token, the test's Docker daemon.
+func processEnv(t *testing.T) map[string]string {
+	t.Helper()
+	executortest.RequireDocker(t)
+	state := t.TempDir()
+	return map[string]string{
+		"SANDGATE_DEV":          "1",
+		"SANDGATE_DATABASE_URL": audittest.NewDatabase(t),
+		"SANDGATE_SPOOL_DIR":    state + "/spool",
+		"SANDGATE_NODE":         "proc-" + randomHex(t, 4),
+		"DOCKER_HOST":           executortest.DockerHost(),
+	}
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// startProcess starts the sandgate binary with `serve` and env (plus a free
+// listen address) and waits until /readyz answers 200. The process is
+// stopped with SIGTERM when the test ends, if it still runs.
+func startProcess(t *testing.T, env map[string]string) *procServer {
+	t.Helper()
+	bin := sandgateBinary(t)
+	env["SANDGATE_LISTEN"] = freeAddr(t)
+	cmd := exec.Command(bin, "serve")
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "SANDGATE_") || k == "DOCKER_HOST" {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sandgate serve: %v", err)
+	}
+	p := &procServer{cmd: cmd, exit: make(chan error, 1), logs: logs,
+		testServer: &testServer{Node: env["SANDGATE_NODE"], DSN: env["SANDGATE_DATABASE_URL"], Env: env, logs: logs}}
+	token := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logs, line)
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "export SANDGATE_TOKEN="); ok && !sent {
+				token <- v
+				sent = true
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { p.exit <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if err := p.Stop(); err != nil {
+			t.Errorf("sandgate serve (pid %d): %v", cmd.Process.Pid, err)
+		}
+		if t.Failed() {
+			t.Logf("server logs (pid %d):\n%s", cmd.Process.Pid, logs.String())
+		}
+	})
+	select {
+	case tok := <-token:
+		p.Token = tok
+	case err := <-p.exit:
+		p.exit <- err
+		t.Fatalf("sandgate serve exited before listening: %v\n%s", err, logs.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("sandgate serve printed no token within 60s\n%s", logs.String())
+	}
+	p.URL = "http://" + env["SANDGATE_LISTEN"]
+	client, err := gateway.NewClient(p.URL, p.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Client = client
+	p.waitReady(t)
+	return p
+}
+
+// Pid is the server's process ID.
+func (p *procServer) Pid() int { return p.cmd.Process.Pid }
+
+// Kill ends the server with SIGKILL: no shutdown of any kind.
+func (p *procServer) Kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", p.Pid(), err)
+	}
+	p.once.Do(func() { <-p.exit })
+}
+
+// Stop ends the server with SIGTERM and waits for it: a clean exit is
+// nil.
+func (p *procServer) Stop() error {
+	var err error
+	p.once.Do(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err = <-p.exit:
+		case <-time.After(90 * time.Second):
+			_ = p.cmd.Process.Kill()
+			err = fmt.Errorf("did not stop within 90s of SIGTERM")
+		}
+	})
+	return err
+}
+
+// waitFor polls cond every 100ms until it is true, failing the test with
+// what after limit. The limit only bounds a hang; no assertion depends on
+// how long the wait took.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runState reads a run through the API; ok is false when the API did not
+// answer 200.
+func (s *testServer) runState(t *testing.T, id string) (gateway.RunView, bool) {
+	t.Helper()
+	status, _, body := s.do(t, http.MethodGet, "/v1/runs/"+id, "")
+	if status != http.StatusOK {
+		return gateway.RunView{}, false
+	}
+	var v gateway.RunView
+	if err := json.Unmarshal(body, &v); err != nil {
+		t.Fatalf("decode run: %v: %s", err, body)
+	}
+	return v, true
+}
+
+// waitFinished waits until the run is finished and returns it.
+func (s *testServer) waitFinished(t *testing.T, id string, limit time.Duration) gateway.RunView {
+	t.Helper()
+	var v gateway.RunView
+	waitFor(t, limit, "run "+id+" to finish", func() bool {
+		var ok bool
+		v, ok = s.runState(t, id)
+		return ok && v.State == sandgate.StateFinished
+	})
+	return v
+}
+
+// runEvents returns the audit events of a run, oldest first.
+func (s *testServer) runEvents(t *testing.T, runID string) []sandgate.AuditRecord {
+	t.Helper()
+	var out []sandgate.AuditRecord
+	cursor := ""
+	for {
+		path := "/v1/audit/events?limit=1000&run_id=" + runID
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		status, _, body := s.do(t, http.MethodGet, path, "")
+		if status != http.StatusOK {
+			t.Fatalf("audit events of %s: %d %s", runID, status, body)
+		}
+		var page struct {
+			Events     []sandgate.AuditRecord `json:"events"`
+			NextCursor *string                `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(body, &page); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page.Events...)
+		if page.NextCursor == nil || *page.NextCursor == "" {
+			return out
+		}
+		cursor = *page.NextCursor
+	}
+}
+
+// eventCounts counts a run's audit events by type.
+func eventCounts(evs []sandgate.AuditRecord) map[sandgate.EventType]int {
+	m := map[sandgate.EventType]int{}
+	for _, ev := range evs {
+		m[ev.Type]++
+	}
+	return m
+}
+
+// findEvent returns the run's first event of type typ.
+func findEvent(evs []sandgate.AuditRecord, typ sandgate.EventType) (sandgate.AuditRecord, bool) {
+	for _, ev := range evs {
+		if ev.Type == typ {
+			return ev, true
+		}
+	}
+	return sandgate.AuditRecord{}, false
+}
+
+// verifyTrail asks the server to verify the whole trail and fails the test
+// on any problem.
+func (s *testServer) verifyTrail(t *testing.T) sandgate.VerifyReport {
+	t.Helper()
+	status, _, body := s.do(t, http.MethodGet, "/v1/audit/verify", "")
+	if status != http.StatusOK {
+		t.Fatalf("verify: %d %s", status, body)
+	}
+	var report sandgate.VerifyReport
+	if err := json.Unmarshal(body, &report); err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK || report.Checked == 0 {
+		t.Errorf("verify = %+v, want ok with events checked", report)
+	}
+	return report
+}
+
+// submitNoWait submits a run and returns its ID at once.
+func (s *testServer) submitNoWait(t *testing.T, corr string, command ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: command}, gateway.SubmitOptions{CorrelationID: corr})
+	if err != nil {
+		t.Fatalf("submit %v: %v", command, err)
+	}
+	return v.ID
+}
+
+// dockerCLI runs the docker CLI against host ("" is the default daemon).
+func dockerCLI(t *testing.T, host string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("docker", args...)
+	cmd.Env = os.Environ()
+	if host != "" {
+		cmd.Env = append(cmd.Env, "DOCKER_HOST="+host)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker %v: %v: %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,322 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandgate/sandgate"
+)
+
+var _ sandgate.Reconciler = (*Executor)(nil)
+
+// Hold keeps the containers of these runs from the orphan reaper until
+// Adopt has ended them (or Release is called). Reconciliation holds every
+// unfinished run of the store before the reaper's first pass, so that a
+// restart never removes a container it could still adopt.
+func (e *Executor) Hold(runIDs ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.held == nil {
+		e.held = map[string]bool{}
+	}
+	for _, id := range runIDs {
+		e.held[id] = true
+	}
+}
+
+// Release lets the reaper have the containers of these runs again.
+func (e *Executor) Release(runIDs ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, id := range runIDs {
+		delete(e.held, id)
+	}
+}
+
+// isHeld reports whether the run is held for reconciliation.
+func (e *Executor) isHeld(runID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.held[runID]
+}
+
+// Adopt finishes the run job.RunID that a previous process of this node
+// started and did not see to its end:
+//
+//   - a running container is attached to (output from now on), waited for
+//     with what is left of the run's timeout, inspected and removed, as on
+//     the normal path;
+//   - a container that exited meanwhile is recorded with its real exit
+//     code and OOM flag (its output is gone: sandgate keeps no container
+//     logs) and removed;
+//   - a container created but never started is started now, which runs the
+//     user's code for the first and only time;
+//   - a run with no container, or one the daemon is removing, is lost.
+//
+// The run is live while Adopt works on it: Cancel and Shutdown reach it
+// and the reaper leaves it alone. It emits the lifecycle events that are
+// still due. Errors are those of Execute; DOCKER-UNAVAILABLE when the
+// daemon did not answer the look-up, the result then saying so.
+func (e *Executor) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Result, error) {
+	r, err := e.register(ctx, job)
+	if err != nil {
+		return e.failed(nil, err), err
+	}
+	defer e.unregister(r)
+	defer e.Release(job.RunID)
+	return e.adopt(r)
+}
+
+func (e *Executor) adopt(r *run) (sandgate.Result, error) {
+	ctx := r.ctx
+	c, found, err := e.findRunContainer(ctx, r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return e.cancelledBeforeStart(r), nil
+		}
+		return e.failed(r, err), err
+	}
+	if !found {
+		return e.lostOnRestart(r, sandgate.Result{}, "no container of the run was found when the gateway restarted"), nil
+	}
+	var st container.InspectResponse
+	err = e.call(ctx, r, "inspect", func(ctx context.Context) error {
+		var err error
+		st, err = e.docker.ContainerInspect(ctx, c.ID)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return e.cancelledBeforeStart(r), nil
+		}
+		err = dockerError(sandgate.CodeContainerCreate, err, "inspect container %s", c.ID)
+		return e.failed(r, err), err
+	}
+	s := stateOf(st)
+	created := time.Unix(c.Created, 0).UTC()
+	if t, ok := parseDockerTime(st.Created); ok {
+		created = t
+	}
+	r.setContainer(c.ID, created)
+	res := sandgate.Result{ContainerID: c.ID, CreatedAt: created}
+	e.log.Info("adopting the container of an unfinished run", "run_id", r.job.RunID, "container_id", c.ID, "status", statusOf(s))
+
+	switch {
+	case s == nil || s.Status == "removing" || s.Status == "dead":
+		e.remove(r, c.ID)
+		return e.lostOnRestart(r, res, "the run's container was being removed when the gateway restarted"), nil
+	case s.Running || s.Paused || s.Restarting:
+		if t, ok := parseDockerTime(s.StartedAt); ok {
+			res.StartedAt = t
+		}
+		defer e.remove(r, c.ID)
+		return e.follow(ctx, r, res)
+	case !everStarted(st):
+		// The previous process died between create and start: the user's
+		// code never ran, so running it now runs it exactly once.
+		set, err := containerSettings(r.job, e.cfg.Node, e.cfg.MaxConcurrent)
+		if err != nil {
+			e.remove(r, c.ID)
+			return e.failed(r, err, res), err
+		}
+		defer e.remove(r, c.ID)
+		return e.attachAndRun(ctx, r, set, res)
+	default:
+		// It exited while no gateway watched it.
+		if t, ok := parseDockerTime(s.StartedAt); ok {
+			res.StartedAt = t
+		}
+		res.FinishedAt = e.now()
+		if t, ok := parseDockerTime(s.FinishedAt); ok {
+			res.FinishedAt = t
+		}
+		res.Stdout, res.Stderr = noOutput(res.Stdout), noOutput(res.Stderr)
+		r.setState(sandgate.StateRunning)
+		defer e.remove(r, c.ID)
+		return e.finish(r, res, notStopped, exitStatus{code: int64(s.ExitCode)}, st)
+	}
+}
+
+// follow takes over a running container: it attaches to its output from
+// now on, waits for its exit with what is left of the run's timeout (or
+// stops it when the run is cancelled), inspects it and reports the end as
+// attachAndRun does.
+func (e *Executor) follow(ctx context.Context, r *run, res sandgate.Result) (sandgate.Result, error) {
+	id := res.ContainerID
+	spec := r.job.Spec
+	r.setState(sandgate.StateRunning)
+	if r.job.Started != nil {
+		at := res.StartedAt
+		if at.IsZero() {
+			at = e.now()
+		}
+		r.job.Started(id, at)
+	}
+	var hj types.HijackedResponse
+	err := e.call(ctx, r, "attach", func(ctx context.Context) error {
+		var err error
+		hj, err = e.docker.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		// Without its output the run can still be seen to its end.
+		e.log.Warn("attach to an adopted container", "run_id", r.job.RunID, "err", err)
+	}
+	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer wcancel()
+	// Not-running answers at once for a container that exited since it
+	// was inspected; next-exit would wait forever for it.
+	waitC, waitErrC := e.docker.ContainerWait(wctx, id, container.WaitConditionNotRunning)
+
+	limit := spec.OutputLimitBytes
+	if limit <= 0 {
+		limit = sandgate.BuiltinDefaults.OutputLimitBytes
+	}
+	stdout := newCapture(sandgate.Stdout, limit, r.job.Output)
+	stderr := newCapture(sandgate.Stderr, limit, r.job.Output)
+	pumped := make(chan struct{})
+	if hj.Reader != nil {
+		defer hj.Close()
+		go func() {
+			defer close(pumped)
+			if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil && !errors.Is(err, io.EOF) {
+				e.log.Debug("output stream ended", "run_id", r.job.RunID, "err", err)
+			}
+		}()
+	} else {
+		close(pumped)
+	}
+
+	exitC := make(chan exitStatus, 1)
+	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
+
+	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = time.Duration(sandgate.BuiltinDefaults.TimeoutSeconds) * time.Second
+	}
+	if !res.StartedAt.IsZero() {
+		timeout -= e.now().Sub(res.StartedAt)
+	}
+	timer := time.NewTimer(max(timeout, 0))
+	defer timer.Stop()
+
+	reason := notStopped
+	var exit exitStatus
+	select {
+	case exit = <-exitC:
+	case <-timer.C:
+		reason = stoppedTimeout
+	case <-ctx.Done():
+		reason = reasonOf(ctx)
+	}
+	if reason == stoppedTimeout || reason == stoppedCancel {
+		exit = e.stop(wctx, r, id, exitC)
+	} else if reason == stoppedLost {
+		exit = exitStatus{lost: true}
+	}
+	res.FinishedAt = e.now()
+
+	drain := time.After(drainTimeout)
+	if exit.lost {
+		drain = nil
+		if hj.Reader != nil {
+			hj.Close()
+		}
+	}
+	select {
+	case <-pumped:
+	case <-drain:
+		hj.Close()
+		<-pumped
+	}
+	res.Stdout, res.Stderr = stdout.output(), stderr.output()
+
+	var state container.InspectResponse
+	if !exit.lost {
+		ictx, cancel := e.cleanupContext(ctx)
+		err := e.call(ictx, r, "inspect", func(ctx context.Context) error {
+			var err error
+			state, err = e.docker.ContainerInspect(ctx, id)
+			return err
+		})
+		cancel()
+		if err != nil {
+			exit = exitStatus{lost: true, err: err}
+		} else if s := stateOf(state); reason == notStopped && s != nil && (s.Status == "removing" || s.Status == "dead") {
+			exit = exitStatus{lost: true}
+		}
+	}
+	return e.finish(r, res, reason, exit, state)
+}
+
+// lostOnRestart ends a run whose container could not be taken over.
+func (e *Executor) lostOnRestart(r *run, res sandgate.Result, reason string) sandgate.Result {
+	res.Outcome = sandgate.OutcomeLost
+	if res.FinishedAt.IsZero() {
+		res.FinishedAt = e.now()
+	}
+	res.Stdout, res.Stderr = noOutput(res.Stdout), noOutput(res.Stderr)
+	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: reason}
+	e.log.Warn("run lost", "run_id", r.job.RunID, "reason", reason)
+	e.emit(r, sandgate.EventRunLost, map[string]any{"error_code": string(res.Error.Code), "reason": reason, "reconciled": true})
+	return res
+}
+
+// findRunContainer looks up the container of run r on this node. When a
+// run somehow has more than one, the newest is the run's and the others
+// are removed.
+func (e *Executor) findRunContainer(ctx context.Context, r *run) (container.Summary, bool, error) {
+	var list []container.Summary
+	err := e.call(ctx, r, "list containers", func(ctx context.Context) error {
+		var err error
+		list, err = e.docker.ContainerList(ctx, container.ListOptions{
+			All: true,
+			Filters: filters.NewArgs(
+				filters.Arg("label", sandgate.LabelManaged+"=true"),
+				filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID),
+			),
+		})
+		return err
+	})
+	if err != nil {
+		return container.Summary{}, false, dockerError(sandgate.CodeDockerUnavailable, err, "look for the container of run %s", r.job.RunID)
+	}
+	mine := list[:0]
+	for _, c := range list {
+		if node := c.Labels[sandgate.LabelNode]; node == "" || node == e.cfg.Node {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) == 0 {
+		return container.Summary{}, false, nil
+	}
+	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Created > mine[j].Created })
+	for _, extra := range mine[1:] {
+		e.log.Warn("removing a second container of one run", "run_id", r.job.RunID, "container_id", extra.ID)
+		e.remove(r, extra.ID)
+	}
+	return mine[0], true, nil
+}
+
+func parseDockerTime(s string) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.IsZero() || t.Year() < 2000 {
+		return time.Time{}, false
+	}
+	return t.UTC(), true
+}
+
+func statusOf(s *container.State) string {
+	if s == nil {
+		return ""
+	}
+	return string(s.Status)
+}

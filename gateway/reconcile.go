@@ -1,0 +1,157 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// unfinishedStates are the states of a run a gateway process had not seen
+// to its end.
+var unfinishedStates = []sandgate.State{sandgate.StatePending, sandgate.StateCreating, sandgate.StateRunning}
+
+// reconcileListTimeout bounds the look-up of unfinished runs at start.
+const reconcileListTimeout = 30 * time.Second
+
+// Reconcile takes over the runs that a previous process of this node left
+// unfinished (it was killed, or the machine went down): it lists them in
+// the run store, holds their containers against the executor's orphan
+// reaper, and then finishes each in its own goroutine through the
+// executor's Adopt: a running container is followed to its end, one that
+// exited meanwhile is recorded with its real exit code, and a run whose
+// container is gone becomes lost with a reason. The adopted runs are live
+// like any other: they can be read, followed and cancelled, and Shutdown
+// waits for them.
+//
+// Call it once, after New and before the executor's first reaper pass. It
+// returns how many runs it took over, once they are held; it does not wait
+// for them to end. When the executor cannot adopt, the runs are ended as
+// lost. It returns UNAVAILABLE when the run store does not answer.
+func (s *Server) Reconcile(ctx context.Context) (int, error) {
+	return s.svc.reconcile(ctx)
+}
+
+func (s *service) reconcile(ctx context.Context) (int, error) {
+	runs, err := s.unfinishedRuns(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(runs) == 0 {
+		return 0, nil
+	}
+	rec, _ := s.d.Executor.(sandgate.Reconciler)
+	if rec != nil {
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.ID
+		}
+		rec.Hold(ids...)
+	}
+	s.log.Info("reconciling unfinished runs of this node", "count", len(runs))
+	for _, run := range runs {
+		s.adopt(run, rec)
+	}
+	return len(runs), nil
+}
+
+// unfinishedRuns lists every run of this node that is not finished.
+func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
+	ctx, cancel := context.WithTimeout(ctx, reconcileListTimeout)
+	defer cancel()
+	var out []sandgate.Run
+	for _, st := range unfinishedStates {
+		cursor := ""
+		for {
+			page, next, err := s.d.Runs.ListRuns(ctx, sandgate.RunFilter{Node: s.cfg.Node, State: st, Limit: 1000, Cursor: cursor})
+			if err != nil {
+				return nil, unavailable(err, "the run store")
+			}
+			for _, r := range page {
+				// A store that ignores the node filter must not make this
+				// node adopt another's runs.
+				if r.Node == s.cfg.Node {
+					out = append(out, r)
+				}
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	return out, nil
+}
+
+// adopt finishes one unfinished run in its own goroutine.
+func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
+	lr := newLiveRun(run)
+	ctx, cancel := context.WithCancel(s.runCtx)
+	lr.cancel = cancel
+	s.live.add(run.ID, lr)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		s.finishAdopted(ctx, lr, rec)
+	}()
+}
+
+// finishAdopted drives an adopted run to its end and stores the result.
+func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.Reconciler) {
+	defer s.live.remove(lr.run.ID)
+	run := lr.snapshot()
+	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
+	job := sandgate.Job{
+		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
+		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
+		Output: lr.output,
+		Started: func(containerID string, at time.Time) {
+			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
+				s.store(lr, r, log)
+			}
+		},
+	}
+	log.Info("adopting run", "state", run.State, "container_id", run.ContainerID)
+	var (
+		res sandgate.Result
+		err error
+	)
+	if rec != nil {
+		res, err = s.adoptSafely(ctx, rec, job, log)
+	} else {
+		msg := "the gateway restarted and its executor cannot take over running containers"
+		res = sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+			Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: msg}}
+		s.d.Recorder.Emit(sandgate.Event{
+			Type: sandgate.EventRunLost, Time: s.now(), Outcome: string(sandgate.OutcomeLost),
+			CorrelationID: run.CorrelationID, RunID: run.ID, DecisionID: run.DecisionID,
+			ContainerID: run.ContainerID, Actor: run.Principal, Team: run.Team, Node: s.cfg.Node,
+			Payload: map[string]any{"reason": msg, "reconciled": true},
+		})
+	}
+	final := lr.snapshot()
+	applyResult(&final, res, err, s.now())
+	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
+		final.Outcome, final.Error = sandgate.OutcomeCancelled, nil
+	}
+	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
+	log.Info("adopted run finished", "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
+	s.store(lr, final, log)
+	lr.finish(final)
+}
+
+// adoptSafely is executeSafely for Adopt.
+func (s *service) adoptSafely(ctx context.Context, rec sandgate.Reconciler, job sandgate.Job, log *slog.Logger) (res sandgate.Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("executor panicked adopting a run", "panic", fmt.Sprint(r))
+			err = sandgate.Errorf(sandgate.CodeInternal, "the executor failed")
+			res = sandgate.Result{Outcome: sandgate.OutcomeError,
+				Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: "the executor failed"}}
+		}
+	}()
+	return rec.Adopt(ctx, job)
+}
