@@ -23,6 +23,10 @@ import (
 // must not hang a run forever, nor be cut short by a client leaving.
 const storeTimeout = 15 * time.Second
 
+// finalStoreFor is how long a run's final save is retried while the run
+// store does not answer.
+const finalStoreFor = 2 * time.Minute
+
 // cancelWait is how long DELETE waits for a cancelled run to end before
 // answering 202 with the run still stopping (the grace period is 10 s).
 const cancelWait = 15 * time.Second
@@ -282,14 +286,16 @@ func (s *service) executeSafely(ctx context.Context, job sandgate.Job, log *slog
 }
 
 // store saves the run, logging a failure: the run goes on regardless. The
-// final save is retried a few times, since a run left "running" in the
-// store would outlive its end.
+// final save is retried for up to finalStoreFor, since a run left
+// "running" in the store would outlive its end.
 func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	lr.storeMu.Lock()
 	defer lr.storeMu.Unlock()
-	attempts := 1
+	// The final save outlasts a Postgres restart: a run whose end was not
+	// stored would read as running for ever.
+	var until time.Time
 	if run.State == sandgate.StateFinished {
-		attempts = 4
+		until = time.Now().Add(finalStoreFor)
 	}
 	wait := 500 * time.Millisecond
 	for i := 1; ; i++ {
@@ -299,13 +305,13 @@ func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 		if err == nil {
 			return
 		}
-		if i >= attempts {
+		if code := sandgate.ErrorCodeOf(err); time.Now().After(until) || code == sandgate.CodeNotFound || code == sandgate.CodeInvalidRequest {
 			log.Error("store run", "state", run.State, "attempts", i, "error", err)
 			return
 		}
 		log.Warn("store run, retrying", "state", run.State, "attempt", i, "error", err)
 		time.Sleep(wait)
-		wait *= 2
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 
