@@ -55,6 +55,7 @@ type writer struct {
 	sinceCP     int64
 	lastCP      time.Time
 	lastSig     []byte
+	cpUncertain bool // the last checkpoint insert may or may not have landed
 }
 
 func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string) (*writer, error) {
@@ -102,7 +103,7 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	}
 	var cpSeq int64
 	err = w.s.pool.QueryRow(ctx,
-		`SELECT signature, created_at, seq FROM audit_checkpoints WHERE chain_id = $1 ORDER BY seq DESC, id DESC LIMIT 1`, w.chainID,
+		`SELECT signature, created_at, seq FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID,
 	).Scan(&w.lastSig, &w.lastCP, &cpSeq)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read last checkpoint")
@@ -480,6 +481,19 @@ func (w *writer) maybeCheckpoint() {
 }
 
 func (w *writer) checkpoint(final bool) {
+	if w.cpUncertain {
+		// The last insert failed and may still have landed: sign whatever
+		// checkpoint Postgres holds last, so the checkpoints stay chained.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var sig []byte
+		err := w.s.pool.QueryRow(ctx, `SELECT signature FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID).Scan(&sig)
+		cancel()
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			w.markDown(err)
+			return
+		}
+		w.lastSig, w.cpUncertain = sig, false
+	}
 	cp := signCheckpoint(w.key, w.chainID, w.headSeq, w.headHash, w.cfg.Clock(), final, w.lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)
 	pub := w.key.Public().(ed25519.PublicKey)
@@ -490,6 +504,7 @@ func (w *writer) checkpoint(final bool) {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub))
 	if err != nil {
+		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
 		return
 	}
