@@ -49,7 +49,7 @@ func withEnv(key, value string) serverOption {
 // answers /readyz. It is stopped (SIGTERM-equivalent: its context is
 // cancelled) at the end of the test, and the test fails if any container of
 // its node is left behind.
-func startServer(t *testing.T, opts ...serverOption) *testServer {
+func startServer(t testing.TB, opts ...serverOption) *testServer {
 	t.Helper()
 	executortest.RequireDocker(t)
 	dsn := audittest.NewDatabase(t)
@@ -71,7 +71,7 @@ func startServer(t *testing.T, opts ...serverOption) *testServer {
 
 // startServerWithEnv starts a server with exactly env; tests that restart a
 // server on the same database and spool pass the Env of the first one.
-func startServerWithEnv(t *testing.T, env map[string]string) *testServer {
+func startServerWithEnv(t testing.TB, env map[string]string) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &testServer{
@@ -138,7 +138,7 @@ func (s *testServer) Stop() error {
 	return s.err
 }
 
-func (s *testServer) waitReady(t *testing.T) {
+func (s *testServer) waitReady(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -201,7 +201,7 @@ func (s *testServer) doAs(t *testing.T, token, method, path, body string, header
 
 // assertNoContainers fails the test when any container labelled with node
 // exists, running or not.
-func assertNoContainers(t *testing.T, node string) {
+func assertNoContainers(t testing.TB, node string) {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+sandgate.LabelNode+"="+node).CombinedOutput()
 	if err != nil {
