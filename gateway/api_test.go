@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -200,6 +201,21 @@ func TestSubmitHappyPath(t *testing.T) {
 	job := e.exec.lastJob()
 	if job.CorrelationID != "corr-happy-1" || job.RunID != v.ID || job.Team != "payments" {
 		t.Errorf("job identities = %+v", job)
+	}
+	// The executor runs the real secret; the store and the API keep only
+	// its keyed hash.
+	if job.Spec.Env["SECRET"] != "hunter2" {
+		t.Errorf("job env SECRET = %q, want the real value", job.Spec.Env["SECRET"])
+	}
+	if env := got.Spec.Env["SECRET"]; env == "hunter2" || !strings.HasPrefix(env, "hmac-sha256:") {
+		t.Errorf("GET run spec env SECRET = %q, want a keyed hash", env)
+	}
+	stored, err := e.store.GetRun(context.Background(), v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(stored.Spec); strings.Contains(string(raw), "hunter2") {
+		t.Errorf("stored run spec holds the secret in clear: %s", raw)
 	}
 	// The decision was committed before the executor ran, in order, with
 	// every identity.

@@ -85,8 +85,11 @@ func parseCursor(v string) (logCursor, error) {
 // its followers read from any position. The log is bounded: each stream
 // keeps at most the run's output limit, and entries are coalesced.
 type liveRun struct {
-	mu      sync.Mutex
-	run     sandgate.Run
+	mu  sync.Mutex
+	run sandgate.Run
+	// spec is what the executor runs: the admitted spec with its secrets,
+	// which run.Spec (stored and served) carries only as keyed hashes.
+	spec    sandgate.RunSpec
 	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}

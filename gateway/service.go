@@ -134,7 +134,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		ID: runID, CorrelationID: sub.CorrelationID, DecisionID: dec.DecisionID,
 		PolicyRevision: dec.PolicyRevision, Principal: p.Name, Team: p.Team, Node: s.cfg.Node,
 		IdempotencyKey: sub.IdempotencyKey, State: sandgate.StatePending, CreatedAt: now,
-		Spec: dec.Spec, Warnings: warningMessages(dec),
+		Spec: s.storedSpec(dec.Spec, dec.Mask), Warnings: warningMessages(dec),
 	}
 	existing, created, err := s.d.Runs.CreateRun(ctx, run)
 	if err != nil {
@@ -149,7 +149,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		if existing == nil {
 			return nil, false, sandgate.Errorf(sandgate.CodeConflict, "idempotency key already used")
 		}
-		if specDigest(existing.Spec) != specDigest(dec.Spec) {
+		if specDigest(existing.Spec) != specDigest(run.Spec) {
 			return nil, false, idempotencyConflict(sub.IdempotencyKey, existing.ID)
 		}
 		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: existing.ID, digest: requestDigest, at: s.now()})
@@ -158,7 +158,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if sub.IdempotencyKey != "" {
 		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: run.ID, digest: requestDigest, at: now})
 	}
-	s.start(*run)
+	s.start(*run, dec.Spec)
 	return s.overlay(run), true, nil
 }
 
@@ -227,9 +227,44 @@ func unavailable(err error, what string) error {
 	return sandgate.WrapError(sandgate.CodeUnavailable, err, "%s is unavailable", what)
 }
 
+// storedSpec is the spec as the run store keeps it and the API shows it:
+// env values, stdin and the fields the decision's mask names become keyed
+// hashes, so secrets never rest in the database. Equal secrets hash equally,
+// so idempotent retries still compare equal.
+func (s *service) storedSpec(spec sandgate.RunSpec, mask []string) sandgate.RunSpec {
+	redacted := spec
+	redacted.Env = nil
+	if len(spec.Env) > 0 {
+		redacted.Env = make(map[string]string, len(spec.Env))
+		for k, v := range spec.Env {
+			redacted.Env[k] = fmt.Sprint(s.mask.value(v))
+		}
+	}
+	if spec.Stdin != "" {
+		redacted.Stdin = fmt.Sprint(s.mask.value(spec.Stdin))
+	}
+	if len(mask) == 0 {
+		return redacted
+	}
+	// Other masked paths: hash them through the spec's JSON form. A mask
+	// that names a non-string field cannot be represented in a RunSpec;
+	// env and stdin are hashed all the same.
+	doc, err := json.Marshal(s.mask.spec(spec, mask))
+	if err != nil {
+		return redacted
+	}
+	var masked sandgate.RunSpec
+	if err := json.Unmarshal(doc, &masked); err != nil {
+		return redacted
+	}
+	return masked
+}
+
 // start executes the run in its own goroutine, detached from the request.
-func (s *service) start(run sandgate.Run) {
+// spec is the admitted spec with its secrets; run carries the stored form.
+func (s *service) start(run sandgate.Run, spec sandgate.RunSpec) {
 	lr := newLiveRun(run)
+	lr.spec = spec
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
@@ -250,7 +285,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
-		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
+		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: s.cfg.AirGapped,
 		Output: lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
