@@ -23,7 +23,7 @@ const eventWait = 30 * time.Second
 
 // countContainers returns how many containers, running or not, carry the
 // label key=value.
-func countContainers(t *testing.T, key, value string) int {
+func countContainers(t testing.TB, key, value string) int {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label="+key+"="+value).CombinedOutput()
 	if err != nil {

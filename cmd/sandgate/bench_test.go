@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// The benchmarks below measure whole systems, so each sizes its own
+// sample (make bench runs them with -benchtime 1x) and reports its figures
+// with b.ReportMetric. docs/benchmarks.md records the results.
+
+// benchInt reads a positive integer knob from the environment.
+func benchInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// median returns the median of d (which it sorts).
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	n := len(d)
+	if n%2 == 1 {
+		return d[n/2]
+	}
+	return (d[n/2-1] + d[n/2]) / 2
+}
+
+// percentile returns the p-th percentile (0-100, nearest rank) of d, which
+// it sorts.
+func percentile(d []time.Duration, p float64) time.Duration {
+	slices.Sort(d)
+	i := int(float64(len(d))*p/100+0.5) - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// dockerRunArgs mirrors the container the executor creates
+// (executor/container.go) for a run of command with the defaults in
+// force: the same hardening, limits, labels and name scheme. maxConcurrent
+// is the gateway's, which sizes the nproc ulimit. The node label differs
+// from the server's so that its reaper leaves these containers alone.
+func dockerRunArgs(d sandgate.Defaults, node string, maxConcurrent int, runID string, command ...string) []string {
+	r := d.Resources
+	short := strings.ReplaceAll(runID, "-", "")
+	short = short[len(short)-12:]
+	args := []string{
+		"run", "--rm",
+		"--name", "sandgate-none-none-" + short,
+		"--network", d.Network,
+		"--read-only",
+		"--user", d.User,
+		"--cap-drop", "ALL",
+		"--security-opt", "no-new-privileges",
+		"--init",
+		"--pids-limit", strconv.FormatInt(r.Pids, 10),
+		"--memory", fmt.Sprintf("%dm", r.MemoryMB),
+		"--memory-swap", fmt.Sprintf("%dm", r.MemoryMB),
+		"--cpus", strconv.FormatFloat(r.CPUs, 'f', -1, 64),
+		"--tmpfs", fmt.Sprintf("/tmp:rw,nosuid,nodev,size=%dm,mode=1777", r.TmpfsMB),
+		"--ulimit", fmt.Sprintf("nofile=%d:%d", r.Nofile, r.Nofile),
+		"--ulimit", fmt.Sprintf("nproc=%d:%d", r.Pids*int64(maxConcurrent), r.Pids*int64(maxConcurrent)),
+		"--log-driver", "none",
+		"--stop-signal", "SIGTERM",
+		"--label", sandgate.LabelManaged + "=true",
+		"--label", sandgate.LabelRunID + "=" + runID,
+		"--label", sandgate.LabelSession + "=",
+		"--label", sandgate.LabelTask + "=",
+		"--label", sandgate.LabelCorrelationID + "=" + runID,
+		"--label", sandgate.LabelNode + "=" + node,
+	}
+	if d.Workdir != "" {
+		args = append(args, "--workdir", d.Workdir)
+	}
+	return append(append(args, d.Image), command...)
+}
+
+// BenchmarkRunVsDockerRun compares an end-to-end run of `true` through
+// sandgate (POST /v1/runs?wait=60s over HTTP: decision, committed audit
+// events, Docker create/attach/start/wait/inspect/remove, stored run)
+// with `docker run --rm` of the same container on the same daemon. The
+// two are interleaved, alternating which goes first in each pair, so that
+// drift in the machine's load falls on both; the figure of merit is the
+// ratio of the medians. SANDGATE_BENCH_PAIRS sets the number of pairs
+// (default 21).
+func BenchmarkRunVsDockerRun(b *testing.B) {
+	s := startServer(b)
+	pairs := benchInt("SANDGATE_BENCH_PAIRS", 21)
+	client := &http.Client{Timeout: 2 * time.Minute}
+
+	var cfg gateway.ConfigView
+	if err := getJSON(client, s, "/v1/config", &cfg); err != nil {
+		b.Fatal(err)
+	}
+	maxConcurrent := defaultConfig(func(string) string { return "" }).MaxConcurrent
+	dockerNode := s.Node + "-docker-run"
+
+	viaSandgate := func() time.Duration {
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
+		req.Header.Set("Authorization", "Bearer "+s.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		elapsed := time.Since(start)
+		var run gateway.RunView
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil ||
+			run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
+			b.Fatalf("sandgate run: %d %s", resp.StatusCode, body)
+		}
+		return elapsed
+	}
+	viaDocker := func() time.Duration {
+		args := dockerRunArgs(cfg.Defaults, dockerNode, maxConcurrent, uuid.Must(uuid.NewV7()).String(), "true")
+		start := time.Now()
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		elapsed := time.Since(start)
+		if err != nil {
+			b.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return elapsed
+	}
+
+	// Warm up both paths (image metadata, connections, page cache).
+	for range 2 {
+		viaSandgate()
+		viaDocker()
+	}
+	b.ResetTimer()
+	sg := make([]time.Duration, 0, pairs)
+	dr := make([]time.Duration, 0, pairs)
+	for i := range pairs {
+		if i%2 == 0 {
+			sg = append(sg, viaSandgate())
+			dr = append(dr, viaDocker())
+		} else {
+			dr = append(dr, viaDocker())
+			sg = append(sg, viaSandgate())
+		}
+	}
+	b.StopTimer()
+
+	sgMed, drMed := median(slices.Clone(sg)), median(slices.Clone(dr))
+	ratio := float64(sgMed) / float64(drMed)
+	b.ReportMetric(float64(pairs), "pairs")
+	b.ReportMetric(ms(sgMed), "sandgate-p50-ms")
+	b.ReportMetric(ms(drMed), "docker-run-p50-ms")
+	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "sandgate-p90-ms")
+	b.ReportMetric(ms(percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
+	b.ReportMetric(ratio, "ratio-of-medians")
+	b.Logf("pairs=%d sandgate median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 1.15); load %s",
+		pairs, ms(sgMed), ms(drMed), ratio, loadAverage())
+	if n := countContainers(b, sandgate.LabelNode, dockerNode); n != 0 {
+		b.Errorf("%d docker run containers left", n)
+	}
+}
+
+// getJSON GETs path with the server's token and decodes the answer.
+func getJSON(client *http.Client, s *testServer, path string, out any) error {
+	req, err := http.NewRequest(http.MethodGet, s.URL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// loadAverage returns /proc/loadavg's first three fields.
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// reviewScript is wrk's Lua script: every request POSTs one run spec to
+// /v1/admission/review with the bearer token. The spec has an env value,
+// so the masking of secrets for the trail is part of what is measured.
+const reviewScript = `wrk.method = "POST"
+wrk.body = '{"command":["sh","-c","make test"],"env":{"API_TOKEN":"s3cr3t","CI":"true"},"labels":{"ticket":"ENG-1"},"session_id":"bench","task_id":"review"}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer %s"
+`
+
+// wrkResult is what BenchmarkReviewWrk reads from wrk's report.
+type wrkResult struct {
+	requests             int64
+	rps                  float64
+	p50, p75, p90, p99   time.Duration
+	non2xx, socketErrors int64
+}
+
+var (
+	wrkRequests = regexp.MustCompile(`(\d+) requests in`)
+	wrkRPS      = regexp.MustCompile(`Requests/sec:\s+([\d.]+)`)
+	wrkPct      = regexp.MustCompile(`(?m)^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s)\s*$`)
+	wrkNon2xx   = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+	wrkSocket   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+)
+
+// parseWrk reads wrk's --latency report.
+func parseWrk(out string) (wrkResult, error) {
+	var r wrkResult
+	m := wrkRequests.FindStringSubmatch(out)
+	n := wrkRPS.FindStringSubmatch(out)
+	if m == nil || n == nil {
+		return r, fmt.Errorf("no request count or rate in wrk's report")
+	}
+	r.requests, _ = strconv.ParseInt(m[1], 10, 64)
+	r.rps, _ = strconv.ParseFloat(n[1], 64)
+	found := 0
+	for _, p := range wrkPct.FindAllStringSubmatch(out, -1) {
+		v, _ := strconv.ParseFloat(p[2], 64)
+		unit := map[string]time.Duration{"us": time.Microsecond, "ms": time.Millisecond, "s": time.Second}[p[3]]
+		d := time.Duration(v * float64(unit))
+		switch p[1] {
+		case "50":
+			r.p50 = d
+		case "75":
+			r.p75 = d
+		case "90":
+			r.p90 = d
+		case "99":
+			r.p99 = d
+		}
+		found++
+	}
+	if found != 4 {
+		return r, fmt.Errorf("latency distribution not found (run wrk with --latency)")
+	}
+	if m := wrkNon2xx.FindStringSubmatch(out); m != nil {
+		r.non2xx, _ = strconv.ParseInt(m[1], 10, 64)
+	}
+	if m := wrkSocket.FindStringSubmatch(out); m != nil {
+		for _, v := range m[1:] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			r.socketErrors += n
+		}
+	}
+	return r, nil
+}
+
+// BenchmarkReviewWrk drives POST /v1/admission/review on an in-process
+// server with wrk (2 threads, 32 connections, 15 s by default) against
+// 127.0.0.1, and reports requests/s and latency percentiles. Every review
+// is audited: the benchmark checks that the trail holds an
+// admission.reviewed event for every request wrk completed. Knobs:
+// SANDGATE_BENCH_WRK_SECONDS, SANDGATE_BENCH_WRK_CONNECTIONS,
+// SANDGATE_BENCH_WRK_THREADS.
+func BenchmarkReviewWrk(b *testing.B) {
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		b.Fatalf("wrk is not installed (apt-get install wrk; make bench installs it): %v", err)
+	}
+	s := startServer(b)
+	seconds := benchInt("SANDGATE_BENCH_WRK_SECONDS", 15)
+	conns := benchInt("SANDGATE_BENCH_WRK_CONNECTIONS", 32)
+	threads := benchInt("SANDGATE_BENCH_WRK_THREADS", 2)
+
+	script := filepath.Join(b.TempDir(), "review.lua")
+	if err := os.WriteFile(script, []byte(fmt.Sprintf(reviewScript, s.Token)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	url := s.URL + "/v1/admission/review"
+	// A short warm-up run, so that the measured one starts with a warm
+	// policy engine, connection pool and heap.
+	if out, err := exec.Command(wrk, "-t1", "-c4", "-d2s", "-s", script, url).CombinedOutput(); err != nil {
+		b.Fatalf("wrk warm-up: %v: %s", err, out)
+	}
+	db := audittest.OpenDB(b, s.DSN)
+	base := countReviewed(b, db)
+
+	b.ResetTimer()
+	out, err := exec.Command(wrk, fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns),
+		fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, url).CombinedOutput()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("wrk: %v: %s", err, out)
+	}
+	r, err := parseWrk(string(out))
+	if err != nil {
+		b.Fatalf("%v:\n%s", err, out)
+	}
+	b.Logf("wrk -t%d -c%d -d%ds --latency (load %s):\n%s", threads, conns, seconds, loadAverage(), out)
+	if r.non2xx > 0 || r.socketErrors > 0 {
+		b.Errorf("%d non-2xx answers and %d socket errors", r.non2xx, r.socketErrors)
+	}
+
+	// Every completed review is in the trail once the writer has caught
+	// up; requests cut off when wrk stopped may add a few more.
+	deadline := time.Now().Add(time.Minute)
+	audited := countReviewed(b, db) - base
+	for audited < r.requests && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		audited = countReviewed(b, db) - base
+	}
+	if audited < r.requests {
+		b.Errorf("%d admission.reviewed events for %d completed reviews", audited, r.requests)
+	}
+
+	b.ReportMetric(r.rps, "req/s")
+	b.ReportMetric(ms(r.p50), "p50-ms")
+	b.ReportMetric(ms(r.p75), "p75-ms")
+	b.ReportMetric(ms(r.p90), "p90-ms")
+	b.ReportMetric(ms(r.p99), "p99-ms")
+	b.ReportMetric(float64(audited), "audited")
+	b.Logf("%.0f req/s, p50 %.2f ms, p99 %.2f ms (goal >= 3000 req/s, p99 <= 25 ms); %d reviews, %d audited",
+		r.rps, ms(r.p50), ms(r.p99), r.requests, audited)
+}
+
+// countReviewed counts the trail's admission.reviewed events.
+func countReviewed(b *testing.B, db *sql.DB) int64 {
+	b.Helper()
+	var n int64
+	if err := db.QueryRowContext(context.Background(), `SELECT count(*) FROM audit_events WHERE type = $1`,
+		string(sandgate.EventAdmissionReviewed)).Scan(&n); err != nil {
+		b.Fatalf("count admission.reviewed: %v", err)
+	}
+	return n
+}
