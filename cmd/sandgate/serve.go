@@ -81,7 +81,10 @@ func serve(ctx context.Context, a *app) error {
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
 		CheckpointInterval: cfg.CheckpointAfter,
-		Logger:             logger.With("component", "audit"),
+		// Decisions get a chain of their own so that an admission never
+		// waits behind a batch of lifecycle events.
+		DecisionChain: true,
+		Logger:        logger.With("component", "audit"),
 	})
 	if err != nil {
 		return fmt.Errorf("open audit trail: %w", err)
@@ -103,24 +106,6 @@ func serve(ctx context.Context, a *app) error {
 		return err
 	}
 
-	exec, err := executor.New(executor.Config{
-		DockerHost:    cfg.DockerHost,
-		Node:          cfg.Node,
-		MaxConcurrent: cfg.MaxConcurrent,
-		Logger:        logger.With("component", "executor"),
-	}, metrics.Sink(store))
-	if err != nil {
-		return fmt.Errorf("docker executor: %w", err)
-	}
-	defer exec.Close()
-	defer func() {
-		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		defer cancel()
-		if err := exec.Shutdown(downCtx); err != nil {
-			logger.Error("executor shutdown", "err", err)
-		}
-	}()
-
 	engine, err := policies.New(ctx, policies.Options{
 		Dir:      cfg.PolicyDir,
 		Settings: settings,
@@ -133,6 +118,40 @@ func serve(ctx context.Context, a *app) error {
 	go func() {
 		if err := engine.Watch(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error("policy watch", "err", err)
+		}
+	}()
+
+	// The warm pool keeps containers of the default spec the policy
+	// fills in; a run is served from it only when its admitted container
+	// would be configured exactly like these.
+	var warm []sandgate.RunSpec
+	if cfg.WarmPool > 0 {
+		spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, engine.Defaults())
+		if err != nil {
+			return fmt.Errorf("warm pool profile: %w", err)
+		}
+		if cfg.AirGapped {
+			spec.Network = "none"
+		}
+		warm = append(warm, spec)
+	}
+	exec, err := executor.New(executor.Config{
+		DockerHost:    cfg.DockerHost,
+		Node:          cfg.Node,
+		MaxConcurrent: cfg.MaxConcurrent,
+		WarmPool:      cfg.WarmPool,
+		WarmProfiles:  warm,
+		Logger:        logger.With("component", "executor"),
+	}, metrics.Sink(store))
+	if err != nil {
+		return fmt.Errorf("docker executor: %w", err)
+	}
+	defer exec.Close()
+	defer func() {
+		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		if err := exec.Shutdown(downCtx); err != nil {
+			logger.Error("executor shutdown", "err", err)
 		}
 	}()
 
