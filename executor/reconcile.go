@@ -3,12 +3,15 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -319,4 +322,71 @@ func statusOf(s *container.State) string {
 		return ""
 	}
 	return string(s.Status)
+}
+
+// eventsAPI is the Docker call that tells who stopped a container.
+// *client.Client has it; a daemon client without it is never asked.
+type eventsAPI interface {
+	Events(ctx context.Context, opts events.ListOptions) (<-chan events.Message, <-chan error)
+}
+
+// stoppedOutside reports why a container that died of a signal sandgate
+// did not send was stopped through the Docker daemon: a daemon that shuts
+// down (a restart of the Docker service) stops every container, and so
+// does an operator's `docker stop` or `docker kill`. Such an end is not
+// the program's, whatever its exit code. A program that kills itself
+// leaves no daemon event and is not reported. It returns "" when the
+// daemon's events show no such stop, or cannot be read.
+func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.Time, code int64) string {
+	ev, ok := e.docker.(eventsAPI)
+	if !ok || code < 128 || id == "" {
+		return ""
+	}
+	since := started
+	if since.IsZero() {
+		since = e.now().Add(-time.Hour)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+	defer cancel()
+	msgs, errs := ev.Events(ctx, events.ListOptions{
+		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10),
+		Until: strconv.FormatInt(e.now().Add(time.Second).Unix(), 10),
+		Filters: filters.NewArgs(
+			filters.Arg("type", string(events.ContainerEventType)),
+			filters.Arg("container", id),
+			filters.Arg("event", string(events.ActionKill)),
+		),
+	})
+	for {
+		select {
+		case m := <-msgs:
+			if m.Action == events.ActionKill {
+				return fmt.Sprintf("the container was stopped through the Docker daemon with signal %s (a restart of the daemon, or an operator), not by its program or by sandgate; exit code %d",
+					m.Actor.Attributes["signal"], code)
+			}
+		case <-errs:
+			// io.EOF once the window is read; anything else means the
+			// events cannot be read, and the exit stands as it is.
+			return ""
+		case <-ctx.Done():
+			return ""
+		}
+	}
+}
+
+// stoppedByDocker ends a run whose container was stopped through the
+// daemon by someone else: the outcome is error with the reason, and the
+// exit code the daemon saw is kept.
+func (e *Executor) stoppedByDocker(r *run, res sandgate.Result, code int64, why string) sandgate.Result {
+	c := int(code)
+	res.ExitCode = &c
+	res.Outcome = sandgate.OutcomeError
+	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: why}
+	e.log.Warn("container stopped through the daemon", "run_id", r.job.RunID, "reason", why)
+	e.emitExit(r, sandgate.EventContainerExited, res, e.outputPayload(res, map[string]any{
+		"oom_killed":  false,
+		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+	}))
+	e.emitExit(r, sandgate.EventRunFailed, res, map[string]any{"error_code": string(res.Error.Code), "message": why})
+	return res
 }

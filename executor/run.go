@@ -376,6 +376,13 @@ func (e *Executor) finish(r *run, res sandgate.Result, reason stopReason, exit e
 		code = int64(s.ExitCode)
 		res.OOMKilled = s.OOMKilled
 	}
+	if reason == notStopped && !res.OOMKilled {
+		// A daemon restart stops every container: that end is not the
+		// program's.
+		if why := e.stoppedOutside(r.ctx, res.ContainerID, res.StartedAt, code); why != "" {
+			return e.stoppedByDocker(r, res, code, why), nil
+		}
+	}
 	c := int(code)
 	res.ExitCode = &c
 	switch {
