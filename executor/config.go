@@ -48,6 +48,23 @@ type Config struct {
 	// image gone invalidates it at once. Default 30s; negative disables the
 	// cache.
 	ImageCacheTTL time.Duration
+	// WarmPool is how many started containers are kept ready for each warm
+	// profile, between 0 (no pool, the default) and 64. A run whose
+	// container would be configured exactly like a profile's takes one
+	// (and only it: each serves one run and is removed after it); any
+	// other run, or one that finds the pool empty, takes the cold path.
+	WarmPool int
+	// WarmProfiles are the normalised specs whose containers the pool
+	// keeps warm; the command, environment and stdin in them do not
+	// matter. Default, when WarmPool is set: the builtin default spec.
+	WarmProfiles []sandgate.RunSpec
+	// WarmPoolTTL is how long a warm container may wait for a run before it
+	// is replaced by a fresh one. Default 10 minutes.
+	WarmPoolTTL time.Duration
+	// WarmPoolCheck is how often the pool is topped up and its containers
+	// past their TTL are recycled, besides the refill that follows every
+	// claim and every warm container found dead. Default 30s.
+	WarmPoolCheck time.Duration
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
@@ -84,6 +101,33 @@ func (c *Config) Validate() error {
 		c.Backoff = func() retry.Backoff {
 			return retry.WithJitterPercent(10, retry.WithCappedDuration(2*time.Second, retry.NewExponential(100*time.Millisecond)))
 		}
+	}
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		return fmt.Errorf("executor: WarmPool must be between 0 and 64, not %d", c.WarmPool)
+	}
+	if c.WarmPool > 0 {
+		if len(c.WarmProfiles) == 0 {
+			spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.Defaults{})
+			if err != nil {
+				return fmt.Errorf("executor: default warm profile: %w", err)
+			}
+			c.WarmProfiles = []sandgate.RunSpec{spec}
+		}
+		for i, spec := range c.WarmProfiles {
+			set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, c.Node, c.MaxConcurrent)
+			if err != nil {
+				return fmt.Errorf("executor: warm profile %d: %w", i, err)
+			}
+			if len(set.host.Mounts) > 0 {
+				return fmt.Errorf("executor: warm profile %d: pooled containers have no mounts or volumes", i)
+			}
+		}
+	}
+	if c.WarmPoolTTL <= 0 {
+		c.WarmPoolTTL = 10 * time.Minute
+	}
+	if c.WarmPoolCheck <= 0 {
+		c.WarmPoolCheck = 30 * time.Second
 	}
 	if c.ImageCacheTTL == 0 {
 		c.ImageCacheTTL = 30 * time.Second

@@ -51,6 +51,9 @@ type Executor struct {
 	imgMu    sync.Mutex
 	imgCache map[string]cachedImage
 
+	// pool keeps warm containers; nil without a warm pool.
+	pool *pool
+
 	reaperMu   sync.Mutex
 	reaperStop context.CancelFunc
 	reaperDone chan struct{}
@@ -83,7 +86,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 	if events == nil {
 		events = sandgate.EventSinkFunc(func(sandgate.Event) {})
 	}
-	return &Executor{
+	e := &Executor{
 		cfg:      cfg,
 		docker:   d,
 		images:   images,
@@ -94,6 +97,8 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 		runs:     map[string]*run{},
 		imgCache: map[string]cachedImage{},
 	}
+	e.pool = newPool(e, cfg)
+	return e
 }
 
 // Node returns the node name this executor labels its containers with.
@@ -116,6 +121,9 @@ func (e *Executor) Start(ctx context.Context) error {
 		// are no reason to refuse to serve.
 		e.log.Error("orphan reaper", "err", err)
 	}
+	// After the first reaper pass, which removes the warm containers a
+	// previous process left.
+	e.pool.start(e.cfg.WarmPoolCheck)
 	e.reaperMu.Lock()
 	defer e.reaperMu.Unlock()
 	if e.reaperStop != nil {
@@ -226,6 +234,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	e.stopReaper()
+	e.pool.shutdown()
 	for _, r := range runs {
 		r.cancel(errShutdown)
 	}
@@ -256,6 +265,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 // running containers; Shutdown does.
 func (e *Executor) Close() error {
 	e.stopReaper()
+	e.pool.shutdown()
 	if e.closer != nil {
 		return e.closer.Close()
 	}

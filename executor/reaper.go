@@ -197,7 +197,7 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 	// A run held for reconciliation owns its container like a live one,
 	// except for Shutdown's last sweep, which passes no live runs.
 	held := live != nil && e.isHeld(l[sandgate.LabelRunID])
-	return sandgate.Sandbox{
+	s := sandgate.Sandbox{
 		ContainerID:   c.ID,
 		Name:          name,
 		Image:         c.Image,
@@ -210,4 +210,15 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 		CreatedAt:     time.Unix(c.Created, 0).UTC(),
 		Orphan:        mine && live[l[sandgate.LabelRunID]] == nil && !held,
 	}
+	if mine && l[LabelPool] != "" {
+		// A warm container carries no run's labels: it is its pool's
+		// until the run that claimed it has ended, but for Shutdown's
+		// last sweep.
+		owned, job := e.pool.owner(name)
+		s.Orphan = live == nil || !owned
+		if job != nil {
+			s.RunID, s.Session, s.Task, s.CorrelationID = job.RunID, job.Spec.SessionID, job.Spec.TaskID, job.CorrelationID
+		}
+	}
+	return s
 }

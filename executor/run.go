@@ -140,6 +140,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
+	if m := e.pool.claim(ctx, r, set, imageID); m != nil {
+		return e.executeWarm(ctx, r, set, imageID, m)
+	}
 	if pinned, ok := localPinID(set.config.Image, imageID); ok {
 		set.config.Image = pinned // the daemon resolves name@digest only against registry digests
 	}
@@ -220,6 +223,18 @@ func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res s
 			_ = hj.CloseWrite()
 		}()
 	}
+	exitC := make(chan exitStatus, 1)
+	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
+	return e.supervise(ctx, wctx, r, res, hj, stdout, stderr, exitC)
+}
+
+// supervise follows a container whose command is running: it streams the
+// output from the attach stream, enforces the run's timeout and
+// cancellation, and reports how the container ended. wctx outlives the
+// run's cancellation for the calls that must still happen.
+func (e *Executor) supervise(ctx, wctx context.Context, r *run, res sandgate.Result, hj types.HijackedResponse, stdout, stderr *capture, exitC <-chan exitStatus) (sandgate.Result, error) {
+	id := res.ContainerID
+	spec := r.job.Spec
 	pumped := make(chan struct{})
 	go func() {
 		defer close(pumped)
@@ -227,9 +242,6 @@ func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res s
 			e.log.Debug("output stream ended", "run_id", r.job.RunID, "err", err)
 		}
 	}()
-
-	exitC := make(chan exitStatus, 1)
-	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
 
 	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
 	if timeout <= 0 {
