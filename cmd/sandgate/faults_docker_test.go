@@ -145,8 +145,13 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 	if pulls := sd.requests("", "/images/create"); len(pulls) > 0 {
 		t.Errorf("air-gapped gateway tried to pull: %v", pulls)
 	}
-	if evs := s.runEvents(t, v.ID); eventCounts(evs)[sandgate.EventImageUnavailable] != 1 {
-		t.Errorf("image.unavailable events: %v", eventCounts(evs))
+	var counts map[sandgate.EventType]int
+	waitFor(t, 30*time.Second, "the failed run's end in the trail", func() bool {
+		counts = eventCounts(s.runEvents(t, v.ID))
+		return counts[sandgate.EventRunFailed] > 0
+	})
+	if counts[sandgate.EventImageUnavailable] != 1 || counts[sandgate.EventContainerCreated] != 0 {
+		t.Errorf("events of the missing image's run: %v, want one image.unavailable and no container", counts)
 	}
 }
 
