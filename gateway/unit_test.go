@@ -124,7 +124,7 @@ func TestMaskSpec(t *testing.T) {
 		Labels:    map[string]string{"token": "lab", "team": "x"},
 		Resources: sandgate.Resources{MemoryMB: 64},
 	}
-	got := m.spec(spec, []string{"labels.token", "command.2", "resources", "no.such.path", "command.99"})
+	got := m.specDoc(spec, []string{"labels.token", "command.2", "resources", "no.such.path", "command.99"})
 	raw, _ := json.Marshal(got)
 	for _, secret := range []string{"t0k", `"lab"`, `"pw"`, "secret input"} {
 		if strings.Contains(string(raw), secret) {
@@ -474,7 +474,7 @@ func TestRecorderRedactor(t *testing.T) {
 	if len(evs) != 1 {
 		t.Fatalf("events = %+v", evs)
 	}
-	got := evs[0].Payload["spec"].(map[string]any)
+	got := generic(evs[0].Payload["spec"]).(map[string]any)
 	if got["env"].(map[string]any)["K"] != m.hash("v") || got["stdin"] != m.hash("in") {
 		t.Errorf("spec = %v", got)
 	}
