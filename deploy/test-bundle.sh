@@ -150,6 +150,31 @@ env -i PATH=/usr/bin:/bin "${envs[@]}" "$bin" audit verify --public-key "$work/c
 left=$(docker ps -aq --filter "label=sandgate.node=$node" | wc -l)
 [ "$left" = 0 ] || die "$left container(s) of node $node left behind"
 ok "gateway stopped cleanly; audit verify ok ($(jq .checked "$work/verify.json") events); no container left"
+
+# 6. Key rotation as docs/operations.md describes it: retire the key, start
+# again (a new key is made, the chain continues), stop; verify needs both.
+keyfile=$(grep '^SANDGATE_SIGNING_KEY_FILE=' "$envfile" | cut -d= -f2)
+mv "$keyfile" "$work/retired.key"
+env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${envs[@]}" SANDGATE_NODE="$node" \
+  "$bin" serve > "$work/gateway2.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 120); do curl -sf "$url/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+code=$(curl -s -o "$work/run4.json" -w '%{http_code}' "${auth[@]}" -d '{"command": ["true"]}' "$url/v1/runs?wait=60s")
+[ "$code" = 200 ] || { cat "$work/run4.json" "$work/gateway2.log"; die "run after the key rotation answered $code"; }
+kill -TERM "$pid"
+wait "$pid" || { cat "$work/gateway2.log"; die "the gateway exited non-zero after the rotation"; }
+env -i PATH=/usr/bin:/bin "${envs[@]}" "$bin" audit public-key > "$work/new.pub"
+cmp -s "$work/new.pub" "$work/checkpoints.pub" && die "no new key was made"
+chains=$(psql -X -tA -d "$db" -c "SELECT count(DISTINCT chain_id) || ' ' || count(DISTINCT key_id) FROM audit_checkpoints")
+[ "$chains" = "1 2" ] || die "checkpoints: want one chain signed by two keys, got (chains keys) $chains"
+env -i PATH=/usr/bin:/bin "${envs[@]}" "$bin" audit verify --public-key "$work/checkpoints.pub" --public-key "$work/new.pub" > "$work/verify2.json" ||
+  { cat "$work/verify2.json"; die "verify with the old and the new key found problems"; }
+if env -i PATH=/usr/bin:/bin "${envs[@]}" "$bin" audit verify --public-key "$work/new.pub" > "$work/verify3.json" 2>/dev/null; then
+  die "verify with only the new key passed"
+fi
+jq -e '[.problems[].kind] | unique == ["untrusted_key"]' "$work/verify3.json" >/dev/null ||
+  { cat "$work/verify3.json"; die "verify with only the new key: want only untrusted_key problems"; }
+ok "key rotation: the chain continued under a new key; verify passes with both keys, reports untrusted_key with the new one only"
 INNER_EOF
 unshare --net -- bash "$work/inner.sh" "$work" "$bundle" "$db" < /dev/null
 echo "test-bundle: PASS in $(( $(date +%s) - start )) s (after the bundle was built)"
