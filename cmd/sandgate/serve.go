@@ -60,6 +60,7 @@ func serve(ctx context.Context, a *app) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	tuneGC()
 	logger := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
 
