@@ -64,7 +64,10 @@ fi
 
 # The user: system account, no shell, in the docker group (root-equivalent
 # on this host: see docs/operations.md, "The Docker socket").
-owner=root
+# Files belong to root (or, without root, to whoever installs) and the
+# service's group; the state directory to the service's user.
+admin=$(id -un)
+owner=$admin
 if [ "$mkuser" = 1 ]; then
   if ! getent passwd sandgate >/dev/null; then
     say "creating system user sandgate"
@@ -97,7 +100,7 @@ install -m 0644 "$here"/systemd/* "$share/systemd/"
 install -m 0644 "$here"/images/* "$share/images/"
 
 # Configuration and state.
-install -d -m 0750 -o root -g "$(id -gn "$owner")" "$etc"
+install -d -m 0750 -o "$admin" -g "$(id -gn "$owner")" "$etc"
 install -d -m 0700 -o "$owner" -g "$(id -gn "$owner")" "$state"
 if [ ! -d "$etc/policies" ]; then
   say "installing the policy bundle to $etc/policies"
@@ -127,7 +130,7 @@ get_env() { awk -F= -v k="$1" '$1 == k { sub(/^[^=]*=/, ""); v = $0 } END { prin
 
 if [ ! -f "$envfile" ]; then
   say "writing $envfile"
-  install -m 0640 -o root -g "$(id -gn "$owner")" "$here/systemd/sandgate.env.example" "$envfile"
+  install -m 0640 -o "$admin" -g "$(id -gn "$owner")" "$here/systemd/sandgate.env.example" "$envfile"
   if [ -n "$prefix" ]; then
     set_env SANDGATE_POLICY_DIR "$etc/policies"
     set_env SANDGATE_TOKENS_FILE "$etc/tokens.yaml"
@@ -187,7 +190,7 @@ cat <<NEXT
 sandgate $version is installed (air-gapped: SANDGATE_AIR_GAPPED=true).
 
 Next steps:
-  1. Tokens: write $etc/tokens.yaml (see $envfile for the format), mode 0640, group ${owner}.
+  1. Tokens: write $etc/tokens.yaml (see $envfile for the format), mode 0640, group $(id -gn "$owner").
   2. Database role for the gateway (once, as postgres), peer authentication:
        psql -d sandgate -c 'CREATE ROLE sandgate LOGIN IN ROLE sandgate_app'
      and keep SANDGATE_MIGRATE=false in $envfile: upgrades migrate with this script.
