@@ -330,17 +330,19 @@ type eventsAPI interface {
 	Events(ctx context.Context, opts events.ListOptions) (<-chan events.Message, <-chan error)
 }
 
-// stoppedOutside reports why a container that died of a signal sandgate
-// did not send was stopped through the Docker daemon: a daemon that shuts
-// down (a restart of the Docker service) stops every container, and so
-// does an operator's `docker stop` or `docker kill`. Such an end is not
-// the program's, whatever its exit code. A program that kills itself
-// leaves no daemon event and is not reported. It returns "" when the
-// daemon's events show no such stop, or cannot be read.
-func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.Time, code int64) string {
+// stoppedOutside asks the daemon's events how a container that died of
+// a signal sandgate did not send was ended. oom is true when the kernel's
+// OOM killer struck: the daemon records that asynchronously, so an
+// inspect right after the exit may not show it yet. why says who stopped
+// it through the daemon otherwise: a daemon that shuts down (a restart of
+// the Docker service) stops every container, and so does an operator's
+// `docker stop` or `docker kill`; such an end is not the program's,
+// whatever its exit code. A program that kills itself leaves no daemon
+// event. Both are zero when the events show neither, or cannot be read.
+func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.Time, code int64) (why string, oom bool) {
 	ev, ok := e.docker.(eventsAPI)
 	if !ok || code < 128 || id == "" {
-		return ""
+		return "", false
 	}
 	since := started
 	if since.IsZero() {
@@ -355,21 +357,28 @@ func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.T
 			filters.Arg("type", string(events.ContainerEventType)),
 			filters.Arg("container", id),
 			filters.Arg("event", string(events.ActionKill)),
+			filters.Arg("event", string(events.ActionOOM)),
 		),
 	})
 	for {
 		select {
 		case m := <-msgs:
-			if m.Action == events.ActionKill {
-				return fmt.Sprintf("the container was stopped through the Docker daemon with signal %s (a restart of the daemon, or an operator), not by its program or by sandgate; exit code %d",
+			switch m.Action {
+			case events.ActionOOM:
+				oom = true
+			case events.ActionKill:
+				why = fmt.Sprintf("the container was stopped through the Docker daemon with signal %s (a restart of the daemon, or an operator), not by its program or by sandgate; exit code %d",
 					m.Actor.Attributes["signal"], code)
 			}
 		case <-errs:
 			// io.EOF once the window is read; anything else means the
 			// events cannot be read, and the exit stands as it is.
-			return ""
+			if oom {
+				why = ""
+			}
+			return why, oom
 		case <-ctx.Done():
-			return ""
+			return "", oom
 		}
 	}
 }

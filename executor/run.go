@@ -389,11 +389,13 @@ func (e *Executor) finish(r *run, res sandgate.Result, reason stopReason, exit e
 		res.OOMKilled = s.OOMKilled
 	}
 	if reason == notStopped && !res.OOMKilled {
-		// A daemon restart stops every container: that end is not the
-		// program's.
-		if why := e.stoppedOutside(r.ctx, res.ContainerID, res.StartedAt, code); why != "" {
+		// The daemon may record an OOM kill after the exit; and a daemon
+		// restart stops every container, an end that is not the program's.
+		why, oom := e.stoppedOutside(r.ctx, res.ContainerID, res.StartedAt, code)
+		if why != "" {
 			return e.stoppedByDocker(r, res, code, why), nil
 		}
+		res.OOMKilled = oom
 	}
 	c := int(code)
 	res.ExitCode = &c
