@@ -344,6 +344,25 @@ func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.T
 	if !ok || code < 128 || id == "" {
 		return "", false
 	}
+	why, oom = e.daemonStops(ctx, ev, id, started, code)
+	if why == "" && !oom && code == 137 {
+		// SIGKILL with no event yet: the OOM event may still be on its
+		// way from the runtime; look once more a moment later.
+		select {
+		case <-time.After(oomEventGrace):
+			why, oom = e.daemonStops(ctx, ev, id, started, code)
+		case <-ctx.Done():
+		}
+	}
+	return why, oom
+}
+
+// oomEventGrace is how long a SIGKILLed container's OOM event is given
+// to arrive after its exit.
+const oomEventGrace = 300 * time.Millisecond
+
+// daemonStops reads the container's kill and oom events once.
+func (e *Executor) daemonStops(ctx context.Context, ev eventsAPI, id string, started time.Time, code int64) (why string, oom bool) {
 	since := started
 	if since.IsZero() {
 		since = e.now().Add(-time.Hour)
