@@ -31,7 +31,8 @@ var (
 	binErr  error
 )
 
-// sandgateBinary builds ./cmd/sandgate into a temporary directory, once.
+// sandgateBinary builds ./cmd/sandgate into a temporary directory, once,
+// with the race detector when the tests have it.
 func sandgateBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -41,7 +42,11 @@ func sandgateBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "sandgate")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
