@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// TestWarmPoolThroughServer runs through a real server with
+// SANDGATE_WARM_POOL=2: warm runs give exact exit codes and output, each
+// in a container of its own, and leave the same audit trail as a cold run
+// (one the pool cannot serve, for its other memory limit). The harness
+// checks at the end that the server's Shutdown left no container.
+func TestWarmPoolThroughServer(t *testing.T) {
+	s := startServer(t, withEnv("SANDGATE_WARM_POOL", "2"))
+	waitWarm := func() {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for warmIdle(t, s.Node) != 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the warm pool did not fill within 2 minutes")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	trail := func(run gateway.RunView) []sandgate.AuditRecord {
+		t.Helper()
+		return s.waitAuditEvents(t, s.Token, url.Values{"run_id": {run.ID}}, func(ev []sandgate.AuditRecord) bool {
+			return hasEvent(ev, sandgate.EventContainerRemoved)
+		})
+	}
+	warmOf := func(events []sandgate.AuditRecord) bool {
+		for _, ev := range events {
+			if ev.Type == sandgate.EventContainerCreated {
+				_, ok := ev.Payload["warm_pool"]
+				return ok
+			}
+		}
+		return false
+	}
+	types := func(events []sandgate.AuditRecord) []sandgate.EventType {
+		var out []sandgate.EventType
+		for _, ev := range events {
+			out = append(out, ev.Type)
+		}
+		return out
+	}
+
+	seen := map[string]bool{}
+	for _, tc := range []struct {
+		spec   string
+		exit   int
+		stdout string
+	}{
+		{`{"command":["sh","-c","echo hi; echo oops >&2; exit 3"]}`, 3, "hi\n"},
+		{`{"command":["true"]}`, 0, ""},
+		{`{"command":["cat"],"stdin":"fed\n"}`, 0, "fed\n"},
+	} {
+		waitWarm()
+		run := s.submitWait(t, s.Token, tc.spec)
+		if run.ExitCode == nil || *run.ExitCode != tc.exit || run.Stdout.Data != tc.stdout {
+			t.Errorf("%s: exit %v stdout %q, want %d %q", tc.spec, orNil(run.ExitCode), run.Stdout.Data, tc.exit, tc.stdout)
+		}
+		if seen[run.ContainerID] {
+			t.Errorf("%s: container %s reused", tc.spec, run.ContainerID)
+		}
+		seen[run.ContainerID] = true
+		if !warmOf(trail(run)) {
+			t.Errorf("%s: not served from the warm pool", tc.spec)
+		}
+	}
+
+	spec := `{"command":["sh","-c","echo hi; exit 3"]%s}`
+	waitWarm()
+	warm := s.submitWait(t, s.Token, fmt.Sprintf(spec, ""))
+	cold := s.submitWait(t, s.Token, fmt.Sprintf(spec, `,"resources":{"memory_mb":256}`))
+	warmTrail, coldTrail := trail(warm), trail(cold)
+	if !warmOf(warmTrail) || warmOf(coldTrail) {
+		t.Fatalf("want one warm and one cold run, got warm=%v cold=%v", warmOf(warmTrail), warmOf(coldTrail))
+	}
+	if diff := cmp.Diff(types(coldTrail), types(warmTrail)); diff != "" {
+		t.Errorf("audit trail event types (-cold +warm):\n%s", diff)
+	}
+	for _, ev := range warmTrail {
+		if ev.CorrelationID != warm.CorrelationID || ev.Actor == "" || ev.Team == "" {
+			t.Errorf("warm %s lacks identities: %+v", ev.Type, ev.Event)
+		}
+	}
+	if orNil(warm.ExitCode) != 3 || orNil(cold.ExitCode) != 3 || warm.Stdout.Data != cold.Stdout.Data {
+		t.Errorf("warm exit %v %q, cold exit %v %q", orNil(warm.ExitCode), warm.Stdout.Data, orNil(cold.ExitCode), cold.Stdout.Data)
+	}
+}
