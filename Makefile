@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test lint bench soak bundle image check-deps bootstrap clean
+.PHONY: all build run test lint bench soak bundle test-bundle gateway-image check-compose image check-deps bootstrap clean
 
 all: build
 
@@ -52,6 +52,18 @@ soak: bootstrap image
 # make bundle: the air-gapped install tarball in dist/.
 bundle: bootstrap
 	bash deploy/bundle.sh
+
+# make test-bundle: install the bundle and run a job inside a network
+# namespace that has only lo.
+test-bundle: bundle
+	bash deploy/test-bundle.sh dist/sandgate-$(VERSION)-linux-amd64.tar.gz
+
+# The gateway as a FROM scratch image, and a static check of the compose file.
+gateway-image:
+	bash deploy/compose/build-image.sh --tag sandgate/gateway:$(VERSION)
+
+check-compose:
+	bash deploy/compose/check-compose.sh
 
 clean:
 	rm -rf bin
