@@ -26,13 +26,29 @@ var _ sandgate.Reconciler = (*Executor)(nil)
 // restart never removes a container it could still adopt.
 func (e *Executor) Hold(runIDs ...string) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.held == nil {
 		e.held = map[string]bool{}
 	}
 	for _, id := range runIDs {
 		e.held[id] = true
 	}
+	e.mu.Unlock()
+	// The Docker client settles its API version on its first request,
+	// and concurrent first requests race on it. The adoptions that follow
+	// Hold run concurrently, before the executor's Start has made a
+	// request, so the version is settled here; a daemon that is away
+	// fails fast and the adoptions report it.
+	if n, ok := e.docker.(versionNegotiator); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
+		defer cancel()
+		n.NegotiateAPIVersion(ctx)
+	}
+}
+
+// versionNegotiator is the Docker client's explicit API version
+// negotiation.
+type versionNegotiator interface {
+	NegotiateAPIVersion(ctx context.Context)
 }
 
 // Release lets the reaper have the containers of these runs again.
@@ -200,6 +216,7 @@ func (e *Executor) follow(ctx context.Context, r *run, res sandgate.Result) (san
 
 	exitC := make(chan exitStatus, 1)
 	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
+	e.log.Info("following an adopted container", "run_id", r.job.RunID, "container_id", id)
 
 	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
 	if timeout <= 0 {

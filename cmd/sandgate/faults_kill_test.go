@@ -20,8 +20,11 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 	env := processEnv(t)
 	p1 := startProcess(t, env)
 
-	adopted := p1.submitNoWait(t, "kill-adopted", "sh", "-c", "echo before; sleep 6; echo after; exit 7")
-	exited := p1.submitNoWait(t, "kill-exited", "sh", "-c", "sleep 1; exit 5")
+	// The containers end when the test says so: it creates /tmp/go in
+	// them with docker exec, which the daemon does not count as a stop.
+	const gate = "while [ ! -e /tmp/go ]; do sleep 0.1; done; "
+	adopted := p1.submitNoWait(t, "kill-adopted", "sh", "-c", "echo before; "+gate+"echo after; exit 7")
+	exited := p1.submitNoWait(t, "kill-exited", "sh", "-c", gate+"exit 5")
 	vanished := p1.submitNoWait(t, "kill-vanished", "sh", "-c", "sleep 60")
 	containers := map[string]string{}
 	for _, id := range []string{adopted, exited, vanished} {
@@ -38,11 +41,22 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 
 	p1.Kill(t)
 	dockerCLI(t, "", "rm", "-f", containers[vanished])
+	dockerCLI(t, "", "exec", containers[exited], "touch", "/tmp/go")
 	if code := dockerCLI(t, "", "wait", containers[exited]); code != "5" {
 		t.Fatalf("docker wait %s = %q, want 5", containers[exited], code)
 	}
 
 	p2 := startProcess(t, env)
+	// Once the new process follows the container, let it finish.
+	waitFor(t, 60*time.Second, "the new process to follow the running container", func() bool {
+		for _, line := range strings.Split(p2.logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"following an adopted container"`) && strings.Contains(line, adopted) {
+				return true
+			}
+		}
+		return false
+	})
+	dockerCLI(t, "", "exec", containers[adopted], "touch", "/tmp/go")
 	got := map[string]struct {
 		outcome sandgate.Outcome
 		code    int
