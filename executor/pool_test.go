@@ -356,6 +356,7 @@ func TestWarmNeverReused(t *testing.T) {
 			t.Errorf("container %s of a finished run is still there", c.ID)
 		}
 	}
+	waitIdle(t, ex, 2)
 	if n := len(managed(t, ex.Node())); n != 2 {
 		t.Errorf("%d containers of the node, want the 2 idle ones", n)
 	}
