@@ -106,7 +106,8 @@ func dockerRunArgs(d sandgate.Defaults, node string, maxConcurrent int, runID st
 // ratio of the medians. SANDGATE_BENCH_PAIRS sets the number of pairs
 // (default 21).
 func BenchmarkRunVsDockerRun(b *testing.B) {
-	s := startServer(b)
+	// Cold starts on both sides: no warm pool.
+	s := startServer(b, withEnv("SANDGATE_WARM_POOL", "0"))
 	pairs := benchInt("SANDGATE_BENCH_PAIRS", 21)
 	client := &http.Client{Timeout: 2 * time.Minute}
 
