@@ -263,6 +263,7 @@ func TestFaultPostgresAway(t *testing.T) {
 		}
 		sent++
 	}
+	t.Logf("spool full after %d events of %d KiB (spool %d bytes)", sent-3, len(big)>>10, spoolBytes(t, s))
 	status, _, body = s.do(t, http.MethodPost, "/v1/runs", runSpec)
 	if status != http.StatusServiceUnavailable {
 		t.Errorf("POST /v1/runs with the spool full = %d %s, want 503", status, body)
