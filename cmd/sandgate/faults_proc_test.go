@@ -31,25 +31,37 @@ var (
 	binErr  error
 )
 
-// sandgateBinary builds ./cmd/sandgate into a temporary directory, once,
-// with the race detector when the tests have it.
+// sandgateBinary builds ./cmd/sandgate once per test binary, with the race
+// detector when the tests have it. The build lands in a fresh directory
+// and is then renamed to one fixed path per flavour, so that repeated test
+// runs leave one binary behind, not one each, and a process still running
+// an older build keeps its own file.
 func sandgateBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sandgate-bin-")
+		root := filepath.Join(os.TempDir(), "sandgate-faults-bin")
+		if binErr = os.MkdirAll(root, 0o755); binErr != nil {
+			return
+		}
+		dir, err := os.MkdirTemp(root, "build-")
 		if err != nil {
 			binErr = err
 			return
 		}
-		binPath = filepath.Join(dir, "sandgate")
-		args := []string{"build", "-o", binPath}
+		defer os.RemoveAll(dir)
+		name := "sandgate"
+		args := []string{"build", "-o", filepath.Join(dir, name)}
 		if raceBuild {
+			name = "sandgate-race"
 			args = append(args, "-race")
 		}
 		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
 		if err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		binPath = filepath.Join(root, name)
+		binErr = os.Rename(filepath.Join(dir, "sandgate"), binPath)
 	})
 	if binErr != nil {
 		t.Fatalf("build sandgate: %v", binErr)
