@@ -406,17 +406,32 @@ func (e *Executor) daemonStops(ctx context.Context, ev eventsAPI, id string, sta
 				why = fmt.Sprintf("the container was stopped through the Docker daemon with signal %s (a restart of the daemon, or an operator), not by its program or by sandgate; exit code %d",
 					m.Actor.Attributes["signal"], code)
 			}
-		case <-errs:
+		case err := <-errs:
 			// io.EOF once the window is read; anything else means the
-			// events cannot be read, and the exit stands as it is.
+			// events cannot be read.
 			if oom {
 				why = ""
+			}
+			if why == "" && !oom && err != nil && !errors.Is(err, io.EOF) && !e.daemonAnswers(ctx) {
+				// A daemon that shuts down stops every container and then
+				// closes its API, sometimes before the kill events can be
+				// read: a signal death followed at once by a daemon that
+				// no longer answers is the daemon's doing.
+				why = fmt.Sprintf("the container died of a signal (exit code %d) as the Docker daemon stopped answering: a restart of the daemon stops every container", code)
 			}
 			return why, oom
 		case <-ctx.Done():
 			return "", oom
 		}
 	}
+}
+
+// daemonAnswers pings the daemon once, without retries: is it there now?
+func (e *Executor) daemonAnswers(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := e.docker.Ping(ctx)
+	return err == nil
 }
 
 // stoppedByDocker ends a run whose container was stopped through the
