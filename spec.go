@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // RunSpec is what a client asks to run: the body of POST /v1/runs and the
@@ -148,6 +149,11 @@ func DecodeStrict(r io.Reader, v any, limit int64) error {
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return FieldError("body", "empty body, a JSON object is required")
+	}
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD and run
+	// something other than what was sent; JSON must be UTF-8 (RFC 8259).
+	if !utf8.Valid(data) {
+		return FieldError("body", "is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
