@@ -95,6 +95,10 @@ type Job struct {
 	Output func(stream Stream, p []byte)
 	// Started, when set, is called once the container is running.
 	Started func(containerID string, at time.Time)
+	// ContainerID is for adoption after a restart: the container the run
+	// was started in, when known. A run served from a warm pool runs in a
+	// container made before the run, which does not carry the run's ID.
+	ContainerID string
 }
 
 // Stream names an output stream.
@@ -160,8 +164,14 @@ type Reconciler interface {
 	// Hold keeps the containers of these runs from the orphan reaper until
 	// Adopt has ended them. Call it before the reaper's first pass.
 	Hold(runIDs ...string)
+	// HoldContainers keeps these containers from the orphan reaper until
+	// Adopt has ended the runs started in them: a container made ahead of
+	// its run (a warm pool's) does not carry the run's ID, so Hold cannot
+	// name it. Call it with Hold, with the runs' known container IDs.
+	HoldContainers(containerIDs ...string)
 	// Adopt finishes the run job.RunID that a previous process of this
-	// node started: a running container is followed to its end (output
+	// node started, in the container labelled with the run's ID or else in
+	// job.ContainerID: a running container is followed to its end (output
 	// from then on), one that exited meanwhile is recorded with its real
 	// exit code, one created but never started is started; a run whose
 	// container is gone ends as OutcomeLost with a reason. It emits the

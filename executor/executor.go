@@ -45,8 +45,11 @@ type Executor struct {
 	closing bool
 	// held are runs being reconciled after a restart: the reaper leaves
 	// their containers alone until Adopt has ended them.
-	held   map[string]bool
-	active sync.WaitGroup
+	held map[string]bool
+	// heldContainers are the containers of such runs by ID, for those
+	// made ahead of their run (a warm pool's), which carry no run ID.
+	heldContainers map[string]bool
+	active         sync.WaitGroup
 
 	imgMu    sync.Mutex
 	imgCache map[string]cachedImage

@@ -195,8 +195,9 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 	node := l[sandgate.LabelNode]
 	mine := node == "" || node == e.cfg.Node
 	// A run held for reconciliation owns its container like a live one,
-	// except for Shutdown's last sweep, which passes no live runs.
-	held := live != nil && e.isHeld(l[sandgate.LabelRunID])
+	// except for Shutdown's last sweep, which passes no live runs. A
+	// warm container carries no run ID and is held by its own ID.
+	held := live != nil && e.isHeld(l[sandgate.LabelRunID], c.ID)
 	s := sandgate.Sandbox{
 		ContainerID:   c.ID,
 		Name:          name,
@@ -215,7 +216,7 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 		// until the run that claimed it has ended, but for Shutdown's
 		// last sweep.
 		owned, job := e.pool.owner(name)
-		s.Orphan = live == nil || !owned
+		s.Orphan = live == nil || (!owned && !held)
 		if job != nil {
 			s.RunID, s.Session, s.Task, s.CorrelationID = job.RunID, job.Spec.SessionID, job.Spec.TaskID, job.CorrelationID
 		}

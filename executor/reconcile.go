@@ -33,11 +33,34 @@ func (e *Executor) Hold(runIDs ...string) {
 		e.held[id] = true
 	}
 	e.mu.Unlock()
-	// The Docker client settles its API version on its first request,
-	// and concurrent first requests race on it. The adoptions that follow
-	// Hold run concurrently, before the executor's Start has made a
-	// request, so the version is settled here; a daemon that is away
-	// fails fast and the adoptions report it.
+	e.negotiate()
+}
+
+// HoldContainers keeps these containers from the orphan reaper until
+// Adopt has ended the runs started in them (or ReleaseContainers is
+// called). A warm pool's container is made before its run and carries no
+// run ID, so Hold alone would not keep it: reconciliation holds the
+// container IDs its store knows as well.
+func (e *Executor) HoldContainers(containerIDs ...string) {
+	e.mu.Lock()
+	if e.heldContainers == nil {
+		e.heldContainers = map[string]bool{}
+	}
+	for _, id := range containerIDs {
+		if id != "" {
+			e.heldContainers[id] = true
+		}
+	}
+	e.mu.Unlock()
+	e.negotiate()
+}
+
+// negotiate settles the Docker client's API version. The client settles
+// it on its first request, and concurrent first requests race on it. The
+// adoptions that follow Hold run concurrently, before the executor's
+// Start has made a request, so the version is settled there; a daemon
+// that is away fails fast and the adoptions report it.
+func (e *Executor) negotiate() {
 	if n, ok := e.docker.(versionNegotiator); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
 		defer cancel()
@@ -60,11 +83,21 @@ func (e *Executor) Release(runIDs ...string) {
 	}
 }
 
-// isHeld reports whether the run is held for reconciliation.
-func (e *Executor) isHeld(runID string) bool {
+// ReleaseContainers lets the reaper have these containers again.
+func (e *Executor) ReleaseContainers(containerIDs ...string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.held[runID]
+	for _, id := range containerIDs {
+		delete(e.heldContainers, id)
+	}
+}
+
+// isHeld reports whether the run, or the container, is held for
+// reconciliation.
+func (e *Executor) isHeld(runID, containerID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return (runID != "" && e.held[runID]) || (containerID != "" && e.heldContainers[containerID])
 }
 
 // Adopt finishes the run job.RunID that a previous process of this node
@@ -80,6 +113,11 @@ func (e *Executor) isHeld(runID string) bool {
 //     user's code for the first and only time;
 //   - a run with no container, or one the daemon is removing, is lost.
 //
+// The run's container is the one labelled with its run ID or, when there
+// is none, job.ContainerID if that is a managed container of this node
+// that no other run's label claims: a warm pool's container is made
+// before its run and carries no run ID.
+//
 // The run is live while Adopt works on it: Cancel and Shutdown reach it
 // and the reaper leaves it alone. It emits the lifecycle events that are
 // still due. Errors are those of Execute; DOCKER-UNAVAILABLE when the
@@ -91,6 +129,9 @@ func (e *Executor) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Result
 	}
 	defer e.unregister(r)
 	defer e.Release(job.RunID)
+	if job.ContainerID != "" {
+		defer e.ReleaseContainers(job.ContainerID)
+	}
 	return e.adopt(r)
 }
 
@@ -138,6 +179,11 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 		}
 		defer e.remove(r, c.ID)
 		return e.follow(ctx, r, res)
+	case !everStarted(st) && c.Labels[LabelPool] != "":
+		// A warm container is started before any run claims it; one never
+		// started was not this run's to run in.
+		e.remove(r, c.ID)
+		return e.lostOnRestart(r, res, "the run's warm container had never started when the gateway restarted"), nil
 	case !everStarted(st):
 		// The previous process died between create and start: the user's
 		// code never ran, so running it now runs it exactly once.
@@ -290,30 +336,17 @@ func (e *Executor) lostOnRestart(r *run, res sandgate.Result, reason string) san
 	return res
 }
 
-// findRunContainer looks up the container of run r on this node. When a
-// run somehow has more than one, the newest is the run's and the others
-// are removed.
+// findRunContainer looks up the container of run r on this node: the one
+// labelled with its run ID or, when there is none, r.job.ContainerID. When
+// a run somehow has more than one labelled container, the newest is the
+// run's and the others are removed.
 func (e *Executor) findRunContainer(ctx context.Context, r *run) (container.Summary, bool, error) {
-	var list []container.Summary
-	err := e.call(ctx, r, "list containers", func(ctx context.Context) error {
-		var err error
-		list, err = e.docker.ContainerList(ctx, container.ListOptions{
-			All: true,
-			Filters: filters.NewArgs(
-				filters.Arg("label", sandgate.LabelManaged+"=true"),
-				filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID),
-			),
-		})
-		return err
-	})
+	mine, err := e.listRunContainers(ctx, r, filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID))
 	if err != nil {
-		return container.Summary{}, false, dockerError(sandgate.CodeDockerUnavailable, err, "look for the container of run %s", r.job.RunID)
+		return container.Summary{}, false, err
 	}
-	mine := list[:0]
-	for _, c := range list {
-		if node := c.Labels[sandgate.LabelNode]; node == "" || node == e.cfg.Node {
-			mine = append(mine, c)
-		}
+	if len(mine) == 0 && r.job.ContainerID != "" {
+		return e.findContainerByID(ctx, r)
 	}
 	if len(mine) == 0 {
 		return container.Summary{}, false, nil
@@ -324,6 +357,55 @@ func (e *Executor) findRunContainer(ctx context.Context, r *run) (container.Summ
 		e.remove(r, extra.ID)
 	}
 	return mine[0], true, nil
+}
+
+// findContainerByID looks up r.job.ContainerID, the container a run was
+// started in that does not carry the run's ID (a warm pool's, made before
+// the run). Only a managed container of this node is the run's, and none
+// labelled with another run's ID.
+func (e *Executor) findContainerByID(ctx context.Context, r *run) (container.Summary, bool, error) {
+	id := r.job.ContainerID
+	mine, err := e.listRunContainers(ctx, r, filters.Arg("id", id))
+	if err != nil {
+		return container.Summary{}, false, err
+	}
+	for _, c := range mine {
+		// The id filter matches prefixes; the store keeps full IDs.
+		if c.ID != id {
+			continue
+		}
+		if owner := c.Labels[sandgate.LabelRunID]; owner != "" && owner != r.job.RunID {
+			e.log.Warn("the recorded container of a run belongs to another run; not adopting it",
+				"run_id", r.job.RunID, "container_id", id, "owner", owner)
+			return container.Summary{}, false, nil
+		}
+		return c, true, nil
+	}
+	return container.Summary{}, false, nil
+}
+
+// listRunContainers lists the managed containers of this node that match
+// the filter.
+func (e *Executor) listRunContainers(ctx context.Context, r *run, filter filters.KeyValuePair) ([]container.Summary, error) {
+	var list []container.Summary
+	err := e.call(ctx, r, "list containers", func(ctx context.Context) error {
+		var err error
+		list, err = e.docker.ContainerList(ctx, container.ListOptions{
+			All:     true,
+			Filters: filters.NewArgs(filters.Arg("label", sandgate.LabelManaged+"=true"), filter),
+		})
+		return err
+	})
+	if err != nil {
+		return nil, dockerError(sandgate.CodeDockerUnavailable, err, "look for the container of run %s", r.job.RunID)
+	}
+	mine := list[:0]
+	for _, c := range list {
+		if node := c.Labels[sandgate.LabelNode]; node == "" || node == e.cfg.Node {
+			mine = append(mine, c)
+		}
+	}
+	return mine, nil
 }
 
 func parseDockerTime(s string) (time.Time, bool) {

@@ -12,20 +12,26 @@ import (
 )
 
 // leftover makes the container a killed gateway would leave for job on
-// node: labelled like the executor's, started when start is true.
-func leftover(t *testing.T, node string, job sandgate.Job, start bool, command ...string) string {
+// node: labelled like the executor's, started when start is true. With
+// warm, it is labelled like a warm pool's container instead, which carries
+// no run's labels.
+func leftover(t *testing.T, node string, job sandgate.Job, start, warm bool, command ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	d := docker(t)
+	labels := map[string]string{
+		sandgate.LabelManaged: "true", sandgate.LabelRunID: job.RunID, sandgate.LabelNode: node,
+		sandgate.LabelCorrelationID: job.CorrelationID,
+	}
+	if warm {
+		labels = map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: node, executor.LabelPool: "0123456789abcdef"}
+	}
 	resp, err := d.ContainerCreate(ctx, &container.Config{
-		Image: executor.SandboxImage,
-		Cmd:   command,
-		User:  "10001:10001",
-		Labels: map[string]string{
-			sandgate.LabelManaged: "true", sandgate.LabelRunID: job.RunID, sandgate.LabelNode: node,
-			sandgate.LabelCorrelationID: job.CorrelationID,
-		},
+		Image:  executor.SandboxImage,
+		Cmd:    command,
+		User:   "10001:10001",
+		Labels: labels,
 	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
 		t.Fatalf("create leftover container: %v", err)
@@ -43,7 +49,8 @@ func leftover(t *testing.T, node string, job sandgate.Job, start bool, command .
 
 // TestAdopt takes over the containers a killed gateway left: each kind of
 // leftover ends as the run really ended, with the events still due, and
-// the container removed.
+// the container removed. A run claimed from the warm pool is found, and
+// held against the reaper, by the container ID its run recorded.
 func TestAdopt(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -51,10 +58,13 @@ func TestAdopt(t *testing.T) {
 		command []string
 		// start the leftover; wait for it to exit before adopting.
 		start, exited, none bool
-		outcome             sandgate.Outcome
-		exit                int
-		stdout              string
-		events              []sandgate.EventType
+		// warm labels the leftover like a claimed warm pool container,
+		// known to the run by its ID only; foreign puts it on another node.
+		warm, foreign bool
+		outcome       sandgate.Outcome
+		exit          int
+		stdout        string
+		events        []sandgate.EventType
 	}{
 		{
 			name:    "running container is followed to its end",
@@ -75,6 +85,24 @@ func TestAdopt(t *testing.T) {
 			events: []sandgate.EventType{sandgate.EventContainerStarted, sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
+			name:    "claimed warm container is followed to its end",
+			command: []string{"sh", "-c", "sleep 2; echo after; exit 9"},
+			start:   true, warm: true, outcome: sandgate.OutcomeFailed, exit: 9, stdout: "after\n",
+			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
+		},
+		{
+			name:    "exited warm container is recorded with its exit code",
+			command: []string{"sh", "-c", "exit 6"},
+			start:   true, exited: true, warm: true, outcome: sandgate.OutcomeFailed, exit: 6,
+			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
+		},
+		{
+			name:    "warm container of another node is not adopted",
+			command: []string{"sh", "-c", "exit 6"},
+			start:   true, exited: true, warm: true, foreign: true, outcome: sandgate.OutcomeLost, exit: -1,
+			events: []sandgate.EventType{sandgate.EventRunLost},
+		},
+		{
 			name:    "no container is lost",
 			command: []string{"true"},
 			none:    true, outcome: sandgate.OutcomeLost, exit: -1,
@@ -87,7 +115,11 @@ func TestAdopt(t *testing.T) {
 			ex, rec := newTestExecutor(t, nil)
 			job := newJob(t, nil, tc.command...)
 			if !tc.none {
-				id := leftover(t, ex.Node(), job, tc.start, tc.command...)
+				node := ex.Node()
+				if tc.foreign {
+					node = "other-" + node
+				}
+				id := leftover(t, node, job, tc.start, tc.warm, tc.command...)
 				if tc.exited {
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					waitC, errC := docker(t).ContainerWait(ctx, id, container.WaitConditionNotRunning)
@@ -100,11 +132,22 @@ func TestAdopt(t *testing.T) {
 				}
 				// Held, the container survives the reaper.
 				ex.Hold(job.RunID)
+				if tc.warm {
+					job.ContainerID = id
+					ex.HoldContainers(id)
+				}
 				if _, err := ex.CleanupOrphans(context.Background()); err != nil {
 					t.Fatalf("CleanupOrphans: %v", err)
 				}
-				if n := len(managed(t, ex.Node())); n != 1 {
+				if n := len(managed(t, node)); n != 1 {
 					t.Fatalf("%d containers after the reaper ran on a held run, want 1", n)
+				}
+				if tc.foreign {
+					defer func() {
+						if n := len(managed(t, node)); n != 1 {
+							t.Errorf("%d containers of the other node after Adopt, want 1: not this node's to remove", n)
+						}
+					}()
 				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -45,10 +45,19 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 	rec, _ := s.d.Executor.(sandgate.Reconciler)
 	if rec != nil {
 		ids := make([]string, len(runs))
+		var containers []string
 		for i, r := range runs {
 			ids[i] = r.ID
+			// A warm pool's container carries no run ID: it is held, and
+			// found, by the ID the run recorded when it started.
+			if r.ContainerID != "" {
+				containers = append(containers, r.ContainerID)
+			}
 		}
 		rec.Hold(ids...)
+		if len(containers) > 0 {
+			rec.HoldContainers(containers...)
+		}
 	}
 	s.log.Info("reconciling unfinished runs of this node", "count", len(runs))
 	for _, run := range runs {
@@ -107,7 +116,8 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
-		Output: lr.output,
+		ContainerID: run.ContainerID,
+		Output:      lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
 				s.store(lr, r, log)

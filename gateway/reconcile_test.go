@@ -18,9 +18,12 @@ type fakeReconciler struct {
 	*fakeExecutor
 	results map[string]sandgate.Result
 
-	mu      sync.Mutex
-	held    []string
-	adopted []string
+	mu             sync.Mutex
+	held           []string
+	heldContainers []string
+	adopted        []string
+	// containers are the container IDs the adopted jobs carried, by run.
+	containers map[string]string
 }
 
 func (f *fakeReconciler) Hold(ids ...string) {
@@ -29,9 +32,19 @@ func (f *fakeReconciler) Hold(ids ...string) {
 	f.held = append(f.held, ids...)
 }
 
+func (f *fakeReconciler) HoldContainers(ids ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heldContainers = append(f.heldContainers, ids...)
+}
+
 func (f *fakeReconciler) Adopt(_ context.Context, job sandgate.Job) (sandgate.Result, error) {
 	f.mu.Lock()
 	f.adopted = append(f.adopted, job.RunID)
+	if f.containers == nil {
+		f.containers = map[string]string{}
+	}
+	f.containers[job.RunID] = job.ContainerID
 	f.mu.Unlock()
 	return f.results[job.RunID], nil
 }
@@ -52,14 +65,20 @@ func TestReconcile(t *testing.T) {
 		reconciler bool
 		want       map[string]sandgate.Outcome
 		wantHeld   []string
-		wantLost   int
+		// wantContainers are the held container IDs, and the container
+		// IDs the adopted jobs carried, by run.
+		wantHeldContainers []string
+		wantContainers     map[string]string
+		wantLost           int
 	}{
 		{
 			name:       "reconciler adopts",
 			reconciler: true,
 			want: map[string]sandgate.Outcome{"run-running": sandgate.OutcomeFailed, "run-pending": sandgate.OutcomeLost,
 				"run-other-node": "", "run-finished": sandgate.OutcomeSucceeded},
-			wantHeld: []string{"run-pending", "run-running"},
+			wantHeld:           []string{"run-pending", "run-running"},
+			wantHeldContainers: []string{"c1"},
+			wantContainers:     map[string]string{"run-running": "c1", "run-pending": ""},
 		},
 		{
 			name: "executor without Adopt loses the runs",
@@ -126,6 +145,13 @@ func TestReconcile(t *testing.T) {
 			sort.Strings(rec.held)
 			if diff := cmp.Diff(tc.wantHeld, rec.held); diff != "" {
 				t.Errorf("held (-want +got):\n%s", diff)
+			}
+			sort.Strings(rec.heldContainers)
+			if diff := cmp.Diff(tc.wantHeldContainers, rec.heldContainers); diff != "" {
+				t.Errorf("held containers (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantContainers, rec.containers); diff != "" {
+				t.Errorf("container IDs of the adopted jobs (-want +got):\n%s", diff)
 			}
 			if n := len(e.recorder.ofType(sandgate.EventRunLost)); n != tc.wantLost {
 				t.Errorf("%d run.lost events from the gateway, want %d", n, tc.wantLost)
