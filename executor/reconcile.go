@@ -290,37 +290,7 @@ func (e *Executor) follow(ctx context.Context, r *run, res sandgate.Result) (san
 	}
 	res.FinishedAt = e.now()
 
-	drain := time.After(drainTimeout)
-	if exit.lost {
-		drain = nil
-		if hj.Reader != nil {
-			hj.Close()
-		}
-	}
-	select {
-	case <-pumped:
-	case <-drain:
-		hj.Close()
-		<-pumped
-	}
-	res.Stdout, res.Stderr = stdout.output(), stderr.output()
-
-	var state container.InspectResponse
-	if !exit.lost {
-		ictx, cancel := e.cleanupContext(ctx)
-		err := e.call(ictx, r, "inspect", func(ctx context.Context) error {
-			var err error
-			state, err = e.docker.ContainerInspect(ctx, id)
-			return err
-		})
-		cancel()
-		if err != nil {
-			exit = exitStatus{lost: true, err: err}
-		} else if s := stateOf(state); reason == notStopped && s != nil && (s.Status == "removing" || s.Status == "dead") {
-			exit = exitStatus{lost: true}
-		}
-	}
-	return e.finish(r, res, reason, exit, state)
+	return e.conclude(ctx, r, id, res, reason, exit, hj, pumped, stdout, stderr)
 }
 
 // lostOnRestart ends a run whose container could not be taken over.

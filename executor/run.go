@@ -266,17 +266,31 @@ func (e *Executor) supervise(ctx, wctx context.Context, r *run, res sandgate.Res
 	}
 	res.FinishedAt = e.now()
 
+	return e.conclude(ctx, r, id, res, reason, exit, hj, pumped, stdout, stderr)
+}
+
+// conclude ends a run whose container has ended (or was lost): it keeps
+// everything the container wrote, inspects it for the exit code and the
+// OOM flag, and finishes the run. Both a fresh run and an adopted one end
+// here.
+func (e *Executor) conclude(ctx context.Context, r *run, id string, res sandgate.Result, reason stopReason, exit exitStatus,
+	hj types.HijackedResponse, pumped <-chan struct{}, stdout, stderr *capture) (sandgate.Result, error) {
+	closeStream := func() {
+		if hj.Conn != nil {
+			hj.Close()
+		}
+	}
 	// Everything the container wrote before it ended is kept. A lost
 	// container will not close its stream, so what came is all there is.
 	drain := time.After(drainTimeout)
 	if exit.lost {
 		drain = nil
-		hj.Close()
+		closeStream()
 	}
 	select {
 	case <-pumped:
 	case <-drain:
-		hj.Close()
+		closeStream()
 		<-pumped
 	}
 	res.Stdout, res.Stderr = stdout.output(), stderr.output()
