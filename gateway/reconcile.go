@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/sandgate/sandgate"
@@ -130,7 +128,7 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 		err error
 	)
 	if rec != nil {
-		res, err = s.adoptSafely(ctx, rec, job, log)
+		res, err = safely(log, func() (sandgate.Result, error) { return rec.Adopt(ctx, job) })
 	} else {
 		msg := "the gateway restarted and its executor cannot take over running containers"
 		res = sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
@@ -142,26 +140,5 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 			Payload: map[string]any{"reason": msg, "reconciled": true},
 		})
 	}
-	final := lr.snapshot()
-	applyResult(&final, res, err, s.now())
-	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
-		final.Outcome, final.Error = sandgate.OutcomeCancelled, nil
-	}
-	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
-	log.Info("adopted run finished", "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
-	s.store(lr, final, log)
-	lr.finish(final)
-}
-
-// adoptSafely is executeSafely for Adopt.
-func (s *service) adoptSafely(ctx context.Context, rec sandgate.Reconciler, job sandgate.Job, log *slog.Logger) (res sandgate.Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Error("executor panicked adopting a run", "panic", fmt.Sprint(r))
-			err = sandgate.Errorf(sandgate.CodeInternal, "the executor failed")
-			res = sandgate.Result{Outcome: sandgate.OutcomeError,
-				Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: "the executor failed"}}
-		}
-	}()
-	return rec.Adopt(ctx, job)
+	s.complete(lr, res, err, log, "adopted run finished")
 }

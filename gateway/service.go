@@ -294,21 +294,27 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		},
 	}
 	log.Info("run starting", "image", run.Spec.Image)
-	res, err := s.executeSafely(ctx, job, log)
+	res, err := safely(log, func() (sandgate.Result, error) { return s.d.Executor.Execute(ctx, job) })
+	s.complete(lr, res, err, log, "run finished")
+}
+
+// complete stores a run's end: the executor's result, cancelled when a
+// DELETE asked for it, counted, logged, and handed to its followers.
+func (s *service) complete(lr *liveRun, res sandgate.Result, err error, log *slog.Logger, msg string) {
 	final := lr.snapshot()
 	applyResult(&final, res, err, s.now())
 	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
 		final.Outcome, final.Error = sandgate.OutcomeCancelled, nil
 	}
 	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
-	log.Info("run finished", "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
+	log.Info(msg, "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
 	s.store(lr, final, log)
 	lr.finish(final)
 }
 
-// executeSafely runs the job, turning an executor panic into an error
-// result so that the run still ends and is stored.
-func (s *service) executeSafely(ctx context.Context, job sandgate.Job, log *slog.Logger) (res sandgate.Result, err error) {
+// safely calls the executor, turning a panic into an error result so that
+// the run still ends and is stored.
+func safely(log *slog.Logger, call func() (sandgate.Result, error)) (res sandgate.Result, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			log.Error("executor panicked", "panic", fmt.Sprint(r))
@@ -317,7 +323,7 @@ func (s *service) executeSafely(ctx context.Context, job sandgate.Job, log *slog
 				Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: "the executor failed"}}
 		}
 	}()
-	return s.d.Executor.Execute(ctx, job)
+	return call()
 }
 
 // store saves the run, logging a failure: the run goes on regardless. The

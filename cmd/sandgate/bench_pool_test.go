@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -60,22 +58,7 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 	}
 	var measured []string // run IDs
 	viaSandgate := func() time.Duration {
-		start := time.Now()
-		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
-		req.Header.Set("Authorization", "Bearer "+s.Token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		elapsed := time.Since(start)
-		var run gateway.RunView
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil ||
-			run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
-			b.Fatalf("sandgate run: %d %s", resp.StatusCode, body)
-		}
+		elapsed, run := runTrue(b, client, s)
 		measured = append(measured, run.ID)
 		return elapsed
 	}

@@ -119,22 +119,7 @@ func BenchmarkRunVsDockerRun(b *testing.B) {
 	dockerNode := s.Node + "-docker-run"
 
 	viaSandgate := func() time.Duration {
-		start := time.Now()
-		req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
-		req.Header.Set("Authorization", "Bearer "+s.Token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		elapsed := time.Since(start)
-		var run gateway.RunView
-		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil ||
-			run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
-			b.Fatalf("sandgate run: %d %s", resp.StatusCode, body)
-		}
+		elapsed, _ := runTrue(b, client, s)
 		return elapsed
 	}
 	viaDocker := func() time.Duration {
@@ -423,4 +408,28 @@ func countReviewed(b *testing.B, db *sql.DB) int64 {
 		b.Fatalf("count admission.reviewed: %v", err)
 	}
 	return n
+}
+
+// runTrue runs `true` through the API, waiting for its end, and returns
+// the wall time of the request and the finished run; anything but a
+// succeeded run fails the benchmark.
+func runTrue(b *testing.B, client *http.Client, s *testServer) (time.Duration, gateway.RunView) {
+	b.Helper()
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	elapsed := time.Since(start)
+	var run gateway.RunView
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil ||
+		run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
+		b.Fatalf("sandgate run: %d %s", resp.StatusCode, body)
+	}
+	return elapsed, run
 }
