@@ -243,7 +243,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		m.Write([]byte("sandgate-mask-key-v1"))
 		s.maskKey = m.Sum(nil)
 	}
-	s.w, err = startWriter(ctx, s, cfg.SpoolDir, cfg.ChainID, cfg.Node)
+	s.w, err = startWriter(ctx, s, cfg.SpoolDir, cfg.ChainID, cfg.Node, true)
 	if err != nil {
 		s.closeDB()
 		return nil, err
@@ -254,7 +254,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if cfg.ChainID != "" {
 			id = cfg.ChainID + "-decisions"
 		}
-		s.dw, err = startWriter(ctx, s, filepath.Join(cfg.SpoolDir, "decisions"), id, cfg.Node+"-decisions")
+		s.dw, err = startWriter(ctx, s, filepath.Join(cfg.SpoolDir, "decisions"), id, cfg.Node+"-decisions", false)
 		if err != nil {
 			_ = s.w.close(ctx)
 			s.closeDB()

@@ -60,6 +60,14 @@ func cleanText(s string) string {
 // microseconds in UTC and its payload in canonical form (numbers kept as
 // written, strings cleaned), and its canonical body bytes.
 func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
+	ev, data, _, err := canonicalEventPayload(ev, recordedAt)
+	return ev, data, err
+}
+
+// canonicalEventPayload is canonicalEvent that also returns the payload's
+// canonical JSON (nil without a payload), encoded once for the body and
+// for the payload column.
+func canonicalEventPayload(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, json.RawMessage, error) {
 	ev.ID = cleanText(ev.ID)
 	ev.Type = sandgate.EventType(cleanText(string(ev.Type)))
 	ev.Time = pgTime(ev.Time)
@@ -67,12 +75,16 @@ func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []
 		&ev.ContainerID, &ev.Actor, &ev.Team, &ev.Node, &ev.PolicyRevision} {
 		*p = cleanText(*p)
 	}
+	var payload json.RawMessage
 	if len(ev.Payload) > 0 {
 		p, err := canonicalPayload(ev.Payload)
 		if err != nil {
-			return ev, nil, err
+			return ev, nil, nil, err
 		}
 		ev.Payload = p
+		if payload, err = marshalCanonical(p); err != nil {
+			return ev, nil, nil, err
+		}
 	} else {
 		ev.Payload = nil
 	}
@@ -94,14 +106,14 @@ func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []
 	if ev.ExitCode != nil {
 		b["exit_code"] = *ev.ExitCode
 	}
-	if ev.Payload != nil {
-		b["payload"] = ev.Payload
+	if payload != nil {
+		b["payload"] = payload
 	}
 	data, err := marshalCanonical(b)
 	if err != nil {
-		return ev, nil, err
+		return ev, nil, nil, err
 	}
-	return ev, data, nil
+	return ev, data, payload, nil
 }
 
 // canonicalPayload round-trips p through JSON so that what is stored is
@@ -182,4 +194,8 @@ type sealed struct {
 	Body       []byte         `json:"body"`
 	PrevHash   []byte         `json:"prev_hash"`
 	Hash       []byte         `json:"hash"`
+
+	// payload is Event.Payload's canonical JSON when sealed in this
+	// process (not spooled), so it is encoded once.
+	payload json.RawMessage
 }

@@ -56,9 +56,12 @@ type writer struct {
 	lastCP      time.Time
 	lastSig     []byte
 	cpUncertain bool // the last checkpoint insert may or may not have landed
+
+	ensuresPartitions bool // this writer keeps the month partitions ahead
+	lastEnsure        time.Time
 }
 
-func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string) (*writer, error) {
+func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string, ensurePartitions bool) (*writer, error) {
 	cfg := s.cfg
 	w := &writer{
 		s:       s,
@@ -85,6 +88,9 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 	if err := w.loadHead(ctx, recs); err != nil {
 		sp.close()
 		return nil, err
+	}
+	if w.ensuresPartitions = ensurePartitions; ensurePartitions {
+		w.ensurePartitions()
 	}
 	go w.run()
 	return w, nil
@@ -180,12 +186,41 @@ func (w *writer) run() {
 		select {
 		case <-w.notify:
 		case <-tick.C:
+			if w.ensuresPartitions && time.Since(w.lastEnsure) >= partitionCheckInterval {
+				w.ensurePartitions()
+			}
 		case <-w.closing:
 			w.cycle(true)
 			w.finish()
 			return
 		}
 		w.cycle(false)
+	}
+}
+
+// partitionCheckInterval is how often a writer makes sure the month
+// partitions ahead exist; partitionsAhead is how far ahead.
+const (
+	partitionCheckInterval = time.Hour
+	partitionsAhead        = 3 * 31 * 24 * time.Hour
+)
+
+// ensurePartitions creates the month partitions of audit_events from this
+// month to about three months ahead that do not exist yet. Failing is not
+// fatal: rows no month partition covers go to the default partition.
+func (w *writer) ensurePartitions() {
+	w.lastEnsure = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := w.cfg.Clock()
+	var created int
+	err := w.s.pool.QueryRow(ctx, `SELECT audit_ensure_partitions($1, $2)`, now, now.Add(partitionsAhead)).Scan(&created)
+	if err != nil {
+		w.logf("audit: cannot create the month partitions ahead; new rows go to audit_events_default until it works", "err", err)
+		return
+	}
+	if created > 0 {
+		w.cfg.Logger.Info("audit: month partitions created", "count", created)
 	}
 }
 
@@ -263,19 +298,19 @@ func (w *writer) seal(events []sandgate.Event) []*sealed {
 	now := w.cfg.Clock()
 	out := make([]*sealed, 0, len(events))
 	for _, ev := range events {
-		ev, body, err := canonicalEvent(ev, now)
+		ev, body, payload, err := canonicalEventPayload(ev, now)
 		if err != nil {
 			// Only an unencodable payload gets here; keep the event and
 			// say why its payload is missing.
 			w.cfg.Logger.Error("audit: payload not encodable; stored without it", "event_id", ev.ID, "err", err)
 			ev.Payload = map[string]any{"payload_error": err.Error()}
-			ev, body, _ = canonicalEvent(ev, now)
+			ev, body, payload, _ = canonicalEventPayload(ev, now)
 		}
 		seq := w.headSeq + 1
 		h := ChainHash(w.headHash, w.chainID, seq, body)
 		out = append(out, &sealed{
 			Event: ev, ChainID: w.chainID, Seq: seq, RecordedAt: pgTime(now),
-			Body: body, PrevHash: w.headHash, Hash: h,
+			Body: body, PrevHash: w.headHash, Hash: h, payload: payload,
 		})
 		w.headSeq, w.headHash = seq, h
 	}
@@ -323,7 +358,7 @@ func (w *writer) commit(batch []*request) bool {
 	}
 	oldSeq, oldHash := w.headSeq, w.headHash
 	recs := w.seal(all)
-	err := w.insert(recs)
+	err := w.insert(recs, false)
 	if err == nil {
 		w.ok()
 		for _, r := range syncs {
@@ -426,7 +461,7 @@ func (w *writer) deliver(force bool) {
 	var own int64
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
-		if err := w.insert(chunk); err != nil {
+		if err := w.insert(chunk, true); err != nil {
 			w.markDown(err)
 			return
 		}
@@ -588,25 +623,28 @@ func definitelyNotCommitted(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// stageSQL creates the per-connection staging table batches are copied
-// into; rows leave it at commit.
+// stageSQL creates the per-connection staging table redeliveries are
+// copied into; rows leave it at commit.
 const stageSQL = `CREATE TEMP TABLE IF NOT EXISTS audit_stage (
 	event_id uuid, chain_id text, seq bigint, recorded_at timestamptz, event_time timestamptz, type text,
 	outcome text, correlation_id text, run_id text, decision_id text, container_id text, actor text,
 	team text, node text, policy_revision text, exit_code integer, payload jsonb, body bytea,
 	prev_hash bytea, hash bytea) ON COMMIT DELETE ROWS`
 
-var stageColumns = []string{"event_id", "chain_id", "seq", "recorded_at", "event_time", "type",
+var eventColumnNames = []string{"event_id", "chain_id", "seq", "recorded_at", "event_time", "type",
 	"outcome", "correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
 	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
 
+// moveSQL moves staged rows into the trail, skipping those already there:
+// a redelivered record is the same sealed row, so it has the same event_id
+// and recorded_at.
 const moveSQL = `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type,
 	outcome, correlation_id, run_id, decision_id, container_id, actor, team, node, policy_revision,
 	exit_code, payload, body, prev_hash, hash)
 SELECT event_id, chain_id, seq, recorded_at, event_time, type, outcome, correlation_id, run_id,
 	decision_id, container_id, actor, team, node, policy_revision, exit_code, payload, body, prev_hash, hash
 FROM audit_stage ORDER BY seq
-ON CONFLICT (event_id) DO NOTHING`
+ON CONFLICT (event_id, recorded_at) DO NOTHING`
 
 // notCommitted marks an error that happened before COMMIT was sent: the
 // transaction certainly did not commit.
@@ -622,10 +660,14 @@ func textOrNil(s string) any {
 	return s
 }
 
-// insert writes recs in one transaction (one commit, synchronous): COPY
-// into a temporary staging table, then one INSERT … SELECT that skips
-// records already there (same event_id), so redelivery is idempotent.
-func (w *writer) insert(recs []*sealed) error {
+// insert writes recs in one transaction (one commit, synchronous). Fresh
+// records, sealed on a head known to be in Postgres, cannot be there yet:
+// they are copied straight into audit_events. A redelivery (spooled
+// records, or a batch whose commit outcome was unknown) may be partly
+// there: it is copied into a temporary staging table and moved with one
+// INSERT … SELECT that skips the records already stored, so it is
+// idempotent.
+func (w *writer) insert(recs []*sealed, redelivery bool) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
 		ev := r.Event
@@ -637,7 +679,9 @@ func (w *writer) insert(recs []*sealed) error {
 		if ev.ExitCode != nil {
 			exit = int32(*ev.ExitCode)
 		}
-		if ev.Payload != nil {
+		if r.payload != nil {
+			payload = []byte(r.payload)
+		} else if ev.Payload != nil {
 			p, err := json.Marshal(ev.Payload)
 			if err != nil {
 				return notCommitted{fmt.Errorf("encode payload: %w", err)}
@@ -661,13 +705,24 @@ func (w *writer) insert(recs []*sealed) error {
 		return notCommitted{fmt.Errorf("insert %d audit events: %w", len(recs), err)}
 	}
 	step := func() error {
+		if !redelivery {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, eventColumnNames, pgx.CopyFromRows(rows)); err != nil {
+				return err
+			}
+			return advanceHead(ctx, tx, recs)
+		}
 		if _, err := tx.Exec(ctx, stageSQL); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, stageColumns, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, eventColumnNames, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, moveSQL)
+		if _, err := tx.Exec(ctx, moveSQL); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
+			SELECT DISTINCT ON (chain_id) chain_id, seq, hash FROM audit_stage ORDER BY chain_id, seq DESC
+			ON CONFLICT (chain_id) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash WHERE h.seq < EXCLUDED.seq`)
 		return err
 	}
 	if err := step(); err != nil {
@@ -676,6 +731,31 @@ func (w *writer) insert(recs []*sealed) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit %d audit events: %w", len(recs), err)
+	}
+	return nil
+}
+
+// errChainAdvanced is a fresh batch refused because its chain's head in
+// Postgres is not the one it was sealed on: another process writes the
+// same chain.
+var errChainAdvanced = errors.New("the chain's head in Postgres moved past this writer's: another process writes the same chain ID")
+
+// advanceHead moves the chain's head in audit_heads from the one recs were
+// sealed on to their last, in recs' transaction; it refuses when the head
+// is elsewhere, so two writers cannot fork a chain.
+func advanceHead(ctx context.Context, tx pgx.Tx, recs []*sealed) error {
+	first, last := recs[0], recs[len(recs)-1]
+	if first.Seq == 1 {
+		_, err := tx.Exec(ctx, `INSERT INTO audit_heads (chain_id, seq, hash) VALUES ($1, $2, $3)`, last.ChainID, last.Seq, last.Hash)
+		return err
+	}
+	tag, err := tx.Exec(ctx, `UPDATE audit_heads SET seq = $2, hash = $3 WHERE chain_id = $1 AND seq = $4 AND hash = $5`,
+		last.ChainID, last.Seq, last.Hash, first.Seq-1, first.PrevHash)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("chain %s at seq %d: %w", last.ChainID, first.Seq-1, errChainAdvanced)
 	}
 	return nil
 }

@@ -60,6 +60,21 @@ func Up(ctx context.Context, db *sql.DB) (int, error) {
 	return len(res), nil
 }
 
+// UpTo applies the pending migrations up to and including version, for
+// staged upgrades and for testing a migration against data written by the
+// schema before it.
+func UpTo(ctx context.Context, db *sql.DB, version int64) (int, error) {
+	p, err := provider(db)
+	if err != nil {
+		return 0, err
+	}
+	res, err := p.UpTo(ctx, version)
+	if err != nil {
+		return len(res), fmt.Errorf("apply migrations to %d: %w", version, err)
+	}
+	return len(res), nil
+}
+
 // Status writes each migration's version, file and state (applied with its
 // time, or pending) to w as an aligned table.
 func Status(ctx context.Context, db *sql.DB, w io.Writer) error {

@@ -20,8 +20,8 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 		t.Fatalf("Pending on an empty database = %v, %v; want true", pending, err)
 	}
 	n, err := migrations.Up(ctx, db)
-	if err != nil || n != 3 {
-		t.Fatalf("Up = %d, %v; want 3 applied", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("Up = %d, %v; want 4 applied", n, err)
 	}
 	if n, err := migrations.Up(ctx, db); err != nil || n != 0 {
 		t.Fatalf("second Up = %d, %v; want 0", n, err)
@@ -30,7 +30,7 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	if err := migrations.Status(ctx, db, &out); err != nil {
 		t.Fatalf("Status: %v", err)
 	}
-	for _, want := range []string{"00001_audit_trail.sql", "00002_runs.sql", "00003_app_role.sql"} {
+	for _, want := range []string{"00001_audit_trail.sql", "00002_runs.sql", "00003_app_role.sql", "00004_partition_audit_events.sql"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("Status lacks %s:\n%s", want, out.String())
 		}
