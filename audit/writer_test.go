@@ -108,3 +108,44 @@ func TestRecordGivenUpIsNotWritten(t *testing.T) {
 		t.Errorf("max seq = %d, want 1 (no hole for the abandoned decision)", got)
 	}
 }
+
+// TestSecondWriterOnOneChainIsRefused: two processes configured with the
+// same chain ID cannot fork it. Each seals on the head it knows; the
+// database refuses the batch whose head has moved, at seq 1 and later.
+func TestSecondWriterOnOneChainIsRefused(t *testing.T) {
+	dsn, db := newDB(t)
+	a := testStore(t, dsn, func(c *Config) { c.ChainID = "shared" })
+	b := testStore(t, dsn, func(c *Config) { c.ChainID = "shared" })
+	ctx := context.Background()
+	if err := a.Record(ctx, lifecycle(0, "run-a")); err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	if err := b.Record(ctx, lifecycle(0, "run-b")); !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("second writer at seq 1: %v, want AUDIT-UNAVAILABLE", err)
+	}
+	if err := a.Record(ctx, lifecycle(1, "run-a")); err != nil {
+		t.Fatalf("first writer again: %v", err)
+	}
+	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE chain_id = 'shared'"); got != 2 {
+		t.Fatalf("rows = %d, want 2 (the first writer's)", got)
+	}
+	// A writer that starts now sees seq 2 as the head; the first moves
+	// the chain on, so the newcomer's next batch is refused too.
+	c := testStore(t, dsn, func(c *Config) { c.ChainID = "shared" })
+	if err := a.Record(ctx, lifecycle(2, "run-a")); err != nil {
+		t.Fatalf("first writer: %v", err)
+	}
+	if err := c.Record(ctx, lifecycle(0, "run-c")); !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Fatalf("late writer past seq 1: %v, want AUDIT-UNAVAILABLE", err)
+	}
+	for _, s := range []*Store{a, b, c} {
+		_ = s.Close(ctx)
+	}
+	rep, err := readOnly(t, dsn, nil).Verify(ctx, sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kinds := problemKinds(rep); kinds[ProblemSeqOrder] > 0 || kinds[ProblemPrevHashMismatch] > 0 || kinds[ProblemHashMismatch] > 0 {
+		t.Fatalf("the chain was forked: %v", rep.Problems)
+	}
+}
