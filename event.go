@@ -31,6 +31,8 @@ const (
 	EventPolicyLoadFailed   EventType = "policy.load_failed"
 	EventAuthDenied         EventType = "auth.denied"
 	EventAuditExported      EventType = "audit.exported"
+	EventAuditArchived      EventType = "audit.archived"
+	EventRetentionApplied   EventType = "retention.applied"
 )
 
 // Event is one entry of the audit trail as its producers see it. The audit

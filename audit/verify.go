@@ -64,6 +64,9 @@ type verifier struct {
 	ordered    bool          // rows come in seq order per chain (online)
 	report     sandgate.VerifyReport
 	chains     map[string]*chainState
+	// purged holds, from the retention.applied events seen, where each
+	// purged chain's kept rows begin.
+	purged map[string]anchorPoint
 }
 
 type chainState struct {
@@ -80,7 +83,7 @@ type chainState struct {
 }
 
 func newVerifier(trusted map[string]ed25519.PublicKey, now time.Time, staleAfter time.Duration) *verifier {
-	v := &verifier{trusted: trusted, now: now, staleAfter: staleAfter, chains: map[string]*chainState{}}
+	v := &verifier{trusted: trusted, now: now, staleAfter: staleAfter, chains: map[string]*chainState{}, purged: map[string]anchorPoint{}}
 	v.report.Problems = []sandgate.VerifyProblem{}
 	if len(trusted) == 0 {
 		v.problem("", 0, ProblemUnpinnedKeys, "no trusted public key given: checkpoint signatures were checked against the keys stored with them; pass the auditors' copy of the public key")
@@ -160,6 +163,11 @@ func (v *verifier) row(r *rowData) {
 		v.problem(r.ChainID, r.Seq, ProblemHashMismatch, "stored hash %x, computed %x", r.Hash, want)
 	}
 	v.checkBody(r)
+	if r.Event.Type == sandgate.EventRetentionApplied {
+		if p, err := decodeArchived(r.Event.Payload); err == nil {
+			addAnchors(v.purged, p)
+		}
+	}
 	c := v.chain(r.ChainID)
 	switch {
 	case r.Seq == c.next:
@@ -315,6 +323,16 @@ func (v *verifier) finish() sandgate.VerifyReport {
 	sort.Strings(ids)
 	for _, id := range ids {
 		c := v.chains[id]
+		if a, ok := v.purged[id]; ok && c.next <= a.Seq {
+			// Retention dropped the rows up to a.Seq: the kept ones link
+			// to the hash it recorded.
+			v.anchor(id, a.Seq+1, a.Hash)
+			for s := range c.ahead {
+				if s <= a.Seq {
+					delete(c.ahead, s)
+				}
+			}
+		}
 		seqs := make([]int64, 0, len(c.ahead))
 		for s := range c.ahead {
 			seqs = append(seqs, s)
@@ -373,6 +391,10 @@ func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.Ve
 		return sandgate.VerifyReport{}, err
 	}
 	partial := r.ToSeq > 0 || !r.Until.IsZero()
+	purged, err := s.retentionAnchors(ctx)
+	if err != nil {
+		return sandgate.VerifyReport{}, err
+	}
 	for _, chain := range chains {
 		var cps []Checkpoint
 		if err := s.eachCheckpoint(ctx, chain, func(cp Checkpoint) error {
@@ -404,7 +426,11 @@ func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.Ve
 				to = min(to, r.ToSeq)
 			}
 		}
-		if from > 1 {
+		if a, ok := purged[chain]; ok && from <= a.Seq+1 {
+			// Retention dropped the chain's rows up to a.Seq.
+			from = a.Seq + 1
+			v.anchor(chain, from, a.Hash)
+		} else if from > 1 {
 			var prev []byte
 			err := s.db.WithContext(ctx).Table("audit_events").Select("hash").
 				Where("chain_id = ? AND seq = ?", chain, from-1).Row().Scan(&prev)
@@ -472,31 +498,8 @@ func VerifyExport(events io.Reader, checkpoints io.Reader, trusted ...ed25519.Pu
 	}
 	v := newVerifier(keys, time.Now(), 0)
 	if checkpoints != nil {
-		byChain := map[string][]Checkpoint{}
-		var order []string
-		sc := bufio.NewScanner(checkpoints)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		line := 0
-		for sc.Scan() {
-			line++
-			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-				continue
-			}
-			var cp Checkpoint
-			if err := json.Unmarshal(sc.Bytes(), &cp); err != nil {
-				v.problem("", 0, ProblemBadInput, "checkpoints line %d: %v", line, err)
-				continue
-			}
-			if _, ok := byChain[cp.ChainID]; !ok {
-				order = append(order, cp.ChainID)
-			}
-			byChain[cp.ChainID] = append(byChain[cp.ChainID], cp)
-		}
-		if err := sc.Err(); err != nil {
-			return sandgate.VerifyReport{}, fmt.Errorf("read checkpoints: %w", err)
-		}
-		for _, id := range order {
-			v.checkpoints(id, byChain[id])
+		if err := readCheckpoints(checkpoints, v); err != nil {
+			return sandgate.VerifyReport{}, err
 		}
 	}
 	br := bufio.NewReaderSize(events, 1<<20)
@@ -511,6 +514,37 @@ func VerifyExport(events io.Reader, checkpoints io.Reader, trusted ...ed25519.Pu
 		return sandgate.VerifyReport{}, err
 	}
 	return v.finish(), nil
+}
+
+// readCheckpoints feeds v the checkpoints of a JSON Lines export.
+func readCheckpoints(r io.Reader, v *verifier) error {
+	byChain := map[string][]Checkpoint{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var cp Checkpoint
+		if err := json.Unmarshal(sc.Bytes(), &cp); err != nil {
+			v.problem("", 0, ProblemBadInput, "checkpoints line %d: %v", line, err)
+			continue
+		}
+		if _, ok := byChain[cp.ChainID]; !ok {
+			order = append(order, cp.ChainID)
+		}
+		byChain[cp.ChainID] = append(byChain[cp.ChainID], cp)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read checkpoints: %w", err)
+	}
+	for _, id := range order {
+		v.checkpoints(id, byChain[id])
+	}
+	return nil
 }
 
 func readJSONLExport(r io.Reader, v *verifier) error {

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
@@ -23,6 +24,10 @@ type request struct {
 	events []sandgate.Event
 	done   chan error
 	ctx    context.Context // a Record's; once done before sealing, the events are not written
+	// also runs in the events' transaction, after they are inserted: the
+	// events are committed if and only if it succeeds. A request with also
+	// is committed alone.
+	also func(ctx context.Context, tx pgx.Tx) error
 }
 
 // writer is the single goroutine that owns a chain: it assigns seq and
@@ -57,7 +62,8 @@ type writer struct {
 	lastSig     []byte
 	cpUncertain bool // the last checkpoint insert may or may not have landed
 
-	ensuresPartitions bool // this writer keeps the month partitions ahead
+	broken            error // set when a commitWith outcome is unknown
+	ensuresPartitions bool  // this writer keeps the month partitions ahead
 	lastEnsure        time.Time
 }
 
@@ -254,7 +260,7 @@ func (w *writer) take() []*request {
 		i := 0
 		for ; i < len(w.queue); i++ {
 			r := w.queue[i]
-			if n > 0 && n+len(r.events) > w.cfg.MaxBatch {
+			if n > 0 && (n+len(r.events) > w.cfg.MaxBatch || r.also != nil || batch[0].also != nil) {
 				break
 			}
 			batch = append(batch, r)
@@ -325,6 +331,10 @@ func unavailable(err error) error {
 // It returns false when it could do neither (the spool is full), leaving
 // the lifecycle events queued.
 func (w *writer) commit(batch []*request) bool {
+	if len(batch) == 1 && batch[0].also != nil {
+		w.commitWith(batch[0])
+		return true
+	}
 	var all, emits []sandgate.Event
 	var syncs, rest []*request
 	for _, r := range batch {
@@ -349,6 +359,11 @@ func (w *writer) commit(batch []*request) bool {
 		for _, r := range syncs {
 			r.done <- unavailable(err)
 		}
+	}
+	if w.broken != nil {
+		failSyncs(w.broken)
+		w.requeue(rest)
+		return false
 	}
 	if len(w.pending) > 0 {
 		// Postgres is away (or the spool is not yet delivered): decisions
@@ -393,6 +408,51 @@ func (w *writer) commit(batch []*request) bool {
 	w.logf("audit: commit outcome unknown; batch spooled for idempotent redelivery", "err", err, "events", len(recs))
 	w.addPending(recs)
 	return true
+}
+
+// commitWith commits a Record whose events go with a statement of its own
+// (retention's DROP): both or neither. It is never spooled. When the
+// outcome cannot be learned the writer stops taking events, since the
+// chain's head is unknown.
+func (w *writer) commitWith(r *request) {
+	if r.ctx != nil && r.ctx.Err() != nil {
+		r.done <- unavailable(r.ctx.Err())
+		return
+	}
+	if len(w.pending) > 0 || w.broken != nil {
+		r.done <- unavailable(cmp.Or(w.broken, errors.New("postgres unreachable; events are being spooled")))
+		return
+	}
+	oldSeq, oldHash := w.headSeq, w.headHash
+	recs := w.seal(r.events)
+	err := w.insertWith(recs, false, r.also)
+	if err == nil {
+		r.done <- nil
+		w.committed(int64(len(recs)))
+		return
+	}
+	committed, known := false, definitelyNotCommitted(err)
+	if !known {
+		committed, known = w.resolve(recs)
+	}
+	switch {
+	case committed:
+		r.done <- nil
+		w.committed(int64(len(recs)))
+	case known:
+		w.headSeq, w.headHash = oldSeq, oldHash
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && !errors.Is(err, errChainAdvanced) {
+			// The statement itself was refused: say why, not "unavailable".
+			r.done <- sandgate.WrapError(sandgate.CodeConflict, err, "refused by the database")
+			return
+		}
+		r.done <- unavailable(err)
+	default:
+		w.broken = fmt.Errorf("the outcome of a commit is unknown (%v): restart to learn the chain's head", err)
+		w.cfg.Logger.Error("audit: commit outcome unknown; this writer takes no more events", "err", err)
+		r.done <- unavailable(w.broken)
+	}
 }
 
 // spoolEvents seals lifecycle events into the spool. When the spool has no
@@ -668,6 +728,12 @@ func textOrNil(s string) any {
 // INSERT … SELECT that skips the records already stored, so it is
 // idempotent.
 func (w *writer) insert(recs []*sealed, redelivery bool) error {
+	return w.insertWith(recs, redelivery, nil)
+}
+
+// insertWith is insert that also runs also, when not nil, in the
+// transaction after the rows.
+func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.Context, pgx.Tx) error) error {
 	rows := make([][]any, len(recs))
 	for i, r := range recs {
 		ev := r.Event
@@ -709,7 +775,10 @@ func (w *writer) insert(recs []*sealed, redelivery bool) error {
 			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, eventColumnNames, pgx.CopyFromRows(rows)); err != nil {
 				return err
 			}
-			return advanceHead(ctx, tx, recs)
+			if err := advanceHead(ctx, tx, recs); err != nil || also == nil {
+				return err
+			}
+			return also(ctx, tx)
 		}
 		if _, err := tx.Exec(ctx, stageSQL); err != nil {
 			return err
