@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -85,8 +86,11 @@ type PurgeResult struct {
 	Partition      Partition `json:"partition"`
 	ArchiveEventID string    `json:"archive_event_id"`
 	Location       string    `json:"location"`
-	Dropped        bool      `json:"dropped"`
-	EventID        string    `json:"event_id,omitempty"` // the retention.applied event
+	// ArchiveVerified is set when the archive was readable here and was
+	// verified again before the drop.
+	ArchiveVerified bool   `json:"archive_verified"`
+	Dropped         bool   `json:"dropped"`
+	EventID         string `json:"event_id,omitempty"` // the retention.applied event
 }
 
 // archivedPayload is the payload of audit.archived and retention.applied.
@@ -257,7 +261,7 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 	}
 	out := filepath.Join(dir, name)
 	if _, err := os.Stat(filepath.Join(out, ArchiveManifestFile)); err == nil {
-		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s already holds an archive; archive to another directory", out)
+		return s.archivedBefore(ctx, p, out, actor)
 	}
 	if err := os.MkdirAll(out, 0o700); err != nil {
 		return ArchiveManifest{}, fmt.Errorf("archive: %w", err)
@@ -335,16 +339,49 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "the archive of %s does not verify (%d problems, first: %s: %s); nothing recorded",
 			p.Name, len(rep.Problems), rep.Problems[0].Kind, rep.Problems[0].Detail)
 	}
-	sum := sha256.Sum256(append(manifest, '\n'))
-	ev := sandgate.Event{
+	return m, s.recordArchived(ctx, m, append(manifest, '\n'), out, actor)
+}
+
+// recordArchived records audit.archived for the archive at out.
+func (s *Store) recordArchived(ctx context.Context, m ArchiveManifest, manifest []byte, out, actor string) error {
+	sum := sha256.Sum256(manifest)
+	return s.Record(ctx, sandgate.Event{
 		Type: sandgate.EventAuditArchived, Actor: actor, Outcome: "archived",
-		Payload: archivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
+		Payload: archivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
 			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.asMap(),
+	})
+}
+
+// archivedBefore handles an archive directory that already holds a
+// manifest: when it verifies and still matches the partition, it stands
+// (recorded now if an earlier run stopped before recording it);
+// otherwise Archive refuses to overwrite it.
+func (s *Store) archivedBefore(ctx context.Context, p Partition, out, actor string) (ArchiveManifest, error) {
+	manifest, err := os.ReadFile(filepath.Join(out, ArchiveManifestFile))
+	if err != nil {
+		return ArchiveManifest{}, fmt.Errorf("archive: %w", err)
 	}
-	if err := s.Record(ctx, ev); err != nil {
+	var m ArchiveManifest
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s holds a manifest that cannot be read (%v); archive to another directory", out, err)
+	}
+	rep, err := VerifyArchive(out, s.trustedKeys()...)
+	if err != nil {
 		return ArchiveManifest{}, err
 	}
-	return m, nil
+	stale := sameAsArchived(p, archivedPayload{Rows: m.Rows, Chains: m.Chains})
+	if !rep.OK || stale != nil {
+		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s already holds an archive of %s that does not verify or no longer matches it; archive to another directory", out, p.Name)
+	}
+	sum := sha256.Sum256(manifest)
+	rec, last, err := s.lastArchive(ctx, p.Name)
+	if err != nil {
+		return ArchiveManifest{}, err
+	}
+	if rec != nil && last.ManifestSHA256 == hex.EncodeToString(sum[:]) {
+		return m, nil
+	}
+	return m, s.recordArchived(ctx, m, manifest, out, actor)
 }
 
 func (s *Store) trustedKeys() []ed25519.PublicKey {
@@ -529,10 +566,12 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		return nil, err
 	}
 	var out []PurgeResult
+	var dropping []string // this run's partitions so far, and p
 	for _, p := range parts {
 		if p.Default || p.To.After(limit) {
 			continue
 		}
+		dropping = append(dropping, p.Name)
 		rec, archived, err := s.lastArchive(ctx, p.Name)
 		if err != nil {
 			return out, err
@@ -547,10 +586,19 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		if err := s.covered(ctx, p); err != nil {
 			return out, err
 		}
+		res := PurgeResult{Partition: p, ArchiveEventID: rec.ID, Location: archived.Location}
+		if _, err := os.Stat(filepath.Join(archived.Location, ArchiveManifestFile)); err == nil {
+			// The archive is reachable from here: it must still verify.
+			rep, err := VerifyArchive(archived.Location, s.trustedKeys()...)
+			if err != nil || !rep.OK {
+				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%v); archive it again", p.Name, archived.Location, cmp.Or[any](err, rep.Problems))
+			}
+			res.ArchiveVerified = true
+		}
 		for _, c := range p.Chains {
 			var older int64
-			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE chain_id = $1 AND seq <= $2 AND tableoid <> $3::regclass`,
-				c.ChainID, c.LastSeq, p.Name).Scan(&older)
+			err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE chain_id = $1 AND seq <= $2 AND tableoid <> ALL($3::regclass[])`,
+				c.ChainID, c.LastSeq, dropping).Scan(&older)
 			if err != nil {
 				return out, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "check partition %s", p.Name)
 			}
@@ -559,7 +607,6 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 					p.Name, older, c.ChainID, c.LastSeq)
 			}
 		}
-		res := PurgeResult{Partition: p, ArchiveEventID: rec.ID, Location: archived.Location}
 		if dryRun {
 			out = append(out, res)
 			continue
@@ -590,6 +637,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		}
 		res.Dropped, res.EventID = true, ev.ID
 		out = append(out, res)
+		dropping = dropping[:len(dropping)-1] // gone: no longer a relation
 	}
 	return out, nil
 }

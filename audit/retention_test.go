@@ -113,21 +113,43 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyArchive = %+v, %v", rep, err)
 	}
-	if _, err := admin.Archive(ctx, "audit_events_2025_01", dir, "ops"); !isCode(err, sandgate.CodeConflict) {
-		t.Fatalf("second Archive into the same directory: %v, want CONFLICT", err)
+	// Archiving again into the same place finds the archive standing and
+	// records nothing new; one that no longer verifies is not overwritten.
+	if _, err := admin.Archive(ctx, "audit_events_2025_01", dir, "ops"); err != nil {
+		t.Fatalf("second Archive into the same directory: %v", err)
+	}
+	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'audit.archived'"); got != 1 {
+		t.Fatalf("audit.archived events = %d, want 1", got)
+	}
+	other := t.TempDir()
+	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "audit_events_2025_02", ArchiveEventsFile), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); !isCode(err, sandgate.CodeConflict) {
+		t.Fatalf("Archive over a damaged archive: %v, want CONFLICT", err)
+	}
+	// Purge checks the newest archive of a month where it can read it.
+	if _, err := admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), true, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "does not verify") {
+		t.Fatalf("dry run with February's archive damaged: %v, want CONFLICT does not verify", err)
+	}
+	if _, err := admin.Archive(ctx, "audit_events_2025_02", dir, "ops"); err != nil {
+		t.Fatal(err)
 	}
 
-	// Up to February: January is archived, February is not.
-	res, err := admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), true, "ops")
-	if !isCode(err, sandgate.CodeConflict) || len(res) != 1 || res[0].Dropped || res[0].Partition.Name != "audit_events_2025_01" {
-		t.Fatalf("dry run to March = %+v, %v; want January checked, then February refused", res, err)
+	// Up to March: January and February are archived, March is not.
+	res, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), true, "ops")
+	if !isCode(err, sandgate.CodeConflict) || len(res) != 2 || res[0].Dropped || res[1].Partition.Name != "audit_events_2025_02" {
+		t.Fatalf("dry run to April = %+v, %v; want January and February checked, then March refused", res, err)
 	}
-	res, err = admin.Purge(ctx, time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), false, "ops")
-	if err != nil || len(res) != 1 || !res[0].Dropped {
-		t.Fatalf("Purge January = %+v, %v", res, err)
+	res, err = admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), false, "ops")
+	if err != nil || len(res) != 2 || !res[0].Dropped || !res[1].Dropped {
+		t.Fatalf("Purge January and February = %+v, %v", res, err)
 	}
-	if got := count(t, db, "SELECT count(*) FROM pg_class WHERE relname = 'audit_events_2025_01'"); got != 0 {
-		t.Fatal("January's partition is still there")
+	if got := count(t, db, "SELECT count(*) FROM pg_class WHERE relname IN ('audit_events_2025_01', 'audit_events_2025_02')"); got != 0 {
+		t.Fatal("January's or February's partition is still there")
 	}
 	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND event_id = $1 AND payload->>'partition' = 'audit_events_2025_01'", res[0].EventID); got != 1 {
 		t.Fatal("no retention.applied event for January")
@@ -160,16 +182,16 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 		t.Fatalf("VerifyExport after purge = %+v, %v", rep, err)
 	}
 
-	// February archived, then a row slipped into it: refused.
+	// March archived, then a row slipped into it: refused.
 	admin = open(a.PublicKey(), b.PublicKey(), admin.PublicKey())
-	if _, err := admin.Archive(ctx, "audit_events_2025_02", dir, "ops"); err != nil {
-		t.Fatalf("Archive February: %v", err)
+	if _, err := admin.Archive(ctx, "audit_events_2025_03", dir, "ops"); err != nil {
+		t.Fatalf("Archive March: %v", err)
 	}
 	if _, err := db.Exec(`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
-		VALUES (gen_random_uuid(), 'intruder', 1, '2025-02-20', '2025-02-20', 't', '\x7b7d', sha256(''), sha256(''))`); err != nil {
+		VALUES (gen_random_uuid(), 'intruder', 1, '2025-03-20', '2025-03-20', 't', '\x7b7d', sha256(''), sha256(''))`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "changed since it was archived") {
+	if _, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "changed since it was archived") {
 		t.Fatalf("Purge of a changed month: %v, want CONFLICT changed since archived", err)
 	}
 
