@@ -18,16 +18,19 @@ import (
 	"github.com/sandgate/sandgate/audit"
 )
 
-// newAuditCmd builds `sandgate audit query|export|verify|public-key`. They
-// read the trail directly from SANDGATE_DATABASE_URL (a read-only role is
-// enough), not through a gateway.
+// newAuditCmd builds `sandgate audit query|export|verify|public-key` and
+// the retention commands `partitions|archive|purge`. They work on the trail
+// directly through SANDGATE_DATABASE_URL, not through a gateway: a
+// read-only role is enough for all but archive (which appends) and purge
+// (which needs the tables' owner).
 func newAuditCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Query, export and verify the audit trail",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a))
+	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
+		newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a))
 	return cmd
 }
 
@@ -187,14 +190,14 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 }
 
 func newAuditVerifyCmd(a *app) *cobra.Command {
-	var offline, checkpoints, chain string
+	var offline, checkpoints, chain, archive string
 	var keyFiles []string
 	var fromSeq, toSeq int64
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Check hash chains and checkpoint signatures; exit 1 on any problem",
-		Long: `Check the trail online (from the database) or offline (an export and its
-checkpoints): every hash, every column against its hashed body, seq gaps,
+		Long: `Check the trail online (from the database), offline (an export and its
+checkpoints), or an archived month (--archive DIR/<partition>): every hash, every column against its hashed body, seq gaps,
 prev_hash links, checkpoint signatures and their chain, and the tail after
 the last checkpoint. Prints a JSON report listing every problem and exits
 1 when there is one.
@@ -209,9 +212,14 @@ with no key at all the report says so and fails.`,
 				return err
 			}
 			var rep sandgate.VerifyReport
-			if offline != "" {
+			switch {
+			case archive != "" && offline != "":
+				return sandgate.FieldError("archive", "give --archive or --offline, not both")
+			case archive != "":
+				rep, err = audit.VerifyArchive(archive, keys...)
+			case offline != "":
 				rep, err = verifyOffline(offline, checkpoints, keys)
-			} else {
+			default:
 				var s *audit.Store
 				if s, err = openTrail(cmd.Context(), a, keys); err != nil {
 					return err
@@ -235,6 +243,7 @@ with no key at all the report says so and fails.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&offline, "offline", "", "verify this export file (JSONL or CSV) instead of the database")
+	fl.StringVar(&archive, "archive", "", "verify this archive directory (written by audit archive) instead of the database")
 	fl.StringVar(&checkpoints, "checkpoints", "", "with --offline: the checkpoints export (JSONL)")
 	fl.StringSliceVar(&keyFiles, "public-key", nil, "trusted checkpoint public key file (PEM or hex); repeatable")
 	fl.StringVar(&chain, "chain", "", "online: only this chain")
