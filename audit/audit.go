@@ -342,7 +342,12 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 		s.fill(&ev)
 		evs[i] = ev
 	}
-	r := &request{events: evs, done: make(chan error, 1), ctx: ctx}
+	return s.await(ctx, &request{events: evs, done: make(chan error, 1), ctx: ctx})
+}
+
+// await queues a Record's request on the decision writer and waits for
+// its commit, or for ctx.
+func (s *Store) await(ctx context.Context, r *request) error {
 	if !s.dw.enqueue(r) {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 	}

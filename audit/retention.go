@@ -662,16 +662,7 @@ func sameAsArchived(p Partition, a archivedPayload) error {
 // recordWith is Record for one event that commits together with also.
 func (s *Store) recordWith(ctx context.Context, ev sandgate.Event, also func(context.Context, pgx.Tx) error) error {
 	s.fill(&ev)
-	r := &request{events: []sandgate.Event{ev}, done: make(chan error, 1), ctx: ctx, also: also}
-	if !s.dw.enqueue(r) {
-		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return sandgate.WrapError(sandgate.CodeAuditUnavailable, ctx.Err(), "audit commit did not finish in time")
-	}
+	return s.await(ctx, &request{events: []sandgate.Event{ev}, done: make(chan error, 1), ctx: ctx, also: also})
 }
 
 // retentionAnchors reads, from retention.applied events, where each
