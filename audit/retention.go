@@ -2,7 +2,6 @@ package audit
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -590,8 +589,12 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		if _, err := os.Stat(filepath.Join(archived.Location, ArchiveManifestFile)); err == nil {
 			// The archive is reachable from here: it must still verify.
 			rep, err := VerifyArchive(archived.Location, s.trustedKeys()...)
-			if err != nil || !rep.OK {
-				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%v); archive it again", p.Name, archived.Location, cmp.Or[any](err, rep.Problems))
+			if err != nil {
+				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%v); archive it again", p.Name, archived.Location, err)
+			}
+			if !rep.OK {
+				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%d problems, first: %s: %s); archive it again",
+					p.Name, archived.Location, len(rep.Problems), rep.Problems[0].Kind, rep.Problems[0].Detail)
 			}
 			res.ArchiveVerified = true
 		}
