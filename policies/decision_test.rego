@@ -125,3 +125,30 @@ test_incomplete_finding_still_denies_with_overrides if {
 		with config.actions as {"other": "warn"}
 	fixtures.denied_by(d, "bare")
 }
+
+# The shortcut for denies only must decide exactly what the general path
+# does, whatever the findings look like.
+_deny(rule) := {"rule": rule, "message": rule, "controls": ["X-1"], "action": "deny"}
+
+test_plain_denies_shortcut_matches_general_path if {
+	every findings in [
+		{_deny("a"), _deny("b"), _deny("c")},
+		{_deny("a"), object.union(_deny("b"), {"action": "warn"})},
+		{_deny("a"), {"rule": "bare"}},
+		{_deny("a"), object.union(_deny("b"), {"action": "other"})},
+	] {
+		shortcut := admission.decision with input as fixtures.input_with({})
+			with admission.finding as findings
+		general := admission.decision with input as fixtures.input_with({})
+			with admission.finding as findings
+			with admission._plain_denies as false
+		shortcut == general
+	}
+}
+
+test_plain_denies_lists_every_finding if {
+	d := admission.decision with input as fixtures.input_with({"privileged": true, "ports": ["80:80"], "pid_mode": "host"})
+	d.allow == false
+	{v.rule | some v in d.violations} == {"no_privileged", "no_published_ports", "host_pid"}
+	d.warnings == []
+}
