@@ -17,25 +17,26 @@ import (
 const HashSize = sha256.Size
 
 // body is the canonical form of one event: the fields hashed and stored as
-// audit_events.body. Its JSON has sorted keys, no HTML escaping, times in
+// audit_events.body. Its JSON has sorted keys (the fields are declared in
+// key order; the payload's maps encode sorted), no HTML escaping, times in
 // RFC 3339 UTC with microseconds (what Postgres keeps), and omits empty
 // fields. canonicalEvent writes it; verify reads it back with this type.
 type body struct {
-	ContainerID    string         `json:"container_id,omitempty"`
-	CorrelationID  string         `json:"correlation_id,omitempty"`
-	DecisionID     string         `json:"decision_id,omitempty"`
-	EventID        string         `json:"event_id"`
-	EventTime      string         `json:"event_time"`
-	ExitCode       *int           `json:"exit_code,omitempty"`
-	Node           string         `json:"node,omitempty"`
-	Outcome        string         `json:"outcome,omitempty"`
-	Actor          string         `json:"actor,omitempty"`
-	Payload        map[string]any `json:"payload,omitempty"`
-	PolicyRevision string         `json:"policy_revision,omitempty"`
-	RecordedAt     string         `json:"recorded_at"`
-	RunID          string         `json:"run_id,omitempty"`
-	Team           string         `json:"team,omitempty"`
-	Type           string         `json:"type"`
+	Actor          string          `json:"actor,omitempty"`
+	ContainerID    string          `json:"container_id,omitempty"`
+	CorrelationID  string          `json:"correlation_id,omitempty"`
+	DecisionID     string          `json:"decision_id,omitempty"`
+	EventID        string          `json:"event_id"`
+	EventTime      string          `json:"event_time"`
+	ExitCode       *int            `json:"exit_code,omitempty"`
+	Node           string          `json:"node,omitempty"`
+	Outcome        string          `json:"outcome,omitempty"`
+	Payload        json.RawMessage `json:"payload,omitempty"`
+	PolicyRevision string          `json:"policy_revision,omitempty"`
+	RecordedAt     string          `json:"recorded_at"`
+	RunID          string          `json:"run_id,omitempty"`
+	Team           string          `json:"team,omitempty"`
+	Type           string          `json:"type"`
 }
 
 // timeLayout is how times appear in bodies: UTC, microseconds.
@@ -77,43 +78,80 @@ func canonicalEventPayload(ev sandgate.Event, recordedAt time.Time) (sandgate.Ev
 	}
 	var payload json.RawMessage
 	if len(ev.Payload) > 0 {
-		p, err := canonicalPayload(ev.Payload)
-		if err != nil {
+		var err error
+		if payload, err = plainPayload(ev.Payload); err != nil {
 			return ev, nil, nil, err
 		}
-		ev.Payload = p
-		if payload, err = marshalCanonical(p); err != nil {
-			return ev, nil, nil, err
+		if payload == nil {
+			p, err := canonicalPayload(ev.Payload)
+			if err != nil {
+				return ev, nil, nil, err
+			}
+			ev.Payload = p
+			if payload, err = marshalCanonical(p); err != nil {
+				return ev, nil, nil, err
+			}
 		}
 	} else {
 		ev.Payload = nil
 	}
-	b := map[string]any{
-		"event_id":    ev.ID,
-		"event_time":  ev.Time.Format(timeLayout),
-		"recorded_at": pgTime(recordedAt).Format(timeLayout),
-		"type":        string(ev.Type),
+	b := body{
+		Actor: ev.Actor, ContainerID: ev.ContainerID, CorrelationID: ev.CorrelationID, DecisionID: ev.DecisionID,
+		EventID: ev.ID, EventTime: ev.Time.Format(timeLayout), ExitCode: ev.ExitCode, Node: ev.Node,
+		Outcome: ev.Outcome, Payload: payload, PolicyRevision: ev.PolicyRevision,
+		RecordedAt: pgTime(recordedAt).Format(timeLayout), RunID: ev.RunID, Team: ev.Team, Type: string(ev.Type),
 	}
-	for k, v := range map[string]string{
-		"actor": ev.Actor, "container_id": ev.ContainerID, "correlation_id": ev.CorrelationID,
-		"decision_id": ev.DecisionID, "node": ev.Node, "outcome": ev.Outcome,
-		"policy_revision": ev.PolicyRevision, "run_id": ev.RunID, "team": ev.Team,
-	} {
-		if v != "" {
-			b[k] = v
-		}
-	}
-	if ev.ExitCode != nil {
-		b["exit_code"] = *ev.ExitCode
-	}
-	if payload != nil {
-		b["payload"] = payload
-	}
-	data, err := marshalCanonical(b)
+	data, err := marshalCanonical(&b)
 	if err != nil {
 		return ev, nil, nil, err
 	}
 	return ev, data, payload, nil
+}
+
+// plainPayload returns p's canonical JSON when encoding it once gives it:
+// p holds only maps with string keys, slices, strings, booleans and
+// numbers (no structs, whose fields would not come out sorted, and no
+// custom encoders), and no string carries a NUL, which jsonb refuses.
+// Otherwise it returns nil and canonicalPayload does the work.
+func plainPayload(p map[string]any) (json.RawMessage, error) {
+	if !plainValue(p, 0) {
+		return nil, nil
+	}
+	data, err := marshalCanonical(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode payload: %w", err)
+	}
+	if bytes.Contains(data, []byte(`\u0000`)) {
+		return nil, nil
+	}
+	return data, nil
+}
+
+func plainValue(v any, depth int) bool {
+	if depth > 32 {
+		return false
+	}
+	switch x := v.(type) {
+	case nil, string, bool, json.Number, float64, float32, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return true
+	case map[string]any:
+		for _, e := range x {
+			if !plainValue(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		for _, e := range x {
+			if !plainValue(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case map[string]string, []string:
+		return true
+	}
+	return false
 }
 
 // canonicalPayload round-trips p through JSON so that what is stored is
