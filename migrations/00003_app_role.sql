@@ -12,9 +12,14 @@
 -- +goose StatementBegin
 DO $$
 BEGIN
-    CREATE ROLE sandgate_app NOLOGIN;
+    -- A role that exists already (roles are cluster-wide) is reused, so a
+    -- migrating role without CREATEROLE works once an administrator has
+    -- created sandgate_app.
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sandgate_app') THEN
+        CREATE ROLE sandgate_app NOLOGIN;
+    END IF;
 EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    -- Another database of this cluster created it first.
+    -- Another database of this cluster created it at the same moment.
     NULL;
 END
 $$;

@@ -3,6 +3,8 @@ package migrations_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -89,5 +91,34 @@ func TestAppRolePrivileges(t *testing.T) {
 		if !tt.allowed && (err == nil || !strings.Contains(err.Error(), "SQLSTATE 42501")) {
 			t.Errorf("%s: %v, want permission denied", tt.sql, err)
 		}
+	}
+}
+
+// TestMigrateWithoutCreateRole: a database owner without CREATEROLE can
+// apply every migration once sandgate_app exists in the cluster.
+func TestMigrateWithoutCreateRole(t *testing.T) {
+	ctx := context.Background()
+	admin := audittest.OpenDB(t, audittest.AdminDSN())
+	if _, err := admin.ExecContext(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sandgate_app') THEN CREATE ROLE sandgate_app NOLOGIN; END IF;
+		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`); err != nil {
+		t.Fatal(err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "sandgate_test_owner_" + hex.EncodeToString(b[:])
+	if _, err := admin.ExecContext(ctx, "CREATE ROLE "+name+" LOGIN NOCREATEROLE NOSUPERUSER PASSWORD 'owner-pw'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name+" OWNER "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		_, _ = admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+name)
+	})
+	db := audittest.OpenDB(t, "host=127.0.0.1 user="+name+" password=owner-pw dbname="+name+" sslmode=disable")
+	if n, err := migrations.Up(ctx, db); err != nil || n != 4 {
+		t.Fatalf("Up as an owner without CREATEROLE = %d, %v; want 4 applied", n, err)
 	}
 }

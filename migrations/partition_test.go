@@ -22,7 +22,9 @@ func TestPartitioningKeepsExistingRows(t *testing.T) {
 		t.Fatalf("UpTo 3: %v", err)
 	}
 	now := time.Now().UTC()
-	month := func(delta int) time.Time { return time.Date(now.Year(), now.Month()+time.Month(delta), 1, 12, 0, 0, 0, time.UTC) }
+	month := func(delta int) time.Time {
+		return time.Date(now.Year(), now.Month()+time.Month(delta), 1, 12, 0, 0, 0, time.UTC)
+	}
 	old := month(-14)
 	for i, at := range []time.Time{old, month(-2), now} {
 		_, err := db.ExecContext(ctx, `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
