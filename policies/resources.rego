@@ -2,8 +2,8 @@
 # missing or not positive is refused as well: the executor always sets one,
 # and normalisation fills it from the defaults.
 #
-# Most requests are within bounds, so one cheap check (_within_maxima,
-# _limits_set) decides that; the per-limit rules only run when it fails.
+# Most requests are within bounds, so one cheap check (_limits_ok) decides
+# that; the per-limit rules only run when it fails.
 package sandgate.admission
 
 import data.sandgate.config
@@ -25,38 +25,47 @@ _limits := object.union(input.request.resources, {
 	"output_limit_bytes": input.request.output_limit_bytes,
 })
 
-_within_maxima if {
-	m := config.maxima
-	r := input.request.resources
-	r.memory_mb <= m.memory_mb
-	r.cpus <= m.cpus
-	r.pids <= m.pids
-	r.tmpfs_mb <= m.tmpfs_mb
-	r.nofile <= m.nofile
-	input.request.timeout_seconds <= m.timeout_seconds
-	input.request.output_limit_bytes <= m.output_limit_bytes
+# _limits_ok: every limit is set, positive and within its maximum. It reads
+# the limits and the maxima with one object pattern each, and min() checks
+# all seven for "positive" at once (OPA orders values of every type, so
+# min() > 0 holds exactly when each is > 0). A request or a maxima with
+# other fields does not match the patterns; the rules below, which do not
+# rely on it, then decide.
+_limits_ok if {
+	{"memory_mb": memory_mb, "cpus": cpus, "pids": pids, "tmpfs_mb": tmpfs_mb, "nofile": nofile} := input.request.resources
+	{
+		"memory_mb": max_memory_mb, "cpus": max_cpus, "pids": max_pids, "tmpfs_mb": max_tmpfs_mb, "nofile": max_nofile,
+		"timeout_seconds": max_timeout_seconds, "output_limit_bytes": max_output_limit_bytes,
+	} := config.maxima
+	timeout_seconds := input.request.timeout_seconds
+	output_limit_bytes := input.request.output_limit_bytes
+	min([memory_mb, cpus, pids, tmpfs_mb, nofile, timeout_seconds, output_limit_bytes]) > 0
+	memory_mb <= max_memory_mb
+	cpus <= max_cpus
+	pids <= max_pids
+	tmpfs_mb <= max_tmpfs_mb
+	nofile <= max_nofile
+	timeout_seconds <= max_timeout_seconds
+	output_limit_bytes <= max_output_limit_bytes
 }
 
+# A limit above its maximum. Only the limits _limit_rules names have a rule
+# to report, and one of them above its maximum is never within bounds, so
+# no other guard is needed. Rules and data are bound to locals before the
+# loop: a reference to a rule costs a lookup in every iteration.
 finding contains {
-	"rule": _limit_rules[field].rule,
-	"message": sprintf("%s %v exceeds the maximum %v", [field, value, config.maxima[field]]),
-	"controls": _limit_rules[field].controls,
+	"rule": limit.rule,
+	"message": sprintf("%s %v exceeds the maximum %v", [field, value, maximum]),
+	"controls": limit.controls,
 	"action": "deny",
 } if {
-	not _within_maxima
-	some field, value in _limits
-	value > config.maxima[field]
-}
-
-_limits_set if {
-	r := input.request.resources
-	r.memory_mb > 0
-	r.cpus > 0
-	r.pids > 0
-	r.tmpfs_mb > 0
-	r.nofile > 0
-	input.request.timeout_seconds > 0
-	input.request.output_limit_bytes > 0
+	not _limits_ok
+	limits := _limits
+	maxima := config.maxima
+	some field, limit in _limit_rules
+	value := limits[field]
+	maximum := maxima[field]
+	value > maximum
 }
 
 finding contains {
@@ -65,9 +74,17 @@ finding contains {
 	"controls": limit.controls,
 	"action": "deny",
 } if {
+	not _limits_ok
 	not _limits_set
 	some field, limit in _limit_rules
 	not _positive(field)
+}
+
+# _limits_set: every limit is there and positive, checked at once with
+# min() as in _limits_ok, for requests _limits_ok refuses.
+_limits_set if {
+	r := input.request.resources
+	min([r.memory_mb, r.cpus, r.pids, r.tmpfs_mb, r.nofile, input.request.timeout_seconds, input.request.output_limit_bytes]) > 0
 }
 
 # Negations go through helper rules: OPA evaluates a reference in a call's

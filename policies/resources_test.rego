@@ -30,3 +30,15 @@ test_missing_limit_is_denied if {
 		with input.request.resources as {"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 64}
 	fixtures.denied_by(d, "nofile_limit")
 }
+
+test_limit_not_positive_is_denied if {
+	d := fixtures.check with input as fixtures.input_with({"timeout_seconds": 0})
+	fixtures.denied_by(d, "timeout_limit")
+}
+
+test_limits_with_another_field_are_still_judged if {
+	d := fixtures.check with input as fixtures.input_with({"resources": object.union(fixtures.request.resources, {"gpus": 1, "pids": 5000})})
+	fixtures.denied_by(d, "pids_limit")
+	d2 := fixtures.check with input as fixtures.input_with({"resources": object.union(fixtures.request.resources, {"gpus": 1})})
+	d2.allow == true
+}
