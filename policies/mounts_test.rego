@@ -82,3 +82,21 @@ test_volume_name_that_is_a_path_is_denied if {
 		fixtures.denied_by(d, "volume_name")
 	}
 }
+
+test_directories_above_a_sensitive_path_are_denied if {
+	every path in ["/var", "/var/lib"] {
+		d := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount(path)]}, {"air_gapped": false, "mount_roots": ["/"]})
+			with data.sandgate.config.sensitive_paths as ["/var/lib/docker"]
+		fixtures.denied_by(d, "no_sensitive_mounts")
+	}
+	d := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount("/var/log")]}, {"air_gapped": false, "mount_roots": ["/"]})
+		with data.sandgate.config.sensitive_paths as ["/var/lib/docker"]
+	not fixtures.denied_by(d, "no_sensitive_mounts")
+}
+
+test_mount_root_with_trailing_slash if {
+	d := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount("/srv/work/a")]}, {"air_gapped": false, "mount_roots": ["/srv/work/"]})
+	d.allow == true
+	d2 := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount("/srv/workx")]}, {"air_gapped": false, "mount_roots": ["/srv/work/"]})
+	fixtures.denied_by(d2, "mount_outside_roots")
+}
