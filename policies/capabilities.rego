@@ -10,7 +10,8 @@ finding contains {
 	"controls": ["CIS-5.4", "PSS-restricted"],
 	"action": "deny",
 } if {
-	some c in input.request.cap_add
+	caps := input.request.cap_add
+	some c in caps
 	_canonical_cap(c) == "ALL"
 }
 
@@ -20,7 +21,8 @@ finding contains {
 	"controls": ["CIS-5.4", "PSS-restricted"],
 	"action": "deny",
 } if {
-	some c in input.request.cap_add
+	caps := input.request.cap_add
+	some c in caps
 	cap := _canonical_cap(c)
 	cap != "ALL"
 	not cap in config.allowed_capabilities

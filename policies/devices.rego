@@ -9,7 +9,8 @@ finding contains {
 	"controls": ["CIS-5.18", "PSS-baseline"],
 	"action": "deny",
 } if {
-	some d in input.request.devices
+	devices := input.request.devices
+	some d in devices
 }
 
 finding contains {
@@ -18,6 +19,7 @@ finding contains {
 	"controls": ["PSS-baseline"],
 	"action": "deny",
 } if {
-	some name, _ in input.request.sysctls
+	sysctls := input.request.sysctls
+	some name, _ in sysctls
 	not name in config.allowed_sysctls
 }

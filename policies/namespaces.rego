@@ -5,36 +5,40 @@ package sandgate.admission
 
 finding contains {
 	"rule": "host_pid",
-	"message": sprintf("pid_mode %q shares a namespace with the host or another container; leave it empty", [input.request.pid_mode]),
+	"message": sprintf("pid_mode %q shares a namespace with the host or another container; leave it empty", [mode]),
 	"controls": ["CIS-5.16", "PSS-baseline"],
 	"action": "deny",
 } if {
-	input.request.pid_mode != ""
+	mode := input.request.pid_mode
+	mode != ""
 }
 
 finding contains {
 	"rule": "host_ipc",
-	"message": sprintf("ipc_mode %q shares a namespace with the host or another container; leave it empty", [input.request.ipc_mode]),
+	"message": sprintf("ipc_mode %q shares a namespace with the host or another container; leave it empty", [mode]),
 	"controls": ["CIS-5.17", "PSS-baseline"],
 	"action": "deny",
 } if {
-	not lower(input.request.ipc_mode) in {"", "none", "private"}
+	mode := input.request.ipc_mode
+	not lower(mode) in {"", "none", "private"}
 }
 
 finding contains {
 	"rule": "host_uts",
-	"message": sprintf("uts_mode %q shares a namespace with the host; leave it empty", [input.request.uts_mode]),
+	"message": sprintf("uts_mode %q shares a namespace with the host; leave it empty", [mode]),
 	"controls": ["CIS-5.21", "PSS-baseline"],
 	"action": "deny",
 } if {
-	input.request.uts_mode != ""
+	mode := input.request.uts_mode
+	mode != ""
 }
 
 finding contains {
 	"rule": "host_userns",
-	"message": sprintf("userns_mode %q shares the host's user namespace; leave it empty", [input.request.userns_mode]),
+	"message": sprintf("userns_mode %q shares the host's user namespace; leave it empty", [mode]),
 	"controls": ["CIS-5.31"],
 	"action": "deny",
 } if {
-	input.request.userns_mode != ""
+	mode := input.request.userns_mode
+	mode != ""
 }

@@ -7,5 +7,6 @@ finding contains {
 	"controls": ["CIS-5.8"],
 	"action": "deny",
 } if {
-	some p in input.request.ports
+	ports := input.request.ports
+	some p in ports
 }

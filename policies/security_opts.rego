@@ -27,7 +27,8 @@ finding contains {
 	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
-	some l in input.request.security.label
+	labels := input.request.security.label
+	some l in labels
 	startswith(l, "disable")
 }
 
