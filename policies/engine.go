@@ -42,8 +42,12 @@ const (
 	RulePolicyError     = "policy_error"
 )
 
-// noMetrics spares each evaluation OPA's timers, which nothing reads.
-var noMetrics = metrics.NoOp()
+// evalNoMetrics spares each evaluation OPA's timers, which nothing reads.
+var evalNoMetrics = rego.EvalMetrics(metrics.NoOp())
+
+// evalNotCancellable is the external cancel of evaluations whose context
+// can never be cancelled: one that nobody cancels.
+var evalNotCancellable = rego.EvalExternalCancel(topdown.NewCancel())
 
 // fallbackMask is what the audit trail masks when no policy is loaded.
 var fallbackMask = []string{"env", "stdin"}
@@ -96,6 +100,10 @@ type Engine struct {
 
 	current atomic.Pointer[policy]
 
+	// settingsTerms are the input's "settings" for the engine's own
+	// settings, without and with air-gapped mode.
+	settingsTerms [2]*ast.Term
+
 	// loadMu serialises loads; mu guards the last error.
 	loadMu    sync.Mutex
 	mu        sync.Mutex
@@ -142,6 +150,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		roots = append(roots, filepath.Clean(resolved))
 	}
 	e.settings.MountRoots = roots
+	for i, airGapped := range []bool{false, true} {
+		st := e.settings
+		st.AirGapped = st.AirGapped || airGapped
+		e.settingsTerms[i] = settingsTerm(st)
+	}
 	if _, err := e.load(ctx, "start"); err != nil {
 		return nil, err
 	}
@@ -449,10 +462,16 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 	if in.Operation == "" {
 		in.Operation = sandgate.OperationRun
 	}
-	settings := e.settings
-	settings.AirGapped = settings.AirGapped || in.Settings.AirGapped
-	if len(settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0 {
-		settings.MountRoots = in.Settings.MountRoots
+	airGapped := 0
+	if in.Settings.AirGapped {
+		airGapped = 1
+	}
+	settings := e.settingsTerms[airGapped]
+	if len(e.settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0 {
+		st := e.settings
+		st.AirGapped = st.AirGapped || in.Settings.AirGapped
+		st.MountRoots = in.Settings.MountRoots
+		settings = settingsTerm(st)
 	}
 	now := e.now()
 
@@ -513,10 +532,14 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 // cancels the evaluation the same way without one: it starts a goroutine
 // only if ctx ends while the evaluation runs.
 func (p *policy) eval(ctx context.Context, input ast.Value, now time.Time) (rego.ResultSet, error) {
-	cancel := topdown.NewCancel()
-	stop := context.AfterFunc(ctx, cancel.Cancel)
-	defer stop()
-	return p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalTime(now), rego.EvalMetrics(noMetrics), rego.EvalExternalCancel(cancel))
+	cancel := evalNotCancellable
+	if ctx.Done() != nil {
+		c := topdown.NewCancel()
+		stop := context.AfterFunc(ctx, c.Cancel)
+		defer stop()
+		cancel = rego.EvalExternalCancel(c)
+	}
+	return p.query.Eval(ctx, rego.EvalParsedInput(input), rego.EvalTime(now), evalNoMetrics, cancel)
 }
 
 // deny makes d a fail-closed deny with one violation of rule.

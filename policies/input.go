@@ -17,28 +17,37 @@ import (
 // domain types, so that a decision costs no JSON round trip. The document
 // is exactly what encoding/json makes of sandgate.AdmissionInput (the same
 // fields, the same omitempty rules); input_test.go holds it to that.
-func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal, spec sandgate.RunSpec, st sandgate.Settings) ast.Value {
-	roles := make([]*ast.Term, len(pr.Roles))
-	for i, r := range pr.Roles {
-		roles[i] = ast.StringTerm(string(r))
-	}
+// settings is settingsTerm of the gateway settings, which an engine makes
+// once rather than per decision.
+func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal, spec sandgate.RunSpec, settings *ast.Term) ast.Value {
+	var b termBuf
 	rolesTerm := ast.NullTerm()
 	if pr.Roles != nil {
+		roles := make([]*ast.Term, len(pr.Roles))
+		for i, r := range pr.Roles {
+			roles[i] = b.str(string(r))
+		}
 		rolesTerm = ast.ArrayTerm(roles...)
 	}
 	return ast.NewObject(
-		item("api_version", ast.StringTerm(apiVersion)),
-		item("operation", ast.StringTerm(string(op))),
+		item("api_version", b.str(apiVersion)),
+		item("operation", b.str(string(op))),
 		item("principal", ast.ObjectTerm(
-			item("name", ast.StringTerm(pr.Name)),
-			item("team", ast.StringTerm(pr.Team)),
+			item("name", b.str(pr.Name)),
+			item("team", b.str(pr.Team)),
 			item("roles", rolesTerm),
 		)),
-		item("request", ast.NewTerm(specValue(spec))),
-		item("settings", ast.ObjectTerm(
-			item("air_gapped", ast.InternedTerm(st.AirGapped)),
-			item("mount_roots", strings0(st.MountRoots)),
-		)),
+		item("request", b.term(b.specValue(spec))),
+		item("settings", settings),
+	)
+}
+
+// settingsTerm is the "settings" member of the input.
+func settingsTerm(st sandgate.Settings) *ast.Term {
+	var b termBuf
+	return ast.ObjectTerm(
+		item("air_gapped", ast.InternedTerm(st.AirGapped)),
+		item("mount_roots", b.strings(st.MountRoots)),
 	)
 }
 
@@ -52,70 +61,121 @@ func item(k string, v *ast.Term) [2]*ast.Term {
 	return [2]*ast.Term{kt, v}
 }
 
-var inputKeys = func() map[string]*ast.Term {
-	m := map[string]*ast.Term{}
-	for _, k := range []string{
-		"api_version", "operation", "principal", "name", "team", "roles", "request", "settings", "air_gapped", "mount_roots",
-		"image", "command", "stdin", "env", "workdir", "user", "mounts", "source", "target", "read_only", "propagation",
-		"resolved", "volumes", "network", "resources", "memory_mb", "cpus", "pids", "tmpfs_mb", "nofile",
-		"timeout_seconds", "output_limit_bytes", "pull_policy", "session_id", "task_id", "labels", "privileged",
-		"cap_add", "devices", "sysctls", "pid_mode", "ipc_mode", "uts_mode", "userns_mode", "security_opt",
-		"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
-		"systempaths",
-	} {
-		m[k] = ast.StringTerm(k)
+var inputKeys = internedTerms(
+	"api_version", "operation", "principal", "name", "team", "roles", "request", "settings", "air_gapped", "mount_roots",
+	"image", "command", "stdin", "env", "workdir", "user", "mounts", "source", "target", "read_only", "propagation",
+	"resolved", "volumes", "network", "resources", "memory_mb", "cpus", "pids", "tmpfs_mb", "nofile",
+	"timeout_seconds", "output_limit_bytes", "pull_policy", "session_id", "task_id", "labels", "privileged",
+	"cap_add", "devices", "sysctls", "pid_mode", "ipc_mode", "uts_mode", "userns_mode", "security_opt",
+	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
+	"systempaths",
+)
+
+// inputValues are values most inputs carry, made once like the keys.
+var inputValues = internedTerms(
+	"", string(sandgate.APIVersion), string(sandgate.OperationRun), string(sandgate.OperationReview),
+	"none", "bridge", "host", "never", "always", "if-not-present", "unconfined",
+)
+
+func internedTerms(ss ...string) map[string]*ast.Term {
+	m := make(map[string]*ast.Term, len(ss))
+	for _, s := range ss {
+		m[s] = ast.StringTerm(s)
 	}
 	return m
-}()
+}
+
+// termBuf hands out the terms of one input document from a few larger
+// allocations instead of one each: they live and die together.
+type termBuf struct{ free []ast.Term }
+
+func (b *termBuf) term(v ast.Value) *ast.Term {
+	if len(b.free) == 0 {
+		b.free = make([]ast.Term, 32)
+	}
+	t := &b.free[0]
+	b.free = b.free[1:]
+	t.Value = v
+	return t
+}
+
+func (b *termBuf) str(s string) *ast.Term {
+	if t, ok := inputValues[s]; ok {
+		return t
+	}
+	return b.term(ast.String(s))
+}
+
+// strings is a string slice as JSON has it: null when nil.
+func (b *termBuf) strings(ss []string) *ast.Term {
+	if ss == nil {
+		return ast.NullTerm()
+	}
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = b.str(s)
+	}
+	return b.term(ast.NewArray(ts...))
+}
+
+func (b *termBuf) stringMap(m map[string]string) *ast.Term {
+	items := make([][2]*ast.Term, 0, len(m))
+	for k, v := range m {
+		items = append(items, [2]*ast.Term{b.str(k), b.str(v)})
+	}
+	return b.term(ast.NewObject(items...))
+}
 
 // specValue is a RunSpec as its JSON encoding has it.
-func specValue(s sandgate.RunSpec) ast.Value {
+func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	items := make([][2]*ast.Term, 0, 40)
 	add := func(k string, v *ast.Term) { items = append(items, item(k, v)) }
 	str := func(k, v string) {
 		if v != "" {
-			add(k, ast.InternedTerm(v))
+			add(k, b.str(v))
 		}
 	}
-	add("image", ast.StringTerm(s.Image))
-	add("command", strings0(s.Command))
+	add("image", b.str(s.Image))
+	add("command", b.strings(s.Command))
 	str("stdin", s.Stdin)
 	if len(s.Env) > 0 {
-		add("env", stringMap(s.Env))
+		add("env", b.stringMap(s.Env))
 	}
 	str("workdir", s.Workdir)
 	str("user", s.User)
 	if len(s.Mounts) > 0 {
 		ms := make([]*ast.Term, len(s.Mounts))
 		for i, m := range s.Mounts {
-			mi := [][2]*ast.Term{
-				item("source", ast.StringTerm(m.Source)),
-				item("target", ast.StringTerm(m.Target)),
+			mi := make([][2]*ast.Term, 0, 5)
+			mi = append(mi,
+				item("source", b.str(m.Source)),
+				item("target", b.str(m.Target)),
 				item("read_only", ast.InternedTerm(m.ReadOnly)),
-			}
+			)
 			if m.Propagation != "" {
-				mi = append(mi, item("propagation", ast.StringTerm(m.Propagation)))
+				mi = append(mi, item("propagation", b.str(m.Propagation)))
 			}
 			if m.Resolved != "" {
-				mi = append(mi, item("resolved", ast.StringTerm(m.Resolved)))
+				mi = append(mi, item("resolved", b.str(m.Resolved)))
 			}
-			ms[i] = ast.ObjectTerm(mi...)
+			ms[i] = b.term(ast.NewObject(mi...))
 		}
-		add("mounts", ast.ArrayTerm(ms...))
+		add("mounts", b.term(ast.NewArray(ms...)))
 	}
 	if len(s.Volumes) > 0 {
 		vs := make([]*ast.Term, len(s.Volumes))
 		for i, v := range s.Volumes {
-			vi := [][2]*ast.Term{
-				item("name", ast.StringTerm(v.Name)),
-				item("target", ast.StringTerm(v.Target)),
-			}
+			vi := make([][2]*ast.Term, 0, 3)
+			vi = append(vi,
+				item("name", b.str(v.Name)),
+				item("target", b.str(v.Target)),
+			)
 			if v.ReadOnly {
 				vi = append(vi, item("read_only", ast.InternedTerm(true)))
 			}
-			vs[i] = ast.ObjectTerm(vi...)
+			vs[i] = b.term(ast.NewObject(vi...))
 		}
-		add("volumes", ast.ArrayTerm(vs...))
+		add("volumes", b.term(ast.NewArray(vs...)))
 	}
 	str("network", s.Network)
 	ri := make([][2]*ast.Term, 0, 5)
@@ -131,37 +191,37 @@ func specValue(s sandgate.RunSpec) ast.Value {
 	addInt(&ri, "pids", s.Resources.Pids)
 	addInt(&ri, "tmpfs_mb", s.Resources.TmpfsMB)
 	addInt(&ri, "nofile", s.Resources.Nofile)
-	add("resources", ast.ObjectTerm(ri...))
+	add("resources", b.term(ast.NewObject(ri...)))
 	addInt(&items, "timeout_seconds", int64(s.TimeoutSeconds))
 	addInt(&items, "output_limit_bytes", s.OutputLimitBytes)
 	str("pull_policy", string(s.PullPolicy))
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
 	if len(s.Labels) > 0 {
-		add("labels", stringMap(s.Labels))
+		add("labels", b.stringMap(s.Labels))
 	}
 	add("privileged", ast.InternedTerm(s.Privileged))
 	if len(s.CapAdd) > 0 {
-		add("cap_add", strings0(s.CapAdd))
+		add("cap_add", b.strings(s.CapAdd))
 	}
 	if len(s.Devices) > 0 {
-		add("devices", strings0(s.Devices))
+		add("devices", b.strings(s.Devices))
 	}
 	if len(s.Sysctls) > 0 {
-		add("sysctls", stringMap(s.Sysctls))
+		add("sysctls", b.stringMap(s.Sysctls))
 	}
 	str("pid_mode", s.PIDMode)
 	str("ipc_mode", s.IPCMode)
 	str("uts_mode", s.UTSMode)
 	str("userns_mode", s.UsernsMode)
 	if len(s.SecurityOpt) > 0 {
-		add("security_opt", strings0(s.SecurityOpt))
+		add("security_opt", b.strings(s.SecurityOpt))
 	}
 	if s.ReadOnlyRootfs != nil {
 		add("read_only_rootfs", ast.InternedTerm(*s.ReadOnlyRootfs))
 	}
 	if len(s.Ports) > 0 {
-		add("ports", strings0(s.Ports))
+		add("ports", b.strings(s.Ports))
 	}
 	if s.UID != nil {
 		add("uid", ast.InternedTerm(int(*s.UID)))
@@ -170,35 +230,15 @@ func specValue(s sandgate.RunSpec) ast.Value {
 		add("gid", ast.InternedTerm(int(*s.GID)))
 	}
 	if sec := s.Security; sec != nil {
-		add("security", ast.ObjectTerm(
-			item("seccomp", ast.StringTerm(sec.Seccomp)),
-			item("apparmor", ast.StringTerm(sec.AppArmor)),
+		add("security", b.term(ast.NewObject(
+			item("seccomp", b.str(sec.Seccomp)),
+			item("apparmor", b.str(sec.AppArmor)),
 			item("no_new_privileges", ast.InternedTerm(sec.NoNewPrivileges)),
-			item("label", strings0(sec.Label)),
-			item("systempaths", ast.StringTerm(sec.SystemPaths)),
-		))
+			item("label", b.strings(sec.Label)),
+			item("systempaths", b.str(sec.SystemPaths)),
+		)))
 	}
 	return ast.NewObject(items...)
-}
-
-// strings0 is a string slice as JSON has it: null when nil.
-func strings0(ss []string) *ast.Term {
-	if ss == nil {
-		return ast.NullTerm()
-	}
-	ts := make([]*ast.Term, len(ss))
-	for i, s := range ss {
-		ts[i] = ast.StringTerm(s)
-	}
-	return ast.ArrayTerm(ts...)
-}
-
-func stringMap(m map[string]string) *ast.Term {
-	items := make([][2]*ast.Term, 0, len(m))
-	for k, v := range m {
-		items = append(items, item(k, ast.StringTerm(v)))
-	}
-	return ast.ObjectTerm(items...)
 }
 
 // floatTerm spells f as encoding/json does.
@@ -292,7 +332,7 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 		if !ok {
 			return nil, fmt.Errorf("%s[%d] is not an object", key.Value.(ast.String), i)
 		}
-		v := sandgate.Violation{Action: action, Controls: []string{}}
+		v := sandgate.Violation{Action: action}
 		v.Rule, _ = stringAt(vo, keyRule)
 		if v.Rule == "" {
 			return nil, fmt.Errorf("%s[%d] names no rule", key.Value.(ast.String), i)
@@ -302,11 +342,14 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 			return nil, fmt.Errorf("%s[%d] (%s) is a deny among the warnings", key.Value.(ast.String), i, v.Rule)
 		}
 		if cs, ok := getValue(vo, keyControls).(*ast.Array); ok {
+			v.Controls = make([]string, 0, cs.Len())
 			for j := 0; j < cs.Len(); j++ {
 				if s, ok := cs.Elem(j).Value.(ast.String); ok {
 					v.Controls = append(v.Controls, string(s))
 				}
 			}
+		} else {
+			v.Controls = []string{}
 		}
 		out = append(out, v)
 	}

@@ -62,7 +62,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request, in.Settings)
+			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request, settingsTerm(in.Settings))
 			if ast.Compare(want, got) != 0 {
 				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
 			}
@@ -131,7 +131,7 @@ func FuzzInputValue(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := inputValue("", "", sandgate.Principal{}, spec, sandgate.Settings{}); ast.Compare(want, got) != 0 {
+		if got := inputValue("", "", sandgate.Principal{}, spec, settingsTerm(sandgate.Settings{})); ast.Compare(want, got) != 0 {
 			t.Errorf("inputValue differs\nwant %v\n got %v", want, got)
 		}
 	})
