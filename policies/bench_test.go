@@ -4,7 +4,9 @@ package policies_test
 
 import (
 	"context"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -20,6 +22,12 @@ import (
 // benchEvaluations is how many decisions each benchmark times, whatever
 // b.N is, so that `make bench` (-benchtime 1x) still yields percentiles.
 const benchEvaluations = 20000
+
+// serveGCPercent is the garbage collector's target of `sandgate serve`
+// (serveGCPercent in cmd/sandgate/gc.go), which the benchmarks use too,
+// unless GOGC is set, as serve does: collections are what a decision's
+// tail is made of.
+const serveGCPercent = 200
 
 // BenchmarkDecideAllowed times decisions for a spec every rule admits.
 func BenchmarkDecideAllowed(b *testing.B) {
@@ -74,9 +82,13 @@ func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
 }
 
 // timeEvaluations runs eval benchEvaluations times (after a warm-up) and
-// reports the percentiles of wall and thread CPU time.
+// reports the percentiles of wall and thread CPU time, and what one
+// evaluation allocates.
 func timeEvaluations(b *testing.B, eval func()) {
 	b.Helper()
+	if _, set := os.LookupEnv("GOGC"); !set {
+		defer debug.SetGCPercent(debug.SetGCPercent(serveGCPercent))
+	}
 	for range 500 {
 		eval()
 	}
@@ -87,6 +99,9 @@ func timeEvaluations(b *testing.B, eval func()) {
 	wall := make([]time.Duration, benchEvaluations)
 	cpu := make([]time.Duration, benchEvaluations)
 	b.ReportAllocs()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	evaluations := 0
 	b.ResetTimer()
 	for b.Loop() {
 		for i := range wall {
@@ -96,8 +111,13 @@ func timeEvaluations(b *testing.B, eval func()) {
 			wall[i] = time.Since(start)
 			cpu[i] = threadCPU(b) - c0
 		}
+		evaluations += len(wall)
 	}
 	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(evaluations), "allocs/decision")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(evaluations), "B/decision")
+	b.ReportMetric(float64(after.NumGC-before.NumGC), "GCs")
 	report := func(lat []time.Duration, prefix string) {
 		slices.Sort(lat)
 		pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) / 1e3 }
