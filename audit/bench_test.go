@@ -66,7 +66,7 @@ func BenchmarkEmitThroughput(b *testing.B) {
 func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 	const (
 		rate     = 20_000
-		records  = 400
+		records  = 2000
 		deciders = 4
 		tick     = 5 * time.Millisecond
 	)
