@@ -40,8 +40,16 @@ const poolFillers = 2
 // process. busybox ash reads a pipe one byte at a time, so whatever
 // follows the NUL (the run's stdin) is left for the command. When stdin
 // closes before a script came (the pool was drained, the attach broke) it
-// exits and the pool replaces it.
-const launcher = `IFS= read -r -d '' s || exit 0; eval "$s"`
+// exits with launcherNoScript and the pool replaces it.
+const launcher = `IFS= read -r -d '' s || exit 211; eval "$s"`
+
+// launcherNoScript is the exit code of a launcher whose stdin closed before
+// a script came. A claimed warm container that exited with it while no
+// gateway watched (the gateway died between claiming it and handing the
+// command over) never ran the command, so adoption records the run as
+// lost, not as a success. A command that itself exits 211 in a warm
+// container and is adopted after such a crash is recorded as lost too.
+const launcherNoScript = 211
 
 // shellVars are the variables busybox ash exports by itself; the script
 // unsets those the container's environment did not have, so the command

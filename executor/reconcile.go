@@ -194,6 +194,9 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 		}
 		defer e.remove(r, c.ID)
 		return e.attachAndRun(ctx, r, set, res)
+	case c.Labels[LabelPool] != "" && s.ExitCode == launcherNoScript:
+		e.remove(r, c.ID)
+		return e.lostOnRestart(r, res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
 	default:
 		// It exited while no gateway watched it.
 		if t, ok := parseDockerTime(s.StartedAt); ok {

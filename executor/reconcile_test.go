@@ -97,6 +97,12 @@ func TestAdopt(t *testing.T) {
 			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
+			name:    "warm container whose command never came is lost",
+			command: []string{"/bin/sh", "-c", executor.Launcher, "sandgate-launcher"},
+			start:   true, exited: true, warm: true, outcome: sandgate.OutcomeLost, exit: -1,
+			events: []sandgate.EventType{sandgate.EventRunLost, sandgate.EventContainerRemoved},
+		},
+		{
 			name:    "warm container of another node is not adopted",
 			command: []string{"sh", "-c", "exit 6"},
 			start:   true, exited: true, warm: true, foreign: true, outcome: sandgate.OutcomeLost, exit: -1,
