@@ -156,9 +156,11 @@ func (p *Principals) Authenticate(token string) (sandgate.Principal, bool) {
 }
 
 // limiters keeps one token bucket per source address, forgetting those idle
-// for longer than a bucket takes to refill.
+// for longer than a bucket takes to refill. A source without a bucket has a
+// full one, so checking a source that never spent a token takes a read lock
+// and a map lookup, and creates nothing.
 type limiters struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	rate   rate.Limit
 	burst  int
 	now    func() time.Time
@@ -175,6 +177,18 @@ func newLimiters(r float64, burst int, now func() time.Time) *limiters {
 	return &limiters{rate: rate.Limit(r), burst: burst, now: now, byAddr: map[string]*addrLimiter{}}
 }
 
+// lookup returns addr's bucket, or nil when it has none.
+func (l *limiters) lookup(addr string) *rate.Limiter {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if a, ok := l.byAddr[addr]; ok {
+		return a.lim
+	}
+	return nil
+}
+
+// get returns addr's bucket, making it when addr has none, and marks addr
+// as seen.
 func (l *limiters) get(addr string) *rate.Limiter {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -199,7 +213,8 @@ func (l *limiters) get(addr string) *rate.Limiter {
 
 // exhausted reports whether addr has no token left, without spending one.
 func (l *limiters) exhausted(addr string) bool {
-	return l.get(addr).TokensAt(l.now()) < 1
+	lim := l.lookup(addr)
+	return lim != nil && lim.TokensAt(l.now()) < 1
 }
 
 // spend takes one token from addr's bucket.

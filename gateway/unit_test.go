@@ -570,3 +570,41 @@ func TestSpecDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitersCleanSource checks that asking about a source that never
+// failed finds no bucket and makes none, and that a source's failures
+// exhaust it until its bucket refills.
+func TestLimitersCleanSource(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l := newLimiters(1, 2, func() time.Time { return now })
+	tests := []struct {
+		name    string
+		spend   int
+		advance time.Duration
+		want    bool
+	}{
+		{"never failed", 0, 0, false},
+		{"one failure", 1, 0, false},
+		{"burst spent", 1, 0, true},
+		{"refilled", 0, time.Second, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for range tc.spend {
+				l.spend("10.0.0.1")
+			}
+			now = now.Add(tc.advance)
+			if got := l.exhausted("10.0.0.1"); got != tc.want {
+				t.Errorf("exhausted = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for range 100 {
+		if l.exhausted("10.0.0.2") {
+			t.Fatal("a clean source is exhausted")
+		}
+	}
+	if n := len(l.byAddr); n != 1 {
+		t.Errorf("%d buckets, want 1 (only the source that failed)", n)
+	}
+}
