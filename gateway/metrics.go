@@ -3,6 +3,8 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +49,10 @@ type Metrics struct {
 	containerStart   prometheus.Histogram
 	containerCleanup prometheus.Histogram
 	orphansRemoved   prometheus.Counter
+
+	// requests caches httpDuration's children by requestKey, so that a
+	// request neither formats its status nor hashes its labels again.
+	requests sync.Map
 
 	containers atomic.Int64
 	timesMu    sync.Mutex
@@ -153,6 +159,30 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// requestKey names one series of the request duration histogram.
+type requestKey struct {
+	method, route string
+	status        int
+}
+
+// observeRequest records one request's duration. A method outside the
+// standard ones is counted as "other": the method comes from the client,
+// and each new label value would be a new series kept for ever.
+func (m *Metrics) observeRequest(method, route string, status int, d time.Duration) {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+	default:
+		method = "other"
+	}
+	k := requestKey{method: method, route: route, status: status}
+	o, ok := m.requests.Load(k)
+	if !ok {
+		o, _ = m.requests.LoadOrStore(k, m.httpDuration.WithLabelValues(method, route, strconv.Itoa(status)))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
 // attach connects the gauges that read from the gateway's parts.

@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -195,12 +194,24 @@ func principal(c echo.Context) sandgate.Principal {
 	return p
 }
 
-// logger returns the request's logger, which carries its correlation ID.
+// logger returns the request's logger, which carries its correlation ID
+// and, once authenticated, its principal. It is made on first use: most
+// requests log nothing but their request line, which observe writes with
+// its own attributes.
 func (s *Server) logger(c echo.Context) *slog.Logger {
 	if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
 		return l
 	}
-	return s.log
+	id := correlationID(c)
+	if id == "" {
+		return s.log
+	}
+	l := s.log.With("correlation_id", id)
+	if p := principal(c); p.Name != "" {
+		l = l.With("principal", p.Name)
+	}
+	c.Set(keyLogger, l)
+	return l
 }
 
 func (s *Server) routes() *echo.Echo {
@@ -280,7 +291,6 @@ func (s *Server) correlate(next echo.HandlerFunc) echo.HandlerFunc {
 			id = newUUIDv7()
 		}
 		c.Set(keyCorrelation, id)
-		c.Set(keyLogger, s.log.With("correlation_id", id))
 		c.Response().Header().Set("X-Correlation-ID", id)
 		return next(c)
 	}
@@ -300,13 +310,16 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			route = "unmatched"
 		}
 		elapsed := time.Since(start)
-		s.metrics.httpDuration.WithLabelValues(c.Request().Method, route, strconv.Itoa(status)).Observe(elapsed.Seconds())
-		attrs := []any{"method", c.Request().Method, "route", route, "status", status,
-			"duration_ms", elapsed.Milliseconds(), "source", c.RealIP()}
+		method := c.Request().Method
+		s.metrics.observeRequest(method, route, status, elapsed)
+		attrs := make([]slog.Attr, 0, 8)
+		attrs = append(attrs, slog.String("correlation_id", correlationID(c)), slog.String("method", method),
+			slog.String("route", route), slog.Int("status", status),
+			slog.Int64("duration_ms", elapsed.Milliseconds()), slog.String("source", c.RealIP()))
 		if p := principal(c); p.Name != "" {
-			attrs = append(attrs, "principal", p.Name, "team", p.Team)
+			attrs = append(attrs, slog.String("principal", p.Name), slog.String("team", p.Team))
 		}
-		s.logger(c).Info("request", attrs...)
+		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request", attrs...)
 		return nil
 	}
 }
@@ -351,7 +364,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 				sandgate.Errorf(sandgate.CodeUnauthenticated, "the bearer token is not valid"))
 		}
 		c.Set(keyPrincipal, p)
-		c.Set(keyLogger, s.logger(c).With("principal", p.Name))
+		if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
+			c.Set(keyLogger, l.With("principal", p.Name))
+		}
 		return next(c)
 	}
 }

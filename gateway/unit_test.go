@@ -608,3 +608,26 @@ func TestLimitersCleanSource(t *testing.T) {
 		t.Errorf("%d buckets, want 1 (only the source that failed)", n)
 	}
 }
+
+// TestMetricsMethodLabel checks that methods a client makes up share one
+// series instead of adding one each.
+func TestMetricsMethodLabel(t *testing.T) {
+	e := newEnv(t)
+	for _, m := range []string{"FOO1", "FOO2", http.MethodPatch} {
+		if r := e.do(m, "/v1/runs", tokAlice, ""); r.status != http.StatusMethodNotAllowed {
+			t.Fatalf("%s /v1/runs: %d", m, r.status)
+		}
+	}
+	body := string(e.do(http.MethodGet, "/metrics", "", "").body)
+	for _, want := range []string{
+		`sandgate_http_request_duration_seconds_count{method="other",route="/v1/runs",status="405"} 2`,
+		`sandgate_http_request_duration_seconds_count{method="PATCH",route="/v1/runs",status="405"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(body, "FOO") {
+		t.Errorf("metrics keep a made-up method")
+	}
+}
