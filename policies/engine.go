@@ -527,10 +527,11 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 // eval evaluates the decision query for input at now.
 //
 // Without an external cancel, OPA starts a goroutine per evaluation to
-// watch ctx, and waking it and its exit cost more than a short decision
-// itself (and add to its tail on a busy machine). context.AfterFunc
-// cancels the evaluation the same way without one: it starts a goroutine
-// only if ctx ends while the evaluation runs.
+// watch ctx: starting it, waking it and waiting for its exit is a quarter
+// of the cheapest evaluation's cost, and it wakes the other processor.
+// context.AfterFunc cancels the evaluation the same way without one (it
+// starts a goroutine only if ctx ends while the evaluation runs), and a
+// context that cannot end needs nothing at all.
 func (p *policy) eval(ctx context.Context, input ast.Value, now time.Time) (rego.ResultSet, error) {
 	cancel := evalNotCancellable
 	if ctx.Done() != nil {

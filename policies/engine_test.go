@@ -427,6 +427,28 @@ decision := {"allow": true, "violations": [], "mutations": [{"op": "replace", "p
 		}
 		assertDenied(t, d, policies.RulePolicyError)
 	})
+	t.Run("context ends during the evaluation", func(t *testing.T) {
+		// Without cancellation this decision takes minutes.
+		dir := t.TempDir()
+		writeFile(t, dir, "policy.rego", `package sandgate.admission
+
+decision := {"allow": count(_pairs) == 0, "violations": []}
+
+_pairs contains [i, j] if {
+	some i in numbers.range(1, 20000)
+	some j in numbers.range(1, 20000)
+	i == j + 20000
+}
+`)
+		e := newEngine(t, policies.Options{Dir: dir})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		d, err := e.Decide(ctx, sandgate.AdmissionInput{Request: baseSpec()})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want context.DeadlineExceeded", err)
+		}
+		assertDenied(t, d, policies.RulePolicyError)
+	})
 }
 
 func assertDenied(t *testing.T, d sandgate.Decision, rule string) {
