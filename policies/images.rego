@@ -8,15 +8,6 @@ package sandgate.admission
 
 import data.sandgate.config
 
-# _image_glob matches the image references the allowlist admits: an
-# allowed repository, optionally spelt with Docker Hub's prefixes, with any
-# tag and digest. One glob (compiled once, cached by OPA) per evaluation.
-_image_glob := concat("", [
-	"{,docker.io/,index.docker.io/}{,library/}{",
-	concat(",", config.allowed_images),
-	"}{,:*}{,@*}",
-])
-
 finding contains {
 	"rule": "image_allowlist",
 	"message": sprintf("image %q is not from an allowed repository (%s)", [input.request.image, concat(", ", config.allowed_images)]),
@@ -26,7 +17,17 @@ finding contains {
 	not _image_allowed
 }
 
-_image_allowed if glob.match(_image_glob, ["/"], input.request.image)
+# _image_allowed: the image matches the glob of the references the
+# allowlist admits: an allowed repository, optionally spelt with Docker
+# Hub's prefixes, with any tag and digest. OPA compiles each glob once.
+_image_allowed if {
+	pattern := concat("", [
+		"{,docker.io/,index.docker.io/}{,library/}{",
+		concat(",", config.allowed_images),
+		"}{,:*}{,@*}",
+	])
+	glob.match(pattern, ["/"], input.request.image)
+}
 
 finding contains {
 	"rule": "image_digest",
