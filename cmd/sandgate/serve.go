@@ -61,7 +61,12 @@ func serve(ctx context.Context, a *app) error {
 		return err
 	}
 	tuneGC()
-	logger := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	// Every request writes a log line under the handler's lock: a
+	// destination that stalls must not stall them all. Deferred first, so
+	// that it is written out last, after everything below has logged.
+	logw := newLogWriter(a.stderr, logBufferBytes)
+	defer logw.Close()
+	logger := slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
 
 	principals, devToken, err := loadPrincipals(cfg)
