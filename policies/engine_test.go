@@ -56,6 +56,59 @@ func TestDecisionFields(t *testing.T) {
 	}
 }
 
+// TestConcurrentDecisions runs decisions side by side (under -race in make
+// test): their inputs share the terms the engine makes once.
+func TestConcurrentDecisions(t *testing.T) {
+	e := newEngine(t, policies.Options{IDs: func() string { return "d" }})
+	violating, bridged := baseSpec(), baseSpec()
+	violating.Privileged, violating.Network, violating.CapAdd = true, "host", []string{"SYS_ADMIN"}
+	bridged.Network, bridged.PullPolicy = "bridge", sandgate.PullAlways
+	type job struct {
+		spec      sandgate.RunSpec
+		airGapped bool
+	}
+	var jobs []job
+	var want []sandgate.Decision
+	for _, s := range []sandgate.RunSpec{baseSpec(), violating, bridged} {
+		for _, airGapped := range []bool{false, true} {
+			n, err := sandgate.Normalize(s, e.Defaults())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := e.Decide(context.Background(), sandgate.AdmissionInput{Request: n, Settings: sandgate.Settings{AirGapped: airGapped}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs = append(jobs, job{n, airGapped})
+			want = append(want, d)
+		}
+	}
+	errs := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i := range 50 {
+				k := (g + i) % len(jobs)
+				ctx, cancel := context.WithCancel(context.Background())
+				d, err := e.Decide(ctx, sandgate.AdmissionInput{Request: jobs[k].spec, Settings: sandgate.Settings{AirGapped: jobs[k].airGapped}})
+				cancel()
+				if err == nil && !cmp.Equal(want[k], d) {
+					err = errors.New(cmp.Diff(want[k], d))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent decision differs (-sequential +concurrent):\n%v", err)
+		}
+	}
+}
+
 func TestDefaultsFromData(t *testing.T) {
 	dir := copyBundle(t)
 	editData(t, dir, `"user": "10001:10001"`, `"user": "20000:20000"`)
