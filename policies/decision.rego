@@ -52,9 +52,21 @@ decision := {
 
 # A finding is a deny unless its action says "warn"; so a finding that
 # forgets its action still blocks.
-violations := [r | some r in _results; object.get(r, "action", "deny") != "warn"]
+violations := array.concat(
+	[r | some r in _results; is_object(r); object.get(r, "action", "deny") != "warn"],
+	[_malformed(f) | some f in finding; not is_object(f)],
+)
 
-warnings := [r | some r in _results; object.get(r, "action", "deny") == "warn"]
+# _malformed reports a finding that is not an object (a bug in a rule) as a
+# deny of its own, so that a broken rule blocks instead of vanishing.
+_malformed(f) := {
+	"rule": "policy.malformed_finding",
+	"message": sprintf("a rule of the policy bundle produced a finding that is not an object: %v", [f]),
+	"controls": [],
+	"action": "deny",
+}
+
+warnings := [r | some r in _results; is_object(r); object.get(r, "action", "deny") == "warn"]
 
 mutations := [m | some m in mutation]
 
@@ -62,7 +74,7 @@ mutations := [m | some m in mutation]
 # and every finding is an object whose action is "deny". sort(finding) is
 # then exactly `violations`: a set is iterated in sorted order. Counting
 # the denies, rather than looking for a warn, also sends a finding that is
-# not an object down the general path, which drops it as before.
+# not an object down the general path, which reports it as a deny.
 _plain_denies if {
 	count(config.exemptions) == 0
 	count(config.actions) == 0
@@ -76,7 +88,7 @@ _results := finding if {
 } else := finding if {
 	count(_active_exemptions) == 0
 	count(config.actions) == 0
-} else := {_result(f) | some f in finding}
+} else := {_result(f) | some f in finding; is_object(f)}
 
 # _result is the finding as reported: with its action, or turned into a warn
 # by an active exemption. It keeps every field of the finding, so that a

@@ -152,3 +152,18 @@ test_plain_denies_lists_every_finding if {
 	{v.rule | some v in d.violations} == {"no_privileged", "no_published_ports", "host_pid"}
 	d.warnings == []
 }
+
+test_a_finding_that_is_not_an_object_denies if {
+	d := admission.decision with input as fixtures.input_with({})
+		with admission.finding as {"oops"}
+	d.allow == false
+	fixtures.denied_by(d, "policy.malformed_finding")
+}
+
+test_a_malformed_finding_denies_next_to_a_warn if {
+	d := admission.decision with input as fixtures.input_with({})
+		with admission.finding as {"oops", {"rule": "r", "message": "m", "controls": ["x"], "action": "warn"}}
+	d.allow == false
+	fixtures.denied_by(d, "policy.malformed_finding")
+	fixtures.warned_by(d, "r")
+}
