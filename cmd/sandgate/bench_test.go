@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway"
 )
 
@@ -298,7 +299,7 @@ func BenchmarkReviewWrk(b *testing.B) {
 	if err != nil {
 		b.Fatalf("wrk is not installed (apt-get install wrk; make bench installs it): %v", err)
 	}
-	s := startServer(b)
+	s := startServerLoggingToFile(b)
 	seconds := benchInt("SANDGATE_BENCH_WRK_SECONDS", 15)
 	conns := benchInt("SANDGATE_BENCH_WRK_CONNECTIONS", 32)
 	threads := benchInt("SANDGATE_BENCH_WRK_THREADS", 2)
@@ -389,6 +390,69 @@ func BenchmarkReviewWrk(b *testing.B) {
 	b.Logf("the trail committed %.0f reviews/s while wrk ran; %d answered reviews were not yet committed when it stopped, all were %v later",
 		committedRate, backlog, catchUp.Round(time.Millisecond))
 	b.Logf("wrk -t%d -c%d -d%ds --latency:\n%s", threads, conns, seconds, out)
+}
+
+// startServerLoggingToFile is startServer with the server's log in a file,
+// where a deployed server's stderr goes, instead of the harness's
+// in-memory buffer. That buffer holds every line, 20-40 MB by the end of
+// a run, and each time it grows it is copied to fresh memory: in an
+// execution trace the goroutine writing the log held one of the two CPUs
+// for 130 ms doing so, a stall a deployed server does not have. The log's
+// tail is shown when the benchmark fails.
+func startServerLoggingToFile(b *testing.B) *testServer {
+	b.Helper()
+	executortest.RequireDocker(b)
+	state := b.TempDir()
+	env := map[string]string{
+		"SANDGATE_LISTEN":       "127.0.0.1:0",
+		"SANDGATE_DEV":          "1",
+		"SANDGATE_DATABASE_URL": audittest.NewDatabase(b),
+		"SANDGATE_SPOOL_DIR":    state + "/spool",
+		"SANDGATE_NODE":         "test-" + randomHex(b, 4),
+		"DOCKER_HOST":           executortest.DockerHost(),
+	}
+	logPath := filepath.Join(state, "server.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tail := func() string {
+		raw, _ := os.ReadFile(logPath)
+		return string(raw[max(0, len(raw)-64<<10):])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &testServer{DSN: env["SANDGATE_DATABASE_URL"], Node: env["SANDGATE_NODE"], Env: env,
+		cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	type listening struct{ addr, token string }
+	ready := make(chan listening, 1)
+	go func() {
+		s.done <- runApp(ctx, []string{"serve"}, env, logFile, func(addr, token string) { ready <- listening{addr, token} })
+	}()
+	select {
+	case l := <-ready:
+		s.URL, s.Token = "http://"+l.addr, l.token
+	case err := <-s.done:
+		cancel()
+		b.Fatalf("sandgate serve exited before listening: %v\n%s", err, tail())
+	case <-time.After(60 * time.Second):
+		cancel()
+		b.Fatalf("sandgate serve did not listen within 60s\n%s", tail())
+	}
+	if s.Client, err = gateway.NewClient(s.URL, s.Token); err != nil {
+		b.Fatal(err)
+	}
+	s.waitReady(b)
+	b.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			b.Errorf("sandgate serve: %v", err)
+		}
+		logFile.Close()
+		assertNoContainers(b, s.Node)
+		if b.Failed() {
+			b.Logf("server log (tail of %s):\n%s", logPath, tail())
+		}
+	})
+	return s
 }
 
 // reviewsWithin reads the server's request latency histogram from
