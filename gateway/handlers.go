@@ -329,7 +329,8 @@ func knownEventType(t sandgate.EventType) bool {
 		sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventRunCancelled,
 		sandgate.EventRunFailed, sandgate.EventRunLost, sandgate.EventContainerRemoved,
 		sandgate.EventExecutorRetry, sandgate.EventOrphanRemoved, sandgate.EventPolicyLoaded,
-		sandgate.EventPolicyLoadFailed, sandgate.EventAuthDenied, sandgate.EventAuditExported:
+		sandgate.EventPolicyLoadFailed, sandgate.EventAuthDenied, sandgate.EventAuditExported,
+		sandgate.EventAuditArchived, sandgate.EventRetentionApplied:
 		return true
 	}
 	return false
