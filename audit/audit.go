@@ -381,6 +381,33 @@ func (s *Store) fill(ev *sandgate.Event) {
 	}
 }
 
+// QueueDepth returns how many events wait for their writer (both chains),
+// not counting those already in the spool: the gateway exports it as
+// sandgate_audit_queue_depth.
+func (s *Store) QueueDepth() int {
+	if s.w == nil {
+		return 0
+	}
+	n := s.w.queuedEvents()
+	if s.dw != s.w {
+		n += s.dw.queuedEvents()
+	}
+	return n
+}
+
+// SpoolBytes returns the size of the local spool files (both chains):
+// events sealed while Postgres was away and not yet delivered.
+func (s *Store) SpoolBytes() int64 {
+	if s.w == nil {
+		return 0
+	}
+	n := s.w.sp.bytes.Load()
+	if s.dw != s.w {
+		n += s.dw.sp.bytes.Load()
+	}
+	return n
+}
+
 // Ready reports whether a Record can commit now: Postgres answers and the
 // spool has room. Otherwise it returns AUDIT-UNAVAILABLE with the reason.
 func (s *Store) Ready(ctx context.Context) error {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -50,6 +51,9 @@ type spool struct {
 	lock *os.File
 	size int64
 	max  int64
+	// bytes mirrors size for readers outside the writer goroutine
+	// (metrics).
+	bytes atomic.Int64
 }
 
 // openSpool locks dir for this process, opens the spool in it and returns
@@ -110,7 +114,9 @@ func openSpool(dir string, max int64, logf func(msg string, args ...any)) (*spoo
 		lock.Close()
 		return nil, nil, fmt.Errorf("seek spool: %w", err)
 	}
-	return &spool{dir: dir, f: f, lock: lock, size: good, max: max}, recs, nil
+	sp := &spool{dir: dir, f: f, lock: lock, size: good, max: max}
+	sp.bytes.Store(good)
+	return sp, recs, nil
 }
 
 // readSpool reads records from the start of f until the end or the first
@@ -202,6 +208,7 @@ func (s *spool) append(recs []*sealed) error {
 		return fmt.Errorf("sync spool: %w", err)
 	}
 	s.size += int64(len(buf))
+	s.bytes.Store(s.size)
 	return nil
 }
 
@@ -217,6 +224,7 @@ func (s *spool) reset() error {
 		return fmt.Errorf("sync spool: %w", err)
 	}
 	s.size = 0
+	s.bytes.Store(0)
 	return nil
 }
 

@@ -20,9 +20,7 @@ const pgSocket = "/var/run/postgresql/.s.PGSQL.5432"
 // every event is delivered exactly once, in one gapless chain, also across
 // a restart of the writer with events still in the spool.
 func TestPostgresStoppedMidStream(t *testing.T) {
-	if _, err := os.Stat(pgSocket); err != nil {
-		t.Skipf("no local Postgres socket for the proxy: %v", err)
-	}
+	requirePGSocket(t)
 	_, db := newDB(t)
 	p := newProxy(t, pgSocket)
 	dsn := proxiedDSN(t, db, p)
@@ -61,9 +59,16 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	if got := rows(); got != 50 {
 		t.Fatalf("rows while cut = %d, want 50", got)
 	}
+	if got, want := s.SpoolBytes(), fileSize(t, filepath.Join(spoolDir, spoolFile)); got != want || got == 0 {
+		t.Errorf("SpoolBytes while cut = %d, want the spool file's %d", got, want)
+	}
 
 	p.restore()
 	waitFor(t, "spooled events delivered", 10*time.Second, func() bool { return rows() == 151 })
+	waitFor(t, "the spool emptied", 10*time.Second, func() bool { return s.SpoolBytes() == 0 })
+	if n := s.QueueDepth(); n != 0 {
+		t.Errorf("QueueDepth after delivery = %d, want 0", n)
+	}
 	if err := s.Record(context.Background(), sandgate.Event{Type: sandgate.EventAdmissionAllowed, RunID: "after"}); err != nil {
 		t.Fatalf("Record after restore: %v", err)
 	}
@@ -111,9 +116,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 // TestSpoolFullStopsReadinessNeverDrops: a full spool makes Ready fail;
 // the events wait in memory and all arrive when Postgres returns.
 func TestSpoolFullStopsReadinessNeverDrops(t *testing.T) {
-	if _, err := os.Stat(pgSocket); err != nil {
-		t.Skipf("no local Postgres socket for the proxy: %v", err)
-	}
+	requirePGSocket(t)
 	_, db := newDB(t)
 	p := newProxy(t, pgSocket)
 	s := testStore(t, proxiedDSN(t, db, p), func(c *Config) { c.SpoolMaxBytes = 8192 })
@@ -125,6 +128,9 @@ func TestSpoolFullStopsReadinessNeverDrops(t *testing.T) {
 		s.Emit(lifecycle(i, "full"))
 	}
 	waitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
+	if n := s.QueueDepth(); n == 0 {
+		t.Errorf("QueueDepth with a full spool = 0, want the events waiting in memory")
+	}
 	if err := s.Ready(context.Background()); !isCode(err, sandgate.CodeAuditUnavailable) {
 		t.Fatalf("Ready with a full spool = %v, want AUDIT-UNAVAILABLE", err)
 	}
@@ -228,4 +234,25 @@ func spoolFrame(t *testing.T, seq int) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// requirePGSocket needs the local Postgres socket the proxy forwards to:
+// a failure in CI (CI=true), a skip elsewhere.
+func requirePGSocket(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(pgSocket); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("the local Postgres socket is required (CI=true): %v", err)
+		}
+		t.Skipf("no local Postgres socket for the proxy: %v", err)
+	}
 }

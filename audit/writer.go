@@ -891,6 +891,17 @@ func (w *writer) queueSnapshot() []*request {
 	return append([]*request(nil), w.queue...)
 }
 
+// queuedEvents returns how many events the queued requests hold.
+func (w *writer) queuedEvents() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, r := range w.queue {
+		n += len(r.events)
+	}
+	return n
+}
+
 // queued returns how many requests wait for the writer.
 func (w *writer) queued() int {
 	w.mu.Lock()
