@@ -381,9 +381,9 @@ func (s *Store) fill(ev *sandgate.Event) {
 	}
 }
 
-// QueueDepth returns how many events wait for their writer (both chains),
-// not counting those already in the spool: the gateway exports it as
-// sandgate_audit_queue_depth.
+// QueueDepth returns how many events wait to be committed (both chains):
+// queued for their writer, or sealed and waiting for Postgres in the spool
+// or in memory. The gateway exports it as sandgate_audit_queue_depth.
 func (s *Store) QueueDepth() int {
 	if s.w == nil {
 		return 0

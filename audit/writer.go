@@ -49,6 +49,7 @@ type writer struct {
 	done    chan struct{}
 
 	spoolFull atomic.Bool
+	pendingN  atomic.Int64 // len(pending), for QueueDepth
 
 	// Owned by the writer goroutine.
 	headSeq     int64
@@ -131,6 +132,7 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 		}
 	}
 	w.pending = recs
+	w.pendingN.Store(int64(len(w.pending)))
 	if len(recs) > 0 {
 		w.logf("audit: delivering spooled events", "count", len(recs), "chain_id", w.chainID)
 	}
@@ -480,6 +482,7 @@ func (w *writer) spoolEvents(events []sandgate.Event, reqs []*request) bool {
 		return false
 	}
 	w.pending = append(w.pending, recs...)
+	w.pendingN.Store(int64(len(w.pending)))
 	return true
 }
 
@@ -489,12 +492,14 @@ func (w *writer) addPending(recs []*sealed) {
 	if !w.memOnly && !w.spoolFull.Load() {
 		if err := w.sp.append(recs); err == nil {
 			w.pending = append(w.pending, recs...)
+			w.pendingN.Store(int64(len(w.pending)))
 			return
 		}
 		w.spoolFull.Store(true)
 	}
 	w.memOnly = true
 	w.pending = append(w.pending, recs...)
+	w.pendingN.Store(int64(len(w.pending)))
 }
 
 // ok notes that Postgres took a batch with nothing pending: the spool is
@@ -532,8 +537,10 @@ func (w *writer) deliver(force bool) {
 			}
 		}
 		w.pending = w.pending[len(chunk):]
+		w.pendingN.Store(int64(len(w.pending)))
 	}
 	w.pending = nil
+	w.pendingN.Store(int64(len(w.pending)))
 	if err := w.sp.reset(); err != nil {
 		w.cfg.Logger.Error("audit: cannot empty the delivered spool; it will be redelivered (idempotently)", "err", err)
 	} else {
@@ -891,11 +898,13 @@ func (w *writer) queueSnapshot() []*request {
 	return append([]*request(nil), w.queue...)
 }
 
-// queuedEvents returns how many events the queued requests hold.
+// queuedEvents returns how many events wait for Postgres: those the queued
+// requests hold and those sealed but not yet delivered (spooled, or kept
+// in memory when the spool is full).
 func (w *writer) queuedEvents() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
+	n := int(w.pendingN.Load())
 	for _, r := range w.queue {
 		n += len(r.events)
 	}
