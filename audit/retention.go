@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -513,7 +512,7 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("read archive: %w", err)
 	}
 	defer f.Close()
-	var h hash.Hash = sha256.New()
+	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", fmt.Errorf("read archive: %w", err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
 	"fmt"
 	"os"
 	"os/user"
@@ -20,8 +19,13 @@ import (
 // store with a chain of their own (persisted under SANDGATE_SPOOL_DIR/admin)
 // signed with SANDGATE_SIGNING_KEY_FILE.
 
-// openAdminTrail opens a writing store for an operator's command.
-func openAdminTrail(ctx context.Context, a *app, keys []ed25519.PublicKey) (*audit.Store, error) {
+// openAdminTrail opens a writing store for an operator's command, trusting
+// the public keys in keyFiles besides its own.
+func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Store, error) {
+	keys, err := loadKeys(keyFiles, "")
+	if err != nil {
+		return nil, err
+	}
 	return audit.Open(ctx, audit.Config{
 		DSN:                a.cfg.DatabaseURL,
 		SpoolDir:           filepath.Join(a.cfg.SpoolDir, "admin"),
@@ -99,11 +103,7 @@ Checkpoints of other gateways are checked against the --public-key files.`,
 			if (len(partitions) == 0) == (before == "") {
 				return sandgate.FieldError("partition", "give --partition (repeatable) or --before, not both")
 			}
-			keys, err := loadKeys(keyFiles, "")
-			if err != nil {
-				return err
-			}
-			s, err := openAdminTrail(cmd.Context(), a, keys)
+			s, err := openAdminTrail(cmd.Context(), a, keyFiles)
 			if err != nil {
 				return err
 			}
@@ -173,11 +173,7 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 			if err != nil {
 				return err
 			}
-			keys, err := loadKeys(keyFiles, "")
-			if err != nil {
-				return err
-			}
-			s, err := openAdminTrail(cmd.Context(), a, keys)
+			s, err := openAdminTrail(cmd.Context(), a, keyFiles)
 			if err != nil {
 				return err
 			}
