@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -208,4 +209,140 @@ func jsonKind(k string) string {
 		return "a value of the right type"
 	}
 	return "a " + k
+}
+
+// Document returns s as the generic JSON document it encodes to: what
+// decoding its JSON with json.Decoder.UseNumber gives (objects as
+// map[string]any, arrays as []any, numbers as json.Number), built without
+// the round trip. The gateway masks secrets in it and the audit trail
+// stores it; both would otherwise encode and decode every spec.
+// TestRunSpecDocument holds it to the JSON encoding, field by field.
+func (s RunSpec) Document() map[string]any {
+	d := make(map[string]any, 16)
+	d["image"] = s.Image
+	d["command"] = stringsDoc(s.Command)
+	setString(d, "stdin", s.Stdin)
+	if len(s.Env) > 0 {
+		d["env"] = stringMapDoc(s.Env)
+	}
+	setString(d, "workdir", s.Workdir)
+	setString(d, "user", s.User)
+	if len(s.Mounts) > 0 {
+		ms := make([]any, len(s.Mounts))
+		for i, m := range s.Mounts {
+			md := map[string]any{"source": m.Source, "target": m.Target, "read_only": m.ReadOnly}
+			setString(md, "propagation", m.Propagation)
+			setString(md, "resolved", m.Resolved)
+			ms[i] = md
+		}
+		d["mounts"] = ms
+	}
+	if len(s.Volumes) > 0 {
+		vs := make([]any, len(s.Volumes))
+		for i, v := range s.Volumes {
+			vd := map[string]any{"name": v.Name, "target": v.Target}
+			if v.ReadOnly {
+				vd["read_only"] = true
+			}
+			vs[i] = vd
+		}
+		d["volumes"] = vs
+	}
+	setString(d, "network", s.Network)
+	r := make(map[string]any, 5)
+	setInt(r, "memory_mb", s.Resources.MemoryMB)
+	if s.Resources.CPUs != 0 {
+		r["cpus"] = floatNumber(s.Resources.CPUs)
+	}
+	setInt(r, "pids", s.Resources.Pids)
+	setInt(r, "tmpfs_mb", s.Resources.TmpfsMB)
+	setInt(r, "nofile", s.Resources.Nofile)
+	d["resources"] = r
+	setInt(d, "timeout_seconds", int64(s.TimeoutSeconds))
+	setInt(d, "output_limit_bytes", s.OutputLimitBytes)
+	setString(d, "pull_policy", string(s.PullPolicy))
+	setString(d, "session_id", s.SessionID)
+	setString(d, "task_id", s.TaskID)
+	if len(s.Labels) > 0 {
+		d["labels"] = stringMapDoc(s.Labels)
+	}
+	d["privileged"] = s.Privileged
+	setStrings(d, "cap_add", s.CapAdd)
+	setStrings(d, "devices", s.Devices)
+	if len(s.Sysctls) > 0 {
+		d["sysctls"] = stringMapDoc(s.Sysctls)
+	}
+	setString(d, "pid_mode", s.PIDMode)
+	setString(d, "ipc_mode", s.IPCMode)
+	setString(d, "uts_mode", s.UTSMode)
+	setString(d, "userns_mode", s.UsernsMode)
+	setStrings(d, "security_opt", s.SecurityOpt)
+	if s.ReadOnlyRootfs != nil {
+		d["read_only_rootfs"] = *s.ReadOnlyRootfs
+	}
+	setStrings(d, "ports", s.Ports)
+	if s.UID != nil {
+		d["uid"] = json.Number(strconv.FormatInt(*s.UID, 10))
+	}
+	if s.GID != nil {
+		d["gid"] = json.Number(strconv.FormatInt(*s.GID, 10))
+	}
+	if o := s.Security; o != nil {
+		d["security"] = map[string]any{
+			"seccomp": o.Seccomp, "apparmor": o.AppArmor, "no_new_privileges": o.NoNewPrivileges,
+			"label": stringsDoc(o.Label), "systempaths": o.SystemPaths,
+		}
+	}
+	return d
+}
+
+// stringsDoc is ss as a JSON document: null when nil, as encoding/json has it.
+func stringsDoc(ss []string) any {
+	if ss == nil {
+		return nil
+	}
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+func stringMapDoc(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// setString, setInt and setStrings set an omitempty field: only when it is
+// not empty.
+func setString(d map[string]any, k, v string) {
+	if v != "" {
+		d[k] = v
+	}
+}
+
+func setInt(d map[string]any, k string, v int64) {
+	if v != 0 {
+		d[k] = json.Number(strconv.FormatInt(v, 10))
+	}
+}
+
+func setStrings(d map[string]any, k string, v []string) {
+	if len(v) > 0 {
+		d[k] = stringsDoc(v)
+	}
+}
+
+// floatNumber is f as encoding/json writes it.
+func floatNumber(f float64) any {
+	b, err := json.Marshal(f)
+	if err != nil {
+		// NaN and infinities have no JSON form; encoding the spec fails
+		// for them too.
+		return nil
+	}
+	return json.Number(b)
 }

@@ -321,7 +321,7 @@ func (s *Store) Emit(ev sandgate.Event) {
 		s.cfg.Logger.Error("audit: event emitted to a read-only store", "event", ev)
 		return
 	}
-	s.w.enqueue(&request{events: []sandgate.Event{ev}})
+	s.w.enqueue(&request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}})
 }
 
 // Record commits events durably, in order, with synchronous commit, and
@@ -337,10 +337,10 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	evs := make([]sandgate.Event, len(events))
+	evs := make([]canonical, len(events))
 	for i, ev := range events {
 		s.fill(&ev)
-		evs[i] = ev
+		evs[i] = mustCanonicalize(ev, s.cfg.Logger)
 	}
 	return s.await(ctx, &request{events: evs, done: make(chan error, 1), ctx: ctx})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -61,14 +62,28 @@ func cleanText(s string) string {
 // microseconds in UTC and its payload in canonical form (numbers kept as
 // written, strings cleaned), and its canonical body bytes.
 func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
-	ev, data, _, err := canonicalEventPayload(ev, recordedAt)
-	return ev, data, err
+	c, err := canonicalize(ev)
+	if err != nil {
+		return c.Event, nil, err
+	}
+	data, err := c.body(recordedAt)
+	return c.Event, data, err
 }
 
-// canonicalEventPayload is canonicalEvent that also returns the payload's
-// canonical JSON (nil without a payload), encoded once for the body and
-// for the payload column.
-func canonicalEventPayload(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, json.RawMessage, error) {
+// canonical is an event in canonical form with its payload encoded: all a
+// writer has left to do is stamp, hash and store it. Producers make it
+// (Emit, Record), so the costly part of an event's encoding is spread over
+// their goroutines instead of queueing in the one writer per chain.
+type canonical struct {
+	sandgate.Event
+	// payload is Event.Payload's canonical JSON, nil without a payload.
+	payload json.RawMessage
+}
+
+// canonicalize cleans ev's text, truncates its time to microseconds in UTC
+// and encodes its payload canonically (numbers kept as written, strings
+// cleaned), once.
+func canonicalize(ev sandgate.Event) (canonical, error) {
 	ev.ID = cleanText(ev.ID)
 	ev.Type = sandgate.EventType(cleanText(string(ev.Type)))
 	ev.Time = pgTime(ev.Time)
@@ -76,36 +91,51 @@ func canonicalEventPayload(ev sandgate.Event, recordedAt time.Time) (sandgate.Ev
 		&ev.ContainerID, &ev.Actor, &ev.Team, &ev.Node, &ev.PolicyRevision} {
 		*p = cleanText(*p)
 	}
-	var payload json.RawMessage
-	if len(ev.Payload) > 0 {
-		var err error
-		if payload, err = plainPayload(ev.Payload); err != nil {
-			return ev, nil, nil, err
-		}
-		if payload == nil {
-			p, err := canonicalPayload(ev.Payload)
-			if err != nil {
-				return ev, nil, nil, err
-			}
-			ev.Payload = p
-			if payload, err = marshalCanonical(p); err != nil {
-				return ev, nil, nil, err
-			}
-		}
-	} else {
+	if len(ev.Payload) == 0 {
 		ev.Payload = nil
+		return canonical{Event: ev}, nil
 	}
+	payload, err := plainPayload(ev.Payload)
+	if err != nil {
+		return canonical{Event: ev}, err
+	}
+	if payload == nil {
+		p, err := canonicalPayload(ev.Payload)
+		if err != nil {
+			return canonical{Event: ev}, err
+		}
+		ev.Payload = p
+		if payload, err = marshalCanonical(p); err != nil {
+			return canonical{Event: ev}, err
+		}
+	}
+	return canonical{Event: ev, payload: payload}, nil
+}
+
+// mustCanonicalize is canonicalize for a producer that cannot fail: an
+// unencodable payload (the only failure) is replaced by one that says why,
+// so the event itself is still recorded.
+func mustCanonicalize(ev sandgate.Event, log *slog.Logger) canonical {
+	c, err := canonicalize(ev)
+	if err != nil {
+		log.Error("audit: payload not encodable; stored without it", "event_id", c.ID, "err", err)
+		c.Payload = map[string]any{"payload_error": err.Error()}
+		c, _ = canonicalize(c.Event)
+	}
+	return c
+}
+
+// body returns the canonical body bytes of c recorded at recordedAt: what
+// is stored and hashed.
+func (c *canonical) body(recordedAt time.Time) ([]byte, error) {
+	ev := &c.Event
 	b := body{
 		Actor: ev.Actor, ContainerID: ev.ContainerID, CorrelationID: ev.CorrelationID, DecisionID: ev.DecisionID,
 		EventID: ev.ID, EventTime: ev.Time.Format(timeLayout), ExitCode: ev.ExitCode, Node: ev.Node,
-		Outcome: ev.Outcome, Payload: payload, PolicyRevision: ev.PolicyRevision,
+		Outcome: ev.Outcome, Payload: c.payload, PolicyRevision: ev.PolicyRevision,
 		RecordedAt: pgTime(recordedAt).Format(timeLayout), RunID: ev.RunID, Team: ev.Team, Type: string(ev.Type),
 	}
-	data, err := marshalCanonical(&b)
-	if err != nil {
-		return ev, nil, nil, err
-	}
-	return ev, data, payload, nil
+	return marshalCanonical(&b)
 }
 
 // plainPayload returns p's canonical JSON when encoding it once gives it:
@@ -142,6 +172,13 @@ func plainValue(v any, depth int) bool {
 		}
 		return true
 	case []any:
+		for _, e := range x {
+			if !plainValue(e, depth+1) {
+				return false
+			}
+		}
+		return true
+	case []map[string]any:
 		for _, e := range x {
 			if !plainValue(e, depth+1) {
 				return false

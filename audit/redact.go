@@ -45,15 +45,13 @@ func Redact(key []byte, doc map[string]any, mask []string) map[string]any {
 // RedactSpec is Redact over a run spec's JSON form: what the gateway puts
 // in a decision's payload, with the decision's Mask.
 func RedactSpec(key []byte, spec sandgate.RunSpec, mask []string) map[string]any {
-	data, err := json.Marshal(spec)
-	if err != nil {
-		return map[string]any{"redact_error": err.Error()}
+	doc := spec.Document()
+	for _, path := range append([]string{"env"}, mask...) {
+		if path != "" {
+			redactPath(key, doc, strings.Split(path, "."))
+		}
 	}
-	var doc map[string]any
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return map[string]any{"redact_error": err.Error()}
-	}
-	return Redact(key, doc, mask)
+	return doc
 }
 
 // Redact is the package Redact with this Store's mask key.

@@ -22,7 +22,7 @@ import (
 
 // request is one Emit (done == nil) or Record (done != nil).
 type request struct {
-	events []sandgate.Event
+	events []canonical
 	done   chan error
 	ctx    context.Context // a Record's; once done before sealing, the events are not written
 	// also runs in the events' transaction, after they are inserted: the
@@ -303,23 +303,25 @@ func (w *writer) requeue(batch []*request) {
 }
 
 // seal assigns the next seq numbers and hashes to events.
-func (w *writer) seal(events []sandgate.Event) []*sealed {
+func (w *writer) seal(events []canonical) []*sealed {
 	now := w.cfg.Clock()
 	out := make([]*sealed, 0, len(events))
-	for _, ev := range events {
-		ev, body, payload, err := canonicalEventPayload(ev, now)
+	for i := range events {
+		c := &events[i]
+		body, err := c.body(now)
 		if err != nil {
-			// Only an unencodable payload gets here; keep the event and
-			// say why its payload is missing.
-			w.cfg.Logger.Error("audit: payload not encodable; stored without it", "event_id", ev.ID, "err", err)
-			ev.Payload = map[string]any{"payload_error": err.Error()}
-			ev, body, payload, _ = canonicalEventPayload(ev, now)
+			// canonicalize checked the payload; only a bug gets here. Keep
+			// the event and say why its payload is missing.
+			w.cfg.Logger.Error("audit: event not encodable; stored without its payload", "event_id", c.ID, "err", err)
+			c.Payload = map[string]any{"payload_error": err.Error()}
+			*c = mustCanonicalize(c.Event, w.cfg.Logger)
+			body, _ = c.body(now)
 		}
 		seq := w.headSeq + 1
 		h := ChainHash(w.headHash, w.chainID, seq, body)
 		out = append(out, &sealed{
-			Event: ev, ChainID: w.chainID, Seq: seq, RecordedAt: pgTime(now),
-			Body: body, PrevHash: w.headHash, Hash: h, payload: payload,
+			Event: c.Event, ChainID: w.chainID, Seq: seq, RecordedAt: pgTime(now),
+			Body: body, PrevHash: w.headHash, Hash: h, payload: c.payload,
 		})
 		w.headSeq, w.headHash = seq, h
 	}
@@ -338,7 +340,7 @@ func (w *writer) commit(batch []*request) bool {
 		w.commitWith(batch[0])
 		return true
 	}
-	var all, emits []sandgate.Event
+	var all, emits []canonical
 	var syncs, rest []*request
 	for _, r := range batch {
 		if r.done != nil && r.ctx != nil && r.ctx.Err() != nil {
@@ -460,7 +462,7 @@ func (w *writer) commitWith(r *request) {
 
 // spoolEvents seals lifecycle events into the spool. When the spool has no
 // room it leaves them queued and returns false.
-func (w *writer) spoolEvents(events []sandgate.Event, reqs []*request) bool {
+func (w *writer) spoolEvents(events []canonical, reqs []*request) bool {
 	if len(events) == 0 {
 		return true
 	}

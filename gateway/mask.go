@@ -39,16 +39,7 @@ func (m masker) spec(s sandgate.RunSpec, mask []string) any { return m.specDoc(s
 
 // specDoc is spec as a generic JSON document.
 func (m masker) specDoc(s sandgate.RunSpec, mask []string) map[string]any {
-	raw, err := json.Marshal(s)
-	if err != nil {
-		return map[string]any{"masking_error": err.Error()}
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var doc map[string]any
-	if err := dec.Decode(&doc); err != nil {
-		return map[string]any{"masking_error": err.Error()}
-	}
+	doc := s.Document()
 	if env, ok := doc["env"]; ok {
 		doc["env"] = m.all(env)
 	}
@@ -147,8 +138,7 @@ type Redactor interface {
 // secrets turns secrets into keyed hashes for the audit trail.
 type secrets interface {
 	// spec returns the spec, with env values, stdin and the mask paths
-	// hashed, as a value that encodes to the JSON object the trail keeps:
-	// a map, or a RunSpec when only env and stdin are masked.
+	// hashed, as the JSON document the trail keeps (RunSpec.Document).
 	spec(s sandgate.RunSpec, mask []string) any
 	// value hashes every scalar of v.
 	value(v any) any
@@ -161,36 +151,25 @@ func (r redactorSecrets) spec(s sandgate.RunSpec, mask []string) any {
 	if !onlyEnvAndStdin(mask) {
 		return r.r.RedactSpec(s, append(slices.Clone(mask), "stdin"))
 	}
-	// The default bundle masks just env and stdin. Hashing those values in
-	// a copy of the spec encodes to the same JSON as RedactSpec's document
-	// without its JSON round trip and deep copy, which were a third of a
-	// review's cost in the gateway. The copy shares the spec's slices: an
-	// admitted spec is not modified afterwards.
+	// The default bundle masks just env and stdin: hash those in the
+	// spec's document, which the trail then encodes once, as it is,
+	// without RedactSpec's deep copy.
+	doc := s.Document()
 	if len(s.Env) == 0 && s.Stdin == "" {
-		return s
+		return doc
 	}
-	doc := make(map[string]any, 2)
-	if len(s.Env) > 0 {
-		env := make(map[string]any, len(s.Env))
-		for k, v := range s.Env {
-			env[k] = v
-		}
-		doc["env"] = env
+	secrets := make(map[string]any, 2)
+	if env, ok := doc["env"]; ok {
+		secrets["env"] = env
 	}
-	if s.Stdin != "" {
-		doc["stdin"] = s.Stdin
+	if stdin, ok := doc["stdin"]; ok {
+		secrets["stdin"] = stdin
 	}
-	hashed := r.r.Redact(doc, []string{"stdin"})
-	if env, ok := hashed["env"].(map[string]any); ok {
-		s.Env = make(map[string]string, len(env))
-		for k, v := range env {
-			s.Env[k], _ = v.(string)
-		}
+	hashed := r.r.Redact(secrets, []string{"stdin"})
+	for k, v := range hashed {
+		doc[k] = v
 	}
-	if stdin, ok := hashed["stdin"].(string); ok {
-		s.Stdin = stdin
-	}
-	return s
+	return doc
 }
 
 // onlyEnvAndStdin reports whether mask names nothing but env and stdin.

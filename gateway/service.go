@@ -170,20 +170,26 @@ func (s *service) settings() sandgate.Settings {
 	return sandgate.Settings{AirGapped: s.cfg.AirGapped, MountRoots: roots}
 }
 
+// decisionPayload is the audit payload of a decision, secrets masked.
+// It is built of maps and slices only, not of the Violation structs, so
+// that the trail encodes it once, as it is (a struct's fields would not
+// come out in canonical key order).
 func (s *service) decisionPayload(dec sandgate.Decision) map[string]any {
 	return map[string]any{
 		"allow":      dec.Allow,
-		"violations": nonNil(dec.Violations),
-		"warnings":   nonNil(dec.Warnings),
+		"violations": violationDocs(dec.Violations),
+		"warnings":   violationDocs(dec.Warnings),
 		"mutations":  maskMutations(s.mask, dec.Mutations, dec.Mask),
 	}
 }
 
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
+// violationDocs is vs as the JSON documents the API shows, never null.
+func violationDocs(vs []sandgate.Violation) []map[string]any {
+	out := make([]map[string]any, len(vs))
+	for i, v := range vs {
+		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "action": v.Action}
 	}
-	return s
+	return out
 }
 
 // denial is the POLICY-DENIED error for a decision.
