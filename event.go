@@ -71,6 +71,12 @@ func (f EventSinkFunc) Emit(ev Event) { f(ev) }
 // Recorder is the audit trail as the gateway uses it.
 type Recorder interface {
 	EventSink
+	// Queue queues ev for the next group commit like Emit, but waits while
+	// the trail is too far behind, and returns AUDIT-UNAVAILABLE if ctx
+	// ends first; the event is then not queued. A producer that answers
+	// once its event is queued (a review) so never gets ahead of the
+	// trail by more than a bounded backlog.
+	Queue(ctx context.Context, ev Event) error
 	// Record commits the events durably (synchronous commit) before it
 	// returns, in order. It returns AUDIT-UNAVAILABLE when it cannot; the
 	// caller must then not act on what the events describe.

@@ -90,6 +90,11 @@ type Config struct {
 	// the two chains is by time only. Off, Record and Emit share one chain
 	// and a decision is committed in queue order with the events before it.
 	DecisionChain bool
+	// MaxBacklog is how many events may wait for the writer before Queue
+	// waits for room (default 512). It bounds what a producer that
+	// answers after Queue (a review) can get ahead of the trail: memory,
+	// and the events a crash could take with it. Emit is not bounded.
+	MaxBacklog int
 	// MaxConns caps the connection pool (default 8).
 	MaxConns int32
 	// Clock and IDs are injected for tests (defaults: time.Now, UUIDv7).
@@ -123,6 +128,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryInterval <= 0 {
 		c.RetryInterval = time.Second
+	}
+	if c.MaxBacklog <= 0 {
+		c.MaxBacklog = 512
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 8
@@ -322,6 +330,20 @@ func (s *Store) Emit(ev sandgate.Event) {
 		return
 	}
 	s.w.enqueue(&request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}})
+}
+
+// Queue queues a lifecycle event for the next group commit, like Emit,
+// but first waits while Config.MaxBacklog events already wait for the
+// writer. It returns AUDIT-UNAVAILABLE if ctx ends first (the trail has
+// fallen behind: Postgres is slow, or away with the spool full), and the
+// event is then not queued. While Postgres is away and the spool has room,
+// events are spooled as they come and Queue does not wait.
+func (s *Store) Queue(ctx context.Context, ev sandgate.Event) error {
+	if s.w == nil {
+		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
+	}
+	s.fill(&ev)
+	return s.w.enqueueWithin(ctx, &request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}}, s.cfg.MaxBacklog)
 }
 
 // Record commits events durably, in order, with synchronous commit, and

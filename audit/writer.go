@@ -43,6 +43,9 @@ type writer struct {
 
 	mu      sync.Mutex
 	queue   []*request
+	queueN   int           // events in queue
+	inflight int           // events taken from the queue, not yet committed or sealed
+	room     chan struct{} // closed when events settle, for enqueueWithin's waiters
 	closed  bool
 	notify  chan struct{}
 	closing chan struct{}
@@ -157,12 +160,70 @@ func (w *writer) enqueue(r *request) bool {
 		return false
 	}
 	w.queue = append(w.queue, r)
+	w.queueN += len(r.events)
 	w.mu.Unlock()
+	w.wake()
+	return true
+}
+
+// wake tells the writer goroutine that the queue has work.
+func (w *writer) wake() {
 	select {
 	case w.notify <- struct{}{}:
 	default:
 	}
-	return true
+}
+
+// enqueueWithin is enqueue for a producer that waits for room: while
+// limit or more events are queued or being committed, it waits for the
+// writer to settle some (commit or spool them), or for ctx. So a producer
+// that calls it cannot outrun the trail by more than limit events, however
+// fast it answers.
+func (w *writer) enqueueWithin(ctx context.Context, r *request, limit int) error {
+	for {
+		w.mu.Lock()
+		if w.closed {
+			w.mu.Unlock()
+			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
+		}
+		if w.queueN+w.inflight < limit {
+			w.queue = append(w.queue, r)
+			w.queueN += len(r.events)
+			w.mu.Unlock()
+			w.wake()
+			return nil
+		}
+		if w.room == nil {
+			w.room = make(chan struct{})
+		}
+		room := w.room
+		w.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return sandgate.WrapError(sandgate.CodeAuditUnavailable, ctx.Err(),
+				"the audit trail is %d events behind and did not catch up in time", limit)
+		}
+	}
+}
+
+// settle records that the events taken for a commit are settled:
+// committed, spooled, failed or put back in the queue (requeue counts
+// those). It releases the producers waiting for room.
+func (w *writer) settle() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight = 0
+	w.releaseWaiters()
+}
+
+// releaseWaiters wakes enqueueWithin's waiters to look again. The caller
+// holds mu.
+func (w *writer) releaseWaiters() {
+	if w.room != nil {
+		close(w.room)
+		w.room = nil
+	}
 }
 
 func (w *writer) isClosed() bool {
@@ -176,6 +237,7 @@ func (w *writer) close(ctx context.Context) error {
 	if !w.closed {
 		w.closed = true
 		close(w.closing)
+		w.releaseWaiters() // producers waiting for room learn that it closed
 	}
 	w.mu.Unlock()
 	select {
@@ -260,6 +322,7 @@ func (w *writer) take() []*request {
 	grab := func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		taken := n
 		i := 0
 		for ; i < len(w.queue); i++ {
 			r := w.queue[i]
@@ -274,6 +337,8 @@ func (w *writer) take() []*request {
 		if len(w.queue) == 0 {
 			w.queue = nil
 		}
+		w.queueN -= n - taken
+		w.inflight += n - taken
 	}
 	grab()
 	if len(batch) == 0 || sync || w.cfg.FlushInterval <= 0 || n >= w.cfg.MaxBatch {
@@ -299,6 +364,10 @@ func (w *writer) take() []*request {
 func (w *writer) requeue(batch []*request) {
 	w.mu.Lock()
 	w.queue = append(append([]*request(nil), batch...), w.queue...)
+	for _, r := range batch {
+		w.queueN += len(r.events)
+		w.inflight -= len(r.events)
+	}
 	w.mu.Unlock()
 }
 
@@ -336,6 +405,7 @@ func unavailable(err error) error {
 // It returns false when it could do neither (the spool is full), leaving
 // the lifecycle events queued.
 func (w *writer) commit(batch []*request) bool {
+	defer w.settle()
 	if len(batch) == 1 && batch[0].also != nil {
 		w.commitWith(batch[0])
 		return true
@@ -643,6 +713,8 @@ func (w *writer) finish() {
 	w.mu.Lock()
 	left := w.queue
 	w.queue = nil
+	w.queueN = 0
+	w.releaseWaiters()
 	w.mu.Unlock()
 	for _, r := range left {
 		if r.done != nil {
@@ -906,11 +978,7 @@ func (w *writer) queueSnapshot() []*request {
 func (w *writer) queuedEvents() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := int(w.pendingN.Load())
-	for _, r := range w.queue {
-		n += len(r.events)
-	}
-	return n
+	return int(w.pendingN.Load()) + w.queueN
 }
 
 // queued returns how many requests wait for the writer.

@@ -89,6 +89,14 @@ func (r *fakeRecorder) Emit(ev sandgate.Event) {
 	r.events = append(r.events, ev)
 }
 
+func (r *fakeRecorder) Queue(_ context.Context, ev sandgate.Event) error {
+	if r.failing.Load() {
+		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "the trail is behind")
+	}
+	r.Emit(ev)
+	return nil
+}
+
 func (r *fakeRecorder) Record(_ context.Context, evs ...sandgate.Event) error {
 	if r.failing.Load() {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "postgres is away")

@@ -520,11 +520,21 @@ func (s *service) review(ctx context.Context, p sandgate.Principal, corr string,
 	if dec.Allow {
 		outcome = "allowed"
 	}
-	s.d.Recorder.Emit(sandgate.Event{
+	// The review is answered once its event is queued, not committed, but
+	// never further ahead of the trail than its bounded backlog: under
+	// sustained load reviews are answered as fast as they are audited.
+	qctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	err = s.d.Recorder.Queue(qctx, sandgate.Event{
 		Type: sandgate.EventAdmissionReviewed, Time: s.now(), Outcome: outcome,
 		CorrelationID: corr, DecisionID: dec.DecisionID, Actor: p.Name, Team: p.Team,
 		Node: s.cfg.Node, PolicyRevision: dec.PolicyRevision, Payload: payload,
 	})
+	cancel()
+	if err != nil {
+		s.log.Error("audit trail too far behind; review refused", "correlation_id", corr, "error", err)
+		return sandgate.Decision{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
+			"the audit trail cannot take the review now; retry later")
+	}
 	return dec, nil
 }
 

@@ -385,6 +385,9 @@ func BenchmarkReviewWrk(b *testing.B) {
 	// machine runs than the rate does.
 	cpuPerReq := float64(cpu.Microseconds()) / float64(max(r.requests, 1))
 	b.ReportMetric(cpuPerReq, "server-cpu-us/req")
+	// The peak RSS is the in-process server's plus the harness's (small):
+	// what the garbage collector's target costs in memory.
+	b.ReportMetric(peakRSSMiB(), "process-peak-rss-MiB")
 	b.Logf("%.0f req/s, p50 %.2f ms, p99 %.2f ms (goal >= 3000 req/s, p99 <= 25 ms); %d reviews, %d audited; server CPU %.0f us/review; %.2f%% handled within 25 ms; load %s",
 		r.rps, ms(r.p50), ms(r.p99), r.requests, audited, cpuPerReq, serverWithin, load)
 	b.Logf("the trail committed %.0f reviews/s while wrk ran; %d answered reviews were not yet committed when it stopped, all were %v later",
@@ -493,6 +496,15 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// peakRSSMiB is this process's peak resident set size.
+func peakRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // kilobytes on Linux
 }
 
 // countReviewed counts the trail's admission.reviewed events.

@@ -24,6 +24,7 @@ type Config struct {
 	MountRoots      []string
 	SpoolDir        string
 	SpoolMaxBytes   int64
+	AuditBacklog    int
 	SigningKeyFile  string
 	Migrate         bool
 	WarmPool        int
@@ -47,6 +48,7 @@ func defaultConfig(getenv func(string) string) Config {
 		Migrate:         true,
 		MaxConcurrent:   4,
 		SpoolMaxBytes:   256 << 20,
+		AuditBacklog:    512,
 		ShutdownGrace:   30 * time.Second,
 		CheckpointEvery: 1000,
 		CheckpointAfter: 10 * time.Second,
@@ -82,6 +84,9 @@ func defaultConfig(getenv func(string) string) Config {
 	}
 	if n, err := strconv.ParseInt(getenv("SANDGATE_SPOOL_MAX_BYTES"), 10, 64); err == nil {
 		c.SpoolMaxBytes = n
+	}
+	if n, err := strconv.Atoi(getenv("SANDGATE_AUDIT_MAX_BACKLOG")); err == nil {
+		c.AuditBacklog = n
 	}
 	if c.SpoolDir == "" {
 		if state := getenv("XDG_STATE_HOME"); state != "" {
@@ -150,6 +155,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SpoolMaxBytes < 1<<20 {
 		return fmt.Errorf("SANDGATE_SPOOL_MAX_BYTES must be at least 1 MiB")
+	}
+	if c.AuditBacklog < 1 || c.AuditBacklog > 1_000_000 {
+		return fmt.Errorf("SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not %d", c.AuditBacklog)
 	}
 	return nil
 }

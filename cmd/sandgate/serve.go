@@ -83,6 +83,7 @@ func serve(ctx context.Context, a *app) error {
 		DSN:                cfg.DatabaseURL,
 		SpoolDir:           cfg.SpoolDir,
 		SpoolMaxBytes:      cfg.SpoolMaxBytes,
+		MaxBacklog:         cfg.AuditBacklog,
 		SigningKeyFile:     cfg.SigningKeyFile,
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
