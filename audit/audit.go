@@ -91,9 +91,13 @@ type Config struct {
 	// and a decision is committed in queue order with the events before it.
 	DecisionChain bool
 	// MaxBacklog is how many events may wait for the writer before Queue
-	// waits for room (default 512). It bounds what a producer that
-	// answers after Queue (a review) can get ahead of the trail: memory,
-	// and the events a crash could take with it. Emit is not bounded.
+	// waits for room (default 64); with the batch being committed, at
+	// most twice as many. It bounds how far a producer that answers after
+	// Queue (a review) can get ahead of the trail: memory, and the events
+	// a crash could take with it. Emit is not bounded. Small is better for
+	// latency: when the trail is the bottleneck, producers stall for the
+	// part of a commit the queue outlasts, which grows with the bound (under
+	// wrk, p99 21.7 ms at 64, 24.2 at 128, 30.6 at 512; docs/benchmarks.md).
 	MaxBacklog int
 	// MaxConns caps the connection pool (default 8).
 	MaxConns int32
@@ -130,7 +134,7 @@ func (c *Config) setDefaults() {
 		c.RetryInterval = time.Second
 	}
 	if c.MaxBacklog <= 0 {
-		c.MaxBacklog = 512
+		c.MaxBacklog = 64
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 8
@@ -334,7 +338,7 @@ func (s *Store) Emit(ev sandgate.Event) {
 
 // Queue queues a lifecycle event for the next group commit, like Emit,
 // but first waits while Config.MaxBacklog events already wait for the
-// writer. It returns AUDIT-UNAVAILABLE if ctx ends first (the trail has
+// writer (or twice as many with those being committed). It returns AUDIT-UNAVAILABLE if ctx ends first (the trail has
 // fallen behind: Postgres is slow, or away with the spool full), and the
 // event is then not queued. While Postgres is away and the spool has room,
 // events are spooled as they come and Queue does not wait.

@@ -175,10 +175,14 @@ func (w *writer) wake() {
 }
 
 // enqueueWithin is enqueue for a producer that waits for room: while
-// limit or more events are queued or being committed, it waits for the
-// writer to settle some (commit or spool them), or for ctx. So a producer
-// that calls it cannot outrun the trail by more than limit events, however
-// fast it answers.
+// limit or more events are queued, or twice that many are queued or being
+// committed, it waits for the writer to take or settle some, or for ctx.
+// So a producer that calls it cannot outrun the trail by more than 2×limit
+// events, however fast it answers. The batch being committed counts only
+// against the larger bound: producers fill the queue while a commit runs
+// and stall for what of it is left when the queue is full, not for all of
+// it; and a writer that cannot commit, and puts its batch back, does not
+// let them add more each time it tries.
 func (w *writer) enqueueWithin(ctx context.Context, r *request, limit int) error {
 	for {
 		w.mu.Lock()
@@ -186,7 +190,7 @@ func (w *writer) enqueueWithin(ctx context.Context, r *request, limit int) error
 			w.mu.Unlock()
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 		}
-		if w.queueN+w.inflight < limit {
+		if w.queueN < limit && w.queueN+w.inflight < 2*limit {
 			w.queue = append(w.queue, r)
 			w.queueN += len(r.events)
 			w.mu.Unlock()
@@ -209,7 +213,8 @@ func (w *writer) enqueueWithin(ctx context.Context, r *request, limit int) error
 
 // settle records that the events taken for a commit are settled:
 // committed, spooled, failed or put back in the queue (requeue counts
-// those). It releases the producers waiting for room.
+// those). It releases the producers waiting for room, as taking events
+// from the queue does.
 func (w *writer) settle() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -337,8 +342,11 @@ func (w *writer) take() []*request {
 		if len(w.queue) == 0 {
 			w.queue = nil
 		}
-		w.queueN -= n - taken
-		w.inflight += n - taken
+		if n > taken {
+			w.queueN -= n - taken
+			w.inflight += n - taken
+			w.releaseWaiters()
+		}
 	}
 	grab()
 	if len(batch) == 0 || sync || w.cfg.FlushInterval <= 0 || n >= w.cfg.MaxBatch {

@@ -28,7 +28,7 @@ const benchEvaluations = 20000
 // (serveGCPercent in cmd/sandgate/gc.go), which the benchmarks use too,
 // unless GOGC is set, as serve does: collections are what a decision's
 // tail is made of.
-const serveGCPercent = 200
+const serveGCPercent = 400
 
 // BenchmarkDecideAllowed times decisions for a spec every rule admits.
 func BenchmarkDecideAllowed(b *testing.B) {

@@ -293,7 +293,7 @@ func parseWrk(out string) (wrkResult, error) {
 // server did not answer at all (for want of a CPU, in the garbage
 // collector), which the server's own histogram of handler times cannot
 // show. Knobs: SANDGATE_BENCH_WRK_SECONDS, SANDGATE_BENCH_WRK_CONNECTIONS,
-// SANDGATE_BENCH_WRK_THREADS.
+// SANDGATE_BENCH_WRK_THREADS, and the server's SANDGATE_AUDIT_MAX_BACKLOG.
 func BenchmarkReviewWrk(b *testing.B) {
 	wrk, err := exec.LookPath("wrk")
 	if err != nil {
@@ -413,6 +413,10 @@ func startServerLoggingToFile(b *testing.B) *testServer {
 		"SANDGATE_SPOOL_DIR":    state + "/spool",
 		"SANDGATE_NODE":         "test-" + randomHex(b, 4),
 		"DOCKER_HOST":           executortest.DockerHost(),
+	}
+	// The audit backlog's bound is a knob of the benchmark too.
+	if v := os.Getenv("SANDGATE_AUDIT_MAX_BACKLOG"); v != "" {
+		env["SANDGATE_AUDIT_MAX_BACKLOG"] = v
 	}
 	logPath := filepath.Join(state, "server.log")
 	logFile, err := os.Create(logPath)

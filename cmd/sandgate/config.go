@@ -48,7 +48,7 @@ func defaultConfig(getenv func(string) string) Config {
 		Migrate:         true,
 		MaxConcurrent:   4,
 		SpoolMaxBytes:   256 << 20,
-		AuditBacklog:    512,
+		AuditBacklog:    64,
 		ShutdownGrace:   30 * time.Second,
 		CheckpointEvery: 1000,
 		CheckpointAfter: 10 * time.Second,

@@ -60,13 +60,13 @@ func serve(ctx context.Context, a *app) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	tuneGC()
 	// Every request writes a log line under the handler's lock: a
 	// destination that stalls must not stall them all. Deferred first, so
 	// that it is written out last, after everything below has logged.
 	logw := newLogWriter(a.stderr, logBufferBytes)
 	defer logw.Close()
 	logger := slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tuneGC(logger)
 	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
 
 	principals, devToken, err := loadPrincipals(cfg)
