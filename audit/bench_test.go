@@ -33,11 +33,7 @@ func BenchmarkEmitThroughput(b *testing.B) {
 	const producers, total = 8, 100_000
 	for b.Loop() {
 		dsn, _ := newDB(b)
-		s := testStore(b, dsn, func(c *Config) {
-			if n, err := strconv.Atoi(os.Getenv("SANDGATE_BENCH_MAX_BATCH")); err == nil {
-				c.MaxBatch = n
-			}
-		})
+		s := testStore(b, dsn, func(c *Config) { c.MaxBatch = envInt("SANDGATE_BENCH_MAX_BATCH", 0) })
 		start := time.Now()
 		var wg sync.WaitGroup
 		for p := range producers {
@@ -63,6 +59,7 @@ func BenchmarkEmitThroughput(b *testing.B) {
 // lifecycle events are offered at 20,000 per second (never more than the
 // writer keeps up with: the generator pauses while two batches are queued),
 // and reports its p50 and p99 and the lifecycle rate sustained meanwhile.
+// Knob: SANDGATE_BENCH_MAX_BATCH (the lifecycle batch cap, 500 here).
 func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 	const (
 		rate     = 20_000
@@ -74,7 +71,10 @@ func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 		dsn, _ := newDB(b)
 		// Smaller batches bound how long a decision waits behind the
 		// lifecycle batch ahead of it.
-		s := testStore(b, dsn, func(c *Config) { c.MaxBatch = 500; c.DecisionChain = os.Getenv("SANDGATE_BENCH_SHARED_CHAIN") == "" })
+		s := testStore(b, dsn, func(c *Config) {
+			c.MaxBatch = envInt("SANDGATE_BENCH_MAX_BATCH", 500)
+			c.DecisionChain = os.Getenv("SANDGATE_BENCH_SHARED_CHAIN") == ""
+		})
 		stop := make(chan struct{})
 		var emitted atomic.Int64
 		var load sync.WaitGroup
@@ -142,4 +142,12 @@ func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 		b.ReportMetric(float64(emitted.Load())/elapsed.Seconds(), "lifecycle-events/s")
 		b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "records/s")
 	}
+}
+
+// envInt is the benchmark knob key, or def when unset.
+func envInt(key string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(key)); err == nil {
+		return n
+	}
+	return def
 }

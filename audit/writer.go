@@ -41,15 +41,15 @@ type writer struct {
 	key     ed25519.PrivateKey
 	logf    func(msg string, args ...any)
 
-	mu      sync.Mutex
-	queue   []*request
+	mu       sync.Mutex
+	queue    []*request
 	queueN   int           // events in queue
 	inflight int           // events taken from the queue, not yet committed or sealed
 	room     chan struct{} // closed when events settle, for enqueueWithin's waiters
-	closed  bool
-	notify  chan struct{}
-	closing chan struct{}
-	done    chan struct{}
+	closed   bool
+	notify   chan struct{}
+	closing  chan struct{}
+	done     chan struct{}
 
 	spoolFull atomic.Bool
 	pendingN  atomic.Int64 // len(pending), for QueueDepth
