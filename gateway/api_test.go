@@ -286,6 +286,28 @@ func TestAuditUnavailable(t *testing.T) {
 	}
 }
 
+// TestReviewAuditBehind checks that a review the trail cannot take (its
+// backlog full past the wait) answers 503 with Retry-After and records
+// nothing, rather than answering unaudited.
+func TestReviewAuditBehind(t *testing.T) {
+	e := newEnv(t)
+	e.recorder.failing.Store(true)
+	r := e.do(http.MethodPost, "/v1/admission/review", tokAlice, echoBody)
+	if r.status != http.StatusServiceUnavailable || r.errorCode() != string(sandgate.CodeAuditUnavailable) {
+		t.Fatalf("status %d code %q: %s", r.status, r.errorCode(), r.body)
+	}
+	if r.header.Get("Retry-After") == "" {
+		t.Errorf("503 without Retry-After")
+	}
+	if evs := e.recorder.ofType(sandgate.EventAdmissionReviewed); len(evs) != 0 {
+		t.Errorf("admission.reviewed events = %+v", evs)
+	}
+	e.recorder.failing.Store(false)
+	if r := e.do(http.MethodPost, "/v1/admission/review", tokAlice, echoBody); r.status != http.StatusOK {
+		t.Fatalf("once the trail caught up: status %d: %s", r.status, r.body)
+	}
+}
+
 // TestWait checks ?wait= on POST /v1/runs.
 func TestWait(t *testing.T) {
 	tests := []struct {
