@@ -325,6 +325,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		rego.Compiler(compiler),
 		rego.Store(store),
 		rego.GenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, nil }),
+		// A builtin that fails (a malformed data document, a rule applied
+		// to a value it cannot take) fails the evaluation, which denies,
+		// instead of leaving its rule undefined, which could admit.
+		rego.StrictBuiltinErrors(true),
 	).PrepareForEval(ctx)
 	if err != nil {
 		return nil, &loadError{astErrors(err)}

@@ -429,6 +429,14 @@ decision := {"allow": true} if input.never_set
 decision := {"allow": true, "violations": []} if input.request.image
 decision := {"allow": false, "violations": []} if input.request.command
 `, policies.RulePolicyError},
+		{"a builtin that fails", `package sandgate.admission
+
+decision := {"allow": true, "violations": []} if not _too_big
+
+# to_number fails on an image name: without strict builtin errors the
+# rule would be undefined, so "not" would hold and the request be admitted.
+_too_big if to_number(input.request.image) > 10
+`, policies.RulePolicyError},
 		{"malformed decision", `package sandgate.admission
 
 decision := "yes"
