@@ -110,6 +110,37 @@ test_data_exemptions_are_well_formed if {
 	}
 }
 
+# The lists the rules read must be there and hold only non-empty strings:
+# a number in sensitive_paths, say, would make its rule fail instead of
+# find (the engine then denies every request with a mount), and a missing
+# list would leave rules undefined.
+test_data_lists_hold_strings if {
+	every key in {"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask"} {
+		is_array(config[key])
+		every v in config[key] {
+			is_string(v)
+			v != ""
+		}
+	}
+}
+
+test_data_actions_are_deny_or_warn if {
+	is_object(config.actions)
+	every rule, action in config.actions {
+		is_string(rule)
+		action in {"deny", "warn"}
+	}
+}
+
+test_data_maxima_are_positive_numbers if {
+	every _, m in config.maxima {
+		is_number(m)
+		m > 0
+	}
+}
+
+test_data_require_digest_is_boolean if is_boolean(config.require_digest)
+
 _names_someone(e) if e.principal != ""
 
 _names_someone(e) if e.team != ""

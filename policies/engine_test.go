@@ -141,6 +141,35 @@ func TestRevisionIsContentHash(t *testing.T) {
 	}
 }
 
+// TestMalformedDataRefused: a data.json whose lists, actions, maxima or
+// exemptions have the wrong shape is refused at load, naming the bundle
+// test that caught it, rather than loaded to fail (or admit) at decision
+// time.
+func TestMalformedDataRefused(t *testing.T) {
+	tests := []struct {
+		name, old, new, test string
+	}{
+		{"number among sensitive paths", `"sensitive_paths": ["/etc"`, `"sensitive_paths": [7, "/etc"`, "test_data_lists_hold_strings"},
+		{"empty allowed image", `"allowed_images": [`, `"allowed_images": ["", `, "test_data_lists_hold_strings"},
+		{"capabilities not a list", `"allowed_capabilities": ["NET_BIND_SERVICE"]`, `"allowed_capabilities": "NET_BIND_SERVICE"`, "test_data_lists_hold_strings"},
+		{"unknown action", `"actions": {}`, `"actions": {"no_privileged": "allow"}`, "test_data_actions_are_deny_or_warn"},
+		{"maximum as a string", `"cpus": 4,`, `"cpus": "4",`, "test_data_maxima_are_positive_numbers"},
+		{"require_digest as a string", `"require_digest": false`, `"require_digest": "no"`, "test_data_require_digest_is_boolean"},
+		{"exemption with a bad date", `"exemptions": []`, `"exemptions": [{"principal": "alice", "rule": "no_privileged", "expires": "next week", "reason": "r"}]`, "test_data_exemptions_are_well_formed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := copyBundle(t)
+			editData(t, dir, tt.old, tt.new)
+			_, err := policies.New(context.Background(), policies.Options{Dir: dir})
+			errs, ok := policies.IsPolicyInvalid(err)
+			if !ok || !strings.Contains(strings.Join(errs, " "), tt.test) {
+				t.Fatalf("New = %v, want POLICY-INVALID naming %s", err, tt.test)
+			}
+		})
+	}
+}
+
 func TestExemptions(t *testing.T) {
 	dir := copyBundle(t)
 	editData(t, dir, `"exemptions": []`, `"exemptions": [
