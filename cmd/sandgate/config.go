@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -38,6 +40,11 @@ type Config struct {
 	// Client settings, for `sandgate run` and `sandgate runs`.
 	URL   string
 	Token string
+
+	// invalid lists the environment variables whose values could not be
+	// parsed; Validate refuses them rather than fall back to a default
+	// (SANDGATE_AIR_GAPPED=yes must not quietly mean false).
+	invalid []string
 }
 
 // defaultConfig reads the environment over the built-in defaults.
@@ -70,24 +77,43 @@ func defaultConfig(getenv func(string) string) Config {
 	str("DOCKER_HOST", &c.DockerHost)
 	str("SANDGATE_URL", &c.URL)
 	str("SANDGATE_TOKEN", &c.Token)
-	c.Dev = parseBool(getenv("SANDGATE_DEV"), false)
-	c.AirGapped = parseBool(getenv("SANDGATE_AIR_GAPPED"), false)
-	c.Migrate = parseBool(getenv("SANDGATE_MIGRATE"), true)
+	boolean := func(key string, dst *bool) {
+		v := getenv(key)
+		if v == "" {
+			return
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			c.invalid = append(c.invalid, fmt.Sprintf("%s=%q is not a boolean (true or false, 1 or 0)", key, v))
+			return
+		}
+		*dst = b
+	}
+	integer := func(key string, dst *int64) {
+		v := getenv(key)
+		if v == "" {
+			return
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			c.invalid = append(c.invalid, fmt.Sprintf("%s=%q is not a whole number", key, v))
+			return
+		}
+		*dst = n
+	}
+	boolean("SANDGATE_DEV", &c.Dev)
+	boolean("SANDGATE_AIR_GAPPED", &c.AirGapped)
+	boolean("SANDGATE_MIGRATE", &c.Migrate)
 	if v := getenv("SANDGATE_MOUNT_ROOTS"); v != "" {
 		c.MountRoots = splitRoots(v)
 	}
-	if n, err := strconv.Atoi(getenv("SANDGATE_WARM_POOL")); err == nil {
-		c.WarmPool = n
-	}
-	if n, err := strconv.Atoi(getenv("SANDGATE_MAX_CONCURRENT")); err == nil {
-		c.MaxConcurrent = n
-	}
-	if n, err := strconv.ParseInt(getenv("SANDGATE_SPOOL_MAX_BYTES"), 10, 64); err == nil {
-		c.SpoolMaxBytes = n
-	}
-	if n, err := strconv.Atoi(getenv("SANDGATE_AUDIT_MAX_BACKLOG")); err == nil {
-		c.AuditBacklog = n
-	}
+	warm, concurrent, backlog := int64(c.WarmPool), int64(c.MaxConcurrent), int64(c.AuditBacklog)
+	integer("SANDGATE_WARM_POOL", &warm)
+	integer("SANDGATE_MAX_CONCURRENT", &concurrent)
+	integer("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
+	integer("SANDGATE_AUDIT_MAX_BACKLOG", &backlog)
+	// Clamped into int range; Validate bounds them far tighter.
+	c.WarmPool, c.MaxConcurrent, c.AuditBacklog = clampInt(warm), clampInt(concurrent), clampInt(backlog)
 	if c.SpoolDir == "" {
 		if state := getenv("XDG_STATE_HOME"); state != "" {
 			c.SpoolDir = filepath.Join(state, "sandgate", "spool")
@@ -101,15 +127,8 @@ func defaultConfig(getenv func(string) string) Config {
 	return c
 }
 
-func parseBool(v string, def bool) bool {
-	if v == "" {
-		return def
-	}
-	b, err := strconv.ParseBool(v)
-	if err != nil {
-		return def
-	}
-	return b
+func clampInt(n int64) int {
+	return int(max(min(n, math.MaxInt32), math.MinInt32))
 }
 
 func splitRoots(v string) []string {
@@ -136,6 +155,9 @@ func (c *Config) loadFlags(_ *cobra.Command) error { return nil }
 
 // Validate checks the configuration for serve.
 func (c *Config) Validate() error {
+	if len(c.invalid) > 0 {
+		return errors.New(strings.Join(c.invalid, "; "))
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("SANDGATE_LISTEN %q: %w", c.Listen, err)
 	}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestConfigFromEnvironment: values are read from the environment, and a
+// value that cannot be parsed or is out of range is refused by Validate,
+// naming the variable, never replaced by the default.
+func TestConfigFromEnvironment(t *testing.T) {
+	base := map[string]string{"SANDGATE_DEV": "1"}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.AuditBacklog != 64 || c.MaxConcurrent != 4 || c.AirGapped || !c.Migrate {
+				t.Errorf("defaults: %+v", c)
+			}
+		}},
+		{name: "values", env: map[string]string{
+			"SANDGATE_AIR_GAPPED": "true", "SANDGATE_MIGRATE": "0", "SANDGATE_MAX_CONCURRENT": "16",
+			"SANDGATE_WARM_POOL": "2", "SANDGATE_AUDIT_MAX_BACKLOG": "256", "SANDGATE_SPOOL_MAX_BYTES": "2097152",
+		}, check: func(t *testing.T, c Config) {
+			if !c.AirGapped || c.Migrate || c.MaxConcurrent != 16 || c.WarmPool != 2 || c.AuditBacklog != 256 || c.SpoolMaxBytes != 2<<20 {
+				t.Errorf("values not applied: %+v", c)
+			}
+		}},
+		{name: "air-gapped not a boolean", env: map[string]string{"SANDGATE_AIR_GAPPED": "yes"}, wantErr: `SANDGATE_AIR_GAPPED="yes" is not a boolean`},
+		{name: "dev not a boolean", env: map[string]string{"SANDGATE_DEV": "on"}, wantErr: `SANDGATE_DEV="on" is not a boolean`},
+		{name: "concurrency not a number", env: map[string]string{"SANDGATE_MAX_CONCURRENT": "many"}, wantErr: `SANDGATE_MAX_CONCURRENT="many" is not a whole number`},
+		{name: "spool size with a unit", env: map[string]string{"SANDGATE_SPOOL_MAX_BYTES": "256MiB"}, wantErr: "SANDGATE_SPOOL_MAX_BYTES"},
+		{name: "backlog zero", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "0"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not 0"},
+		{name: "backlog huge", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "99999999999999"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between"},
+		{name: "warm pool negative", env: map[string]string{"SANDGATE_WARM_POOL": "-1"}, wantErr: "SANDGATE_WARM_POOL must be between 0 and 64"},
+		{name: "two bad values", env: map[string]string{"SANDGATE_MIGRATE": "maybe", "SANDGATE_WARM_POOL": "x"}, wantErr: `SANDGATE_MIGRATE="maybe" is not a boolean (true or false, 1 or 0); SANDGATE_WARM_POOL="x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			c := defaultConfig(func(k string) string { return env[k] })
+			err := c.Validate()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate = %v", err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
