@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/sethvargo/go-retry"
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate"
@@ -53,6 +54,10 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
 	return cmd
 }
+
+// reconcileWait is how long serve keeps trying to list the runs a
+// previous process left unfinished before it gives up starting.
+const reconcileWait = 30 * time.Second
 
 // serve runs the gateway until ctx is done.
 func serve(ctx context.Context, a *app) error {
@@ -187,11 +192,25 @@ func serve(ctx context.Context, a *app) error {
 
 	// The runs a previous process of this node left unfinished are held
 	// before the reaper's first pass, so that their containers are adopted
-	// and finished, not reaped.
-	if n, err := srv.Reconcile(ctx); err != nil {
-		logger.Error("reconcile unfinished runs", "err", err)
-	} else if n > 0 {
-		logger.Info("adopting unfinished runs", "count", n)
+	// and finished, not reaped. A run store that does not answer is tried
+	// again for up to reconcileWait; after that serve refuses to start
+	// rather than let the reaper remove containers it should have adopted.
+	adopted := 0
+	err = retry.Do(ctx, retry.WithMaxDuration(reconcileWait, retry.NewExponential(250*time.Millisecond)),
+		func(ctx context.Context) error {
+			n, err := srv.Reconcile(ctx)
+			if err != nil {
+				logger.Warn("reconcile unfinished runs; trying again", "err", err)
+				return retry.RetryableError(err)
+			}
+			adopted = n
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("reconcile the runs this node left unfinished (the run store did not answer for %v): %w", reconcileWait, err)
+	}
+	if adopted > 0 {
+		logger.Info("adopting unfinished runs", "count", adopted)
 	}
 	if err := exec.Start(ctx); err != nil {
 		// The daemon may come later; readiness says so meanwhile.
