@@ -114,12 +114,8 @@ func (c *Config) Validate() error {
 			c.WarmProfiles = []sandgate.RunSpec{spec}
 		}
 		for i, spec := range c.WarmProfiles {
-			set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, c.Node, c.MaxConcurrent)
-			if err != nil {
+			if _, err := warmSettings(spec, *c); err != nil {
 				return fmt.Errorf("executor: warm profile %d: %w", i, err)
-			}
-			if len(set.host.Mounts) > 0 {
-				return fmt.Errorf("executor: warm profile %d: pooled containers have no mounts or volumes", i)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -75,17 +76,19 @@ type pool struct {
 	size int
 	ttl  time.Duration
 
-	profiles []*profile
-	byKey    map[string]*profile
-	fillers  chan struct{}
-	kick     chan struct{}
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	fillers chan struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
 
 	mu      sync.Mutex
 	started bool
 	stopped bool
 	owned   map[string]*member // by container name: filling, idle or claimed
+	// profiles and byKey are replaced whole (setProfiles), never changed
+	// in place: read them under mu, and use what was read.
+	profiles []*profile
+	byKey    map[string]*profile
 }
 
 // profile is one kind of warm container.
@@ -141,20 +144,86 @@ func newPool(e *Executor, cfg Config) *pool {
 		stop:    make(chan struct{}),
 		owned:   map[string]*member{},
 	}
-	for _, spec := range cfg.WarmProfiles {
-		set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, cfg.Node, cfg.MaxConcurrent)
-		if err != nil || len(set.host.Mounts) > 0 {
-			continue // Validate refuses these
+	p.profiles, p.byKey, _ = p.buildProfiles(cfg.WarmProfiles) // Validate checked them
+	return p
+}
+
+// buildProfiles makes the profiles of specs, reusing those of the current
+// ones with the same key (and so their idle members).
+func (p *pool) buildProfiles(specs []sandgate.RunSpec) ([]*profile, map[string]*profile, error) {
+	var profiles []*profile
+	byKey := map[string]*profile{}
+	for i, spec := range specs {
+		set, err := warmSettings(spec, p.e.cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("warm profile %d: %w", i, err)
 		}
 		key := profileKey(set)
-		if p.byKey[key] != nil {
+		if byKey[key] != nil {
 			continue
 		}
-		prof := &profile{key: key, set: set}
-		p.byKey[key] = prof
-		p.profiles = append(p.profiles, prof)
+		prof := p.byKey[key]
+		if prof == nil {
+			prof = &profile{key: key, set: set}
+		}
+		byKey[key] = prof
+		profiles = append(profiles, prof)
 	}
-	return p
+	return profiles, byKey, nil
+}
+
+// warmSettings are the container settings of a warm profile's spec; a
+// profile with mounts or volumes is refused, since pooled containers have
+// none.
+func warmSettings(spec sandgate.RunSpec, cfg Config) (settings, error) {
+	set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, cfg.Node, cfg.MaxConcurrent)
+	if err != nil {
+		return settings{}, err
+	}
+	if len(set.host.Mounts) > 0 {
+		return settings{}, errors.New("pooled containers have no mounts or volumes")
+	}
+	return set, nil
+}
+
+// setProfiles makes specs the pool's profiles: the containers of profiles
+// that remain stay; those of profiles that are gone are removed, and the
+// new ones are filled.
+func (p *pool) setProfiles(specs []sandgate.RunSpec) error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return nil
+	}
+	profiles, byKey, err := p.buildProfiles(specs)
+	if err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	var retired []*member
+	for key, prof := range p.byKey {
+		if byKey[key] == nil {
+			retired = append(retired, prof.idle...)
+			prof.idle = nil
+		}
+	}
+	p.profiles, p.byKey = profiles, byKey
+	p.mu.Unlock()
+	for _, m := range retired {
+		close(m.claimed)
+		<-m.watched
+		p.discard(m)
+	}
+	if len(retired) > 0 {
+		p.e.log.Info("warm pool: removed the containers of profiles no longer in use", "count", len(retired))
+	}
+	p.refill()
+	return nil
+}
+
+// current reports whether prof is one of the pool's profiles.
+func (p *pool) current(prof *profile) bool {
+	return p.byKey[prof.key] == prof
 }
 
 // profileKey is the digest of everything a container gets at create that
@@ -239,7 +308,10 @@ func (p *pool) loop(interval time.Duration) {
 // fillers' limit; each finished fill asks for another round.
 func (p *pool) fill() {
 	now := p.e.now()
-	for _, prof := range p.profiles {
+	p.mu.Lock()
+	profiles := p.profiles
+	p.mu.Unlock()
+	for _, prof := range profiles {
 		for {
 			p.mu.Lock()
 			want := !p.stopped && len(prof.idle)+prof.filling < p.size && !now.Before(prof.notBefore)
@@ -289,7 +361,8 @@ func (p *pool) makeMember(prof *profile) {
 		return
 	}
 	prof.failures, prof.notBefore = 0, time.Time{}
-	if p.stopped {
+	if p.stopped || !p.current(prof) {
+		// Stopping, or the profile was replaced while this was made.
 		p.mu.Unlock()
 		p.discard(m)
 		return
@@ -470,7 +543,10 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 	if p == nil || ctx.Err() != nil || len(set.host.Mounts) > 0 {
 		return nil
 	}
-	prof := p.byKey[profileKey(set)]
+	key := profileKey(set)
+	p.mu.Lock()
+	prof := p.byKey[key]
+	p.mu.Unlock()
 	if prof == nil {
 		return nil
 	}
@@ -673,6 +749,22 @@ func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageI
 	exitC := make(chan exitStatus, 1)
 	go func() { exitC <- e.waitExit(wctx, r, m.id, m.waitC, m.errC) }()
 	return e.supervise(ctx, wctx, r, res, m.hj, stdout, stderr, exitC)
+}
+
+// SetWarmProfiles replaces the warm pool's profiles (the normalised specs
+// whose containers it keeps ready), as when a policy reload changes the
+// defaults runs get: the containers of profiles that remain stay, those of
+// profiles that are gone are removed, and the new ones are filled. A spec
+// the pool cannot keep (one with mounts or volumes) is refused and nothing
+// changes. Without a warm pool it does nothing.
+func (e *Executor) SetWarmProfiles(specs []sandgate.RunSpec) error {
+	if e.pool == nil {
+		return nil
+	}
+	if err := e.pool.setProfiles(specs); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	return nil
 }
 
 // WarmIdle reports how many warm containers are started and waiting for

@@ -548,3 +548,62 @@ func TestWarmShutdown(t *testing.T) {
 		t.Errorf("the pool refilled after Shutdown: %d containers, %d idle", len(left), ex.WarmIdle())
 	}
 }
+
+// TestWarmProfilesReplaced: replacing the pool's profiles (a policy reload
+// that changed the defaults) removes the containers of the profile that
+// went, fills the new one, serves runs of the new profile warm and those
+// of the old one cold; a profile the pool cannot keep is refused and
+// changes nothing.
+func TestWarmProfilesReplaced(t *testing.T) {
+	oldProfile := profileOf(t, nil)
+	ex, rec := newWarmExecutor(t, 1, nil, oldProfile)
+	before := managed(t, ex.Node())
+	if len(before) != 1 {
+		t.Fatalf("%d containers of the node, want the 1 idle one", len(before))
+	}
+
+	small := func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 256 }
+	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, func(s *sandgate.RunSpec) {
+		s.Volumes = []sandgate.Volume{{Name: "cache", Target: "/cache"}}
+	})}); err == nil {
+		t.Fatal("a profile with a volume was accepted")
+	}
+	if ex.WarmIdle() != 1 {
+		t.Fatalf("%d idle after a refused change, want the pool untouched", ex.WarmIdle())
+	}
+
+	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, small)}); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, ex, 1)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		now := managed(t, ex.Node())
+		if len(now) == 1 && now[0].ID != before[0].ID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("containers of the node %v; want only a new one, %s removed", now, before[0].ID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	job := newJob(t, small, "sh", "-c", "echo new")
+	if res := execute(t, ex, job); !warm(rec, job.RunID) || res.Stdout.Data != "new\n" {
+		t.Errorf("a run of the new profile: warm %v, stdout %q", warm(rec, job.RunID), res.Stdout.Data)
+	}
+	waitIdle(t, ex, 1)
+	job = newJob(t, nil, "true")
+	if execute(t, ex, job); warm(rec, job.RunID) {
+		t.Errorf("a run of the old profile was served warm")
+	}
+
+	// Setting the same profiles again keeps the idle container.
+	idle := managed(t, ex.Node())
+	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, small)}); err != nil {
+		t.Fatal(err)
+	}
+	if now := managed(t, ex.Node()); len(now) != 1 || len(idle) != 1 || now[0].ID != idle[0].ID {
+		t.Errorf("the same profiles again replaced the idle container: %v, then %v", idle, now)
+	}
+}

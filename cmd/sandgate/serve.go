@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +55,24 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs with a container at once; more wait in a queue (SANDGATE_MAX_CONCURRENT)")
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
 	return cmd
+}
+
+// warmProfiles are the specs the warm pool keeps containers of: the
+// default spec the policy in force fills in. A run is served from the
+// pool only when its admitted container would be configured exactly like
+// one of these. None without a warm pool.
+func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.RunSpec, error) {
+	if cfg.WarmPool == 0 {
+		return nil, nil
+	}
+	spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, engine.Defaults())
+	if err != nil {
+		return nil, fmt.Errorf("warm pool profile: %w", err)
+	}
+	if cfg.AirGapped {
+		spec.Network = "none"
+	}
+	return []sandgate.RunSpec{spec}, nil
 }
 
 // reconcileWait is how long serve keeps trying to list the runs a
@@ -118,10 +138,33 @@ func serve(ctx context.Context, a *app) error {
 		return err
 	}
 
-	engine, err := policies.New(ctx, policies.Options{
+	// A reload that changes the defaults runs get changes which containers
+	// are worth keeping warm: the pool follows each policy.loaded.
+	var pooled atomic.Pointer[executor.Executor]
+	var engine *policies.Engine
+	var rewarm sync.Mutex
+	policyEvents := sandgate.EventSinkFunc(func(ev sandgate.Event) {
+		store.Emit(ev)
+		ex := pooled.Load()
+		if ev.Type != sandgate.EventPolicyLoaded || ex == nil {
+			return
+		}
+		go func() {
+			rewarm.Lock()
+			defer rewarm.Unlock()
+			profiles, err := warmProfiles(cfg, engine)
+			if err == nil {
+				err = ex.SetWarmProfiles(profiles)
+			}
+			if err != nil {
+				logger.Error("warm pool: keeping the previous profile after a policy reload", "err", err)
+			}
+		}()
+	})
+	engine, err = policies.New(ctx, policies.Options{
 		Dir:      cfg.PolicyDir,
 		Settings: settings,
-		Events:   store,
+		Events:   policyEvents,
 		Logger:   logger.With("component", "policies"),
 	})
 	if err != nil {
@@ -133,19 +176,9 @@ func serve(ctx context.Context, a *app) error {
 		}
 	}()
 
-	// The warm pool keeps containers of the default spec the policy
-	// fills in; a run is served from it only when its admitted container
-	// would be configured exactly like these.
-	var warm []sandgate.RunSpec
-	if cfg.WarmPool > 0 {
-		spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, engine.Defaults())
-		if err != nil {
-			return fmt.Errorf("warm pool profile: %w", err)
-		}
-		if cfg.AirGapped {
-			spec.Network = "none"
-		}
-		warm = append(warm, spec)
+	warm, err := warmProfiles(cfg, engine)
+	if err != nil {
+		return err
 	}
 	exec, err := executor.New(executor.Config{
 		DockerHost:    cfg.DockerHost,
@@ -159,6 +192,9 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("docker executor: %w", err)
 	}
 	defer exec.Close()
+	if cfg.WarmPool > 0 {
+		pooled.Store(exec)
+	}
 	defer func() {
 		downCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 		defer cancel()

@@ -3,12 +3,17 @@ package main
 import (
 	"fmt"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
 )
 
@@ -94,5 +99,80 @@ func TestWarmPoolThroughServer(t *testing.T) {
 	}
 	if orNil(warm.ExitCode) != 3 || orNil(cold.ExitCode) != 3 || warm.Stdout.Data != cold.Stdout.Data {
 		t.Errorf("warm exit %v %q, cold exit %v %q", orNil(warm.ExitCode), warm.Stdout.Data, orNil(cold.ExitCode), cold.Stdout.Data)
+	}
+}
+
+// TestWarmPoolFollowsPolicyReload: when a reload changes the defaults runs
+// get (here the memory limit), the warm pool replaces its containers with
+// ones of the new default, and a default run is served warm again.
+func TestWarmPoolFollowsPolicyReload(t *testing.T) {
+	dir := t.TempDir()
+	files, err := filepath.Glob("../../policies/*.rego")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the policy bundle: %v", err)
+	}
+	for _, f := range append(files, "../../policies/data.json") {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startServer(t, withEnv("SANDGATE_WARM_POOL", "1"), withEnv("SANDGATE_POLICY_DIR", dir))
+	pooled := func() []string {
+		t.Helper()
+		out, err := exec.Command("docker", "ps", "-q", "--no-trunc", "--filter", "status=running",
+			"--filter", "label="+sandgate.LabelNode+"="+s.Node, "--filter", "label="+executor.LabelPool).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker ps: %v: %s", err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	waitPool := func(what string, ok func([]string) bool) []string {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			ids := pooled()
+			if ok(ids) {
+				return ids
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the pool holds %v after 2 minutes", what, ids)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := waitPool("the pool to fill", func(ids []string) bool { return len(ids) == 1 })
+
+	data := filepath.Join(dir, "data.json")
+	raw, err := os.ReadFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"memory_mb": 512`) {
+		t.Fatalf("data.json has no default memory_mb of 512")
+	}
+	if err := os.WriteFile(data, []byte(strings.Replace(string(raw), `"memory_mb": 512`, `"memory_mb": 256`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitPool("the pool to replace its container", func(ids []string) bool { return len(ids) == 1 && ids[0] != first[0] })
+
+	run := s.submitWait(t, s.Token, `{"command":["sh","-c","echo warm"]}`)
+	if run.Spec.Resources.MemoryMB != 256 {
+		t.Fatalf("the run's spec %+v, want the reloaded default memory limit of 256", run.Spec)
+	}
+	events := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {run.ID}}, func(ev []sandgate.AuditRecord) bool {
+		return hasEvent(ev, sandgate.EventContainerRemoved)
+	})
+	served := false
+	for _, ev := range events {
+		if ev.Type == sandgate.EventContainerCreated {
+			_, served = ev.Payload["warm_pool"]
+		}
+	}
+	if !served || run.Stdout.Data != "warm\n" {
+		t.Errorf("after the reload: served warm %v, stdout %q", served, run.Stdout.Data)
 	}
 }
