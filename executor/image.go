@@ -207,7 +207,8 @@ const SandboxUID = 10001
 // classic builder, from an in-memory context and FROM scratch, so neither
 // a registry nor a pull is needed: the host's static busybox with a link
 // for every applet it lists, /etc/passwd and /etc/group with the
-// unprivileged user 10001, /tmp and /workspace, and USER 10001:10001. It
+// unprivileged user 10001, /tmp, /cache (for cache volumes) and /workspace,
+// and USER 10001:10001. It
 // returns the image ID. It fails when busybox is not statically linked.
 func (e *Executor) BuildSandboxImage(ctx context.Context, opts BuildOptions) (string, error) {
 	if opts.Busybox == "" {
@@ -332,6 +333,11 @@ func sandboxContext(ctx context.Context, busybox string) ([]byte, error) {
 			return file("rootfs/etc/sandgate-release", 0o644, []byte("busybox_sha256="+hex.EncodeToString(sum[:])+"\n"))
 		},
 		func() error { return dir("rootfs/tmp/", 0o1777) },
+		// A cache volume gets the owner and mode of the image's directory
+		// where it is first mounted, and root's 0755 where there is none,
+		// which the unprivileged user cannot write. /cache, like /tmp, is
+		// for every user (sticky), so a volume mounted there is too.
+		func() error { return dir("rootfs/cache/", 0o1777) },
 		func() error { return dir("workspace/", 0o755) },
 	}
 	for _, s := range steps {

@@ -50,6 +50,25 @@ func TestBuildSandboxImage(t *testing.T) {
 		}
 	}
 
+	// A fresh cache volume mounted at /cache is writable by the image's
+	// user and by another unprivileged one, and keeps what they wrote.
+	volume := "cachetest-" + randomHex(t, 4)
+	t.Cleanup(func() { docker(t).VolumeRemove(context.Background(), executor.VolumePrefix+volume, true) })
+	withCache := func(user string) func(*sandgate.RunSpec) {
+		return func(s *sandgate.RunSpec) {
+			s.Image, s.User = tag, user
+			s.Volumes = []sandgate.Volume{{Name: volume, Target: "/cache"}}
+		}
+	}
+	res = execute(t, ex, newJob(t, withCache(""), "sh", "-c", "echo kept > /cache/a && cat /cache/a"))
+	if exitCode(res) != 0 || res.Stdout.Data != "kept\n" {
+		t.Errorf("first use of the cache as 10001: exit %d, stdout %q, stderr %q", exitCode(res), res.Stdout.Data, res.Stderr.Data)
+	}
+	res = execute(t, ex, newJob(t, withCache("10002:10002"), "sh", "-c", "cat /cache/a && echo more > /cache/b && echo written"))
+	if exitCode(res) != 0 || res.Stdout.Data != "kept\nwritten\n" {
+		t.Errorf("the cache as 10002: exit %d, stdout %q, stderr %q", exitCode(res), res.Stdout.Data, res.Stderr.Data)
+	}
+
 	if _, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Busybox: "/bin/ls"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Errorf("build with a dynamic binary = %v, want refused", err)
 	}
