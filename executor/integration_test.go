@@ -123,6 +123,15 @@ func TestRuns(t *testing.T) {
 			stdout:  sandgate.Output{Data: "lo\n", Encoding: "utf-8", Bytes: 3},
 		},
 		{
+			// The default bridge of the test's daemon must exist (a test
+			// that deleted the host's docker0 once broke every such run).
+			name:    "network bridge gives an interface besides lo",
+			tune:    func(s *sandgate.RunSpec) { s.Network = "bridge" },
+			cmd:     []string{"sh", "-c", "ls /sys/class/net"},
+			outcome: sandgate.OutcomeSucceeded,
+			stdout:  sandgate.Output{Data: "eth0\nlo\n", Encoding: "utf-8", Bytes: 8},
+		},
+		{
 			name:      "seccomp filter and no-new-privileges are in force, no capabilities",
 			cmd:       []string{"grep", "-E", "^(Seccomp|NoNewPrivs|CapEff):", "/proc/self/status"},
 			outcome:   sandgate.OutcomeSucceeded,
