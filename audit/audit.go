@@ -106,9 +106,10 @@ type Config struct {
 	IDs   sandgate.IDSource
 	// Logger receives operational messages (default slog.Default()).
 	Logger *slog.Logger
-	// MaskKey keys the hashes that replace secrets in payloads. Empty means
-	// a key derived from the signing key, so hashes stay comparable across
-	// restarts without another secret to manage.
+	// MaskKey keys the hashes that replace secrets in payloads (see
+	// LoadMaskKey). Empty means a key derived from the signing key, so
+	// hashes stay comparable across restarts without another secret to
+	// manage, but not across gateways or a rotation of the signing key.
 	MaskKey []byte
 	// TrustedKeys are public keys whose checkpoints Verify accepts besides
 	// this Store's own. When the set is empty (a read-only Store without

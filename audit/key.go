@@ -72,6 +72,61 @@ func generateKey(path string) (ed25519.PrivateKey, error) {
 	return priv, f.Close()
 }
 
+// MinMaskKeyBytes is the shortest mask key LoadMaskKey accepts.
+const MinMaskKeyBytes = 32
+
+// LoadMaskKey reads the key that hashes secrets in payloads from path: at
+// least MinMaskKeyBytes bytes, written as hex (whitespace around it is
+// ignored), such as `openssl rand -hex 32` prints. When the file does not
+// exist and create is true it generates one and writes it with mode 0600
+// (its directory 0700). Gateways that share a mask key hash equal secrets
+// equally; the key is independent of the signing key, so it survives a
+// rotation of that.
+func LoadMaskKey(path string, create bool) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && create {
+		return generateMaskKey(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read mask key: %w", err)
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(data)))
+	if err != nil {
+		return nil, fmt.Errorf("mask key %s: not hex: %w", path, err)
+	}
+	if len(key) < MinMaskKeyBytes {
+		return nil, fmt.Errorf("mask key %s: %d bytes, want at least %d", path, len(key), MinMaskKeyBytes)
+	}
+	return key, nil
+}
+
+func generateMaskKey(path string) ([]byte, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create mask key dir: %w", err)
+	}
+	key := make([]byte, MinMaskKeyBytes)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("generate mask key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		// Another process made it first: use theirs.
+		return LoadMaskKey(path, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write mask key: %w", err)
+	}
+	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write mask key: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write mask key: %w", err)
+	}
+	return key, f.Close()
+}
+
 // KeyID names a public key in checkpoints: the first 8 bytes of its
 // SHA-256, in hex.
 func KeyID(pub ed25519.PublicKey) string {

@@ -1,6 +1,9 @@
 package audit
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -73,5 +76,51 @@ func TestRedactSpec(t *testing.T) {
 	}
 	if KeyedHash([]byte("k"), "abc123") != env["API_KEY"] || KeyedHash([]byte("other"), "abc123") == env["API_KEY"] {
 		t.Error("hash is not keyed HMAC-SHA256")
+	}
+}
+
+// TestLoadMaskKey: a missing mask key file is created (0600, hex) and read
+// back the same; a short or non-hex key is refused; without create a
+// missing file is an error.
+func TestLoadMaskKey(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "keys", "mask.key")
+	if _, err := LoadMaskKey(path, false); err == nil {
+		t.Fatal("a missing mask key was accepted without create")
+	}
+	key, err := LoadMaskKey(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(key) != MinMaskKeyBytes {
+		t.Errorf("generated key of %d bytes", len(key))
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, mode %v; want 0600", err, st.Mode())
+	}
+	again, err := LoadMaskKey(path, true)
+	if err != nil || !bytes.Equal(again, key) {
+		t.Fatalf("reloaded key differs: %v", err)
+	}
+	written := filepath.Join(dir, "written.key")
+	if err := os.WriteFile(written, []byte("  "+strings.Repeat("ab", 40)+"\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if k, err := LoadMaskKey(written, false); err != nil || len(k) != 40 {
+		t.Errorf("an operator's 40-byte hex key: %d bytes, %v", len(k), err)
+	}
+	for name, content := range map[string]string{
+		"short":   strings.Repeat("ab", 16),
+		"not hex": strings.Repeat("zz", 32),
+		"empty":   "",
+	} {
+		bad := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadMaskKey(bad, true); err == nil {
+			t.Errorf("%s mask key accepted", name)
+		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sandgate/sandgate/audit"
 )
 
 // Config is every setting of the sandgate binary. It is read from the
@@ -28,6 +30,7 @@ type Config struct {
 	SpoolMaxBytes   int64
 	AuditBacklog    int
 	SigningKeyFile  string
+	MaskKeyFile     string
 	Migrate         bool
 	WarmPool        int
 	MaxConcurrent   int
@@ -73,6 +76,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_POLICY_DIR", &c.PolicyDir)
 	str("SANDGATE_SPOOL_DIR", &c.SpoolDir)
 	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
+	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	str("SANDGATE_NODE", &c.Node)
 	str("DOCKER_HOST", &c.DockerHost)
 	str("SANDGATE_URL", &c.URL)
@@ -125,6 +129,16 @@ func defaultConfig(getenv func(string) string) Config {
 		c.SigningKeyFile = filepath.Join(filepath.Dir(c.SpoolDir), "checkpoint.key")
 	}
 	return c
+}
+
+// maskKey loads the mask key when SANDGATE_MASK_KEY_FILE names one
+// (creating it when absent); nil otherwise, which derives it from the
+// signing key.
+func (c *Config) maskKey() ([]byte, error) {
+	if c.MaskKeyFile == "" {
+		return nil, nil
+	}
+	return audit.LoadMaskKey(c.MaskKeyFile, true)
 }
 
 func clampInt(n int64) int {

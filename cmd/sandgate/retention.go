@@ -26,11 +26,16 @@ func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Stor
 	if err != nil {
 		return nil, err
 	}
+	maskKey, err := a.cfg.maskKey()
+	if err != nil {
+		return nil, err
+	}
 	return audit.Open(ctx, audit.Config{
 		DSN:                a.cfg.DatabaseURL,
 		SpoolDir:           filepath.Join(a.cfg.SpoolDir, "admin"),
 		SpoolMaxBytes:      a.cfg.SpoolMaxBytes,
 		SigningKeyFile:     a.cfg.SigningKeyFile,
+		MaskKey:            maskKey,
 		Node:               a.cfg.Node,
 		TrustedKeys:        keys,
 		CheckpointEvery:    a.cfg.CheckpointEvery,

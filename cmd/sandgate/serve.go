@@ -50,6 +50,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
 	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
+	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs with a container at once; more wait in a queue (SANDGATE_MAX_CONCURRENT)")
@@ -104,12 +105,17 @@ func serve(ctx context.Context, a *app) error {
 			return err
 		}
 	}
+	maskKey, err := cfg.maskKey()
+	if err != nil {
+		return err
+	}
 	store, err := audit.Open(ctx, audit.Config{
 		DSN:                cfg.DatabaseURL,
 		SpoolDir:           cfg.SpoolDir,
 		SpoolMaxBytes:      cfg.SpoolMaxBytes,
 		MaxBacklog:         cfg.AuditBacklog,
 		SigningKeyFile:     cfg.SigningKeyFile,
+		MaskKey:            maskKey,
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
 		CheckpointInterval: cfg.CheckpointAfter,
