@@ -45,6 +45,9 @@ func TestReview(t *testing.T) {
 			if raw, _ := json.Marshal(evs[0].Payload); strings.Contains(string(raw), `"abc"`) {
 				t.Errorf("review payload leaks an env value: %s", raw)
 			}
+			if strings.Contains(string(r.body), `"abc"`) {
+				t.Errorf("review answer echoes an env value: %s", r.body)
+			}
 			if e.exec.calls.Load() != 0 {
 				t.Errorf("a review reached the executor")
 			}

@@ -535,6 +535,9 @@ func (s *service) review(ctx context.Context, p sandgate.Principal, corr string,
 		return sandgate.Decision{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
 			"the audit trail cannot take the review now; retry later")
 	}
+	// The answer shows the spec as the runs API does: secrets as their
+	// keyed hashes, never echoed in clear.
+	dec.Spec = s.storedSpec(dec.Spec, dec.Mask)
 	return dec, nil
 }
 
