@@ -42,9 +42,6 @@ func LoadSigningKey(path string, create bool) (ed25519.PrivateKey, error) {
 }
 
 func generateKey(path string) (ed25519.PrivateKey, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create signing key dir: %w", err)
-	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("generate signing key: %w", err)
@@ -53,23 +50,36 @@ func generateKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode signing key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if errors.Is(err, os.ErrExist) {
+	switch err := writeNewSecret(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})); {
+	case errors.Is(err, os.ErrExist):
 		// Another process made it first: use theirs.
 		return LoadSigningKey(path, false)
+	case err != nil:
+		return nil, fmt.Errorf("write signing key: %w", err)
 	}
+	return priv, nil
+}
+
+// writeNewSecret writes data to a new file at path with mode 0600 (its
+// directory 0700) and syncs it. It fails with os.ErrExist when the file
+// is already there.
+func writeNewSecret(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("write signing key: %w", err)
+		return err
 	}
-	if err := pem.Encode(f, &pem.Block{Type: "PRIVATE KEY", Bytes: der}); err != nil {
+	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("write signing key: %w", err)
+		return err
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("write signing key: %w", err)
+		return err
 	}
-	return priv, f.Close()
+	return f.Close()
 }
 
 // MinMaskKeyBytes is the shortest mask key LoadMaskKey accepts.
@@ -101,30 +111,18 @@ func LoadMaskKey(path string, create bool) ([]byte, error) {
 }
 
 func generateMaskKey(path string) ([]byte, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("create mask key dir: %w", err)
-	}
 	key := make([]byte, MinMaskKeyBytes)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("generate mask key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if errors.Is(err, os.ErrExist) {
+	switch err := writeNewSecret(path, []byte(hex.EncodeToString(key)+"\n")); {
+	case errors.Is(err, os.ErrExist):
 		// Another process made it first: use theirs.
 		return LoadMaskKey(path, false)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("write mask key: %w", err)
 	}
-	if _, err := f.WriteString(hex.EncodeToString(key) + "\n"); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write mask key: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("write mask key: %w", err)
-	}
-	return key, f.Close()
+	return key, nil
 }
 
 // KeyID names a public key in checkpoints: the first 8 bytes of its

@@ -209,16 +209,22 @@ func (p *pool) setProfiles(specs []sandgate.RunSpec) error {
 	}
 	p.profiles, p.byKey = profiles, byKey
 	p.mu.Unlock()
-	for _, m := range retired {
+	p.removeIdle(retired, "warm pool: removed the containers of profiles no longer in use")
+	p.refill()
+	return nil
+}
+
+// removeIdle removes members taken off the idle lists: their watchers
+// stop, then their containers go. It logs msg with how many there were.
+func (p *pool) removeIdle(members []*member, msg string) {
+	for _, m := range members {
 		close(m.claimed)
 		<-m.watched
 		p.discard(m)
 	}
-	if len(retired) > 0 {
-		p.e.log.Info("warm pool: removed the containers of profiles no longer in use", "count", len(retired))
+	if len(members) > 0 {
+		p.e.log.Info(msg, "count", len(members))
 	}
-	p.refill()
-	return nil
 }
 
 // current reports whether prof is one of the pool's profiles.
@@ -525,14 +531,7 @@ func (p *pool) recycle() {
 		prof.idle = keep
 	}
 	p.mu.Unlock()
-	for _, m := range old {
-		close(m.claimed)
-		<-m.watched
-		p.discard(m)
-	}
-	if len(old) > 0 {
-		p.e.log.Info("warm pool: recycled containers past their TTL", "count", len(old))
-	}
+	p.removeIdle(old, "warm pool: recycled containers past their TTL")
 }
 
 // claim hands the run an idle member of the profile its container would
