@@ -334,21 +334,21 @@ func (s *Store) Emit(ev sandgate.Event) {
 		s.cfg.Logger.Error("audit: event emitted to a read-only store", "event", ev)
 		return
 	}
-	s.w.enqueue(&request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}})
+	s.w.enqueue(&request{events: []canonical{s.prepare(ev)}})
 }
 
 // Queue queues a lifecycle event for the next group commit, like Emit,
 // but first waits while Config.MaxBacklog events already wait for the
-// writer (or twice as many with those being committed). It returns AUDIT-UNAVAILABLE if ctx ends first (the trail has
-// fallen behind: Postgres is slow, or away with the spool full), and the
-// event is then not queued. While Postgres is away and the spool has room,
+// writer (or twice as many with those being committed). It returns
+// AUDIT-UNAVAILABLE if ctx ends first (the trail has fallen behind:
+// Postgres is slow, or away with the spool full), and the event is then
+// not queued. While Postgres is away and the spool has room,
 // events are spooled as they come and Queue does not wait.
 func (s *Store) Queue(ctx context.Context, ev sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	s.fill(&ev)
-	return s.w.enqueueWithin(ctx, &request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}}, s.cfg.MaxBacklog)
+	return s.w.enqueueWithin(ctx, &request{events: []canonical{s.prepare(ev)}}, s.cfg.MaxBacklog)
 }
 
 // Record commits events durably, in order, with synchronous commit, and
@@ -366,8 +366,7 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 	}
 	evs := make([]canonical, len(events))
 	for i, ev := range events {
-		s.fill(&ev)
-		evs[i] = mustCanonicalize(ev, s.cfg.Logger)
+		evs[i] = s.prepare(ev)
 	}
 	return s.await(ctx, &request{events: evs, done: make(chan error, 1), ctx: ctx})
 }
@@ -384,6 +383,13 @@ func (s *Store) await(ctx context.Context, r *request) error {
 	case <-ctx.Done():
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, ctx.Err(), "audit commit did not finish in time")
 	}
+}
+
+// prepare fills ev in and puts it in canonical form, in the producer's
+// goroutine: what every event goes through before it is queued.
+func (s *Store) prepare(ev sandgate.Event) canonical {
+	s.fill(&ev)
+	return mustCanonicalize(ev, s.cfg.Logger)
 }
 
 // fill gives ev the ID, time and node it lacks. An ID that is not a UUID

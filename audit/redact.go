@@ -33,25 +33,24 @@ func Redact(key []byte, doc map[string]any, mask []string) map[string]any {
 	if out == nil {
 		out = map[string]any{}
 	}
-	for _, path := range append([]string{"env"}, mask...) {
-		if path == "" {
-			continue
-		}
-		redactPath(key, out, strings.Split(path, "."))
-	}
-	return out
+	return redactInPlace(key, out, mask)
 }
 
-// RedactSpec is Redact over a run spec's JSON form: what the gateway puts
-// in a decision's payload, with the decision's Mask.
-func RedactSpec(key []byte, spec sandgate.RunSpec, mask []string) map[string]any {
-	doc := spec.Document()
+// redactInPlace hashes, in doc itself, env and every path of mask.
+func redactInPlace(key []byte, doc map[string]any, mask []string) map[string]any {
 	for _, path := range append([]string{"env"}, mask...) {
 		if path != "" {
 			redactPath(key, doc, strings.Split(path, "."))
 		}
 	}
 	return doc
+}
+
+// RedactSpec is Redact over a run spec's JSON document (built fresh, so
+// hashed in place): what the gateway puts in a decision's payload, with
+// the decision's Mask.
+func RedactSpec(key []byte, spec sandgate.RunSpec, mask []string) map[string]any {
+	return redactInPlace(key, spec.Document(), mask)
 }
 
 // Redact is the package Redact with this Store's mask key.

@@ -663,8 +663,7 @@ func sameAsArchived(p Partition, a archivedPayload) error {
 
 // recordWith is Record for one event that commits together with also.
 func (s *Store) recordWith(ctx context.Context, ev sandgate.Event, also func(context.Context, pgx.Tx) error) error {
-	s.fill(&ev)
-	return s.await(ctx, &request{events: []canonical{mustCanonicalize(ev, s.cfg.Logger)}, done: make(chan error, 1), ctx: ctx, also: also})
+	return s.await(ctx, &request{events: []canonical{s.prepare(ev)}, done: make(chan error, 1), ctx: ctx, also: also})
 }
 
 // retentionAnchors reads, from retention.applied events, where each

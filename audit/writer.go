@@ -159,11 +159,17 @@ func (w *writer) enqueue(r *request) bool {
 		}
 		return false
 	}
+	w.push(r)
+	return true
+}
+
+// push appends r to the queue and wakes the writer. The caller holds mu,
+// which push releases.
+func (w *writer) push(r *request) {
 	w.queue = append(w.queue, r)
 	w.queueN += len(r.events)
 	w.mu.Unlock()
 	w.wake()
-	return true
 }
 
 // wake tells the writer goroutine that the queue has work.
@@ -191,10 +197,7 @@ func (w *writer) enqueueWithin(ctx context.Context, r *request, limit int) error
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 		}
 		if w.queueN < limit && w.queueN+w.inflight < 2*limit {
-			w.queue = append(w.queue, r)
-			w.queueN += len(r.events)
-			w.mu.Unlock()
-			w.wake()
+			w.push(r)
 			return nil
 		}
 		if w.room == nil {

@@ -148,38 +148,7 @@ type secrets interface {
 type redactorSecrets struct{ r Redactor }
 
 func (r redactorSecrets) spec(s sandgate.RunSpec, mask []string) any {
-	if !onlyEnvAndStdin(mask) {
-		return r.r.RedactSpec(s, append(slices.Clone(mask), "stdin"))
-	}
-	// The default bundle masks just env and stdin: hash those in the
-	// spec's document, which the trail then encodes once, as it is,
-	// without RedactSpec's deep copy.
-	doc := s.Document()
-	if len(s.Env) == 0 && s.Stdin == "" {
-		return doc
-	}
-	secrets := make(map[string]any, 2)
-	if env, ok := doc["env"]; ok {
-		secrets["env"] = env
-	}
-	if stdin, ok := doc["stdin"]; ok {
-		secrets["stdin"] = stdin
-	}
-	hashed := r.r.Redact(secrets, []string{"stdin"})
-	for k, v := range hashed {
-		doc[k] = v
-	}
-	return doc
-}
-
-// onlyEnvAndStdin reports whether mask names nothing but env and stdin.
-func onlyEnvAndStdin(mask []string) bool {
-	for _, p := range mask {
-		if p != "env" && p != "stdin" {
-			return false
-		}
-	}
-	return true
+	return r.r.RedactSpec(s, append(slices.Clone(mask), "stdin"))
 }
 
 func (r redactorSecrets) value(v any) any {
