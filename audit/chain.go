@@ -66,8 +66,7 @@ func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []
 	if err != nil {
 		return c.Event, nil, err
 	}
-	data, err := c.body(recordedAt)
-	return c.Event, data, err
+	return c.Event, c.body(recordedAt), nil
 }
 
 // canonical is an event in canonical form with its payload encoded: all a
@@ -95,10 +94,7 @@ func canonicalize(ev sandgate.Event) (canonical, error) {
 		ev.Payload = nil
 		return canonical{Event: ev}, nil
 	}
-	payload, err := plainPayload(ev.Payload)
-	if err != nil {
-		return canonical{Event: ev}, err
-	}
+	payload := plainPayload(ev.Payload)
 	if payload == nil {
 		p, err := canonicalPayload(ev.Payload)
 		if err != nil {
@@ -127,68 +123,25 @@ func mustCanonicalize(ev sandgate.Event, log *slog.Logger) canonical {
 
 // body returns the canonical body bytes of c recorded at recordedAt: what
 // is stored and hashed.
-func (c *canonical) body(recordedAt time.Time) ([]byte, error) {
-	ev := &c.Event
-	b := body{
-		Actor: ev.Actor, ContainerID: ev.ContainerID, CorrelationID: ev.CorrelationID, DecisionID: ev.DecisionID,
-		EventID: ev.ID, EventTime: ev.Time.Format(timeLayout), ExitCode: ev.ExitCode, Node: ev.Node,
-		Outcome: ev.Outcome, Payload: c.payload, PolicyRevision: ev.PolicyRevision,
-		RecordedAt: pgTime(recordedAt).Format(timeLayout), RunID: ev.RunID, Team: ev.Team, Type: string(ev.Type),
-	}
-	return marshalCanonical(&b)
+func (c *canonical) body(recordedAt time.Time) []byte {
+	return c.appendBody(make([]byte, 0, bodySizeHint+len(c.payload)), recordedAt)
 }
+
+// bodySizeHint is about what a body holds besides its payload.
+const bodySizeHint = 384
 
 // plainPayload returns p's canonical JSON when encoding it once gives it:
 // p holds only maps with string keys, slices, strings, booleans and
 // numbers (no structs, whose fields would not come out sorted, and no
-// custom encoders), and no string carries a NUL, which jsonb refuses.
-// Otherwise it returns nil and canonicalPayload does the work.
-func plainPayload(p map[string]any) (json.RawMessage, error) {
-	if !plainValue(p, 0) {
-		return nil, nil
+// custom encoders), and its text is valid UTF-8 without NUL (see
+// appendCanonical). Otherwise it returns nil and canonicalPayload does the
+// work.
+func plainPayload(p map[string]any) json.RawMessage {
+	data, ok := appendCanonical(make([]byte, 0, 256), p)
+	if !ok {
+		return nil
 	}
-	data, err := marshalCanonical(p)
-	if err != nil {
-		return nil, fmt.Errorf("encode payload: %w", err)
-	}
-	if bytes.Contains(data, []byte(`\u0000`)) {
-		return nil, nil
-	}
-	return data, nil
-}
-
-func plainValue(v any, depth int) bool {
-	if depth > 32 {
-		return false
-	}
-	switch x := v.(type) {
-	case nil, string, bool, json.Number, float64, float32, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		return true
-	case map[string]any:
-		for _, e := range x {
-			if !plainValue(e, depth+1) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		for _, e := range x {
-			if !plainValue(e, depth+1) {
-				return false
-			}
-		}
-		return true
-	case []map[string]any:
-		for _, e := range x {
-			if !plainValue(e, depth+1) {
-				return false
-			}
-		}
-		return true
-	case map[string]string, []string:
-		return true
-	}
-	return false
+	return data
 }
 
 // canonicalPayload round-trips p through JSON so that what is stored is

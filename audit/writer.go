@@ -388,15 +388,7 @@ func (w *writer) seal(events []canonical) []*sealed {
 	out := make([]*sealed, 0, len(events))
 	for i := range events {
 		c := &events[i]
-		body, err := c.body(now)
-		if err != nil {
-			// canonicalize checked the payload; only a bug gets here. Keep
-			// the event and say why its payload is missing.
-			w.cfg.Logger.Error("audit: event not encodable; stored without its payload", "event_id", c.ID, "err", err)
-			c.Payload = map[string]any{"payload_error": err.Error()}
-			*c = mustCanonicalize(c.Event, w.cfg.Logger)
-			body, _ = c.body(now)
-		}
+		body := c.body(now)
 		seq := w.headSeq + 1
 		h := ChainHash(w.headHash, w.chainID, seq, body)
 		out = append(out, &sealed{
