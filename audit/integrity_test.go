@@ -250,3 +250,61 @@ func TestStoreAsAppRole(t *testing.T) {
 		t.Errorf("UPDATE as sandgate_app = %v, want permission denied", err)
 	}
 }
+
+// TestVerifyOddPayloadText: payload text that is not valid UTF-8, holds a
+// NUL, or needs escaping (in values and in keys) is stored so that verify
+// finds every body canonical, and reads back cleaned. A body that wrote
+// invalid UTF-8 as \ufffd escapes used to be reported as bad_body.
+func TestVerifyOddPayloadText(t *testing.T) {
+	dsn, _ := newDB(t)
+	s := testStore(t, dsn, nil)
+	odd := map[string]any{
+		"invalid": "a\xffb", "nul": "a\x00b", "separators": "\u2028\u2029", "controls": "\b\f\n\r\t\x01\x7f",
+		"html": "<a href='x'>&</a>", "key\xc3": "v", "nested": []any{map[string]any{"k": "\xe2\x80"}},
+		"strings": []string{"ok", "bad\xfe"}, "labels": map[string]string{"t\x00": "\xff"},
+	}
+	// One event per field, so that no field's fallback covers another's,
+	// and one with them all.
+	i := 0
+	for k, v := range odd {
+		i++
+		ev := lifecycle(i, "single")
+		ev.Payload = map[string]any{k: v}
+		s.Emit(ev)
+	}
+	ev := lifecycle(i+1, "r")
+	ev.Payload = odd
+	s.Emit(ev)
+	dec := lifecycle(i+2, "r")
+	dec.Type, dec.DecisionID, dec.Payload = sandgate.EventAdmissionAllowed, "d-1", odd
+	if err := s.Record(context.Background(), dec); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ro := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) })
+	rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Problems) > 0 {
+		t.Fatalf("verify found problems in bodies with odd payload text: %+v", rep.Problems)
+	}
+	recs, _, err := ro.Query(context.Background(), sandgate.AuditFilter{RunID: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("got %d events, want 2", len(recs))
+	}
+	for _, rec := range recs {
+		p := rec.Event.Payload
+		if p["invalid"] != "a\uFFFDb" || p["nul"] != "a\uFFFDb" || p["separators"] != "\u2028\u2029" || p["html"] != "<a href='x'>&</a>" {
+			t.Errorf("%s: payload read back as %q", rec.Event.Type, p)
+		}
+		if _, ok := p["key\uFFFD"]; !ok {
+			t.Errorf("%s: key with invalid UTF-8 not read back cleaned: %q", rec.Event.Type, p)
+		}
+	}
+}
