@@ -443,3 +443,39 @@ func TestCancelBeforeExecutor(t *testing.T) {
 	}
 	e.srv.svc.live.remove(run.ID)
 }
+
+// TestAuthDeniedAuditBehind checks that a refusal whose auth.denied event
+// the trail cannot take answers 503 with Retry-After instead of growing an
+// unbounded queue, and that refusals are answered and audited as before
+// once the trail has room.
+func TestAuthDeniedAuditBehind(t *testing.T) {
+	e := newEnv(t)
+	e.recorder.failing.Store(true)
+	for _, tc := range []struct{ name, token, path string }{
+		{"unknown token", "not-a-token", "/v1/runs"},
+		{"no token", "", "/v1/runs"},
+		{"missing role", tokAlice, "/v1/policies/reload"},
+	} {
+		method := http.MethodGet
+		if tc.path == "/v1/policies/reload" {
+			method = http.MethodPost
+		}
+		r := e.do(method, tc.path, tc.token, "")
+		if r.status != http.StatusServiceUnavailable || r.errorCode() != string(sandgate.CodeAuditUnavailable) {
+			t.Errorf("%s: status %d code %q: %s", tc.name, r.status, r.errorCode(), r.body)
+		}
+		if r.header.Get("Retry-After") == "" {
+			t.Errorf("%s: 503 without Retry-After", tc.name)
+		}
+	}
+	if evs := e.recorder.ofType(sandgate.EventAuthDenied); len(evs) != 0 {
+		t.Errorf("auth.denied events while the trail had no room = %+v", evs)
+	}
+	e.recorder.failing.Store(false)
+	if r := e.do(http.MethodGet, "/v1/runs", "not-a-token", ""); r.status != http.StatusUnauthorized {
+		t.Fatalf("once the trail has room: status %d: %s", r.status, r.body)
+	}
+	if evs := e.recorder.ofType(sandgate.EventAuthDenied); len(evs) != 1 {
+		t.Errorf("auth.denied events once the trail has room = %d, want 1", len(evs))
+	}
+}

@@ -422,19 +422,36 @@ func (s *Server) require(roles ...sandgate.Role) echo.MiddlewareFunc {
 	}
 }
 
+// authAuditWait is how long a refused request waits for room in the audit
+// backlog for its auth.denied event. A trail that is only busy makes room
+// within milliseconds; one that cannot take events (Postgres away and the
+// spool full) would otherwise let a flood of bad tokens from many
+// addresses grow the queue without bound, since no event is ever dropped.
+const authAuditWait = 2 * time.Second
+
 // deny audits a refused request (auth.denied), spends one of the source's
-// failure tokens and returns err.
+// failure tokens and returns err. When the trail cannot take the event in
+// time the request is answered AUDIT-UNAVAILABLE instead: it is refused
+// either way, and a refusal that is not recorded is not one that was
+// decided on.
 func (s *Server) deny(c echo.Context, p sandgate.Principal, reason, detail string, err error) error {
 	src := c.RealIP()
 	s.authFailures.spend(src)
 	s.metrics.authDenied.WithLabelValues(reason).Inc()
-	s.d.Recorder.Emit(sandgate.Event{
+	ctx, cancel := context.WithTimeout(c.Request().Context(), authAuditWait)
+	qerr := s.d.Recorder.Queue(ctx, sandgate.Event{
 		Type: sandgate.EventAuthDenied, Time: s.d.Clock(), Outcome: reason,
 		CorrelationID: correlationID(c), Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
 		Payload: map[string]any{
 			"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail,
 		},
 	})
+	cancel()
+	if qerr != nil {
+		s.logger(c).Error("request refused; the audit trail cannot take its auth.denied event", "reason", reason,
+			"detail", detail, "source", src, "error", qerr)
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, qerr, "the audit trail cannot record this request now; retry later")
+	}
 	s.logger(c).Warn("request denied", "reason", reason, "detail", detail, "source", src)
 	return err
 }
