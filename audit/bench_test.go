@@ -84,7 +84,8 @@ func decisionEvent(i int) sandgate.Event {
 // its own goroutine, whether or not earlier ones have returned. Each is
 // timed from its scheduled arrival, so a stall delays every decision
 // scheduled during it and none is left out of the figures. Knob:
-// SANDGATE_BENCH_MAX_BATCH (the lifecycle batch cap, 500 here).
+// SANDGATE_BENCH_MAX_BATCH (the lifecycle batch cap; default, as serve,
+// 1000).
 func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 	const records = 5000
 	rate := envInt("SANDGATE_BENCH_DECISION_RATE", 250)
@@ -152,10 +153,10 @@ func underLifecycleLoad(b *testing.B, decide func(*Store) []time.Duration) {
 	}
 	for b.Loop() {
 		dsn, _ := newDB(b)
-		// Smaller batches bound how long a decision waits behind the
-		// lifecycle batch ahead of it.
+		// The writer as serve configures it: decisions on their own chain,
+		// lifecycle batches of up to the default 1000 events.
 		s := testStore(b, dsn, func(c *Config) {
-			c.MaxBatch = envInt("SANDGATE_BENCH_MAX_BATCH", 500)
+			c.MaxBatch = envInt("SANDGATE_BENCH_MAX_BATCH", 0)
 			c.DecisionChain = os.Getenv("SANDGATE_BENCH_SHARED_CHAIN") == ""
 		})
 		stop := make(chan struct{})
