@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -241,5 +242,75 @@ func TestBodyMatchesEncodingJSON(t *testing.T) {
 		if !utf8.Valid(got) {
 			t.Fatalf("case %d: body is not UTF-8", i)
 		}
+	}
+}
+
+// BenchmarkEventEncoding times what encoding costs per event, the hand-
+// written encoder against encoding/json in the same process: canonicalize
+// (the producer's share: the payload) and the body (the writer's share),
+// for a lifecycle event and for a decision carrying a run spec.
+func BenchmarkEventEncoding(b *testing.B) {
+	exit := 0
+	lifecycleEv := benchEvent(1)
+	decisionEv := sandgate.Event{
+		ID: "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b", Type: sandgate.EventAdmissionAllowed, Time: time.Now(),
+		Outcome: "allowed", CorrelationID: "corr-1", RunID: "run-1", DecisionID: "dec-1", Actor: "ci-bot",
+		Team: "payments", Node: "gw-1", PolicyRevision: "sha256:9f86d081884c7d659a2feaa0c55ad015", ExitCode: &exit,
+		Payload: map[string]any{
+			"allow": true, "violations": []any{}, "warnings": []any{map[string]any{"rule": "image_digest", "message": "image is not pinned by digest", "controls": []any{"CIS-4.2"}, "action": "warn"}},
+			"mutations": []any{}, "policy_revision": "sha256:9f86d081884c7d659a2feaa0c55ad015",
+			"spec": map[string]any{
+				"image": "sandgate/sandbox:latest", "command": []string{"sh", "-c", "npm test -- --ci"},
+				"env":  map[string]string{"CI": "hmac-sha256:1f2e3d", "NODE_ENV": "hmac-sha256:4c5b6a"},
+				"user": "10001:10001", "network": "none", "read_only_rootfs": true, "timeout_seconds": 300,
+				"resources": map[string]any{"memory_mb": 512, "cpus": 1.0, "pids": 256, "tmpfs_mb": 64, "nofile": 1024},
+				"labels":    map[string]string{"ticket": "ENG-1"}, "cap_add": []string{}, "mounts": []any{},
+			},
+		},
+	}
+	reference := func(ev sandgate.Event, at time.Time) []byte {
+		p, err := marshalCanonical(ev.Payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := canonical{Event: ev, payload: p}
+		return referenceBody(b, &c, at)
+	}
+	// Each case times a fixed number of events, whatever b.N is, so that
+	// `make bench` (-benchtime 1x) still measures something.
+	const events = 50000
+	perEvent := func(b *testing.B, encode func()) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		n := 0
+		for b.Loop() {
+			for range events {
+				encode()
+			}
+			n += events
+		}
+		elapsed := time.Since(start)
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/event")
+		b.ReportMetric(float64(after.Mallocs-before.Mallocs)/float64(n), "allocs/event")
+	}
+	for _, tc := range []struct {
+		name string
+		ev   sandgate.Event
+	}{{"lifecycle", lifecycleEv}, {"decision", decisionEv}} {
+		at := time.Now()
+		b.Run(tc.name+"/hand", func(b *testing.B) {
+			perEvent(b, func() {
+				c, err := canonicalize(tc.ev)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = c.body(at)
+			})
+		})
+		b.Run(tc.name+"/encoding-json", func(b *testing.B) {
+			perEvent(b, func() { _ = reference(tc.ev, at) })
+		})
 	}
 }
