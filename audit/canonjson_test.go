@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -312,5 +313,42 @@ func BenchmarkEventEncoding(b *testing.B) {
 		b.Run(tc.name+"/encoding-json", func(b *testing.B) {
 			perEvent(b, func() { _ = reference(tc.ev, at) })
 		})
+	}
+}
+
+// TestCanonicalizeFallbacks: payloads the hand-written encoder leaves to
+// encoding/json still come out canonical (structs, time.Time, invalid
+// text), and one that cannot be encoded at all is stored with a
+// payload_error instead, so that the event itself is kept.
+func TestCanonicalizeFallbacks(t *testing.T) {
+	type limits struct {
+		Memory int    `json:"memory_mb"`
+		Note   string `json:"note"`
+	}
+	at := time.Date(2026, 11, 22, 16, 0, 0, 123456789, time.UTC)
+	ev := sandgate.Event{ID: "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b", Type: sandgate.EventContainerExited, Time: at}
+	for name, tc := range map[string]struct {
+		payload map[string]any
+		want    string
+	}{
+		"struct":        {map[string]any{"limits": limits{512, "a<b"}}, `{"limits":{"memory_mb":512,"note":"a<b"}}`},
+		"time":          {map[string]any{"at": at}, `{"at":"2026-11-22T16:00:00.123456789Z"}`},
+		"invalid UTF-8": {map[string]any{"s": "a\xffb", "n": 1}, `{"n":1,"s":"a` + "\uFFFD" + `b"}`},
+		"NUL in a key":  {map[string]any{"k\x00": true}, `{"k` + "\uFFFD" + `":true}`},
+	} {
+		ev.Payload = tc.payload
+		c := mustCanonicalize(ev, slog.New(slog.DiscardHandler))
+		if string(c.payload) != tc.want {
+			t.Errorf("%s: payload %s, want %s", name, c.payload, tc.want)
+		}
+		body := c.body(at)
+		if canon, err := marshalCanonical(jsonNumbers(body)); err != nil || !bytes.Equal(canon, body) {
+			t.Errorf("%s: body not canonical: %s", name, body)
+		}
+	}
+	ev.Payload = map[string]any{"ratio": math.NaN()}
+	c := mustCanonicalize(ev, slog.New(slog.DiscardHandler))
+	if !bytes.HasPrefix(c.payload, []byte(`{"payload_error":"encode payload: json: unsupported value: NaN"`)) {
+		t.Errorf("NaN payload: %s, want a payload_error", c.payload)
 	}
 }
