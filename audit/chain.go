@@ -21,7 +21,9 @@ const HashSize = sha256.Size
 // audit_events.body. Its JSON has sorted keys (the fields are declared in
 // key order; the payload's maps encode sorted), no HTML escaping, times in
 // RFC 3339 UTC with microseconds (what Postgres keeps), and omits empty
-// fields. canonicalEvent writes it; verify reads it back with this type.
+// fields. canonical.appendBody writes it (by hand, byte for byte what
+// encoding/json writes for this struct); verify reads it back with this
+// type.
 type body struct {
 	Actor          string          `json:"actor,omitempty"`
 	ContainerID    string          `json:"container_id,omitempty"`
