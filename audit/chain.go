@@ -60,9 +60,9 @@ func cleanText(s string) string {
 	return s
 }
 
-// canonicalEvent returns ev with its text cleaned, its times truncated to
-// microseconds in UTC and its payload in canonical form (numbers kept as
-// written, strings cleaned), and its canonical body bytes.
+// canonicalEvent returns ev with its text cleaned and its times truncated
+// to microseconds in UTC, and its canonical body bytes, which hold its
+// payload in canonical form (numbers kept as written, strings cleaned).
 func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
 	c, err := canonicalize(ev)
 	if err != nil {
@@ -71,8 +71,9 @@ func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []
 	return c.Event, c.body(recordedAt), nil
 }
 
-// canonical is an event in canonical form with its payload encoded: all a
-// writer has left to do is stamp, hash and store it. Producers make it
+// canonical is an event in canonical form with its payload encoded (and
+// Event.Payload nil): all a writer has left to do is stamp, hash and store
+// it. Producers make it
 // (Emit, Record), so the costly part of an event's encoding is spread over
 // their goroutines instead of queueing in the one writer per chain.
 type canonical struct {
@@ -102,12 +103,28 @@ func canonicalize(ev sandgate.Event) (canonical, error) {
 		if err != nil {
 			return canonical{Event: ev}, err
 		}
-		ev.Payload = p
 		if payload, err = marshalCanonical(p); err != nil {
+			ev.Payload = p
 			return canonical{Event: ev}, err
 		}
 	}
+	// Only the encoded payload is kept: the map would hold it again while
+	// the event waits (queued, sealed in the spool, or in memory while the
+	// spool is full).
+	ev.Payload = nil
 	return canonical{Event: ev, payload: payload}, nil
+}
+
+// payloadOf returns the payload a canonical body holds, as it is there
+// (canonical JSON), or nil when it has none.
+func payloadOf(body []byte) (json.RawMessage, error) {
+	var b struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, err
+	}
+	return b.Payload, nil
 }
 
 // mustCanonicalize is canonicalize for a producer that cannot fail: an
@@ -225,7 +242,8 @@ type sealed struct {
 	PrevHash   []byte         `json:"prev_hash"`
 	Hash       []byte         `json:"hash"`
 
-	// payload is Event.Payload's canonical JSON when sealed in this
-	// process (not spooled), so it is encoded once.
+	// payload is the event's canonical payload JSON when sealed in this
+	// process. A record read back from the spool has it only in Body (or,
+	// written by an older version, in Event.Payload).
 	payload json.RawMessage
 }

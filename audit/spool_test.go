@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -256,5 +257,61 @@ func requirePGSocket(t *testing.T) {
 			t.Fatalf("the local Postgres socket is required (CI=true): %v", err)
 		}
 		t.Skipf("no local Postgres socket for the proxy: %v", err)
+	}
+}
+
+// TestSpooledPayloadDelivered: a record read back from the spool has its
+// payload only in its body, and one spooled by an older version has it in
+// its event as well; both are delivered with the payload column equal to
+// the body's payload, and an event without a payload with none.
+func TestSpooledPayloadDelivered(t *testing.T) {
+	dsn, db := newDB(t)
+	s := testStore(t, dsn, nil)
+	at := time.Date(2026, 11, 22, 16, 0, 0, 0, time.UTC)
+	prev := make([]byte, HashSize)
+	var recs []*sealed
+	for i, ev := range []sandgate.Event{lifecycle(1, "spooled"), lifecycle(2, "spooled-old"), {Type: sandgate.EventContainerStarted, RunID: "spooled-bare"}} {
+		ev.ID = fmt.Sprintf("0190f5d2-0000-7000-8000-00000000000%d", i)
+		ev.Time = at
+		payload := ev.Payload
+		c, err := canonicalize(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := c.body(at)
+		h := ChainHash(prev, "legacy", int64(i+1), body)
+		r := &sealed{Event: c.Event, ChainID: "legacy", Seq: int64(i + 1), RecordedAt: at, Body: body, PrevHash: prev, Hash: h}
+		if i == 1 {
+			r.Event.Payload = payload // as an older version spooled it
+		}
+		// Through the spool's encoding and back, as a restart reads it.
+		frames, err := encodeFrames([]*sealed{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.CreateTemp(t.TempDir(), "spool")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(frames); err != nil {
+			t.Fatal(err)
+		}
+		back, _, err := readSpool(f)
+		f.Close()
+		if err != nil || len(back) != 1 {
+			t.Fatalf("readSpool = %v, %v", back, err)
+		}
+		recs = append(recs, back[0])
+		prev = h
+	}
+	if err := s.w.insert(recs, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events WHERE chain_id = 'legacy'
+		AND payload = (convert_from(body, 'UTF8')::jsonb) -> 'payload'`); got != 2 {
+		t.Errorf("rows whose payload column is their body's payload = %d, want 2", got)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events WHERE run_id = 'spooled-bare' AND payload IS NULL`); got != 1 {
+		t.Errorf("event without a payload stored with one")
 	}
 }

@@ -830,14 +830,23 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		if ev.ExitCode != nil {
 			exit = int32(*ev.ExitCode)
 		}
-		if r.payload != nil {
+		switch {
+		case r.payload != nil:
 			payload = []byte(r.payload)
-		} else if ev.Payload != nil {
+		case ev.Payload != nil: // spooled by an older version
 			p, err := json.Marshal(ev.Payload)
 			if err != nil {
 				return notCommitted{fmt.Errorf("encode payload: %w", err)}
 			}
 			payload = p
+		default: // read back from the spool: the body holds it
+			p, err := payloadOf(r.Body)
+			if err != nil {
+				return notCommitted{fmt.Errorf("event %s: payload of its body: %w", ev.ID, err)}
+			}
+			if p != nil {
+				payload = []byte(p)
+			}
 		}
 		rows[i] = []any{[16]byte(id), r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type),
 			textOrNil(ev.Outcome), textOrNil(ev.CorrelationID), textOrNil(ev.RunID), textOrNil(ev.DecisionID),
