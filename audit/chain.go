@@ -60,25 +60,14 @@ func cleanText(s string) string {
 	return s
 }
 
-// canonicalEvent returns ev with its text cleaned and its times truncated
-// to microseconds in UTC, and its canonical body bytes, which hold its
-// payload in canonical form (numbers kept as written, strings cleaned).
-func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
-	c, err := canonicalize(ev)
-	if err != nil {
-		return c.Event, nil, err
-	}
-	return c.Event, c.body(recordedAt), nil
-}
-
 // canonical is an event in canonical form with its payload encoded (and
 // Event.Payload nil): all a writer has left to do is stamp, hash and store
-// it. Producers make it
-// (Emit, Record), so the costly part of an event's encoding is spread over
-// their goroutines instead of queueing in the one writer per chain.
+// it. Producers make it (Emit, Queue, Record), so the costly part of an
+// event's encoding is spread over their goroutines instead of queueing in
+// the one writer per chain.
 type canonical struct {
 	sandgate.Event
-	// payload is Event.Payload's canonical JSON, nil without a payload.
+	// payload is the event's payload as canonical JSON, nil without one.
 	payload json.RawMessage
 }
 

@@ -202,3 +202,14 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// canonicalEvent returns ev with its text cleaned and its times truncated
+// to microseconds in UTC, and its canonical body bytes, which hold its
+// payload in canonical form (numbers kept as written, strings cleaned).
+func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
+	c, err := canonicalize(ev)
+	if err != nil {
+		return c.Event, nil, err
+	}
+	return c.Event, c.body(recordedAt), nil
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -615,7 +614,7 @@ func (w *writer) deliver(force bool) {
 		w.pendingN.Store(int64(len(w.pending)))
 	}
 	w.pending = nil
-	w.pendingN.Store(int64(len(w.pending)))
+	w.pendingN.Store(0)
 	if err := w.sp.reset(); err != nil {
 		w.cfg.Logger.Error("audit: cannot empty the delivered spool; it will be redelivered (idempotently)", "err", err)
 	} else {
@@ -830,16 +829,11 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		if ev.ExitCode != nil {
 			exit = int32(*ev.ExitCode)
 		}
-		switch {
-		case r.payload != nil:
+		if r.payload != nil {
 			payload = []byte(r.payload)
-		case ev.Payload != nil: // spooled by an older version
-			p, err := json.Marshal(ev.Payload)
-			if err != nil {
-				return notCommitted{fmt.Errorf("encode payload: %w", err)}
-			}
-			payload = p
-		default: // read back from the spool: the body holds it
+		} else {
+			// Read back from the spool: the hashed body holds the payload
+			// (records an older version spooled hold it in Event as well).
 			p, err := payloadOf(r.Body)
 			if err != nil {
 				return notCommitted{fmt.Errorf("event %s: payload of its body: %w", ev.ID, err)}
