@@ -94,6 +94,42 @@ type Decision struct {
 	// "labels.token") the bundle's mask rules name: the audit trail stores
 	// them only as keyed hashes.
 	Mask []string `json:"mask,omitempty"`
+	// Enforcement is what the executor holds this run to beyond its spec,
+	// from the data of the revision that decided.
+	Enforcement Enforcement `json:"-"`
+}
+
+// Enforcement is what the policy bundle's data tells the executor to hold
+// a run to whatever its spec says: facts only the executor can check (the
+// groups an image's /etc/group adds, the registry a pull reaches) and
+// sizes only it can apply. It travels with the decision, so the executor
+// enforces the revision that admitted the run.
+type Enforcement struct {
+	// PrivilegedGIDs are group IDs no container may hold, as its primary
+	// group or as a supplementary group its image adds
+	// (data.sandgate.config.privileged_gids).
+	PrivilegedGIDs []int64 `json:"privileged_gids"`
+	// PullRegistries are the registries (host[:port]) an image may be
+	// pulled from; empty, no pull goes anywhere
+	// (data.sandgate.config.pull_registries).
+	PullRegistries []string `json:"pull_registries"`
+	// VolumeQuotaMB is the size of each cache volume of the run's team
+	// (data.sandgate.config.volume_quota_mb).
+	VolumeQuotaMB int64 `json:"volume_quota_mb"`
+}
+
+// TeamLimits bound what one team may hold at once, so that one team's
+// flood is refused for that team alone (data.sandgate.config.team_limits).
+// A zero field sets no limit.
+type TeamLimits struct {
+	// Concurrent is how many of the team's runs may hold a container.
+	Concurrent int `json:"concurrent"`
+	// Queued is how many of the team's admitted runs may wait for one.
+	Queued int `json:"queued"`
+	// MemoryMB and CPUs bound the sums of the memory and CPU limits of
+	// the team's running and queued runs.
+	MemoryMB int64   `json:"memory_mb"`
+	CPUs     float64 `json:"cpus"`
 }
 
 // Admitter decides whether a run may go ahead.
@@ -105,6 +141,11 @@ type Admitter interface {
 	Decide(ctx context.Context, in AdmissionInput) (Decision, error)
 	// Defaults are the bundle's defaults for Normalize.
 	Defaults() Defaults
+	// TeamLimits are the limits of the policy in force for team.
+	TeamLimits(team string) TeamLimits
+	// Enforcement is what the policy in force tells the executor to hold
+	// team's runs to; a decision carries its own revision's.
+	Enforcement(team string) Enforcement
 }
 
 // PolicyModule is one file of a loaded policy bundle.

@@ -90,6 +90,9 @@ type Job struct {
 	Spec          RunSpec
 	// AirGapped forbids any image pull, whatever the spec's pull policy.
 	AirGapped bool
+	// Enforcement is what the decision that admitted the run tells the
+	// executor to hold it to beyond its spec.
+	Enforcement Enforcement
 	// Output, when set, receives each chunk of captured output as it is
 	// produced, within the output limit. It must not block for long.
 	Output func(stream Stream, p []byte)

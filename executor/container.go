@@ -279,9 +279,23 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 }
 
 // mountsFor turns the spec's bind mounts and cache volumes into Docker
-// mounts. Binds use the resolved host path, never the requested spelling,
-// and rprivate propagation.
+// mounts.
 func mountsFor(s sandgate.RunSpec) ([]mount.Mount, error) {
+	binds, err := bindMounts(s)
+	if err != nil {
+		return nil, err
+	}
+	vols, err := volumeMounts(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(binds, vols...), nil
+}
+
+// bindMounts turns the spec's bind mounts into Docker mounts. Binds use
+// the resolved host path, never the requested spelling, and rprivate
+// propagation.
+func bindMounts(s sandgate.RunSpec) ([]mount.Mount, error) {
 	var out []mount.Mount
 	for i, m := range s.Mounts {
 		field := fmt.Sprintf("mounts[%d]", i)
@@ -304,6 +318,12 @@ func mountsFor(s sandgate.RunSpec) ([]mount.Mount, error) {
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 		})
 	}
+	return out, nil
+}
+
+// volumeMounts turns the spec's cache volumes into Docker mounts.
+func volumeMounts(s sandgate.RunSpec) ([]mount.Mount, error) {
+	var out []mount.Mount
 	for i, v := range s.Volumes {
 		field := fmt.Sprintf("volumes[%d]", i)
 		if !safeName.MatchString(v.Name) {

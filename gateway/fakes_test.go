@@ -54,6 +54,10 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 
 func (a *fakeAdmitter) Defaults() sandgate.Defaults { return sandgate.BuiltinDefaults }
 
+func (a *fakeAdmitter) TeamLimits(string) sandgate.TeamLimits { return sandgate.TeamLimits{} }
+
+func (a *fakeAdmitter) Enforcement(string) sandgate.Enforcement { return sandgate.Enforcement{} }
+
 type fakePolicies struct {
 	mu        sync.Mutex
 	status    sandgate.PolicyStatus

@@ -89,7 +89,9 @@ type liveRun struct {
 	run sandgate.Run
 	// spec is what the executor runs: the admitted spec with its secrets,
 	// which run.Spec (stored and served) carries only as keyed hashes.
-	spec    sandgate.RunSpec
+	spec sandgate.RunSpec
+	// enforce is what the decision tells the executor to hold it to.
+	enforce sandgate.Enforcement
 	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}

@@ -114,6 +114,9 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
+		// The decision's own enforcement is not stored; the policy in
+		// force holds the run to today's.
+		Enforcement: s.d.Admitter.Enforcement(run.Team),
 		ContainerID: run.ContainerID,
 		Output:      lr.output,
 		Started: func(containerID string, at time.Time) {

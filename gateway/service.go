@@ -158,7 +158,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if sub.IdempotencyKey != "" {
 		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: run.ID, digest: requestDigest, at: now})
 	}
-	s.start(*run, dec.Spec)
+	s.start(*run, dec.Spec, dec.Enforcement)
 	return s.overlay(run), true, nil
 }
 
@@ -268,9 +268,9 @@ func (s *service) storedSpec(spec sandgate.RunSpec, mask []string) sandgate.RunS
 
 // start executes the run in its own goroutine, detached from the request.
 // spec is the admitted spec with its secrets; run carries the stored form.
-func (s *service) start(run sandgate.Run, spec sandgate.RunSpec) {
+func (s *service) start(run sandgate.Run, spec sandgate.RunSpec, enforce sandgate.Enforcement) {
 	lr := newLiveRun(run)
-	lr.spec = spec
+	lr.spec, lr.enforce = spec, enforce
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
@@ -292,7 +292,8 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: s.cfg.AirGapped,
-		Output: lr.output,
+		Enforcement: lr.enforce,
+		Output:      lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
 				s.store(lr, r, log)

@@ -82,6 +82,7 @@ type policy struct {
 	loadedAt time.Time
 	defaults sandgate.Defaults
 	mask     []string
+	teams    teamConfig
 	config   map[string]any
 }
 
@@ -193,6 +194,25 @@ func (e *Engine) Defaults() sandgate.Defaults {
 		return p.defaults
 	}
 	return sandgate.BuiltinDefaults
+}
+
+// TeamLimits are the limits data.sandgate.config.team_limits sets for
+// team in the policy in force; with no policy loaded, none.
+func (e *Engine) TeamLimits(team string) sandgate.TeamLimits {
+	if p := e.current.Load(); p != nil {
+		return p.teams.limits(team)
+	}
+	return sandgate.TeamLimits{}
+}
+
+// Enforcement is what the policy in force tells the executor to hold
+// team's runs to; with no policy loaded, gid 0 is still privileged and no
+// pull goes anywhere.
+func (e *Engine) Enforcement(team string) sandgate.Enforcement {
+	if p := e.current.Load(); p != nil {
+		return p.teams.enforcement(team)
+	}
+	return sandgate.Enforcement{PrivilegedGIDs: []int64{0}}
 }
 
 // PolicyConfig returns the configuration of the policy in force (the
@@ -312,6 +332,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err != nil {
 		return nil, &loadError{[]string{err.Error()}}
 	}
+	teams, err := b.teamConfig()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
 	store := b.store()
 	results, err := b.runTests(ctx, store, false)
 	if err != nil {
@@ -343,6 +367,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		loadedAt: e.now(),
 		defaults: defaults,
 		mask:     mask,
+		teams:    teams,
 		config:   b.config(),
 	}, nil
 }
@@ -457,6 +482,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 	}
 	d.PolicyRevision = p.revision
 	d.Mask = slices.Clone(p.mask)
+	d.Enforcement = p.teams.enforcement(in.Principal.Team)
 	if err := ctx.Err(); err != nil {
 		return deny(d, RulePolicyError, "the request was cancelled before it was decided"), err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -574,5 +575,38 @@ func TestPolicyConfigReportsBundleData(t *testing.T) {
 	}
 	if got := (&policies.Engine{}).PolicyConfig(); got != nil {
 		t.Errorf("zero Engine PolicyConfig() = %v, want nil", got)
+	}
+}
+
+func TestTeamConfigFromData(t *testing.T) {
+	e := newEngine(t, policies.Options{})
+	got := e.Enforcement("payments")
+	if !slices.Contains(got.PrivilegedGIDs, 0) || got.VolumeQuotaMB != 1024 || len(got.PullRegistries) != 0 {
+		t.Errorf("Enforcement(payments) = %+v", got)
+	}
+	if l := e.TeamLimits("payments"); l.Concurrent != 8 || l.Queued != 64 {
+		t.Errorf("TeamLimits(payments) = %+v", l)
+	}
+	d := decide(t, e, baseSpec())
+	if diff := cmp.Diff(got, d.Enforcement); diff != "" {
+		t.Errorf("decision's enforcement differs from the engine's (-engine +decision):\n%s", diff)
+	}
+}
+
+func TestTeamConfigMalformedRefused(t *testing.T) {
+	for name, data := range map[string]string{
+		"gid not a number":     `{"privileged_gids": ["docker"]}`,
+		"negative quota":       `{"volume_quota_mb": {"default": -1}}`,
+		"registry with a path": `{"pull_registries": ["registry.example.com/team"]}`,
+		"unknown limit":        `{"team_limits": {"default": {"concurent": 3}}}`,
+		"negative team limit":  `{"team_limits": {"default": {}, "teams": {"a": {"queued": -2}}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := copyBundle(t)
+			writeConfigOverride(t, dir, data)
+			if _, err := policies.New(context.Background(), policies.Options{Dir: dir}); err == nil {
+				t.Fatal("bundle with malformed team config loaded")
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package policies_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -166,4 +167,26 @@ func resolvedDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return d
+}
+
+// writeConfigOverride sets the members of the JSON object override in the
+// bundle's data.sandgate.config, keeping the rest.
+func writeConfigOverride(t *testing.T, dir, override string) {
+	t.Helper()
+	var data map[string]map[string]map[string]any
+	if err := json.Unmarshal([]byte(readFile(t, dir, "data.json")), &data); err != nil {
+		t.Fatal(err)
+	}
+	var o map[string]any
+	if err := json.Unmarshal([]byte(override), &o); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range o {
+		data["sandgate"]["config"][k] = v
+	}
+	out, err := json.MarshalIndent(data, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "data.json", string(out))
 }
