@@ -27,9 +27,14 @@ run: bootstrap build image
 	SANDGATE_DEV=1 ./$(BIN) serve
 
 # make test: every unit and integration test, race detector on, against the
-# real Docker daemon and PostgreSQL that bootstrap starts.
+# real Docker daemon and PostgreSQL that bootstrap starts; then, as root,
+# the air-gapped bundle built, installed and run in a namespace with no
+# network (deploy/test-bundle.sh, about 30 s).
 test: bootstrap image
 	$(GO) test -race -p 2 -count=1 -timeout 20m $(PKGS)
+	@if [ "$$(id -u)" = 0 ]; then bash deploy/test-bundle.sh; \
+	elif [ "$$CI" = true ]; then echo "make test: the bundle test needs root (CI=true)"; exit 1; \
+	else echo "make test: skipping deploy/test-bundle.sh (needs root: sudo make test-bundle)"; fi
 
 lint:
 	$(GO) vet $(PKGS)

@@ -23,6 +23,11 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 [ -x /usr/lib/postgresql/$PG_VERSION/bin/postgres ] || missing+=(postgresql)
 [ -x /bin/busybox ] && file_is_static=$( (LC_ALL=C ldd /bin/busybox 2>&1 || true) | grep -c 'not a dynamic' || true) || file_is_static=0
 [ "$file_is_static" = 1 ] || missing+=(busybox-static)
+# The air-gapped bundle test (make test) drives the installed gateway with
+# curl and jq; cache volumes are ext4 images made with mkfs.ext4.
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v jq >/dev/null 2>&1 || missing+=(jq)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 if [ ${#missing[@]} -gt 0 ]; then
   if is_root || (command -v sudo >/dev/null && sudo -n true 2>/dev/null); then
     say "installing ${missing[*]}"
