@@ -65,6 +65,10 @@ type Config struct {
 	// past their TTL are recycled, besides the refill that follows every
 	// claim and every warm container found dead. Default 30s.
 	WarmPoolCheck time.Duration
+	// MountStageDir is where bind-mount sources are pinned for the daemon
+	// (see the stager): a directory only root may write, on the path to
+	// which every directory is root's. Default DefaultStageDir.
+	MountStageDir string
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.

@@ -33,6 +33,7 @@ type dockerAPI interface {
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	CopyFromContainer(ctx context.Context, id, srcPath string) (io.ReadCloser, container.PathStat, error)
 }
 
 // imageAPI is the Docker calls that build, load, list and prune images.

@@ -54,12 +54,27 @@ type Executor struct {
 	imgMu    sync.Mutex
 	imgCache map[string]cachedImage
 
+	// stager pins bind-mount sources for the daemon.
+	stager *stager
+	// stageMu guards whether the daemon was seen to see staged mounts.
+	stageMu      sync.Mutex
+	stageChecked bool
+	stageErr     error
+	// accounts are the images' /etc/passwd and /etc/group, by image ID.
+	accounts accountCache
+
 	// pool keeps warm containers; nil without a warm pool.
 	pool *pool
 
 	reaperMu   sync.Mutex
 	reaperStop context.CancelFunc
 	reaperDone chan struct{}
+	// starting is set while Start keeps trying a daemon that did not
+	// answer; startStop ends that.
+	starting  bool
+	startStop context.CancelFunc
+	// stopped is set once the reaper was stopped for good.
+	stopped bool
 }
 
 var (
@@ -99,6 +114,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
 		runs:     map[string]*run{},
 		imgCache: map[string]cachedImage{},
+		stager:   newStager(cfg.MountStageDir),
 	}
 	e.pool = newPool(e, cfg)
 	return e
@@ -108,11 +124,58 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 func (e *Executor) Node() string { return e.cfg.Node }
 
 // Start checks that the daemon answers, removes the orphans a previous
-// process of this node left behind, and then reaps every ReapInterval
-// until ctx ends or Shutdown or Close is called, so ctx should live as
-// long as the executor serves. It returns DOCKER-UNAVAILABLE when the
-// daemon does not answer.
+// process of this node left behind, starts the warm pool, and then reaps
+// every ReapInterval until ctx ends or Shutdown or Close is called, so ctx
+// should live as long as the executor serves. When the daemon does not
+// answer, Start returns DOCKER-UNAVAILABLE and keeps trying in the
+// background: the reaper and the warm pool begin as soon as it answers.
 func (e *Executor) Start(ctx context.Context) error {
+	err := e.startOnce(ctx)
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeDockerUnavailable {
+		return err
+	}
+	e.reaperMu.Lock()
+	defer e.reaperMu.Unlock()
+	if e.reaperStop != nil || e.starting {
+		return err
+	}
+	e.starting = true
+	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e.startStop = stop
+	go func() {
+		defer stop()
+		e.startWhenReachable(ctx, sctx)
+	}()
+	return err
+}
+
+// startWhenReachable tries Start's work again until the daemon answers,
+// parent ends or the executor stops.
+func (e *Executor) startWhenReachable(parent, ctx context.Context) {
+	wait := 250 * time.Millisecond
+	for {
+		select {
+		case <-parent.Done():
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		err := e.startOnce(parent)
+		if sandgate.ErrorCodeOf(err) != sandgate.CodeDockerUnavailable {
+			if err != nil {
+				e.log.Error("executor start", "err", err)
+			} else {
+				e.log.Info("the docker daemon answers: reaper and warm pool started")
+			}
+			return
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// startOnce is one attempt at Start's work.
+func (e *Executor) startOnce(ctx context.Context) error {
 	if err := e.Ping(ctx); err != nil {
 		return err
 	}
@@ -129,7 +192,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.pool.start(e.cfg.WarmPoolCheck)
 	e.reaperMu.Lock()
 	defer e.reaperMu.Unlock()
-	if e.reaperStop != nil {
+	if e.reaperStop != nil || e.stopped {
 		return nil
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -163,6 +226,10 @@ func (e *Executor) reapLoop(parent, ctx context.Context) {
 func (e *Executor) stopReaper() {
 	e.reaperMu.Lock()
 	stop, done := e.reaperStop, e.reaperDone
+	if e.startStop != nil {
+		e.startStop()
+	}
+	e.stopped = true
 	e.reaperMu.Unlock()
 	if stop != nil {
 		stop()

@@ -298,6 +298,17 @@ func (f *fakeDocker) ContainerList(context.Context, container.ListOptions) ([]co
 	return out, nil
 }
 
+func (f *fakeDocker) CopyFromContainer(_ context.Context, id, path string) (io.ReadCloser, container.PathStat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("copy")
+	if f.find(id) == nil {
+		return nil, container.PathStat{}, errNotFound("no such container " + id)
+	}
+	// An image without account files: the user is what the spec says.
+	return nil, container.PathStat{}, errNotFound("no such file " + path)
+}
+
 // Errors as the Docker client classifies them.
 type (
 	errNotFound    string

@@ -42,6 +42,13 @@ func (r *recorder) of(runID string) []sandgate.Event {
 	return out
 }
 
+// all returns every event so far.
+func (r *recorder) all() []sandgate.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]sandgate.Event(nil), r.events...)
+}
+
 func (r *recorder) typesOf(runID string) []sandgate.EventType {
 	var out []sandgate.EventType
 	for _, ev := range r.of(runID) {

@@ -718,6 +718,9 @@ func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageI
 	})
 	defer e.remove(r, m.id)
 	defer m.hj.Close()
+	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
+		return e.failed(r, err, res), err
+	}
 
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()

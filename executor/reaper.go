@@ -83,6 +83,7 @@ func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool)
 		}
 	}
 	e.markLost(live, present, listed)
+	e.removeStaleStages()
 
 	var (
 		mu      sync.Mutex
@@ -140,6 +141,22 @@ func (e *Executor) markLost(live map[string]*run, present map[string]bool, liste
 		}
 		e.log.Warn("container of a live run vanished", "run_id", r.job.RunID, "container_id", id)
 		r.cancel(errLost)
+	}
+}
+
+// removeStaleStages unpins the bind mounts of runs of this node that are
+// neither live nor held for adoption: a process that died left them. A run
+// stages its mounts only once it is live and unstages them before it stops
+// being live, so asking now, not from an earlier listing, is race-free.
+func (e *Executor) removeStaleStages() {
+	for _, runID := range e.stager.staleRuns(e.cfg.Node) {
+		e.mu.Lock()
+		live := e.runs[runID] != nil
+		e.mu.Unlock()
+		if !live && !e.isHeld(runID, "") {
+			e.log.Info("removing the pinned mounts of a run that is not live", "run_id", runID)
+			e.stager.unstage(e.cfg.Node, runID)
+		}
 	}
 }
 

@@ -147,6 +147,17 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		set.config.Image = pinned // the daemon resolves name@digest only against registry digests
 	}
 
+	// Bind-mount sources are pinned now, just before create, and the
+	// daemon is given the pinned paths: what was admitted is what is
+	// mounted, whatever happened to the paths while the run queued.
+	staged, err := e.stageMounts(r, &set)
+	if err != nil {
+		return e.failed(r, err), err
+	}
+	if len(staged) > 0 {
+		defer e.stager.unstage(e.cfg.Node, r.job.RunID)
+	}
+
 	id, err := e.create(ctx, r, set)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -159,9 +170,19 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	created := e.now()
 	r.setContainer(id, created)
 	res := sandgate.Result{ContainerID: id, CreatedAt: created}
-	e.emit(r, sandgate.EventContainerCreated, map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID})
+	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
+	if len(staged) > 0 {
+		payload["mounts"] = stagedDocs(staged, r.job.Spec.Mounts)
+	}
+	e.emit(r, sandgate.EventContainerCreated, payload)
 	defer e.remove(r, id)
 
+	if err := e.checkIdentity(ctx, r, id, imageID); err != nil {
+		if ctx.Err() != nil {
+			return e.cancelledBeforeStart(r, res), nil
+		}
+		return e.failed(r, err, res), err
+	}
 	return e.attachAndRun(ctx, r, set, res)
 }
 

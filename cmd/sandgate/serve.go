@@ -198,6 +198,11 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("docker executor: %w", err)
 	}
 	defer exec.Close()
+	if len(cfg.MountRoots) > 0 {
+		if err := exec.PrepareBindMounts(); err != nil {
+			return err
+		}
+	}
 	if cfg.WarmPool > 0 {
 		pooled.Store(exec)
 	}
