@@ -1,14 +1,23 @@
 package executor_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
@@ -133,4 +142,98 @@ func TestMountSwapNeverEscapes(t *testing.T) {
 // inodeOf is the inode of a file, as the trail records it.
 func inodeOf(fi os.FileInfo) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// buildTestImage builds tag FROM the sandbox image with files added, for
+// tests that need an image that is hostile in some way.
+func buildTestImage(t *testing.T, tag string, files map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dockerfile := "FROM " + executor.SandboxImage + "\n"
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		src := fmt.Sprintf("f%d", i)
+		dockerfile += "COPY " + src + " " + name + "\n"
+		add := func(n, body string) {
+			if err := tw.WriteHeader(&tar.Header{Name: n, Mode: 0o644, Size: int64(len(body))}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tw.Write([]byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add(src, files[name])
+		if i == len(names)-1 {
+			add("Dockerfile", dockerfile)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	resp, err := docker(t).ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, ForceRemove: true})
+	if err != nil {
+		t.Fatalf("build %s: %v", tag, err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Contains(out, []byte("Successfully tagged")) {
+		t.Fatalf("build %s: %s", tag, out)
+	}
+	t.Cleanup(func() {
+		_, _ = docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
+}
+
+// TestPrivilegedGroupsRefused: an image whose /etc/group makes the run's
+// user a member of the Docker socket's group (or disk), and a request for
+// gid 0, are refused before the container starts; the plain sandbox image
+// runs. The groups the container would have are checked, not only the one
+// the request names.
+func TestPrivilegedGroupsRefused(t *testing.T) {
+	ex, rec := newTestExecutor(t, nil)
+	tag := "sandgate-test/groups:" + randomHex(t, 4)
+	buildTestImage(t, tag, map[string]string{
+		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\nsandbox:x:10001:10001::/workspace:/bin/sh\ntoor:x:0:10001::/:/bin/sh\n",
+		"/etc/group":  "root:x:0:\nsandbox:x:10001:\ndisk:x:6:sandbox\ndocker:x:27:sandbox\n",
+	})
+	enforce := sandgate.Enforcement{PrivilegedGIDs: []int64{0, 6, 27}}
+	for _, tc := range []struct {
+		name, image, user string
+		refused           string // a part of the refusal, "" when it runs
+	}{
+		{"sandbox image", executor.SandboxImage, "10001:10001", ""},
+		{"supplementary docker group", tag, "10001:10001", "supplementary group"},
+		{"uid only takes passwd's groups", tag, "10001", "supplementary group"},
+		{"gid 0", executor.SandboxImage, "10001:0", "gid 0"},
+		{"unknown uid gets gid 0", executor.SandboxImage, "20000", "gid 0"},
+		{"a name that is uid 0", tag, "toor:10001", "uid 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := newJob(t, func(s *sandgate.RunSpec) { s.Image, s.User = tc.image, tc.user }, "id")
+			job.Enforcement = enforce
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			res, err := ex.Execute(ctx, job)
+			if tc.refused == "" {
+				if err != nil || res.Outcome != sandgate.OutcomeSucceeded {
+					t.Fatalf("Execute = %v, %+v; want success", err, res)
+				}
+				return
+			}
+			if sandgate.ErrorCodeOf(err) != sandgate.CodeContainerCreate || !strings.Contains(sandgate.ErrorMessageOf(err), tc.refused) {
+				t.Fatalf("Execute error = %v; want SBX-001 naming %q", err, tc.refused)
+			}
+			for _, ev := range rec.of(job.RunID) {
+				if ev.Type == sandgate.EventContainerStarted {
+					t.Errorf("the container was started")
+				}
+			}
+		})
+	}
 }

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// TestMountSwappedWhileQueuedIsNotFollowed is the attack of a submitter
+// with two admitted runs. With one slot, run A holds it with the team's
+// directory mounted read-write; run B, which mounts the team's "proj"
+// read-only, is admitted and waits in the queue. A then replaces proj
+// with a symlink to the host's root and ends. When B's container is
+// created, the daemon must not see the host's root: B fails with SBX-003
+// before anything is mounted, and the trail says so.
+func TestMountSwappedWhileQueuedIsNotFollowed(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("bind mounts need root")
+	}
+	root := filepath.Join(t.TempDir(), "roots")
+	team := filepath.Join(root, "dev") // the dev principal's team
+	proj := filepath.Join(team, "proj")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The team's runs (uid 10001) may write in the team's directory.
+	if err := os.Chmod(team, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "marker"), []byte("inside\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withEnv("SANDGATE_MOUNT_ROOTS", root), withEnv("SANDGATE_MAX_CONCURRENT", "1"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	attacker, err := s.Client.Submit(ctx, sandgate.RunSpec{
+		Mounts:  []sandgate.Mount{{Source: team, Target: "/team"}},
+		Command: []string{"sh", "-c", "while [ ! -e /team/go ]; do sleep 0.05; done; mv /team/proj /team/proj.gone && ln -s / /team/proj && echo swapped"},
+	}, gateway.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("submit the attacker: %v", err)
+	}
+	waitFor(t, time.Minute, "the attacker to run", func() bool {
+		v, ok := s.runState(t, attacker.ID)
+		return ok && v.State == sandgate.StateRunning
+	})
+	victim, err := s.Client.Submit(ctx, sandgate.RunSpec{
+		Mounts:  []sandgate.Mount{{Source: proj, Target: "/workspace", ReadOnly: true}},
+		Command: []string{"sh", "-c", "ls /workspace; cat /workspace/marker"},
+	}, gateway.SubmitOptions{})
+	if err != nil {
+		t.Fatalf("submit the victim: %v", err)
+	}
+	if v, _ := s.runState(t, victim.ID); v.State == sandgate.StateFinished {
+		t.Fatalf("the victim did not wait for the slot: %+v", v)
+	}
+	if err := os.WriteFile(filepath.Join(team, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	a := s.waitFinished(t, attacker.ID, time.Minute)
+	if a.Outcome == nil || *a.Outcome != sandgate.OutcomeSucceeded || a.Stdout.Data != "swapped\n" {
+		t.Fatalf("the attacker did not swap the directory: %+v", a)
+	}
+	if target, err := os.Readlink(proj); err != nil || target != "/" {
+		t.Fatalf("proj is not a symlink to / after the attack: %q, %v", target, err)
+	}
+	v := s.waitFinished(t, victim.ID, time.Minute)
+	for _, hostEntry := range []string{"proc", "etc", "usr"} {
+		if strings.Contains(v.Stdout.Data, hostEntry) {
+			t.Errorf("the victim saw the host's root: stdout %q", v.Stdout.Data)
+			break
+		}
+	}
+	if v.Outcome == nil || *v.Outcome != sandgate.OutcomeError || v.Error == nil || v.Error.Code != sandgate.CodeMountError {
+		t.Fatalf("victim = outcome %v error %+v stdout %q; want error SBX-003", v.Outcome, v.Error, v.Stdout.Data)
+	}
+	if !strings.Contains(v.Error.Message, "mounts[0].source") {
+		t.Errorf("the error does not name the mount: %q", v.Error.Message)
+	}
+	evs := s.runEvents(t, victim.ID)
+	failed, ok := findEvent(evs, sandgate.EventRunFailed)
+	if !ok || failed.Payload["error_code"] != string(sandgate.CodeMountError) {
+		t.Errorf("the victim's trail has no run.failed with SBX-003: %s", eventTypes(evs))
+	}
+	if hasEvent(evs, sandgate.EventContainerCreated) {
+		t.Errorf("a container was created for the victim: %s", eventTypes(evs))
+	}
+	// The attacker's container.created records the directory it got.
+	created, ok := findEvent(s.runEvents(t, attacker.ID), sandgate.EventContainerCreated)
+	if !ok {
+		t.Fatal("the attacker has no container.created event")
+	}
+	mounts, _ := created.Payload["mounts"].([]any)
+	if len(mounts) != 1 || mounts[0].(map[string]any)["source"] != team {
+		t.Errorf("container.created mounts = %v, want the team directory", created.Payload["mounts"])
+	}
+	s.verifyTrail(t)
+}
