@@ -116,6 +116,9 @@ type Enforcement struct {
 	// VolumeQuotaMB is the size of each cache volume of the run's team
 	// (data.sandgate.config.volume_quota_mb).
 	VolumeQuotaMB int64 `json:"volume_quota_mb"`
+	// MaxVolumes is how many cache volumes the run's team may have
+	// (data.sandgate.config.max_volumes); 0 is the executor's default.
+	MaxVolumes int `json:"max_volumes"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's

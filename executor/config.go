@@ -69,6 +69,10 @@ type Config struct {
 	// (see the stager): a directory only root may write, on the path to
 	// which every directory is root's. Default DefaultStageDir.
 	MountStageDir string
+	// VolumeDir holds the file systems of cache volumes: one ext4 image per
+	// team's volume, of the team's quota, loop-mounted. Default
+	// DefaultVolumeDir.
+	VolumeDir string
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.

@@ -164,7 +164,7 @@ func containerSettings(job sandgate.Job, node string, maxConcurrent int) (settin
 		StopSignal:   "SIGTERM",
 	}
 
-	mounts, err := mountsFor(s)
+	mounts, err := mountsFor(s, job.Team)
 	if err != nil {
 		return settings{}, err
 	}
@@ -280,12 +280,12 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 
 // mountsFor turns the spec's bind mounts and cache volumes into Docker
 // mounts.
-func mountsFor(s sandgate.RunSpec) ([]mount.Mount, error) {
+func mountsFor(s sandgate.RunSpec, team string) ([]mount.Mount, error) {
 	binds, err := bindMounts(s)
 	if err != nil {
 		return nil, err
 	}
-	vols, err := volumeMounts(s)
+	vols, err := volumeMounts(s, team)
 	if err != nil {
 		return nil, err
 	}
@@ -321,8 +321,9 @@ func bindMounts(s sandgate.RunSpec) ([]mount.Mount, error) {
 	return out, nil
 }
 
-// volumeMounts turns the spec's cache volumes into Docker mounts.
-func volumeMounts(s sandgate.RunSpec) ([]mount.Mount, error) {
+// volumeMounts turns the spec's cache volumes into Docker mounts of
+// team's volumes.
+func volumeMounts(s sandgate.RunSpec, team string) ([]mount.Mount, error) {
 	var out []mount.Mount
 	for i, v := range s.Volumes {
 		field := fmt.Sprintf("volumes[%d]", i)
@@ -334,7 +335,7 @@ func volumeMounts(s sandgate.RunSpec) ([]mount.Mount, error) {
 		}
 		out = append(out, mount.Mount{
 			Type:     mount.TypeVolume,
-			Source:   VolumePrefix + v.Name,
+			Source:   VolumeName(team, v.Name),
 			Target:   v.Target,
 			ReadOnly: v.ReadOnly,
 			VolumeOptions: &mount.VolumeOptions{

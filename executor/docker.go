@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -34,6 +35,9 @@ type dockerAPI interface {
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	CopyFromContainer(ctx context.Context, id, srcPath string) (io.ReadCloser, container.PathStat, error)
+	VolumeInspect(ctx context.Context, id string) (volume.Volume, error)
+	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
+	VolumeRemove(ctx context.Context, id string, force bool) error
 }
 
 // imageAPI is the Docker calls that build, load, list and prune images.

@@ -56,6 +56,8 @@ type Executor struct {
 
 	// stager pins bind-mount sources for the daemon.
 	stager *stager
+	// volumes makes the file systems of cache volumes.
+	volumes *volumes
 	// stageMu guards whether the daemon was seen to see staged mounts.
 	stageMu      sync.Mutex
 	stageChecked bool
@@ -115,6 +117,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 		runs:     map[string]*run{},
 		imgCache: map[string]cachedImage{},
 		stager:   newStager(cfg.MountStageDir),
+		volumes:  newVolumes(cfg.VolumeDir),
 	}
 	e.pool = newPool(e, cfg)
 	return e

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -307,6 +308,27 @@ func (f *fakeDocker) CopyFromContainer(_ context.Context, id, path string) (io.R
 	}
 	// An image without account files: the user is what the spec says.
 	return nil, container.PathStat{}, errNotFound("no such file " + path)
+}
+
+func (f *fakeDocker) VolumeInspect(_ context.Context, id string) (volume.Volume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("volume inspect")
+	return volume.Volume{}, errNotFound("no such volume " + id)
+}
+
+func (f *fakeDocker) VolumeCreate(_ context.Context, opts volume.CreateOptions) (volume.Volume, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("volume create")
+	return volume.Volume{Name: opts.Name, Options: opts.DriverOpts}, nil
+}
+
+func (f *fakeDocker) VolumeRemove(context.Context, string, bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("volume remove")
+	return nil
 }
 
 // Errors as the Docker client classifies them.

@@ -89,6 +89,8 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 		DockerHost: executortest.DockerHost(),
 		Node:       "test-" + randomHex(t, 6),
 		StopGrace:  3 * time.Second,
+		// Cache volumes' file systems live with the test, and go with it.
+		VolumeDir: t.TempDir(),
 	}
 	if tune != nil {
 		tune(&cfg)
@@ -110,6 +112,15 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 		}
 		if left := managed(t, cfg.Node); len(left) > 0 {
 			t.Errorf("%d container(s) of node %s left behind", len(left), cfg.Node)
+		}
+		vols, err := ex.CacheVolumes()
+		if err != nil {
+			t.Error(err)
+		}
+		for _, v := range vols {
+			if err := ex.RemoveCacheVolume(context.Background(), v.Team, v.Name); err != nil {
+				t.Errorf("remove cache volume %s: %v", v.DockerVolume, err)
+			}
 		}
 		ex.Close()
 	})

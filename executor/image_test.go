@@ -53,7 +53,6 @@ func TestBuildSandboxImage(t *testing.T) {
 	// A fresh cache volume mounted at /cache is writable by the image's
 	// user and by another unprivileged one, and keeps what they wrote.
 	volume := "cachetest-" + randomHex(t, 4)
-	t.Cleanup(func() { docker(t).VolumeRemove(context.Background(), executor.VolumePrefix+volume, true) })
 	withCache := func(user string) func(*sandgate.RunSpec) {
 		return func(s *sandgate.RunSpec) {
 			s.Image, s.User = tag, user

@@ -330,13 +330,12 @@ func TestImageUnavailable(t *testing.T) {
 // TestHardeningInspect looks at a running container with docker inspect:
 // every hardening setting is there, with a bind mount and a cache volume.
 func TestHardeningInspect(t *testing.T) {
-	ex, _ := newTestExecutor(t, nil)
+	ex, _ := volumeExecutor(t, nil)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "input.txt"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	volume := "itest-" + randomHex(t, 4)
-	t.Cleanup(func() { docker(t).VolumeRemove(context.Background(), executor.VolumePrefix+volume, true) })
 	started := make(chan string, 1)
 	job := newJob(t, func(s *sandgate.RunSpec) {
 		s.Mounts = []sandgate.Mount{{Source: dir, Target: "/workspace/in", ReadOnly: true}}
@@ -413,7 +412,7 @@ func TestHardeningInspect(t *testing.T) {
 		LogType: "none",
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: filepath.Join(executor.DefaultStageDir, ex.Node(), job.RunID, "0"), Target: "/workspace/in", ReadOnly: true, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
-			{Type: mount.TypeVolume, Source: executor.VolumePrefix + volume, Target: "/cache", VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{"sandgate.cache": "true"}}},
+			{Type: mount.TypeVolume, Source: executor.VolumeName("payments", volume), Target: "/cache", VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{"sandgate.cache": "true"}}},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -568,14 +567,14 @@ func sandgateLabels(l map[string]string) map[string]string {
 }
 
 // TestStartFailure: a container that cannot start (its user does not
-// exist in the image) is SBX-001, and is removed.
+// exist in the image) is SBX-001 before it starts, and is removed.
 func TestStartFailure(t *testing.T) {
 	ex, rec := newTestExecutor(t, nil)
 	job := newJob(t, func(s *sandgate.RunSpec) { s.User = "nosuchuser" }, "true")
 	res, err := ex.Execute(context.Background(), job)
 	if sandgate.ErrorCodeOf(err) != sandgate.CodeContainerCreate || res.Outcome != sandgate.OutcomeError ||
-		res.Error == nil || !strings.Contains(res.Error.Message, "did not start") {
-		t.Fatalf("Execute = %+v, %v; want SBX-001, did not start", res, err)
+		res.Error == nil || !strings.Contains(res.Error.Message, "not in the image's /etc/passwd") {
+		t.Fatalf("Execute = %+v, %v; want SBX-001, no such user", res, err)
 	}
 	want := []sandgate.EventType{sandgate.EventImageResolved, sandgate.EventContainerCreated, sandgate.EventRunFailed, sandgate.EventContainerRemoved}
 	if diff := cmp.Diff(want, rec.typesOf(job.RunID)); diff != "" {

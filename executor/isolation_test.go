@@ -237,3 +237,95 @@ func TestPrivilegedGroupsRefused(t *testing.T) {
 		})
 	}
 }
+
+// volumeExecutor is a test executor for tests of cache volumes, which are
+// loop-mounted file systems and need root.
+func volumeExecutor(t *testing.T, tune func(*executor.Config)) (*executor.Executor, *recorder) {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("cache volumes are loop-mounted file systems, which needs root")
+	}
+	return newTestExecutor(t, tune)
+}
+
+// TestCacheVolumesPerTeamWritableAndBounded: a run of team payments
+// writes to its cache volume as uid 10001 and the next run of the team
+// reads it; team web's volume of the same name is another one; a run
+// that writes past the quota fills its volume, not the host's disk; and
+// a team past its count of volumes is refused a new one.
+func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
+	ex, _ := volumeExecutor(t, nil)
+	name := "cache-" + randomHex(t, 3)
+	enforce := sandgate.Enforcement{VolumeQuotaMB: 16, MaxVolumes: 2, PrivilegedGIDs: []int64{0}}
+	run := func(team string, command string) sandgate.Result {
+		t.Helper()
+		job := newJob(t, func(s *sandgate.RunSpec) {
+			s.Volumes = []sandgate.Volume{{Name: name, Target: "/cache"}}
+		}, "sh", "-c", command)
+		job.Team, job.Enforcement = team, enforce
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		res, err := ex.Execute(ctx, job)
+		if err != nil {
+			t.Fatalf("Execute(%s, %q): %v", team, command, err)
+		}
+		return res
+	}
+
+	if res := run("payments", "echo from-payments > /cache/f && id -u"); res.Outcome != sandgate.OutcomeSucceeded {
+		t.Fatalf("write to the cache: %+v", res)
+	}
+	if res := run("payments", "cat /cache/f"); res.Stdout.Data != "from-payments\n" {
+		t.Errorf("the next run of the team reads %q (stderr %q), want what the first wrote", res.Stdout.Data, res.Stderr.Data)
+	}
+	if res := run("web", "cat /cache/f 2>&1; ls -A /cache"); strings.Contains(res.Stdout.Data, "from-payments") {
+		t.Errorf("team web sees team payments' cache: %q", res.Stdout.Data)
+	}
+
+	res := run("payments", "dd if=/dev/zero of=/cache/big bs=1M count=64 2>&1; echo rc=$?")
+	if !strings.Contains(res.Stdout.Data, "No space left") {
+		t.Errorf("writing 64 MiB into a 16 MiB volume: %q, want no space left", res.Stdout.Data)
+	}
+	vols, err := ex.CacheVolumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var teams []string
+	for _, v := range vols {
+		teams = append(teams, v.Team)
+		if v.UsedBytes > 16<<20 || v.SizeMB != 16 {
+			t.Errorf("volume %s: %d bytes used of %d MB", v.DockerVolume, v.UsedBytes, v.SizeMB)
+		}
+		if !strings.HasPrefix(v.DockerVolume, executor.VolumePrefix+v.Team+"-"+name+"-") {
+			t.Errorf("docker volume %s does not carry team %s and name %s", v.DockerVolume, v.Team, name)
+		}
+	}
+	sort.Strings(teams)
+	if strings.Join(teams, ",") != "payments,web" {
+		t.Errorf("volumes of teams %v, want payments and web", teams)
+	}
+
+	// A third volume for payments, then a fourth past the limit of 2.
+	job := newJob(t, func(s *sandgate.RunSpec) {
+		s.Volumes = []sandgate.Volume{{Name: name + "-b", Target: "/b"}, {Name: name + "-c", Target: "/c"}}
+	}, "true")
+	job.Team, job.Enforcement = "payments", enforce
+	_, err = ex.Execute(t.Context(), job)
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeMountError || !strings.Contains(sandgate.ErrorMessageOf(err), "limit") {
+		t.Errorf("a team past its count of volumes: %v, want SBX-003 naming the limit", err)
+	}
+}
+
+// TestVolumeNamesNeverCollide: pairs of team and name that read alike
+// get different Docker volumes.
+func TestVolumeNamesNeverCollide(t *testing.T) {
+	pairs := [][2]string{{"a-b", "c"}, {"a", "b-c"}, {"a b", "c"}, {"a_b", "c"}, {"payments", "npm"}, {"Payments", "npm"}}
+	seen := map[string][2]string{}
+	for _, p := range pairs {
+		n := executor.VolumeName(p[0], p[1])
+		if prev, ok := seen[n]; ok {
+			t.Errorf("%v and %v share the docker volume %s", prev, p, n)
+		}
+		seen[n] = p
+	}
+}

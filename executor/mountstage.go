@@ -187,10 +187,17 @@ func (s *stager) stage(node, runID string, mounts []sandgate.Mount) ([]stagedMou
 			Message: "bind mounts are not available on this gateway: " + err.Error()}
 	}
 	dir := s.runDir(node, runID)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return nil, sandgate.WrapError(sandgate.CodeMountError, err, "make the mount stage of run %s", runID)
+	var err error
+	// The node's directory goes when its last run's stage does; one that
+	// vanishes between the two calls is made again.
+	for range 3 {
+		if err = os.MkdirAll(filepath.Dir(dir), 0o700); err == nil {
+			if err = os.Mkdir(dir, 0o700); !errors.Is(err, os.ErrNotExist) {
+				break
+			}
+		}
 	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeMountError, err, "make the mount stage of run %s", runID)
 	}
 	var out []stagedMount
@@ -316,6 +323,8 @@ func (s *stager) unstageDir(dir string) {
 		unmount(filepath.Join(dir, e.Name()))
 	}
 	os.Remove(dir)
+	// The node's directory too, once empty; the next stage remakes it.
+	os.Remove(filepath.Dir(dir))
 }
 
 // unmount detaches the mount at p (lazily: the container that uses it

@@ -404,12 +404,6 @@ func TestWarmColdFallback(t *testing.T) {
 	if a, b := warm(rec, jobs[0].RunID), warm(rec, jobs[1].RunID); a == b {
 		t.Errorf("warm = %v, %v; want one warm and one cold run from a pool of one", a, b)
 	}
-	volumes := exec.Command("docker", "volume", "ls", "-q", "--filter", "name="+executor.VolumePrefix+"pooltest-")
-	if out, err := volumes.Output(); err == nil {
-		for _, v := range strings.Fields(string(out)) {
-			_ = exec.Command("docker", "volume", "rm", v).Run()
-		}
-	}
 }
 
 // TestWarmReaper: the reaper leaves the pool's containers alone, including

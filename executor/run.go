@@ -157,6 +157,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	if len(staged) > 0 {
 		defer e.stager.unstage(e.cfg.Node, r.job.RunID)
 	}
+	if err := e.ensureVolumes(ctx, r, &set); err != nil {
+		return e.failed(r, err), err
+	}
 
 	id, err := e.create(ctx, r, set)
 	if err != nil {

@@ -17,6 +17,7 @@ type teamConfig struct {
 	privilegedGIDs []int64
 	pullRegistries []string
 	volumeQuota    perTeam[int64]
+	maxVolumes     perTeam[int]
 	teamLimits     perTeam[sandgate.TeamLimits]
 }
 
@@ -43,6 +44,7 @@ func (c teamConfig) enforcement(team string) sandgate.Enforcement {
 		PrivilegedGIDs: slices.Clone(c.privilegedGIDs),
 		PullRegistries: slices.Clone(c.pullRegistries),
 		VolumeQuotaMB:  c.volumeQuota.of(team),
+		MaxVolumes:     c.maxVolumes.of(team),
 	}
 }
 
@@ -78,6 +80,14 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 	for team, q := range c.volumeQuota.all() {
 		if q < 0 {
 			return c, fmt.Errorf("data.sandgate.config.volume_quota_mb: %s: %d is negative", team, q)
+		}
+	}
+	if err := dataField(cfg, "max_volumes", &c.maxVolumes); err != nil {
+		return c, err
+	}
+	for team, n := range c.maxVolumes.all() {
+		if n < 0 {
+			return c, fmt.Errorf("data.sandgate.config.max_volumes: %s: %d is negative", team, n)
 		}
 	}
 	if err := dataField(cfg, "team_limits", &c.teamLimits); err != nil {

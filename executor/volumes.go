@@ -1,0 +1,352 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/volume"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate"
+)
+
+// DefaultVolumeDir is where the file systems of cache volumes live.
+const DefaultVolumeDir = "/var/lib/sandgate/volumes"
+
+// defaultVolumeQuotaMB is the size of a cache volume when the decision
+// names none.
+const defaultVolumeQuotaMB = 1024
+
+// defaultMaxVolumes is how many cache volumes a team may have when the
+// decision names no limit.
+const defaultMaxVolumes = 16
+
+// Label keys of the cache volumes sandgate makes.
+const (
+	labelVolumeTeam = "sandgate.team"
+	labelVolumeName = "sandgate.volume"
+)
+
+// Cache volumes belong to a team: the Docker volume of team payments'
+// "npm-cache" is not team web's, so no team can poison another's build
+// cache. And each is a file system of its own, an ext4 image of the team's
+// quota loop-mounted by sandgate, so that a run that writes without end
+// fills its volume, not the host's disk. The Docker volume binds the
+// image's "data" directory, which exists only while the image is mounted:
+// a volume whose image is not mounted fails the run instead of writing to
+// the host's disk. data is world-writable, so every run of the team can
+// write to it whatever its uid; files keep the uid that wrote them, so
+// runs that share a cache should run as one uid.
+
+// VolumeName is the Docker volume of team's cache volume name:
+// "sandgate-cache-<team>-<name>-<digest>", the team spelt with the
+// characters Docker allows, and the digest (of team and name) telling
+// apart the pairs that would otherwise read alike ("a-b"/"c" and
+// "a"/"b-c").
+func VolumeName(team, name string) string {
+	sum := sha256.Sum256([]byte(team + "\x00" + name))
+	t := strings.Trim(unsafeRune.ReplaceAllString(team, "_"), "_.-")
+	if len(t) > 32 {
+		t = t[:32]
+	}
+	if t == "" {
+		t = "none"
+	}
+	return VolumePrefix + t + "-" + name + "-" + hex.EncodeToString(sum[:6])
+}
+
+// volumes makes and mounts the file systems of cache volumes.
+type volumes struct {
+	dir string
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// volumeMeta is kept beside each image: whose volume it is.
+type volumeMeta struct {
+	Team   string `json:"team"`
+	Name   string `json:"name"`
+	SizeMB int64  `json:"size_mb"`
+}
+
+func newVolumes(dir string) *volumes {
+	if dir == "" {
+		dir = DefaultVolumeDir
+	}
+	return &volumes{dir: filepath.Clean(dir), locks: map[string]*sync.Mutex{}}
+}
+
+func (v *volumes) lock(name string) func() {
+	v.mu.Lock()
+	l := v.locks[name]
+	if l == nil {
+		l = &sync.Mutex{}
+		v.locks[name] = l
+	}
+	v.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (v *volumes) image(name string) string { return filepath.Join(v.dir, "images", name+".img") }
+func (v *volumes) meta(name string) string  { return filepath.Join(v.dir, "images", name+".json") }
+func (v *volumes) mnt(name string) string   { return filepath.Join(v.dir, "mnt", name) }
+func (v *volumes) data(name string) string  { return filepath.Join(v.mnt(name), "data") }
+
+// ensure makes team's volume name ready: its image made (within the
+// team's count) and mounted, and the Docker volume bound to it. It
+// returns the Docker volume's name. Errors are SBX-003.
+func (e *Executor) ensureVolume(ctx context.Context, r *run, index int, name string) (string, error) {
+	v := e.volumes
+	team := r.job.Team
+	field := fmt.Sprintf("volumes[%d]", index)
+	refuse := func(err error, format string, args ...any) error {
+		return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf(format, args...), Err: err}
+	}
+	if os.Geteuid() != 0 {
+		return "", refuse(nil, "cache volumes are not available on this gateway: their quota needs sandgate to run as root")
+	}
+	docker := VolumeName(team, name)
+	unlock := v.lock(docker)
+	defer unlock()
+	quota := r.job.Enforcement.VolumeQuotaMB
+	if quota <= 0 {
+		quota = defaultVolumeQuotaMB
+	}
+	if _, err := os.Stat(v.image(docker)); errors.Is(err, os.ErrNotExist) {
+		if err := v.checkCount(team, r.job.Enforcement.MaxVolumes); err != nil {
+			return "", refuse(nil, "%s", err)
+		}
+		if err := v.makeImage(docker, volumeMeta{Team: team, Name: name, SizeMB: quota}); err != nil {
+			return "", refuse(err, "make cache volume %q of team %s", name, team)
+		}
+		e.log.Info("made a cache volume", "team", team, "volume", name, "docker_volume", docker, "size_mb", quota)
+	} else if err != nil {
+		return "", refuse(err, "cache volume %q", name)
+	}
+	if err := v.mount(docker); err != nil {
+		return "", refuse(err, "mount cache volume %q of team %s", name, team)
+	}
+	if err := e.bindVolume(ctx, r, docker, team, name); err != nil {
+		return "", refuse(err, "cache volume %q of team %s: %v", name, team, err)
+	}
+	return docker, nil
+}
+
+// checkCount refuses a new volume when team has max already.
+func (v *volumes) checkCount(team string, max int) error {
+	if max <= 0 {
+		max = defaultMaxVolumes
+	}
+	entries, _ := os.ReadDir(filepath.Join(v.dir, "images"))
+	n := 0
+	for _, ent := range entries {
+		if !strings.HasSuffix(ent.Name(), ".json") {
+			continue
+		}
+		var m volumeMeta
+		if data, err := os.ReadFile(filepath.Join(v.dir, "images", ent.Name())); err == nil && json.Unmarshal(data, &m) == nil && m.Team == team {
+			n++
+		}
+	}
+	if n >= max {
+		return fmt.Errorf("team %s has %d cache volumes, its limit (data.sandgate.config.max_volumes); an admin can remove one", team, n)
+	}
+	return nil
+}
+
+// makeImage makes a sparse ext4 image of the quota's size.
+func (v *volumes) makeImage(name string, meta volumeMeta) error {
+	if err := os.MkdirAll(filepath.Join(v.dir, "images"), 0o700); err != nil {
+		return err
+	}
+	img := v.image(name)
+	tmp := img + ".new"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(meta.SizeMB << 20)
+	f.Close()
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	// No blocks reserved for root: the runs are not root.
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-L", "sandgate-cache", tmp).CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	data, err := json.Marshal(meta)
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.WriteFile(v.meta(name), data, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, img)
+}
+
+// mount loop-mounts the image unless it is mounted, and makes its data
+// directory.
+func (v *volumes) mount(name string) error {
+	mnt := v.mnt(name)
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		return err
+	}
+	if !isMountPoint(mnt) {
+		if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", v.image(name), mnt).CombinedOutput(); err != nil {
+			return fmt.Errorf("mount: %v: %s", err, strings.TrimSpace(string(out)))
+		}
+	}
+	data := v.data(name)
+	if err := os.Mkdir(data, 0o777); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Chmod(data, 0o777)
+}
+
+// bindVolume makes the Docker volume that binds the image's data
+// directory, or checks that the one there does.
+func (e *Executor) bindVolume(ctx context.Context, r *run, docker, team, name string) error {
+	want := e.volumes.data(docker)
+	var existing volume.Volume
+	err := e.call(ctx, r, "inspect volume", func(ctx context.Context) error {
+		var err error
+		existing, err = e.docker.VolumeInspect(ctx, docker)
+		return err
+	})
+	switch {
+	case err == nil:
+		if existing.Options["device"] != want || existing.Options["o"] != "bind" {
+			return fmt.Errorf("the docker volume %s exists but is not bound to its quota file system; remove it (docker volume rm %s)", docker, docker)
+		}
+		return nil
+	case !cerrdefs.IsNotFound(err):
+		return dockerError(sandgate.CodeMountError, err, "inspect volume %s", docker)
+	}
+	return e.call(ctx, r, "create volume", func(ctx context.Context) error {
+		_, err := e.docker.VolumeCreate(ctx, volume.CreateOptions{
+			Name:       docker,
+			Driver:     "local",
+			DriverOpts: map[string]string{"type": "none", "o": "bind", "device": want},
+			Labels:     map[string]string{labelCache: "true", labelVolumeTeam: team, labelVolumeName: name},
+		})
+		return err
+	})
+}
+
+// ensureVolumes readies the run's cache volumes and points the container's
+// volume mounts at them.
+func (e *Executor) ensureVolumes(ctx context.Context, r *run, set *settings) error {
+	for i, vol := range r.job.Spec.Volumes {
+		docker, err := e.ensureVolume(ctx, r, i, vol.Name)
+		if err != nil {
+			return err
+		}
+		for j := range set.host.Mounts {
+			if m := &set.host.Mounts[j]; m.Type == "volume" && m.Target == vol.Target {
+				m.Source = docker
+			}
+		}
+	}
+	return nil
+}
+
+// CacheVolume describes one team's cache volume.
+type CacheVolume struct {
+	Team         string `json:"team"`
+	Name         string `json:"name"`
+	DockerVolume string `json:"docker_volume"`
+	SizeMB       int64  `json:"size_mb"`
+	// UsedBytes is how much of the volume's file system is in use; -1 when
+	// it is not mounted.
+	UsedBytes int64 `json:"used_bytes"`
+	Mounted   bool  `json:"mounted"`
+}
+
+// CacheVolumes lists the cache volumes this executor has made, of every
+// team, by Docker volume name.
+func (e *Executor) CacheVolumes() ([]CacheVolume, error) {
+	v := e.volumes
+	entries, err := os.ReadDir(filepath.Join(v.dir, "images"))
+	if errors.Is(err, os.ErrNotExist) {
+		return []CacheVolume{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list cache volumes: %w", err)
+	}
+	out := []CacheVolume{}
+	for _, ent := range entries {
+		docker, ok := strings.CutSuffix(ent.Name(), ".json")
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(v.dir, "images", ent.Name()))
+		if err != nil {
+			continue
+		}
+		var m volumeMeta
+		if json.Unmarshal(data, &m) != nil {
+			continue
+		}
+		cv := CacheVolume{Team: m.Team, Name: m.Name, DockerVolume: docker, SizeMB: m.SizeMB, UsedBytes: -1}
+		if mnt := v.mnt(docker); isMountPoint(mnt) {
+			cv.Mounted = true
+			var st unix.Statfs_t
+			if unix.Statfs(mnt, &st) == nil {
+				cv.UsedBytes = int64(st.Blocks-st.Bfree) * int64(st.Bsize)
+			}
+		}
+		out = append(out, cv)
+	}
+	return out, nil
+}
+
+// RemoveCacheVolume removes team's cache volume name: the Docker volume,
+// its file system and its image. A volume a container uses is not
+// removed (CONFLICT); one that does not exist is NOT-FOUND.
+func (e *Executor) RemoveCacheVolume(ctx context.Context, team, name string) error {
+	v := e.volumes
+	docker := VolumeName(team, name)
+	unlock := v.lock(docker)
+	defer unlock()
+	if _, err := os.Stat(v.meta(docker)); errors.Is(err, os.ErrNotExist) {
+		return sandgate.Errorf(sandgate.CodeNotFound, "team %s has no cache volume %q", team, name)
+	}
+	err := e.call(ctx, nil, "remove volume", func(ctx context.Context) error {
+		return e.docker.VolumeRemove(ctx, docker, false)
+	})
+	switch {
+	case err == nil, cerrdefs.IsNotFound(err):
+	case cerrdefs.IsConflict(err):
+		return sandgate.WrapError(sandgate.CodeConflict, err, "cache volume %q of team %s is in use by a run", name, team)
+	default:
+		return dockerError(sandgate.CodeUnavailable, err, "remove volume %s", docker)
+	}
+	if mnt := v.mnt(docker); isMountPoint(mnt) {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			return sandgate.WrapError(sandgate.CodeConflict, err, "unmount cache volume %q of team %s", name, team)
+		}
+	}
+	os.Remove(v.mnt(docker))
+	if err := os.Remove(v.image(docker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the image of cache volume %s: %w", docker, err)
+	}
+	os.Remove(v.meta(docker))
+	e.log.Info("removed a cache volume", "team", team, "volume", name, "docker_volume", docker)
+	return nil
+}
