@@ -73,6 +73,17 @@ type Config struct {
 	// team's volume, of the team's quota, loop-mounted. Default
 	// DefaultVolumeDir.
 	VolumeDir string
+	// BridgeNetwork is the Docker network of runs admitted with network
+	// "bridge": sandgate's own, with inter-container communication
+	// disabled. Default DefaultBridgeNetwork.
+	BridgeNetwork string
+	// BridgeInterface is the host interface of BridgeNetwork when sandgate
+	// makes it. Default DefaultBridgeInterface.
+	BridgeInterface string
+	// BridgeHostAccess lets bridge runs reach services of the host itself
+	// on the bridge's gateway address. By default the host's firewall drops
+	// what comes from the bridge for the host (which needs root).
+	BridgeHostAccess bool
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
@@ -135,6 +146,18 @@ func (c *Config) Validate() error {
 	}
 	if c.ImageCacheTTL == 0 {
 		c.ImageCacheTTL = 30 * time.Second
+	}
+	if c.BridgeNetwork == "" {
+		c.BridgeNetwork = DefaultBridgeNetwork
+	}
+	if !safeName.MatchString(c.BridgeNetwork) {
+		return fmt.Errorf("executor: BridgeNetwork %q is not a network name", c.BridgeNetwork)
+	}
+	if c.BridgeInterface == "" {
+		c.BridgeInterface = DefaultBridgeInterface
+	}
+	if len(c.BridgeInterface) > 15 || !safeName.MatchString(c.BridgeInterface) {
+		return fmt.Errorf("executor: BridgeInterface %q is not an interface name", c.BridgeInterface)
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

@@ -85,7 +85,8 @@ type settings struct {
 // not negotiable: it is applied whatever the spec says, and a spec asking
 // for something the hardening forbids (a policy would have had to allow
 // it) is refused rather than silently weakened or silently ignored.
-func containerSettings(job sandgate.Job, node string, maxConcurrent int) (settings, error) {
+func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
+	node, maxConcurrent := ecfg.Node, ecfg.MaxConcurrent
 	s := job.Spec
 	if err := refuseUnsafe(s); err != nil {
 		return settings{}, err
@@ -121,8 +122,13 @@ func containerSettings(job sandgate.Job, node string, maxConcurrent int) (settin
 	}
 
 	network := s.Network
-	if network == "" || job.AirGapped {
+	switch {
+	case network == "" || job.AirGapped:
 		network = "none"
+	case network == "bridge":
+		// Never Docker's default bridge: sandgate's own, where runs
+		// cannot reach each other.
+		network = ecfg.BridgeNetwork
 	}
 	image := s.Image
 	if image == "" {

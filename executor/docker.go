@@ -38,6 +38,8 @@ type dockerAPI interface {
 	VolumeInspect(ctx context.Context, id string) (volume.Volume, error)
 	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
 	VolumeRemove(ctx context.Context, id string, force bool) error
+	NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
 }
 
 // imageAPI is the Docker calls that build, load, list and prune images.

@@ -56,6 +56,9 @@ type Executor struct {
 
 	// stager pins bind-mount sources for the daemon.
 	stager *stager
+	// bridgeMu guards whether sandgate's bridge network is ready.
+	bridgeMu    sync.Mutex
+	bridgeReady bool
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
 	// stageMu guards whether the daemon was seen to see staged mounts.

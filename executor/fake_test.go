@@ -331,6 +331,20 @@ func (f *fakeDocker) VolumeRemove(context.Context, string, bool) error {
 	return nil
 }
 
+func (f *fakeDocker) NetworkInspect(_ context.Context, id string, _ network.InspectOptions) (network.Inspect, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("network inspect")
+	return network.Inspect{Name: id, Driver: "bridge", Options: map[string]string{"com.docker.network.bridge.enable_icc": "false"}}, nil
+}
+
+func (f *fakeDocker) NetworkCreate(context.Context, string, network.CreateOptions) (network.CreateResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("network create")
+	return network.CreateResponse{}, nil
+}
+
 // Errors as the Docker client classifies them.
 type (
 	errNotFound    string

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
@@ -327,5 +329,76 @@ func TestVolumeNamesNeverCollide(t *testing.T) {
 			t.Errorf("%v and %v share the docker volume %s", prev, p, n)
 		}
 		seen[n] = p
+	}
+}
+
+// TestBridgeRunsCannotReachEachOther: run A, admitted with network bridge,
+// listens on a port; run B, also on the bridge, cannot connect to it, and
+// cannot reach a service of the host's listening on every address
+// through the bridge's gateway. Both still have a network of their own.
+func TestBridgeRunsCannotReachEachOther(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("closing the host to bridge runs needs root (iptables)")
+	}
+	ex, _ := newTestExecutor(t, nil)
+	// A service of the host's, on every address.
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("host-service\n"))
+			c.Close()
+		}
+	}()
+	hostPort := ln.Addr().(*net.TCPAddr).Port
+
+	bridge := func(s *sandgate.RunSpec) { s.Network = "bridge" }
+	listener := newJob(t, bridge, "sh", "-c", "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1; nc -l -p 8080 -e echo reached-A")
+	addr := make(chan string, 1)
+	var out strings.Builder
+	var once sync.Once
+	listener.Output = func(_ sandgate.Stream, p []byte) {
+		out.Write(p)
+		if s := out.String(); strings.HasSuffix(s, "\n") {
+			once.Do(func() { addr <- strings.TrimSpace(s) })
+		}
+	}
+	done := executeAsync(t, ex, listener)
+	ip := await(t, addr, done, "run A's address")
+	if net.ParseIP(ip) == nil {
+		t.Fatalf("run A printed %q, not an address", ip)
+	}
+	probe := newJob(t, bridge, "sh", "-c", fmt.Sprintf(
+		"gw=$(ip -4 route | awk '/default/ {print $3}'); echo gw=$gw; "+
+			"nc -w 3 %s 8080 && echo A-REACHED; nc -w 3 $gw %d && echo HOST-REACHED; ip -4 -o addr show eth0 | grep -q inet && echo has-network", ip, hostPort))
+	res := execute(t, ex, probe)
+	if strings.Contains(res.Stdout.Data, "reached-A") || strings.Contains(res.Stdout.Data, "A-REACHED") {
+		t.Errorf("run B reached run A's listener: %q", res.Stdout.Data)
+	}
+	if strings.Contains(res.Stdout.Data, "host-service") || strings.Contains(res.Stdout.Data, "HOST-REACHED") {
+		t.Errorf("run B reached a service of the host's through the bridge: %q", res.Stdout.Data)
+	}
+	if !strings.Contains(res.Stdout.Data, "has-network") || !strings.Contains(res.Stdout.Data, "gw=1") {
+		t.Errorf("run B has no bridge network: %q %q", res.Stdout.Data, res.Stderr.Data)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := ex.Cancel(ctx, listener.RunID); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	c, err := docker(t).NetworkInspect(ctx, executor.DefaultBridgeNetwork, network.InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Options["com.docker.network.bridge.enable_icc"] != "false" {
+		t.Errorf("network %s options %v: inter-container communication is not disabled", c.Name, c.Options)
 	}
 }

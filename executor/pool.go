@@ -176,7 +176,7 @@ func (p *pool) buildProfiles(specs []sandgate.RunSpec) ([]*profile, map[string]*
 // profile with mounts or volumes is refused, since pooled containers have
 // none.
 func warmSettings(spec sandgate.RunSpec, cfg Config) (settings, error) {
-	set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, cfg.Node, cfg.MaxConcurrent)
+	set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, cfg)
 	if err != nil {
 		return settings{}, err
 	}
@@ -388,6 +388,11 @@ func (p *pool) makeMember(prof *profile) {
 // does is missed.
 func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	e := p.e
+	if string(prof.set.host.NetworkMode) == e.cfg.BridgeNetwork {
+		if err := e.ensureBridge(ctx, nil); err != nil {
+			return nil, err
+		}
+	}
 	img, err := e.docker.ImageInspect(ctx, prof.set.config.Image)
 	if err != nil {
 		return nil, fmt.Errorf("inspect image %s: %w", prof.set.config.Image, err)

@@ -187,7 +187,7 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 	case !everStarted(st):
 		// The previous process died between create and start: the user's
 		// code never ran, so running it now runs it exactly once.
-		set, err := containerSettings(r.job, e.cfg.Node, e.cfg.MaxConcurrent)
+		set, err := containerSettings(r.job, e.cfg)
 		if err != nil {
 			e.remove(r, c.ID)
 			return e.failed(r, err, res), err

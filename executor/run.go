@@ -120,7 +120,7 @@ func reasonOf(ctx context.Context) stopReason {
 
 func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	ctx := r.ctx
-	set, err := containerSettings(r.job, e.cfg.Node, e.cfg.MaxConcurrent)
+	set, err := containerSettings(r.job, e.cfg)
 	if err != nil {
 		return e.failed(r, err), err
 	}
@@ -159,6 +159,11 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	}
 	if err := e.ensureVolumes(ctx, r, &set); err != nil {
 		return e.failed(r, err), err
+	}
+	if string(set.host.NetworkMode) == e.cfg.BridgeNetwork {
+		if err := e.ensureBridge(ctx, r); err != nil {
+			return e.failed(r, err), err
+		}
 	}
 
 	id, err := e.create(ctx, r, set)
