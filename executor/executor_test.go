@@ -313,32 +313,46 @@ func TestRetryBoundByContext(t *testing.T) {
 	}
 }
 
-// TestPullPolicy: a missing image is pulled only when the policy allows it
-// and the job is not air-gapped.
+// TestPullPolicy: a missing image is pulled only when the policy allows it,
+// the job is not air-gapped, and the image's registry is one the decision
+// names: a short name is Docker Hub's, which no default names.
 func TestPullPolicy(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		policy    sandgate.PullPolicy
-		airGapped bool
-		wantPulls int
-		wantCode  sandgate.ErrorCode
+		name       string
+		image      string
+		policy     sandgate.PullPolicy
+		airGapped  bool
+		registries []string
+		wantPulls  int
+		wantCode   sandgate.ErrorCode
 	}{
-		{"never", sandgate.PullNever, false, 0, sandgate.CodeImageUnavailable},
-		{"if-not-present", sandgate.PullIfNotPresent, false, 1, ""},
-		{"if-not-present, air-gapped", sandgate.PullIfNotPresent, true, 0, sandgate.CodeImageUnavailable},
-		{"always, air-gapped: the local image or nothing", sandgate.PullAlways, true, 0, sandgate.CodeImageUnavailable},
+		{"never", "", sandgate.PullNever, false, []string{"docker.io"}, 0, sandgate.CodeImageUnavailable},
+		{"if-not-present", "", sandgate.PullIfNotPresent, false, []string{"docker.io"}, 1, ""},
+		{"if-not-present, air-gapped", "", sandgate.PullIfNotPresent, true, []string{"docker.io"}, 0, sandgate.CodeImageUnavailable},
+		{"always, air-gapped: the local image or nothing", "", sandgate.PullAlways, true, []string{"docker.io"}, 0, sandgate.CodeImageUnavailable},
+		{"no registry named: no pull", "", sandgate.PullIfNotPresent, false, nil, 0, sandgate.CodeImageUnavailable},
+		{"always, Docker Hub not named", "", sandgate.PullAlways, false, []string{"registry.corp:5000"}, 0, sandgate.CodeImageUnavailable},
+		{"a named registry", "registry.corp:5000/team/tool:1", sandgate.PullAlways, false, []string{"registry.corp:5000"}, 1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeDocker()
 			f.onImageInspect = func(n int) error {
-				if n == 1 {
+				// Missing until pulled; with always, the first look is
+				// after the pull.
+				if n == 1 && (tc.policy != sandgate.PullAlways || tc.airGapped) {
 					return errNotFound("no such image")
 				}
 				return nil
 			}
 			e, log := unitExecutor(t, f, nil)
-			job := unitJob(t, func(s *sandgate.RunSpec) { s.PullPolicy = tc.policy })
+			job := unitJob(t, func(s *sandgate.RunSpec) {
+				s.PullPolicy = tc.policy
+				if tc.image != "" {
+					s.Image = tc.image
+				}
+			})
 			job.AirGapped = tc.airGapped
+			job.Enforcement.PullRegistries = tc.registries
 			_, err := runUnit(t, e, job)
 			if got := sandgate.ErrorCodeOf(err); got != tc.wantCode {
 				t.Errorf("error = %v, want code %q", err, tc.wantCode)

@@ -44,6 +44,7 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		policy = sandgate.PullNever
 	}
 	mayPull := policy != sandgate.PullNever && !r.job.AirGapped
+	registry, registryOK := pullRegistry(ref, r.job.Enforcement.PullRegistries)
 	resolved := func(id string, pulled, cached bool) (string, error) {
 		e.emit(r, sandgate.EventImageResolved, map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)})
 		return id, nil
@@ -57,6 +58,9 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		return "", dockerError(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
 	}
 
+	if policy == sandgate.PullAlways && mayPull && !registryOK {
+		return unavailable(nil, "pull policy always, but registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
+	}
 	if policy == sandgate.PullAlways && mayPull {
 		if err := e.pull(ctx, r, ref); err != nil {
 			return unavailable(err, "pull failed")
@@ -89,6 +93,9 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		}
 		return unavailable(nil, "%s", why)
 	}
+	if !registryOK {
+		return unavailable(nil, "not present, and registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
+	}
 	if err := e.pull(ctx, r, ref); err != nil {
 		return unavailable(err, "not present and the pull failed")
 	}
@@ -96,6 +103,24 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		return unavailable(err, "not present after pull")
 	}
 	return resolved(id, true, false)
+}
+
+// pullRegistry is the registry a pull of ref would go to (docker.io for
+// Docker Hub's short names) and whether it is one of allowed: sandgate
+// pulls only from registries the policy names, never from a public
+// namespace it does not own because a short name happened to match.
+func pullRegistry(ref string, allowed []string) (string, bool) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "(unparsable reference)", false
+	}
+	registry := reference.Domain(named)
+	for _, a := range allowed {
+		if strings.EqualFold(a, registry) {
+			return registry, true
+		}
+	}
+	return registry, false
 }
 
 // inspectImage asks the daemon for the image's ID and caches it.
