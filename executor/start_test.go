@@ -85,7 +85,9 @@ func TestStartWhenDockerComesLater(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = docker(t).ContainerRemove(context.Background(), orphan.ID, container.RemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_ = docker(t).ContainerRemove(context.Background(), orphan.ID, container.RemoveOptions{Force: true})
+	})
 
 	g := startGatedDocker(t)
 	ex, err := executor.New(executor.Config{DockerHost: g.host(), Node: node, WarmPool: 1, MaxRetries: 1,
