@@ -1,14 +1,10 @@
 package sandgate
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
-	"unicode/utf8"
 )
 
 // RunSpec is what a client asks to run: the body of POST /v1/runs and the
@@ -134,81 +130,137 @@ func DecodeRunSpec(r io.Reader) (RunSpec, error) {
 			return RunSpec{}, FieldError(fmt.Sprintf("mounts[%d].resolved", i), "unknown field")
 		}
 	}
+	if err := spec.CheckBounds(); err != nil {
+		return RunSpec{}, err
+	}
 	return spec, nil
 }
 
-// DecodeStrict decodes one JSON value from r into v, refusing unknown
-// fields, trailing data and bodies over limit bytes. Errors are *Error with
-// code INVALID-REQUEST (naming the field) or TOO-LARGE.
-func DecodeStrict(r io.Reader, v any, limit int64) error {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return WrapError(CodeInvalidRequest, err, "read body")
+// The maxima of a run spec's lists, maps and strings, checked at decode.
+// Together with MaxSpecBytes they bound what one request can make sandgate
+// hold, evaluate and record.
+const (
+	MaxCommandArgs   = 1024  // command elements
+	MaxEnv           = 256   // env entries
+	MaxLabels        = 64    // labels entries
+	MaxMounts        = 16    // mounts
+	MaxVolumes       = 8     // volumes
+	MaxCapAdd        = 16    // cap_add elements
+	MaxDevices       = 8     // devices elements
+	MaxSysctls       = 32    // sysctls entries
+	MaxSecurityOpt   = 16    // security_opt elements
+	MaxPorts         = 16    // ports elements
+	MaxNameBytes     = 256   // keys of env, labels and sysctls; image, user, network, modes, capability, volume names
+	MaxIDBytes       = 128   // session_id, task_id
+	MaxPathBytes     = 4096  // workdir, mount sources and targets, volume targets
+	MaxValueBytes    = 65536 // an env, label or sysctl value, a command element
+	MaxOptionBytes   = 1024  // a security_opt, device or port element
+	MaxNamespaceMode = MaxNameBytes
+)
+
+// CheckBounds refuses a spec with a list, map or string over its maximum,
+// naming the field: INVALID-REQUEST. DecodeRunSpec calls it; a spec made
+// in code can be checked the same way.
+func (s RunSpec) CheckBounds() error {
+	count := func(field string, n, max int) error {
+		if n > max {
+			return FieldError(field, "has %d elements; at most %d are allowed", n, max)
+		}
+		return nil
 	}
-	if int64(len(data)) > limit {
-		return Errorf(CodeTooLarge, "body exceeds %d bytes", limit)
+	size := func(field, v string, max int) error {
+		if len(v) > max {
+			return FieldError(field, "is %d bytes long; at most %d are allowed", len(v), max)
+		}
+		return nil
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return FieldError("body", "empty body, a JSON object is required")
+	strs := func(field string, vs []string, maxN, maxLen int) error {
+		if err := count(field, len(vs), maxN); err != nil {
+			return err
+		}
+		for i, v := range vs {
+			if err := size(fmt.Sprintf("%s[%d]", field, i), v, maxLen); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	// encoding/json would quietly turn invalid UTF-8 into U+FFFD and run
-	// something other than what was sent; JSON must be UTF-8 (RFC 8259).
-	if !utf8.Valid(data) {
-		return FieldError("body", "is not valid UTF-8")
+	kvs := func(field string, m map[string]string, maxN, maxValue int) error {
+		if err := count(field, len(m), maxN); err != nil {
+			return err
+		}
+		for k, v := range m {
+			if err := size(field+" key "+strconv.Quote(shortKey(k)), k, MaxNameBytes); err != nil {
+				return err
+			}
+			if err := size(field+"."+k, v, maxValue); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonFieldError(err)
+	checks := []func() error{
+		func() error { return strs("command", s.Command, MaxCommandArgs, MaxValueBytes) },
+		func() error { return kvs("env", s.Env, MaxEnv, MaxValueBytes) },
+		func() error { return kvs("labels", s.Labels, MaxLabels, MaxValueBytes) },
+		func() error { return kvs("sysctls", s.Sysctls, MaxSysctls, MaxOptionBytes) },
+		func() error { return strs("cap_add", s.CapAdd, MaxCapAdd, MaxNameBytes) },
+		func() error { return strs("devices", s.Devices, MaxDevices, MaxOptionBytes) },
+		func() error { return strs("security_opt", s.SecurityOpt, MaxSecurityOpt, MaxOptionBytes) },
+		func() error { return strs("ports", s.Ports, MaxPorts, MaxOptionBytes) },
+		func() error { return size("image", s.Image, MaxNameBytes) },
+		func() error { return size("user", s.User, MaxNameBytes) },
+		func() error { return size("network", s.Network, MaxNameBytes) },
+		func() error { return size("workdir", s.Workdir, MaxPathBytes) },
+		func() error { return size("session_id", s.SessionID, MaxIDBytes) },
+		func() error { return size("task_id", s.TaskID, MaxIDBytes) },
+		func() error { return size("pid_mode", s.PIDMode, MaxNamespaceMode) },
+		func() error { return size("ipc_mode", s.IPCMode, MaxNamespaceMode) },
+		func() error { return size("uts_mode", s.UTSMode, MaxNamespaceMode) },
+		func() error { return size("userns_mode", s.UsernsMode, MaxNamespaceMode) },
+		func() error { return size("pull_policy", string(s.PullPolicy), MaxNameBytes) },
+		func() error {
+			if err := count("mounts", len(s.Mounts), MaxMounts); err != nil {
+				return err
+			}
+			for i, m := range s.Mounts {
+				for _, f := range []struct{ name, v string }{{"source", m.Source}, {"target", m.Target}, {"propagation", m.Propagation}} {
+					if err := size(fmt.Sprintf("mounts[%d].%s", i, f.name), f.v, MaxPathBytes); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+		func() error {
+			if err := count("volumes", len(s.Volumes), MaxVolumes); err != nil {
+				return err
+			}
+			for i, v := range s.Volumes {
+				if err := size(fmt.Sprintf("volumes[%d].name", i), v.Name, MaxNameBytes); err != nil {
+					return err
+				}
+				if err := size(fmt.Sprintf("volumes[%d].target", i), v.Target, MaxPathBytes); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return FieldError("body", "unexpected data after the JSON object")
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// jsonFieldError turns an encoding/json error into an INVALID-REQUEST error
-// that names the field, when the decoder says which.
-func jsonFieldError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "body"
-		}
-		return FieldError(field, "must be %s, not JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
-	case errors.As(err, &syntaxErr):
-		return FieldError("body", "malformed JSON at byte %d: %v", syntaxErr.Offset, syntaxErr)
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return FieldError("body", "truncated JSON")
+// shortKey is a key cut to a length fit for an error message.
+func shortKey(k string) string {
+	if len(k) > 64 {
+		return k[:64] + "…"
 	}
-	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return FieldError(strings.Trim(name, `"`), "unknown field")
-	}
-	return FieldError("body", "invalid JSON: %v", err)
-}
-
-func jsonKind(k string) string {
-	switch k {
-	case "slice", "array":
-		return "an array"
-	case "map", "struct":
-		return "an object"
-	case "int", "int64", "int32", "uint", "uint64":
-		return "an integer"
-	case "float64", "float32":
-		return "a number"
-	case "bool":
-		return "a boolean"
-	case "string":
-		return "a string"
-	case "ptr":
-		return "a value of the right type"
-	}
-	return "a " + k
+	return k
 }
 
 // Document returns s as the generic JSON document it encodes to: what

@@ -132,3 +132,22 @@ func TestInvalidFieldNamed(t *testing.T) {
 		})
 	}
 }
+
+// TestNULInQueryRefused: a query parameter with a NUL or invalid UTF-8 is
+// INVALID-REQUEST naming it, never a database error.
+func TestNULInQueryRefused(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{
+		"/v1/runs?session_id=a%00b",
+		"/v1/runs?task_id=%ff",
+		"/v1/audit/events?actor=x%00",
+		"/v1/runs?a%00b=1",
+	} {
+		t.Run(path, func(t *testing.T) {
+			r := e.do(http.MethodGet, path, tokAdmin, "")
+			if r.status != http.StatusBadRequest || r.errorBody().Error.Code != sandgate.CodeInvalidRequest {
+				t.Fatalf("GET %s = %d %s, want 400 INVALID-REQUEST", path, r.status, r.body)
+			}
+		})
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -224,7 +225,7 @@ func (s *Server) routes() *echo.Echo {
 	} else {
 		e.IPExtractor = echo.ExtractIPDirect()
 	}
-	e.Use(s.correlate, s.observe, yield, s.recoverPanics, s.limitBody)
+	e.Use(s.correlate, s.observe, yield, s.recoverPanics, s.limitBody, refuseNUL)
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
@@ -355,6 +356,24 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 			// One byte more than the limit so that the decoder sees the
 			// excess and answers TOO-LARGE itself.
 			req.Body = http.MaxBytesReader(c.Response(), req.Body, s.cfg.BodyLimit+1)
+		}
+		return next(c)
+	}
+}
+
+// refuseNUL answers INVALID-REQUEST, naming the parameter, for a query
+// parameter that holds a NUL character or invalid UTF-8: no filter value
+// can hold one, and Postgres would refuse it as a database error. JSON
+// bodies are checked by their decoder.
+func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		for name, values := range c.QueryParams() {
+			for _, v := range append([]string{name}, values...) {
+				if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+					return sandgate.FieldError(shorten(strings.ToValidUTF8(strings.ReplaceAll(name, "\x00", `\u0000`), "?"), 128),
+						"query parameter must not contain a NUL character or invalid UTF-8")
+				}
+			}
 		}
 		return next(c)
 	}

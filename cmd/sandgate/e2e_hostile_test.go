@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -97,6 +98,17 @@ func TestEndToEndHostileBodies(t *testing.T) {
 		{name: "NUL in command", body: `{"command":["sh","-c","true\u0000; reboot"]}`, wantStatus: 400, wantCode: invalid},
 		{name: "NUL in env value", body: `{"command":["true"],"env":{"A":"x\u0000y"}}`, wantStatus: 400, wantCode: invalid},
 		{name: "NUL in image", body: `{"image":"sandgate/sandbox:latest\u0000","command":["true"]}`, wantStatus: 400, wantCode: invalid},
+		// NUL anywhere: Postgres cannot hold it, so it is refused at
+		// decode, not admitted and answered 503 by the database.
+		{name: "NUL in a label value", body: `{"command":["true"],"labels":{"a":"x\u0000"}}`, wantStatus: 400, wantCode: invalid},
+		{name: "NUL in a label key", body: `{"command":["true"],"labels":{"a\u0000b":"x"}}`, wantStatus: 400, wantCode: invalid},
+		{name: "NUL in session_id", body: `{"command":["true"],"session_id":"s\u0000"}`, wantStatus: 400, wantCode: invalid},
+		{name: "NUL in a sysctl", body: `{"command":["true"],"sysctls":{"net.ipv4.tcp_syncookies":"1\u0000"}}`, wantStatus: 400, wantCode: invalid},
+		{name: "NUL in a mount source", body: mount(root + "/proj\u0000"), wantStatus: 400, wantCode: invalid},
+		{name: "lone surrogate", body: `{"command":["echo","\ud800"]}`, wantStatus: 400, wantCode: invalid},
+		// Lists past their maxima, refused before policy sees them.
+		{name: "95,000 capabilities", body: `{"command":["true"],"cap_add":[` + strings.Repeat(`"x",`, 95000) + `"x"]}`, wantStatus: 400, wantCode: invalid},
+		{name: "too many env entries", body: `{"command":["true"],"env":{` + manyEnv(300) + `}}`, wantStatus: 400, wantCode: invalid},
 		{name: "image with spaces", body: `{"image":"sandgate/sandbox latest","command":["true"]}`, wantStatus: 400, wantCode: invalid},
 		{name: "relative workdir", body: `{"command":["true"],"workdir":"../.."}`, wantStatus: 400, wantCode: invalid},
 		{name: "bad user", body: `{"command":["true"],"user":"a:b:c"}`, wantStatus: 400, wantCode: invalid},
@@ -213,4 +225,13 @@ func (s *testServer) postRaw(t *testing.T, path, body string, chunked bool, corr
 		t.Fatalf("POST %s: read body: %v", path, err)
 	}
 	return resp.StatusCode, data
+}
+
+// manyEnv is n distinct env entries as JSON members.
+func manyEnv(n int) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = fmt.Sprintf(`"E%d":"v"`, i)
+	}
+	return strings.Join(parts, ",")
 }
