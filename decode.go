@@ -232,4 +232,3 @@ func jsonKind(k string) string {
 	}
 	return "a " + k
 }
-
