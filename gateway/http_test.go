@@ -221,7 +221,10 @@ func TestPanicIsCleanInternal(t *testing.T) {
 }
 
 // TestAuthFailureRateLimit checks that a source that failed too often is
-// answered 429 with Retry-After, even with a valid token, until it refills.
+// answered 429 with Retry-After for bad tokens until it refills, while a
+// valid token from the same address (behind a proxy: everyone's) still
+// authenticates; and that a principal's own refusals limit that principal
+// alone.
 func TestAuthFailureRateLimit(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *testEnv) { c.AuthFailureBurst = 3; c.AuthFailureRate = 0.001 })
 	for i := range 3 {
@@ -229,22 +232,33 @@ func TestAuthFailureRateLimit(t *testing.T) {
 			t.Fatalf("attempt %d: status %d", i, r.status)
 		}
 	}
-	r := e.do(http.MethodGet, "/v1/config", tokAlice, "")
+	r := e.do(http.MethodGet, "/v1/config", "bad", "")
 	if r.status != http.StatusTooManyRequests || r.errorCode() != string(sandgate.CodeRateLimited) {
-		t.Fatalf("after burst: %d %q", r.status, r.errorCode())
+		t.Fatalf("a bad token after the burst: %d %q", r.status, r.errorCode())
 	}
 	if r.header.Get("Retry-After") == "" {
 		t.Errorf("429 without Retry-After")
 	}
+	if r := e.do(http.MethodGet, "/v1/config", "", ""); r.status != http.StatusTooManyRequests {
+		t.Errorf("no token after the burst: %d", r.status)
+	}
+	for _, tok := range []string{tokAdmin, tokAlice} {
+		if r := e.do(http.MethodGet, "/v1/config", tok, ""); r.status != http.StatusOK {
+			t.Errorf("a valid token from the limited address: %d %s, want 200", r.status, r.body)
+		}
+	}
 	if got := e.do(http.MethodGet, "/healthz", "", ""); got.status != http.StatusOK {
 		t.Errorf("healthz is not rate-limited, got %d", got.status)
 	}
-	// Forbidden answers count too.
+	// Forbidden answers count against the principal, not the address.
 	e2 := newEnv(t, func(c *Config, _ *testEnv) { c.AuthFailureBurst = 2; c.AuthFailureRate = 0.001 })
 	e2.do(http.MethodGet, "/v1/sandboxes", tokAlice, "")
 	e2.do(http.MethodGet, "/v1/sandboxes", tokAlice, "")
 	if r := e2.do(http.MethodGet, "/v1/config", tokAlice, ""); r.status != http.StatusTooManyRequests {
-		t.Errorf("after two 403s: status %d", r.status)
+		t.Errorf("alice after two 403s: status %d", r.status)
+	}
+	if r := e2.do(http.MethodGet, "/v1/sandboxes", tokAdmin, ""); r.status != http.StatusOK {
+		t.Errorf("the admin from the same address after alice's 403s: status %d", r.status)
 	}
 }
 

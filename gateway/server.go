@@ -379,27 +379,38 @@ func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authenticate checks the bearer token. A source that failed too often is
-// refused before its token is looked at.
+// authenticate checks the bearer token. A valid token always
+// authenticates, whatever else came from its address: failures are
+// limited per source address for requests without a valid token (a flood
+// of bad tokens, from behind the same proxy as everyone, must not lock out
+// the principals who hold good ones), and per principal for a principal's
+// own refusals.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		src := c.RealIP()
-		if s.authFailures.exhausted(src) {
-			s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
-			return sandgate.Errorf(sandgate.CodeRateLimited, "too many failed attempts from this address; retry later")
-		}
 		if s.requests != nil && !s.requests.allow(src) {
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
 		}
-		token, ok := bearerToken(c.Request().Header.Get("Authorization"))
-		if !ok {
-			return s.deny(c, sandgate.Principal{}, "unauthenticated", "missing or malformed bearer token",
-				sandgate.Errorf(sandgate.CodeUnauthenticated, "a bearer token is required (Authorization: Bearer <token>)"))
+		token, hasToken := bearerToken(c.Request().Header.Get("Authorization"))
+		p, valid := sandgate.Principal{}, false
+		if hasToken {
+			p, valid = s.d.Principals.Authenticate(token)
 		}
-		p, ok := s.d.Principals.Authenticate(token)
-		if !ok {
+		if !valid {
+			if s.authFailures.exhausted(src) {
+				s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
+				return sandgate.Errorf(sandgate.CodeRateLimited, "too many failed attempts from this address; retry later")
+			}
+			if !hasToken {
+				return s.deny(c, sandgate.Principal{}, "unauthenticated", "missing or malformed bearer token",
+					sandgate.Errorf(sandgate.CodeUnauthenticated, "a bearer token is required (Authorization: Bearer <token>)"))
+			}
 			return s.deny(c, sandgate.Principal{}, "unauthenticated", "unknown token",
 				sandgate.Errorf(sandgate.CodeUnauthenticated, "the bearer token is not valid"))
+		}
+		if s.authFailures.exhausted(principalKey(p)) {
+			s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
+			return sandgate.Errorf(sandgate.CodeRateLimited, "too many refused requests by %s; retry later", p.Name)
 		}
 		c.Set(keyPrincipal, p)
 		if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
@@ -408,6 +419,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+// principalKey is the key of a principal's own failures in the limiter,
+// which no address can spell.
+func principalKey(p sandgate.Principal) string { return "principal\x00" + p.Name }
 
 func bearerToken(h string) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
@@ -455,7 +470,13 @@ const authAuditWait = 2 * time.Second
 // decided on.
 func (s *Server) deny(c echo.Context, p sandgate.Principal, reason, detail string, err error) error {
 	src := c.RealIP()
-	s.authFailures.spend(src)
+	// An authenticated principal's refusals count against it alone; the
+	// rest against the address they came from.
+	if p.Name != "" {
+		s.authFailures.spend(principalKey(p))
+	} else {
+		s.authFailures.spend(src)
+	}
 	s.metrics.authDenied.WithLabelValues(reason).Inc()
 	ctx, cancel := context.WithTimeout(c.Request().Context(), authAuditWait)
 	qerr := s.d.Recorder.Queue(ctx, sandgate.Event{
