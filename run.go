@@ -2,7 +2,9 @@ package sandgate
 
 import (
 	"context"
+	"encoding/base64"
 	"time"
+	"unicode/utf8"
 )
 
 // State is where a run is in its life.
@@ -44,6 +46,50 @@ type Output struct {
 	// SHA256 is the hex digest of the captured bytes; the audit trail keeps
 	// this and never the data.
 	SHA256 string `json:"sha256,omitempty"`
+}
+
+// The encodings of Output.Data.
+const (
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)
+
+// EncodeOutput is how sandgate stores and serves captured bytes: as text
+// when they are printable UTF-8, as base64 otherwise. Printable means no
+// control character but tab, newline and carriage return, and none of the
+// characters JSON encoders escape at six bytes for one or three (U+2028,
+// U+2029), so that the JSON form of text output is at most twice its size
+// and that of any other at most 4/3: a program that prints control bytes
+// cannot make the gateway hold six times its output limit.
+func EncodeOutput(p []byte) (data, encoding string) {
+	if PrintableText(p) {
+		return string(p), EncodingUTF8
+	}
+	return base64.StdEncoding.EncodeToString(p), EncodingBase64
+}
+
+// PrintableText reports whether p is valid UTF-8 with no control character
+// but tab, newline and carriage return, and no U+2028 or U+2029.
+func PrintableText(p []byte) bool {
+	for i := 0; i < len(p); {
+		c := p[i]
+		if c < utf8.RuneSelf {
+			if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
+				return false
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(p[i:])
+		if r == utf8.RuneError && size == 1 {
+			return false
+		}
+		if (r >= 0x80 && r <= 0x9f) || r == '\u2028' || r == '\u2029' {
+			return false
+		}
+		i += size
+	}
+	return true
 }
 
 // ErrorInfo is the client-facing form of a run's platform error.
@@ -159,6 +205,10 @@ type RunFilter struct {
 	Until     time.Time
 	Limit     int
 	Cursor    string
+	// WithOutput asks for the runs' output data; without it a listed run's
+	// stdout and stderr carry their sizes and digests only, so that a page
+	// of runs costs what its metadata does whatever the runs printed.
+	WithOutput bool
 }
 
 // Reconciler is an Executor that can take over the runs a previous

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,6 +48,12 @@ type runRow struct {
 	IdempotencyKey *string    `gorm:"column:idempotency_key"`
 }
 
+// runColumnsWithoutOutput selects a run with its output's sizes and
+// digests but not its data.
+const runColumnsWithoutOutput = "id, correlation_id, decision_id, policy_revision, principal, team, node, state, outcome, " +
+	"exit_code, oom_killed, error, container_id, session_id, task_id, created_at, started_at, finished_at, claimed_at, " +
+	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, idempotency_key"
+
 // TableName tells gorm the table.
 func (runRow) TableName() string { return "runs" }
 
@@ -72,10 +79,10 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 			return nil, fmt.Errorf("encode run error: %w", err)
 		}
 	}
-	if row.Stdout, err = json.Marshal(r.Stdout); err != nil {
+	if row.Stdout, err = marshalOutput(r.Stdout); err != nil {
 		return nil, fmt.Errorf("encode stdout: %w", err)
 	}
-	if row.Stderr, err = json.Marshal(r.Stderr); err != nil {
+	if row.Stderr, err = marshalOutput(r.Stderr); err != nil {
 		return nil, fmt.Errorf("encode stderr: %w", err)
 	}
 	if row.Spec, err = json.Marshal(r.Spec); err != nil {
@@ -89,6 +96,18 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 		return nil, fmt.Errorf("encode warnings: %w", err)
 	}
 	return row, nil
+}
+
+// marshalOutput is the JSON of an output stream without HTML escaping, so
+// that "<" in a run's output costs one byte, not six.
+func marshalOutput(o sandgate.Output) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(o); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func pgTimePtr(t *time.Time) *time.Time {
@@ -297,6 +316,10 @@ func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.
 			return nil, "", err
 		}
 		q = q.Where("(created_at, id) < (?, ?)", c.T, c.ID)
+	}
+	if !f.WithOutput {
+		// The output's data stays in the database; sizes and digests come.
+		q = q.Select(runColumnsWithoutOutput)
 	}
 	var rows []runRow
 	if err := q.Order("created_at DESC, id DESC").Limit(limit + 1).Find(&rows).Error; err != nil {

@@ -3,10 +3,8 @@ package executor
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"hash"
-	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
 )
@@ -50,21 +48,15 @@ func (c *capture) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// output returns the stream as a run reports it: UTF-8 text when the kept
-// bytes are valid UTF-8, base64 otherwise.
+// output returns the stream as a run reports it: text when the kept bytes
+// are printable UTF-8, base64 otherwise (sandgate.EncodeOutput).
 func (c *capture) output() sandgate.Output {
 	data := c.buf.Bytes()
 	o := sandgate.Output{
-		Encoding:  "utf-8",
 		Bytes:     c.total,
 		Truncated: c.total > int64(len(data)),
 		SHA256:    hex.EncodeToString(c.sum.Sum(nil)),
 	}
-	if utf8.Valid(data) {
-		o.Data = string(data)
-	} else {
-		o.Encoding = "base64"
-		o.Data = base64.StdEncoding.EncodeToString(data)
-	}
+	o.Data, o.Encoding = sandgate.EncodeOutput(data)
 	return o
 }

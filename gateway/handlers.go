@@ -63,7 +63,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	if run.State == sandgate.StateFinished && (wait > 0 || !created) {
 		status = http.StatusOK
 	}
-	return c.JSON(status, runView(run))
+	return renderRun(c, status, runView(run))
 }
 
 // waitRun waits up to d for a live run to finish and returns it as it is
@@ -155,7 +155,7 @@ func (s *Server) getRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, runView(run))
+	return renderRun(c, http.StatusOK, runView(run))
 }
 
 // listRuns is GET /v1/runs.
@@ -172,17 +172,24 @@ func (s *Server) listRuns(c echo.Context) error {
 	for i := range runs {
 		out.Runs = append(out.Runs, runView(&runs[i]))
 	}
-	return c.JSON(http.StatusOK, out)
+	return renderRuns(c, out)
 }
 
 func parseRunFilter(c echo.Context) (sandgate.RunFilter, error) {
-	if err := checkQuery(c, "state", "outcome", "session_id", "task_id", "since", "until", "limit", "cursor"); err != nil {
+	if err := checkQuery(c, "state", "outcome", "session_id", "task_id", "since", "until", "limit", "cursor", "include"); err != nil {
 		return sandgate.RunFilter{}, err
 	}
 	q := c.QueryParams()
 	f := sandgate.RunFilter{
 		State: sandgate.State(q.Get("state")), Outcome: sandgate.Outcome(q.Get("outcome")),
 		SessionID: q.Get("session_id"), TaskID: q.Get("task_id"), Cursor: q.Get("cursor"),
+	}
+	switch q.Get("include") {
+	case "":
+	case "output":
+		f.WithOutput = true
+	default:
+		return f, sandgate.FieldError("include", "must be output; got %q", q.Get("include"))
 	}
 	switch f.State {
 	case "", sandgate.StatePending, sandgate.StateCreating, sandgate.StateRunning, sandgate.StateFinished:
@@ -253,7 +260,7 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if run.State == sandgate.StateFinished {
 		status = http.StatusOK
 	}
-	return c.JSON(status, runView(run))
+	return renderRun(c, status, runView(run))
 }
 
 // review is POST /v1/admission/review.

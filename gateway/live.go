@@ -3,14 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
 )
@@ -167,10 +165,8 @@ func (l *liveRun) endsLocked() [2]int64 {
 }
 
 func chunkData(p []byte) ChunkData {
-	if utf8.Valid(p) {
-		return ChunkData{Data: string(p), Encoding: "utf-8"}
-	}
-	return ChunkData{Data: base64.StdEncoding.EncodeToString(p), Encoding: "base64"}
+	data, enc := sandgate.EncodeOutput(p)
+	return ChunkData{Data: data, Encoding: enc}
 }
 
 // setState moves the run to state and tells followers. It returns the run
@@ -263,6 +259,19 @@ func (l *liveRun) snapshot() sandgate.Run {
 	if !l.finishedLocked() {
 		r.Stdout = liveOutput(l.out[sandgate.Stdout])
 		r.Stderr = liveOutput(l.out[sandgate.Stderr])
+	}
+	return r
+}
+
+// snapshotMeta is snapshot without the output's data: its sizes only.
+func (l *liveRun) snapshotMeta() sandgate.Run {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.run
+	r.Stdout.Data, r.Stderr.Data = "", ""
+	if !l.finishedLocked() {
+		r.Stdout = sandgate.Output{Encoding: sandgate.EncodingUTF8, Bytes: int64(l.out[sandgate.Stdout].Len())}
+		r.Stderr = sandgate.Output{Encoding: sandgate.EncodingUTF8, Bytes: int64(l.out[sandgate.Stderr].Len())}
 	}
 	return r
 }

@@ -220,6 +220,7 @@ func (s *Server) routes() *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = jsonSerializer{}
 	if s.cfg.TrustProxyHeaders {
 		e.IPExtractor = echo.ExtractIPFromXFFHeader()
 	} else {

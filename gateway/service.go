@@ -458,7 +458,13 @@ func (s *service) list(ctx context.Context, p sandgate.Principal, f sandgate.Run
 		return nil, "", unavailable(err, "the run store")
 	}
 	for i := range runs {
-		runs[i] = *s.overlay(&runs[i])
+		if f.WithOutput {
+			runs[i] = *s.overlay(&runs[i])
+			continue
+		}
+		if lr := s.live.get(runs[i].ID); lr != nil {
+			runs[i] = lr.snapshotMeta()
+		}
 	}
 	return runs, next, nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,4 +106,51 @@ func TestMountSwappedWhileQueuedIsNotFollowed(t *testing.T) {
 		t.Errorf("container.created mounts = %v, want the team directory", created.Payload["mounts"])
 	}
 	s.verifyTrail(t)
+}
+
+// TestOutputControlBytesBounded: a run that prints its whole output limit
+// in control bytes is stored and served as base64, so its run is about
+// 4/3 of the output, not six times it in JSON escapes; a list of runs
+// carries sizes and digests, and the data only when asked.
+func TestOutputControlBytesBounded(t *testing.T) {
+	s := startServer(t)
+	const limit = 1 << 20
+	v := s.submitWait(t, s.Token, `{"command":["sh","-c","head -c 1048576 /dev/zero | tr '\\0' '\\1'; printf 'x\\001y' >&2"]}`)
+	if v.Outcome == nil || *v.Outcome != sandgate.OutcomeSucceeded {
+		t.Fatalf("run = %+v", v)
+	}
+	status, _, body := s.do(t, http.MethodGet, "/v1/runs/"+v.ID, "")
+	if status != http.StatusOK {
+		t.Fatalf("GET run = %d", status)
+	}
+	if len(body) > limit*3/2 {
+		t.Errorf("GET of a run with 1 MiB of \\x01 is %d bytes, more than 1.5 times the output", len(body))
+	}
+	var got gateway.RunView
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := base64.StdEncoding.DecodeString(got.Stdout.Data)
+	if got.Stdout.Encoding != sandgate.EncodingBase64 || err != nil || len(raw) != limit || strings.Trim(string(raw), "\x01") != "" {
+		t.Errorf("stdout: encoding %s, %d bytes decoded (%v)", got.Stdout.Encoding, len(raw), err)
+	}
+	if got.Stderr.Encoding != sandgate.EncodingBase64 || got.Stderr.Data != base64.StdEncoding.EncodeToString([]byte("x\x01y")) {
+		t.Errorf("stderr = %+v", got.Stderr)
+	}
+
+	status, _, body = s.do(t, http.MethodGet, "/v1/runs", "")
+	if status != http.StatusOK || len(body) > 16<<10 {
+		t.Errorf("GET /v1/runs = %d, %d bytes: a list carries the output", status, len(body))
+	}
+	var list gateway.RunList
+	if err := json.Unmarshal(body, &list); err != nil || len(list.Runs) != 1 {
+		t.Fatalf("list = %s (%v)", body, err)
+	}
+	if o := list.Runs[0].Stdout; o.Data != "" || o.Bytes != limit || o.SHA256 == "" {
+		t.Errorf("listed stdout = data %d bytes, bytes %d, sha256 %q; want no data, the size and digest", len(o.Data), o.Bytes, o.SHA256)
+	}
+	status, _, body = s.do(t, http.MethodGet, "/v1/runs?include=output", "")
+	if err := json.Unmarshal(body, &list); status != http.StatusOK || err != nil || len(list.Runs) != 1 || list.Runs[0].Stdout.Data != got.Stdout.Data {
+		t.Errorf("GET /v1/runs?include=output = %d: the output is not there", status)
+	}
 }
