@@ -2,9 +2,7 @@ package sandgate
 
 import (
 	"context"
-	"encoding/base64"
 	"time"
-	"unicode/utf8"
 )
 
 // State is where a run is in its life.
@@ -31,66 +29,6 @@ const (
 	OutcomeError     Outcome = "error"
 	OutcomeLost      Outcome = "lost"
 )
-
-// Output is one captured stream of a run.
-type Output struct {
-	// Data is the captured bytes, up to the run's output limit, as UTF-8
-	// text or base64 as Encoding says.
-	Data string `json:"data"`
-	// Encoding is "utf-8" or "base64".
-	Encoding string `json:"encoding"`
-	// Bytes is how many bytes the stream produced in all, captured or not.
-	Bytes int64 `json:"bytes"`
-	// Truncated is true when Bytes exceeds what was captured.
-	Truncated bool `json:"truncated"`
-	// SHA256 is the hex digest of the captured bytes; the audit trail keeps
-	// this and never the data.
-	SHA256 string `json:"sha256,omitempty"`
-}
-
-// The encodings of Output.Data.
-const (
-	EncodingUTF8   = "utf-8"
-	EncodingBase64 = "base64"
-)
-
-// EncodeOutput is how sandgate stores and serves captured bytes: as text
-// when they are printable UTF-8, as base64 otherwise. Printable means no
-// control character but tab, newline and carriage return, and none of the
-// characters JSON encoders escape at six bytes for one or three (U+2028,
-// U+2029), so that the JSON form of text output is at most twice its size
-// and that of any other at most 4/3: a program that prints control bytes
-// cannot make the gateway hold six times its output limit.
-func EncodeOutput(p []byte) (data, encoding string) {
-	if PrintableText(p) {
-		return string(p), EncodingUTF8
-	}
-	return base64.StdEncoding.EncodeToString(p), EncodingBase64
-}
-
-// PrintableText reports whether p is valid UTF-8 with no control character
-// but tab, newline and carriage return, and no U+2028 or U+2029.
-func PrintableText(p []byte) bool {
-	for i := 0; i < len(p); {
-		c := p[i]
-		if c < utf8.RuneSelf {
-			if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
-				return false
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(p[i:])
-		if r == utf8.RuneError && size == 1 {
-			return false
-		}
-		if (r >= 0x80 && r <= 0x9f) || r == '\u2028' || r == '\u2029' {
-			return false
-		}
-		i += size
-	}
-	return true
-}
 
 // ErrorInfo is the client-facing form of a run's platform error.
 type ErrorInfo struct {
@@ -139,8 +77,14 @@ type Job struct {
 	// Enforcement is what the decision that admitted the run tells the
 	// executor to hold it to beyond its spec.
 	Enforcement Enforcement
-	// Output, when set, receives each chunk of captured output as it is
-	// produced, within the output limit. It must not block for long.
+	// Stdout and Stderr, when set, are where the output is captured (the
+	// gateway makes them, to read them while the run goes on); otherwise
+	// the executor makes its own. Each keeps at most the spec's output
+	// limit.
+	Stdout, Stderr *OutputBuffer
+	// Output, when set, is told of each chunk of captured output as it is
+	// kept, within the output limit: p is the kept bytes, a slice of the
+	// stream's buffer. It must not block for long.
 	Output func(stream Stream, p []byte)
 	// Started, when set, is called once the container is running.
 	Started func(containerID string, at time.Time)

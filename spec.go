@@ -140,21 +140,21 @@ func DecodeRunSpec(r io.Reader) (RunSpec, error) {
 // Together with MaxSpecBytes they bound what one request can make sandgate
 // hold, evaluate and record.
 const (
-	MaxCommandArgs   = 1024  // command elements
-	MaxEnv           = 256   // env entries
-	MaxLabels        = 64    // labels entries
-	MaxMounts        = 16    // mounts
-	MaxVolumes       = 8     // volumes
-	MaxCapAdd        = 16    // cap_add elements
-	MaxDevices       = 8     // devices elements
-	MaxSysctls       = 32    // sysctls entries
-	MaxSecurityOpt   = 16    // security_opt elements
-	MaxPorts         = 16    // ports elements
-	MaxNameBytes     = 256   // keys of env, labels and sysctls; image, user, network, modes, capability, volume names
-	MaxIDBytes       = 128   // session_id, task_id
-	MaxPathBytes     = 4096  // workdir, mount sources and targets, volume targets
-	MaxValueBytes    = 65536 // an env, label or sysctl value, a command element
-	MaxOptionBytes   = 1024  // a security_opt, device or port element
+	MaxCommandArgs   = 1024   // command elements
+	MaxEnv           = 256    // env entries
+	MaxLabels        = 64     // labels entries
+	MaxMounts        = 16     // mounts
+	MaxVolumes       = 8      // volumes
+	MaxCapAdd        = 16     // cap_add elements
+	MaxDevices       = 8      // devices elements
+	MaxSysctls       = 32     // sysctls entries
+	MaxSecurityOpt   = 16     // security_opt elements
+	MaxPorts         = 16     // ports elements
+	MaxNameBytes     = 256    // keys of env, labels and sysctls; image, user, network, modes, capability, volume names
+	MaxIDBytes       = 128    // session_id, task_id
+	MaxPathBytes     = 4096   // workdir, mount sources and targets, volume targets
+	MaxValueBytes    = 131072 // an env or label value, a command element (Linux's own cap on one argument)
+	MaxOptionBytes   = 1024   // a security_opt, device or port element
 	MaxNamespaceMode = MaxNameBytes
 )
 

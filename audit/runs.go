@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +42,8 @@ type runRow struct {
 	DurationMS     int64      `gorm:"column:duration_ms"`
 	Stdout         []byte     `gorm:"column:stdout"`
 	Stderr         []byte     `gorm:"column:stderr"`
+	StdoutData     []byte     `gorm:"column:stdout_data"`
+	StderrData     []byte     `gorm:"column:stderr_data"`
 	Spec           []byte     `gorm:"column:spec"`
 	Warnings       []byte     `gorm:"column:warnings"`
 	IdempotencyKey *string    `gorm:"column:idempotency_key"`
@@ -79,10 +80,10 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 			return nil, fmt.Errorf("encode run error: %w", err)
 		}
 	}
-	if row.Stdout, err = marshalOutput(r.Stdout); err != nil {
+	if row.Stdout, row.StdoutData, err = splitOutput(r.Stdout); err != nil {
 		return nil, fmt.Errorf("encode stdout: %w", err)
 	}
-	if row.Stderr, err = marshalOutput(r.Stderr); err != nil {
+	if row.Stderr, row.StderrData, err = splitOutput(r.Stderr); err != nil {
 		return nil, fmt.Errorf("encode stderr: %w", err)
 	}
 	if row.Spec, err = json.Marshal(r.Spec); err != nil {
@@ -98,16 +99,22 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 	return row, nil
 }
 
-// marshalOutput is the JSON of an output stream without HTML escaping, so
-// that "<" in a run's output costs one byte, not six.
-func marshalOutput(o sandgate.Output) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(o); err != nil {
-		return nil, err
+// splitOutput is an output stream as a row keeps it: its encoding, size,
+// truncation and digest as JSON, and its bytes as they are (nil when
+// nothing was captured).
+func splitOutput(o sandgate.Output) (meta, data []byte, err error) {
+	raw, err := o.Content()
+	if err != nil {
+		return nil, nil, err
 	}
-	return b.Bytes(), nil
+	m := o
+	m.Data, m.Raw = "", nil
+	if len(raw) > 0 {
+		data = raw
+		m.Encoding = sandgate.OutputEncoding(raw)
+	}
+	meta, err = json.Marshal(m)
+	return meta, data, err
 }
 
 func pgTimePtr(t *time.Time) *time.Time {
@@ -147,6 +154,14 @@ func (row *runRow) run() (*sandgate.Run, error) {
 		if err := json.Unmarshal(f.data, f.dst); err != nil {
 			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
 		}
+	}
+	// Rows written before output had columns of its own hold the data in
+	// the JSON; the others hold it as bytes.
+	if len(row.StdoutData) > 0 {
+		r.Stdout.Raw = row.StdoutData
+	}
+	if len(row.StderrData) > 0 {
+		r.Stderr.Raw = row.StderrData
 	}
 	if len(row.Error) > 0 && string(row.Error) != "null" {
 		r.Error = &sandgate.ErrorInfo{}
@@ -238,7 +253,8 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"node": row.Node, "state": row.State, "outcome": row.Outcome, "exit_code": row.ExitCode,
 		"oom_killed": row.OOMKilled, "error": row.Error, "container_id": row.ContainerID,
 		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
-		"stdout": row.Stdout, "stderr": row.Stderr, "warnings": row.Warnings,
+		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
+		"warnings": row.Warnings,
 		"updated_at": pgTime(s.cfg.Clock()),
 	})
 	if res.Error != nil {

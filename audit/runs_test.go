@@ -56,8 +56,27 @@ func TestRunStoreCRUD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(run, got); diff != "" {
+	// The output comes back as the bytes it was.
+	want := *run
+	want.Stdout = sandgate.Output{Encoding: "utf-8", Bytes: 3, SHA256: "98ea", Raw: []byte("hi\n")}
+	if diff := cmp.Diff(&want, got); diff != "" {
 		t.Errorf("after UpdateRun (-want +got):\n%s", diff)
+	}
+	// Any bytes, held as they are: control bytes and invalid UTF-8 cost
+	// their size.
+	run.Stdout = sandgate.Output{Raw: []byte("\x00\x01\xff<"), Bytes: 4}
+	if err := s.UpdateRun(ctx, run); err != nil {
+		t.Fatalf("UpdateRun: %v", err)
+	}
+	if got, err = s.GetRun(ctx, "r1"); err != nil || string(got.Stdout.Raw) != "\x00\x01\xff<" || got.Stdout.Encoding != sandgate.EncodingBase64 {
+		t.Errorf("binary output read back as %+v, %v", got.Stdout, err)
+	}
+	// A row written before output had columns of its own.
+	if err := s.db.Exec(`UPDATE runs SET stdout = '{"data":"old\n","encoding":"utf-8","bytes":4}', stdout_data = NULL WHERE id = 'r1'`).Error; err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.GetRun(ctx, "r1"); err != nil || got.Stdout.Data != "old\n" || got.Stdout.Raw != nil {
+		t.Errorf("an older row read back as %+v, %v", got.Stdout, err)
 	}
 	if _, err := s.GetRun(ctx, "nope"); !isCode(err, sandgate.CodeNotFound) {
 		t.Errorf("GetRun(nope) = %v, want NOT-FOUND", err)

@@ -116,7 +116,7 @@ func TestTransientErrorRetried(t *testing.T) {
 			}
 			e, log := unitExecutor(t, f, nil)
 			res, err := runUnit(t, e, unitJob(t, nil))
-			if err != nil || res.Outcome != sandgate.OutcomeSucceeded || res.Stdout.Data != "hello\n" {
+			if err != nil || res.Outcome != sandgate.OutcomeSucceeded || text(res.Stdout) != "hello\n" {
 				t.Fatalf("Execute = %+v, %v; want succeeded with the output", res, err)
 			}
 			if got := f.count("create"); got != 2 {
@@ -472,13 +472,16 @@ func TestCapture(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var live []string
-			c := newCapture(sandgate.Stdout, tc.limit, func(s sandgate.Stream, p []byte) { live = append(live, string(p)) })
+			c := newCapture(sandgate.Stdout, nil, tc.limit, func(s sandgate.Stream, p []byte) { live = append(live, string(p)) })
 			for _, w := range tc.writes {
 				if n, err := c.Write([]byte(w)); n != len(w) || err != nil {
 					t.Fatalf("Write = %d, %v", n, err)
 				}
 			}
 			got := c.output()
+			// The bytes come as they are; encoded, they read as want's.
+			got.Data, got.Encoding = sandgate.EncodeOutput(got.Raw)
+			got.Raw = nil
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)
 			}
@@ -609,8 +612,8 @@ func TestStopSequence(t *testing.T) {
 			if res.Outcome != tc.wantOutcome || res.ExitCode == nil || *res.ExitCode != tc.wantExit {
 				t.Errorf("result = %s exit %v, want %s exit %d", res.Outcome, res.ExitCode, tc.wantOutcome, tc.wantExit)
 			}
-			if res.Stdout.Data != "hello\n" {
-				t.Errorf("stdout = %q, want the output so far", res.Stdout.Data)
+			if text(res.Stdout) != "hello\n" {
+				t.Errorf("stdout = %q, want the output so far", text(res.Stdout))
 			}
 			var kills []string
 			for _, op := range []string{"kill SIGTERM", "kill SIGKILL"} {

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sandgate/sandgate"
 )
 
 // fakeDocker is an in-memory daemon for the calls in dockerAPI. Hooks
@@ -364,3 +365,9 @@ func (e errInternal) Error() string    { return string(e) }
 func (errInternal) System()            {}
 func (e errInvalid) Error() string     { return string(e) }
 func (errInvalid) InvalidParameter()   {}
+
+// text is what a stream captured, as a string.
+func text(o sandgate.Output) string {
+	b, _ := o.Content()
+	return string(b)
+}

@@ -245,10 +245,25 @@ func await[T any](t testing.TB, signal <-chan T, done <-chan sandgate.Result, wh
 	case v := <-signal:
 		return v
 	case res := <-done:
-		t.Fatalf("the run ended (%s, stderr %q) before %s", res.Outcome, res.Stderr.Data, what)
+		t.Fatalf("the run ended (%s, stderr %q) before %s", res.Outcome, text(res.Stderr), what)
 	case <-time.After(time.Minute):
 		t.Fatalf("timed out waiting for %s", what)
 	}
 	var zero T
 	return zero
+}
+
+// text is what a stream captured, as a string.
+func text(o sandgate.Output) string {
+	b, _ := o.Content()
+	return string(b)
+}
+
+// encoded is o as a client reads it: its bytes as Data in their encoding.
+func encoded(o sandgate.Output) sandgate.Output {
+	if o.Raw != nil {
+		o.Data, o.Encoding = sandgate.EncodeOutput(o.Raw)
+		o.Raw = nil
+	}
+	return o
 }

@@ -158,8 +158,8 @@ func TestLocalDigestPin(t *testing.T) {
 	}
 	pinned := "sandgate/sandbox@" + id
 	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = pinned }, "sh", "-c", "echo pinned; id -u"))
-	if exitCode(res) != 0 || res.Stdout.Data != "pinned\n10001\n" {
-		t.Fatalf("pinned run: exit %d, stdout %q, stderr %q", exitCode(res), res.Stdout.Data, res.Stderr.Data)
+	if exitCode(res) != 0 || text(res.Stdout) != "pinned\n10001\n" {
+		t.Fatalf("pinned run: exit %d, stdout %q, stderr %q", exitCode(res), text(res.Stdout), text(res.Stderr))
 	}
 	ci, err := docker(t).ContainerList(context.Background(), container.ListOptions{All: true})
 	if err != nil {

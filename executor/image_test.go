@@ -40,9 +40,9 @@ func TestBuildSandboxImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = tag }, "sh", "-c", "id -u; id -g; ls /bin; test -d /tmp -a -w /tmp && echo tmp-ok"))
-	lines := strings.Split(strings.TrimSpace(res.Stdout.Data), "\n")
+	lines := strings.Split(strings.TrimSpace(text(res.Stdout)), "\n")
 	if len(lines) < 3 || lines[0] != "10001" || lines[1] != "10001" || lines[len(lines)-1] != "tmp-ok" {
-		t.Fatalf("stdout = %q", res.Stdout.Data)
+		t.Fatalf("stdout = %q", text(res.Stdout))
 	}
 	for _, applet := range strings.Fields(string(want)) {
 		if applet != "busybox" && !slices.Contains(lines, applet) {
@@ -60,12 +60,12 @@ func TestBuildSandboxImage(t *testing.T) {
 		}
 	}
 	res = execute(t, ex, newJob(t, withCache(""), "sh", "-c", "echo kept > /cache/a && cat /cache/a"))
-	if exitCode(res) != 0 || res.Stdout.Data != "kept\n" {
-		t.Errorf("first use of the cache as 10001: exit %d, stdout %q, stderr %q", exitCode(res), res.Stdout.Data, res.Stderr.Data)
+	if exitCode(res) != 0 || text(res.Stdout) != "kept\n" {
+		t.Errorf("first use of the cache as 10001: exit %d, stdout %q, stderr %q", exitCode(res), text(res.Stdout), text(res.Stderr))
 	}
 	res = execute(t, ex, newJob(t, withCache("10002:10002"), "sh", "-c", "cat /cache/a && echo more > /cache/b && echo written"))
-	if exitCode(res) != 0 || res.Stdout.Data != "kept\nwritten\n" {
-		t.Errorf("the cache as 10002: exit %d, stdout %q, stderr %q", exitCode(res), res.Stdout.Data, res.Stderr.Data)
+	if exitCode(res) != 0 || text(res.Stdout) != "kept\nwritten\n" {
+		t.Errorf("the cache as 10002: exit %d, stdout %q, stderr %q", exitCode(res), text(res.Stdout), text(res.Stderr))
 	}
 
 	if _, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Busybox: "/bin/ls"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {

@@ -157,7 +157,7 @@ func TestRuns(t *testing.T) {
 				t.Fatalf("Execute: %v", err)
 			}
 			if res.Outcome != tc.outcome {
-				t.Errorf("outcome = %s, want %s (exit %d, stderr %q)", res.Outcome, tc.outcome, exitCode(res), res.Stderr.Data)
+				t.Errorf("outcome = %s, want %s (exit %d, stderr %q)", res.Outcome, tc.outcome, exitCode(res), text(res.Stderr))
 			}
 			if tc.exit == -1 {
 				if exitCode(res) <= 0 {
@@ -169,7 +169,7 @@ func TestRuns(t *testing.T) {
 			if res.OOMKilled != tc.oomKilled {
 				t.Errorf("oom_killed = %t, want %t", res.OOMKilled, tc.oomKilled)
 			}
-			got := res.Stdout
+			got := encoded(res.Stdout)
 			got.SHA256 = ""
 			want := tc.stdout
 			if want.Bytes == -1 {
@@ -179,20 +179,20 @@ func TestRuns(t *testing.T) {
 				t.Errorf("stdout (-want +got):\n%s", diff)
 			}
 			if tc.stderr != nil {
-				gotErr := res.Stderr
+				gotErr := encoded(res.Stderr)
 				gotErr.SHA256 = ""
 				if diff := cmp.Diff(*tc.stderr, gotErr); diff != "" {
 					t.Errorf("stderr (-want +got):\n%s", diff)
 				}
 			}
 			for _, s := range tc.stdoutHas {
-				if !strings.Contains(res.Stdout.Data, s) {
-					t.Errorf("stdout %q lacks %q", res.Stdout.Data, s)
+				if !strings.Contains(text(res.Stdout), s) {
+					t.Errorf("stdout %q lacks %q", text(res.Stdout), s)
 				}
 			}
 			for _, s := range tc.stdoutLack {
-				if strings.Contains(res.Stdout.Data, s) {
-					t.Errorf("stdout %q has %q", res.Stdout.Data, s)
+				if strings.Contains(text(res.Stdout), s) {
+					t.Errorf("stdout %q has %q", text(res.Stdout), s)
 				}
 			}
 			if res.ContainerID == "" || res.CreatedAt.IsZero() || res.FinishedAt.Before(res.CreatedAt) {
@@ -254,8 +254,8 @@ func TestTimeout(t *testing.T) {
 	if res.Outcome != sandgate.OutcomeTimedOut {
 		t.Errorf("outcome = %s, want timed_out", res.Outcome)
 	}
-	if res.Stdout.Data != "before\n" {
-		t.Errorf("stdout = %q, want the output so far", res.Stdout.Data)
+	if text(res.Stdout) != "before\n" {
+		t.Errorf("stdout = %q, want the output so far", text(res.Stdout))
 	}
 	if !slices.Contains(rec.typesOf(job.RunID), sandgate.EventRunTimedOut) {
 		t.Errorf("events %v: no run.timed_out", rec.typesOf(job.RunID))
@@ -282,8 +282,8 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("Cancel: %v", err)
 	}
 	res := <-done
-	if res.Outcome != sandgate.OutcomeCancelled || res.Stdout.Data != "started\n" {
-		t.Errorf("result = %s %q, want cancelled with the output so far", res.Outcome, res.Stdout.Data)
+	if res.Outcome != sandgate.OutcomeCancelled || text(res.Stdout) != "started\n" {
+		t.Errorf("result = %s %q, want cancelled with the output so far", res.Outcome, text(res.Stdout))
 	}
 	if !slices.Contains(rec.typesOf(job.RunID), sandgate.EventRunCancelled) {
 		t.Errorf("events %v: no run.cancelled", rec.typesOf(job.RunID))
@@ -367,8 +367,8 @@ func TestHardeningInspect(t *testing.T) {
 		t.Fatalf("Cancel: %v", err)
 	}
 	res := <-done
-	if res.Stdout.Data != "from the host\nhi\n" {
-		t.Errorf("stdout = %q", res.Stdout.Data)
+	if text(res.Stdout) != "from the host\nhi\n" {
+		t.Errorf("stdout = %q", text(res.Stdout))
 	}
 
 	hc := c.HostConfig
@@ -488,7 +488,7 @@ func TestQueueBeyondLimit(t *testing.T) {
 	var outcomes []string
 	for _, ch := range []<-chan sandgate.Result{firstDone, queuedDone} {
 		r := <-ch
-		outcomes = append(outcomes, string(r.Outcome)+":"+r.Stdout.Data)
+		outcomes = append(outcomes, string(r.Outcome)+":"+text(r.Stdout))
 	}
 	sort.Strings(outcomes)
 	if diff := cmp.Diff([]string{"cancelled:", "succeeded:first\n"}, outcomes); diff != "" {
@@ -634,8 +634,8 @@ func TestLoadImage(t *testing.T) {
 		t.Errorf("loaded (-want +got):\n%s", diff)
 	}
 	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = ref }, "echo", "loaded"))
-	if res.Outcome != sandgate.OutcomeSucceeded || res.Stdout.Data != "loaded\n" {
-		t.Errorf("run from the loaded image: %s %q", res.Outcome, res.Stdout.Data)
+	if res.Outcome != sandgate.OutcomeSucceeded || text(res.Stdout) != "loaded\n" {
+		t.Errorf("run from the loaded image: %s %q", res.Outcome, text(res.Stdout))
 	}
 	if _, err := ex.LoadImage(ctx, strings.NewReader("not a tarball")); sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
 		t.Errorf("LoadImage(garbage) = %v, want SBX-002", err)
@@ -652,8 +652,8 @@ func TestSIGKILLAfterGrace(t *testing.T) {
 	if res.Outcome != sandgate.OutcomeTimedOut || exitCode(res) != 137 {
 		t.Errorf("result = %s exit %d, want timed_out exit 137 (SIGKILL)", res.Outcome, exitCode(res))
 	}
-	if !strings.HasPrefix(res.Stdout.Data, "ready\n") {
-		t.Errorf("stdout = %q, want the output so far", res.Stdout.Data)
+	if !strings.HasPrefix(text(res.Stdout), "ready\n") {
+		t.Errorf("stdout = %q, want the output so far", text(res.Stdout))
 	}
 	retries := 0
 	for _, ev := range rec.of(job.RunID) {

@@ -101,14 +101,14 @@ func TestMountSwapNeverEscapes(t *testing.T) {
 	var inside, refused int
 	for res := range results {
 		switch {
-		case strings.Contains(res.Stdout.Data, "ESCAPED"):
-			t.Errorf("a run saw the symlink's target: stdout %q", res.Stdout.Data)
-		case res.Outcome == sandgate.OutcomeSucceeded && res.Stdout.Data == "inside":
+		case strings.Contains(text(res.Stdout), "ESCAPED"):
+			t.Errorf("a run saw the symlink's target: stdout %q", text(res.Stdout))
+		case res.Outcome == sandgate.OutcomeSucceeded && text(res.Stdout) == "inside":
 			inside++
 		case res.Outcome == sandgate.OutcomeError && res.Error != nil && res.Error.Code == sandgate.CodeMountError:
 			refused++
 		default:
-			t.Errorf("unexpected result: outcome %s, error %+v, stdout %q, stderr %q", res.Outcome, res.Error, res.Stdout.Data, res.Stderr.Data)
+			t.Errorf("unexpected result: outcome %s, error %+v, stdout %q, stderr %q", res.Outcome, res.Error, text(res.Stdout), text(res.Stderr))
 		}
 	}
 	t.Logf("%d runs: %d saw the admitted directory, %d were refused; %d swaps", runs, inside, refused, swaps.Load())
@@ -277,16 +277,16 @@ func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
 	if res := run("payments", "echo from-payments > /cache/f && id -u"); res.Outcome != sandgate.OutcomeSucceeded {
 		t.Fatalf("write to the cache: %+v", res)
 	}
-	if res := run("payments", "cat /cache/f"); res.Stdout.Data != "from-payments\n" {
-		t.Errorf("the next run of the team reads %q (stderr %q), want what the first wrote", res.Stdout.Data, res.Stderr.Data)
+	if res := run("payments", "cat /cache/f"); text(res.Stdout) != "from-payments\n" {
+		t.Errorf("the next run of the team reads %q (stderr %q), want what the first wrote", text(res.Stdout), text(res.Stderr))
 	}
-	if res := run("web", "cat /cache/f 2>&1; ls -A /cache"); strings.Contains(res.Stdout.Data, "from-payments") {
-		t.Errorf("team web sees team payments' cache: %q", res.Stdout.Data)
+	if res := run("web", "cat /cache/f 2>&1; ls -A /cache"); strings.Contains(text(res.Stdout), "from-payments") {
+		t.Errorf("team web sees team payments' cache: %q", text(res.Stdout))
 	}
 
 	res := run("payments", "dd if=/dev/zero of=/cache/big bs=1M count=64 2>&1; echo rc=$?")
-	if !strings.Contains(res.Stdout.Data, "No space left") {
-		t.Errorf("writing 64 MiB into a 16 MiB volume: %q, want no space left", res.Stdout.Data)
+	if !strings.Contains(text(res.Stdout), "No space left") {
+		t.Errorf("writing 64 MiB into a 16 MiB volume: %q, want no space left", text(res.Stdout))
 	}
 	vols, err := ex.CacheVolumes()
 	if err != nil {
@@ -379,14 +379,14 @@ func TestBridgeRunsCannotReachEachOther(t *testing.T) {
 		"gw=$(ip -4 route | awk '/default/ {print $3}'); echo gw=$gw; "+
 			"nc -w 3 %s 8080 && echo A-REACHED; nc -w 3 $gw %d && echo HOST-REACHED; ip -4 -o addr show eth0 | grep -q inet && echo has-network", ip, hostPort))
 	res := execute(t, ex, probe)
-	if strings.Contains(res.Stdout.Data, "reached-A") || strings.Contains(res.Stdout.Data, "A-REACHED") {
-		t.Errorf("run B reached run A's listener: %q", res.Stdout.Data)
+	if strings.Contains(text(res.Stdout), "reached-A") || strings.Contains(text(res.Stdout), "A-REACHED") {
+		t.Errorf("run B reached run A's listener: %q", text(res.Stdout))
 	}
-	if strings.Contains(res.Stdout.Data, "host-service") || strings.Contains(res.Stdout.Data, "HOST-REACHED") {
-		t.Errorf("run B reached a service of the host's through the bridge: %q", res.Stdout.Data)
+	if strings.Contains(text(res.Stdout), "host-service") || strings.Contains(text(res.Stdout), "HOST-REACHED") {
+		t.Errorf("run B reached a service of the host's through the bridge: %q", text(res.Stdout))
 	}
-	if !strings.Contains(res.Stdout.Data, "has-network") || !strings.Contains(res.Stdout.Data, "gw=1") {
-		t.Errorf("run B has no bridge network: %q %q", res.Stdout.Data, res.Stderr.Data)
+	if !strings.Contains(text(res.Stdout), "has-network") || !strings.Contains(text(res.Stdout), "gw=1") {
+		t.Errorf("run B has no bridge network: %q %q", text(res.Stdout), text(res.Stderr))
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

@@ -1,62 +1,46 @@
 package executor
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"hash"
-
 	"github.com/sandgate/sandgate"
 )
 
-// capture is one output stream of a run. It keeps the first limit bytes,
-// counts every byte (so the pipe keeps draining past the cap and the total
-// is exact), hashes what it keeps, and hands each kept chunk to the live
-// subscriber. It is written by one goroutine and read after that one ends.
+// capture is one output stream of a run as the demultiplexer writes it:
+// its buffer keeps the first limit bytes and counts every byte (so the
+// pipe keeps draining past the cap and the total is exact), and each kept
+// chunk is told to the live subscriber. It is written by one goroutine.
 type capture struct {
 	stream sandgate.Stream
-	limit  int64
+	buf    *sandgate.OutputBuffer
 	live   func(sandgate.Stream, []byte)
-
-	buf   bytes.Buffer
-	total int64
-	sum   hash.Hash
 }
 
-func newCapture(stream sandgate.Stream, limit int64, live func(sandgate.Stream, []byte)) *capture {
-	return &capture{stream: stream, limit: limit, live: live, sum: sha256.New()}
+// newCapture captures stream into buf, or into a buffer of its own of
+// limit bytes when buf is nil.
+func newCapture(stream sandgate.Stream, buf *sandgate.OutputBuffer, limit int64, live func(sandgate.Stream, []byte)) *capture {
+	if buf == nil {
+		buf = sandgate.NewOutputBuffer(limit)
+	}
+	return &capture{stream: stream, buf: buf, live: live}
+}
+
+// captures makes the two streams of job.
+func captures(job sandgate.Job) (stdout, stderr *capture) {
+	limit := job.Spec.OutputLimitBytes
+	if limit <= 0 {
+		limit = sandgate.BuiltinDefaults.OutputLimitBytes
+	}
+	return newCapture(sandgate.Stdout, job.Stdout, limit, job.Output), newCapture(sandgate.Stderr, job.Stderr, limit, job.Output)
 }
 
 // Write keeps what fits under the limit and always reports the whole of p
 // as written, so the demultiplexer never stalls on a full stream.
 func (c *capture) Write(p []byte) (int, error) {
-	c.total += int64(len(p))
-	room := c.limit - int64(c.buf.Len())
-	if room <= 0 {
-		return len(p), nil
-	}
-	keep := p
-	if int64(len(keep)) > room {
-		keep = keep[:room]
-	}
-	c.buf.Write(keep)
-	c.sum.Write(keep)
-	if c.live != nil {
-		// The demultiplexer reuses its buffer; subscribers get their own copy.
-		c.live(c.stream, bytes.Clone(keep))
+	if kept := c.buf.Write(p); len(kept) > 0 && c.live != nil {
+		c.live(c.stream, kept)
 	}
 	return len(p), nil
 }
 
-// output returns the stream as a run reports it: text when the kept bytes
-// are printable UTF-8, base64 otherwise (sandgate.EncodeOutput).
-func (c *capture) output() sandgate.Output {
-	data := c.buf.Bytes()
-	o := sandgate.Output{
-		Bytes:     c.total,
-		Truncated: c.total > int64(len(data)),
-		SHA256:    hex.EncodeToString(c.sum.Sum(nil)),
-	}
-	o.Data, o.Encoding = sandgate.EncodeOutput(data)
-	return o
-}
+// output returns the stream as a run reports it: the kept bytes, their
+// encoding (sandgate.EncodeOutput), size and digest.
+func (c *capture) output() sandgate.Output { return c.buf.Output() }

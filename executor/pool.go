@@ -729,12 +729,7 @@ func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageI
 
 	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer wcancel()
-	limit := r.job.Spec.OutputLimitBytes
-	if limit <= 0 {
-		limit = sandgate.BuiltinDefaults.OutputLimitBytes
-	}
-	stdout := newCapture(sandgate.Stdout, limit, r.job.Output)
-	stderr := newCapture(sandgate.Stderr, limit, r.job.Output)
+	stdout, stderr := captures(r.job)
 
 	script := m.warmScript(r.job.Spec)
 	stdin := r.job.Spec.Stdin

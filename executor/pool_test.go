@@ -161,7 +161,7 @@ func TestWarmRuns(t *testing.T) {
 			stderr:  sandgate.Output{Encoding: "utf-8"},
 		},
 	}
-	ignore := func(o sandgate.Output) sandgate.Output { o.SHA256 = ""; return o }
+	ignore := func(o sandgate.Output) sandgate.Output { o = encoded(o); o.SHA256 = ""; return o }
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			waitIdle(t, ex, 2)
@@ -171,11 +171,11 @@ func TestWarmRuns(t *testing.T) {
 				t.Fatalf("the run was not served from the warm pool: %v", rec.of(job.RunID))
 			}
 			if res.Outcome != tc.outcome || exitCode(res) != tc.exit {
-				t.Errorf("outcome %s exit %d, want %s %d (stderr %q)", res.Outcome, exitCode(res), tc.outcome, tc.exit, res.Stderr.Data)
+				t.Errorf("outcome %s exit %d, want %s %d (stderr %q)", res.Outcome, exitCode(res), tc.outcome, tc.exit, text(res.Stderr))
 			}
 			for _, want := range tc.has {
-				if !strings.Contains("\n"+res.Stdout.Data, want) {
-					t.Errorf("stdout lacks %q:\n%s", want, res.Stdout.Data)
+				if !strings.Contains("\n"+text(res.Stdout), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, text(res.Stdout))
 				}
 			}
 			if diff := cmp.Diff(tc.stdout, ignore(res.Stdout)); tc.has == nil && diff != "" {
@@ -203,13 +203,13 @@ func TestWarmEnvironmentIsCold(t *testing.T) {
 		t.Fatalf("want one warm and one cold run")
 	}
 	if w.Outcome != sandgate.OutcomeSucceeded || c.Outcome != sandgate.OutcomeSucceeded {
-		t.Fatalf("outcomes %s / %s; stderr %q / %q", w.Outcome, c.Outcome, w.Stderr.Data, c.Stderr.Data)
+		t.Fatalf("outcomes %s / %s; stderr %q / %q", w.Outcome, c.Outcome, text(w.Stderr), text(c.Stderr))
 	}
-	if diff := cmp.Diff(c.Stdout.Data, w.Stdout.Data); diff != "" {
+	if diff := cmp.Diff(text(c.Stdout), text(w.Stdout)); diff != "" {
 		t.Errorf("what the command sees (-cold +warm):\n%s", diff)
 	}
-	if !strings.Contains(w.Stdout.Data, "GREETING=hi\n") {
-		t.Errorf("warm environment lacks the run's variable:\n%s", w.Stdout.Data)
+	if !strings.Contains(text(w.Stdout), "GREETING=hi\n") {
+		t.Errorf("warm environment lacks the run's variable:\n%s", text(w.Stdout))
 	}
 }
 
@@ -274,8 +274,8 @@ func TestWarmTimeoutAndCancel(t *testing.T) {
 
 	job := newJob(t, func(s *sandgate.RunSpec) { s.TimeoutSeconds = 1 }, "sh", "-c", "echo before; sleep 60; echo after")
 	res := execute(t, ex, job)
-	if !warm(rec, job.RunID) || res.Outcome != sandgate.OutcomeTimedOut || res.Stdout.Data != "before\n" {
-		t.Errorf("warm %v outcome %s stdout %q, want a warm run timed_out with the output so far", warm(rec, job.RunID), res.Outcome, res.Stdout.Data)
+	if !warm(rec, job.RunID) || res.Outcome != sandgate.OutcomeTimedOut || text(res.Stdout) != "before\n" {
+		t.Errorf("warm %v outcome %s stdout %q, want a warm run timed_out with the output so far", warm(rec, job.RunID), res.Outcome, text(res.Stdout))
 	}
 	if !slices.Contains(rec.typesOf(job.RunID), sandgate.EventRunTimedOut) {
 		t.Errorf("events %v: no run.timed_out", rec.typesOf(job.RunID))
@@ -297,8 +297,8 @@ func TestWarmTimeoutAndCancel(t *testing.T) {
 		t.Fatalf("Cancel: %v", err)
 	}
 	res = <-done
-	if !warm(rec, job.RunID) || res.Outcome != sandgate.OutcomeCancelled || res.Stdout.Data != "started\n" {
-		t.Errorf("warm %v outcome %s stdout %q, want a warm run cancelled with the output so far", warm(rec, job.RunID), res.Outcome, res.Stdout.Data)
+	if !warm(rec, job.RunID) || res.Outcome != sandgate.OutcomeCancelled || text(res.Stdout) != "started\n" {
+		t.Errorf("warm %v outcome %s stdout %q, want a warm run cancelled with the output so far", warm(rec, job.RunID), res.Outcome, text(res.Stdout))
 	}
 	if !slices.Contains(rec.typesOf(job.RunID), sandgate.EventRunCancelled) {
 		t.Errorf("events %v: no run.cancelled", rec.typesOf(job.RunID))
@@ -583,8 +583,8 @@ func TestWarmProfilesReplaced(t *testing.T) {
 	}
 
 	job := newJob(t, small, "sh", "-c", "echo new")
-	if res := execute(t, ex, job); !warm(rec, job.RunID) || res.Stdout.Data != "new\n" {
-		t.Errorf("a run of the new profile: warm %v, stdout %q", warm(rec, job.RunID), res.Stdout.Data)
+	if res := execute(t, ex, job); !warm(rec, job.RunID) || text(res.Stdout) != "new\n" {
+		t.Errorf("a run of the new profile: warm %v, stdout %q", warm(rec, job.RunID), text(res.Stdout))
 	}
 	waitIdle(t, ex, 1)
 	job = newJob(t, nil, "true")

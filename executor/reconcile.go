@@ -244,12 +244,7 @@ func (e *Executor) follow(ctx context.Context, r *run, res sandgate.Result) (san
 	// was inspected; next-exit would wait forever for it.
 	waitC, waitErrC := e.docker.ContainerWait(wctx, id, container.WaitConditionNotRunning)
 
-	limit := spec.OutputLimitBytes
-	if limit <= 0 {
-		limit = sandgate.BuiltinDefaults.OutputLimitBytes
-	}
-	stdout := newCapture(sandgate.Stdout, limit, r.job.Output)
-	stderr := newCapture(sandgate.Stderr, limit, r.job.Output)
+	stdout, stderr := captures(r.job)
 	pumped := make(chan struct{})
 	if hj.Reader != nil {
 		defer hj.Close()

@@ -162,8 +162,8 @@ func TestAdopt(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Adopt: %v (%+v)", err, res)
 			}
-			if res.Outcome != tc.outcome || exitCode(res) != tc.exit || res.Stdout.Data != tc.stdout {
-				t.Errorf("Adopt = %s exit %d stdout %q, want %s exit %d stdout %q", res.Outcome, exitCode(res), res.Stdout.Data, tc.outcome, tc.exit, tc.stdout)
+			if res.Outcome != tc.outcome || exitCode(res) != tc.exit || text(res.Stdout) != tc.stdout {
+				t.Errorf("Adopt = %s exit %d stdout %q, want %s exit %d stdout %q", res.Outcome, exitCode(res), text(res.Stdout), tc.outcome, tc.exit, tc.stdout)
 			}
 			if tc.outcome == sandgate.OutcomeLost && (res.Error == nil || res.Error.Message == "") {
 				t.Errorf("lost without a reason: %+v", res.Error)

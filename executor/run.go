@@ -223,12 +223,7 @@ func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res s
 	defer wcancel()
 	waitC, waitErrC := e.docker.ContainerWait(wctx, id, container.WaitConditionNextExit)
 
-	limit := spec.OutputLimitBytes
-	if limit <= 0 {
-		limit = sandgate.BuiltinDefaults.OutputLimitBytes
-	}
-	stdout := newCapture(sandgate.Stdout, limit, r.job.Output)
-	stderr := newCapture(sandgate.Stderr, limit, r.job.Output)
+	stdout, stderr := captures(r.job)
 
 	if code, err := e.start(ctx, r, id); err != nil {
 		if ctx.Err() != nil {
@@ -511,7 +506,7 @@ func noOutput(o sandgate.Output) sandgate.Output {
 	if o.Encoding != "" {
 		return o
 	}
-	return newCapture(sandgate.Stdout, 0, nil).output()
+	return newCapture(sandgate.Stdout, nil, 0, nil).output()
 }
 
 // cancelledBeforeStart reports a run cancelled before its container ran.

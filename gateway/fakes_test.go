@@ -262,6 +262,19 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	end := start.Add(1500 * time.Millisecond)
 	res := sandgate.Result{ContainerID: "c-" + job.RunID[:8], StartedAt: start, FinishedAt: end}
 	cmd := job.Spec.Command
+	// As the Docker executor does: into the run's buffers, then tell.
+	emit := func(stream sandgate.Stream, p []byte) {
+		buf := job.Stdout
+		if stream == sandgate.Stderr {
+			buf = job.Stderr
+		}
+		if buf != nil {
+			p = buf.Write(p)
+		}
+		if job.Output != nil {
+			job.Output(stream, p)
+		}
+	}
 	if cmd[0] == "panic" {
 		panic("executor bug")
 	}
@@ -284,19 +297,19 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	switch cmd[0] {
 	case "echo":
 		out := strings.Join(cmd[1:], " ") + "\n"
-		job.Output(sandgate.Stdout, []byte(out))
+		emit(sandgate.Stdout, []byte(out))
 		res.Stdout = sandgate.Output{Data: out, Encoding: "utf-8", Bytes: int64(len(out))}
 		return exit(0)
 	case "stderr":
 		out := strings.Join(cmd[1:], " ") + "\n"
-		job.Output(sandgate.Stderr, []byte(out))
+		emit(sandgate.Stderr, []byte(out))
 		res.Stderr = sandgate.Output{Data: out, Encoding: "utf-8", Bytes: int64(len(out))}
 		return exit(0)
 	case "exit":
 		n, _ := strconv.Atoi(cmd[1])
 		return exit(n)
 	case "block":
-		job.Output(sandgate.Stdout, []byte("first\n"))
+		emit(sandgate.Stdout, []byte("first\n"))
 		select {
 		case o := <-ch:
 			if o == sandgate.OutcomeCancelled {
@@ -304,7 +317,7 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 				res.Stdout = sandgate.Output{Data: "first\n", Encoding: "utf-8", Bytes: 6}
 				return res, nil
 			}
-			job.Output(sandgate.Stdout, []byte("second\n"))
+			emit(sandgate.Stdout, []byte("second\n"))
 			res.Stdout = sandgate.Output{Data: "first\nsecond\n", Encoding: "utf-8", Bytes: 13}
 			return exit(0)
 		case <-ctx.Done():

@@ -63,7 +63,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	if run.State == sandgate.StateFinished && (wait > 0 || !created) {
 		status = http.StatusOK
 	}
-	return renderRun(c, status, runView(run))
+	return renderRun(c, status, run)
 }
 
 // waitRun waits up to d for a live run to finish and returns it as it is
@@ -155,7 +155,7 @@ func (s *Server) getRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return renderRun(c, http.StatusOK, runView(run))
+	return renderRun(c, http.StatusOK, run)
 }
 
 // listRuns is GET /v1/runs.
@@ -164,15 +164,21 @@ func (s *Server) listRuns(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	runs, next, err := s.svc.list(c.Request().Context(), principal(c), f)
+	// With their output, the runs are listed without it and each is read
+	// whole only as it is written out: a page holds one run's output at a
+	// time, however many runs printed their limit.
+	ctx, p := c.Request().Context(), principal(c)
+	withOutput := f.WithOutput
+	f.WithOutput = false
+	runs, next, err := s.svc.list(ctx, p, f)
 	if err != nil {
 		return err
 	}
-	out := RunList{Runs: make([]RunView, 0, len(runs)), NextCursor: cursorPtr(next)}
-	for i := range runs {
-		out.Runs = append(out.Runs, runView(&runs[i]))
+	var load func(*sandgate.Run) (*sandgate.Run, error)
+	if withOutput {
+		load = func(r *sandgate.Run) (*sandgate.Run, error) { return s.svc.get(ctx, p, r.ID) }
 	}
-	return renderRuns(c, out)
+	return renderRuns(c, runs, next, load)
 }
 
 func parseRunFilter(c echo.Context) (sandgate.RunFilter, error) {
@@ -260,7 +266,7 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if run.State == sandgate.StateFinished {
 		status = http.StatusOK
 	}
-	return renderRun(c, status, runView(run))
+	return renderRun(c, status, run)
 }
 
 // review is POST /v1/admission/review.

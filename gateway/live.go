@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
 )
@@ -29,6 +29,25 @@ type logEntry struct {
 	name string
 	ends [2]int64
 	data []byte
+}
+
+// maxEventBytes bounds the output one log event carries.
+const maxEventBytes = 64 << 10
+
+// eventEnd is where the event of b that starts at off ends: at most
+// maxEventBytes on, and not inside a UTF-8 sequence (a run's text is sent
+// as text) unless a sequence that long is no text anyway.
+func eventEnd(b []byte, off int64) int64 {
+	end := min(int64(len(b)), off+maxEventBytes)
+	if end == int64(len(b)) {
+		return end
+	}
+	for e := end; e > off && e > end-utf8.UTFMax; e-- {
+		if utf8.RuneStart(b[e]) {
+			return e
+		}
+	}
+	return end
 }
 
 // maxLogEntries bounds a run's log. Beyond it, output extends the last
@@ -93,8 +112,9 @@ type liveRun struct {
 	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}
-	out     map[sandgate.Stream]*bytes.Buffer
-	limit   int64
+	// out are the streams as the executor captures them: the run's
+	// output is held there once, for followers and for the final run.
+	out map[sandgate.Stream]*sandgate.OutputBuffer
 	// cancelRequested records that DELETE asked for the run's end, so an
 	// executor that saw only its context cancelled is reported as cancelled.
 	cancelRequested bool
@@ -112,9 +132,11 @@ func newLiveRun(run sandgate.Run) *liveRun {
 		run:     run,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
-		out:     map[sandgate.Stream]*bytes.Buffer{sandgate.Stdout: {}, sandgate.Stderr: {}},
-		limit:   limit,
-		cancel:  func() {},
+		out: map[sandgate.Stream]*sandgate.OutputBuffer{
+			sandgate.Stdout: sandgate.NewOutputBuffer(limit),
+			sandgate.Stderr: sandgate.NewOutputBuffer(limit),
+		},
+		cancel: func() {},
 	}
 }
 
@@ -134,7 +156,8 @@ func (l *liveRun) appendLocked(name string, v any) {
 	l.notifyLocked()
 }
 
-// output records a chunk of a stream, dropping what exceeds the limit.
+// output records that a chunk of a stream was captured into its buffer
+// (the executor wrote it there; p is what it kept).
 func (l *liveRun) output(stream sandgate.Stream, p []byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -142,16 +165,8 @@ func (l *liveRun) output(stream sandgate.Stream, p []byte) {
 	if !ok || len(p) == 0 || l.finishedLocked() {
 		return
 	}
-	room := l.limit - int64(buf.Len())
-	if room <= 0 {
-		return
-	}
-	if int64(len(p)) > room {
-		p = p[:room]
-	}
-	buf.Write(p)
 	if n := len(l.entries); n > 0 && (l.entries[n-1].name == string(stream) || n >= maxLogEntries) {
-		l.entries[n-1].ends[streamIndex(stream)] = int64(buf.Len())
+		l.entries[n-1].ends[streamIndex(stream)] = buf.Len()
 	} else {
 		l.entries = append(l.entries, logEntry{name: string(stream), ends: l.endsLocked()})
 	}
@@ -161,7 +176,7 @@ func (l *liveRun) output(stream sandgate.Stream, p []byte) {
 // endsLocked returns how far each stream's buffer reaches. l.mu must be
 // held.
 func (l *liveRun) endsLocked() [2]int64 {
-	return [2]int64{int64(l.out[sandgate.Stdout].Len()), int64(l.out[sandgate.Stderr].Len())}
+	return [2]int64{l.out[sandgate.Stdout].Len(), l.out[sandgate.Stderr].Len()}
 }
 
 func chunkData(p []byte) ChunkData {
@@ -222,14 +237,18 @@ func (l *liveRun) read(cur *logCursor) ([]sseEvent, <-chan struct{}, bool) {
 	flush := func(ends [2]int64) {
 		for _, s := range []sandgate.Stream{sandgate.Stdout, sandgate.Stderr} {
 			off := cur.off(s)
-			buf := l.out[s].Bytes()
-			to := min(ends[streamIndex(s)], int64(len(buf)))
-			if *off >= to {
-				continue
+			for *off < ends[streamIndex(s)] {
+				// At most maxEventBytes of output an event, so a follower
+				// that comes late gets the backlog in pieces.
+				p := l.out[s].Slice(*off, min(ends[streamIndex(s)], *off+maxEventBytes))
+				if len(p) == 0 {
+					break
+				}
+				p = p[:eventEnd(p, 0)]
+				data, _ := marshal(chunkData(p))
+				*off += int64(len(p))
+				evs = append(evs, sseEvent{id: cur.String(), name: string(s), data: data})
 			}
-			data, _ := json.Marshal(chunkData(buf[*off:to]))
-			*off = to
-			evs = append(evs, sseEvent{id: cur.String(), name: string(s), data: data})
 		}
 	}
 	// The entry last read may have grown since.
@@ -251,14 +270,14 @@ func (l *liveRun) read(cur *logCursor) ([]sseEvent, <-chan struct{}, bool) {
 	return evs, l.changed, l.finishedLocked()
 }
 
-// snapshot returns the run with the output captured so far.
+// snapshot returns the run with the output captured so far (not copied).
 func (l *liveRun) snapshot() sandgate.Run {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.run
 	if !l.finishedLocked() {
-		r.Stdout = liveOutput(l.out[sandgate.Stdout])
-		r.Stderr = liveOutput(l.out[sandgate.Stderr])
+		r.Stdout = l.out[sandgate.Stdout].Output()
+		r.Stderr = l.out[sandgate.Stderr].Output()
 	}
 	return r
 }
@@ -268,17 +287,18 @@ func (l *liveRun) snapshotMeta() sandgate.Run {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.run
-	r.Stdout.Data, r.Stderr.Data = "", ""
 	if !l.finishedLocked() {
-		r.Stdout = sandgate.Output{Encoding: sandgate.EncodingUTF8, Bytes: int64(l.out[sandgate.Stdout].Len())}
-		r.Stderr = sandgate.Output{Encoding: sandgate.EncodingUTF8, Bytes: int64(l.out[sandgate.Stderr].Len())}
+		for _, s := range []struct {
+			o *sandgate.Output
+			b *sandgate.OutputBuffer
+		}{{&r.Stdout, l.out[sandgate.Stdout]}, {&r.Stderr, l.out[sandgate.Stderr]}} {
+			total := s.b.Total()
+			*s.o = sandgate.Output{Encoding: sandgate.EncodingUTF8, Bytes: total, Truncated: total > s.b.Len()}
+		}
 	}
+	r.Stdout.Data, r.Stdout.Raw = "", nil
+	r.Stderr.Data, r.Stderr.Raw = "", nil
 	return r
-}
-
-func liveOutput(b *bytes.Buffer) sandgate.Output {
-	c := chunkData(b.Bytes())
-	return sandgate.Output{Data: c.Data, Encoding: c.Encoding, Bytes: int64(b.Len())}
 }
 
 // requestCancel marks the run as cancelled by a client and returns its

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate"
 )
 
 // jsonSerializer is echo's JSON serializer without HTML escaping: "<" in a
@@ -56,13 +59,13 @@ type runHead struct {
 
 // renderRun answers with one run. Its output, up to the run's output
 // limit on each stream, is encoded into the response a chunk at a time
-// rather than into one buffer with everything else.
-func renderRun(c echo.Context, status int, v RunView) error {
+// from the bytes the run holds, never into a buffer of its own.
+func renderRun(c echo.Context, status int, run *sandgate.Run) error {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	w.WriteHeader(status)
 	bw := bufio.NewWriterSize(w, streamChunk)
-	if err := writeRun(bw, v); err != nil {
+	if err := writeRun(bw, run); err != nil {
 		return err
 	}
 	if err := bw.WriteByte('\n'); err != nil {
@@ -71,62 +74,106 @@ func renderRun(c echo.Context, status int, v RunView) error {
 	return bw.Flush()
 }
 
-// renderRuns answers with a page of runs, each written as renderRun does.
-func renderRuns(c echo.Context, list RunList) error {
+// renderRuns answers with a page of runs, each written as renderRun does;
+// load, when set, reads each run whole just before it is written.
+func renderRuns(c echo.Context, runs []sandgate.Run, next string, load func(*sandgate.Run) (*sandgate.Run, error)) error {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, streamChunk)
 	bw.WriteString(`{"runs":[`)
-	for i, v := range list.Runs {
+	for i := range runs {
 		if i > 0 {
 			bw.WriteByte(',')
 		}
-		if err := writeRun(bw, v); err != nil {
+		r := &runs[i]
+		if load != nil {
+			full, err := load(r)
+			if err != nil {
+				// The status is sent: end the body short, as a broken
+				// connection would, rather than claim a whole page.
+				return err
+			}
+			r = full
+		}
+		if err := writeRun(bw, r); err != nil {
 			return err
 		}
 	}
-	next, err := marshal(list.NextCursor)
+	cursor, err := marshal(cursorPtr(next))
 	if err != nil {
 		return err
 	}
 	bw.WriteString(`],"next_cursor":`)
-	bw.Write(next)
+	bw.Write(cursor)
 	bw.WriteString("}\n")
 	return bw.Flush()
 }
 
 // writeRun writes one run as JSON: its head, then each output stream.
-func writeRun(w *bufio.Writer, v RunView) error {
-	head, err := marshal(runHead{RunView: v})
+func writeRun(w *bufio.Writer, run *sandgate.Run) error {
+	head, err := marshal(runHead{RunView: runView(run)})
 	if err != nil {
 		return err
 	}
 	w.Write(head[:len(head)-1]) // without the closing brace
 	for _, s := range []struct {
 		name string
-		o    OutputView
-	}{{"stdout", v.Stdout}, {"stderr", v.Stderr}} {
-		w.WriteString(`,"` + s.name + `":{"data":`)
-		if err := writeJSONString(w, s.o.Data); err != nil {
+		o    sandgate.Output
+	}{{"stdout", run.Stdout}, {"stderr", run.Stderr}} {
+		w.WriteString(`,"` + s.name + `":`)
+		if err := writeOutput(w, s.o); err != nil {
 			return err
 		}
-		w.WriteString(`,"encoding":` + strconv.Quote(s.o.Encoding))
-		w.WriteString(`,"bytes":` + strconv.FormatInt(s.o.Bytes, 10))
-		w.WriteString(`,"truncated":` + strconv.FormatBool(s.o.Truncated))
-		if s.o.SHA256 != "" {
-			w.WriteString(`,"sha256":` + strconv.Quote(s.o.SHA256))
-		}
-		w.WriteByte('}')
 	}
 	_, err = w.WriteString("}")
+	return err
+}
+
+// writeOutput writes one stream as an OutputView: from its raw bytes when
+// the run holds them (text escaped, or base64, a chunk at a time), or from
+// its stored data.
+func writeOutput(w *bufio.Writer, o sandgate.Output) error {
+	enc := o.Encoding
+	w.WriteString(`{"data":`)
+	switch {
+	case o.Raw != nil:
+		enc = sandgate.OutputEncoding(o.Raw)
+		if enc == sandgate.EncodingBase64 {
+			w.WriteByte('"')
+			b64 := base64.NewEncoder(base64.StdEncoding, w)
+			if _, err := b64.Write(o.Raw); err != nil {
+				return err
+			}
+			if err := b64.Close(); err != nil {
+				return err
+			}
+			w.WriteByte('"')
+		} else if err := writeJSONString(w, o.Raw); err != nil {
+			return err
+		}
+	default:
+		if enc == "" {
+			enc = sandgate.EncodingUTF8
+		}
+		if err := writeJSONString(w, o.Data); err != nil {
+			return err
+		}
+	}
+	w.WriteString(`,"encoding":` + strconv.Quote(enc))
+	w.WriteString(`,"bytes":` + strconv.FormatInt(o.Bytes, 10))
+	w.WriteString(`,"truncated":` + strconv.FormatBool(o.Truncated))
+	if o.SHA256 != "" {
+		w.WriteString(`,"sha256":` + strconv.Quote(o.SHA256))
+	}
+	_, err := w.WriteString("}")
 	return err
 }
 
 // writeJSONString writes s as a JSON string, encoding a chunk at a time;
 // chunks end on rune boundaries, so each encodes exactly as the whole
 // would.
-func writeJSONString(w io.Writer, s string) error {
+func writeJSONString[T string | []byte](w io.Writer, s T) error {
 	if _, err := io.WriteString(w, `"`); err != nil {
 		return err
 	}
@@ -138,7 +185,7 @@ func writeJSONString(w io.Writer, s string) error {
 		if n == 0 {
 			n = min(len(s), streamChunk)
 		}
-		enc, err := marshal(s[:n])
+		enc, err := marshal(string(s[:n]))
 		if err != nil {
 			return err
 		}

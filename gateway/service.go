@@ -293,6 +293,8 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: s.cfg.AirGapped,
 		Enforcement: lr.enforce,
+		Stdout:      lr.out[sandgate.Stdout],
+		Stderr:      lr.out[sandgate.Stderr],
 		Output:      lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -89,7 +88,7 @@ func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur
 func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
 	cur.next = 0
 	send := func(name string, v any) error {
-		data, err := json.Marshal(v)
+		data, err := marshal(v)
 		if err != nil {
 			return err
 		}
@@ -124,19 +123,20 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 		stream sandgate.Stream
 		out    sandgate.Output
 	}{{sandgate.Stdout, run.Stdout}, {sandgate.Stderr, run.Stderr}} {
-		b, err := outputView(o.out).Decode()
+		b, err := o.out.Content()
 		if err != nil {
 			s.logger(sw.c).Warn("stored output does not decode", "stream", o.stream, "error", err)
 			continue
 		}
 		off := cur.off(o.stream)
-		if *off >= int64(len(b)) {
-			continue
-		}
-		chunk := chunkData(b[*off:])
-		*off = int64(len(b))
-		if err := send(string(o.stream), chunk); err != nil {
-			return nil
+		for *off < int64(len(b)) {
+			// At most maxEventBytes of output an event.
+			end := eventEnd(b, *off)
+			chunk := chunkData(b[*off:end])
+			*off = end
+			if err := send(string(o.stream), chunk); err != nil {
+				return nil
+			}
 		}
 	}
 	cur.next = 1

@@ -171,17 +171,17 @@ func TestLogsNoFollowLive(t *testing.T) {
 // limit per stream and encodes invalid UTF-8 as base64.
 func TestLiveOutputBounded(t *testing.T) {
 	lr := newLiveRun(sandgate.Run{ID: "r", Spec: sandgate.RunSpec{OutputLimitBytes: 8}})
-	lr.output(sandgate.Stdout, []byte("12345"))
-	lr.output(sandgate.Stdout, []byte("67890"))
-	lr.output(sandgate.Stdout, []byte("more"))
-	lr.output(sandgate.Stderr, []byte{0xff, 0xfe})
+	captureOut(lr, sandgate.Stdout, []byte("12345"))
+	captureOut(lr, sandgate.Stdout, []byte("67890"))
+	captureOut(lr, sandgate.Stdout, []byte("more"))
+	captureOut(lr, sandgate.Stderr, []byte{0xff, 0xfe})
 	var cur logCursor
 	got := readChunks(t, lr, &cur)
 	want := []string{"stdout 12345678 utf-8 1.8.0", "stderr //4= base64 2.8.2"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("chunks (-want +got):\n%s", diff)
 	}
-	if snap := lr.snapshot(); snap.Stdout.Bytes != 8 || snap.Stdout.Data != "12345678" {
+	if snap := lr.snapshot(); snap.Stdout.Bytes != 14 || !snap.Stdout.Truncated || string(snap.Stdout.Raw) != "12345678" {
 		t.Errorf("snapshot stdout = %+v", snap.Stdout)
 	}
 }
@@ -211,13 +211,13 @@ func readChunks(t *testing.T, lr *liveRun, cur *logCursor) []string {
 func TestLiveLogOrderAndResume(t *testing.T) {
 	lr := newLiveRun(sandgate.Run{ID: "r"})
 	var a logCursor
-	lr.output(sandgate.Stdout, []byte("a"))
+	captureOut(lr, sandgate.Stdout, []byte("a"))
 	if diff := cmp.Diff([]string{"stdout a utf-8 1.1.0"}, readChunks(t, lr, &a)); diff != "" {
 		t.Errorf("first read (-want +got):\n%s", diff)
 	}
-	lr.output(sandgate.Stdout, []byte("b")) // extends the entry a has passed
-	lr.output(sandgate.Stderr, []byte("X"))
-	lr.output(sandgate.Stdout, []byte("c"))
+	captureOut(lr, sandgate.Stdout, []byte("b")) // extends the entry a has passed
+	captureOut(lr, sandgate.Stderr, []byte("X"))
+	captureOut(lr, sandgate.Stdout, []byte("c"))
 	lr.setState(sandgate.StateRunning, "c1", time.Time{})
 	want := []string{"stdout b utf-8 1.2.0", "stderr X utf-8 2.2.1", "stdout c utf-8 3.3.1", "state 4.3.1"}
 	if diff := cmp.Diff(want, readChunks(t, lr, &a)); diff != "" {
@@ -242,7 +242,7 @@ func TestLiveLogOrderAndResume(t *testing.T) {
 			t.Errorf("resume from %s: %v", id, got)
 		}
 	}
-	lr.output(sandgate.Stdout, []byte("d"))
+	captureOut(lr, sandgate.Stdout, []byte("d"))
 	lr.finish(sandgate.Run{ID: "r", State: sandgate.StateFinished, Outcome: sandgate.OutcomeSucceeded})
 	got := readChunks(t, lr, &b)
 	if diff := cmp.Diff([]string{"stdout d utf-8 5.4.1", "exit 6.4.1"}, got); diff != "" {
@@ -283,10 +283,10 @@ func TestLiveLogBounded(t *testing.T) {
 	var wantOut, wantErr strings.Builder
 	for i := range 20000 {
 		c := byte('a' + i%26)
-		lr.output(sandgate.Stdout, []byte{c})
+		captureOut(lr, sandgate.Stdout, []byte{c})
 		wantOut.WriteByte(c)
 		if i%2 == 0 {
-			lr.output(sandgate.Stderr, []byte{c})
+			captureOut(lr, sandgate.Stderr, []byte{c})
 			wantErr.WriteByte(c)
 		}
 		if i%997 == 0 {
@@ -328,4 +328,10 @@ func TestReadSSE(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
+}
+
+// captureOut writes p to a stream of lr as the executor does: into the
+// stream's buffer, then telling lr.
+func captureOut(lr *liveRun, stream sandgate.Stream, p []byte) {
+	lr.output(stream, lr.out[stream].Write(p))
 }

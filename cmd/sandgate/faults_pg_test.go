@@ -237,7 +237,9 @@ func TestFaultPostgresAway(t *testing.T) {
 	// Postgres away until the 1 MiB spool is full: reviews still answer,
 	// each emitting a large admission.reviewed event.
 	pg.Stop(t)
-	big := strings.Repeat("x", 200<<10)
+	// 200 KiB of arguments, in pieces under the per-argument maximum.
+	part := strings.Repeat("x", 50<<10)
+	big := part + `", "` + part + `", "` + part + `", "` + part
 	sent := 0
 	for {
 		code, reason := readyz(t, s)
@@ -247,7 +249,7 @@ func TestFaultPostgresAway(t *testing.T) {
 		if sent >= 40 {
 			t.Fatalf("the spool did not fill after %d large events: /readyz = %d %q, spool %d bytes", sent, code, reason, spoolBytes(t, s))
 		}
-		review := fmt.Sprintf(`{"command": ["echo", %q]}`, big)
+		review := `{"command": ["echo", "` + big + `"]}`
 		status, _, body := s.do(t, http.MethodPost, "/v1/admission/review", review, "X-Correlation-ID", fmt.Sprintf("spool-%d", sent))
 		if status != http.StatusOK {
 			t.Fatalf("review with Postgres away = %d %s", status, body)
@@ -257,7 +259,7 @@ func TestFaultPostgresAway(t *testing.T) {
 	}
 	// Events keep coming while the spool is full; they wait in memory.
 	for i := 0; i < 3; i++ {
-		review := fmt.Sprintf(`{"command": ["echo", %q]}`, big)
+		review := `{"command": ["echo", "` + big + `"]}`
 		if status, _, body := s.do(t, http.MethodPost, "/v1/admission/review", review, "X-Correlation-ID", fmt.Sprintf("spool-%d", sent)); status != http.StatusOK {
 			t.Fatalf("review with the spool full = %d %s", status, body)
 		}

@@ -82,7 +82,7 @@ type procServer struct {
 // processEnv is the environment of a fresh server process: a fresh
 // database on the shared cluster, its own spool and node, a development
 // token, the test's Docker daemon.
-func processEnv(t *testing.T) map[string]string {
+func processEnv(t testing.TB) map[string]string {
 	t.Helper()
 	executortest.RequireDocker(t)
 	state := t.TempDir()
@@ -110,9 +110,14 @@ func freeAddr(t testing.TB) string {
 // startProcess starts the sandgate binary with `serve` and env (plus a free
 // listen address) and waits until /readyz answers 200. The process is
 // stopped with SIGTERM when the test ends, if it still runs.
-func startProcess(t *testing.T, env map[string]string) *procServer {
+func startProcess(t testing.TB, env map[string]string) *procServer {
 	t.Helper()
 	bin := sandgateBinary(t)
+	if b := os.Getenv("SANDGATE_BENCH_BINARY"); b != "" {
+		// Another build, for a benchmark run against it in the same
+		// script.
+		bin = b
+	}
 	env["SANDGATE_LISTEN"] = freeAddr(t)
 	cmd := exec.Command(bin, "serve")
 	for _, kv := range os.Environ() {

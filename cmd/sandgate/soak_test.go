@@ -210,22 +210,6 @@ func soakRun(c *gateway.Client, k soakKind) (sandgate.Outcome, error) {
 	return *r.Outcome, nil
 }
 
-// processRSS reads VmRSS (KiB) of a process.
-func processRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
-}
-
 // metricValue reads one unlabelled metric from a Prometheus endpoint.
 func metricValue(url, name string) (float64, error) {
 	resp, err := http.Get(url)
