@@ -254,7 +254,7 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"oom_killed": row.OOMKilled, "error": row.Error, "container_id": row.ContainerID,
 		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
 		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
-		"warnings": row.Warnings,
+		"warnings":   row.Warnings,
 		"updated_at": pgTime(s.cfg.Clock()),
 	})
 	if res.Error != nil {
