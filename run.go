@@ -77,6 +77,10 @@ type Job struct {
 	// Enforcement is what the decision that admitted the run tells the
 	// executor to hold it to beyond its spec.
 	Enforcement Enforcement
+	// TeamConcurrency is how many of the team's runs may hold a container
+	// on this node at once (the team's limits); 0 sets no limit of the
+	// team's own. Waiting runs get containers a team at a time in turn.
+	TeamConcurrency int
 	// Stdout and Stderr, when set, are where the output is captured (the
 	// gateway makes them, to read them while the run goes on); otherwise
 	// the executor makes its own. Each keeps at most the spec's output

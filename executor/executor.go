@@ -38,7 +38,7 @@ type Executor struct {
 	events sandgate.EventSink
 	log    *slog.Logger
 	now    sandgate.Clock
-	slots  chan struct{}
+	slots  *slots
 
 	mu      sync.Mutex
 	runs    map[string]*run
@@ -116,7 +116,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 		events:   events,
 		log:      cfg.Logger.With("component", "executor", "node", cfg.Node),
 		now:      cfg.Clock,
-		slots:    make(chan struct{}, cfg.MaxConcurrent),
+		slots:    newSlots(cfg.MaxConcurrent),
 		runs:     map[string]*run{},
 		imgCache: map[string]cachedImage{},
 		stager:   newStager(cfg.MountStageDir),

@@ -125,13 +125,12 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 
-	// Queue for a slot; a run cancelled while queued never gets a container.
-	select {
-	case e.slots <- struct{}{}:
-		defer func() { <-e.slots }()
-	case <-ctx.Done():
+	// Queue for a slot, fairly between teams; a run cancelled while
+	// queued never gets a container.
+	if !e.slots.acquire(ctx, r.job.Team, r.job.TeamConcurrency) {
 		return e.cancelledBeforeStart(r), nil
 	}
+	defer e.slots.release(r.job.Team)
 
 	imageID, err := e.resolveImage(ctx, r, set.config.Image)
 	if err != nil {

@@ -23,6 +23,8 @@ type fakeAdmitter struct {
 	calls  atomic.Int64
 	mask   []string
 	panics bool
+	// limits are the teams' limits; read-only once the server runs.
+	limits map[string]sandgate.TeamLimits
 }
 
 func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
@@ -54,7 +56,7 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 
 func (a *fakeAdmitter) Defaults() sandgate.Defaults { return sandgate.BuiltinDefaults }
 
-func (a *fakeAdmitter) TeamLimits(string) sandgate.TeamLimits { return sandgate.TeamLimits{} }
+func (a *fakeAdmitter) TeamLimits(team string) sandgate.TeamLimits { return a.limits[team] }
 
 func (a *fakeAdmitter) Enforcement(string) sandgate.Enforcement { return sandgate.Enforcement{} }
 

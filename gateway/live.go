@@ -109,6 +109,8 @@ type liveRun struct {
 	spec sandgate.RunSpec
 	// enforce is what the decision tells the executor to hold it to.
 	enforce sandgate.Enforcement
+	// teamConcurrency is the team's limit of runs holding a container.
+	teamConcurrency int
 	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}

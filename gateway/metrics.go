@@ -45,6 +45,7 @@ type Metrics struct {
 	ruleHits         *prometheus.CounterVec
 	runsFinished     *prometheus.CounterVec
 	authDenied       *prometheus.CounterVec
+	teamLimited      *prometheus.CounterVec
 	containerCreate  prometheus.Histogram
 	containerStart   prometheus.Histogram
 	containerCleanup prometheus.Histogram
@@ -93,6 +94,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		authDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_auth_denied_total", Help: "Refused requests by reason (unauthenticated, forbidden, rate_limited).",
 		}, []string{"reason"}),
+		teamLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_team_rate_limited_total", Help: "Runs refused because their team was at its limits, by team.",
+		}, []string{"team"}),
 		containerCreate: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sandgate_container_create_seconds", Help: "Time to create a container.", Buckets: durations,
 		}),
@@ -110,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	collectors := []prometheus.Collector{
-		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied,
+		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
 		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved,
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()

@@ -98,10 +98,14 @@ func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
+	// It holds its team's resources like any run, limits or not: it was
+	// admitted before the restart.
+	release := s.teams.hold(run.Team, run.Spec.Resources)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
+		defer release()
 		s.finishAdopted(ctx, lr, rec)
 	}()
 }
@@ -118,6 +122,8 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 		// force holds the run to today's.
 		Enforcement: s.d.Admitter.Enforcement(run.Team),
 		ContainerID: run.ContainerID,
+		Stdout:      lr.out[sandgate.Stdout],
+		Stderr:      lr.out[sandgate.Stderr],
 		Output:      lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {

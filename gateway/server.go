@@ -96,7 +96,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.svc = &service{
 		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: sec,
-		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(),
+		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(),
 		runCtx: runCtx, stopRuns: stopRuns,
 	}
 	m.attach(deps, s.svc.live.count)

@@ -43,6 +43,7 @@ type service struct {
 	log     *slog.Logger
 	live    *hub
 	idem    *idemCache
+	teams   *teamLoad
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -82,6 +83,20 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 			}
 		}
 	}
+	// The team's limits are checked before anything is decided or
+	// recorded: a flood is refused for its team alone, at once.
+	limits := s.d.Admitter.TeamLimits(p.Team)
+	release, err := s.teams.reserve(p.Team, limits, spec.Resources)
+	if err != nil {
+		s.metrics.teamLimited.WithLabelValues(p.Team).Inc()
+		return nil, false, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			release()
+		}
+	}()
 	dec, err := s.d.Admitter.Decide(ctx, sandgate.AdmissionInput{
 		APIVersion: sandgate.APIVersion,
 		Operation:  sandgate.OperationRun,
@@ -158,7 +173,8 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if sub.IdempotencyKey != "" {
 		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: run.ID, digest: requestDigest, at: now})
 	}
-	s.start(*run, dec.Spec, dec.Enforcement)
+	started = true
+	s.start(*run, dec.Spec, dec.Enforcement, limits.Concurrent, release)
 	return s.overlay(run), true, nil
 }
 
@@ -268,9 +284,10 @@ func (s *service) storedSpec(spec sandgate.RunSpec, mask []string) sandgate.RunS
 
 // start executes the run in its own goroutine, detached from the request.
 // spec is the admitted spec with its secrets; run carries the stored form.
-func (s *service) start(run sandgate.Run, spec sandgate.RunSpec, enforce sandgate.Enforcement) {
+// release gives back the run's place in its team's limits when it ends.
+func (s *service) start(run sandgate.Run, spec sandgate.RunSpec, enforce sandgate.Enforcement, teamConcurrency int, release func()) {
 	lr := newLiveRun(run)
-	lr.spec, lr.enforce = spec, enforce
+	lr.spec, lr.enforce, lr.teamConcurrency = spec, enforce, teamConcurrency
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
@@ -278,6 +295,7 @@ func (s *service) start(run sandgate.Run, spec sandgate.RunSpec, enforce sandgat
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
+		defer release()
 		s.execute(ctx, lr)
 	}()
 }
@@ -292,10 +310,11 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: s.cfg.AirGapped,
-		Enforcement: lr.enforce,
-		Stdout:      lr.out[sandgate.Stdout],
-		Stderr:      lr.out[sandgate.Stderr],
-		Output:      lr.output,
+		Enforcement:     lr.enforce,
+		TeamConcurrency: lr.teamConcurrency,
+		Stdout:          lr.out[sandgate.Stdout],
+		Stderr:          lr.out[sandgate.Stderr],
+		Output:          lr.output,
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
 				s.store(lr, r, log)
