@@ -111,9 +111,9 @@ type liveRun struct {
 	enforce sandgate.Enforcement
 	// teamConcurrency is the team's limit of runs holding a container.
 	teamConcurrency int
-	entries []logEntry
-	changed chan struct{}
-	done    chan struct{}
+	entries         []logEntry
+	changed         chan struct{}
+	done            chan struct{}
 	// out are the streams as the executor captures them: the run's
 	// output is held there once, for followers and for the final run.
 	out map[sandgate.Stream]*sandgate.OutputBuffer
