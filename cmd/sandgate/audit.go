@@ -211,7 +211,7 @@ with no key at all the report says so and fails.`,
 			if err != nil {
 				return err
 			}
-			var rep sandgate.VerifyReport
+			var rep audit.Report
 			switch {
 			case archive != "" && offline != "":
 				return sandgate.FieldError("archive", "give --archive or --offline, not both")
@@ -225,7 +225,7 @@ with no key at all the report says so and fails.`,
 					return err
 				}
 				defer s.Close(context.Background())
-				rep, err = s.Verify(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
+				rep, err = s.VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
 			}
 			if err != nil {
 				return err
@@ -252,17 +252,17 @@ with no key at all the report says so and fails.`,
 	return cmd
 }
 
-func verifyOffline(events, checkpoints string, keys []ed25519.PublicKey) (sandgate.VerifyReport, error) {
+func verifyOffline(events, checkpoints string, keys []ed25519.PublicKey) (audit.Report, error) {
 	ef, err := os.Open(events)
 	if err != nil {
-		return sandgate.VerifyReport{}, err
+		return audit.Report{}, err
 	}
 	defer ef.Close()
 	var cr io.Reader
 	if checkpoints != "" {
 		cf, err := os.Open(checkpoints)
 		if err != nil {
-			return sandgate.VerifyReport{}, err
+			return audit.Report{}, err
 		}
 		defer cf.Close()
 		cr = cf
