@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -10,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/migrations"
 )
 
 // attacker is someone holding the application role sandgate_app: INSERT
@@ -253,5 +257,211 @@ func TestAppRoleCannotChooseRecordedAt(t *testing.T) {
 		if r.recordedAt.After(dbNow) {
 			t.Errorf("row %d stored with recorded_at %s, after the database's clock (%s): the inserter chose it", r.seq, r.recordedAt, dbNow)
 		}
+	}
+}
+
+// TestRegistryResidualRiskIsVisible: the application role can register a
+// key for a node name no gateway uses yet and sign a chain of its own with
+// it, registration event and all; the registry cannot tell that from a new
+// gateway. Verify lists the key with its node and first use, and once
+// auditors pin the gateways' keys it reports it.
+func TestRegistryResidualRiskIsVisible(t *testing.T) {
+	dsn, _ := newDB(t)
+	ctx := context.Background()
+	gw := testStore(t, dsn, nil)
+	if err := gw.Record(ctx, lifecycle(0, "honest-run")); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := asAppRole(t, dsn)
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := k.Public().(ed25519.PublicKey)
+	a.register("mallory-gw", "forged-new-node", k)
+	var at time.Time
+	if err := a.db.QueryRow(`SELECT first_used_at FROM audit_keys WHERE key_id = $1`, KeyID(pub)).Scan(&at); err != nil {
+		t.Fatal(err)
+	}
+	reg := KeyRecord{Node: "mallory-gw", KeyID: KeyID(pub), PublicKey: hex.EncodeToString(pub), FirstUsedAt: at,
+		ChainID: "forged-new-node", Source: KeySourceWriter}
+	rows := a.forgeChain("forged-new-node", "mallory-gw", 3, time.Now(), sandgate.Event{
+		Type: sandgate.EventAuditKeyRegistered, Outcome: "registered", Node: "mallory-gw", Payload: reg.payload(),
+	})
+	a.sign("forged-new-node", rows, k)
+
+	later := time.Now().Add(time.Hour)
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Clock = func() time.Time { return later } }).VerifyTrail(ctx, sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed *KeyRecord
+	for i := range rep.Keys {
+		if rep.Keys[i].KeyID == KeyID(pub) {
+			listed = &rep.Keys[i]
+		}
+	}
+	if listed == nil || listed.Node != "mallory-gw" || !listed.FirstUsedAt.Equal(at) || listed.Pinned {
+		t.Fatalf("keys = %+v; want the attacker's key listed for node mallory-gw, first used %s, not pinned", rep.Keys, at)
+	}
+
+	rep, err = readOnly(t, dsn, func(c *Config) {
+		c.Clock = func() time.Time { return later }
+		c.TrustedKeys = []ed25519.PublicKey{gw.PublicKey()}
+	}).VerifyTrail(ctx, sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]int{ProblemUntrustedKey: 1}, problemKinds(rep)); diff != "" || rep.Problems[0].ChainID != "forged-new-node" {
+		t.Errorf("problems with the gateway's key pinned (-want +got):\n%s\n%+v", diff, rep.Problems)
+	}
+}
+
+// TestForgedChainOffline: an export taken after the forgery, verified
+// offline with the gateway's key pinned, reports the forged chain; so does
+// one verified with no key at all, which also says that nothing vouches
+// for the export's keys. The gateway wrote its chain an hour before.
+func TestForgedChainOffline(t *testing.T) {
+	dsn, _ := newDB(t)
+	ctx := context.Background()
+	anHourAgo := func() time.Time { return time.Now().Add(-time.Hour) }
+	gw := testStore(t, dsn, func(c *Config) { c.Clock = anHourAgo })
+	for i := range 3 {
+		if err := gw.Record(ctx, lifecycle(i, "honest-run")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gw.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := asAppRole(t, dsn)
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.sign("forged-offline", a.forgeChain("forged-offline", "mallory-gw", 3, time.Now()), k)
+
+	ro := readOnly(t, dsn, nil)
+	var events, cps bytes.Buffer
+	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		trusted []ed25519.PublicKey
+		want    map[string]int
+	}{
+		{"pinned", []ed25519.PublicKey{gw.PublicKey()}, map[string]int{ProblemUntrustedKey: 1, ProblemUnsignedChain: 1}},
+		{"no key", nil, map[string]int{ProblemUnpinnedKeys: 1, ProblemUnknownKey: 1, ProblemUnsignedChain: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := VerifyExport(bytes.NewReader(events.Bytes()), bytes.NewReader(cps.Bytes()), tt.trusted...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, problemKinds(rep)); diff != "" {
+				t.Errorf("problems (-want +got):\n%s\n%+v", diff, rep.Problems)
+			}
+			for _, p := range rep.Problems {
+				if p.ChainID != "forged-offline" && p.Kind != ProblemUnpinnedKeys {
+					t.Errorf("problem outside the forged chain: %+v", p)
+				}
+			}
+			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(gw.PublicKey()) || !rep.Keys[0].Known {
+				t.Errorf("keys = %+v, want the gateway's registration, from the export", rep.Keys)
+			}
+		})
+	}
+}
+
+// TestMigrationKeepsTrailsVerifying: a trail written before migration 5
+// verifies after it without any key pinned (the keys that signed its
+// checkpoints are registered from them), while a chain the application
+// role added before it, dated 2099, is reported online and offline: rows
+// in the future, vouched for by no known key. The 2099 rows, which sat in
+// the default partition, are in their month's partition afterwards.
+func TestMigrationKeepsTrailsVerifying(t *testing.T) {
+	db := audittest.OpenDB(t, audittest.NewDatabase(t))
+	ctx := context.Background()
+	if _, err := migrations.UpTo(ctx, db, 4); err != nil {
+		t.Fatal(err)
+	}
+	var dsn string
+	if err := db.QueryRow(`SELECT current_database()`).Scan(&dsn); err != nil {
+		t.Fatal(err)
+	}
+	dsn, err := audittest.WithDatabase(audittest.AdminDSN(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The honest gateway of yesterday: three rows, a final checkpoint.
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := attacker{t: t, db: db} // as the owner, it writes rows as the old writer did
+	yesterday := time.Now().Add(-24 * time.Hour).UTC().Truncate(time.Microsecond)
+	honest := owner.forgeChain("gw-old-1", "gw-old", 3, yesterday)
+	owner.sign("gw-old-1", honest, key)
+	// The forger, as the application role, before the migration.
+	in2099 := time.Date(2099, 1, 1, 12, 0, 0, 0, time.UTC)
+	forged := asAppRole(t, dsn).forgeChain("forged-2099", "mallory-gw", 3, in2099)
+	if !forged[0].recordedAt.Equal(in2099) {
+		t.Fatalf("before migration 5 the forged row was stored at %s, want the 2099 it chose", forged[0].recordedAt)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events_default`); got != 3 {
+		t.Fatalf("rows in the default partition before the migration = %d, want the 3 forged ones", got)
+	}
+
+	if _, err := migrations.Up(ctx, db); err != nil {
+		t.Fatalf("Up: %v", err)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events_default`); got != 0 {
+		t.Errorf("rows in the default partition after the migration = %d, want 0", got)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events_2099_01`); got != 3 {
+		t.Errorf("rows in audit_events_2099_01 = %d, want the 3 forged ones", got)
+	}
+
+	rep, err := readOnly(t, dsn, nil).VerifyTrail(ctx, sandgate.VerifyRange{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{ProblemFutureRow: 1, ProblemUnsignedChain: 1}
+	if diff := cmp.Diff(want, problemKinds(rep)); diff != "" {
+		t.Errorf("problems (-want +got):\n%s\n%+v", diff, rep.Problems)
+	}
+	for _, p := range rep.Problems {
+		if p.ChainID != "forged-2099" {
+			t.Errorf("problem outside the forged chain: %+v", p)
+		}
+	}
+	pub := key.Public().(ed25519.PublicKey)
+	if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(pub) || rep.Keys[0].Node != "gw-old" ||
+		rep.Keys[0].Source != KeySourceMigration || !rep.Keys[0].Known {
+		t.Errorf("keys = %+v, want gw-old's, registered by the migration", rep.Keys)
+	}
+
+	ro := readOnly(t, dsn, nil)
+	var events, cps bytes.Buffer
+	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportCSV, &events); err != nil {
+		t.Fatal(err)
+	}
+	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+		t.Fatal(err)
+	}
+	off, err := VerifyExport(&events, &cps, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, problemKinds(off)); diff != "" {
+		t.Errorf("offline problems (-want +got):\n%s\n%+v", diff, off.Problems)
 	}
 }
