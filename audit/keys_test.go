@@ -160,3 +160,38 @@ func TestPreviousSigningKeyFileMissing(t *testing.T) {
 		t.Fatalf("Open with a missing previous key = %v, want the file's absence", err)
 	}
 }
+
+// TestParsePublicKeys: a trusted-keys file holds PEM blocks, or hex keys
+// one a line with blanks and comments; nothing else.
+func TestParsePublicKeys(t *testing.T) {
+	var pubs []ed25519.PublicKey
+	for range 2 {
+		pub, _, err := ed25519.GenerateKey(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs = append(pubs, pub)
+	}
+	tests := []struct {
+		name    string
+		data    string
+		want    []ed25519.PublicKey
+		wantErr bool
+	}{
+		{"PEM blocks", string(EncodePublicKey(pubs[0])) + "\n" + string(EncodePublicKey(pubs[1])), pubs, false},
+		{"hex lines", "# gw-1\n" + hex.EncodeToString(pubs[0]) + "\n\n  " + hex.EncodeToString(pubs[1]) + "  \n", pubs, false},
+		{"bad hex line", hex.EncodeToString(pubs[0]) + "\nnot a key\n", nil, true},
+		{"empty", "\n# nothing\n", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParsePublicKeys([]byte(tt.data))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("ParsePublicKeys error = %v, want error %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParsePublicKeys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
