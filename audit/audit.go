@@ -10,7 +10,11 @@
 // checksummed local spool and delivered, idempotently by event_id, in chain
 // order when it returns. Checkpoints signed with Ed25519 cover the chain
 // head every N events or T seconds, also when idle, so a truncated tail is
-// detectable. Verify checks it all online; VerifyExport offline.
+// detectable. recorded_at is the database's clock. Each node's checkpoint
+// key is registered when first used (audit_keys, and an event of the
+// trail), so verify knows every legitimate key and reports any chain or
+// row no checkpoint by a known key covers. Verify checks it all online;
+// VerifyExport offline.
 //
 // The Store also keeps runs (sandgate.RunStore), the state the API serves.
 //
