@@ -84,6 +84,7 @@ type verifier struct {
 	// offline). resolveKeys judges them into known.
 	keys         []KeyRecord
 	keysFromRows bool
+	rowKeys      []rowKey
 	known        map[string]ed25519.PublicKey
 	rejected     []KeyRecord
 	resolved     bool
@@ -95,8 +96,12 @@ type verifier struct {
 	grace    time.Duration
 	relative bool
 	// futureAfter is the clock rows must not be recorded after: the
-	// database's (online) or this host's (offline); zero checks nothing.
+	// database's when verification began (online) or this host's
+	// (offline); zero checks nothing. Rows after it are kept aside and
+	// judged at the end against futureEnd, the database's clock when
+	// verification ended: a live writer commits rows meanwhile.
 	futureAfter time.Time
+	futureEnd   time.Time
 	futureClock string
 	// retention holds the retention.applied rows seen: where each purged
 	// chain's kept rows begin, honoured only when a checkpoint by a known
@@ -104,6 +109,14 @@ type verifier struct {
 	retention []retentionRef
 	// purged holds the retention boundaries honoured.
 	purged map[string]anchorPoint
+}
+
+// rowKey is a registration read from a key event, and when the database
+// recorded that event: registrations are judged in that order, not in the
+// order their payloads claim.
+type rowKey struct {
+	k  KeyRecord
+	at time.Time
 }
 
 // retentionRef is a retention.applied row and what it recorded.
@@ -130,9 +143,19 @@ type chainState struct {
 	// from the first row, the last one past every checkpoint).
 	bounds   []int64
 	stretch  []stretch
-	future   int64 // rows recorded after futureAfter
-	futureAt int64 // the first of them
+	late     []lateRow // rows recorded after futureAfter (the first maxLate)
+	lateMore int64     // and how many more
 }
+
+// lateRow is a row recorded after the verifier's clock at the start.
+type lateRow struct {
+	seq int64
+	at  time.Time
+}
+
+// maxLate bounds the rows a chain keeps aside to judge against the clock
+// at the end of verification.
+const maxLate = 10000
 
 // signedCP is a checkpoint whose signature verifies.
 type signedCP struct {
@@ -147,10 +170,9 @@ type stretch struct {
 	n              int64
 	minSeq, maxSeq int64
 	minAt, maxAt   time.Time
-	future         bool
 }
 
-func (s *stretch) add(seq int64, at time.Time, future bool) {
+func (s *stretch) add(seq int64, at time.Time) {
 	if s.n == 0 || seq < s.minSeq {
 		s.minSeq = seq
 	}
@@ -163,7 +185,6 @@ func (s *stretch) add(seq int64, at time.Time, future bool) {
 	if s.n == 0 || at.After(s.maxAt) {
 		s.maxAt = at
 	}
-	s.future = s.future || future
 	s.n++
 }
 
@@ -182,7 +203,6 @@ func (s *stretch) merge(o stretch) {
 	if o.maxAt.After(s.maxAt) {
 		s.maxAt = o.maxAt
 	}
-	s.future = s.future || o.future
 	s.n += o.n
 }
 
@@ -282,19 +302,19 @@ func (v *verifier) row(r *rowData) {
 	}
 	if v.keysFromRows {
 		if k, ok := keyFromEvent(r.Event, r.RecordedAt); ok {
-			v.keys = append(v.keys, k)
+			v.rowKeys = append(v.rowKeys, rowKey{k: k, at: r.RecordedAt})
 		}
 	}
 	c := v.chain(r.ChainID)
-	future := !v.futureAfter.IsZero() && r.RecordedAt.After(v.futureAfter)
-	if future {
-		if c.future == 0 || r.Seq < c.futureAt {
-			c.futureAt = r.Seq
+	if !v.futureAfter.IsZero() && r.RecordedAt.After(v.futureAfter) {
+		if len(c.late) < maxLate {
+			c.late = append(c.late, lateRow{seq: r.Seq, at: r.RecordedAt})
+		} else {
+			c.lateMore++
 		}
-		c.future++
 	}
 	i, _ := slices.BinarySearch(c.bounds, r.Seq)
-	c.stretch[i].add(r.Seq, r.RecordedAt, future)
+	c.stretch[i].add(r.Seq, r.RecordedAt)
 	switch {
 	case r.Seq == c.next:
 		v.link(c, r)
@@ -443,16 +463,16 @@ func (v *verifier) resolveKeys() {
 	v.resolved = true
 	if v.keysFromRows {
 		// An export holds each registration's event, maybe more than once
-		// (two writers of one node): the first of each counts.
-		slices.SortStableFunc(v.keys, func(a, b KeyRecord) int {
-			return a.FirstUsedAt.Compare(b.FirstUsedAt)
-		})
+		// (after a purge, a writer records its key again): the first of
+		// each counts.
+		slices.SortStableFunc(v.rowKeys, func(a, b rowKey) int { return a.at.Compare(b.at) })
 		seen := map[[2]string]bool{}
-		v.keys = slices.DeleteFunc(v.keys, func(k KeyRecord) bool {
-			dup := seen[[2]string{k.Node, k.KeyID}]
-			seen[[2]string{k.Node, k.KeyID}] = true
-			return dup
-		})
+		for _, rk := range v.rowKeys {
+			if id := [2]string{rk.k.Node, rk.k.KeyID}; !seen[id] {
+				seen[id] = true
+				v.keys = append(v.keys, rk.k)
+			}
+		}
 	}
 	v.known, v.rejected = registryKeys(v.keys, v.trusted)
 	for id, k := range v.trusted {
@@ -527,10 +547,7 @@ func (v *verifier) finish() sandgate.VerifyReport {
 			}
 			v.link(c, r)
 		}
-		if c.future > 0 {
-			v.problem(id, c.futureAt, ProblemFutureRow, "%d rows from seq %d are recorded after the %s clock (%s): a row's time was chosen by whoever inserted it",
-				c.future, c.futureAt, v.futureClock, v.futureAfter.Format(time.RFC3339))
-		}
+		v.checkFuture(c)
 		if !c.checkTail {
 			continue
 		}
@@ -577,7 +594,8 @@ func (v *verifier) checkCoverage(c *chainState) {
 		}
 	}
 	late := v.relative && rest.maxAt.After(ref.Add(v.grace))
-	if !ref.IsZero() && rest.minAt.After(ref.Add(-v.grace)) && !rest.future && !late {
+	future := !v.futureEnd.IsZero() && rest.maxAt.After(v.futureEnd)
+	if !ref.IsZero() && rest.minAt.After(ref.Add(-v.grace)) && !future && !late {
 		return // a live writer's tail: its checkpoint is due
 	}
 	if seq == 0 {
@@ -587,6 +605,31 @@ func (v *verifier) checkCoverage(c *chainState) {
 	}
 	v.problem(c.id, rest.minSeq, ProblemUnsignedTail, "rows %d to %d have no checkpoint signed by a known key though the first was recorded at %s: the newest checkpoints may have been removed, the writer stopped without one, or the rows were added by someone else",
 		rest.minSeq, rest.maxSeq, rest.minAt.UTC().Format(time.RFC3339))
+}
+
+// checkFuture reports c's rows recorded after the clock at the end of
+// verification.
+func (v *verifier) checkFuture(c *chainState) {
+	if v.futureEnd.IsZero() {
+		return
+	}
+	var n, first int64
+	for _, r := range c.late {
+		if r.at.After(v.futureEnd) {
+			if n == 0 || r.seq < first {
+				first = r.seq
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	if n == maxLate {
+		n += c.lateMore // beyond those kept, they are as late as the rest
+	}
+	v.problem(c.id, first, ProblemFutureRow, "%d rows from seq %d are recorded after the %s clock (%s): a row's time was chosen by whoever inserted it",
+		n, first, v.futureClock, v.futureEnd.Format(time.RFC3339))
 }
 
 // newestKnownCheckpoint returns the time of the newest checkpoint by a
@@ -761,6 +804,10 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 		if err != nil {
 			return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
 		}
+	}
+	// Every row read was committed before this.
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&v.futureEnd); err != nil {
+		return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
 	}
 	return v.result(), nil
 }
