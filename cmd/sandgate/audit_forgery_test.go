@@ -9,14 +9,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/audit/audittest"
 )
@@ -241,4 +244,41 @@ func hasKind(rep audit.Report, kind string) bool {
 		}
 	}
 	return false
+}
+
+// TestAuditVerifyAPIReportsForgedChain: GET /v1/audit/verify of a running
+// gateway reports a chain the application role added with checkpoints of
+// its own key, which the gateway's key registry does not vouch for.
+func TestAuditVerifyAPIReportsForgedChain(t *testing.T) {
+	s := startServer(t)
+	verify := func() sandgate.VerifyReport {
+		t.Helper()
+		status, _, body := s.do(t, http.MethodGet, "/v1/audit/verify", "")
+		if status != http.StatusOK {
+			t.Fatalf("verify: %d %s", status, body)
+		}
+		var rep sandgate.VerifyReport
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := verify(); !rep.OK {
+		t.Fatalf("verify before the forgery = %+v", rep)
+	}
+	_, mallory, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgeSignedChain(t, s.DSN, "forged-api", 3, mallory)
+	rep := verify()
+	var kinds []string
+	for _, p := range rep.Problems {
+		if p.ChainID == "forged-api" {
+			kinds = append(kinds, p.Kind)
+		}
+	}
+	if rep.OK || !slices.Contains(kinds, audit.ProblemUnknownKey) {
+		t.Fatalf("verify after the forgery = %+v, want %s on forged-api", rep, audit.ProblemUnknownKey)
+	}
 }
