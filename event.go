@@ -33,6 +33,11 @@ const (
 	EventAuditExported      EventType = "audit.exported"
 	EventAuditArchived      EventType = "audit.archived"
 	EventRetentionApplied   EventType = "retention.applied"
+	// EventAuditKeyRegistered records a node's first checkpoint key, when
+	// the node first uses it; EventAuditKeyRotated a node's new key, with
+	// the key it replaces and that key's endorsement.
+	EventAuditKeyRegistered EventType = "audit.key_registered"
+	EventAuditKeyRotated    EventType = "audit.key_rotated"
 )
 
 // Event is one entry of the audit trail as its producers see it. The audit

@@ -10,7 +10,11 @@
 // checksummed local spool and delivered, idempotently by event_id, in chain
 // order when it returns. Checkpoints signed with Ed25519 cover the chain
 // head every N events or T seconds, also when idle, so a truncated tail is
-// detectable. Verify checks it all online; VerifyExport offline.
+// detectable. recorded_at is the database's clock. Each node's checkpoint
+// key is registered when first used (audit_keys, and an event of the
+// trail), so verify knows every legitimate key and reports any chain or
+// row no checkpoint by a known key covers. Verify checks it all online;
+// VerifyExport offline.
 //
 // The Store also keeps runs (sandgate.RunStore), the state the API serves.
 //
@@ -107,6 +111,10 @@ type Config struct {
 	// MaxConns caps the connection pool (default 8).
 	MaxConns int32
 	// Clock and IDs are injected for tests (defaults: time.Now, UUIDv7).
+	// recorded_at is the database's clock; a writer with an injected Clock
+	// stamps its rows' recorded_at with that clock instead, which the
+	// database accepts only from the role that owns the trail (tests that
+	// write months gone by).
 	Clock sandgate.Clock
 	IDs   sandgate.IDSource
 	// Logger receives operational messages (default slog.Default()).
@@ -116,11 +124,15 @@ type Config struct {
 	// hashes stay comparable across restarts without another secret to
 	// manage, but not across gateways or a rotation of the signing key.
 	MaskKey []byte
-	// TrustedKeys are public keys whose checkpoints Verify accepts besides
-	// this Store's own. When the set is empty (a read-only Store without
-	// keys), Verify checks signatures against the keys stored with the
-	// checkpoints and reports that they were not pinned.
+	// TrustedKeys pins the checkpoint keys Verify trusts (with this
+	// Store's own, when it has one): every other key, registered or not,
+	// is then a problem. When the set is empty, Verify trusts the keys the
+	// trail's key registry vouches for (see VerifyTrail).
 	TrustedKeys []ed25519.PublicKey
+	// PreviousSigningKeyFile, when set, is the node's previous checkpoint
+	// key: the first time the new key is registered it is recorded as a
+	// rotation endorsed by this one (sandgate audit rotate-key).
+	PreviousSigningKeyFile string
 }
 
 func (c *Config) setDefaults() {
@@ -184,10 +196,14 @@ type Store struct {
 	sqlDB   *sql.DB
 	db      *gorm.DB
 	key     ed25519.PrivateKey
-	trusted map[string]ed25519.PublicKey
-	maskKey []byte
-	w       *writer
-	dw      *writer // Record's writer: w, or its own with DecisionChain
+	prevKey ed25519.PrivateKey // the node's previous key, to endorse a rotation
+	// trusted are the pinned keys (Config.TrustedKeys and, with them, the
+	// Store's own); empty when none were given.
+	trusted  map[string]ed25519.PublicKey
+	ownClock bool // Config.Clock was injected: the writer stamps recorded_at
+	maskKey  []byte
+	w        *writer
+	dw       *writer // Record's writer: w, or its own with DecisionChain
 
 	closeOnce sync.Once
 	closeErr  error
@@ -208,6 +224,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	ownClock := cfg.Clock != nil
 	cfg.setDefaults()
 	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
@@ -227,7 +244,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, trusted: map[string]ed25519.PublicKey{}}
+	s := &Store{cfg: cfg, pool: pool, trusted: map[string]ed25519.PublicKey{}, ownClock: ownClock}
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
 	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
 		Logger:                 logger.Discard,
@@ -248,13 +265,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.ReadOnly {
 		return s, nil
 	}
+	if err := s.checkSchema(ctx); err != nil {
+		s.closeDB()
+		return nil, err
+	}
 	s.key, err = LoadSigningKey(cfg.SigningKeyFile, true)
 	if err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	if cfg.PreviousSigningKeyFile != "" {
+		if s.prevKey, err = LoadSigningKey(cfg.PreviousSigningKeyFile, false); err != nil {
+			s.closeDB()
+			return nil, fmt.Errorf("audit: previous %w", err)
+		}
+	}
 	pub := s.key.Public().(ed25519.PublicKey)
-	s.trusted[KeyID(pub)] = pub
+	if len(s.trusted) > 0 {
+		s.trusted[KeyID(pub)] = pub
+	}
 	s.maskKey = cfg.MaskKey
 	if len(s.maskKey) == 0 {
 		m := hmac.New(sha256.New, s.key.Seed())

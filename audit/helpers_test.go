@@ -77,6 +77,10 @@ func lifecycle(i int, run string) sandgate.Event {
 	}
 }
 
+// notKeyEvents filters out the key registration events a writer adds to
+// its chain before its first checkpoint.
+const notKeyEvents = "type NOT IN ('audit.key_registered', 'audit.key_rotated')"
+
 func count(t testing.TB, db *sql.DB, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
@@ -98,9 +102,16 @@ func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	}
 }
 
-func problemKinds(r sandgate.VerifyReport) map[string]int {
+func problemKinds[R sandgate.VerifyReport | Report](rep R) map[string]int {
+	var problems []sandgate.VerifyProblem
+	switch r := any(rep).(type) {
+	case sandgate.VerifyReport:
+		problems = r.Problems
+	case Report:
+		problems = r.Problems
+	}
 	kinds := map[string]int{}
-	for _, p := range r.Problems {
+	for _, p := range problems {
 		kinds[p.Kind]++
 	}
 	return kinds

@@ -2,6 +2,8 @@ package audit
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"database/sql"
 	"strings"
 	"testing"
@@ -55,8 +57,8 @@ func TestAppendOnlyEvenForOwner(t *testing.T) {
 			})
 		}
 	}
-	if got := count(t, db, "SELECT count(*) FROM audit_events"); got != 1 {
-		t.Fatalf("rows = %d after refused changes, want 1", got)
+	if got := count(t, db, "SELECT count(*) FROM audit_events"); got != 2 {
+		t.Fatalf("rows = %d after refused changes, want 2 (the event and the key's registration)", got)
 	}
 }
 
@@ -118,7 +120,7 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			name:  "newest rows deleted",
 			stmts: []string{"DELETE FROM audit_events WHERE seq > 20"},
 			want:  map[string]int{ProblemMissingTail: 1},
-			seq:   25,
+			seq:   26,
 		},
 		{
 			name:  "signed row replaced",
@@ -128,23 +130,23 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		},
 		{
 			name: "newest rows and checkpoints deleted",
-			stmts: []string{"DELETE FROM audit_events WHERE seq > 20",
-				"DELETE FROM audit_checkpoints WHERE seq > 20"},
+			stmts: []string{"DELETE FROM audit_events WHERE seq > 21",
+				"DELETE FROM audit_checkpoints WHERE seq > 21"},
 			now:  time.Hour,
 			want: map[string]int{ProblemStaleCheckpoint: 1},
-			seq:  20,
+			seq:  21,
 		},
 		{
 			name:  "checkpoint deleted in the middle",
-			stmts: []string{"DELETE FROM audit_checkpoints WHERE seq = 10"},
+			stmts: []string{"DELETE FROM audit_checkpoints WHERE seq = 11"},
 			want:  map[string]int{ProblemCheckpointChain: 1},
-			seq:   20,
+			seq:   21,
 		},
 		{
 			name:  "checkpoint forged",
-			stmts: []string{`UPDATE audit_checkpoints SET head_hash = sha256('x'::bytea) WHERE seq = 20`},
+			stmts: []string{`UPDATE audit_checkpoints SET head_hash = sha256('x'::bytea) WHERE seq = 21`},
 			want:  map[string]int{ProblemBadSignature: 1, ProblemCheckpointMismatch: 1},
-			seq:   20,
+			seq:   21,
 		},
 	}
 	for _, tt := range tests {
@@ -153,7 +155,8 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			start := time.Now()
 			s := testStore(t, dsn, func(c *Config) { c.CheckpointEvery = 10; c.MaxBatch = 5; c.CheckpointInterval = time.Minute })
 			for i := range 25 {
-				// One commit each, so checkpoints land at 10, 20 and 25 (final).
+				// One commit each, so checkpoints land at 11 (after the
+				// key's registration at 11), 21 and 26 (final).
 				if err := s.Record(context.Background(), lifecycle(i, "r1")); err != nil {
 					t.Fatalf("Record: %v", err)
 				}
@@ -193,7 +196,8 @@ func TestVerifyCatchesTampering(t *testing.T) {
 }
 
 // TestVerifyUntrustedKey: checkpoints signed by another key than the one
-// auditors hold are reported; so is verifying with no key at all.
+// auditors pinned are reported; without a pinned key the key registry
+// vouches for the gateway's key.
 func TestVerifyUntrustedKey(t *testing.T) {
 	dsn, _ := newDB(t)
 	s := testStore(t, dsn, nil)
@@ -201,23 +205,32 @@ func TestVerifyUntrustedKey(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	other := testStore(t, dsn, nil) // another key, another chain
-	if err := other.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, other.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	_, other, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]int{ProblemUntrustedKey: 1}, problemKinds(rep)); diff != "" {
-		t.Errorf("problems (-want +got):\n%s", diff)
+	tests := []struct {
+		name    string
+		trusted []ed25519.PublicKey
+		want    map[string]int
+	}{
+		{"pinned to another key", []ed25519.PublicKey{other.Public().(ed25519.PublicKey)}, map[string]int{ProblemUntrustedKey: 1}},
+		{"pinned to the gateway's key", []ed25519.PublicKey{s.PublicKey()}, map[string]int{}},
+		{"the registry", nil, map[string]int{}},
 	}
-	rep, err = readOnly(t, dsn, nil).Verify(context.Background(), sandgate.VerifyRange{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(map[string]int{ProblemUnpinnedKeys: 1}, problemKinds(rep)); diff != "" {
-		t.Errorf("problems (-want +got):\n%s", diff)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = tt.trusted }).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, problemKinds(rep)); diff != "" {
+				t.Errorf("problems (-want +got):\n%s\n%v", diff, rep.Problems)
+			}
+			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(s.PublicKey()) || !rep.Keys[0].Known || rep.Pinned != len(tt.trusted) {
+				t.Errorf("keys = %+v, pinned %d; want the gateway's, known", rep.Keys, rep.Pinned)
+			}
+		})
 	}
 }
 
@@ -243,7 +256,7 @@ func TestStoreAsAppRole(t *testing.T) {
 	}
 	ro := readOnly(t, appDSN, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) })
 	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
-	if err != nil || !rep.OK || rep.Checked != 2 {
+	if err != nil || !rep.OK || rep.Checked != 3 { // two events and the key's registration
 		t.Fatalf("Verify as sandgate_app = %+v, %v", rep, err)
 	}
 	if err := ro.db.Exec("UPDATE audit_events SET actor = 'x'").Error; err == nil || !strings.Contains(err.Error(), "42501") {

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
@@ -221,4 +222,42 @@ func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []by
 		KeyID:         KeyID(pub),
 		PublicKey:     hex.EncodeToString(pub),
 	}
+}
+
+// ParsePublicKeys reads the Ed25519 public keys of a trusted-keys file:
+// PEM blocks one after the other (as ParsePublicKey takes them), or lines
+// of 64 hex digits; blank lines and lines starting with # are skipped. A
+// file with no key is an error.
+func ParsePublicKeys(data []byte) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	if bytes.Contains(data, []byte("-----BEGIN ")) {
+		for rest := data; ; {
+			block, next := pem.Decode(rest)
+			if block == nil {
+				break
+			}
+			k, err := ParsePublicKey(pem.EncodeToMemory(block))
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
+			rest = next
+		}
+	} else {
+		for i, line := range strings.Split(string(data), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			k, err := ParsePublicKey([]byte(line))
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("parse public keys: no key found")
+	}
+	return keys, nil
 }

@@ -170,8 +170,8 @@ func TestExportAndOfflineVerify(t *testing.T) {
 		t.Errorf("Export(xml) = %v, want INVALID-REQUEST", err)
 	}
 	lines := strings.Split(strings.TrimSpace(jsonl.String()), "\n")
-	if len(lines) != 26 {
-		t.Fatalf("export has %d lines, want 26", len(lines))
+	if len(lines) != 27 { // 26 events and the key's registration
+		t.Fatalf("export has %d lines, want 27", len(lines))
 	}
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 
@@ -229,7 +229,9 @@ func TestIdleCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "idle checkpoints", 5*time.Second, func() bool {
-		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 1") >= 3
+		// The event, then the key's registration before the first
+		// checkpoint: every checkpoint signs seq 2.
+		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 2") >= 3
 	})
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,18 @@ func TestRedact(t *testing.T) {
 			want: map[string]any{"command": []any{h("sh"), h("-c"), h("x")}, "resources": map[string]any{"memory_mb": h("512")}},
 		},
 		{
+			name: "array index",
+			doc:  map[string]any{"command": []any{"sh", "-c", "curl -u admin:pw"}},
+			mask: []string{"command.2"},
+			want: map[string]any{"command": []any{"sh", "-c", h("curl -u admin:pw")}},
+		},
+		{
+			name: "object in an array",
+			doc:  map[string]any{"mounts": []any{map[string]any{"source": "/srv/a", "target": "/w"}, map[string]any{"source": "/srv/b", "target": "/x"}}},
+			mask: []string{"mounts.0.source"},
+			want: map[string]any{"mounts": []any{map[string]any{"source": h("/srv/a"), "target": "/w"}, map[string]any{"source": "/srv/b", "target": "/x"}}},
+		},
+		{
 			name: "missing paths ignored",
 			doc:  map[string]any{"a": "b"},
 			mask: []string{"nope", "a.b.c", ""},
@@ -76,6 +88,25 @@ func TestRedactSpec(t *testing.T) {
 	}
 	if KeyedHash([]byte("k"), "abc123") != env["API_KEY"] || KeyedHash([]byte("other"), "abc123") == env["API_KEY"] {
 		t.Error("hash is not keyed HMAC-SHA256")
+	}
+}
+
+// TestRedactSpecPaths: the store's redaction of a spec, what the gateway
+// records in the trail, masks array and nested paths and stdin, exactly
+// as sandgate.MaskSpec does under the same key.
+func TestRedactSpecPaths(t *testing.T) {
+	key := []byte("k")
+	spec := sandgate.RunSpec{Image: "img", Command: []string{"sh", "-c", "curl -u admin:pw"}, Stdin: "pw",
+		Mounts: []sandgate.Mount{{Source: "/srv/proj-a", Target: "/w"}}, Labels: map[string]string{"a.b": "tok"}}
+	mask := []string{"command.2", "mounts.0.source", "labels.a.b"}
+	got := RedactSpec(key, spec, mask)
+	if diff := cmp.Diff(sandgate.MaskSpec(key, spec, mask), got); diff != "" {
+		t.Errorf("RedactSpec and MaskSpec disagree (-MaskSpec +RedactSpec):\n%s", diff)
+	}
+	if got["command"].([]any)[2] != KeyedHash(key, "curl -u admin:pw") || got["stdin"] != KeyedHash(key, "pw") ||
+		got["mounts"].([]any)[0].(map[string]any)["source"] != KeyedHash(key, "/srv/proj-a") ||
+		got["labels"].(map[string]any)["a.b"] != KeyedHash(key, "tok") {
+		t.Errorf("RedactSpec left a secret in clear: %v", got)
 	}
 }
 

@@ -164,6 +164,23 @@ func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
 	return out, nil
 }
 
+// AdoptDefault moves the rows that wait in audit_events_default (their
+// month had no partition when they were written) into the month
+// partitions of their recorded_at, creating those, and returns how many
+// it moved. Archive and Purge do it first, and writers whenever they make
+// the months ahead, so retention handles those rows like any other. While
+// it moves rows, writers wait.
+func (s *Store) AdoptDefault(ctx context.Context) (int64, error) {
+	var moved int64
+	if err := s.pool.QueryRow(ctx, `SELECT audit_adopt_default()`).Scan(&moved); err != nil {
+		return 0, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "move the default partition's rows into their months")
+	}
+	if moved > 0 {
+		s.cfg.Logger.Info("audit: rows moved from audit_events_default into their month partitions", "rows", moved)
+	}
+	return moved, nil
+}
+
 // partitionStats fills p's rows and chains from the partition itself.
 func (s *Store) partitionStats(ctx context.Context, p *Partition) error {
 	table := pgx.Identifier{p.Name}.Sanitize()
@@ -245,10 +262,14 @@ func (s *Store) covered(ctx context.Context, p Partition) error {
 // SHA-256. Each file is synced. The archive is verified offline
 // (VerifyArchive) before audit.archived records it with actor. It refuses
 // the current month, a month whose rows are not all under a checkpoint,
-// and a directory that already holds an archive.
+// and a directory that already holds an archive. Rows waiting in the
+// default partition are first moved into their months (AdoptDefault).
 func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveManifest, error) {
 	if s.w == nil {
 		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeAuditUnavailable, "archive needs a writing store: it records audit.archived")
+	}
+	if _, err := s.AdoptDefault(ctx); err != nil {
+		return ArchiveManifest{}, err
 	}
 	p, err := s.partition(ctx, name)
 	if err != nil {
@@ -329,7 +350,11 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 	if err := syncDir(out); err != nil {
 		return ArchiveManifest{}, err
 	}
-	rep, err := VerifyArchive(out, s.trustedKeys()...)
+	trusted, err := s.archiveKeys(ctx)
+	if err != nil {
+		return ArchiveManifest{}, err
+	}
+	rep, err := VerifyArchive(out, trusted...)
 	if err != nil {
 		return ArchiveManifest{}, err
 	}
@@ -363,7 +388,11 @@ func (s *Store) archivedBefore(ctx context.Context, p Partition, out, actor stri
 	if err := json.Unmarshal(manifest, &m); err != nil {
 		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s holds a manifest that cannot be read (%v); archive to another directory", out, err)
 	}
-	rep, err := VerifyArchive(out, s.trustedKeys()...)
+	keys, err := s.archiveKeys(ctx)
+	if err != nil {
+		return ArchiveManifest{}, err
+	}
+	rep, err := VerifyArchive(out, keys...)
 	if err != nil {
 		return ArchiveManifest{}, err
 	}
@@ -382,12 +411,27 @@ func (s *Store) archivedBefore(ctx context.Context, p Partition, out, actor stri
 	return m, s.recordArchived(ctx, m, manifest, out, actor)
 }
 
-func (s *Store) trustedKeys() []ed25519.PublicKey {
-	out := make([]ed25519.PublicKey, 0, len(s.trusted))
-	for _, k := range s.trusted {
+// archiveKeys are the keys an archive's checkpoints are checked against:
+// the pinned ones when there are, otherwise the keys the registry vouches
+// for, and this Store's own.
+func (s *Store) archiveKeys(ctx context.Context) ([]ed25519.PublicKey, error) {
+	keys := s.trusted
+	if len(keys) == 0 {
+		reg, err := s.Keys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		keys, _ = registryKeys(reg, nil)
+		if s.key != nil {
+			pub := s.key.Public().(ed25519.PublicKey)
+			keys[KeyID(pub)] = pub
+		}
+	}
+	out := make([]ed25519.PublicKey, 0, len(keys))
+	for _, k := range keys {
 		out = append(out, k)
 	}
-	return out
+	return out, nil
 }
 
 // writeSynced writes path (mode 0600, not overwriting) with fill, syncs
@@ -434,29 +478,31 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// VerifyArchive checks an archive directory offline: each file's SHA-256
-// against the manifest, every row's hash and link from the boundary the
-// manifest names, the rows and chains the manifest lists, every
-// checkpoint's signature (against trusted, as VerifyExport), and that a
-// checkpoint signs each chain's last archived row.
-func VerifyArchive(dir string, trusted ...ed25519.PublicKey) (sandgate.VerifyReport, error) {
+// VerifyArchive checks an archive directory offline with the trusted
+// public keys; see VerifyArchiveWith.
+func VerifyArchive(dir string, trusted ...ed25519.PublicKey) (Report, error) {
+	return VerifyArchiveWith(dir, OfflineOptions{Trusted: trusted})
+}
+
+// VerifyArchiveWith checks an archive directory offline: each file's
+// SHA-256 against the manifest, every row's hash and link from the
+// boundary the manifest names, the rows and chains the manifest lists,
+// every checkpoint's signature and key (as VerifyExportWith), and that a
+// checkpoint by a known key signs each chain's last archived row.
+func VerifyArchiveWith(dir string, o OfflineOptions) (Report, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, ArchiveManifestFile))
 	if err != nil {
-		return sandgate.VerifyReport{}, fmt.Errorf("read archive: %w", err)
+		return Report{}, fmt.Errorf("read archive: %w", err)
 	}
 	var m ArchiveManifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return sandgate.VerifyReport{}, fmt.Errorf("read archive manifest: %w", err)
+		return Report{}, fmt.Errorf("read archive manifest: %w", err)
 	}
-	keys := map[string]ed25519.PublicKey{}
-	for _, k := range trusted {
-		keys[KeyID(k)] = k
-	}
-	v := newVerifier(keys, time.Now(), 0)
+	v := offlineVerifier(o)
 	for _, file := range []string{ArchiveEventsFile, ArchiveCheckpointsFile} {
 		got, err := fileSHA256(filepath.Join(dir, file))
 		if err != nil {
-			return sandgate.VerifyReport{}, err
+			return Report{}, err
 		}
 		if want := m.Files[file]; got != want {
 			v.problem("", 0, ProblemArchiveMismatch, "%s has SHA-256 %s, the manifest says %s", file, got, want)
@@ -464,11 +510,11 @@ func VerifyArchive(dir string, trusted ...ed25519.PublicKey) (sandgate.VerifyRep
 	}
 	cps, err := os.Open(filepath.Join(dir, ArchiveCheckpointsFile))
 	if err != nil {
-		return sandgate.VerifyReport{}, fmt.Errorf("read archive: %w", err)
+		return Report{}, fmt.Errorf("read archive: %w", err)
 	}
 	defer cps.Close()
 	if err := readCheckpoints(cps, v); err != nil {
-		return sandgate.VerifyReport{}, err
+		return Report{}, err
 	}
 	for _, c := range m.Chains {
 		prev, err := hex.DecodeString(c.PrevHash)
@@ -481,24 +527,24 @@ func VerifyArchive(dir string, trusted ...ed25519.PublicKey) (sandgate.VerifyRep
 	}
 	events, err := os.Open(filepath.Join(dir, ArchiveEventsFile))
 	if err != nil {
-		return sandgate.VerifyReport{}, fmt.Errorf("read archive: %w", err)
+		return Report{}, fmt.Errorf("read archive: %w", err)
 	}
 	defer events.Close()
 	before := v.report.Checked
 	if err := readJSONLExport(bufio.NewReaderSize(events, 1<<20), v); err != nil {
-		return sandgate.VerifyReport{}, err
+		return Report{}, err
 	}
 	if n := int64(v.report.Checked - before); n != m.Rows {
 		v.problem("", 0, ProblemArchiveMismatch, "%s holds %d rows, the manifest says %d", ArchiveEventsFile, n, m.Rows)
 	}
-	rep := v.finish()
+	rep := v.result()
 	for _, c := range m.Chains {
 		st := v.chains[c.ChainID]
 		if st.lastSeq != c.LastSeq || hex.EncodeToString(st.lastHash) != c.LastHash {
 			v.problem(c.ChainID, c.LastSeq, ProblemArchiveMismatch, "chain ends at seq %d (hash %x), the manifest says %d (%s)", st.lastSeq, st.lastHash, c.LastSeq, c.LastHash)
 		}
-		if st.lastCP == nil || st.lastCP.Seq < c.LastSeq {
-			v.problem(c.ChainID, c.LastSeq, ProblemUncovered, "no checkpoint in the archive signs seq %d or later", c.LastSeq)
+		if seq, _ := v.covered(st); seq < c.LastSeq {
+			v.problem(c.ChainID, c.LastSeq, ProblemUncovered, "no checkpoint in the archive by a known key signs seq %d or later", c.LastSeq)
 		}
 	}
 	rep.Problems = v.report.Problems
@@ -549,8 +595,10 @@ func (s *Store) lastArchive(ctx context.Context, name string) (*sandgate.AuditRe
 // it must refuse and says why: one never archived, one changed since its
 // archive (rows or chain heads differ), rows of its chains older than it
 // still elsewhere (a purge must remove a chain's oldest rows), or rows not
-// under a checkpoint. With dryRun it checks and reports without dropping.
-// The database role needs to own audit_events (DROP TABLE).
+// under a checkpoint. Rows waiting in the default partition are first
+// moved into their months (AdoptDefault), so a month of them is purged by
+// the same rules. With dryRun it checks and reports without dropping or
+// moving. The database role needs to own audit_events (DROP TABLE).
 func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor string) ([]PurgeResult, error) {
 	if s.w == nil {
 		return nil, sandgate.Errorf(sandgate.CodeAuditUnavailable, "purge needs a writing store: it records retention.applied")
@@ -558,6 +606,11 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 	limit := monthStart(s.cfg.Clock())
 	if before.Before(limit) {
 		limit = before
+	}
+	if !dryRun {
+		if _, err := s.AdoptDefault(ctx); err != nil {
+			return nil, err
+		}
 	}
 	parts, err := s.Partitions(ctx)
 	if err != nil {
@@ -587,7 +640,11 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		res := PurgeResult{Partition: p, ArchiveEventID: rec.ID, Location: archived.Location}
 		if _, err := os.Stat(filepath.Join(archived.Location, ArchiveManifestFile)); err == nil {
 			// The archive is reachable from here: it must still verify.
-			rep, err := VerifyArchive(archived.Location, s.trustedKeys()...)
+			keys, err := s.archiveKeys(ctx)
+			if err != nil {
+				return out, err
+			}
+			rep, err := VerifyArchive(archived.Location, keys...)
 			if err != nil {
 				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%v); archive it again", p.Name, archived.Location, err)
 			}
@@ -667,27 +724,51 @@ func (s *Store) recordWith(ctx context.Context, ev sandgate.Event, also func(con
 }
 
 // retentionAnchors reads, from retention.applied events, where each
-// purged chain now begins: the last purged seq and its hash.
-func (s *Store) retentionAnchors(ctx context.Context) (map[string]anchorPoint, error) {
-	rows, err := s.db.WithContext(ctx).Raw(`SELECT payload FROM audit_events WHERE type = ?`, string(sandgate.EventRetentionApplied)).Rows()
+// purged chain now begins: the last purged seq and its hash. Only events
+// that a checkpoint by a key v knows covers count: anyone with the
+// application role can insert a row that claims a purge.
+func (s *Store) retentionAnchors(ctx context.Context, v *verifier) (map[string]anchorPoint, error) {
+	rows, err := s.db.WithContext(ctx).Raw(`SELECT chain_id, seq, payload FROM audit_events WHERE type = ?`, string(sandgate.EventRetentionApplied)).Rows()
 	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
 	}
-	defer rows.Close()
-	out := map[string]anchorPoint{}
+	var refs []retentionRef
 	for rows.Next() {
+		var r retentionRef
 		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
+		if err := rows.Scan(&r.chain, &r.seq, &raw); err != nil {
+			rows.Close()
 			return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
 		}
-		var p archivedPayload
-		if json.Unmarshal(raw, &p) != nil {
+		if json.Unmarshal(raw, &r.p) != nil {
 			continue // verify reports the row itself if it is damaged
 		}
-		addAnchors(out, p)
+		refs = append(refs, r)
 	}
-	if err := rows.Err(); err != nil {
+	err = rows.Err()
+	rows.Close()
+	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
+	}
+	out := map[string]anchorPoint{}
+	covered := map[string]int64{}
+	for _, r := range refs {
+		seq, ok := covered[r.chain]
+		if !ok {
+			if c := v.chains[r.chain]; c != nil {
+				seq, _ = v.covered(c)
+			} else {
+				cps, err := s.checkpointsOf(ctx, r.chain)
+				if err != nil {
+					return nil, err
+				}
+				seq = v.knownSeq(cps)
+			}
+			covered[r.chain] = seq
+		}
+		if seq >= r.seq {
+			addAnchors(out, r.p)
+		}
 	}
 	return out, nil
 }

@@ -86,8 +86,10 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	for _, p := range parts {
 		rows[p.Name] = p.Rows
 	}
-	if rows["audit_events_2025_01"] != 24 || rows["audit_events_2025_02"] != 18 || rows["audit_events_2025_03"] != 10 {
-		t.Fatalf("partition rows = %v, want 24, 18 and 10 in January to March", rows)
+	// January also holds each gateway's key registration, written before
+	// its first checkpoint (after seven events).
+	if rows["audit_events_2025_01"] != 26 || rows["audit_events_2025_02"] != 18 || rows["audit_events_2025_03"] != 10 {
+		t.Fatalf("partition rows = %v, want 26, 18 and 10 in January to March", rows)
 	}
 
 	// Nothing archived: purge refuses and drops nothing.
@@ -106,8 +108,8 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Archive January: %v", err)
 	}
-	if m.Rows != 24 || len(m.Chains) != 2 || m.Chains[0].FirstSeq != 1 || m.Chains[0].LastSeq != 12 {
-		t.Fatalf("manifest = %+v, want 24 rows, two chains of seq 1–12", m.Partition)
+	if m.Rows != 26 || len(m.Chains) != 2 || m.Chains[0].FirstSeq != 1 || m.Chains[0].LastSeq != 13 {
+		t.Fatalf("manifest = %+v, want 26 rows, two chains of seq 1–13", m.Partition)
 	}
 	rep, err := VerifyArchive(filepath.Join(dir, "audit_events_2025_01"), a.PublicKey(), b.PublicKey())
 	if err != nil || !rep.OK {
@@ -166,7 +168,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 		c.Clock = clock.Now
 		c.TrustedKeys = []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), admin.PublicKey()}
 	})
-	rep, err = ro.Verify(ctx, sandgate.VerifyRange{})
+	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify after purge = %+v, %v", rep, err)
 	}
@@ -199,7 +201,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if _, err := db.Exec(`DROP TABLE audit_events_2025_03`); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = ro.Verify(ctx, sandgate.VerifyRange{})
+	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +222,9 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the checkpoint at seq 6", 5*time.Second, func() bool {
-		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 6") == 1
+	// Checkpoints at 4 (three events and the key's registration) and 7.
+	waitFor(t, "the checkpoint at seq 7", 5*time.Second, func() bool {
+		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 7") == 1
 	})
 	clock.Set(time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
@@ -244,5 +247,83 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 	kinds := problemKinds(rep)
 	if rep.OK || kinds[ProblemArchiveMismatch] == 0 || kinds[ProblemBodyMismatch]+kinds[ProblemHashMismatch] == 0 {
 		t.Fatalf("VerifyArchive of an edited archive = %v, want archive_mismatch and a hash or body problem", rep.Problems)
+	}
+}
+
+// TestRetentionAdoptsDefaultPartitionRows: rows that landed in
+// audit_events_default because their month had no partition (the writers
+// could not create it in time) are moved into that month's partition once
+// it is made, row for row, so retention archives and purges them like any
+// other month; the trail verifies before and after.
+func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
+	dsn, db := newDB(t)
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2025, 3, 10, 12, 0, 0, 0, time.UTC)}
+	// The writer makes March's partition at start; dropping it (empty
+	// still) is what a writer that never got to make it leaves.
+	s := testStore(t, dsn, func(c *Config) { c.Clock = clock.Now; c.CheckpointEvery = 4 })
+	if _, err := db.Exec(`DROP TABLE audit_events_2025_03`); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if err := s.Record(ctx, lifecycle(i, "run-default")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Set(time.Date(2025, 4, 2, 12, 0, 0, 0, time.UTC))
+	if err := s.Close(ctx); err != nil { // a final checkpoint over March
+		t.Fatal(err)
+	}
+	inDefault := count(t, db, `SELECT count(*) FROM audit_events_default`)
+	if inDefault < 8 {
+		t.Fatalf("rows in audit_events_default = %d, want March's 8 or more", inDefault)
+	}
+	var before string
+	if err := db.QueryRow(`SELECT string_agg(encode(hash, 'hex'), ',' ORDER BY chain_id, seq) FROM audit_events`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+
+	admin := testStore(t, dsn, func(c *Config) {
+		c.Clock = clock.Now
+		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey()}
+	})
+	dir := t.TempDir()
+	m, err := admin.Archive(ctx, "audit_events_2025_03", dir, "ops")
+	if err != nil {
+		t.Fatalf("Archive March, whose rows were in the default partition: %v", err)
+	}
+	if m.Rows != inDefault {
+		t.Errorf("archived %d rows of March, want the %d that were in the default partition", m.Rows, inDefault)
+	}
+	if got := count(t, db, `SELECT count(*) FROM audit_events_default`); got != 0 {
+		t.Errorf("rows left in audit_events_default = %d, want 0", got)
+	}
+	var after string
+	if err := db.QueryRow(`SELECT string_agg(encode(hash, 'hex'), ',' ORDER BY chain_id, seq) FROM audit_events WHERE tableoid = 'audit_events_2025_03'::regclass`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("March's partition holds other rows than the default partition did:\nbefore %s\nafter  %s", before, after)
+	}
+	// The partition is append-only like every other, also for its owner.
+	for _, stmt := range []string{"DELETE FROM audit_events_2025_03", "UPDATE audit_events_2025_03 SET actor = 'x'", "TRUNCATE audit_events_2025_03", "TRUNCATE audit_events_default"} {
+		if _, err := db.Exec(stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Errorf("%s: %v, want refused as append-only", stmt, err)
+		}
+	}
+	res, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops")
+	if err != nil || len(res) != 1 || !res[0].Dropped {
+		t.Fatalf("Purge March = %+v, %v", res, err)
+	}
+	if err := admin.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro := readOnly(t, dsn, func(c *Config) {
+		c.Clock = clock.Now
+		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey(), admin.PublicKey()}
+	})
+	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+	if err != nil || !rep.OK {
+		t.Fatalf("Verify after purging the adopted month = %+v, %v", rep, err)
 	}
 }

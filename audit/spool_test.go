@@ -33,7 +33,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 		c.CheckpointEvery = 25
 	}
 	s := testStore(t, dsn, mod)
-	rows := func() int64 { return count(t, db, "SELECT count(*) FROM audit_events") }
+	rows := func() int64 { return count(t, db, "SELECT count(*) FROM audit_events WHERE "+notKeyEvents) }
 
 	for i := range 50 {
 		s.Emit(lifecycle(i, "before"))
@@ -98,14 +98,15 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 
-	if got := count(t, db, "SELECT count(DISTINCT event_id) FROM audit_events"); got != 183 {
-		t.Errorf("distinct events = %d, want 183 (each exactly once)", got)
+	// 183 events and the key's registration, before the first checkpoint.
+	if got := count(t, db, "SELECT count(DISTINCT event_id) FROM audit_events"); got != 184 {
+		t.Errorf("distinct events = %d, want 184 (each exactly once)", got)
 	}
 	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE run_id = 'refused'"); got != 0 {
 		t.Errorf("the refused decision was stored %d times", got)
 	}
-	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 183 {
-		t.Errorf("max seq = %d, want 183 (gapless)", got)
+	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 184 {
+		t.Errorf("max seq = %d, want 184 (gapless)", got)
 	}
 	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
@@ -313,5 +314,58 @@ func TestSpooledPayloadDelivered(t *testing.T) {
 	}
 	if got := count(t, db, `SELECT count(*) FROM audit_events WHERE run_id = 'spooled-bare' AND payload IS NULL`); got != 1 {
 		t.Errorf("event without a payload stored with one")
+	}
+}
+
+// TestSpooledEventRecordedAtDelivery: an event spooled while Postgres was
+// away keeps its event_time and the body its writer sealed, while
+// recorded_at is the database's clock when the spool was delivered; the
+// chain verifies.
+func TestSpooledEventRecordedAtDelivery(t *testing.T) {
+	requirePGSocket(t)
+	_, db := newDB(t)
+	p := newProxy(t, pgSocket)
+	dsn := proxiedDSN(t, db, p)
+	s := testStore(t, dsn, nil)
+	happened := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	p.cut()
+	ev := lifecycle(0, "spooled")
+	ev.Time = happened
+	s.Emit(ev)
+	waitFor(t, "the event in the spool", 10*time.Second, func() bool { return s.SpoolBytes() > 0 })
+	var restored time.Time
+	if err := db.QueryRow(`SELECT now()`).Scan(&restored); err != nil {
+		t.Fatal(err)
+	}
+	p.restore()
+	waitFor(t, "the spool delivered", 10*time.Second, func() bool {
+		return count(t, db, `SELECT count(*) FROM audit_events WHERE run_id = 'spooled'`) == 1
+	})
+	var recordedAt, eventTime time.Time
+	var body []byte
+	if err := db.QueryRow(`SELECT recorded_at, event_time, body FROM audit_events WHERE run_id = 'spooled'`).Scan(&recordedAt, &eventTime, &body); err != nil {
+		t.Fatal(err)
+	}
+	var b struct {
+		RecordedAt time.Time `json:"recorded_at"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	if !eventTime.Equal(happened) {
+		t.Errorf("event_time = %s, want the producer's %s", eventTime, happened)
+	}
+	if !recordedAt.After(restored) {
+		t.Errorf("recorded_at = %s, want the database's clock at delivery, after %s", recordedAt, restored)
+	}
+	if !b.RecordedAt.Before(restored) {
+		t.Errorf("the body says it was sealed at %s, want before Postgres came back (%s)", b.RecordedAt, restored)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := readOnly(t, dsn, nil).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+	if err != nil || !rep.OK {
+		t.Fatalf("VerifyTrail = %+v, %v", rep, err)
 	}
 }

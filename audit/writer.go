@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,14 @@ type request struct {
 	// events are committed if and only if it succeeds. A request with also
 	// is committed alone.
 	also func(ctx context.Context, tx pgx.Tx) error
+	// key asks the writer to register its signing key and sign a
+	// checkpoint now (Store.RegisterKey); the request has no events, is
+	// taken alone, and its answer goes to done.
+	key bool
 }
+
+// alone reports whether r is committed in a batch of its own.
+func (r *request) alone() bool { return r.also != nil || r.key }
 
 // writer is the single goroutine that owns a chain: it assigns seq and
 // hashes, commits, spools and signs checkpoints. Producers only append to
@@ -69,6 +77,15 @@ type writer struct {
 	broken            error // set when a commitWith outcome is unknown
 	ensuresPartitions bool  // this writer keeps the month partitions ahead
 	lastEnsure        time.Time
+
+	// keyReady is set once this writer's key is registered for its node
+	// and the trail records it (ensureKey).
+	keyReady bool
+	lastKey  KeyRecord
+	// cols are the audit_events columns this writer inserts, casts their
+	// types: recorded_at only when it stamps rows with its own (injected)
+	// clock, otherwise the database sets it.
+	cols, casts []string
 }
 
 func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string, ensurePartitions bool) (*writer, error) {
@@ -87,6 +104,11 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	w.sp = sp
+	w.cols, w.casts = eventColumnNames, eventCasts
+	if !s.ownClock {
+		w.cols = slices.Delete(slices.Clone(eventColumnNames), recordedAtColumn, recordedAtColumn+1)
+		w.casts = slices.Delete(slices.Clone(eventCasts), recordedAtColumn, recordedAtColumn+1)
+	}
 	w.chainID = chainID
 	if w.chainID == "" {
 		w.chainID, err = chainIDFile(spoolDir, func() string { return newChainID(chainPrefix) })
@@ -333,7 +355,7 @@ func (w *writer) take() []*request {
 		i := 0
 		for ; i < len(w.queue); i++ {
 			r := w.queue[i]
-			if n > 0 && (n+len(r.events) > w.cfg.MaxBatch || r.also != nil || batch[0].also != nil) {
+			if len(batch) > 0 && (n+len(r.events) > w.cfg.MaxBatch || r.alone() || batch[0].alone()) {
 				break
 			}
 			batch = append(batch, r)
@@ -408,6 +430,10 @@ func unavailable(err error) error {
 // the lifecycle events queued.
 func (w *writer) commit(batch []*request) bool {
 	defer w.settle()
+	if len(batch) == 1 && batch[0].key {
+		w.registerNow(batch[0])
+		return true
+	}
 	if len(batch) == 1 && batch[0].also != nil {
 		w.commitWith(batch[0])
 		return true
@@ -658,6 +684,9 @@ func (w *writer) maybeCheckpoint() {
 }
 
 func (w *writer) checkpoint(final bool) {
+	if !w.ensureKey() {
+		return
+	}
 	if w.cpUncertain {
 		// The last insert failed and may still have landed: sign whatever
 		// checkpoint Postgres holds last, so the checkpoints stay chained.
@@ -779,16 +808,20 @@ var eventColumnNames = []string{"event_id", "chain_id", "seq", "recorded_at", "e
 	"outcome", "correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
 	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
 
-// moveSQL moves staged rows into the trail, skipping those already there:
-// a redelivered record is the same sealed row, so it has the same event_id
-// and recorded_at.
-const moveSQL = `INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type,
-	outcome, correlation_id, run_id, decision_id, container_id, actor, team, node, policy_revision,
-	exit_code, payload, body, prev_hash, hash)
-SELECT event_id, chain_id, seq, recorded_at, event_time, type, outcome, correlation_id, run_id,
-	decision_id, container_id, actor, team, node, policy_revision, exit_code, payload, body, prev_hash, hash
-FROM audit_stage ORDER BY seq
-ON CONFLICT (event_id, recorded_at) DO NOTHING`
+// recordedAtColumn is recorded_at's place in eventColumnNames.
+const recordedAtColumn = 3
+
+// moveSQL moves staged rows (of cols) into the trail, skipping those whose
+// event is there already: a redelivered record is the same sealed event,
+// with the same event_id. Without recorded_at in cols the database stamps
+// the rows as it takes them.
+func moveSQL(cols []string) string {
+	list := strings.Join(cols, ", ")
+	return `INSERT INTO audit_events (` + list + `)
+SELECT ` + list + ` FROM audit_stage s
+WHERE NOT EXISTS (SELECT FROM audit_events e WHERE e.event_id = s.event_id)
+ORDER BY seq`
+}
 
 // notCommitted marks an error that happened before COMMIT was sent: the
 // transaction certainly did not commit.
@@ -818,34 +851,9 @@ func (w *writer) insert(recs []*sealed, redelivery bool) error {
 // insertWith is insert that also runs also, when not nil, in the
 // transaction after the rows.
 func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.Context, pgx.Tx) error) error {
-	rows := make([][]any, len(recs))
-	for i, r := range recs {
-		ev := r.Event
-		id, err := uuid.Parse(ev.ID)
-		if err != nil {
-			return notCommitted{fmt.Errorf("event_id %q: %w", ev.ID, err)}
-		}
-		var exit, payload any
-		if ev.ExitCode != nil {
-			exit = int32(*ev.ExitCode)
-		}
-		if r.payload != nil {
-			payload = []byte(r.payload)
-		} else {
-			// Read back from the spool: the hashed body holds the payload
-			// (records an older version spooled hold it in Event as well).
-			p, err := payloadOf(r.Body)
-			if err != nil {
-				return notCommitted{fmt.Errorf("event %s: payload of its body: %w", ev.ID, err)}
-			}
-			if p != nil {
-				payload = []byte(p)
-			}
-		}
-		rows[i] = []any{[16]byte(id), r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type),
-			textOrNil(ev.Outcome), textOrNil(ev.CorrelationID), textOrNil(ev.RunID), textOrNil(ev.DecisionID),
-			textOrNil(ev.ContainerID), textOrNil(ev.Actor), textOrNil(ev.Team), textOrNil(ev.Node),
-			textOrNil(ev.PolicyRevision), exit, payload, r.Body, r.PrevHash, r.Hash}
+	rows, err := w.eventRows(recs)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -863,10 +871,7 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 	}
 	step := func() error {
 		if !redelivery {
-			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, eventColumnNames, pgx.CopyFromRows(rows)); err != nil {
-				return err
-			}
-			if err := advanceHead(ctx, tx, recs); err != nil || also == nil {
+			if err := w.copyFresh(ctx, tx, recs, rows); err != nil || also == nil {
 				return err
 			}
 			return also(ctx, tx)
@@ -874,10 +879,10 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		if _, err := tx.Exec(ctx, stageSQL); err != nil {
 			return err
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, eventColumnNames, pgx.CopyFromRows(rows)); err != nil {
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, w.cols, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, moveSQL); err != nil {
+		if _, err := tx.Exec(ctx, moveSQL(w.cols)); err != nil {
 			return err
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
@@ -893,6 +898,53 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		return fmt.Errorf("commit %d audit events: %w", len(recs), err)
 	}
 	return nil
+}
+
+// copyFresh copies fresh records (rows, as eventRows made them) into
+// audit_events in tx and moves the chain's head.
+func (w *writer) copyFresh(ctx context.Context, tx pgx.Tx, recs []*sealed, rows [][]any) error {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_events"}, w.cols, pgx.CopyFromRows(rows)); err != nil {
+		return err
+	}
+	return advanceHead(ctx, tx, recs)
+}
+
+// eventRows returns recs as rows of w.cols.
+func (w *writer) eventRows(recs []*sealed) ([][]any, error) {
+	rows := make([][]any, len(recs))
+	for i, r := range recs {
+		ev := r.Event
+		id, err := uuid.Parse(ev.ID)
+		if err != nil {
+			return nil, notCommitted{fmt.Errorf("event_id %q: %w", ev.ID, err)}
+		}
+		var exit, payload any
+		if ev.ExitCode != nil {
+			exit = int32(*ev.ExitCode)
+		}
+		if r.payload != nil {
+			payload = []byte(r.payload)
+		} else {
+			// Read back from the spool: the hashed body holds the payload
+			// (records an older version spooled hold it in Event as well).
+			p, err := payloadOf(r.Body)
+			if err != nil {
+				return nil, notCommitted{fmt.Errorf("event %s: payload of its body: %w", ev.ID, err)}
+			}
+			if p != nil {
+				payload = []byte(p)
+			}
+		}
+		row := []any{[16]byte(id), r.ChainID, r.Seq, r.RecordedAt, ev.Time, string(ev.Type),
+			textOrNil(ev.Outcome), textOrNil(ev.CorrelationID), textOrNil(ev.RunID), textOrNil(ev.DecisionID),
+			textOrNil(ev.ContainerID), textOrNil(ev.Actor), textOrNil(ev.Team), textOrNil(ev.Node),
+			textOrNil(ev.PolicyRevision), exit, payload, r.Body, r.PrevHash, r.Hash}
+		if len(w.cols) < len(row) {
+			row = slices.Delete(row, recordedAtColumn, recordedAtColumn+1)
+		}
+		rows[i] = row
+	}
+	return rows, nil
 }
 
 // smallBatch is the most records appendSmall writes with one statement;
@@ -911,7 +963,7 @@ var eventCasts = []string{"uuid", "text", "bigint", "timestamptz", "timestamptz"
 func (w *writer) appendSmall(ctx context.Context, recs []*sealed, rows [][]any) error {
 	first, last := recs[0], recs[len(recs)-1]
 	var q strings.Builder
-	args := make([]any, 0, 5+len(rows)*len(eventCasts))
+	args := make([]any, 0, 5+len(rows)*len(w.casts))
 	args = append(args, last.ChainID, last.Seq, last.Hash, first.Seq-1, first.PrevHash)
 	if first.Seq == 1 {
 		q.WriteString(`WITH head AS (INSERT INTO audit_heads (chain_id, seq, hash) VALUES ($1, $2, $3)
@@ -920,7 +972,7 @@ func (w *writer) appendSmall(ctx context.Context, recs []*sealed, rows [][]any) 
 		q.WriteString(`WITH head AS (UPDATE audit_heads SET seq = $2, hash = $3
 			WHERE chain_id = $1 AND seq = $4 AND hash = $5 RETURNING 1)`)
 	}
-	q.WriteString(" INSERT INTO audit_events (" + strings.Join(eventColumnNames, ", ") + ") SELECT * FROM (VALUES ")
+	q.WriteString(" INSERT INTO audit_events (" + strings.Join(w.cols, ", ") + ") SELECT * FROM (VALUES ")
 	for i, row := range rows {
 		if i > 0 {
 			q.WriteString(", ")
@@ -931,7 +983,7 @@ func (w *writer) appendSmall(ctx context.Context, recs []*sealed, rows [][]any) 
 				q.WriteString(", ")
 			}
 			args = append(args, v)
-			fmt.Fprintf(&q, "$%d::%s", len(args), eventCasts[j])
+			fmt.Fprintf(&q, "$%d::%s", len(args), w.casts[j])
 		}
 		q.WriteByte(')')
 	}

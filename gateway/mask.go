@@ -2,111 +2,53 @@ package gateway
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/sandgate/sandgate"
 )
 
 // maskPrefix marks a value the audit trail keeps only as a keyed hash.
-const maskPrefix = "hmac-sha256:"
+const maskPrefix = sandgate.MaskPrefix
 
 // masker replaces secrets with keyed hashes (HMAC-SHA256) before a spec
-// reaches the audit trail. Equal secrets hash equally under one key, so an
-// auditor can still tell that two runs used the same value without learning
-// it.
+// reaches the audit trail, with the gateway's own mask key. It is a thin
+// front for the masking functions of package sandgate, which the audit
+// store uses as well, so the gateway and the trail mask the same paths the
+// same way.
 type masker struct {
 	key []byte
 }
 
 // hash returns the keyed hash of v.
-func (m masker) hash(v string) string {
-	h := hmac.New(sha256.New, m.key)
-	h.Write([]byte(v))
-	return maskPrefix + hex.EncodeToString(h.Sum(nil))
-}
+func (m masker) hash(v string) string { return sandgate.MaskHash(m.key, v) }
 
 // spec returns the spec as a JSON object with every env value, the stdin
-// and every field a mask path names (dotted, such as "labels.token" or
-// "command.2") replaced by its keyed hash. A path naming an object or an
-// array masks every value below it; a path naming nothing masks nothing.
+// and every field a mask path names (dotted, such as "labels.token",
+// "command.2" or "mounts.*.source") replaced by its keyed hash
+// (sandgate.MaskSpec).
 func (m masker) spec(s sandgate.RunSpec, mask []string) any { return m.specDoc(s, mask) }
 
 // specDoc is spec as a generic JSON document.
 func (m masker) specDoc(s sandgate.RunSpec, mask []string) map[string]any {
-	doc := s.Document()
-	if env, ok := doc["env"]; ok {
-		doc["env"] = m.all(env)
-	}
-	if stdin, ok := doc["stdin"].(string); ok && stdin != "" {
-		doc["stdin"] = m.hash(stdin)
-	}
-	for _, p := range mask {
-		m.at(doc, strings.Split(p, "."))
-	}
-	return doc
+	return sandgate.MaskSpec(m.key, s, mask)
 }
 
 // at masks the value at path below node.
 func (m masker) at(node any, path []string) {
-	if len(path) == 0 {
-		return
-	}
-	switch n := node.(type) {
-	case map[string]any:
-		v, ok := n[path[0]]
-		if !ok {
-			return
-		}
-		if len(path) == 1 {
-			n[path[0]] = m.all(v)
-			return
-		}
-		m.at(v, path[1:])
-	case []any:
-		i, err := strconv.Atoi(path[0])
-		if err != nil || i < 0 || i >= len(n) {
-			return
-		}
-		if len(path) == 1 {
-			n[i] = m.all(n[i])
-			return
-		}
-		m.at(n[i], path[1:])
-	}
+	sandgate.Mask(m.key, node, strings.Join(path, "."))
 }
 
 // all masks every scalar in v, keeping objects' keys and arrays' lengths.
-func (m masker) all(v any) any {
-	switch n := v.(type) {
-	case map[string]any:
-		for k, e := range n {
-			n[k] = m.all(e)
-		}
-		return n
-	case []any:
-		for i, e := range n {
-			n[i] = m.all(e)
-		}
-		return n
-	case nil:
-		return nil
-	case string:
-		return m.hash(n)
-	default:
-		raw, _ := json.Marshal(n)
-		return m.hash(string(raw))
-	}
-}
+func (m masker) all(v any) any { return sandgate.MaskValue(m.key, v) }
 
 // value hashes every scalar of v (a Go value that marshals to JSON).
-func (m masker) value(v any) any {
-	return m.all(generic(v))
+func (m masker) value(v any) any { return m.all(generic(v)) }
+
+// field masks v as the value at the spec field path (a mutation's), for
+// the spec's secrets and the mask paths.
+func (m masker) field(v any, path []string, mask []string) any {
+	return sandgate.MaskAt(m.key, generic(v), path, append(append([]string{}, sandgate.SpecSecrets...), mask...)...)
 }
 
 // generic returns v as encoding/json's generic form.
@@ -131,7 +73,7 @@ type Redactor interface {
 	// Redact returns doc with every value under "env" and every field a
 	// mask path names replaced by its keyed hash.
 	Redact(doc map[string]any, mask []string) map[string]any
-	// RedactSpec is Redact of the spec's JSON.
+	// RedactSpec is Redact of the spec's JSON, stdin included.
 	RedactSpec(spec sandgate.RunSpec, mask []string) map[string]any
 }
 
@@ -142,21 +84,51 @@ type secrets interface {
 	spec(s sandgate.RunSpec, mask []string) any
 	// value hashes every scalar of v.
 	value(v any) any
+	// field masks v as the value at the spec field path.
+	field(v any, path []string, mask []string) any
 }
 
 // redactorSecrets adapts a Redactor.
 type redactorSecrets struct{ r Redactor }
 
 func (r redactorSecrets) spec(s sandgate.RunSpec, mask []string) any {
-	return r.r.RedactSpec(s, append(slices.Clone(mask), "stdin"))
+	return r.r.RedactSpec(s, append(append([]string{}, mask...), "stdin"))
 }
 
 func (r redactorSecrets) value(v any) any {
 	return r.r.Redact(map[string]any{"v": generic(v)}, []string{"v"})["v"]
 }
 
-// maskMutations returns the decision's mutations with the values of masked
-// paths hashed. A mutation path is a JSON pointer ("/env/TOKEN").
+// field places v at path in a document of its own, redacts that with the
+// spec's secrets and the mask, and takes v back out.
+func (r redactorSecrets) field(v any, path []string, mask []string) any {
+	if len(path) == 0 {
+		return r.value(v)
+	}
+	doc := map[string]any{}
+	node := doc
+	for _, p := range path[:len(path)-1] {
+		child := map[string]any{}
+		node[p] = child
+		node = child
+	}
+	last := path[len(path)-1]
+	node[last] = generic(v)
+	doc = r.r.Redact(doc, append(append([]string{}, mask...), "stdin"))
+	for _, p := range path[:len(path)-1] {
+		child, ok := doc[p].(map[string]any)
+		if !ok {
+			return nil
+		}
+		doc = child
+	}
+	return doc[last]
+}
+
+// maskMutations returns the decision's mutations with what the masked
+// paths name in their values hashed. A mutation path is a JSON pointer
+// ("/env/TOKEN"); a value that replaces a whole object ("/labels") has the
+// masked fields below it hashed.
 func maskMutations(sec secrets, muts []sandgate.Mutation, mask []string) []map[string]any {
 	out := make([]map[string]any, 0, len(muts))
 	for _, mu := range muts {
@@ -165,25 +137,17 @@ func maskMutations(sec secrets, muts []sandgate.Mutation, mask []string) []map[s
 			parts[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(parts[i])
 		}
 		value := mu.Value
-		if isMasked(parts, mask) {
-			value = sec.value(mu.Value)
+		if masked := sec.field(mu.Value, parts, mask); !jsonEqual(masked, generic(mu.Value)) {
+			value = masked
 		}
 		out = append(out, map[string]any{"op": mu.Op, "path": mu.Path, "value": value, "rule": mu.Rule})
 	}
 	return out
 }
 
-// isMasked reports whether the field path lies at or below env, stdin or a
-// mask path.
-func isMasked(path, mask []string) bool {
-	if len(path) > 0 && (path[0] == "env" || path[0] == "stdin") {
-		return true
-	}
-	for _, p := range mask {
-		mp := strings.Split(p, ".")
-		if len(mp) <= len(path) && slices.Equal(mp, path[:len(mp)]) {
-			return true
-		}
-	}
-	return false
+// jsonEqual reports whether a and b encode to the same JSON.
+func jsonEqual(a, b any) bool {
+	ra, err1 := json.Marshal(a)
+	rb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ra, rb)
 }

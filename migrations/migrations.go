@@ -2,9 +2,11 @@
 // migrations embedded in the binary, and applies them with goose.
 //
 // The schema has the append-only audit trail (audit_events, partitioned by
-// month of recorded_at, audit_checkpoints, audit_chains; UPDATE, DELETE and
-// TRUNCATE refused by ENABLE ALWAYS triggers on every partition), each
-// chain's head (audit_heads, the single-writer guard), the runs the API
+// month of recorded_at, which is the database's clock, audit_checkpoints,
+// audit_chains; UPDATE, DELETE and TRUNCATE refused by ENABLE ALWAYS
+// triggers on every partition), each chain's head (audit_heads, the
+// single-writer guard), the registry of each node's checkpoint keys
+// (audit_keys, written only through audit_register_key), the runs the API
 // serves with their idempotency keys, and the application role
 // sandgate_app that may only read and append to the trail.
 package migrations

@@ -22,10 +22,10 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	if err != nil || !pending {
 		t.Fatalf("Pending on an empty database = %v, %v; want true", pending, err)
 	}
-	all := embedded(t)
+	files := bundled(t)
 	n, err := migrations.Up(ctx, db)
-	if err != nil || n != len(all) {
-		t.Fatalf("Up = %d, %v; want %d applied", n, err, len(all))
+	if err != nil || n != len(files) {
+		t.Fatalf("Up = %d, %v; want %d applied", n, err, len(files))
 	}
 	if n, err := migrations.Up(ctx, db); err != nil || n != 0 {
 		t.Fatalf("second Up = %d, %v; want 0", n, err)
@@ -34,7 +34,7 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	if err := migrations.Status(ctx, db, &out); err != nil {
 		t.Fatalf("Status: %v", err)
 	}
-	for _, want := range all {
+	for _, want := range files {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("Status lacks %s:\n%s", want, out.String())
 		}
@@ -42,7 +42,7 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	if strings.Contains(out.String(), "pending") {
 		t.Errorf("Status shows pending migrations after Up:\n%s", out.String())
 	}
-	for _, table := range []string{"audit_events", "audit_checkpoints", "audit_chains", "runs", "idempotency_keys"} {
+	for _, table := range []string{"audit_events", "audit_checkpoints", "audit_chains", "audit_heads", "audit_keys", "runs", "idempotency_keys"} {
 		var ok bool
 		if err := db.QueryRow("SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing (%v)", table, err)
@@ -50,9 +50,20 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	}
 }
 
+// bundled returns the migration files in the bundle, in order.
+func bundled(t *testing.T) []string {
+	t.Helper()
+	files, err := fs.Glob(migrations.FS(), "*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("migrations in the bundle: %v, %v", files, err)
+	}
+	return files
+}
+
 // TestAppRolePrivileges: sandgate_app may append to and read the trail and
-// keep runs, but not change or remove audit rows (privileges, besides the
-// triggers).
+// keep runs, but not change or remove audit rows, choose their
+// recorded_at, or write the key registry but through audit_register_key
+// (privileges, besides the triggers).
 func TestAppRolePrivileges(t *testing.T) {
 	dsn := audittest.NewMigratedDatabase(t)
 	db := audittest.OpenDB(t, dsn)
@@ -78,6 +89,19 @@ func TestAppRolePrivileges(t *testing.T) {
 		{"INSERT INTO runs (id, principal, state, created_at, spec) VALUES ('r', 'p', 'pending', now(), '{}')", true},
 		{"UPDATE runs SET state = 'running' WHERE id = 'r'", true},
 		{"INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES ('p', 'k', 'r', now())", true},
+		{`INSERT INTO audit_events (event_id, chain_id, seq, event_time, type, body, prev_hash, hash)
+		  VALUES (gen_random_uuid(), 'c', 2, now(), 't', '\x7b7d', sha256(''), sha256(''))`, true},
+		{`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
+		  VALUES (gen_random_uuid(), 'c', 3, '2099-01-01', now(), 't', '\x7b7d', sha256(''), sha256(''))`, false},
+		{`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
+		  VALUES (gen_random_uuid(), 'c', 4, now() - interval '1 day', now(), 't', '\x7b7d', sha256(''), sha256(''))`, false},
+		{"SELECT count(*) FROM audit_keys", true},
+		{`SELECT * FROM audit_register_key('n', sha256('k'), 'c', NULL)`, true},
+		{`INSERT INTO audit_keys (node, key_id, public_key, source) VALUES ('m', encode(substr(sha256(sha256('m')), 1, 8), 'hex'), sha256('m'), 'migration')`, false},
+		{"UPDATE audit_keys SET node = 'x'", false},
+		{"DELETE FROM audit_keys", false},
+		{"TRUNCATE audit_keys", false},
+		{"SELECT audit_adopt_default()", true},
 		{"UPDATE audit_events SET type = 'x'", false},
 		{"DELETE FROM audit_events", false},
 		{"TRUNCATE audit_events", false},
@@ -120,18 +144,7 @@ func TestMigrateWithoutCreateRole(t *testing.T) {
 		_, _ = admin.ExecContext(ctx, "DROP ROLE IF EXISTS "+name)
 	})
 	db := audittest.OpenDB(t, "host=127.0.0.1 user="+name+" password=owner-pw dbname="+name+" sslmode=disable")
-	if n, err := migrations.Up(ctx, db); err != nil || n != len(embedded(t)) {
-		t.Fatalf("Up as an owner without CREATEROLE = %d, %v; want %d applied", n, err, len(embedded(t)))
+	if n, err := migrations.Up(ctx, db); err != nil || n != len(bundled(t)) {
+		t.Fatalf("Up as an owner without CREATEROLE = %d, %v; want %d applied", n, err, len(bundled(t)))
 	}
-}
-
-// embedded lists the migrations the binary carries: counts are derived
-// from them, never written down.
-func embedded(t *testing.T) []string {
-	t.Helper()
-	names, err := fs.Glob(migrations.FS(), "*.sql")
-	if err != nil || len(names) == 0 {
-		t.Fatalf("embedded migrations: %v, %v", names, err)
-	}
-	return names
 }

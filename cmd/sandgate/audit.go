@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ func newAuditCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
-		newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a))
+		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a))
 	return cmd
 }
 
@@ -191,41 +192,51 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 
 func newAuditVerifyCmd(a *app) *cobra.Command {
 	var offline, checkpoints, chain, archive string
-	var keyFiles []string
+	var keyFiles, trustedFiles []string
 	var fromSeq, toSeq int64
 	cmd := &cobra.Command{
 		Use:   "verify",
-		Short: "Check hash chains and checkpoint signatures; exit 1 on any problem",
+		Short: "Check hash chains, checkpoint signatures and keys; exit 1 on any problem",
 		Long: `Check the trail online (from the database), offline (an export and its
-checkpoints), or an archived month (--archive DIR/<partition>): every hash, every column against its hashed body, seq gaps,
-prev_hash links, checkpoint signatures and their chain, and the tail after
-the last checkpoint. Prints a JSON report listing every problem and exits
-1 when there is one.
+checkpoints), or an archived month (--archive DIR/<partition>): every hash,
+every column against its hashed body, seq gaps, prev_hash links, checkpoint
+signatures and their chain, the keys that signed them, and that every
+chain's rows are covered by a checkpoint signed by a known key (rows that
+are not, beyond twice the checkpoint interval, are unsigned_chain or
+unsigned_tail; rows recorded after the database's clock are future_row).
+Prints a JSON report listing every problem and every checkpoint key with
+its node and first use, and exits 1 when there is a problem.
 
-Checkpoints are checked against the --public-key files (PEM or hex). Without
-any, the public half of SANDGATE_SIGNING_KEY_FILE is used when readable;
-with no key at all the report says so and fails.`,
+Keys: the --public-key and --trusted-keys files (PEM or hex) pin the keys to
+trust; every other key is then untrusted_key. Without any, the public half
+of SANDGATE_SIGNING_KEY_FILE is pinned when readable. With no key at all,
+online verify trusts the trail's key registry (each node's first key, and
+rotations endorsed by the key they replace; anyone with the application
+role can register a key for a node name not yet in use, so check the
+listed keys, or pin them); offline, nothing vouches for an export's keys
+and the report says so (unpinned_keys).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			keys, err := loadKeys(keyFiles, a.cfg.SigningKeyFile)
+			keys, err := loadTrustedKeys(keyFiles, trustedFiles, a.cfg.SigningKeyFile)
 			if err != nil {
 				return err
 			}
-			var rep sandgate.VerifyReport
+			opts := audit.OfflineOptions{Trusted: keys, CheckpointInterval: a.cfg.CheckpointAfter}
+			var rep audit.Report
 			switch {
 			case archive != "" && offline != "":
 				return sandgate.FieldError("archive", "give --archive or --offline, not both")
 			case archive != "":
-				rep, err = audit.VerifyArchive(archive, keys...)
+				rep, err = audit.VerifyArchiveWith(archive, opts)
 			case offline != "":
-				rep, err = verifyOffline(offline, checkpoints, keys)
+				rep, err = verifyOffline(offline, checkpoints, opts)
 			default:
 				var s *audit.Store
 				if s, err = openTrail(cmd.Context(), a, keys); err != nil {
 					return err
 				}
 				defer s.Close(context.Background())
-				rep, err = s.Verify(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
+				rep, err = s.VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
 			}
 			if err != nil {
 				return err
@@ -244,35 +255,43 @@ with no key at all the report says so and fails.`,
 	fl := cmd.Flags()
 	fl.StringVar(&offline, "offline", "", "verify this export file (JSONL or CSV) instead of the database")
 	fl.StringVar(&archive, "archive", "", "verify this archive directory (written by audit archive) instead of the database")
-	fl.StringVar(&checkpoints, "checkpoints", "", "with --offline: the checkpoints export (JSONL)")
+	fl.StringVar(&checkpoints, "checkpoints", "", "with --offline: the checkpoints export (JSONL), taken after the events")
 	fl.StringSliceVar(&keyFiles, "public-key", nil, "trusted checkpoint public key file (PEM or hex); repeatable")
+	fl.StringSliceVar(&trustedFiles, "trusted-keys", nil, "file of trusted checkpoint public keys, every node's (PEM blocks, or one hex key a line); repeatable")
 	fl.StringVar(&chain, "chain", "", "online: only this chain")
 	fl.Int64Var(&fromSeq, "from-seq", 0, "online: start at this seq")
 	fl.Int64Var(&toSeq, "to-seq", 0, "online: stop at this seq")
 	return cmd
 }
 
-func verifyOffline(events, checkpoints string, keys []ed25519.PublicKey) (sandgate.VerifyReport, error) {
+func verifyOffline(events, checkpoints string, opts audit.OfflineOptions) (audit.Report, error) {
 	ef, err := os.Open(events)
 	if err != nil {
-		return sandgate.VerifyReport{}, err
+		return audit.Report{}, err
 	}
 	defer ef.Close()
 	var cr io.Reader
 	if checkpoints != "" {
 		cf, err := os.Open(checkpoints)
 		if err != nil {
-			return sandgate.VerifyReport{}, err
+			return audit.Report{}, err
 		}
 		defer cf.Close()
 		cr = cf
 	}
-	return audit.VerifyExport(ef, cr, keys...)
+	return audit.VerifyExportWith(ef, cr, opts)
 }
 
 // loadKeys reads the trusted public keys; with none given, the public
 // half of the local signing key when it can be read.
 func loadKeys(files []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
+	return loadTrustedKeys(files, nil, signingKeyFile)
+}
+
+// loadTrustedKeys reads the trusted public keys, one per --public-key file
+// and any number per --trusted-keys file; with none given, the public half
+// of the local signing key when it can be read.
+func loadTrustedKeys(files, lists []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
 	var keys []ed25519.PublicKey
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -285,12 +304,87 @@ func loadKeys(files []string, signingKeyFile string) ([]ed25519.PublicKey, error
 		}
 		keys = append(keys, k)
 	}
+	for _, f := range lists {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-keys: %w", err)
+		}
+		ks, err := audit.ParsePublicKeys(data)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-keys %s: %w", f, err)
+		}
+		keys = append(keys, ks...)
+	}
 	if len(keys) == 0 && signingKeyFile != "" {
 		if priv, err := audit.LoadSigningKey(signingKeyFile, false); err == nil {
 			keys = append(keys, priv.Public().(ed25519.PublicKey))
 		}
 	}
 	return keys, nil
+}
+
+func newAuditRotateKeyCmd(a *app) *cobra.Command {
+	var previous string
+	cmd := &cobra.Command{
+		Use:   "rotate-key --previous-key-file OLD",
+		Short: "Register this node's new checkpoint key as a rotation endorsed by its previous key",
+		Long: `Rotate-key registers the key in SANDGATE_SIGNING_KEY_FILE (generated when
+absent) as this node's (SANDGATE_NODE) new checkpoint key, endorsed by the
+previous one: the previous key signs the rotation, verify checks that
+signature, and the registry then vouches for the new key. The rotation is
+recorded in the trail as audit.key_rotated (on a chain of its own, under
+SANDGATE_SPOOL_DIR/admin) and signed by a checkpoint. Run it before serve
+first starts with the new key: a key a node has already used cannot be
+endorsed afterwards, and verify reports it (unendorsed_key) until
+auditors pin it. Prints the registration as JSON.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if previous == "" {
+				return sandgate.FieldError("previous-key-file", "required: the key this node signed with until now")
+			}
+			maskKey, err := a.cfg.maskKey()
+			if err != nil {
+				return err
+			}
+			s, err := audit.Open(cmd.Context(), audit.Config{
+				DSN:                    a.cfg.DatabaseURL,
+				SpoolDir:               filepath.Join(a.cfg.SpoolDir, "admin"),
+				SpoolMaxBytes:          a.cfg.SpoolMaxBytes,
+				SigningKeyFile:         a.cfg.SigningKeyFile,
+				PreviousSigningKeyFile: previous,
+				MaskKey:                maskKey,
+				Node:                   a.cfg.Node,
+				CheckpointEvery:        a.cfg.CheckpointEvery,
+				CheckpointInterval:     a.cfg.CheckpointAfter,
+			})
+			if err != nil {
+				return err
+			}
+			defer s.Close(context.Background())
+			reg, err := s.RegisterKey(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := writeJSON(a, reg); err != nil {
+				return err
+			}
+			prev, err := audit.LoadSigningKey(previous, false)
+			if err != nil {
+				return err
+			}
+			switch prevID := audit.KeyID(prev.Public().(ed25519.PublicKey)); {
+			case reg.Replaces == "":
+				fmt.Fprintln(a.stderr, "audit rotate-key: the node had no key registered: this key is its first, nothing to endorse")
+			case reg.Endorsement == "":
+				fmt.Fprintln(a.stderr, "audit rotate-key: the key was registered before without an endorsement; pin it with --trusted-keys when you verify")
+			case reg.Replaces != prevID:
+				fmt.Fprintf(a.stderr, "audit rotate-key: the node's newest key was %s, not %s: verify will report the rotation unendorsed; pin the key\n", reg.Replaces, prevID)
+			}
+			return s.Close(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&previous, "previous-key-file", "", "the node's previous checkpoint signing key (PEM), which endorses the new one")
+	return cmd
 }
 
 func newAuditPublicKeyCmd(a *app) *cobra.Command {

@@ -97,9 +97,12 @@ rows), checkpoints.jsonl (every checkpoint of its chains) and manifest.json
 verified offline before an audit.archived event records the archive.
 Only months that are over can be archived, and only once each of their
 chains is under a signed checkpoint. Archiving again into the same DIR
-finds the archive standing and records nothing new.
+finds the archive standing and records nothing new. Rows waiting in the
+default partition are first moved into their months.
 
-Checkpoints of other gateways are checked against the --public-key files.`,
+Checkpoints are checked against the --public-key files when given (this
+node's key is trusted too), otherwise against the keys the trail's key
+registry vouches for.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -148,7 +151,7 @@ Checkpoints of other gateways are checked against the --public-key files.`,
 	fl.StringSliceVar(&partitions, "partition", nil, "a month partition (audit_events_YYYY_MM); repeatable")
 	fl.StringVar(&before, "before", "", "archive every month partition that ends by this month (2026-10), day or time")
 	fl.StringVar(&actor, "actor", operator(), "who archives, as recorded in audit.archived")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "other gateways' checkpoint public keys (PEM or hex); repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys (PEM or hex; default: the key registry's); repeatable")
 	return cmd
 }
 
@@ -164,8 +167,10 @@ month), oldest first. Each drop and its retention.applied event are one
 transaction. It stops at the first month it must refuse and says why:
 never archived, changed since its archive, an archive that no longer
 verifies where it can be read, older rows of its chains still elsewhere,
-or rows not under a signed checkpoint. Verify then starts each purged
-chain at the boundary retention.applied records.
+or rows not under a signed checkpoint. Rows waiting in the default
+partition are first moved into their months, and purged by the same
+rules. Verify then starts each purged chain at the boundary
+retention.applied records.
 
 The database role must own audit_events (run it with the migrating role's
 SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
@@ -200,6 +205,6 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 	fl.StringVar(&before, "before", "", "purge month partitions that end by this month (2026-10), day or time")
 	fl.BoolVar(&dryRun, "dry-run", false, "check and report, drop nothing")
 	fl.StringVar(&actor, "actor", operator(), "who purges, as recorded in retention.applied")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "other gateways' checkpoint public keys, to re-verify archives; repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the key registry's); repeatable")
 	return cmd
 }

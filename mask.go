@@ -1,0 +1,216 @@
+package sandgate
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// MaskPrefix begins every value that masking replaced: the rest is the hex
+// HMAC-SHA256 of the value under the mask key.
+const MaskPrefix = "hmac-sha256:"
+
+// MaskHash returns MaskPrefix and the hex HMAC-SHA256 of value under key.
+// Equal secrets give equal hashes under one key, so an auditor can tell
+// that two runs used the same value without learning it.
+func MaskHash(key []byte, value string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(value))
+	return MaskPrefix + hex.EncodeToString(m.Sum(nil))
+}
+
+// SpecSecrets are the paths of a run spec that are masked whatever the
+// policy's mask rules say: every env value, and stdin.
+var SpecSecrets = []string{"env", "stdin"}
+
+// MaskSpec returns s as the JSON document it encodes to (RunSpec.Document)
+// with every env value, stdin and every field a path names replaced by its
+// keyed hash (see Mask): the one form in which a spec reaches the audit
+// trail, the run store and API answers.
+func MaskSpec(key []byte, s RunSpec, paths []string) map[string]any {
+	doc := s.Document()
+	Mask(key, doc, slices.Concat(SpecSecrets, paths)...)
+	return doc
+}
+
+// Mask replaces, in doc itself, every value a path names with keyed hashes
+// (MaskValue), and returns doc. doc is a generic JSON document: objects as
+// map[string]any (or map[string]string), arrays as []any (or []string).
+//
+// A path is dotted. Each segment names an object's key, an array's index
+// (decimal, from 0), or is "*" for every key or index: "env",
+// "labels.token", "command.1", "mounts.0.source", "mounts.*.source". An
+// object key that holds dots itself is named by its parts
+// ("labels.com.example.token" names the label "com.example.token"). A path
+// that names an object or an array masks every value below it; a path that
+// names nothing masks nothing. A value named by several paths is hashed
+// once.
+func Mask(key []byte, doc any, paths ...string) any {
+	return MaskAt(key, doc, nil, paths...)
+}
+
+// MaskAt is Mask for a value that sits at field (a path as its segments,
+// such as a JSON pointer's) of a larger document: what the paths name at
+// or below field is hashed in value, and all of value when field lies
+// below one of them. A policy mutation's value is masked this way.
+func MaskAt(key []byte, value any, field []string, paths ...string) any {
+	nodes := []*maskNode{maskTrie(paths)}
+	for _, f := range field {
+		if ends(nodes) {
+			break
+		}
+		if nodes = step(nodes, f); len(nodes) == 0 {
+			return value
+		}
+	}
+	return masker(key).walk(value, nodes)
+}
+
+// MaskValue returns v with every scalar replaced by its keyed hash:
+// strings as they are, other scalars as their JSON text. Objects keep their
+// keys and arrays their length; null stays null. Maps and slices are
+// changed in place.
+func MaskValue(key []byte, v any) any {
+	return masker(key).all(v)
+}
+
+// maskNode is a trie of mask paths by segment; end marks a path's last.
+type maskNode struct {
+	end      bool
+	children map[string]*maskNode
+}
+
+func maskTrie(paths []string) *maskNode {
+	root := &maskNode{}
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		n := root
+		for _, seg := range strings.Split(p, ".") {
+			if n.end {
+				break // a shorter path covers this one
+			}
+			c := n.children[seg]
+			if c == nil {
+				c = &maskNode{}
+				if n.children == nil {
+					n.children = map[string]*maskNode{}
+				}
+				n.children[seg] = c
+			}
+			n = c
+		}
+		n.end = true
+	}
+	return root
+}
+
+// step follows an object key or an array index from nodes: by each of its
+// dotted parts, exactly or by "*". It returns the nodes reached, or a
+// single end node as soon as a path ends on the way.
+func step(nodes []*maskNode, key string) []*maskNode {
+	for part := range strings.SplitSeq(key, ".") {
+		var next []*maskNode
+		for _, n := range nodes {
+			for _, c := range []*maskNode{n.children[part], n.children["*"]} {
+				if c == nil {
+					continue
+				}
+				if c.end {
+					return []*maskNode{c}
+				}
+				next = append(next, c)
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		nodes = next
+	}
+	return nodes
+}
+
+func ends(nodes []*maskNode) bool {
+	return len(nodes) == 1 && nodes[0].end
+}
+
+// masker hashes with its key.
+type masker []byte
+
+// walk masks, in v, what nodes name below it.
+func (m masker) walk(v any, nodes []*maskNode) any {
+	if ends(nodes) {
+		return m.all(v)
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			if next := step(nodes, k); len(next) > 0 {
+				x[k] = m.walk(e, next)
+			}
+		}
+	case map[string]string:
+		for k, e := range x {
+			if ends(step(nodes, k)) {
+				x[k] = MaskHash(m, e)
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if next := step(nodes, strconv.Itoa(i)); len(next) > 0 {
+				x[i] = m.walk(e, next)
+			}
+		}
+	case []string:
+		for i, e := range x {
+			if ends(step(nodes, strconv.Itoa(i))) {
+				x[i] = MaskHash(m, e)
+			}
+		}
+	}
+	return v
+}
+
+// all hashes every scalar in v.
+func (m masker) all(v any) any {
+	switch x := v.(type) {
+	case nil:
+		return nil
+	case string:
+		return MaskHash(m, x)
+	case json.Number:
+		return MaskHash(m, x.String())
+	case map[string]any:
+		for k, e := range x {
+			x[k] = m.all(e)
+		}
+		return x
+	case map[string]string:
+		for k, e := range x {
+			x[k] = MaskHash(m, e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = m.all(e)
+		}
+		return x
+	case []string:
+		for i, e := range x {
+			x[i] = MaskHash(m, e)
+		}
+		return x
+	}
+	raw, err := json.Marshal(v)
+	if err != nil {
+		// Not encodable as JSON: hash what it prints as, never keep it.
+		raw = fmt.Append(nil, v)
+	}
+	return MaskHash(m, string(raw))
+}

@@ -1,0 +1,216 @@
+package sandgate_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
+)
+
+var maskKey = []byte("mask-key-0123456789abcdef0123456")
+
+func h(v string) string { return sandgate.MaskHash(maskKey, v) }
+
+// TestMask: each kind of path masks exactly what it names, once, and
+// nothing else.
+func TestMask(t *testing.T) {
+	tests := []struct {
+		name  string
+		doc   map[string]any
+		paths []string
+		want  map[string]any
+	}{
+		{
+			name:  "top-level object: every value, keys kept",
+			doc:   map[string]any{"env": map[string]any{"TOKEN": "s3cret", "EMPTY": ""}, "image": "img"},
+			paths: []string{"env"},
+			want:  map[string]any{"env": map[string]any{"TOKEN": h("s3cret"), "EMPTY": h("")}, "image": "img"},
+		},
+		{
+			name:  "top-level string",
+			doc:   map[string]any{"stdin": "password", "workdir": "/w"},
+			paths: []string{"stdin"},
+			want:  map[string]any{"stdin": h("password"), "workdir": "/w"},
+		},
+		{
+			name:  "nested key",
+			doc:   map[string]any{"labels": map[string]any{"token": "t", "ticket": "ENG-1"}},
+			paths: []string{"labels.token"},
+			want:  map[string]any{"labels": map[string]any{"token": h("t"), "ticket": "ENG-1"}},
+		},
+		{
+			name:  "array index",
+			doc:   map[string]any{"command": []any{"sh", "-c", "curl -u admin:pw"}},
+			paths: []string{"command.2"},
+			want:  map[string]any{"command": []any{"sh", "-c", h("curl -u admin:pw")}},
+		},
+		{
+			name:  "whole array",
+			doc:   map[string]any{"command": []any{"sh", "-c", "x"}},
+			paths: []string{"command"},
+			want:  map[string]any{"command": []any{h("sh"), h("-c"), h("x")}},
+		},
+		{
+			name: "key of an object in an array",
+			doc: map[string]any{"mounts": []any{
+				map[string]any{"source": "/srv/a", "target": "/w"},
+				map[string]any{"source": "/srv/b", "target": "/x"},
+			}},
+			paths: []string{"mounts.0.source"},
+			want: map[string]any{"mounts": []any{
+				map[string]any{"source": h("/srv/a"), "target": "/w"},
+				map[string]any{"source": "/srv/b", "target": "/x"},
+			}},
+		},
+		{
+			name: "wildcard over an array",
+			doc: map[string]any{"mounts": []any{
+				map[string]any{"source": "/srv/a", "target": "/w"},
+				map[string]any{"source": "/srv/b", "target": "/x"},
+			}},
+			paths: []string{"mounts.*.source"},
+			want: map[string]any{"mounts": []any{
+				map[string]any{"source": h("/srv/a"), "target": "/w"},
+				map[string]any{"source": h("/srv/b"), "target": "/x"},
+			}},
+		},
+		{
+			name:  "wildcard over an object",
+			doc:   map[string]any{"labels": map[string]any{"a": map[string]any{"token": "1", "k": "2"}, "b": map[string]any{"token": "3"}}},
+			paths: []string{"labels.*.token"},
+			want:  map[string]any{"labels": map[string]any{"a": map[string]any{"token": h("1"), "k": "2"}, "b": map[string]any{"token": h("3")}}},
+		},
+		{
+			name:  "nested arrays",
+			doc:   map[string]any{"matrix": []any{[]any{"a", "b"}, []any{"c", "d"}}},
+			paths: []string{"matrix.1.0"},
+			want:  map[string]any{"matrix": []any{[]any{"a", "b"}, []any{h("c"), "d"}}},
+		},
+		{
+			name:  "key holding dots",
+			doc:   map[string]any{"labels": map[string]any{"com.example.token": "t", "com.example.team": "x"}},
+			paths: []string{"labels.com.example.token"},
+			want:  map[string]any{"labels": map[string]any{"com.example.token": h("t"), "com.example.team": "x"}},
+		},
+		{
+			name:  "object under a key holding dots",
+			doc:   map[string]any{"labels": map[string]any{"a.b": map[string]any{"c": "secret", "d": "ok"}}},
+			paths: []string{"labels.a.b.c"},
+			want:  map[string]any{"labels": map[string]any{"a.b": map[string]any{"c": h("secret"), "d": "ok"}}},
+		},
+		{
+			name:  "numbers, booleans and null",
+			doc:   map[string]any{"resources": map[string]any{"memory_mb": json.Number("512"), "cpus": 0.5, "on": true, "none": nil}},
+			paths: []string{"resources"},
+			want:  map[string]any{"resources": map[string]any{"memory_mb": h("512"), "cpus": h("0.5"), "on": h("true"), "none": nil}},
+		},
+		{
+			name:  "typed maps and slices",
+			doc:   map[string]any{"env": map[string]string{"A": "1"}, "args": []string{"x", "y"}},
+			paths: []string{"env.A", "args.1"},
+			want:  map[string]any{"env": map[string]string{"A": h("1")}, "args": []string{"x", h("y")}},
+		},
+		{
+			name:  "paths that overlap hash once",
+			doc:   map[string]any{"env": map[string]any{"A": "1"}, "labels": map[string]any{"t": "v"}},
+			paths: []string{"env", "env.A", "env", "labels.t", "labels"},
+			want:  map[string]any{"env": map[string]any{"A": h("1")}, "labels": map[string]any{"t": h("v")}},
+		},
+		{
+			name:  "a value that looks hashed is hashed all the same",
+			doc:   map[string]any{"stdin": sandgate.MaskPrefix + "00"},
+			paths: []string{"stdin"},
+			want:  map[string]any{"stdin": h(sandgate.MaskPrefix + "00")},
+		},
+		{
+			name:  "paths that name nothing",
+			doc:   map[string]any{"a": "b", "list": []any{"x"}},
+			paths: []string{"", "nope", "a.b.c", "list.1", "list.-1", "list.x", "list.0.deeper"},
+			want:  map[string]any{"a": "b", "list": []any{"x"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sandgate.Mask(maskKey, tt.doc, tt.paths...)
+			if diff := cmp.Diff(any(tt.want), got); diff != "" {
+				t.Errorf("Mask (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMaskAt: a value at a field of a larger document (a mutation's) is
+// masked for the paths at and below that field.
+func TestMaskAt(t *testing.T) {
+	paths := []string{"env", "labels.token", "command.2", "mounts.*.source"}
+	tests := []struct {
+		name  string
+		field []string
+		value any
+		want  any
+	}{
+		{"below a masked path", []string{"env", "TOKEN"}, "new", h("new")},
+		{"at a masked path", []string{"labels", "token"}, "v", h("v")},
+		{"array index", []string{"command", "2"}, "pw", h("pw")},
+		{"above a masked path", []string{"labels"}, map[string]any{"token": "t", "team": "x"}, map[string]any{"token": h("t"), "team": "x"}},
+		{"above an array path", []string{"command"}, []any{"sh", "-c", "pw"}, []any{"sh", "-c", h("pw")}},
+		{"wildcard below", []string{"mounts", "3"}, map[string]any{"source": "/s", "target": "/t"}, map[string]any{"source": h("/s"), "target": "/t"}},
+		{"unmasked", []string{"network"}, "none", "none"},
+		{"sibling", []string{"labels", "team"}, "x", "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, sandgate.MaskAt(maskKey, tt.value, tt.field, paths...)); diff != "" {
+				t.Errorf("MaskAt (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestMaskSpec: env values and stdin are always masked, and each path the
+// policy names, arrays included; the spec itself keeps its secrets.
+func TestMaskSpec(t *testing.T) {
+	spec := sandgate.RunSpec{
+		Image: "img", Command: []string{"run", "--password", "pw"}, Stdin: "secret input",
+		Env:    map[string]string{"TOKEN": "t0k", "EMPTY": ""},
+		Labels: map[string]string{"token": "lab", "team": "x"},
+		Mounts: []sandgate.Mount{{Source: "/srv/proj-a", Target: "/w"}},
+	}
+	got := sandgate.MaskSpec(maskKey, spec, []string{"labels.token", "command.2", "mounts.0.source"})
+	raw, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{"t0k", `"lab"`, `"pw"`, "secret input", "/srv/proj-a"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("masked spec holds %s in clear: %s", secret, raw)
+		}
+	}
+	want := map[string]any{"TOKEN": h("t0k"), "EMPTY": h("")}
+	if diff := cmp.Diff(want, got["env"]); diff != "" {
+		t.Errorf("env (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]any{"run", "--password", h("pw")}, got["command"]); diff != "" {
+		t.Errorf("command (-want +got):\n%s", diff)
+	}
+	if got["stdin"] != h("secret input") || got["image"] != "img" || got["labels"].(map[string]any)["team"] != "x" {
+		t.Errorf("spec = %s", raw)
+	}
+	if spec.Env["TOKEN"] != "t0k" || spec.Command[2] != "pw" || spec.Stdin != "secret input" {
+		t.Errorf("MaskSpec changed the spec it was given: %+v", spec)
+	}
+}
+
+// TestMaskHash: keyed, deterministic, prefixed.
+func TestMaskHash(t *testing.T) {
+	a := sandgate.MaskHash([]byte("k1"), "v")
+	if a != sandgate.MaskHash([]byte("k1"), "v") || a == sandgate.MaskHash([]byte("k2"), "v") || a == sandgate.MaskHash([]byte("k1"), "w") {
+		t.Errorf("MaskHash is not a deterministic keyed hash: %s", a)
+	}
+	if !strings.HasPrefix(a, sandgate.MaskPrefix) || len(a) != len(sandgate.MaskPrefix)+64 {
+		t.Errorf("MaskHash = %q, want %s and 64 hex digits", a, sandgate.MaskPrefix)
+	}
+}
