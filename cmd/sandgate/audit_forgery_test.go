@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -280,5 +281,64 @@ func TestAuditVerifyAPIReportsForgedChain(t *testing.T) {
 	}
 	if rep.OK || !slices.Contains(kinds, audit.ProblemUnknownKey) {
 		t.Fatalf("verify after the forgery = %+v, want %s on forged-api", rep, audit.ProblemUnknownKey)
+	}
+}
+
+// TestServeTrustedKeysFile: with SANDGATE_TRUSTED_KEYS_FILE, the
+// gateway's verify trusts the pinned keys (and its own), not whatever the
+// key registry holds: a chain signed by a key the application role
+// registered for a new node name passes the registry alone, and is
+// reported untrusted_key once keys are pinned.
+func TestServeTrustedKeysFile(t *testing.T) {
+	other, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := filepath.Join(t.TempDir(), "trusted.keys")
+	if err := os.WriteFile(pins, []byte(hex.EncodeToString(other)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		opts   []serverOption
+		wantOK bool
+	}{
+		{"registry alone", nil, true},
+		{"pinned keys", []serverOption{withEnv("SANDGATE_TRUSTED_KEYS_FILE", pins)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startServer(t, tc.opts...)
+			_, mallory, err := ed25519.GenerateKey(rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := sql.Open("pgx", s.DSN+" role=sandgate_app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			pub := mallory.Public().(ed25519.PublicKey)
+			if _, err := db.Exec(`SELECT * FROM audit_register_key($1, $2, $3, NULL)`, "gw-new", []byte(pub), "forged-pinned"); err != nil {
+				t.Fatalf("register: %v", err)
+			}
+			forgeSignedChain(t, s.DSN, "forged-pinned", 3, mallory)
+			status, _, body := s.do(t, http.MethodGet, "/v1/audit/verify", "")
+			var rep sandgate.VerifyReport
+			if err := json.Unmarshal(body, &rep); status != http.StatusOK || err != nil {
+				t.Fatalf("verify: %d %s", status, body)
+			}
+			var kinds []string
+			for _, p := range rep.Problems {
+				if p.ChainID == "forged-pinned" {
+					kinds = append(kinds, p.Kind)
+				}
+			}
+			if tc.wantOK && len(kinds) != 0 {
+				t.Errorf("with the registry alone, problems %v: the registered key should be known (the residual risk)", kinds)
+			}
+			if !tc.wantOK && !slices.Contains(kinds, audit.ProblemUntrustedKey) {
+				t.Errorf("with pinned keys, verify = %+v, want %s on the forged chain", rep, audit.ProblemUntrustedKey)
+			}
+		})
 	}
 }

@@ -31,6 +31,10 @@ type Config struct {
 	AuditBacklog    int
 	SigningKeyFile  string
 	MaskKeyFile     string
+	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
+	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
+	// it, verify trusts the trail's key registry.
+	TrustedKeysFile string
 	Migrate         bool
 	WarmPool        int
 	MaxConcurrent   int
@@ -77,6 +81,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_SPOOL_DIR", &c.SpoolDir)
 	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
+	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
 	str("SANDGATE_NODE", &c.Node)
 	str("DOCKER_HOST", &c.DockerHost)
 	str("SANDGATE_URL", &c.URL)

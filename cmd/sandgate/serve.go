@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +51,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
 	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
+	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
@@ -109,6 +111,12 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	var trusted []ed25519.PublicKey
+	if cfg.TrustedKeysFile != "" {
+		if trusted, err = loadTrustedKeys(nil, []string{cfg.TrustedKeysFile}, ""); err != nil {
+			return fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE: %w", err)
+		}
+	}
 	store, err := audit.Open(ctx, audit.Config{
 		DSN:                cfg.DatabaseURL,
 		SpoolDir:           cfg.SpoolDir,
@@ -116,6 +124,7 @@ func serve(ctx context.Context, a *app) error {
 		MaxBacklog:         cfg.AuditBacklog,
 		SigningKeyFile:     cfg.SigningKeyFile,
 		MaskKey:            maskKey,
+		TrustedKeys:        trusted,
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
 		CheckpointInterval: cfg.CheckpointAfter,
