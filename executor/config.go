@@ -23,8 +23,12 @@ type Config struct {
 	// with another node are never reaped by this one, so every executor
 	// that shares a daemon needs its own name.
 	Node string
-	// MaxConcurrent is how many runs may have a container at once; further
-	// runs wait in a queue. Default 4.
+	// MaxConcurrent is how many runs may hold a container at once; further
+	// runs wait, and free places go to the waiting team that holds the
+	// fewest (within each team's Job.TeamConcurrency). Idle warm
+	// containers do not count: the pool keeps WarmPool of them per
+	// profile besides, so the node holds at most MaxConcurrent +
+	// WarmPool × profiles containers. Default 4.
 	MaxConcurrent int
 	// StopGrace is how long a cancelled or timed-out container has between
 	// SIGTERM and SIGKILL. Default 10s.
