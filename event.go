@@ -2,6 +2,7 @@ package sandgate
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -31,6 +32,7 @@ const (
 	EventPolicyLoadFailed   EventType = "policy.load_failed"
 	EventAuthDenied         EventType = "auth.denied"
 	EventAuditExported      EventType = "audit.exported"
+	EventVolumeRemoved      EventType = "volume.removed"
 	EventAuditArchived      EventType = "audit.archived"
 	EventRetentionApplied   EventType = "retention.applied"
 	// EventAuditKeyRegistered records a node's first checkpoint key, when
@@ -39,6 +41,20 @@ const (
 	EventAuditKeyRegistered EventType = "audit.key_registered"
 	EventAuditKeyRotated    EventType = "audit.key_rotated"
 )
+
+// EventTypes are every type of event sandgate records, for filters that
+// refuse a type no event can have.
+var EventTypes = []EventType{
+	EventRunRequested, EventAdmissionAllowed, EventAdmissionDenied, EventAdmissionReviewed,
+	EventImageResolved, EventImageUnavailable, EventContainerCreated, EventContainerStarted,
+	EventContainerExited, EventContainerOOMKilled, EventRunTimedOut, EventRunCancelled,
+	EventRunFailed, EventRunLost, EventContainerRemoved, EventExecutorRetry, EventOrphanRemoved,
+	EventPolicyLoaded, EventPolicyLoadFailed, EventAuthDenied, EventAuditExported, EventVolumeRemoved,
+	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
+}
+
+// Known reports whether t is one of EventTypes.
+func (t EventType) Known() bool { return slices.Contains(EventTypes, t) }
 
 // Event is one entry of the audit trail as its producers see it. The audit
 // writer adds the chain fields (chain, seq, hashes) and recorded_at.

@@ -212,6 +212,27 @@ type Sandbox struct {
 	Orphan bool `json:"orphan"`
 }
 
+// CacheVolume is one team's cache volume.
+type CacheVolume struct {
+	Team         string `json:"team"`
+	Name         string `json:"name"`
+	DockerVolume string `json:"docker_volume"`
+	SizeMB       int64  `json:"size_mb"`
+	// UsedBytes is how much of the volume's file system is in use; -1 when
+	// it is not mounted.
+	UsedBytes int64 `json:"used_bytes"`
+	Mounted   bool  `json:"mounted"`
+}
+
+// VolumeAdmin lists and removes the teams' cache volumes.
+type VolumeAdmin interface {
+	// CacheVolumes lists every team's cache volumes.
+	CacheVolumes(ctx context.Context) ([]CacheVolume, error)
+	// RemoveCacheVolume removes team's volume name and what it holds:
+	// NOT-FOUND when there is none, CONFLICT while a run uses it.
+	RemoveCacheVolume(ctx context.Context, team, name string) error
+}
+
 // SandboxAdmin lists and cleans up managed containers.
 type SandboxAdmin interface {
 	// Sandboxes lists every container labelled sandgate.managed.

@@ -85,6 +85,7 @@ type Executor struct {
 var (
 	_ sandgate.Executor     = (*Executor)(nil)
 	_ sandgate.SandboxAdmin = (*Executor)(nil)
+	_ sandgate.VolumeAdmin  = (*Executor)(nil)
 )
 
 // New returns an executor for the daemon cfg.DockerHost names. Events go to

@@ -113,7 +113,7 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 		if left := managed(t, cfg.Node); len(left) > 0 {
 			t.Errorf("%d container(s) of node %s left behind", len(left), cfg.Node)
 		}
-		vols, err := ex.CacheVolumes()
+		vols, err := ex.CacheVolumes(context.Background())
 		if err != nil {
 			t.Error(err)
 		}

@@ -288,7 +288,7 @@ func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
 	if !strings.Contains(text(res.Stdout), "No space left") {
 		t.Errorf("writing 64 MiB into a 16 MiB volume: %q, want no space left", text(res.Stdout))
 	}
-	vols, err := ex.CacheVolumes()
+	vols, err := ex.CacheVolumes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,30 +266,18 @@ func (e *Executor) ensureVolumes(ctx context.Context, r *run, set *settings) err
 	return nil
 }
 
-// CacheVolume describes one team's cache volume.
-type CacheVolume struct {
-	Team         string `json:"team"`
-	Name         string `json:"name"`
-	DockerVolume string `json:"docker_volume"`
-	SizeMB       int64  `json:"size_mb"`
-	// UsedBytes is how much of the volume's file system is in use; -1 when
-	// it is not mounted.
-	UsedBytes int64 `json:"used_bytes"`
-	Mounted   bool  `json:"mounted"`
-}
-
 // CacheVolumes lists the cache volumes this executor has made, of every
 // team, by Docker volume name.
-func (e *Executor) CacheVolumes() ([]CacheVolume, error) {
+func (e *Executor) CacheVolumes(context.Context) ([]sandgate.CacheVolume, error) {
 	v := e.volumes
 	entries, err := os.ReadDir(filepath.Join(v.dir, "images"))
 	if errors.Is(err, os.ErrNotExist) {
-		return []CacheVolume{}, nil
+		return []sandgate.CacheVolume{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list cache volumes: %w", err)
 	}
-	out := []CacheVolume{}
+	out := []sandgate.CacheVolume{}
 	for _, ent := range entries {
 		docker, ok := strings.CutSuffix(ent.Name(), ".json")
 		if !ok {
@@ -303,7 +291,7 @@ func (e *Executor) CacheVolumes() ([]CacheVolume, error) {
 		if json.Unmarshal(data, &m) != nil {
 			continue
 		}
-		cv := CacheVolume{Team: m.Team, Name: m.Name, DockerVolume: docker, SizeMB: m.SizeMB, UsedBytes: -1}
+		cv := sandgate.CacheVolume{Team: m.Team, Name: m.Name, DockerVolume: docker, SizeMB: m.SizeMB, UsedBytes: -1}
 		if mnt := v.mnt(docker); isMountPoint(mnt) {
 			cv.Mounted = true
 			var st unix.Statfs_t

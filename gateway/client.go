@@ -139,6 +139,18 @@ func (c *Client) Cancel(ctx context.Context, id string) (RunView, error) {
 	return run, err
 }
 
+// Volumes lists every team's cache volumes (admin).
+func (c *Client) Volumes(ctx context.Context) (VolumeList, error) {
+	var list VolumeList
+	err := c.do(ctx, http.MethodGet, "/v1/volumes", nil, nil, nil, &list)
+	return list, err
+}
+
+// RemoveVolume removes team's cache volume name (admin).
+func (c *Client) RemoveVolume(ctx context.Context, team, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/volumes/"+url.PathEscape(team)+"/"+url.PathEscape(name), nil, nil, nil, nil)
+}
+
 // Review evaluates a spec without running it.
 func (c *Client) Review(ctx context.Context, spec sandgate.RunSpec) (DecisionView, error) {
 	body, err := json.Marshal(spec)

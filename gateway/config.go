@@ -116,6 +116,9 @@ type Deps struct {
 	Executor sandgate.Executor
 	// Sandboxes lists and cleans up managed containers (package executor).
 	Sandboxes sandgate.SandboxAdmin
+	// Volumes lists and removes the teams' cache volumes (package
+	// executor). Optional: without it, /v1/volumes answers NOT-FOUND.
+	Volumes sandgate.VolumeAdmin
 	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
 	Principals Authenticator
 	// Clock defaults to time.Now.

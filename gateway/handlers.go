@@ -334,20 +334,7 @@ func parseAuditFilter(c echo.Context, extra ...string) (sandgate.AuditFilter, er
 	return f, nil
 }
 
-func knownEventType(t sandgate.EventType) bool {
-	switch t {
-	case sandgate.EventRunRequested, sandgate.EventAdmissionAllowed, sandgate.EventAdmissionDenied,
-		sandgate.EventAdmissionReviewed, sandgate.EventImageResolved, sandgate.EventImageUnavailable,
-		sandgate.EventContainerCreated, sandgate.EventContainerStarted, sandgate.EventContainerExited,
-		sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventRunCancelled,
-		sandgate.EventRunFailed, sandgate.EventRunLost, sandgate.EventContainerRemoved,
-		sandgate.EventExecutorRetry, sandgate.EventOrphanRemoved, sandgate.EventPolicyLoaded,
-		sandgate.EventPolicyLoadFailed, sandgate.EventAuthDenied, sandgate.EventAuditExported,
-		sandgate.EventAuditArchived, sandgate.EventRetentionApplied:
-		return true
-	}
-	return false
-}
+func knownEventType(t sandgate.EventType) bool { return t.Known() }
 
 // auditEvents is GET /v1/audit/events.
 func (s *Server) auditEvents(c echo.Context) error {
@@ -488,6 +475,44 @@ func (s *Server) sandboxCleanup(c echo.Context) error {
 	}
 	s.logger(c).Info("orphans cleaned up", "count", len(removed), "actor", principal(c).Name)
 	return c.JSON(http.StatusOK, CleanupResult{Removed: removed, Count: len(removed)})
+}
+
+// volumes is GET /v1/volumes: every team's cache volumes.
+func (s *Server) volumes(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	if s.d.Volumes == nil {
+		return sandgate.Errorf(sandgate.CodeNotFound, "this gateway keeps no cache volumes")
+	}
+	list, err := s.d.Volumes.CacheVolumes(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, VolumeList{Volumes: list})
+}
+
+// removeVolume is DELETE /v1/volumes/{team}/{name}: an admin empties a
+// team's cache volume (one past its quota, or poisoned) by removing it;
+// the team's next run that names it starts from an empty one.
+func (s *Server) removeVolume(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	if s.d.Volumes == nil {
+		return sandgate.Errorf(sandgate.CodeNotFound, "this gateway keeps no cache volumes")
+	}
+	team, name := c.Param("team"), c.Param("name")
+	p := principal(c)
+	if err := s.d.Volumes.RemoveCacheVolume(c.Request().Context(), team, name); err != nil {
+		return err
+	}
+	s.d.Recorder.Emit(sandgate.Event{
+		Type: sandgate.EventVolumeRemoved, Time: s.d.Clock(), Outcome: "removed", CorrelationID: correlationID(c),
+		Actor: p.Name, Team: team, Node: s.cfg.Node, Payload: map[string]any{"volume": name},
+	})
+	s.logger(c).Info("cache volume removed", "team", team, "volume", name, "actor", p.Name)
+	return c.NoContent(http.StatusNoContent)
 }
 
 func dockerUnavailable(err error) error {

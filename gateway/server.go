@@ -256,6 +256,8 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/audit/verify", s.auditVerify, s.require(auditors...))
 	v1.GET("/sandboxes", s.sandboxes, s.require(admins...))
 	v1.POST("/sandboxes/cleanup", s.sandboxCleanup, s.require(admins...))
+	v1.GET("/volumes", s.volumes, s.require(admins...))
+	v1.DELETE("/volumes/:team/:name", s.removeVolume, s.require(admins...))
 	v1.GET("/config", s.config)
 	return e
 }

@@ -222,6 +222,11 @@ type AuditEventList struct {
 	NextCursor *string                `json:"next_cursor"`
 }
 
+// VolumeList is GET /v1/volumes.
+type VolumeList struct {
+	Volumes []sandgate.CacheVolume `json:"volumes"`
+}
+
 // SandboxList is GET /v1/sandboxes.
 type SandboxList struct {
 	Sandboxes []sandgate.Sandbox `json:"sandboxes"`

@@ -27,6 +27,8 @@ type Config struct {
 	AirGapped       bool
 	MountRoots      []string
 	SpoolDir        string
+	// VolumeDir holds the file systems of the teams' cache volumes.
+	VolumeDir string
 	SpoolMaxBytes   int64
 	AuditBacklog    int
 	SigningKeyFile  string
@@ -79,6 +81,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_TOKENS_FILE", &c.TokensFile)
 	str("SANDGATE_POLICY_DIR", &c.PolicyDir)
 	str("SANDGATE_SPOOL_DIR", &c.SpoolDir)
+	str("SANDGATE_VOLUME_DIR", &c.VolumeDir)
 	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)

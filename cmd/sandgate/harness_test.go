@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 		"SANDGATE_DEV":          "1",
 		"SANDGATE_DATABASE_URL": dsn,
 		"SANDGATE_SPOOL_DIR":    state + "/spool",
+		"SANDGATE_VOLUME_DIR":   state + "/volumes",
 		"SANDGATE_NODE":         node,
 		"DOCKER_HOST":           executortest.DockerHost(),
 	}
@@ -109,6 +111,7 @@ func startServerWithEnv(t testing.TB, env map[string]string) *testServer {
 			t.Errorf("sandgate serve: %v\n%s", err, s.logs.String())
 		}
 		assertNoContainers(t, s.Node)
+		removeVolumes(t, env["SANDGATE_VOLUME_DIR"])
 		if t.Failed() {
 			t.Logf("server logs:\n%s", s.logs.String())
 		}
@@ -239,4 +242,25 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// removeVolumes removes the cache volumes a test server made in dir: their
+// Docker volumes, mounts and images.
+func removeVolumes(t testing.TB, dir string) {
+	t.Helper()
+	if dir == "" {
+		return
+	}
+	metas, _ := filepath.Glob(filepath.Join(dir, "images", "*.json"))
+	for _, m := range metas {
+		name := strings.TrimSuffix(filepath.Base(m), ".json")
+		if out, err := exec.Command("docker", "volume", "rm", "-f", name).CombinedOutput(); err != nil {
+			t.Errorf("docker volume rm %s: %v: %s", name, err, out)
+		}
+		if mnt := filepath.Join(dir, "mnt", name); exec.Command("mountpoint", "-q", mnt).Run() == nil {
+			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v: %s", mnt, err, out)
+			}
+		}
+	}
 }

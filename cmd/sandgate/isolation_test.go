@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,65 @@ func TestOutputControlBytesBounded(t *testing.T) {
 	status, _, body = s.do(t, http.MethodGet, "/v1/runs?include=output", "")
 	if err := json.Unmarshal(body, &list); status != http.StatusOK || err != nil || len(list.Runs) != 1 || list.Runs[0].Stdout.Data != got.Stdout.Data {
 		t.Errorf("GET /v1/runs?include=output = %d: the output is not there", status)
+	}
+}
+
+// TestCacheVolumeAdmin: a run writes to its team's cache volume, which an
+// admin sees in GET /v1/volumes (`sandgate volume list`) with what it
+// uses, and empties with DELETE /v1/volumes/{team}/{name} (`sandgate
+// volume rm`), recorded as volume.removed; the team's next run starts
+// from an empty volume. A volume in use cannot be removed.
+func TestCacheVolumeAdmin(t *testing.T) {
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("cache volumes need root")
+	}
+	s := startServer(t)
+	v := s.submitWait(t, s.Token, `{"command":["sh","-c","head -c 2097152 /dev/zero > /cache/blob && echo written"],"volumes":[{"name":"deps","target":"/cache"}]}`)
+	if v.Outcome == nil || *v.Outcome != sandgate.OutcomeSucceeded {
+		t.Fatalf("write to the cache: %+v", v)
+	}
+	env := map[string]string{"SANDGATE_URL": s.URL, "SANDGATE_TOKEN": s.Token}
+	out, err := auditCLI(env, "volume", "list", "--json")
+	if err != nil {
+		t.Fatalf("volume list: %v\n%s", err, out)
+	}
+	var list gateway.VolumeList
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Volumes) != 1 {
+		t.Fatalf("volume list = %s (%v)", out, err)
+	}
+	if got := list.Volumes[0]; got.Team != "dev" || got.Name != "deps" || got.UsedBytes < 2<<20 || !got.Mounted {
+		t.Errorf("volume = %+v, want team dev's deps with 2 MiB used", got)
+	}
+
+	// In use: refused.
+	busy, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"sleep", "30"},
+		Volumes: []sandgate.Volume{{Name: "deps", Target: "/cache"}}}, gateway.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the run to hold the volume", func() bool {
+		r, ok := s.runState(t, busy.ID)
+		return ok && r.State == sandgate.StateRunning
+	})
+	if status, _, body := s.do(t, http.MethodDelete, "/v1/volumes/dev/deps", ""); status != http.StatusConflict {
+		t.Errorf("removing a volume in use = %d %s, want 409", status, body)
+	}
+	if _, err := s.Client.Cancel(context.Background(), busy.ID); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFinished(t, busy.ID, time.Minute)
+
+	if out, err := auditCLI(env, "volume", "rm", "dev", "deps"); err != nil {
+		t.Fatalf("volume rm: %v\n%s", err, out)
+	}
+	s.waitAuditEvents(t, s.Token, url.Values{"type": {string(sandgate.EventVolumeRemoved)}}, func(evs []sandgate.AuditRecord) bool {
+		return len(evs) == 1 && evs[0].Team == "dev" && evs[0].Payload["volume"] == "deps"
+	})
+	v = s.submitWait(t, s.Token, `{"command":["sh","-c","ls -A /cache | grep -v lost+found | wc -l"],"volumes":[{"name":"deps","target":"/cache"}]}`)
+	if strings.TrimSpace(v.Stdout.Data) != "0" {
+		t.Errorf("after removal the volume holds %q entries, want an empty one", v.Stdout.Data)
+	}
+	if status, _, _ := s.do(t, http.MethodDelete, "/v1/volumes/dev/none", ""); status != http.StatusNotFound {
+		t.Errorf("removing a volume that does not exist = %d, want 404", status)
 	}
 }

@@ -68,6 +68,7 @@ func runWithApp(ctx context.Context, a *app, args []string) error {
 		newMigrateCmd(a),
 		newImageCmd(a),
 		newSandboxCmd(a),
+		newVolumeCmd(a),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",

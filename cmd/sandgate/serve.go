@@ -50,6 +50,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.BoolVar(&c.Dev, "dev", c.Dev, "generate and print a development token when no tokens file is given (SANDGATE_DEV)")
 	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
 	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
+	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
@@ -199,6 +200,7 @@ func serve(ctx context.Context, a *app) error {
 		DockerHost:    cfg.DockerHost,
 		Node:          cfg.Node,
 		MaxConcurrent: cfg.MaxConcurrent,
+		VolumeDir:     cfg.VolumeDir,
 		WarmPool:      cfg.WarmPool,
 		WarmProfiles:  warm,
 		Logger:        logger.With("component", "executor"),
@@ -236,6 +238,7 @@ func serve(ctx context.Context, a *app) error {
 		Runs:       store,
 		Executor:   exec,
 		Sandboxes:  exec,
+		Volumes:    exec,
 		Principals: principals,
 		Logger:     logger.With("component", "gateway"),
 		Registry:   registry,
