@@ -69,7 +69,7 @@ docker image inspect -f '{{.Id}}' "$sandbox" > "$b/images/sandbox.id"
 # data.json); no Go files.
 cp policies/*.rego policies/data.json "$b/policies/"
 cp migrations/*.sql "$b/migrations/"
-cp deploy/systemd/sandgate.service deploy/systemd/sandgate.env.example "$b/systemd/"
+cp deploy/systemd/sandgate.service deploy/systemd/sandgate-isolation.conf deploy/systemd/sandgate.env.example "$b/systemd/"
 cp docs/*.md "$b/docs/"
 [ -f README.md ] && cp README.md "$b/"
 install -m 0755 deploy/install.sh "$b/install.sh"
