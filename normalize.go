@@ -334,17 +334,6 @@ func ResolveHostPath(p string) (string, error) {
 	return filepath.Clean(resolved), nil
 }
 
-// PathWithin reports whether the clean absolute path p is root or lies below
-// it, comparing whole path components ("/srv/work-evil" is not within
-// "/srv/work").
-func PathWithin(p, root string) bool {
-	p, root = filepath.Clean(p), filepath.Clean(root)
-	if root == "/" {
-		return true
-	}
-	return p == root || strings.HasPrefix(p, root+"/")
-}
-
 func cleanTarget(t string) (string, error) {
 	if t == "" {
 		return "", fmt.Errorf("is required")

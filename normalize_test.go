@@ -214,10 +214,10 @@ func FuzzNormalize(f *testing.F) {
 		if again, err := filepath.EvalSymlinks(m.Resolved); err != nil || again != m.Resolved {
 			t.Fatalf("resolved %q still resolves to %q (%v)", m.Resolved, again, err)
 		}
-		if !sandgate.PathWithin(m.Resolved, m.Resolved) || !sandgate.PathWithin(m.Resolved, "/") {
+		if !pathWithin(m.Resolved, m.Resolved) || !pathWithin(m.Resolved, "/") {
 			t.Fatalf("PathWithin is wrong for %q", m.Resolved)
 		}
-		if sandgate.PathWithin(m.Resolved+"-evil", m.Resolved) && m.Resolved != "/" {
+		if pathWithin(m.Resolved+"-evil", m.Resolved) && m.Resolved != "/" {
 			t.Fatalf("PathWithin admits the string-prefix sibling of %q", m.Resolved)
 		}
 		name, _, _ := strings.Cut(got.User, ":")
