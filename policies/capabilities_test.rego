@@ -27,3 +27,10 @@ test_all_capabilities_are_denied if {
 		fixtures.denied_by(d, "capabilities")
 	}
 }
+
+test_capabilities_are_reported_once if {
+	d := fixtures.check with input as fixtures.input_with({"cap_add": ["SYS_ADMIN", "NET_BIND_SERVICE", "sys_module", "ALL", "SYS_ADMIN", "NET_RAW"]})
+	[v] := [v | some v in d.violations; v.rule == "capabilities"]
+	v.count == 5
+	startswith(v.message, "cap_add ALL would grant every capability; capabilities not allowed: ALL, NET_RAW, SYS_ADMIN and 1 more")
+}

@@ -198,3 +198,39 @@ test_a_malformed_finding_denies_next_to_a_warn if {
 	fixtures.denied_by(d, "policy.malformed_finding")
 	fixtures.warned_by(d, "r")
 }
+
+# A request with thousands of elements at fault makes a decision that
+# carries each rule once, with the count of elements and a short message.
+test_each_rule_reported_once_with_a_count if {
+	caps := [sprintf("X%d", [i]) | some i in numbers.range(1, 2000)]
+	devices := [sprintf("/dev/d%d", [i]) | some i in numbers.range(1, 500)]
+	ports := [sprintf("%d", [i]) | some i in numbers.range(1, 500)]
+	sysctls := {sprintf("kernel.x%d", [i]): "1" | some i in numbers.range(1, 300)}
+	mounts := [fixtures.mount(sprintf("/etc/x%d", [i])) | some i in numbers.range(1, 200)]
+	volumes := [{"name": sprintf("../v%d", [i]), "target": sprintf("/v%d", [i])} | some i in numbers.range(1, 100)]
+	d := admission.decision with input as fixtures.input_with({
+		"cap_add": caps, "devices": devices, "ports": ports, "sysctls": sysctls,
+		"mounts": mounts, "volumes": volumes,
+	})
+	counts := {v.rule: v.count | some v in d.violations}
+	count(counts) == count(d.violations)
+	counts == {
+		"capabilities": 2000, "no_devices": 500, "no_published_ports": 500, "sysctls": 300,
+		"no_sensitive_mounts": 200, "mount_outside_roots": 200, "volume_name": 100,
+	}
+	every v in d.violations {
+		count(v.message) < 512
+		contains(v.message, " more")
+	}
+}
+
+test_elements_at_fault_are_named_up_to_three if {
+	d := fixtures.check with input as fixtures.input_with({"devices": ["/dev/a", "/dev/b", "/dev/c"]})
+	[v] := d.violations
+	v.count == 3
+	v.message == `host devices must not be passed to the container: "/dev/a", "/dev/b", "/dev/c"`
+	d2 := fixtures.check with input as fixtures.input_with({"devices": ["/dev/a", "/dev/b", "/dev/c", "/dev/d"]})
+	[v2] := d2.violations
+	v2.count == 4
+	endswith(v2.message, `"/dev/a", "/dev/b", "/dev/c" and 1 more`)
+}

@@ -17,7 +17,8 @@
 # configured, no bind mount is admitted.
 #
 # Each rule first reads input.request.mounts (or volumes) whole: OPA's rule
-# index then skips it for a request that has none.
+# index then skips it for a request that has none. Each reports once, with
+# the count of mounts at fault and the first few of them (_mounts_named).
 package sandgate.admission
 
 import data.sandgate.config
@@ -30,26 +31,34 @@ _socket_glob := concat("", ["**/{", concat(",", config.docker_socket_names), "}"
 
 finding contains {
 	"rule": "mount_unresolved",
-	"message": sprintf("mounts[%d]: source %q has no resolved host path; only normalised requests are admitted", [i, object.get(m, "source", "")]),
+	"message": sprintf("%s: no resolved host path; only normalised requests are admitted", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	some i, m in mounts
-	not _resolved(m)
+	bad := [i | some i, m in mounts; not _resolved(m)]
+	count(bad) > 0
 }
 
 _resolved(m) if startswith(m.resolved, "/")
 
+# _mounts_named names the first few of the mounts at indices bad.
+_mounts_named(mounts, bad) := _named(
+	[sprintf("mounts[%d] %q (resolved %s)", [i, object.get(mounts[i], "source", ""), object.get(mounts[i], "resolved", "none")]) | some i in _few(bad)],
+	count(bad),
+)
+
 finding contains {
 	"rule": "no_sensitive_mounts",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is, lies below or contains a sensitive host path (data.sandgate.config.sensitive_paths)", [i, m.source, m.resolved]),
+	"message": sprintf("%s: is, lies below or contains a sensitive host path (data.sandgate.config.sensitive_paths)", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6", "PSS-baseline"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	some i, m in mounts
-	_sensitive(m.resolved)
+	bad := [i | some i, m in mounts; _sensitive(m.resolved)]
+	count(bad) > 0
 }
 
 # _sensitive: the path is a sensitive path or below one …
@@ -63,39 +72,47 @@ _sensitive(p) if strings.any_prefix_match(config.sensitive_paths, concat("", [p,
 
 finding contains {
 	"rule": "no_docker_socket",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is a container runtime socket", [i, m.source, m.resolved]),
+	"message": sprintf("%s: is a container runtime socket", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.32", "PSS-baseline"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
 	socket := _socket_glob
-	some i, m in mounts
+	bad := [i | some i, m in mounts; _socket(socket, m)]
+	count(bad) > 0
+}
+
+# _socket: the mount's resolved or requested path is a runtime socket.
+_socket(socket, m) if {
 	some p in [m.resolved, m.source]
 	glob.match(socket, ["/"], p)
 }
 
 finding contains {
 	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is not within a mount root (%s)", [i, m.source, m.resolved, concat(", ", input.settings.mount_roots)]),
+	"message": sprintf("%s: not within a mount root (%s)", [_mounts_named(mounts, bad), concat(", ", input.settings.mount_roots)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
 	_have_roots
-	some i, m in mounts
-	_resolved(m)
-	not _within_a_root(m.resolved)
+	bad := [i | some i, m in mounts; _resolved(m); not _within_a_root(m.resolved)]
+	count(bad) > 0
 }
 
 finding contains {
 	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [i]),
+	"message": sprintf("%s: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
+	count(mounts) > 0
 	not _have_roots
-	some i, _ in mounts
+	bad := numbers.range(0, count(mounts) - 1)
 }
 
 _have_roots if count(input.settings.mount_roots) > 0
@@ -110,24 +127,26 @@ _root_dirs := [concat("", [trim_suffix(root, "/"), "/"]) | some root in input.se
 
 finding contains {
 	"rule": "mount_propagation",
-	"message": sprintf("mounts[%d]: %s propagation is forbidden; use private or rprivate", [i, m.propagation]),
+	"message": sprintf("%s: %s propagation is forbidden; use private or rprivate", [_mounts_named(mounts, bad), concat("/", sort({mounts[i].propagation | some i in bad}))]),
 	"controls": ["CIS-5.20"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	some i, m in mounts
-	lower(m.propagation) in {"shared", "rshared"}
+	bad := [i | some i, m in mounts; lower(m.propagation) in {"shared", "rshared"}]
+	count(bad) > 0
 }
 
 finding contains {
 	"rule": "volume_name",
-	"message": sprintf("volumes[%d]: name %q must be a plain name (letters, digits, '_', '.', '-'), not a path", [i, v.name]),
+	"message": sprintf("%s: a volume name must be a plain name (letters, digits, '_', '.', '-'), not a path", [_named([sprintf("volumes[%d] %q", [i, object.get(volumes[i], "name", "")]) | some i in _few(bad)], count(bad))]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	volumes := input.request.volumes
-	some i, v in volumes
-	not _plain_volume_name(v)
+	bad := [i | some i, v in volumes; not _plain_volume_name(v)]
+	count(bad) > 0
 }
 
 _plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`, v.name)

@@ -100,3 +100,18 @@ test_mount_root_with_trailing_slash if {
 	d2 := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount("/srv/workx")]}, {"air_gapped": false, "mount_roots": ["/srv/work/"]})
 	fixtures.denied_by(d2, "mount_outside_roots")
 }
+
+test_mounts_at_fault_are_reported_once if {
+	mounts := [fixtures.mount("/etc"), fixtures.mount("/srv/work/a"), fixtures.mount("/var/lib"), fixtures.mount("/usr"), fixtures.mount("/boot")]
+	d := fixtures.check with input as fixtures.input_with({"mounts": mounts})
+	[v] := [v | some v in d.violations; v.rule == "no_sensitive_mounts"]
+	v.count == 4
+	startswith(v.message, `mounts[0] "/etc" (resolved /etc), mounts[2] "/var/lib" (resolved /var/lib), mounts[3] "/usr" (resolved /usr) and 1 more: `)
+}
+
+test_without_roots_every_mount_is_reported_once if {
+	d := fixtures.check with input as fixtures.input_settings({"mounts": [fixtures.mount("/srv/work/a"), fixtures.mount("/srv/work/b")]}, {"air_gapped": false, "mount_roots": []})
+	[v] := d.violations
+	v.rule == "mount_outside_roots"
+	v.count == 2
+}

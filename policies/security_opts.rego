@@ -23,13 +23,14 @@ finding contains {
 
 finding contains {
 	"rule": "selinux_disabled",
-	"message": sprintf("SELinux labelling must not be disabled (label %q)", [l]),
+	"message": sprintf("SELinux labelling must not be disabled (label %s)", [_named([sprintf("%q", [l]) | some l in _few(bad)], count(bad))]),
 	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	labels := input.request.security.label
-	some l in labels
-	startswith(l, "disable")
+	bad := [l | some l in labels; startswith(l, "disable")]
+	count(bad) > 0
 }
 
 finding contains {
