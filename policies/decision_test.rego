@@ -124,6 +124,18 @@ test_data_lists_hold_strings if {
 	}
 }
 
+# team_mount_dirs maps a team to directories relative to each mount root:
+# plain relative paths, so that none leaves the roots ("..", "/etc").
+test_data_team_mount_dirs_are_relative if {
+	is_object(config.team_mount_dirs)
+	every _, dirs in config.team_mount_dirs {
+		is_array(dirs)
+		every d in dirs {
+			regex.match(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`, d)
+		}
+	}
+}
+
 test_data_actions_are_deny_or_warn if {
 	is_object(config.actions)
 	every rule, action in config.actions {

@@ -156,6 +156,8 @@ func TestMalformedDataRefused(t *testing.T) {
 		{"unknown action", `"actions": {}`, `"actions": {"no_privileged": "allow"}`, "test_data_actions_are_deny_or_warn"},
 		{"maximum as a string", `"cpus": 4,`, `"cpus": "4",`, "test_data_maxima_are_positive_numbers"},
 		{"require_digest as a string", `"require_digest": false`, `"require_digest": "no"`, "test_data_require_digest_is_boolean"},
+		{"team directory out of the roots", `"team_mount_dirs": {}`, `"team_mount_dirs": {"payments": ["payments", "../search"]}`, "test_data_team_mount_dirs_are_relative"},
+		{"absolute team directory", `"team_mount_dirs": {}`, `"team_mount_dirs": {"payments": ["/etc"]}`, "test_data_team_mount_dirs_are_relative"},
 		{"exemption with a bad date", `"exemptions": []`, `"exemptions": [{"principal": "alice", "rule": "no_privileged", "expires": "next week", "reason": "r"}]`, "test_data_exemptions_are_well_formed"},
 	}
 	for _, tt := range tests {

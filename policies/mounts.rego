@@ -14,7 +14,8 @@
 # (data.sandgate.config.docker_socket_names) may not be mounted from
 # anywhere. Every mount must lie within one of the gateway's mount roots
 # (input.settings.mount_roots, from SANDGATE_MOUNT_ROOTS); with none
-# configured, no bind mount is admitted.
+# configured, no bind mount is admitted. Within the roots, a team mounts
+# only under <root>/<team>/ (or the directories the data maps it to).
 #
 # Each rule first reads input.request.mounts (or volumes) whole: OPA's rule
 # index then skips it for a request that has none. Each reports once, with
@@ -124,6 +125,46 @@ _within_a_root(p) if strings.any_prefix_match(p, _root_dirs)
 # _root_dirs are the mount roots, each with one trailing "/": what a path
 # below a root starts with.
 _root_dirs := [concat("", [trim_suffix(root, "/"), "/"]) | some root in input.settings.mount_roots]
+
+# Within the roots, a team mounts only its own directories: <root>/<team>
+# of each mount root and what lies below, by resolved path and whole
+# components, so that no team mounts another's project. The bundle's data
+# may map a team to other directories (data.sandgate.config.team_mount_dirs,
+# relative to each root), in place of its own. No role is exempt; an
+# exemption in the data can be. A team whose name is not a plain path
+# component ("", "..", "a/b") has no directory at all.
+finding contains {
+	"rule": "mount_outside_team_dir",
+	"message": sprintf("%s: %s", [_mounts_named(mounts, bad), _team_dirs_message]),
+	"controls": ["CIS-5.6"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	mounts := input.request.mounts
+	_have_roots
+	prefixes := [concat("", [d, "/"]) | some d in _team_dirs]
+	bad := [i | some i, m in mounts; _resolved(m); _within_a_root(m.resolved); not strings.any_prefix_match(concat("", [m.resolved, "/"]), prefixes)]
+	count(bad) > 0
+}
+
+# _team_rel_dirs are the directories, relative to each mount root, where
+# the principal's team may mount.
+_team_rel_dirs := dirs if {
+	dirs := config.team_mount_dirs[input.principal.team]
+} else := [team] if {
+	team := input.principal.team
+	_plain_team(team)
+} else := []
+
+# _team_dirs are the team's directories under every mount root.
+_team_dirs := [concat("/", [trim_suffix(root, "/"), d]) | some root in input.settings.mount_roots; some d in _team_rel_dirs]
+
+_team_dirs_message := sprintf("team %q may mount only within %s", [input.principal.team, concat(", ", _team_dirs)]) if {
+	count(_team_dirs) > 0
+} else := sprintf("team %q has no mount directory (a team's name must be a plain path component, or data.sandgate.config.team_mount_dirs must map it)", [input.principal.team])
+
+# _plain_team: the team's name can name a directory and a cache volume.
+_plain_team(team) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, team)
 
 finding contains {
 	"rule": "mount_propagation",

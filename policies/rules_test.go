@@ -20,22 +20,26 @@ func TestDecideRules(t *testing.T) {
 	root := resolvedDir(t)
 	work := filepath.Join(root, "work")
 	evil := work + "-evil"
+	// The principal's team is payments: it may mount under work/payments
+	// alone.
+	own, other := filepath.Join(work, "payments"), filepath.Join(work, "search")
 	outside := resolvedDir(t)
-	for _, d := range []string{work, filepath.Join(work, "proj"), evil} {
+	for _, d := range []string{work, own, filepath.Join(own, "proj"), other, filepath.Join(other, "proj"), own + "-evil", evil} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mustSymlink(t, "/etc", filepath.Join(work, "etc-link"))
-	mustSymlink(t, filepath.Join(work, "proj"), filepath.Join(work, "proj-link"))
-	mustSymlink(t, outside, filepath.Join(work, "outside-link"))
-	sock := filepath.Join(work, "docker.sock")
+	mustSymlink(t, "/etc", filepath.Join(own, "etc-link"))
+	mustSymlink(t, filepath.Join(own, "proj"), filepath.Join(own, "proj-link"))
+	mustSymlink(t, filepath.Join(other, "proj"), filepath.Join(own, "other-team-link"))
+	mustSymlink(t, outside, filepath.Join(own, "outside-link"))
+	sock := filepath.Join(own, "docker.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	mustSymlink(t, sock, filepath.Join(work, "innocent"))
+	mustSymlink(t, sock, filepath.Join(own, "innocent"))
 
 	e := newEngine(t, policies.Options{Settings: sandgate.Settings{MountRoots: []string{work}}})
 
@@ -69,27 +73,32 @@ func TestDecideRules(t *testing.T) {
 		{"user root:root", with(func(s *sandgate.RunSpec) { s.User = "root:root" }), []string{"non_root_user", "numeric_group"}},
 		{"user name", with(func(s *sandgate.RunSpec) { s.User = "nobody" }), []string{"non_root_user", "numeric_group"}},
 
-		{"mount in root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(work, "proj")) }), nil},
-		{"mount the root itself", with(func(s *sandgate.RunSpec) { s.Mounts = mount(work) }), nil},
-		{"mount link within root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(work, "proj-link")) }), nil},
-		{"mount with trailing slash and dots", with(func(s *sandgate.RunSpec) { s.Mounts = mount(work + "//proj/./") }), nil},
+		{"mount in team dir", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "proj")) }), nil},
+		{"mount the team dir itself", with(func(s *sandgate.RunSpec) { s.Mounts = mount(own) }), nil},
+		{"mount link within team dir", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "proj-link")) }), nil},
+		{"mount with trailing slash and dots", with(func(s *sandgate.RunSpec) { s.Mounts = mount(own + "//proj/./") }), nil},
+		{"mount the root itself", with(func(s *sandgate.RunSpec) { s.Mounts = mount(work) }), []string{"mount_outside_team_dir"}},
+		{"mount another team's dir", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(other, "proj")) }), []string{"mount_outside_team_dir"}},
+		{"link to another team's dir", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "other-team-link")) }), []string{"mount_outside_team_dir"}},
+		{"traversal into another team's dir", with(func(s *sandgate.RunSpec) { s.Mounts = mount(own + "/../search/proj") }), []string{"mount_outside_team_dir"}},
+		{"team name prefix trick", with(func(s *sandgate.RunSpec) { s.Mounts = mount(own + "-evil") }), []string{"mount_outside_team_dir"}},
 		{"string prefix trick", with(func(s *sandgate.RunSpec) { s.Mounts = mount(evil) }), []string{"mount_outside_roots"}},
-		{"traversal", with(func(s *sandgate.RunSpec) { s.Mounts = mount(work + "/proj/../../../../../../etc") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
+		{"traversal", with(func(s *sandgate.RunSpec) { s.Mounts = mount(own + "/proj/../../../../../../../etc") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"traversal out of root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(work + "/../work-evil") }), []string{"mount_outside_roots"}},
-		{"symlink escape to /etc", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(work, "etc-link")) }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
-		{"symlink escape out of root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(work, "outside-link")) }), []string{"mount_outside_roots"}},
+		{"symlink escape to /etc", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "etc-link")) }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
+		{"symlink escape out of root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "outside-link")) }), []string{"mount_outside_roots"}},
 		{"//etc", with(func(s *sandgate.RunSpec) { s.Mounts = mount("//etc") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"/etc/", with(func(s *sandgate.RunSpec) { s.Mounts = mount("/etc/") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"/./etc", with(func(s *sandgate.RunSpec) { s.Mounts = mount("/./etc") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"host root", with(func(s *sandgate.RunSpec) { s.Mounts = mount("/") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"/proc", with(func(s *sandgate.RunSpec) { s.Mounts = mount("/proc/self") }), []string{"mount_outside_roots", "no_sensitive_mounts"}},
 		{"docker socket in root", with(func(s *sandgate.RunSpec) { s.Mounts = mount(sock) }), []string{"no_docker_socket"}},
-		{"docker socket behind a link", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(work, "innocent")) }), []string{"no_docker_socket"}},
+		{"docker socket behind a link", with(func(s *sandgate.RunSpec) { s.Mounts = mount(filepath.Join(own, "innocent")) }), []string{"no_docker_socket"}},
 		{"shared propagation", with(func(s *sandgate.RunSpec) {
-			s.Mounts = []sandgate.Mount{{Source: work, Target: "/w", Propagation: "RShared"}}
+			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "RShared"}}
 		}), []string{"mount_propagation"}},
 		{"private propagation", with(func(s *sandgate.RunSpec) {
-			s.Mounts = []sandgate.Mount{{Source: work, Target: "/w", Propagation: "rprivate"}}
+			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "rprivate"}}
 		}), nil},
 
 		{"volume plain name", with(func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: "npm-cache", Target: "/cache"}} }), nil},
