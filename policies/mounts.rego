@@ -159,9 +159,9 @@ _team_rel_dirs := dirs if {
 # _team_dirs are the team's directories under every mount root.
 _team_dirs := [concat("/", [trim_suffix(root, "/"), d]) | some root in input.settings.mount_roots; some d in _team_rel_dirs]
 
-_team_dirs_message := sprintf("team %q may mount only within %s", [input.principal.team, concat(", ", _team_dirs)]) if {
+_team_dirs_message := sprintf("team %q may mount only within %s", [object.get(input.principal, "team", ""), concat(", ", _team_dirs)]) if {
 	count(_team_dirs) > 0
-} else := sprintf("team %q has no mount directory (a team's name must be a plain path component, or data.sandgate.config.team_mount_dirs must map it)", [input.principal.team])
+} else := sprintf("team %q has no mount directory (a team's name must be a plain path component, or data.sandgate.config.team_mount_dirs must map it)", [object.get(input.principal, "team", "")])
 
 # _plain_team: the team's name can name a directory and a cache volume.
 _plain_team(team) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, team)
@@ -178,9 +178,13 @@ finding contains {
 	count(bad) > 0
 }
 
+# Cache volumes are per team: the executor names a volume's Docker volume
+# sandgate-cache-<team>.<name>. A name is a plain name without "." (so the
+# last "." splits team from name, and no two teams' volumes can share a
+# Docker name), and the team's name must be able to name a volume.
 finding contains {
 	"rule": "volume_name",
-	"message": sprintf("%s: a volume name must be a plain name (letters, digits, '_', '.', '-'), not a path", [_named([sprintf("volumes[%d] %q", [i, object.get(volumes[i], "name", "")]) | some i in _few(bad)], count(bad))]),
+	"message": sprintf("%s: a volume name is 1 to 64 letters, digits, '_' and '-' (no '.', no path)", [_named([sprintf("volumes[%d] %q", [i, object.get(volumes[i], "name", "")]) | some i in _few(bad)], count(bad))]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
@@ -190,4 +194,19 @@ finding contains {
 	count(bad) > 0
 }
 
-_plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`, v.name)
+_plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`, v.name)
+
+finding contains {
+	"rule": "volume_team",
+	"message": sprintf("team %q cannot own cache volumes: a team's name must be 1 to 63 letters, digits, '_', '.' and '-', starting with a letter or digit", [object.get(input.principal, "team", "")]),
+	"controls": ["CIS-5.6"],
+	"action": "deny",
+	"count": count(volumes),
+} if {
+	volumes := input.request.volumes
+	count(volumes) > 0
+	not _team_names_volumes
+}
+
+# Negated through a rule: a missing team is then no team, not no finding.
+_team_names_volumes if _plain_team(input.principal.team)

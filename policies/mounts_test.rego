@@ -179,3 +179,46 @@ test_team_without_a_plain_name_mounts_nothing if {
 		fixtures.denied_by(d, "mount_outside_team_dir")
 	}
 }
+
+# The executor names a cache volume sandgate-cache-<team>.<name>: the name
+# holds no ".", so the last "." splits the two, and no two teams' volumes
+# share a Docker name (team "a-b" with volume "c" against team "a" with
+# volume "b-c" would both be sandgate-cache-a-b-c with a "-").
+test_cache_volume_names_never_collide_across_teams if {
+	teams := ["a", "a-b", "a.b", "a_b", "a.b.c", "payments"]
+	names := ["b", "c", "b-c", "b.c", "c.d", "b_c", "npm-cache"]
+	admitted := [[team, name] |
+		some team in teams
+		some name in names
+		i := object.union(fixtures.input_with({"volumes": [{"name": name, "target": "/cache"}]}), {"principal": {"team": team}})
+		d := fixtures.check with input as i
+		d.allow
+	]
+	count(admitted) == count(teams) * 5
+	docker := {concat("", ["sandgate-cache-", p[0], ".", p[1]]) | some p in admitted}
+	count(docker) == count(admitted)
+}
+
+test_volume_name_with_a_dot_is_denied if {
+	every name in ["npm.cache", "a.b", "x."] {
+		d := fixtures.check with input as fixtures.input_with({"volumes": [{"name": name, "target": "/cache"}]})
+		fixtures.denied_by(d, "volume_name")
+	}
+}
+
+test_team_that_cannot_name_a_volume_has_none if {
+	every team in ["", ".", "-a", "a/b", "pay ments", concat("", ["a" | some _ in numbers.range(1, 64)])] {
+		i := object.union(fixtures.input_with({"volumes": [{"name": "npm-cache", "target": "/cache"}]}), {"principal": {"team": team}})
+		d := fixtures.check with input as i
+		fixtures.denied_by(d, "volume_team")
+	}
+}
+
+test_principal_without_a_team_has_no_volumes_and_no_mounts if {
+	with_team := fixtures.input_with({"volumes": [{"name": "npm-cache", "target": "/cache"}], "mounts": [fixtures.mount("/srv/work/payments")]})
+	i := object.union(object.remove(with_team, ["principal"]), {"principal": object.remove(fixtures.principal, ["team"])})
+	i.principal == {"name": "alice", "roles": ["submitter"]}
+	d := fixtures.check with input as i
+	fixtures.denied_by(d, "volume_team")
+	fixtures.denied_by(d, "mount_outside_team_dir")
+}

@@ -105,6 +105,7 @@ func TestDecideRules(t *testing.T) {
 		{"volume name /etc", with(func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: "/etc", Target: "/cache"}} }), []string{"volume_name"}},
 		{"volume name ../x", with(func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: "../x", Target: "/cache"}} }), []string{"volume_name"}},
 		{"volume name a/b", with(func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: "a/b", Target: "/cache"}} }), []string{"volume_name"}},
+		{"volume name with a dot", with(func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: "npm.cache", Target: "/cache"}} }), []string{"volume_name"}},
 
 		{"network none", with(func(s *sandgate.RunSpec) { s.Network = "none" }), nil},
 		{"network bridge", with(func(s *sandgate.RunSpec) { s.Network = "bridge" }), nil},
