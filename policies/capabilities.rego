@@ -28,3 +28,26 @@ finding contains {
 _all_note(names) := "cap_add ALL would grant every capability; " if {
 	"ALL" in names
 } else := ""
+
+# A capability that only matters on a network
+# (data.sandgate.config.network_capabilities: binding a low port, …) does
+# nothing in a container without one: denied with the reason, rather than
+# admitted to no effect.
+finding contains {
+	"rule": "capability_needs_network",
+	"message": sprintf("cap_add %s has no effect with network \"none\"%s; leave it out", [_named(_few(names), count(names)), _air_gapped_note]),
+	"controls": ["CIS-5.4"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	input.request.network == "none"
+	caps := input.request.cap_add
+	needs := config.network_capabilities
+	bad := [cap | some c in caps; cap := trim_prefix(upper(trim_space(c)), "CAP_"); cap in needs]
+	count(bad) > 0
+	names := sort({c | some c in bad})
+}
+
+_air_gapped_note := " (air-gapped mode allows no other)" if {
+	input.settings.air_gapped == true
+} else := ""

@@ -115,7 +115,10 @@ test_data_exemptions_are_well_formed if {
 # find (the engine then denies every request with a mount), and a missing
 # list would leave rules undefined.
 test_data_lists_hold_strings if {
-	every key in {"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask"} {
+	every key in {
+		"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask",
+		"allowed_apparmor_profiles", "allowed_selinux_labels", "network_capabilities",
+	} {
 		is_array(config[key])
 		every v in config[key] {
 			is_string(v)
@@ -133,6 +136,45 @@ test_data_team_mount_dirs_are_relative if {
 		every d in dirs {
 			regex.match(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`, d)
 		}
+	}
+}
+
+# The minima hold at least what the executor needs to create and start a
+# container: Docker's 6 MB and 0.01 CPU, two processes (docker-init and
+# the command), and the file descriptors runc needs to start it.
+test_data_minima_cover_the_executor if {
+	every field, max in config.maxima {
+		is_number(config.minima[field])
+		config.minima[field] > 0
+		config.minima[field] <= max
+	}
+	config.minima.memory_mb >= 6
+	config.minima.cpus >= 0.01
+	config.minima.pids >= 2
+	config.minima.nofile >= 16
+}
+
+test_data_defaults_within_minima if {
+	every field, min in config.minima {
+		_default(field) >= min
+	}
+}
+
+# The executor adds only capabilities Linux has; it refuses another name.
+test_data_capabilities_are_linux_capabilities if {
+	linux := {
+		"AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE", "CHOWN",
+		"DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE",
+		"LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "MKNOD", "NET_ADMIN", "NET_BIND_SERVICE",
+		"NET_BROADCAST", "NET_RAW", "PERFMON", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN",
+		"SYS_BOOT", "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE", "SYS_RAWIO",
+		"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG", "WAKE_ALARM",
+	}
+	every c in config.allowed_capabilities {
+		c in linux
+	}
+	every c in config.network_capabilities {
+		c in linux
 	}
 }
 

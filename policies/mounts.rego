@@ -166,15 +166,17 @@ _team_dirs_message := sprintf("team %q may mount only within %s", [object.get(in
 # _plain_team: the team's name can name a directory and a cache volume.
 _plain_team(team) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, team)
 
+# Bind mounts are always rprivate: the executor refuses any other
+# propagation (normalisation spells it in lower case).
 finding contains {
 	"rule": "mount_propagation",
-	"message": sprintf("%s: %s propagation is forbidden; use private or rprivate", [_mounts_named(mounts, bad), concat("/", sort({mounts[i].propagation | some i in bad}))]),
+	"message": sprintf("%s: propagation %s is not allowed; bind mounts are always rprivate (leave it out, or ask for private or rprivate)", [_mounts_named(mounts, bad), concat(", ", sort({sprintf("%q", [mounts[i].propagation]) | some i in bad}))]),
 	"controls": ["CIS-5.20"],
 	"action": "deny",
 	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	bad := [i | some i, m in mounts; lower(m.propagation) in {"shared", "rshared"}]
+	bad := [i | some i, m in mounts; not object.get(m, "propagation", "") in {"", "private", "rprivate"}]
 	count(bad) > 0
 }
 

@@ -222,3 +222,18 @@ test_principal_without_a_team_has_no_volumes_and_no_mounts if {
 	fixtures.denied_by(d, "volume_team")
 	fixtures.denied_by(d, "mount_outside_team_dir")
 }
+
+# Bind mounts are always rprivate: any other propagation is refused by the
+# executor, so the policy denies it with a reason.
+test_propagation_other_than_private_is_denied if {
+	every p in ["slave", "rslave", "shared", "rshared", "bogus", "private,ro"] {
+		m := object.union(fixtures.mount("/srv/work/payments/a"), {"propagation": p})
+		d := fixtures.check with input as fixtures.input_with({"mounts": [m]})
+		fixtures.denied_by(d, "mount_propagation")
+	}
+	every p in ["private", "rprivate"] {
+		m := object.union(fixtures.mount("/srv/work/payments/a"), {"propagation": p})
+		d := fixtures.check with input as fixtures.input_with({"mounts": [m]})
+		d.allow == true
+	}
+}

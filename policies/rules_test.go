@@ -97,6 +97,12 @@ func TestDecideRules(t *testing.T) {
 		{"shared propagation", with(func(s *sandgate.RunSpec) {
 			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "RShared"}}
 		}), []string{"mount_propagation"}},
+		{"slave propagation", with(func(s *sandgate.RunSpec) {
+			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "slave"}}
+		}), []string{"mount_propagation"}},
+		{"unknown propagation", with(func(s *sandgate.RunSpec) {
+			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "sideways"}}
+		}), []string{"mount_propagation"}},
 		{"private propagation", with(func(s *sandgate.RunSpec) {
 			s.Mounts = []sandgate.Mount{{Source: own, Target: "/w", Propagation: "rprivate"}}
 		}), nil},
@@ -116,11 +122,15 @@ func TestDecideRules(t *testing.T) {
 		{"pid host", with(func(s *sandgate.RunSpec) { s.PIDMode = "host" }), []string{"host_pid"}},
 		{"ipc host", with(func(s *sandgate.RunSpec) { s.IPCMode = "host" }), []string{"host_ipc"}},
 		{"ipc private", with(func(s *sandgate.RunSpec) { s.IPCMode = "private" }), nil},
+		{"ipc none", with(func(s *sandgate.RunSpec) { s.IPCMode = "none" }), nil},
+		{"ipc NONE", with(func(s *sandgate.RunSpec) { s.IPCMode = "NONE" }), []string{"host_ipc"}},
+		{"ipc shareable", with(func(s *sandgate.RunSpec) { s.IPCMode = "shareable" }), []string{"host_ipc"}},
 		{"uts host", with(func(s *sandgate.RunSpec) { s.UTSMode = "host" }), []string{"host_uts"}},
 		{"userns host", with(func(s *sandgate.RunSpec) { s.UsernsMode = "host" }), []string{"host_userns"}},
 
-		{"cap NET_BIND_SERVICE", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"NET_BIND_SERVICE"} }), nil},
-		{"cap cap_net_bind_service", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"cap_net_bind_service"} }), nil},
+		{"cap NET_BIND_SERVICE", with(func(s *sandgate.RunSpec) { s.CapAdd, s.Network = []string{"NET_BIND_SERVICE"}, "bridge" }), nil},
+		{"cap cap_net_bind_service", with(func(s *sandgate.RunSpec) { s.CapAdd, s.Network = []string{"cap_net_bind_service"}, "bridge" }), nil},
+		{"cap NET_BIND_SERVICE without a network", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"NET_BIND_SERVICE"} }), []string{"capability_needs_network"}},
 		{"cap CAP_SYS_ADMIN", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"CAP_SYS_ADMIN"} }), []string{"capabilities"}},
 		{"cap sys_admin", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"sys_admin"} }), []string{"capabilities"}},
 		{"cap ALL", with(func(s *sandgate.RunSpec) { s.CapAdd = []string{"ALL"} }), []string{"capabilities"}},
@@ -129,7 +139,16 @@ func TestDecideRules(t *testing.T) {
 		{"safe sysctl", with(func(s *sandgate.RunSpec) { s.Sysctls = map[string]string{"net.ipv4.tcp_syncookies": "1"} }), nil},
 		{"unsafe sysctl", with(func(s *sandgate.RunSpec) { s.Sysctls = map[string]string{"kernel.sysrq": "1"} }), []string{"sysctls"}},
 
-		{"seccomp default profile", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=builtin"} }), nil},
+		{"seccomp default profile", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=default"} }), nil},
+		{"seccomp runtime/default", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp:runtime/default"} }), nil},
+		{"seccomp builtin", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=builtin"} }), []string{"seccomp_profile"}},
+		{"seccomp profile file", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=/etc/permissive.json"} }), []string{"seccomp_profile"}},
+		{"apparmor default", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"apparmor=docker-default"} }), nil},
+		{"apparmor other profile", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"apparmor=my-profile"} }), []string{"apparmor_profile"}},
+		{"label=type:spc_t", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"label=type:spc_t"} }), []string{"selinux_disabled"}},
+		{"label:TYPE:UNCONFINED_T", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"label:TYPE:UNCONFINED_T"} }), []string{"selinux_disabled"}},
+		{"label=level:s0", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"label=level:s0"} }), []string{"selinux_label"}},
+		{"systempaths=other", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"systempaths=other"} }), []string{"systempaths_unconfined"}},
 		{"seccomp=unconfined", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=unconfined"} }), []string{"seccomp_unconfined"}},
 		{"seccomp:unconfined", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp:unconfined"} }), []string{"seccomp_unconfined"}},
 		{"apparmor=unconfined", with(func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"apparmor=unconfined"} }), []string{"apparmor_unconfined"}},
@@ -146,6 +165,14 @@ func TestDecideRules(t *testing.T) {
 			s.Resources = sandgate.Resources{MemoryMB: 4096, CPUs: 4, Pids: 1024, TmpfsMB: 1024, Nofile: 65536}
 			s.TimeoutSeconds, s.OutputLimitBytes = 3600, 16<<20
 		}), nil},
+		{"limits at minima", with(func(s *sandgate.RunSpec) {
+			s.Resources = sandgate.Resources{MemoryMB: 6, CPUs: 0.01, Pids: 2, TmpfsMB: 1, Nofile: 64}
+			s.TimeoutSeconds, s.OutputLimitBytes = 1, 1
+		}), nil},
+		{"memory 1", with(func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 1 }), []string{"memory_limit"}},
+		{"cpus 0.001", with(func(s *sandgate.RunSpec) { s.Resources.CPUs = 0.001 }), []string{"cpu_limit"}},
+		{"pids 1", with(func(s *sandgate.RunSpec) { s.Resources.Pids = 1 }), []string{"pids_limit"}},
+		{"nofile 8", with(func(s *sandgate.RunSpec) { s.Resources.Nofile = 8 }), []string{"nofile_limit"}},
 		{"memory over", with(func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 4097 }), []string{"memory_limit"}},
 		{"cpus over", with(func(s *sandgate.RunSpec) { s.Resources.CPUs = 4.5 }), []string{"cpu_limit"}},
 		{"pids over", with(func(s *sandgate.RunSpec) { s.Resources.Pids = 1025 }), []string{"pids_limit"}},
