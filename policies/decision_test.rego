@@ -117,7 +117,7 @@ test_data_exemptions_are_well_formed if {
 test_data_lists_hold_strings if {
 	every key in {
 		"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask",
-		"allowed_apparmor_profiles", "allowed_selinux_labels", "network_capabilities",
+		"allowed_apparmor_profiles", "allowed_selinux_labels", "network_capabilities", "pull_registries",
 	} {
 		is_array(config[key])
 		every v in config[key] {
@@ -136,6 +136,30 @@ test_data_team_mount_dirs_are_relative if {
 		every d in dirs {
 			regex.match(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`, d)
 		}
+	}
+}
+
+# An allowed image is an exact repository, or a glob within a registry
+# named by host: "sandgate/*" would admit every repository of a Docker Hub
+# namespace that sandgate does not own.
+test_data_allowed_images_are_exact_or_registry_qualified if {
+	every image in config.allowed_images {
+		not contains(image, ",")
+		_exact_or_qualified(image)
+	}
+}
+
+_exact_or_qualified(image) if not regex.match(`[*?\[\]{}]`, image)
+
+_exact_or_qualified(image) if {
+	registry := split(image, "/")[0]
+	count(split(image, "/")) > 1
+	regex.match(`^([A-Za-z0-9.-]+\.[A-Za-z0-9.-]+|localhost|[A-Za-z0-9.-]+:[0-9]+)(:[0-9]+)?$`, registry)
+}
+
+test_data_pull_registries_are_hosts if {
+	every r in config.pull_registries {
+		regex.match(`^[A-Za-z0-9.-]+(:[0-9]+)?$`, r)
 	}
 }
 

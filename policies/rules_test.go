@@ -185,6 +185,10 @@ func TestDecideRules(t *testing.T) {
 		{"image hub spelling", with(func(s *sandgate.RunSpec) { s.Image = "docker.io/sandgate/sandbox:1" }), nil},
 		{"image other repo", with(func(s *sandgate.RunSpec) { s.Image = "alpine:3" }), []string{"image_allowlist"}},
 		{"image other registry", with(func(s *sandgate.RunSpec) { s.Image = "evil.example/sandgate/sandbox" }), []string{"image_allowlist"}},
+		{"image other repository of the namespace", with(func(s *sandgate.RunSpec) { s.Image = "sandgate/anything:latest" }), []string{"image_allowlist"}},
+		{"image with an empty tag", with(func(s *sandgate.RunSpec) { s.Image = "sandgate/sandbox:" }), []string{"image_reference"}},
+		{"pull always", with(func(s *sandgate.RunSpec) { s.PullPolicy = sandgate.PullAlways }), []string{"image_pull_registry"}},
+		{"pull if not present", with(func(s *sandgate.RunSpec) { s.PullPolicy = sandgate.PullIfNotPresent }), []string{"image_pull_registry"}},
 
 		{"ports", with(func(s *sandgate.RunSpec) { s.Ports = []string{"8080:80"} }), []string{"no_published_ports"}},
 	}
