@@ -20,14 +20,20 @@ package sandgate.admission
 
 import data.sandgate.config
 
-# _reference is the image's [name, tag, digest] ("" for what it leaves
-# out); undefined when the image is not a reference Docker would read.
-_reference := [name, tag, digest] if {
-	[[_, name, tag, digest]] := regex.find_all_string_submatch_n(
-		`^((?:(?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+)(?::[0-9]+)?/|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(sha256:[a-f0-9]{64}))?$`,
+# _image is the image's registry and its name as the allowlist spells it:
+# the shortest of Docker's spellings ("docker.io/library/busybox",
+# "index.docker.io/busybox" and "library/busybox" are all "busybox";
+# "docker.io/sandgate/sandbox" is "sandgate/sandbox"); undefined when the
+# image is not a reference Docker would read. Built-ins only: a function
+# call costs more.
+_image := {"registry": registry, "name": name} if {
+	[[_, domain, path]] := regex.find_all_string_submatch_n(
+		`^(?:((?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+)(?::[0-9]+)?|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+)/)?([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
 		input.request.image, 1,
 	)
-	count(name) <= 255
+	count(domain) + count(path) < 255
+	registry := object.get({"": "docker.io", "index.docker.io": "docker.io"}, domain, domain)
+	name := regex.replace(concat("/", [registry, path]), `^docker\.io/(?:library/([^/]+)$)?`, "$1")
 }
 
 finding contains {
@@ -36,8 +42,14 @@ finding contains {
 	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
-	not _reference
+	not _default_image
+	not _image
 }
+
+# _default_image: the image is the data's default, which the bundle's own
+# tests hold to every rule of this file (test_data_default_image_is_allowed):
+# the common case, decided without parsing the reference.
+_default_image if input.request.image == config.defaults.image
 
 finding contains {
 	"rule": "image_allowlist",
@@ -45,41 +57,10 @@ finding contains {
 	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
-	[name, _, _] := _reference
-	not _allowed(name)
+	not _default_image
+	image := _image
+	not glob.match(concat("", ["{", concat(",", config.allowed_images), "}"]), ["/"], image.name)
 }
-
-# _allowed: the image's repository matches the glob of the allowed ones,
-# both spelt as the registry knows them. OPA compiles each glob once.
-_allowed(name) if {
-	pattern := concat("", ["{", concat(",", [_repository(image) | some image in config.allowed_images]), "}"])
-	glob.match(pattern, ["/"], _repository(name))
-}
-
-# _repository is registry/path: the registry Docker would ask for name,
-# with Docker Hub's spellings folded, and the path it asks it for.
-_repository(name) := concat("/", [registry, _hub_path(registry, substring(name, i + 1, -1))]) if {
-	i := indexof(name, "/")
-	i > 0
-	_registry_host(substring(name, 0, i))
-	registry := _hub(substring(name, 0, i))
-} else := concat("/", ["docker.io", _hub_path("docker.io", name)])
-
-_registry_host(host) if contains(host, ".")
-
-_registry_host(host) if contains(host, ":")
-
-_registry_host("localhost")
-
-_hub("index.docker.io") := "docker.io"
-
-_hub(host) := host if host != "index.docker.io"
-
-# Docker Hub's official images live under library/.
-_hub_path(registry, path) := concat("/", ["library", path]) if {
-	registry == "docker.io"
-	not contains(path, "/")
-} else := path
 
 finding contains {
 	"rule": "image_digest",
@@ -98,12 +79,11 @@ _image_pinned if regex.match(`@sha256:[a-f0-9]{64}$`, input.request.image)
 # policy into "never" (network.rego).
 finding contains {
 	"rule": "image_pull_registry",
-	"message": sprintf("pull_policy %q may pull image %q from %s, which data.sandgate.config.pull_registries does not name (%s); use pull_policy never and load the image (sandgate image load)", [input.request.pull_policy, input.request.image, registry, concat(", ", config.pull_registries)]),
+	"message": sprintf("pull_policy %q may pull image %q from %s, which data.sandgate.config.pull_registries does not name (%s); use pull_policy never and load the image (sandgate image load)", [input.request.pull_policy, input.request.image, image.registry, concat(", ", config.pull_registries)]),
 	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
 	input.request.pull_policy != "never"
-	[name, _, _] := _reference
-	registry := split(_repository(name), "/")[0]
-	not registry in {_hub(r) | some r in config.pull_registries}
+	image := _image
+	not image.registry in {object.get({"index.docker.io": "docker.io"}, r, r) | some r in config.pull_registries}
 }

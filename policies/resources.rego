@@ -29,32 +29,28 @@ _limits := object.union(input.request.resources, {
 	"output_limit_bytes": input.request.output_limit_bytes,
 })
 
-# _limits_ok: every limit is set, positive and within its minimum and
-# maximum. It reads the limits, the minima and the maxima with one object
-# pattern each, and min() checks all seven for "positive" at once (OPA
-# orders values of every type, so min() > 0 holds exactly when each is
-# > 0). A request, minima or maxima with other fields does not match the
-# patterns; the rules below, which do not rely on it, then decide.
+# _limits_ok: every limit is set and within its minimum and maximum (the
+# bundle's tests hold every minimum positive, so each limit is). It reads
+# the limits and the maxima with one object pattern each. A request or
+# maxima with other fields does not match the patterns, and data without
+# minima fails the checks; the rules below, which do not rely on it, then
+# decide.
 _limits_ok if {
 	{"memory_mb": memory_mb, "cpus": cpus, "pids": pids, "tmpfs_mb": tmpfs_mb, "nofile": nofile} := input.request.resources
 	{
 		"memory_mb": max_memory_mb, "cpus": max_cpus, "pids": max_pids, "tmpfs_mb": max_tmpfs_mb, "nofile": max_nofile,
 		"timeout_seconds": max_timeout_seconds, "output_limit_bytes": max_output_limit_bytes,
 	} := config.maxima
-	{
-		"memory_mb": min_memory_mb, "cpus": min_cpus, "pids": min_pids, "tmpfs_mb": min_tmpfs_mb, "nofile": min_nofile,
-		"timeout_seconds": min_timeout_seconds, "output_limit_bytes": min_output_limit_bytes,
-	} := config.minima
 	timeout_seconds := input.request.timeout_seconds
 	output_limit_bytes := input.request.output_limit_bytes
-	min([memory_mb, cpus, pids, tmpfs_mb, nofile, timeout_seconds, output_limit_bytes]) > 0
-	memory_mb >= min_memory_mb
-	cpus >= min_cpus
-	pids >= min_pids
-	tmpfs_mb >= min_tmpfs_mb
-	nofile >= min_nofile
-	timeout_seconds >= min_timeout_seconds
-	output_limit_bytes >= min_output_limit_bytes
+	minima := config.minima
+	memory_mb >= minima.memory_mb
+	cpus >= minima.cpus
+	pids >= minima.pids
+	tmpfs_mb >= minima.tmpfs_mb
+	nofile >= minima.nofile
+	timeout_seconds >= minima.timeout_seconds
+	output_limit_bytes >= minima.output_limit_bytes
 	memory_mb <= max_memory_mb
 	cpus <= max_cpus
 	pids <= max_pids

@@ -27,7 +27,8 @@ finding contains {
 	"action": "deny",
 } if {
 	profile := input.request.security.seccomp
-	not profile in {"", "default", "runtime/default", "unconfined"}
+	profile != ""
+	not profile in {"default", "runtime/default", "unconfined"}
 }
 
 finding contains {
@@ -46,7 +47,8 @@ finding contains {
 	"action": "deny",
 } if {
 	profile := input.request.security.apparmor
-	not profile in {"", "docker-default", "unconfined"}
+	profile != ""
+	not profile in {"docker-default", "unconfined"}
 	not profile in config.allowed_apparmor_profiles
 }
 
@@ -54,12 +56,13 @@ finding contains {
 # container") and unconfined_t run outside SELinux confinement.
 finding contains {
 	"rule": "selinux_disabled",
-	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named([sprintf("%q", [l]) | some l in _few(bad)], count(bad))]),
+	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named([sprintf("%q", [l]) | some l in array.slice(bad, 0, 3)], count(bad))]),
 	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {
 	labels := input.request.security.label
+	labels != null
 	bad := [l | some l in labels; _selinux_off(l)]
 	count(bad) > 0
 }
@@ -70,12 +73,13 @@ _selinux_off(l) if l in {"type:spc_t", "type:unconfined_t"}
 
 finding contains {
 	"rule": "selinux_label",
-	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named([sprintf("%q", [l]) | some l in _few(bad)], count(bad)), concat(", ", config.allowed_selinux_labels)]),
+	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named([sprintf("%q", [l]) | some l in array.slice(bad, 0, 3)], count(bad)), concat(", ", config.allowed_selinux_labels)]),
 	"controls": ["CIS-5.22"],
 	"action": "deny",
 	"count": count(bad),
 } if {
 	labels := input.request.security.label
+	labels != null
 	allowed := config.allowed_selinux_labels
 	bad := [l | some l in labels; not l in allowed; not _selinux_off(l)]
 	count(bad) > 0

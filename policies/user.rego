@@ -35,17 +35,23 @@ _numeric_uid if is_number(input.request.uid)
 # checks the supplementary groups an image adds against the same list.
 finding contains {
 	"rule": "privileged_group",
-	"message": sprintf("user %q runs with gid %d, a privileged group (gid 0 or data.sandgate.config.privileged_gids); use a group of its own such as 10001", [input.request.user, gid]),
+	"message": sprintf("user %q runs with gid 0, root's group; use a group of its own such as 10001", [input.request.user]),
+	"controls": ["CIS-4.1"],
+	"action": "deny",
+} if {
+	input.request.gid == 0
+}
+
+finding contains {
+	"rule": "privileged_group",
+	"message": sprintf("user %q runs with gid %d, a privileged group (data.sandgate.config.privileged_gids); use a group of its own such as 10001", [input.request.user, gid]),
 	"controls": ["CIS-4.1"],
 	"action": "deny",
 } if {
 	gid := input.request.gid
-	_privileged_gid(gid)
+	gid != 0
+	gid in config.privileged_gids
 }
-
-_privileged_gid(0)
-
-_privileged_gid(gid) if gid in config.privileged_gids
 
 finding contains {
 	"rule": "numeric_group",
@@ -53,7 +59,7 @@ finding contains {
 	"controls": ["CIS-4.1"],
 	"action": "deny",
 } if {
-	not _numeric_gid
+	# object.get, not a reference: a missing gid must make the call false,
+	# not undefined, under "not".
+	not is_number(object.get(input.request, "gid", null))
 }
-
-_numeric_gid if is_number(input.request.gid)
