@@ -5,7 +5,7 @@ import data.sandgate.config
 
 finding contains {
 	"rule": "no_devices",
-	"message": sprintf("host devices must not be passed to the container: %s", [_named([sprintf("%q", [d]) | some d in array.slice(devices, 0, 3)], count(devices))]),
+	"message": sprintf("host devices must not be passed to the container: %s", [_named(array.slice(devices, 0, 3), count(devices))]),
 	"controls": ["CIS-5.18", "PSS-baseline"],
 	"action": "deny",
 	"count": count(devices),

@@ -44,9 +44,11 @@ finding contains {
 
 _resolved(m) if startswith(m.resolved, "/")
 
-# _mounts_named names the first few of the mounts at indices bad.
+# _mounts_named names the first few of the mounts at indices bad, by the
+# host path the rules judge: the resolved one, or the source when there is
+# none.
 _mounts_named(mounts, bad) := _named(
-	[sprintf("mounts[%d] %q (resolved %s)", [i, object.get(mounts[i], "source", ""), object.get(mounts[i], "resolved", "none")]) | some i in array.slice(bad, 0, 3)],
+	[sprintf("mounts[%d] %s", [i, object.get(m, "resolved", m.source)]) | some i in array.slice(bad, 0, 3); m := mounts[i]],
 	count(bad),
 )
 

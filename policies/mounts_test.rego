@@ -107,7 +107,7 @@ test_mounts_at_fault_are_reported_once if {
 	d := fixtures.check with input as fixtures.input_with({"mounts": mounts})
 	[v] := [v | some v in d.violations; v.rule == "no_sensitive_mounts"]
 	v.count == 4
-	startswith(v.message, `mounts[0] "/etc" (resolved /etc), mounts[2] "/var/lib" (resolved /var/lib), mounts[3] "/usr" (resolved /usr) and 1 more: `)
+	startswith(v.message, "mounts[0] /etc, mounts[2] /var/lib, mounts[3] /usr and 1 more: ")
 }
 
 test_without_roots_every_mount_is_reported_once if {

@@ -56,7 +56,7 @@ finding contains {
 # container") and unconfined_t run outside SELinux confinement.
 finding contains {
 	"rule": "selinux_disabled",
-	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named([sprintf("%q", [l]) | some l in array.slice(bad, 0, 3)], count(bad))]),
+	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named(array.slice(bad, 0, 3), count(bad))]),
 	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
@@ -73,7 +73,7 @@ _selinux_off(l) if l in {"type:spc_t", "type:unconfined_t"}
 
 finding contains {
 	"rule": "selinux_label",
-	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named([sprintf("%q", [l]) | some l in array.slice(bad, 0, 3)], count(bad)), concat(", ", config.allowed_selinux_labels)]),
+	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named(array.slice(bad, 0, 3), count(bad)), concat(", ", config.allowed_selinux_labels)]),
 	"controls": ["CIS-5.22"],
 	"action": "deny",
 	"count": count(bad),
