@@ -8,14 +8,14 @@
 # case, the registry a host with a "." or a port, or localhost. A request
 # whose image is not one is denied before anything else is judged of it.
 #
-# Images are compared by repository as the registry knows it: Docker Hub's
-# spellings are folded ("busybox", "library/busybox" and
-# "docker.io/library/busybox" are one repository; "sandgate/sandbox" and
-# "index.docker.io/sandgate/sandbox" another). An allowed image is an exact
-# repository, or a glob ("*" stays within one path segment, "**" crosses
-# them) within a registry it names by host: a glob within Docker Hub would
-# admit repositories of a namespace sandgate does not own (the bundle's
-# tests refuse such data).
+# Images are compared by repository, Docker Hub's in their shortest
+# spelling ("busybox", "library/busybox" and "docker.io/library/busybox"
+# are all "busybox"; "index.docker.io/sandgate/sandbox" is
+# "sandgate/sandbox", and "library/sandgate/sandbox" is not). An allowed
+# image is an exact repository spelt so, or a glob ("*" stays within one
+# path segment, "**" crosses them) within a registry it names by host: a
+# glob within Docker Hub would admit repositories of a namespace sandgate
+# does not own (the bundle's tests refuse such data).
 package sandgate.admission
 
 import data.sandgate.config

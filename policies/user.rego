@@ -31,11 +31,12 @@ _numeric_uid if is_number(input.request.uid)
 # for the uid, or gid 0 when it has none; a group name is whatever the
 # image's /etc/group maps it to. gid 0 is root's group; the data names the
 # others that open doors on the host (the Docker socket's group, disk,
-# shadow, … by number: data.sandgate.config.privileged_gids). The executor
-# checks the supplementary groups an image adds against the same list.
+# shadow, … by number: data.sandgate.config.privileged_gids). Each decision
+# hands the same list to the executor, for the supplementary groups an
+# image's /etc/group adds.
 finding contains {
 	"rule": "privileged_group",
-	"message": sprintf("user %q runs with gid 0, root's group; use a group of its own such as 10001", [input.request.user]),
+	"message": sprintf("user %q runs with gid 0, root's group; use a group of its own such as 10001", [object.get(input.request, "user", "")]),
 	"controls": ["CIS-4.1"],
 	"action": "deny",
 } if {
@@ -44,7 +45,7 @@ finding contains {
 
 finding contains {
 	"rule": "privileged_group",
-	"message": sprintf("user %q runs with gid %d, a privileged group (data.sandgate.config.privileged_gids); use a group of its own such as 10001", [input.request.user, gid]),
+	"message": sprintf("user %q runs with gid %d, a privileged group (data.sandgate.config.privileged_gids); use a group of its own such as 10001", [object.get(input.request, "user", ""), gid]),
 	"controls": ["CIS-4.1"],
 	"action": "deny",
 } if {

@@ -83,3 +83,8 @@ test_user_without_numeric_group_is_denied if {
 	d := fixtures.check with input as fixtures.input_with({"user": "10001", "gid": null})
 	fixtures.denied_by(d, "numeric_group")
 }
+
+test_gid_zero_without_a_user_string_is_denied if {
+	d := fixtures.check with input as fixtures.input_removing(["user"], {"gid": 0})
+	fixtures.denied_by(d, "privileged_group")
+}
