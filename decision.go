@@ -61,7 +61,9 @@ type AdmissionInput struct {
 	Settings   Settings  `json:"settings"`
 }
 
-// Violation is one rule's finding.
+// Violation is one rule's finding. A decision carries each rule once,
+// however many elements of the request it found at fault: Count says how
+// many, and Message names the first few.
 type Violation struct {
 	Rule     string   `json:"rule"`
 	Message  string   `json:"message"`
@@ -69,6 +71,10 @@ type Violation struct {
 	// Action is "deny" or "warn"; a warn is reported and audited but does
 	// not block.
 	Action string `json:"action"`
+	// Count is how many findings the violation stands for (capabilities,
+	// mounts, … at fault; 1 for a rule about the request as a whole). The
+	// policy engine sets it to at least 1.
+	Count int `json:"count,omitempty"`
 }
 
 // Mutation is a change policy made to the spec (a JSON Patch replace).

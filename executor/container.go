@@ -187,6 +187,13 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	for _, c := range s.CapAdd {
 		caps = append(caps, "CAP_"+sandgate.CanonicalCapability(c))
 	}
+	// Docker's default IPC mode is the daemon's to choose (shareable on
+	// older daemons); a run gets the private namespace it was admitted
+	// with, or none at all (private, without /dev/shm) when it asked.
+	ipc := container.IpcMode("private")
+	if s.IPCMode == "none" {
+		ipc = "none"
+	}
 	init := true
 	pids := res.Pids
 	// RLIMIT_NPROC counts every process of the uid on the host, across all
@@ -195,6 +202,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	nproc := res.Pids * int64(max(maxConcurrent, 1))
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(network),
+		IpcMode:        ipc,
 		Privileged:     false,
 		CapDrop:        []string{"ALL"},
 		CapAdd:         caps,
@@ -249,7 +257,7 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 		}
 	}
 	switch s.IPCMode {
-	case "", "private", "none", "shareable":
+	case "", "private", "none":
 	default:
 		return refuse("ipc_mode", "only a private IPC namespace is allowed, not %q", s.IPCMode)
 	}

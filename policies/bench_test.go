@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,6 +40,19 @@ func BenchmarkDecideAllowed(b *testing.B) {
 // most rules at once.
 func BenchmarkDecideManyViolations(b *testing.B) {
 	benchmarkDecide(b, violatingBenchSpec(b), false)
+}
+
+// BenchmarkDecideManyElements times decisions for a spec whose lists
+// hold a hundred elements at fault each (capabilities, devices, ports).
+func BenchmarkDecideManyElements(b *testing.B) {
+	s := allowedBenchSpec(b)
+	for i := range 100 {
+		n := strconv.Itoa(i)
+		s.CapAdd = append(s.CapAdd, "SYS_ADMIN_"+n)
+		s.Devices = append(s.Devices, "/dev/d"+n)
+		s.Ports = append(s.Ports, n)
+	}
+	benchmarkDecide(b, s, false)
 }
 
 // BenchmarkOPAFloor times OPA's cheapest prepared query ("true") on this
@@ -136,6 +150,7 @@ func allowedBenchSpec(b *testing.B) sandgate.RunSpec {
 		Command: []string{"sh", "-c", "echo hello"},
 		Env:     map[string]string{"A": "1", "B": "2"},
 		Labels:  map[string]string{"ticket": "ENG-1"},
+		Network: "bridge",
 		CapAdd:  []string{"NET_BIND_SERVICE"},
 		Volumes: []sandgate.Volume{{Name: "npm-cache", Target: "/cache"}},
 	}, sandgate.BuiltinDefaults)

@@ -115,12 +115,99 @@ test_data_exemptions_are_well_formed if {
 # find (the engine then denies every request with a mount), and a missing
 # list would leave rules undefined.
 test_data_lists_hold_strings if {
-	every key in {"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask"} {
+	every key in {
+		"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask",
+		"allowed_apparmor_profiles", "allowed_selinux_labels", "network_capabilities", "pull_registries",
+	} {
 		is_array(config[key])
 		every v in config[key] {
 			is_string(v)
 			v != ""
 		}
+	}
+}
+
+# team_mount_dirs maps a team to directories relative to each mount root:
+# plain relative paths, so that none leaves the roots ("..", "/etc").
+test_data_team_mount_dirs_are_relative if {
+	is_object(config.team_mount_dirs)
+	every _, dirs in config.team_mount_dirs {
+		is_array(dirs)
+		every d in dirs {
+			regex.match(`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`, d)
+		}
+	}
+}
+
+# An allowed image is an exact repository, or a glob within a registry
+# named by host: "sandgate/*" would admit every repository of a Docker Hub
+# namespace that sandgate does not own.
+test_data_allowed_images_are_exact_or_registry_qualified if {
+	every image in config.allowed_images {
+		not contains(image, ",")
+		_exact_or_qualified(image)
+	}
+}
+
+# The allowlist spells a repository as images are compared: Docker Hub's
+# the shortest way ("busybox", "sandgate/sandbox"), others with their
+# registry.
+test_data_allowed_images_are_spelt_short if {
+	every image in config.allowed_images {
+		not regex.match(`^(docker\.io/|index\.docker\.io/|library/[^/]+$)`, image)
+	}
+}
+
+_exact_or_qualified(image) if not regex.match(`[*?\[\]{}]`, image)
+
+_exact_or_qualified(image) if {
+	registry := split(image, "/")[0]
+	count(split(image, "/")) > 1
+	regex.match(`^([A-Za-z0-9.-]+\.[A-Za-z0-9.-]+|localhost|[A-Za-z0-9.-]+:[0-9]+)(:[0-9]+)?$`, registry)
+}
+
+test_data_pull_registries_are_hosts if {
+	every r in config.pull_registries {
+		regex.match(`^[A-Za-z0-9.-]+(:[0-9]+)?$`, r)
+	}
+}
+
+# The minima hold at least what the executor needs to create and start a
+# container: Docker's 6 MB and 0.01 CPU, two processes (docker-init and
+# the command), and the file descriptors runc needs to start it.
+test_data_minima_cover_the_executor if {
+	every field, max in config.maxima {
+		is_number(config.minima[field])
+		config.minima[field] > 0
+		config.minima[field] <= max
+	}
+	config.minima.memory_mb >= 6
+	config.minima.cpus >= 0.01
+	config.minima.pids >= 2
+	config.minima.nofile >= 16
+}
+
+test_data_defaults_within_minima if {
+	every field, min in config.minima {
+		_default(field) >= min
+	}
+}
+
+# The executor adds only capabilities Linux has; it refuses another name.
+test_data_capabilities_are_linux_capabilities if {
+	linux := {
+		"AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF", "CHECKPOINT_RESTORE", "CHOWN",
+		"DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE",
+		"LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "MKNOD", "NET_ADMIN", "NET_BIND_SERVICE",
+		"NET_BROADCAST", "NET_RAW", "PERFMON", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN",
+		"SYS_BOOT", "SYS_CHROOT", "SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE", "SYS_RAWIO",
+		"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG", "WAKE_ALARM",
+	}
+	every c in config.allowed_capabilities {
+		c in linux
+	}
+	every c in config.network_capabilities {
+		c in linux
 	}
 }
 
@@ -145,8 +232,11 @@ _names_someone(e) if e.principal != ""
 
 _names_someone(e) if e.team != ""
 
+# images.rego decides the default image without parsing it, trusting this
+# test: judged in full, it is a reference to an allowed repository.
 test_data_default_image_is_allowed if {
 	d := admission.decision with input as fixtures.input_with({"image": config.defaults.image})
+		with admission._default_image as false
 	d.allow == true
 }
 
@@ -197,4 +287,40 @@ test_a_malformed_finding_denies_next_to_a_warn if {
 	d.allow == false
 	fixtures.denied_by(d, "policy.malformed_finding")
 	fixtures.warned_by(d, "r")
+}
+
+# A request with thousands of elements at fault makes a decision that
+# carries each rule once, with the count of elements and a short message.
+test_each_rule_reported_once_with_a_count if {
+	caps := [sprintf("X%d", [i]) | some i in numbers.range(1, 2000)]
+	devices := [sprintf("/dev/d%d", [i]) | some i in numbers.range(1, 500)]
+	ports := [sprintf("%d", [i]) | some i in numbers.range(1, 500)]
+	sysctls := {sprintf("kernel.x%d", [i]): "1" | some i in numbers.range(1, 300)}
+	mounts := [fixtures.mount(sprintf("/etc/x%d", [i])) | some i in numbers.range(1, 200)]
+	volumes := [{"name": sprintf("../v%d", [i]), "target": sprintf("/v%d", [i])} | some i in numbers.range(1, 100)]
+	d := admission.decision with input as fixtures.input_with({
+		"cap_add": caps, "devices": devices, "ports": ports, "sysctls": sysctls,
+		"mounts": mounts, "volumes": volumes,
+	})
+	counts := {v.rule: v.count | some v in d.violations}
+	count(counts) == count(d.violations)
+	counts == {
+		"capabilities": 2000, "no_devices": 500, "no_published_ports": 500, "sysctls": 300,
+		"no_sensitive_mounts": 200, "mount_outside_roots": 200, "volume_name": 100,
+	}
+	every v in d.violations {
+		count(v.message) < 512
+		contains(v.message, " more")
+	}
+}
+
+test_elements_at_fault_are_named_up_to_three if {
+	d := fixtures.check with input as fixtures.input_with({"devices": ["/dev/a", "/dev/b", "/dev/c"]})
+	[v] := d.violations
+	v.count == 3
+	v.message == "host devices must not be passed to the container: /dev/a, /dev/b, /dev/c"
+	d2 := fixtures.check with input as fixtures.input_with({"devices": ["/dev/a", "/dev/b", "/dev/c", "/dev/d"]})
+	[v2] := d2.violations
+	v2.count == 4
+	endswith(v2.message, "/dev/a, /dev/b, /dev/c and 1 more")
 }

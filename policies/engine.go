@@ -581,7 +581,7 @@ func deny(d sandgate.Decision, rule, message string) sandgate.Decision {
 }
 
 func failClosed(rule, message string) sandgate.Violation {
-	return sandgate.Violation{Rule: rule, Message: message, Controls: []string{}, Action: "deny"}
+	return sandgate.Violation{Rule: rule, Message: truncateMessage(message), Controls: []string{}, Action: "deny", Count: 1}
 }
 
 // IsPolicyInvalid reports whether err is the POLICY-INVALID error of a

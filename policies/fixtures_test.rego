@@ -34,6 +34,13 @@ input_with(patch) := {
 	"settings": settings,
 }
 
+# input_removing is input_with(patch) without the request's members keys:
+# for fields normalisation leaves out (gid when the group is a name).
+input_removing(keys, patch) := object.union(
+	object.remove(input_with({}), ["request"]),
+	{"request": object.union(object.remove(request, keys), patch)},
+)
+
 # input_settings is input_with(patch) under other gateway settings.
 input_settings(patch, s) := object.union(input_with(patch), {"settings": s})
 

@@ -1,12 +1,55 @@
 # Images only from the repositories data.sandgate.config.allowed_images
-# names (glob patterns; "*" stays within one path segment, "**" crosses
-# them), pinned by digest when data.sandgate.config.require_digest is true.
-# Docker Hub spellings are folded: "docker.io/library/busybox" is "busybox"
-# and "docker.io/sandgate/sandbox" is "sandgate/sandbox". A registry port
-# ("registry.local:5000/team/tool:1") is not a tag.
+# names, pinned by digest when data.sandgate.config.require_digest is true,
+# and pulled only from a registry data.sandgate.config.pull_registries
+# names.
+#
+# An image is a reference as Docker reads it:
+# [registry/]repository[:tag][@sha256:digest], the repository in lower
+# case, the registry a host with a "." or a port, or localhost. A request
+# whose image is not one is denied before anything else is judged of it.
+#
+# Images are compared by repository, Docker Hub's in their shortest
+# spelling ("busybox", "library/busybox" and "docker.io/library/busybox"
+# are all "busybox"; "index.docker.io/sandgate/sandbox" is
+# "sandgate/sandbox", and "library/sandgate/sandbox" is not). An allowed
+# image is an exact repository spelt so, or a glob ("*" stays within one
+# path segment, "**" crosses them) within a registry it names by host: a
+# glob within Docker Hub would admit repositories of a namespace sandgate
+# does not own (the bundle's tests refuse such data).
 package sandgate.admission
 
 import data.sandgate.config
+
+# _image is the image's registry and its name as the allowlist spells it:
+# the shortest of Docker's spellings ("docker.io/library/busybox",
+# "index.docker.io/busybox" and "library/busybox" are all "busybox";
+# "docker.io/sandgate/sandbox" is "sandgate/sandbox"); undefined when the
+# image is not a reference Docker would read. Built-ins only: a function
+# call costs more.
+_image := {"registry": registry, "name": name} if {
+	[[_, domain, path]] := regex.find_all_string_submatch_n(
+		`^(?:((?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+)(?::[0-9]+)?|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+)/)?([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
+		input.request.image, 1,
+	)
+	count(domain) + count(path) < 255
+	registry := object.get({"": "docker.io", "index.docker.io": "docker.io"}, domain, domain)
+	name := regex.replace(concat("/", [registry, path]), `^docker\.io/(?:library/([^/]+)$)?`, "$1")
+}
+
+finding contains {
+	"rule": "image_reference",
+	"message": sprintf("image %q is not an image reference: [registry/]repository[:tag][@sha256:digest], with a lower-case repository of at most 255 characters", [input.request.image]),
+	"controls": ["CIS-5.28"],
+	"action": "deny",
+} if {
+	not _default_image
+	not _image
+}
+
+# _default_image: the image is the data's default, which the bundle's own
+# tests hold to every rule of this file (test_data_default_image_is_allowed):
+# the common case, decided without parsing the reference.
+_default_image if input.request.image == config.defaults.image
 
 finding contains {
 	"rule": "image_allowlist",
@@ -14,19 +57,9 @@ finding contains {
 	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
-	not _image_allowed
-}
-
-# _image_allowed: the image matches the glob of the references the
-# allowlist admits: an allowed repository, optionally spelt with Docker
-# Hub's prefixes, with any tag and digest. OPA compiles each glob once.
-_image_allowed if {
-	pattern := concat("", [
-		"{,docker.io/,index.docker.io/}{,library/}{",
-		concat(",", config.allowed_images),
-		"}{,:*}{,@*}",
-	])
-	glob.match(pattern, ["/"], input.request.image)
+	not _default_image
+	image := _image
+	not glob.match(concat("", ["{", concat(",", config.allowed_images), "}"]), ["/"], image.name)
 }
 
 finding contains {
@@ -40,3 +73,17 @@ finding contains {
 }
 
 _image_pinned if regex.match(`@sha256:[a-f0-9]{64}$`, input.request.image)
+
+# A pull policy other than "never" may send the executor to the image's
+# registry: only to one the data names. Air-gapped mode turns the pull
+# policy into "never" (network.rego).
+finding contains {
+	"rule": "image_pull_registry",
+	"message": sprintf("pull_policy %q may pull image %q from %s, which data.sandgate.config.pull_registries does not name (%s); use pull_policy never and load the image (sandgate image load)", [input.request.pull_policy, input.request.image, image.registry, concat(", ", config.pull_registries)]),
+	"controls": ["CIS-5.28"],
+	"action": "deny",
+} if {
+	input.request.pull_policy != "never"
+	image := _image
+	not image.registry in {object.get({"index.docker.io": "docker.io"}, r, r) | some r in config.pull_registries}
+}

@@ -10,8 +10,9 @@ test_allowed_images_are_allowed if {
 		"sandgate/sandbox:latest",
 		"sandgate/sandbox",
 		"docker.io/sandgate/sandbox:1.2",
-		"sandgate/python:3.12",
+		"index.docker.io/sandgate/sandbox:1.2",
 		concat("@", ["sandgate/sandbox", digest]),
+		concat("@", ["sandgate/sandbox:1.2", digest]),
 	] {
 		d := fixtures.check with input as fixtures.input_with({"image": image})
 			with config.require_digest as false
@@ -24,7 +25,6 @@ test_other_images_are_denied if {
 		"busybox",
 		"docker.io/library/alpine:3",
 		"evil.example/sandgate/sandbox:latest",
-		"sandgate/sandbox/../../x",
 		"sandgate-sandbox",
 	] {
 		d := fixtures.check with input as fixtures.input_with({"image": image})
@@ -58,4 +58,51 @@ test_digest_required_and_missing_is_denied if {
 			with config.require_digest as true
 		fixtures.denied_by(d, "image_digest")
 	}
+}
+
+# The allowlist names exact repositories, or globs in a registry it names:
+# "sandgate/*" would admit any repository of a Docker Hub namespace that
+# sandgate does not own.
+test_other_repositories_of_a_namespace_are_denied if {
+	every image in ["sandgate/python:3.12", "sandgate/sandbox2", "library/sandgate/sandbox", "docker.io/library/sandgate/sandbox:latest"] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+		fixtures.denied_by(d, "image_allowlist")
+	}
+}
+
+test_malformed_references_are_denied if {
+	every image in [
+		"sandgate/sandbox:", "sandgate/sandbox:latest:x", "SANDGATE/sandbox", "sandgate//sandbox", "sandgate/sandbox/../../x",
+		"sandgate/sandbox@sha256:abc", "sandgate/sandbox@", "sandgate/sandbox:-x", "/sandgate/sandbox",
+		"sandgate/sandbox:latest@sha256:0123", concat("", ["sandgate/", concat("", ["a" | some _ in numbers.range(1, 250)])]),
+	] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+		fixtures.denied_by(d, "image_reference")
+		not fixtures.denied_by(d, "image_allowlist")
+	}
+}
+
+test_pull_only_from_registries_the_data_names if {
+	every policy in ["always", "if-not-present"] {
+		d := fixtures.check with input as fixtures.input_with({"image": "sandgate/sandbox:latest", "pull_policy": policy})
+		fixtures.denied_by(d, "image_pull_registry")
+		some v in d.violations
+		v.rule == "image_pull_registry"
+		contains(v.message, "docker.io")
+	}
+	d := fixtures.check with input as fixtures.input_with({"image": "sandgate/sandbox:latest", "pull_policy": "always"})
+		with config.pull_registries as ["registry.local:5000"]
+	fixtures.denied_by(d, "image_pull_registry")
+	d2 := fixtures.check with input as fixtures.input_with({"image": "registry.local:5000/sandgate/sandbox:1", "pull_policy": "always"})
+		with config.allowed_images as ["registry.local:5000/sandgate/*"]
+		with config.pull_registries as ["registry.local:5000"]
+		with config.require_digest as false
+	d2.allow == true
+	d3 := fixtures.check with input as fixtures.input_with({"image": "index.docker.io/sandgate/sandbox", "pull_policy": "always"})
+		with config.pull_registries as ["docker.io"]
+		with config.require_digest as false
+	d3.allow == true
+	d4 := fixtures.check with input as fixtures.input_with({"image": "sandgate/sandbox:latest", "pull_policy": "never"})
+		with config.require_digest as false
+	d4.allow == true
 }

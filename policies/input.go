@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -270,6 +272,7 @@ var (
 	keyMessage    = ast.StringTerm("message")
 	keyControls   = ast.StringTerm("controls")
 	keyAction     = ast.StringTerm("action")
+	keyCount      = ast.StringTerm("count")
 	keyOp         = ast.StringTerm("op")
 	keyPath       = ast.StringTerm("path")
 	keyValue      = ast.StringTerm("value")
@@ -321,18 +324,35 @@ func decodeResult(v any) (result, error) {
 	return r, nil
 }
 
+// maxMessageBytes bounds a violation's message: a rule that quotes a
+// request's value, or lists every element at fault, cannot make a decision
+// (and the 403 body and audit event that carry it) grow with the request.
+const maxMessageBytes = 2048
+
+// maxMergedMessages is how many findings of one rule a merged message
+// names.
+const maxMergedMessages = 3
+
+// decodeViolations reads the violations (or warnings) at key. A decision
+// carries each rule once: findings of one rule (a bundle whose rule
+// reports every element of a list on its own) are merged into one
+// violation whose count is their sum and whose message names the first
+// few. Count is at least 1.
 func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.Violation, error) {
 	list, err := arrayOf(obj, key)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]sandgate.Violation, 0, len(list))
+	// merged counts the findings folded into out[i], for the rules that
+	// have more than one; nil until one does.
+	var merged map[int]int
 	for i, t := range list {
 		vo, ok := t.Value.(ast.Object)
 		if !ok {
 			return nil, fmt.Errorf("%s[%d] is not an object", key.Value.(ast.String), i)
 		}
-		v := sandgate.Violation{Action: action}
+		v := sandgate.Violation{Action: action, Count: 1}
 		v.Rule, _ = stringAt(vo, keyRule)
 		if v.Rule == "" {
 			return nil, fmt.Errorf("%s[%d] names no rule", key.Value.(ast.String), i)
@@ -340,6 +360,26 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 		v.Message, _ = stringAt(vo, keyMessage)
 		if a, ok := stringAt(vo, keyAction); ok && action == "warn" && a == "deny" {
 			return nil, fmt.Errorf("%s[%d] (%s) is a deny among the warnings", key.Value.(ast.String), i, v.Rule)
+		}
+		if n, ok := getValue(vo, keyCount).(ast.Number); ok {
+			if c, ok := n.Int(); ok && c > 1 {
+				v.Count = c
+			}
+		}
+		if j := slices.IndexFunc(out, func(o sandgate.Violation) bool { return o.Rule == v.Rule }); j >= 0 {
+			if merged == nil {
+				merged = map[int]int{}
+			}
+			if merged[j] == 0 {
+				merged[j] = 1
+			}
+			merged[j]++
+			o := &out[j]
+			o.Count += v.Count
+			if merged[j] <= maxMergedMessages {
+				o.Message += "; " + v.Message
+			}
+			continue
 		}
 		if cs, ok := getValue(vo, keyControls).(*ast.Array); ok {
 			v.Controls = make([]string, 0, cs.Len())
@@ -353,7 +393,26 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 		}
 		out = append(out, v)
 	}
+	for j, n := range merged {
+		out[j].Message += fmt.Sprintf(" (%d findings of this rule in all)", n)
+	}
+	for j := range out {
+		out[j].Message = truncateMessage(out[j].Message)
+	}
 	return out, nil
+}
+
+// truncateMessage cuts m to maxMessageBytes at a rune boundary, marking
+// the cut.
+func truncateMessage(m string) string {
+	if len(m) <= maxMessageBytes {
+		return m
+	}
+	cut := maxMessageBytes - len("…")
+	for cut > 0 && !utf8.RuneStart(m[cut]) {
+		cut--
+	}
+	return m[:cut] + "…"
 }
 
 func getValue(obj ast.Object, key *ast.Term) ast.Value {

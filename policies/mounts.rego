@@ -14,10 +14,12 @@
 # (data.sandgate.config.docker_socket_names) may not be mounted from
 # anywhere. Every mount must lie within one of the gateway's mount roots
 # (input.settings.mount_roots, from SANDGATE_MOUNT_ROOTS); with none
-# configured, no bind mount is admitted.
+# configured, no bind mount is admitted. Within the roots, a team mounts
+# only under <root>/<team>/ (or the directories the data maps it to).
 #
 # Each rule first reads input.request.mounts (or volumes) whole: OPA's rule
-# index then skips it for a request that has none.
+# index then skips it for a request that has none. Each reports once, with
+# the count of mounts at fault and the first few of them (_mounts_named).
 package sandgate.admission
 
 import data.sandgate.config
@@ -30,26 +32,36 @@ _socket_glob := concat("", ["**/{", concat(",", config.docker_socket_names), "}"
 
 finding contains {
 	"rule": "mount_unresolved",
-	"message": sprintf("mounts[%d]: source %q has no resolved host path; only normalised requests are admitted", [i, object.get(m, "source", "")]),
+	"message": sprintf("%s: no resolved host path; only normalised requests are admitted", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	some i, m in mounts
-	not _resolved(m)
+	bad := [i | some i, m in mounts; not _resolved(m)]
+	count(bad) > 0
 }
 
 _resolved(m) if startswith(m.resolved, "/")
 
+# _mounts_named names the first few of the mounts at indices bad, by the
+# host path the rules judge: the resolved one, or the source when there is
+# none.
+_mounts_named(mounts, bad) := _named(
+	[sprintf("mounts[%d] %s", [i, object.get(m, "resolved", m.source)]) | some i in array.slice(bad, 0, 3); m := mounts[i]],
+	count(bad),
+)
+
 finding contains {
 	"rule": "no_sensitive_mounts",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is, lies below or contains a sensitive host path (data.sandgate.config.sensitive_paths)", [i, m.source, m.resolved]),
+	"message": sprintf("%s: is, lies below or contains a sensitive host path (data.sandgate.config.sensitive_paths)", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6", "PSS-baseline"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
-	some i, m in mounts
-	_sensitive(m.resolved)
+	bad := [i | some i, m in mounts; _sensitive(m.resolved)]
+	count(bad) > 0
 }
 
 # _sensitive: the path is a sensitive path or below one …
@@ -63,39 +75,47 @@ _sensitive(p) if strings.any_prefix_match(config.sensitive_paths, concat("", [p,
 
 finding contains {
 	"rule": "no_docker_socket",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is a container runtime socket", [i, m.source, m.resolved]),
+	"message": sprintf("%s: is a container runtime socket", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.32", "PSS-baseline"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
 	socket := _socket_glob
-	some i, m in mounts
+	bad := [i | some i, m in mounts; _socket(socket, m)]
+	count(bad) > 0
+}
+
+# _socket: the mount's resolved or requested path is a runtime socket.
+_socket(socket, m) if {
 	some p in [m.resolved, m.source]
 	glob.match(socket, ["/"], p)
 }
 
 finding contains {
 	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: %q (resolved %s) is not within a mount root (%s)", [i, m.source, m.resolved, concat(", ", input.settings.mount_roots)]),
+	"message": sprintf("%s: not within a mount root (%s)", [_mounts_named(mounts, bad), concat(", ", input.settings.mount_roots)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
 	_have_roots
-	some i, m in mounts
-	_resolved(m)
-	not _within_a_root(m.resolved)
+	bad := [i | some i, m in mounts; _resolved(m); not _within_a_root(m.resolved)]
+	count(bad) > 0
 }
 
 finding contains {
 	"rule": "mount_outside_roots",
-	"message": sprintf("mounts[%d]: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [i]),
+	"message": sprintf("%s: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [_mounts_named(mounts, bad)]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
 	mounts := input.request.mounts
+	count(mounts) > 0
 	not _have_roots
-	some i, _ in mounts
+	bad := numbers.range(0, count(mounts) - 1)
 }
 
 _have_roots if count(input.settings.mount_roots) > 0
@@ -108,26 +128,89 @@ _within_a_root(p) if strings.any_prefix_match(p, _root_dirs)
 # below a root starts with.
 _root_dirs := [concat("", [trim_suffix(root, "/"), "/"]) | some root in input.settings.mount_roots]
 
+# Within the roots, a team mounts only its own directories: <root>/<team>
+# of each mount root and what lies below, by resolved path and whole
+# components, so that no team mounts another's project. The bundle's data
+# may map a team to other directories (data.sandgate.config.team_mount_dirs,
+# relative to each root), in place of its own. No role is exempt; an
+# exemption in the data can be. A team whose name is not a plain path
+# component ("", "..", "a/b") has no directory at all.
 finding contains {
-	"rule": "mount_propagation",
-	"message": sprintf("mounts[%d]: %s propagation is forbidden; use private or rprivate", [i, m.propagation]),
-	"controls": ["CIS-5.20"],
-	"action": "deny",
-} if {
-	mounts := input.request.mounts
-	some i, m in mounts
-	lower(m.propagation) in {"shared", "rshared"}
-}
-
-finding contains {
-	"rule": "volume_name",
-	"message": sprintf("volumes[%d]: name %q must be a plain name (letters, digits, '_', '.', '-'), not a path", [i, v.name]),
+	"rule": "mount_outside_team_dir",
+	"message": sprintf("%s: %s", [_mounts_named(mounts, bad), _team_dirs_message]),
 	"controls": ["CIS-5.6"],
 	"action": "deny",
+	"count": count(bad),
 } if {
-	volumes := input.request.volumes
-	some i, v in volumes
-	not _plain_volume_name(v)
+	mounts := input.request.mounts
+	_have_roots
+	inside := [i | some i, m in mounts; _resolved(m); _within_a_root(m.resolved)]
+	count(inside) > 0
+	prefixes := [concat("", [d, "/"]) | some d in _team_dirs]
+	bad := [i | some i in inside; not strings.any_prefix_match(concat("", [mounts[i].resolved, "/"]), prefixes)]
+	count(bad) > 0
 }
 
-_plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`, v.name)
+# _team_rel_dirs are the directories, relative to each mount root, where
+# the principal's team may mount.
+_team_rel_dirs := dirs if {
+	dirs := config.team_mount_dirs[input.principal.team]
+} else := [team] if {
+	team := input.principal.team
+	_plain_team(team)
+} else := []
+
+# _team_dirs are the team's directories under every mount root.
+_team_dirs := [concat("/", [trim_suffix(root, "/"), d]) | some root in input.settings.mount_roots; some d in _team_rel_dirs]
+
+_team_dirs_message := sprintf("team %q may mount only within %s", [object.get(input.principal, "team", ""), concat(", ", _team_dirs)]) if {
+	count(_team_dirs) > 0
+} else := sprintf("team %q has no mount directory (a team's name must be a plain path component, or data.sandgate.config.team_mount_dirs must map it)", [object.get(input.principal, "team", "")])
+
+# _plain_team: the team's name can name a directory and a cache volume
+# (volume_team spells the same pattern out).
+_plain_team(team) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, team)
+
+# Bind mounts are always rprivate: the executor refuses any other
+# propagation (normalisation spells it in lower case).
+finding contains {
+	"rule": "mount_propagation",
+	"message": sprintf("%s: propagation %s is not allowed; bind mounts are always rprivate (leave it out, or ask for private or rprivate)", [_mounts_named(mounts, bad), concat(", ", sort({sprintf("%q", [mounts[i].propagation]) | some i in bad}))]),
+	"controls": ["CIS-5.20"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	mounts := input.request.mounts
+	bad := [i | some i, m in mounts; not object.get(m, "propagation", "") in {"", "private", "rprivate"}]
+	count(bad) > 0
+}
+
+# Cache volumes are per team: the executor names a volume's Docker volume
+# sandgate-cache-<team>.<name>. A name is a plain name without "." (so the
+# last "." splits team from name, and no two teams' volumes can share a
+# Docker name), and the team's name must be able to name a volume.
+finding contains {
+	"rule": "volume_name",
+	"message": sprintf("%s: a volume name is 1 to 64 letters, digits, '_' and '-' (no '.', no path)", [_named([sprintf("volumes[%d] %q", [i, object.get(volumes[i], "name", "")]) | some i in array.slice(bad, 0, 3)], count(bad))]),
+	"controls": ["CIS-5.6"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	volumes := input.request.volumes
+	bad := [i | some i, v in volumes; not _plain_volume_name(v)]
+	count(bad) > 0
+}
+
+_plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`, v.name)
+
+finding contains {
+	"rule": "volume_team",
+	"message": sprintf("team %q cannot own cache volumes: a team's name must be 1 to 63 letters, digits, '_', '.' and '-', starting with a letter or digit", [object.get(input.principal, "team", "")]),
+	"controls": ["CIS-5.6"],
+	"action": "deny",
+	"count": count(volumes),
+} if {
+	volumes := input.request.volumes
+	count(volumes) > 0
+	not regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, object.get(input.principal, "team", ""))
+}

@@ -1,6 +1,7 @@
 # Host namespaces (and another container's) must not be shared. Each mode
-# must be empty (Docker's private default); IPC may also be "none" or
-# "private".
+# must be empty (Docker's private default); IPC may also be "none" (private,
+# without /dev/shm) or "private", spelt exactly so: those are the modes the
+# executor sets.
 package sandgate.admission
 
 finding contains {
@@ -15,12 +16,12 @@ finding contains {
 
 finding contains {
 	"rule": "host_ipc",
-	"message": sprintf("ipc_mode %q shares a namespace with the host or another container; leave it empty", [mode]),
+	"message": sprintf("ipc_mode %q is not a private IPC namespace; leave it empty, or ask for \"private\" or \"none\"", [mode]),
 	"controls": ["CIS-5.17", "PSS-baseline"],
 	"action": "deny",
 } if {
 	mode := input.request.ipc_mode
-	not lower(mode) in {"", "none", "private"}
+	not mode in {"", "none", "private"}
 }
 
 finding contains {

@@ -31,3 +31,17 @@ test_host_userns_is_denied if {
 	d := fixtures.check with input as fixtures.input_with({"userns_mode": "host"})
 	fixtures.denied_by(d, "host_userns")
 }
+
+test_ipc_none_is_allowed if {
+	d := fixtures.check with input as fixtures.input_with({"ipc_mode": "none"})
+	d.allow == true
+}
+
+# The executor sets exactly "", "none" and "private"; another spelling
+# would be refused there.
+test_ipc_mode_other_spellings_are_denied if {
+	every mode in ["NONE", "Private", "shareable", "container:x", " none"] {
+		d := fixtures.check with input as fixtures.input_with({"ipc_mode": mode})
+		fixtures.denied_by(d, "host_ipc")
+	}
+}

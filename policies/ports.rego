@@ -3,10 +3,11 @@ package sandgate.admission
 
 finding contains {
 	"rule": "no_published_ports",
-	"message": sprintf("publishing port %q is forbidden", [p]),
+	"message": sprintf("publishing ports is forbidden: %s", [_named(array.slice(ports, 0, 3), count(ports))]),
 	"controls": ["CIS-5.8"],
 	"action": "deny",
+	"count": count(ports),
 } if {
 	ports := input.request.ports
-	some p in ports
+	count(ports) > 0
 }

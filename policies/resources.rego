@@ -1,6 +1,10 @@
-# Resource limits are capped at data.sandgate.config.maxima. A limit that is
-# missing or not positive is refused as well: the executor always sets one,
-# and normalisation fills it from the defaults.
+# Resource limits lie between data.sandgate.config.minima and maxima. The
+# minima are what the executor needs to create and start a container
+# (Docker refuses less than 6 MB or 0.01 CPU; docker-init and the command
+# are two processes; runc needs file descriptors of its own to start it),
+# so a run the policy admits is never refused for its size. A limit that
+# is missing or not positive is refused as well: the executor always sets
+# one, and normalisation fills it from the defaults.
 #
 # Most requests are within bounds, so one cheap check (_limits_ok) decides
 # that; the per-limit rules only run when it fails.
@@ -25,12 +29,12 @@ _limits := object.union(input.request.resources, {
 	"output_limit_bytes": input.request.output_limit_bytes,
 })
 
-# _limits_ok: every limit is set, positive and within its maximum. It reads
-# the limits and the maxima with one object pattern each, and min() checks
-# all seven for "positive" at once (OPA orders values of every type, so
-# min() > 0 holds exactly when each is > 0). A request or a maxima with
-# other fields does not match the patterns; the rules below, which do not
-# rely on it, then decide.
+# _limits_ok: every limit is set and within its minimum and maximum (the
+# bundle's tests hold every minimum positive, so each limit is). It reads
+# the limits and the maxima with one object pattern each. A request or
+# maxima with other fields does not match the patterns, and data without
+# minima fails the checks; the rules below, which do not rely on it, then
+# decide.
 _limits_ok if {
 	{"memory_mb": memory_mb, "cpus": cpus, "pids": pids, "tmpfs_mb": tmpfs_mb, "nofile": nofile} := input.request.resources
 	{
@@ -39,7 +43,14 @@ _limits_ok if {
 	} := config.maxima
 	timeout_seconds := input.request.timeout_seconds
 	output_limit_bytes := input.request.output_limit_bytes
-	min([memory_mb, cpus, pids, tmpfs_mb, nofile, timeout_seconds, output_limit_bytes]) > 0
+	minima := config.minima
+	memory_mb >= minima.memory_mb
+	cpus >= minima.cpus
+	pids >= minima.pids
+	tmpfs_mb >= minima.tmpfs_mb
+	nofile >= minima.nofile
+	timeout_seconds >= minima.timeout_seconds
+	output_limit_bytes >= minima.output_limit_bytes
 	memory_mb <= max_memory_mb
 	cpus <= max_cpus
 	pids <= max_pids
@@ -66,6 +77,24 @@ finding contains {
 	value := limits[field]
 	maximum := maxima[field]
 	value > maximum
+}
+
+# A positive limit below its minimum (one that is not positive is reported
+# as unset, below).
+finding contains {
+	"rule": limit.rule,
+	"message": sprintf("%s %v is below the minimum %v", [field, value, minimum]),
+	"controls": limit.controls,
+	"action": "deny",
+} if {
+	not _limits_ok
+	limits := _limits
+	minima := config.minima
+	some field, limit in _limit_rules
+	value := limits[field]
+	minimum := minima[field]
+	value > 0
+	value < minimum
 }
 
 finding contains {

@@ -42,3 +42,26 @@ test_limits_with_another_field_are_still_judged if {
 	d2 := fixtures.check with input as fixtures.input_with({"resources": object.union(fixtures.request.resources, {"gpus": 1})})
 	d2.allow == true
 }
+
+test_limits_at_minima_are_allowed if {
+	m := config.minima
+	d := fixtures.check with input as fixtures.input_with({
+		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile},
+		"timeout_seconds": m.timeout_seconds,
+		"output_limit_bytes": m.output_limit_bytes,
+	})
+	d.allow == true
+}
+
+# Docker refuses less than 6 MB of memory and less than 0.01 CPU; runc
+# cannot start a container with a dozen file descriptors; docker-init and
+# the command need two processes.
+test_limits_below_minima_are_denied if {
+	d := fixtures.check with input as fixtures.input_with({"resources": {"memory_mb": 1, "cpus": 0.001, "pids": 1, "tmpfs_mb": 64, "nofile": 8}})
+	every rule in {"memory_limit", "cpu_limit", "pids_limit", "nofile_limit"} {
+		fixtures.denied_by(d, rule)
+	}
+	some v in d.violations
+	v.rule == "memory_limit"
+	v.message == "memory_mb 1 is below the minimum 6"
+}

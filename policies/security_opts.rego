@@ -1,7 +1,15 @@
 # Kernel confinement: seccomp, AppArmor, SELinux, masked /proc paths and
 # no-new-privileges. Normalisation parses security_opt (both the "=" and ":"
-# spellings) into input.request.security.
+# spellings) into input.request.security, in lower case.
+#
+# The executor applies Docker's default seccomp profile and refuses any
+# other, so only the default's spellings are admitted. AppArmor runs the
+# default profile (docker-default) unless the data lists another
+# (allowed_apparmor_profiles); SELinux label options only from the data
+# (allowed_selinux_labels), and never one that turns confinement off.
 package sandgate.admission
+
+import data.sandgate.config
 
 finding contains {
 	"rule": "seccomp_unconfined",
@@ -10,6 +18,17 @@ finding contains {
 	"action": "deny",
 } if {
 	input.request.security.seccomp == "unconfined"
+}
+
+finding contains {
+	"rule": "seccomp_profile",
+	"message": sprintf("seccomp profile %q is not applied: every container runs Docker's default profile; leave it out or ask for \"default\"", [profile]),
+	"controls": ["CIS-5.22", "PSS-baseline"],
+	"action": "deny",
+} if {
+	profile := input.request.security.seccomp
+	profile != ""
+	not profile in {"default", "runtime/default", "unconfined"}
 }
 
 finding contains {
@@ -22,23 +41,59 @@ finding contains {
 }
 
 finding contains {
-	"rule": "selinux_disabled",
-	"message": sprintf("SELinux labelling must not be disabled (label %q)", [l]),
+	"rule": "apparmor_profile",
+	"message": sprintf("AppArmor profile %q is not allowed; allowed: docker-default (the default)%s", [profile, concat("", [concat("", [", ", p]) | some p in config.allowed_apparmor_profiles])]),
 	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
-	labels := input.request.security.label
-	some l in labels
-	startswith(l, "disable")
+	profile := input.request.security.apparmor
+	profile != ""
+	not profile in {"docker-default", "unconfined"}
+	not profile in config.allowed_apparmor_profiles
 }
 
+# "disable" turns labelling off; the types spc_t ("super privileged
+# container") and unconfined_t run outside SELinux confinement.
+finding contains {
+	"rule": "selinux_disabled",
+	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named(array.slice(bad, 0, 3), count(bad))]),
+	"controls": ["CIS-5.22", "PSS-baseline"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	labels := input.request.security.label
+	labels != null
+	bad := [l | some l in labels; _selinux_off(l)]
+	count(bad) > 0
+}
+
+_selinux_off(l) if startswith(l, "disable")
+
+_selinux_off(l) if l in {"type:spc_t", "type:unconfined_t"}
+
+finding contains {
+	"rule": "selinux_label",
+	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named(array.slice(bad, 0, 3), count(bad)), concat(", ", config.allowed_selinux_labels)]),
+	"controls": ["CIS-5.22"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	labels := input.request.security.label
+	labels != null
+	allowed := config.allowed_selinux_labels
+	bad := [l | some l in labels; not l in allowed; not _selinux_off(l)]
+	count(bad) > 0
+}
+
+# The executor always masks them: any value is refused there.
 finding contains {
 	"rule": "systempaths_unconfined",
-	"message": "masked /proc and /sys paths must stay masked (systempaths=unconfined)",
+	"message": sprintf("masked /proc and /sys paths always stay masked (systempaths=%s)", [value]),
 	"controls": ["PSS-baseline"],
 	"action": "deny",
 } if {
-	input.request.security.systempaths == "unconfined"
+	value := input.request.security.systempaths
+	value != ""
 }
 
 # Missing (a request that was not normalised) counts as turned off.

@@ -4,6 +4,8 @@
 # uid it maps to), so names, "root" among them, are refused too.
 package sandgate.admission
 
+import data.sandgate.config
+
 finding contains {
 	"rule": "non_root_user",
 	"message": sprintf("user %q runs as uid 0 (root); use a non-root numeric uid such as 10001", [input.request.user]),
@@ -23,3 +25,42 @@ finding contains {
 }
 
 _numeric_uid if is_number(input.request.uid)
+
+# The primary group must be numeric and unprivileged. Without a numeric
+# group ("10001" alone) Docker takes the group of the image's passwd entry
+# for the uid, or gid 0 when it has none; a group name is whatever the
+# image's /etc/group maps it to. gid 0 is root's group; the data names the
+# others that open doors on the host (the Docker socket's group, disk,
+# shadow, … by number: data.sandgate.config.privileged_gids). Each decision
+# hands the same list to the executor, for the supplementary groups an
+# image's /etc/group adds.
+finding contains {
+	"rule": "privileged_group",
+	"message": sprintf("user %q runs with gid 0, root's group; use a group of its own such as 10001", [object.get(input.request, "user", "")]),
+	"controls": ["CIS-4.1"],
+	"action": "deny",
+} if {
+	input.request.gid == 0
+}
+
+finding contains {
+	"rule": "privileged_group",
+	"message": sprintf("user %q runs with gid %d, a privileged group (data.sandgate.config.privileged_gids); use a group of its own such as 10001", [object.get(input.request, "user", ""), gid]),
+	"controls": ["CIS-4.1"],
+	"action": "deny",
+} if {
+	gid := input.request.gid
+	gid != 0
+	gid in config.privileged_gids
+}
+
+finding contains {
+	"rule": "numeric_group",
+	"message": sprintf("user %q names no numeric group, so the image would choose it (gid 0 when its passwd has no entry); ask for uid:gid such as 10001:10001", [object.get(input.request, "user", "")]),
+	"controls": ["CIS-4.1"],
+	"action": "deny",
+} if {
+	# object.get, not a reference: a missing gid must make the call false,
+	# not undefined, under "not".
+	not is_number(object.get(input.request, "gid", null))
+}
