@@ -341,15 +341,17 @@ func volumeMounts(s sandgate.RunSpec, team string) ([]mount.Mount, error) {
 	var out []mount.Mount
 	for i, v := range s.Volumes {
 		field := fmt.Sprintf("volumes[%d]", i)
-		if !safeName.MatchString(v.Name) {
-			return nil, &sandgate.Error{Code: sandgate.CodeMountError, Field: field + ".name", Message: "must be letters, digits, '.', '_' or '-'"}
+		docker, ok := VolumeName(team, v.Name)
+		if !ok {
+			return nil, &sandgate.Error{Code: sandgate.CodeMountError, Field: field + ".name",
+				Message: fmt.Sprintf("team %q cannot have a cache volume named %q: a name is 1 to 64 letters, digits, '_' and '-', and a team's 1 to 63 letters, digits, '_', '.' and '-'", team, v.Name)}
 		}
 		if !path.IsAbs(v.Target) {
 			return nil, &sandgate.Error{Code: sandgate.CodeMountError, Field: field + ".target", Message: "must be an absolute path"}
 		}
 		out = append(out, mount.Mount{
 			Type:     mount.TypeVolume,
-			Source:   VolumeName(team, v.Name),
+			Source:   docker,
 			Target:   v.Target,
 			ReadOnly: v.ReadOnly,
 			VolumeOptions: &mount.VolumeOptions{

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/docker/docker/api/types/system"
 	"github.com/sandgate/sandgate"
 )
 
@@ -125,6 +126,21 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imag
 	}
 	e.pool = newPool(e, cfg)
 	return e
+}
+
+// CPUs is how many CPUs the daemon's host has: the most a container can be
+// given. It returns DOCKER-UNAVAILABLE when the daemon does not answer.
+func (e *Executor) CPUs(ctx context.Context) (int, error) {
+	var info system.Info
+	err := e.call(ctx, nil, "info", func(ctx context.Context) error {
+		var err error
+		info, err = e.docker.Info(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, dockerError(sandgate.CodeDockerUnavailable, err, "docker info")
+	}
+	return info.NCPU, nil
 }
 
 // Node returns the node name this executor labels its containers with.

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -344,6 +345,13 @@ func (f *fakeDocker) NetworkCreate(context.Context, string, network.CreateOption
 	defer f.mu.Unlock()
 	f.called("network create")
 	return network.CreateResponse{}, nil
+}
+
+func (f *fakeDocker) Info(context.Context) (system.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("info")
+	return system.Info{NCPU: 2}, nil
 }
 
 // Errors as the Docker client classifies them.

@@ -412,7 +412,7 @@ func TestHardeningInspect(t *testing.T) {
 		LogType: "none",
 		Mounts: []mount.Mount{
 			{Type: mount.TypeBind, Source: filepath.Join(executor.DefaultStageDir, ex.Node(), job.RunID, "0"), Target: "/workspace/in", ReadOnly: true, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}},
-			{Type: mount.TypeVolume, Source: executor.VolumeName("payments", volume), Target: "/cache", VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{"sandgate.cache": "true"}}},
+			{Type: mount.TypeVolume, Source: executor.VolumePrefix + "payments." + volume, Target: "/cache", VolumeOptions: &mount.VolumeOptions{Labels: map[string]string{"sandgate.cache": "true"}}},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

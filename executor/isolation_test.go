@@ -298,7 +298,7 @@ func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
 		if v.UsedBytes > 16<<20 || v.SizeMB != 16 {
 			t.Errorf("volume %s: %d bytes used of %d MB", v.DockerVolume, v.UsedBytes, v.SizeMB)
 		}
-		if !strings.HasPrefix(v.DockerVolume, executor.VolumePrefix+v.Team+"-"+name+"-") {
+		if v.DockerVolume != executor.VolumePrefix+v.Team+"."+name {
 			t.Errorf("docker volume %s does not carry team %s and name %s", v.DockerVolume, v.Team, name)
 		}
 	}
@@ -319,16 +319,25 @@ func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
 }
 
 // TestVolumeNamesNeverCollide: pairs of team and name that read alike
-// get different Docker volumes.
+// get different Docker volumes, and a pair that cannot make one is
+// refused.
 func TestVolumeNamesNeverCollide(t *testing.T) {
-	pairs := [][2]string{{"a-b", "c"}, {"a", "b-c"}, {"a b", "c"}, {"a_b", "c"}, {"payments", "npm"}, {"Payments", "npm"}}
+	pairs := [][2]string{{"a-b", "c"}, {"a", "b-c"}, {"a.b", "c"}, {"a", "b_c"}, {"a_b", "c"}, {"payments", "npm"}, {"Payments", "npm"}}
 	seen := map[string][2]string{}
 	for _, p := range pairs {
-		n := executor.VolumeName(p[0], p[1])
+		n, ok := executor.VolumeName(p[0], p[1])
+		if !ok {
+			t.Fatalf("VolumeName(%q, %q) refused", p[0], p[1])
+		}
 		if prev, ok := seen[n]; ok {
 			t.Errorf("%v and %v share the docker volume %s", prev, p, n)
 		}
 		seen[n] = p
+	}
+	for _, p := range [][2]string{{"a", "b.c"}, {"a b", "c"}, {"", "c"}, {"a", ""}, {".a", "c"}, {"a", "../c"}} {
+		if n, ok := executor.VolumeName(p[0], p[1]); ok {
+			t.Errorf("VolumeName(%q, %q) = %s, want refused", p[0], p[1], n)
+		}
 	}
 }
 

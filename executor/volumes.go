@@ -2,14 +2,13 @@ package executor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 
@@ -48,21 +47,25 @@ const (
 // write to it whatever its uid; files keep the uid that wrote them, so
 // runs that share a cache should run as one uid.
 
-// VolumeName is the Docker volume of team's cache volume name:
-// "sandgate-cache-<team>-<name>-<digest>", the team spelt with the
-// characters Docker allows, and the digest (of team and name) telling
-// apart the pairs that would otherwise read alike ("a-b"/"c" and
-// "a"/"b-c").
-func VolumeName(team, name string) string {
-	sum := sha256.Sum256([]byte(team + "\x00" + name))
-	t := strings.Trim(unsafeRune.ReplaceAllString(team, "_"), "_.-")
-	if len(t) > 32 {
-		t = t[:32]
+var (
+	// volumeTeam and volumeNamePattern are the teams that can own cache
+	// volumes and the names they can give them (the policy's volume_team
+	// and volume_name rules): a name has no '.', so the last '.' of a
+	// Docker volume's name splits team from name, and no two pairs of
+	// team and name share one ("a-b"/"c" is sandgate-cache-a-b.c,
+	// "a"/"b-c" is sandgate-cache-a.b-c).
+	volumeTeam        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+	volumeNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+)
+
+// VolumeName is the Docker volume of team's cache volume name,
+// "sandgate-cache-<team>.<name>", and whether team and name can make one
+// (see volumeTeam).
+func VolumeName(team, name string) (string, bool) {
+	if !volumeTeam.MatchString(team) || !volumeNamePattern.MatchString(name) {
+		return "", false
 	}
-	if t == "" {
-		t = "none"
-	}
-	return VolumePrefix + t + "-" + name + "-" + hex.EncodeToString(sum[:6])
+	return VolumePrefix + team + "." + name, true
 }
 
 // volumes makes and mounts the file systems of cache volumes.
@@ -117,7 +120,10 @@ func (e *Executor) ensureVolume(ctx context.Context, r *run, index int, name str
 	if os.Geteuid() != 0 {
 		return "", refuse(nil, "cache volumes are not available on this gateway: their quota needs sandgate to run as root")
 	}
-	docker := VolumeName(team, name)
+	docker, ok := VolumeName(team, name)
+	if !ok {
+		return "", refuse(nil, "team %q cannot have a cache volume named %q: a name is 1 to 64 letters, digits, '_' and '-', and a team's 1 to 63 letters, digits, '_', '.' and '-'", team, name)
+	}
 	unlock := v.lock(docker)
 	defer unlock()
 	quota := r.job.Enforcement.VolumeQuotaMB
@@ -309,7 +315,10 @@ func (e *Executor) CacheVolumes(context.Context) ([]sandgate.CacheVolume, error)
 // removed (CONFLICT); one that does not exist is NOT-FOUND.
 func (e *Executor) RemoveCacheVolume(ctx context.Context, team, name string) error {
 	v := e.volumes
-	docker := VolumeName(team, name)
+	docker, ok := VolumeName(team, name)
+	if !ok {
+		return sandgate.Errorf(sandgate.CodeNotFound, "team %s has no cache volume %q", team, name)
+	}
 	unlock := v.lock(docker)
 	defer unlock()
 	if _, err := os.Stat(v.meta(docker)); errors.Is(err, os.ErrNotExist) {

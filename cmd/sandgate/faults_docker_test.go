@@ -134,7 +134,7 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 		t.Errorf("%d container creates for %d runs: %v", len(creates), runs, creates)
 	}
 
-	missing := "sandgate/not-loaded-" + randomHex(t, 4) + ":1"
+	missing := "sandgate/sandbox:not-loaded-" + randomHex(t, 4)
 	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Image: missing, Command: []string{"true"}}, gateway.SubmitOptions{Wait: time.Minute})
 	if err != nil {
 		t.Fatalf("submit %s: %v", missing, err)

@@ -45,10 +45,10 @@ const (
 // and then cancels the run, so Execute removes the container before it
 // would attach and start it.
 //
-// Bind mounts and cache volumes are judged by the policy but left out of
-// the specs the executor creates: mount staging and per-team volume names
-// are the executor's to change, and a named volume would outlive the
-// container.
+// Bind mounts and cache volumes are created too when the test runs as
+// root (make test does): each mount source is pinned and each volume made,
+// and the container must hold them as admitted; the volumes are removed at
+// the end.
 func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 	executortest.RequireDocker(t)
 	ctx := context.Background()
@@ -107,30 +107,52 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 			denied++
 		case len(d.Spec.Mounts)+len(d.Spec.Volumes) > 0:
 			withMounts++
+			if os.Geteuid() == 0 {
+				admitted = append(admitted, candidate{d.Spec, edges})
+			}
 		default:
 			admitted = append(admitted, candidate{d.Spec, edges})
 		}
 	}
-	t.Logf("%d specs: %d refused by normalisation, %d denied, %d admitted with mounts or volumes, %d admitted without",
-		propertySpecs, normalisedAway, denied, withMounts, len(admitted))
+	t.Logf("%d specs: %d refused by normalisation, %d denied, %d admitted to create (%d of all admitted have mounts or volumes)",
+		propertySpecs, normalisedAway, denied, len(admitted), withMounts)
 	t.Logf("denials by rule: %v", byRule)
 	if len(admitted) < propertyCreated || denied < propertySpecs/10 {
 		t.Fatalf("the generator admits %d specs without mounts and denies %d: it must give at least %d to create and deny a tenth", len(admitted), denied, propertyCreated)
 	}
 	sort.SliceStable(admitted, func(i, j int) bool { return admitted[i].edges > admitted[j].edges })
 	sample := admitted[:propertyCreated]
+	sampledMounts := 0
+	for _, c := range sample {
+		if len(c.spec.Mounts)+len(c.spec.Volumes) > 0 {
+			sampledMounts++
+		}
+	}
+	t.Logf("creating the %d edgiest, %d of them with mounts or volumes", len(sample), sampledMounts)
 
 	node := "proptest-" + randomHex(t, 4)
 	rec := &createRecorder{
 		cancels: map[string]context.CancelFunc{}, checks: map[string]func(string) error{},
 		created: map[string]string{}, errs: map[string]error{}, counts: map[sandgate.EventType]int{},
 	}
-	ex, err := executor.New(executor.Config{DockerHost: executortest.DockerHost(), Node: node, MaxConcurrent: 2}, rec)
+	ex, err := executor.New(executor.Config{DockerHost: executortest.DockerHost(), Node: node, MaxConcurrent: 2,
+		VolumeDir: t.TempDir()}, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ex.Close()
-	t.Cleanup(func() { assertNoContainers(t, node) })
+	t.Cleanup(func() {
+		assertNoContainers(t, node)
+		vols, err := ex.CacheVolumes(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		for _, v := range vols {
+			if err := ex.RemoveCacheVolume(context.Background(), v.Team, v.Name); err != nil {
+				t.Errorf("remove cache volume %s: %v", v.DockerVolume, err)
+			}
+		}
+	})
 
 	type failure struct {
 		spec sandgate.RunSpec
@@ -155,9 +177,12 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 				spec := sample[i].spec
 				runID := fmt.Sprintf("proptest-%06d", i)
 				rctx, cancel := context.WithCancel(ctx)
-				rec.expect(runID, cancel, func(id string) error { return inspectAsAdmitted(id, spec) })
+				rec.expect(runID, cancel, func(id string) error { return inspectAsAdmitted(id, principal.Team, spec) })
 				res, err := ex.Execute(rctx, sandgate.Job{
 					RunID: runID, CorrelationID: runID, DecisionID: runID, Principal: principal.Name, Team: principal.Team, Spec: spec,
+					// The count of a team's volumes is the executor's to
+					// hold, not the policy's; here every one is made.
+					Enforcement: sandgate.Enforcement{MaxVolumes: 1 << 20},
 				})
 				cancel()
 				id, checkErr := rec.result(runID)
@@ -319,7 +344,7 @@ func (c *createRecorder) count(t sandgate.EventType) int {
 
 // inspectAsAdmitted checks that the daemon holds container id as the
 // admitted spec asks: the settings a policy judges arrive unchanged.
-func inspectAsAdmitted(id string, s sandgate.RunSpec) error {
+func inspectAsAdmitted(id, team string, s sandgate.RunSpec) error {
 	out, err := exec.Command("docker", "inspect", id).Output()
 	if err != nil {
 		return fmt.Errorf("docker inspect %s: %w", id, err)
@@ -338,6 +363,10 @@ func inspectAsAdmitted(id string, s sandgate.RunSpec) error {
 			Tmpfs                map[string]string
 			ReadonlyRootfs       bool
 			Privileged           bool
+			Mounts               []struct {
+				Type, Source, Target string
+				ReadOnly             bool
+			}
 			Ulimits              []struct {
 				Name       string
 				Soft, Hard int64
@@ -374,8 +403,35 @@ func inspectAsAdmitted(id string, s sandgate.RunSpec) error {
 		}
 	}
 	check("user", c.User == s.User, c.User, s.User)
+	// Each bind mount is a pin under the stage, each volume the team's.
+	var wantMounts, gotMounts []string
+	for _, m := range s.Mounts {
+		wantMounts = append(wantMounts, fmt.Sprintf("bind %s ro=%t", m.Target, m.ReadOnly))
+	}
+	for _, v := range s.Volumes {
+		wantMounts = append(wantMounts, fmt.Sprintf("volume %s%s.%s %s ro=%t", executor.VolumePrefix, team, v.Name, v.Target, v.ReadOnly))
+	}
+	for _, m := range h.Mounts {
+		switch m.Type {
+		case "bind":
+			if !strings.HasPrefix(m.Source, executor.DefaultStageDir+"/") {
+				problems = append(problems, fmt.Sprintf("bind mount %s is from %s, not a pin", m.Target, m.Source))
+			}
+			gotMounts = append(gotMounts, fmt.Sprintf("bind %s ro=%t", m.Target, m.ReadOnly))
+		case "volume":
+			gotMounts = append(gotMounts, fmt.Sprintf("volume %s %s ro=%t", m.Source, m.Target, m.ReadOnly))
+		}
+	}
+	slices.Sort(wantMounts)
+	slices.Sort(gotMounts)
+	check("mounts", slices.Equal(wantMounts, gotMounts), gotMounts, wantMounts)
 	check("ipc mode", h.IpcMode == wantIPC, h.IpcMode, wantIPC)
-	check("network", h.NetworkMode == s.Network, h.NetworkMode, s.Network)
+	// "bridge" is sandgate's own bridge network, never Docker's default.
+	wantNetwork := s.Network
+	if wantNetwork == "bridge" {
+		wantNetwork = executor.DefaultBridgeNetwork
+	}
+	check("network", h.NetworkMode == wantNetwork, h.NetworkMode, wantNetwork)
 	check("memory", h.Memory == s.Resources.MemoryMB<<20, h.Memory, s.Resources.MemoryMB<<20)
 	check("nano CPUs", h.NanoCpus == int64(s.Resources.CPUs*1e9), h.NanoCpus, int64(s.Resources.CPUs*1e9))
 	check("pids limit", h.PidsLimit != nil && *h.PidsLimit == s.Resources.Pids, h.PidsLimit, s.Resources.Pids)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -274,6 +275,8 @@ func serve(ctx context.Context, a *app) error {
 	if err := exec.Start(ctx); err != nil {
 		// The daemon may come later; readiness says so meanwhile.
 		logger.Warn("executor start", "err", err)
+	} else {
+		warnCPUMaximum(ctx, engine, exec, logger)
 	}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -342,5 +345,30 @@ func printDevBanner(w io.Writer, addr, token string) {
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
 	if f, ok := w.(*os.File); ok {
 		_ = f.Sync()
+	}
+}
+
+// warnCPUMaximum warns when the policy admits more CPUs than this node's
+// daemon can give a container: Docker refuses such a create, so a run the
+// policy admitted would fail with SBX-001. The policy cannot know the
+// node's size; maxima.cpus should be at most the smallest node's CPUs.
+func warnCPUMaximum(ctx context.Context, engine *policies.Engine, exec *executor.Executor, logger *slog.Logger) {
+	maxima, _ := engine.PolicyConfig()["maxima"].(map[string]any)
+	var max float64
+	switch v := maxima["cpus"].(type) {
+	case float64:
+		max = v
+	case json.Number:
+		max, _ = v.Float64()
+	default:
+		return
+	}
+	cpus, err := exec.CPUs(ctx)
+	if err != nil || cpus <= 0 {
+		return
+	}
+	if max > float64(cpus) {
+		logger.Warn("the policy admits more CPUs than this node has: runs asking for more than the node's CPUs will fail with SANDGATE-SBX-001; lower data.sandgate.config.maxima.cpus",
+			"maxima_cpus", max, "node_cpus", cpus)
 	}
 }
