@@ -367,7 +367,7 @@ func inspectAsAdmitted(id, team string, s sandgate.RunSpec) error {
 				Type, Source, Target string
 				ReadOnly             bool
 			}
-			Ulimits              []struct {
+			Ulimits []struct {
 				Name       string
 				Soft, Hard int64
 			}
