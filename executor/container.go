@@ -279,8 +279,10 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 			return refuse("security_opt", "system paths are always masked")
 		}
 		for _, l := range sec.Label {
-			if l == "disable" {
-				return refuse("security_opt", "SELinux labelling is never disabled")
+			switch l {
+			case "disable", "type:spc_t", "type:unconfined_t", "type:container_runtime_t":
+				// Types whose processes SELinux does not confine.
+				return refuse("security_opt", "SELinux confinement is never lifted (label %q)", l)
 			}
 		}
 	}

@@ -390,6 +390,8 @@ func TestRefusedSpecs(t *testing.T) {
 		{"host pid", func(s *sandgate.RunSpec) { s.PIDMode = "host" }, nil, sandgate.CodeContainerCreate, "pid_mode"},
 		{"seccomp unconfined", func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"seccomp=unconfined"} }, nil, sandgate.CodeContainerCreate, "security_opt"},
 		{"no-new-privileges off", func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"no-new-privileges=false"} }, nil, sandgate.CodeContainerCreate, "security_opt"},
+		{"SELinux spc_t", func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"label=type:spc_t"} }, nil, sandgate.CodeContainerCreate, "security_opt"},
+		{"SELinux disabled", func(s *sandgate.RunSpec) { s.SecurityOpt = []string{"label:disable"} }, nil, sandgate.CodeContainerCreate, "security_opt"},
 		{"writable rootfs", func(s *sandgate.RunSpec) { s.ReadOnlyRootfs = &no }, nil, sandgate.CodeContainerCreate, "read_only_rootfs"},
 		{"cap ALL", func(s *sandgate.RunSpec) { s.CapAdd = []string{"ALL"} }, nil, sandgate.CodeContainerCreate, "cap_add[0]"},
 		{"published port", func(s *sandgate.RunSpec) { s.Ports = []string{"80:80"} }, nil, sandgate.CodeContainerCreate, "ports"},

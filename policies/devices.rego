@@ -26,3 +26,45 @@ finding contains {
 	bad := [name | some name, _ in sysctls; not name in allowed]
 	count(bad) > 0
 }
+
+# An allowed sysctl still needs a value the kernel takes: one the kernel
+# refuses fails the container at start, after admission. Each allowed
+# sysctl's value is a list of integers data.sandgate.config.sysctl_values
+# describes ("count" of them, each within "min" and "max", "ascending"
+# when each must be at least the one before).
+finding contains {
+	"rule": "sysctl_value",
+	"message": sprintf("sysctl values the kernel would refuse: %s", [_named(array.slice(bad, 0, 3), count(bad))]),
+	"controls": ["PSS-baseline"],
+	"action": "deny",
+	"count": count(bad),
+} if {
+	sysctls := input.request.sysctls
+	shapes := config.sysctl_values
+	bad := [sprintf("%s=%q", [name, value]) |
+		some name, value in sysctls
+		shape := shapes[name]
+		not _sysctl_value_ok(value, shape)
+	]
+	count(bad) > 0
+}
+
+_sysctl_value_ok(value, shape) if {
+	regex.match(`^[0-9]{1,10}( [0-9]{1,10})*$`, value)
+	parts := [to_number(p) | some p in split(value, " ")]
+	count(parts) == shape.count
+	every p in parts {
+		p >= shape.min
+		p <= shape.max
+	}
+	_ascending_ok(parts, shape)
+}
+
+_ascending_ok(_, shape) if not shape.ascending
+
+_ascending_ok(parts, shape) if {
+	shape.ascending
+	every i in numbers.range(1, count(parts) - 1) {
+		parts[i] >= parts[i - 1]
+	}
+}
