@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -713,44 +712,20 @@ func shellQuote(s string) string {
 // already started, so the run hands its command in over the attached
 // stdin and from there on is followed exactly like a cold one.
 func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
-	defer e.pool.release(m)
-	created := e.now()
-	r.setContainer(m.id, created)
-	res := sandgate.Result{ContainerID: m.id, CreatedAt: created}
+	h := e.warmHandle(r, m)
+	defer h.close()
 	e.emit(r, sandgate.EventContainerCreated, map[string]any{
 		"name": m.name, "image": set.config.Image, "image_id": imageID,
 		"warm_pool": m.prof.key, "pooled_at": m.created.UTC().Format(time.RFC3339Nano),
 	})
-	defer e.remove(r, m.id)
-	defer m.hj.Close()
 	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
-		return e.failed(r, err, res), err
+		return h.failed(err), err
 	}
-
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
-	stdout, stderr := captures(r.job)
-
-	script := m.warmScript(r.job.Spec)
-	stdin := r.job.Spec.Stdin
-	go func() {
-		// As on the cold path, a command that exits without reading its
-		// input closes the stream under us.
-		if _, err := io.WriteString(m.hj.Conn, script+"\x00"+stdin); err != nil {
-			e.log.Debug("hand the command to a warm container", "run_id", r.job.RunID, "err", err)
-		}
-		_ = m.hj.CloseWrite()
-	}()
-	res.StartedAt = e.now()
-	r.setState(sandgate.StateRunning)
-	e.emit(r, sandgate.EventContainerStarted, map[string]any{"warm_pool": m.prof.key})
-	if r.job.Started != nil {
-		r.job.Started(m.id, res.StartedAt)
-	}
-
-	exitC := make(chan exitStatus, 1)
-	go func() { exitC <- e.waitExit(wctx, r, m.id, m.waitC, m.errC) }()
-	return e.supervise(ctx, wctx, r, res, m.hj, stdout, stderr, exitC)
+	// As on the cold path: the script, then the run's stdin, on the one
+	// stream; a command that exits without reading its input closes it.
+	h.writeStdin(m.warmScript(r.job.Spec) + "\x00" + r.job.Spec.Stdin)
+	h.started(e.now(), map[string]any{"warm_pool": m.prof.key}, true)
+	return h.supervise(ctx)
 }
 
 // SetWarmProfiles replaces the warm pool's profiles (the normalised specs

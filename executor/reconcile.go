@@ -9,11 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandgate/sandgate"
 )
@@ -165,130 +163,61 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 	if t, ok := parseDockerTime(st.Created); ok {
 		created = t
 	}
-	r.setContainer(c.ID, created)
-	res := sandgate.Result{ContainerID: c.ID, CreatedAt: created}
 	e.log.Info("adopting the container of an unfinished run", "run_id", r.job.RunID, "container_id", c.ID, "status", statusOf(s))
+	h := e.newHandle(r, c.ID, created)
+	defer h.close()
 
 	switch {
 	case s == nil || s.Status == "removing" || s.Status == "dead":
-		e.remove(r, c.ID)
-		return e.lostOnRestart(r, res, "the run's container was being removed when the gateway restarted"), nil
+		return e.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
 	case s.Running || s.Paused || s.Restarting:
-		if t, ok := parseDockerTime(s.StartedAt); ok {
-			res.StartedAt = t
-		}
-		defer e.remove(r, c.ID)
-		return e.follow(ctx, r, res)
+		return e.follow(ctx, h, s)
 	case !everStarted(st) && c.Labels[LabelPool] != "":
 		// A warm container is started before any run claims it; one never
 		// started was not this run's to run in.
-		e.remove(r, c.ID)
-		return e.lostOnRestart(r, res, "the run's warm container had never started when the gateway restarted"), nil
+		return e.lostOnRestart(r, h.res, "the run's warm container had never started when the gateway restarted"), nil
 	case !everStarted(st):
 		// The previous process died between create and start: the user's
 		// code never ran, so running it now runs it exactly once.
-		set, err := containerSettings(r.job, e.cfg)
-		if err != nil {
-			e.remove(r, c.ID)
-			return e.failed(r, err, res), err
+		if _, err := containerSettings(r.job, e.cfg); err != nil {
+			return h.failed(err), err
 		}
-		defer e.remove(r, c.ID)
-		return e.attachAndRun(ctx, r, set, res)
+		return e.startAndSupervise(ctx, h)
 	case c.Labels[LabelPool] != "" && s.ExitCode == launcherNoScript:
-		e.remove(r, c.ID)
-		return e.lostOnRestart(r, res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
+		return e.lostOnRestart(r, h.res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
 	default:
-		// It exited while no gateway watched it.
+		// It exited while no gateway watched it: its output is gone
+		// (sandgate keeps no container logs), its exit code is not.
 		if t, ok := parseDockerTime(s.StartedAt); ok {
-			res.StartedAt = t
+			h.res.StartedAt = t
 		}
-		res.FinishedAt = e.now()
+		h.res.FinishedAt = e.now()
 		if t, ok := parseDockerTime(s.FinishedAt); ok {
-			res.FinishedAt = t
+			h.res.FinishedAt = t
 		}
-		res.Stdout, res.Stderr = noOutput(res.Stdout), noOutput(res.Stderr)
 		r.setState(sandgate.StateRunning)
-		defer e.remove(r, c.ID)
-		return e.finish(r, res, notStopped, exitStatus{code: int64(s.ExitCode)}, st)
+		return h.finish(notStopped, exitStatus{code: int64(s.ExitCode)}, st), nil
 	}
 }
 
 // follow takes over a running container: it attaches to its output from
-// now on, waits for its exit with what is left of the run's timeout (or
-// stops it when the run is cancelled), inspects it and reports the end as
-// attachAndRun does.
-func (e *Executor) follow(ctx context.Context, r *run, res sandgate.Result) (sandgate.Result, error) {
-	id := res.ContainerID
-	spec := r.job.Spec
-	r.setState(sandgate.StateRunning)
-	if r.job.Started != nil {
-		at := res.StartedAt
-		if at.IsZero() {
-			at = e.now()
-		}
-		r.job.Started(id, at)
+// now on (without it, the run can still be seen to its end), waits for its
+// exit with what is left of the run's timeout (or stops it when the run is
+// cancelled), and reports the end as any run's.
+func (e *Executor) follow(ctx context.Context, h *handle, s *container.State) (sandgate.Result, error) {
+	at := e.now()
+	if t, ok := parseDockerTime(s.StartedAt); ok {
+		at = t
 	}
-	var hj types.HijackedResponse
-	err := e.call(ctx, r, "attach", func(ctx context.Context) error {
-		var err error
-		hj, err = e.docker.ContainerAttach(ctx, id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
-		return err
-	})
-	if err != nil && ctx.Err() == nil {
-		// Without its output the run can still be seen to its end.
-		e.log.Warn("attach to an adopted container", "run_id", r.job.RunID, "err", err)
-	}
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
+	// Its container.started was recorded by the process that started it.
+	h.started(at, nil, false)
 	// Not-running answers at once for a container that exited since it
 	// was inspected; next-exit would wait forever for it.
-	waitC, waitErrC := e.docker.ContainerWait(wctx, id, container.WaitConditionNotRunning)
-
-	stdout, stderr := captures(r.job)
-	pumped := make(chan struct{})
-	if hj.Reader != nil {
-		defer hj.Close()
-		go func() {
-			defer close(pumped)
-			if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil && !errors.Is(err, io.EOF) {
-				e.log.Debug("output stream ended", "run_id", r.job.RunID, "err", err)
-			}
-		}()
-	} else {
-		close(pumped)
+	if err := h.attach(ctx, false, container.WaitConditionNotRunning); err != nil && ctx.Err() == nil {
+		e.log.Warn("attach to an adopted container", "run_id", h.r.job.RunID, "err", err)
 	}
-
-	exitC := make(chan exitStatus, 1)
-	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
-	e.log.Info("following an adopted container", "run_id", r.job.RunID, "container_id", id)
-
-	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
-	if timeout <= 0 {
-		timeout = time.Duration(sandgate.BuiltinDefaults.TimeoutSeconds) * time.Second
-	}
-	if !res.StartedAt.IsZero() {
-		timeout -= e.now().Sub(res.StartedAt)
-	}
-	timer := time.NewTimer(max(timeout, 0))
-	defer timer.Stop()
-
-	reason := notStopped
-	var exit exitStatus
-	select {
-	case exit = <-exitC:
-	case <-timer.C:
-		reason = stoppedTimeout
-	case <-ctx.Done():
-		reason = reasonOf(ctx)
-	}
-	if reason == stoppedTimeout || reason == stoppedCancel {
-		exit = e.stop(wctx, r, id, exitC)
-	} else if reason == stoppedLost {
-		exit = exitStatus{lost: true}
-	}
-	res.FinishedAt = e.now()
-
-	return e.conclude(ctx, r, id, res, reason, exit, hj, pumped, stdout, stderr)
+	e.log.Info("following an adopted container", "run_id", h.r.job.RunID, "container_id", h.id)
+	return h.supervise(ctx)
 }
 
 // lostOnRestart ends a run whose container could not be taken over.
@@ -482,21 +411,4 @@ func (e *Executor) daemonAnswers(ctx context.Context) bool {
 	defer cancel()
 	_, err := e.docker.Ping(ctx)
 	return err == nil
-}
-
-// stoppedByDocker ends a run whose container was stopped through the
-// daemon by someone else: the outcome is error with the reason, and the
-// exit code the daemon saw is kept.
-func (e *Executor) stoppedByDocker(r *run, res sandgate.Result, code int64, why string) sandgate.Result {
-	c := int(code)
-	res.ExitCode = &c
-	res.Outcome = sandgate.OutcomeError
-	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: why}
-	e.log.Warn("container stopped through the daemon", "run_id", r.job.RunID, "reason", why)
-	e.emitExit(r, sandgate.EventContainerExited, res, e.outputPayload(res, map[string]any{
-		"oom_killed":  false,
-		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-	}))
-	e.emitExit(r, sandgate.EventRunFailed, res, map[string]any{"error_code": string(res.Error.Code), "message": why})
-	return res
 }

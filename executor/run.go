@@ -3,23 +3,14 @@ package executor
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandgate/sandgate"
 )
-
-// drainTimeout bounds how long output may keep arriving after the
-// container has exited; the daemon closes the attach stream at exit, so
-// this only matters when it does not.
-const drainTimeout = 10 * time.Second
 
 // run is one job while Execute works on it.
 type run struct {
@@ -100,24 +91,6 @@ func (e *Executor) unregister(r *run) {
 	e.active.Done()
 }
 
-// stopReason says why a run was stopped before it exited by itself.
-type stopReason int
-
-const (
-	notStopped stopReason = iota
-	stoppedTimeout
-	stoppedCancel
-	stoppedLost
-)
-
-// reasonOf maps the run context's cause to a stop reason.
-func reasonOf(ctx context.Context) stopReason {
-	if errors.Is(context.Cause(ctx), errLost) {
-		return stoppedLost
-	}
-	return stoppedCancel
-}
-
 func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	ctx := r.ctx
 	set, err := containerSettings(r.job, e.cfg)
@@ -174,307 +147,46 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
-	created := e.now()
-	r.setContainer(id, created)
-	res := sandgate.Result{ContainerID: id, CreatedAt: created}
+	h := e.newHandle(r, id, e.now())
+	defer h.close()
 	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
 	if len(staged) > 0 {
 		payload["mounts"] = stagedDocs(staged, r.job.Spec.Mounts)
 	}
 	e.emit(r, sandgate.EventContainerCreated, payload)
-	defer e.remove(r, id)
 
 	if err := e.checkIdentity(ctx, r, id, imageID); err != nil {
 		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r, res), nil
+			return h.cancelled(), nil
 		}
-		return e.failed(r, err, res), err
+		return h.failed(err), err
 	}
-	return e.attachAndRun(ctx, r, set, res)
+	return e.startAndSupervise(ctx, h)
 }
 
-// attachAndRun attaches to the created container, starts it, streams its
-// output and waits for its end. The order is the Docker CLI's: attach and
-// register the wait before start, so no output and no exit is missed.
-func (e *Executor) attachAndRun(ctx context.Context, r *run, set settings, res sandgate.Result) (sandgate.Result, error) {
-	id := res.ContainerID
-	spec := r.job.Spec
-	var hj types.HijackedResponse
-	err := e.call(ctx, r, "attach", func(ctx context.Context) error {
-		var err error
-		hj, err = e.docker.ContainerAttach(ctx, id, container.AttachOptions{
-			Stream: true, Stdin: spec.Stdin != "", Stdout: true, Stderr: true,
-		})
-		return err
-	})
-	if err != nil {
+// startAndSupervise starts a created container and follows it to its
+// end: attached to and waited on first, so no output and no exit is
+// missed, then started exactly once.
+func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (sandgate.Result, error) {
+	stdin := h.r.job.Spec.Stdin
+	if err := h.attach(ctx, stdin != "", container.WaitConditionNextExit); err != nil {
 		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r, res), nil
+			return h.cancelled(), nil
 		}
-		err = dockerError(sandgate.CodeContainerCreate, err, "attach to container %s", id)
-		return e.failed(r, err, res), err
+		return h.failed(err), err
 	}
-	defer hj.Close()
-
-	// The wait outlives cancellation of the run: a stopped run still
-	// reports its exit.
-	wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer wcancel()
-	waitC, waitErrC := e.docker.ContainerWait(wctx, id, container.WaitConditionNextExit)
-
-	stdout, stderr := captures(r.job)
-
-	if code, err := e.start(ctx, r, id); err != nil {
+	if code, err := e.start(ctx, h.r, h.id); err != nil {
 		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r, res), nil
+			return h.cancelled(), nil
 		}
-		res.ExitCode = code
-		return e.failed(r, err, res), err
+		h.res.ExitCode = code
+		return h.failed(err), err
 	}
-	res.StartedAt = e.now()
-	r.setState(sandgate.StateRunning)
-	e.emit(r, sandgate.EventContainerStarted, nil)
-	if r.job.Started != nil {
-		r.job.Started(id, res.StartedAt)
+	h.started(e.now(), nil, true)
+	if stdin != "" {
+		h.writeStdin(stdin)
 	}
-
-	if spec.Stdin != "" {
-		go func() {
-			// A container that exits without reading its input closes the
-			// stream under us; that is its business, not an error.
-			_, _ = io.WriteString(hj.Conn, spec.Stdin)
-			_ = hj.CloseWrite()
-		}()
-	}
-	exitC := make(chan exitStatus, 1)
-	go func() { exitC <- e.waitExit(wctx, r, id, waitC, waitErrC) }()
-	return e.supervise(ctx, wctx, r, res, hj, stdout, stderr, exitC)
-}
-
-// supervise follows a container whose command is running: it streams the
-// output from the attach stream, enforces the run's timeout and
-// cancellation, and reports how the container ended. wctx outlives the
-// run's cancellation for the calls that must still happen.
-func (e *Executor) supervise(ctx, wctx context.Context, r *run, res sandgate.Result, hj types.HijackedResponse, stdout, stderr *capture, exitC <-chan exitStatus) (sandgate.Result, error) {
-	id := res.ContainerID
-	spec := r.job.Spec
-	pumped := make(chan struct{})
-	go func() {
-		defer close(pumped)
-		if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil && !errors.Is(err, io.EOF) {
-			e.log.Debug("output stream ended", "run_id", r.job.RunID, "err", err)
-		}
-	}()
-
-	timeout := time.Duration(spec.TimeoutSeconds) * time.Second
-	if timeout <= 0 {
-		timeout = time.Duration(sandgate.BuiltinDefaults.TimeoutSeconds) * time.Second
-	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-
-	reason := notStopped
-	var exit exitStatus
-	select {
-	case exit = <-exitC:
-	case <-timer.C:
-		reason = stoppedTimeout
-	case <-ctx.Done():
-		reason = reasonOf(ctx)
-	}
-	if reason == stoppedTimeout || reason == stoppedCancel {
-		exit = e.stop(wctx, r, id, exitC)
-	} else if reason == stoppedLost {
-		exit = exitStatus{lost: true}
-	}
-	res.FinishedAt = e.now()
-
-	return e.conclude(ctx, r, id, res, reason, exit, hj, pumped, stdout, stderr)
-}
-
-// conclude ends a run whose container has ended (or was lost): it keeps
-// everything the container wrote, inspects it for the exit code and the
-// OOM flag, and finishes the run. Both a fresh run and an adopted one end
-// here.
-func (e *Executor) conclude(ctx context.Context, r *run, id string, res sandgate.Result, reason stopReason, exit exitStatus,
-	hj types.HijackedResponse, pumped <-chan struct{}, stdout, stderr *capture) (sandgate.Result, error) {
-	closeStream := func() {
-		if hj.Conn != nil {
-			hj.Close()
-		}
-	}
-	// Everything the container wrote before it ended is kept. A lost
-	// container will not close its stream, so what came is all there is.
-	drain := time.After(drainTimeout)
-	if exit.lost {
-		drain = nil
-		closeStream()
-	}
-	select {
-	case <-pumped:
-	case <-drain:
-		closeStream()
-		<-pumped
-	}
-	res.Stdout, res.Stderr = stdout.output(), stderr.output()
-
-	var state container.InspectResponse
-	if !exit.lost {
-		ictx, cancel := e.cleanupContext(ctx)
-		err := e.call(ictx, r, "inspect", func(ctx context.Context) error {
-			var err error
-			state, err = e.docker.ContainerInspect(ctx, id)
-			return err
-		})
-		cancel()
-		if err != nil {
-			exit = exitStatus{lost: true, err: err}
-		} else if s := stateOf(state); reason == notStopped && s != nil && (s.Status == "removing" || s.Status == "dead") {
-			// Someone else is removing it: it was killed under the run,
-			// not ended by it.
-			exit = exitStatus{lost: true}
-		}
-	}
-	return e.finish(r, res, reason, exit, state)
-}
-
-// exitStatus is what waiting for the container's end found out.
-type exitStatus struct {
-	code int64
-	// lost means the container vanished, or the daemon stopped answering
-	// about it, before its end was seen.
-	lost bool
-	err  error
-}
-
-// waitExit waits for the container to exit. When the wait registered
-// before start fails (the daemon restarted, the connection broke), it asks
-// again with condition not-running, which answers at once for a container
-// that has already exited.
-func (e *Executor) waitExit(ctx context.Context, r *run, id string, waitC <-chan container.WaitResponse, errC <-chan error) exitStatus {
-	select {
-	case w := <-waitC:
-		return exitStatus{code: w.StatusCode}
-	case err := <-errC:
-		if ctx.Err() != nil {
-			return exitStatus{lost: true, err: err}
-		}
-		e.log.Warn("wait for container failed, waiting again", "run_id", r.job.RunID, "err", err)
-	}
-	var code int64
-	err := e.callWith(ctx, r, "wait", 0, func(ctx context.Context) error {
-		waitC, errC := e.docker.ContainerWait(ctx, id, container.WaitConditionNotRunning)
-		select {
-		case w := <-waitC:
-			code = w.StatusCode
-			return nil
-		case err := <-errC:
-			return err
-		}
-	})
-	if err != nil {
-		return exitStatus{lost: true, err: err}
-	}
-	return exitStatus{code: code}
-}
-
-// stop ends a container that is still running: SIGTERM, then StopGrace for
-// it to exit, then SIGKILL. It returns the container's exit.
-func (e *Executor) stop(ctx context.Context, r *run, id string, exitC <-chan exitStatus) exitStatus {
-	kill := func(signal string) {
-		err := e.call(ctx, r, "kill "+signal, func(ctx context.Context) error {
-			return e.docker.ContainerKill(ctx, id, signal)
-		})
-		// Conflict: it is not running any more, which is what we want.
-		if err != nil && !cerrdefs.IsConflict(err) && !cerrdefs.IsNotFound(err) {
-			e.log.Warn("signal container", "run_id", r.job.RunID, "signal", signal, "err", err)
-		}
-	}
-	kill("SIGTERM")
-	grace := time.NewTimer(e.cfg.StopGrace)
-	defer grace.Stop()
-	select {
-	case exit := <-exitC:
-		return exit
-	case <-grace.C:
-	}
-	kill("SIGKILL")
-	select {
-	case exit := <-exitC:
-		return exit
-	case <-time.After(e.cfg.CallTimeout):
-		return exitStatus{lost: true, err: fmt.Errorf("container %s did not exit after SIGKILL", id)}
-	}
-}
-
-// finish decides the outcome and reports it.
-func (e *Executor) finish(r *run, res sandgate.Result, reason stopReason, exit exitStatus, state container.InspectResponse) (sandgate.Result, error) {
-	if exit.lost {
-		res.Outcome = sandgate.OutcomeLost
-		code := sandgate.CodeContainerCreate
-		msg := "the container vanished while the run was executing"
-		if exit.err != nil && unreachable(exit.err) {
-			code, msg = sandgate.CodeDockerUnavailable, "the docker daemon stopped answering about the container"
-		}
-		res.Error = &sandgate.ErrorInfo{Code: code, Message: msg}
-		e.emit(r, sandgate.EventRunLost, e.outputPayload(res, map[string]any{"error_code": string(code)}))
-		return res, nil
-	}
-	code := exit.code
-	if s := stateOf(state); s != nil {
-		code = int64(s.ExitCode)
-		res.OOMKilled = s.OOMKilled
-	}
-	if reason == notStopped && !res.OOMKilled {
-		// The daemon may record an OOM kill after the exit; and a daemon
-		// restart stops every container, an end that is not the program's.
-		why, oom := e.stoppedOutside(r.ctx, res.ContainerID, res.StartedAt, code)
-		if why != "" {
-			return e.stoppedByDocker(r, res, code, why), nil
-		}
-		res.OOMKilled = oom
-	}
-	c := int(code)
-	res.ExitCode = &c
-	switch {
-	case reason == stoppedCancel:
-		res.Outcome = sandgate.OutcomeCancelled
-	case reason == stoppedTimeout:
-		res.Outcome = sandgate.OutcomeTimedOut
-	case res.OOMKilled:
-		res.Outcome = sandgate.OutcomeOOMKilled
-	case c == 0:
-		res.Outcome = sandgate.OutcomeSucceeded
-	default:
-		res.Outcome = sandgate.OutcomeFailed
-	}
-	e.emitExit(r, sandgate.EventContainerExited, res, e.outputPayload(res, map[string]any{
-		"oom_killed":  res.OOMKilled,
-		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-	}))
-	switch res.Outcome {
-	case sandgate.OutcomeOOMKilled:
-		e.emitExit(r, sandgate.EventContainerOOMKilled, res, map[string]any{"memory_mb": r.job.Spec.Resources.MemoryMB})
-	case sandgate.OutcomeTimedOut:
-		e.emitExit(r, sandgate.EventRunTimedOut, res, map[string]any{"timeout_seconds": r.job.Spec.TimeoutSeconds})
-	case sandgate.OutcomeCancelled:
-		reason := "cancelled"
-		if errors.Is(context.Cause(r.ctx), errShutdown) {
-			reason = "shutdown"
-		}
-		e.emitExit(r, sandgate.EventRunCancelled, res, map[string]any{"reason": reason})
-	}
-	return res, nil
-}
-
-// outputPayload adds the sizes and digests of the output, never the data.
-func (e *Executor) outputPayload(res sandgate.Result, p map[string]any) map[string]any {
-	for name, o := range map[string]sandgate.Output{"stdout": res.Stdout, "stderr": res.Stderr} {
-		p[name+"_bytes"] = o.Bytes
-		p[name+"_sha256"] = o.SHA256
-		p[name+"_truncated"] = o.Truncated
-	}
-	return p
+	return h.supervise(ctx)
 }
 
 // failed reports a run that could not be run at all. r is nil when the job
