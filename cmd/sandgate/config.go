@@ -19,20 +19,20 @@ import (
 // Config is every setting of the sandgate binary. It is read from the
 // environment (SANDGATE_*), and flags of the same name override it.
 type Config struct {
-	Listen          string
-	DatabaseURL     string
-	TokensFile      string
-	Dev             bool
-	PolicyDir       string
-	AirGapped       bool
-	MountRoots      []string
-	SpoolDir        string
+	Listen      string
+	DatabaseURL string
+	TokensFile  string
+	Dev         bool
+	PolicyDir   string
+	AirGapped   bool
+	MountRoots  []string
+	SpoolDir    string
 	// VolumeDir holds the file systems of the teams' cache volumes.
-	VolumeDir string
-	SpoolMaxBytes   int64
-	AuditBacklog    int
-	SigningKeyFile  string
-	MaskKeyFile     string
+	VolumeDir      string
+	SpoolMaxBytes  int64
+	AuditBacklog   int
+	SigningKeyFile string
+	MaskKeyFile    string
 	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
 	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
 	// it, verify trusts the trail's key registry.
