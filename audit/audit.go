@@ -1,5 +1,5 @@
-// Package audit is sandgate's tamper-evident, loss-free audit trail and run
-// store, in Postgres.
+// Package audit is sandgate's tamper-evident, loss-free audit trail, in
+// Postgres.
 //
 // A Store writes events through one writer goroutine per chain, which owns
 // sequence numbers and hashes: hash = SHA-256(prev_hash ‖ len(chain_id) ‖
@@ -16,10 +16,10 @@
 // row no checkpoint by a known key covers. Verify checks it all online;
 // VerifyExport offline.
 //
-// The Store also keeps runs (sandgate.RunStore), the state the API serves.
-//
-// It is the only package that imports gorm and pgx: gorm for queries and
-// runs, pgx directly for the writer's batched multi-row inserts.
+// The runs the API serves are package runstore's, which shares the Store's
+// database handle (DB). The two are the packages that import gorm and pgx:
+// here gorm for queries, pgx directly for the writer's batched multi-row
+// inserts.
 package audit
 
 import (
@@ -188,8 +188,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Store is the audit trail and run store. It implements sandgate.Recorder,
-// sandgate.AuditTrail and sandgate.RunStore. It is safe for concurrent use.
+// Store is the audit trail. It implements sandgate.Recorder and
+// sandgate.AuditTrail. It is safe for concurrent use.
 type Store struct {
 	cfg     Config
 	pool    *pgxpool.Pool
@@ -212,7 +212,6 @@ type Store struct {
 var (
 	_ sandgate.Recorder   = (*Store)(nil)
 	_ sandgate.AuditTrail = (*Store)(nil)
-	_ sandgate.RunStore   = (*Store)(nil)
 )
 
 // Open connects to Postgres and, unless cfg.ReadOnly, loads (or creates)
@@ -354,7 +353,9 @@ func (s *Store) PublicKey() ed25519.PublicKey {
 	return s.key.Public().(ed25519.PublicKey)
 }
 
-// DB returns the database handle the Store uses, for migrations.
+// DB returns the database handle the Store uses (its connection pool,
+// with synchronous commit on), for the run store (runstore.New) and
+// migrations. It is closed with the Store.
 func (s *Store) DB() *sql.DB { return s.sqlDB }
 
 // Emit queues a lifecycle event for the next group commit. It does not

@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 )
 
 // LoadSigningKey reads the Ed25519 checkpoint key from path (PEM, PKCS #8
@@ -177,51 +176,6 @@ func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
 		return nil, errors.New("parse public key: want PEM or 64 hex digits")
 	}
 	return ed25519.PublicKey(raw), nil
-}
-
-// Checkpoint is a signed statement of a chain's head: after seq events the
-// chain's hash was HeadHash, at CreatedAt. Each checkpoint also signs the
-// previous checkpoint's signature of the same chain, so checkpoints form a
-// chain of their own.
-type Checkpoint struct {
-	ChainID       string    `json:"chain_id"`
-	Seq           int64     `json:"seq"`
-	HeadHash      string    `json:"head_hash"`
-	CreatedAt     time.Time `json:"created_at"`
-	Final         bool      `json:"final"`
-	PrevSignature string    `json:"prev_signature"`
-	Signature     string    `json:"signature"`
-	KeyID         string    `json:"key_id"`
-	PublicKey     string    `json:"public_key"`
-}
-
-// CheckpointMessage returns the bytes a checkpoint's signature covers:
-//
-//	sandgate-checkpoint-v1\n chain_id\n seq\n hex(head_hash)\n
-//	created_at (RFC 3339, UTC, microseconds)\n final\n hex(prev_signature)
-//
-// (fields separated by single newlines, no trailing newline).
-func CheckpointMessage(chainID string, seq int64, headHash []byte, createdAt time.Time, final bool, prevSig []byte) []byte {
-	return fmt.Appendf(nil, "sandgate-checkpoint-v1\n%s\n%d\n%x\n%s\n%t\n%x",
-		chainID, seq, headHash, pgTime(createdAt).Format(timeLayout), final, prevSig)
-}
-
-// signCheckpoint returns a checkpoint of the head signed with key.
-func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []byte, at time.Time, final bool, prevSig []byte) Checkpoint {
-	at = pgTime(at)
-	sig := ed25519.Sign(key, CheckpointMessage(chainID, seq, head, at, final, prevSig))
-	pub := key.Public().(ed25519.PublicKey)
-	return Checkpoint{
-		ChainID:       chainID,
-		Seq:           seq,
-		HeadHash:      hex.EncodeToString(head),
-		CreatedAt:     at,
-		Final:         final,
-		PrevSignature: hex.EncodeToString(prevSig),
-		Signature:     hex.EncodeToString(sig),
-		KeyID:         KeyID(pub),
-		PublicKey:     hex.EncodeToString(pub),
-	}
 }
 
 // ParsePublicKeys reads the Ed25519 public keys of a trusted-keys file:

@@ -6,16 +6,6 @@ import (
 	"github.com/sandgate/sandgate"
 )
 
-// HashPrefix marks a value replaced by its keyed hash.
-const HashPrefix = sandgate.MaskPrefix
-
-// KeyedHash returns "hmac-sha256:" and the hex HMAC-SHA256 of value under
-// key (sandgate.MaskHash): equal secrets give equal hashes, so auditors
-// can correlate without seeing them.
-func KeyedHash(key []byte, value string) string {
-	return sandgate.MaskHash(key, value)
-}
-
 // Redact returns a deep copy of doc with secrets replaced by keyed hashes
 // (sandgate.Mask, the masking the gateway uses too): every value under
 // "env" (keys stay readable), and every field that a mask path names. A

@@ -16,7 +16,7 @@ import (
 // hashes; everything else is untouched and the input is not modified.
 func TestRedact(t *testing.T) {
 	key := []byte("k")
-	h := func(v string) string { return KeyedHash(key, v) }
+	h := func(v string) string { return sandgate.MaskHash(key, v) }
 	tests := []struct {
 		name string
 		doc  map[string]any
@@ -80,13 +80,13 @@ func TestRedactSpec(t *testing.T) {
 		Stdin: "pw", Labels: map[string]string{"token": "tok", "team": "x"}}
 	got := RedactSpec([]byte("k"), spec, []string{"stdin", "labels.token"})
 	env := got["env"].(map[string]any)
-	if !strings.HasPrefix(env["API_KEY"].(string), HashPrefix) || got["stdin"] == "pw" || got["labels"].(map[string]any)["token"] == "tok" {
+	if !strings.HasPrefix(env["API_KEY"].(string), sandgate.MaskPrefix) || got["stdin"] == "pw" || got["labels"].(map[string]any)["token"] == "tok" {
 		t.Errorf("secret in clear: %v", got)
 	}
 	if got["labels"].(map[string]any)["team"] != "x" || got["image"] != "img" {
 		t.Errorf("unmasked field changed: %v", got)
 	}
-	if KeyedHash([]byte("k"), "abc123") != env["API_KEY"] || KeyedHash([]byte("other"), "abc123") == env["API_KEY"] {
+	if sandgate.MaskHash([]byte("k"), "abc123") != env["API_KEY"] || sandgate.MaskHash([]byte("other"), "abc123") == env["API_KEY"] {
 		t.Error("hash is not keyed HMAC-SHA256")
 	}
 }
@@ -103,9 +103,9 @@ func TestRedactSpecPaths(t *testing.T) {
 	if diff := cmp.Diff(sandgate.MaskSpec(key, spec, mask), got); diff != "" {
 		t.Errorf("RedactSpec and MaskSpec disagree (-MaskSpec +RedactSpec):\n%s", diff)
 	}
-	if got["command"].([]any)[2] != KeyedHash(key, "curl -u admin:pw") || got["stdin"] != KeyedHash(key, "pw") ||
-		got["mounts"].([]any)[0].(map[string]any)["source"] != KeyedHash(key, "/srv/proj-a") ||
-		got["labels"].(map[string]any)["a.b"] != KeyedHash(key, "tok") {
+	if got["command"].([]any)[2] != sandgate.MaskHash(key, "curl -u admin:pw") || got["stdin"] != sandgate.MaskHash(key, "pw") ||
+		got["mounts"].([]any)[0].(map[string]any)["source"] != sandgate.MaskHash(key, "/srv/proj-a") ||
+		got["labels"].(map[string]any)["a.b"] != sandgate.MaskHash(key, "tok") {
 		t.Errorf("RedactSpec left a secret in clear: %v", got)
 	}
 }

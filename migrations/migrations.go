@@ -17,7 +17,6 @@ import (
 	"embed"
 	"fmt"
 	"io"
-	"io/fs"
 	"text/tabwriter"
 
 	"github.com/pressly/goose/v3"
@@ -26,9 +25,6 @@ import (
 
 //go:embed *.sql
 var files embed.FS
-
-// FS returns the embedded migrations, for tools that want to read them.
-func FS() fs.FS { return files }
 
 // provider builds a goose provider over db. A Postgres advisory lock held
 // for the session keeps two gateways that start together from migrating at
@@ -99,17 +95,4 @@ func Status(ctx context.Context, db *sql.DB, w io.Writer) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Source.Version, s.Source.Path, s.State, applied)
 	}
 	return tw.Flush()
-}
-
-// Pending reports whether db lacks any migration.
-func Pending(ctx context.Context, db *sql.DB) (bool, error) {
-	p, err := provider(db)
-	if err != nil {
-		return false, err
-	}
-	pending, err := p.HasPending(ctx)
-	if err != nil {
-		return false, fmt.Errorf("migration status: %w", err)
-	}
-	return pending, nil
 }

@@ -33,10 +33,10 @@ func TestMaskKeyFile(t *testing.T) {
 		func(ev []sandgate.AuditRecord) bool { return len(ev) == 1 })
 	spec, _ := events[0].Payload["spec"].(map[string]any)
 	env, _ := spec["env"].(map[string]any)
-	if got, want := env["TOKEN"], audit.KeyedHash(key, "s3cret"); got != want {
+	if got, want := env["TOKEN"], sandgate.MaskHash(key, "s3cret"); got != want {
 		t.Errorf("env TOKEN in the trail = %v, want %s (the mask file's key)", got, want)
 	}
-	if got, want := spec["stdin"], audit.KeyedHash(key, "also secret"); got != want {
+	if got, want := spec["stdin"], sandgate.MaskHash(key, "also secret"); got != want {
 		t.Errorf("stdin in the trail = %v, want %s", got, want)
 	}
 }

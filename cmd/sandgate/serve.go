@@ -26,10 +26,11 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/migrations"
 	"github.com/sandgate/sandgate/policies"
+	"github.com/sandgate/sandgate/runstore"
 )
 
 // newServeCmd builds `sandgate serve`: the gateway with its policy engine,
-// audit trail and Docker executor.
+// audit trail, run store and Docker executor.
 func newServeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -147,6 +148,11 @@ func serve(ctx context.Context, a *app) error {
 			logger.Error("close audit trail", "err", err)
 		}
 	}()
+	// Runs share the trail's connection pool, which closes with it.
+	runs, err := runstore.New(store.DB(), runstore.Config{})
+	if err != nil {
+		return fmt.Errorf("open run store: %w", err)
+	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -236,7 +242,7 @@ func serve(ctx context.Context, a *app) error {
 		Policies:   engine,
 		Recorder:   store,
 		Audit:      store,
-		Runs:       store,
+		Runs:       runs,
 		Executor:   exec,
 		Sandboxes:  exec,
 		Volumes:    exec,

@@ -1,4 +1,4 @@
-package audit
+package runstore
 
 import (
 	"context"
@@ -57,10 +57,6 @@ const runColumnsWithoutOutput = "id, correlation_id, decision_id, policy_revisio
 
 // TableName tells gorm the table.
 func (runRow) TableName() string { return "runs" }
-
-func storeErr(err error, what string) error {
-	return sandgate.WrapError(sandgate.CodeUnavailable, err, "%s: database unavailable", what)
-}
 
 func toRow(r *sandgate.Run) (*runRow, error) {
 	row := &runRow{
@@ -310,9 +306,9 @@ func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.
 	}
 	limit := f.Limit
 	if limit == 0 {
-		limit = DefaultLimit
+		limit = defaultLimit
 	}
-	limit = min(limit, MaxLimit)
+	limit = min(limit, maxLimit)
 	q := s.db.WithContext(ctx).Model(&runRow{})
 	for col, v := range map[string]string{"team": f.Team, "node": f.Node, "state": string(f.State), "outcome": string(f.Outcome),
 		"session_id": f.SessionID, "task_id": f.TaskID} {

@@ -1,8 +1,9 @@
-package audit
+package runstore
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
 )
 
 func testRun(id string, created time.Time) *sandgate.Run {
@@ -24,8 +26,7 @@ func testRun(id string, created time.Time) *sandgate.Run {
 
 // TestRunStoreCRUD: a run round-trips through create, update and get.
 func TestRunStoreCRUD(t *testing.T) {
-	dsn, _ := newDB(t)
-	s := readOnly(t, dsn, nil)
+	s := testStore(t, audittest.NewMigratedDatabase(t), nil)
 	ctx := context.Background()
 	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	run := testRun("r1", created)
@@ -93,11 +94,11 @@ func TestRunStoreCRUD(t *testing.T) {
 // also when the requests race; another principal or an expired key makes
 // a new run.
 func TestRunStoreIdempotency(t *testing.T) {
-	dsn, _ := newDB(t)
+	dsn := audittest.NewMigratedDatabase(t)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	s := readOnly(t, dsn, func(c *Config) { c.Clock = clock })
+	s := testStore(t, dsn, func(c *Config) { c.Clock = clock })
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
@@ -164,8 +165,7 @@ func TestRunStoreIdempotency(t *testing.T) {
 
 // TestListRuns: filters, newest first, keyset pages, bad input refused.
 func TestListRuns(t *testing.T) {
-	dsn, _ := newDB(t)
-	s := readOnly(t, dsn, nil)
+	s := testStore(t, audittest.NewMigratedDatabase(t), nil)
 	ctx := context.Background()
 	base := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for i := range 12 {
@@ -231,5 +231,24 @@ func TestListRuns(t *testing.T) {
 		if _, _, err := s.ListRuns(ctx, f); !isCode(err, sandgate.CodeInvalidRequest) {
 			t.Errorf("ListRuns(%+v) = %v, want INVALID-REQUEST", f, err)
 		}
+	}
+}
+
+// TestRunStoreAsAppRole: the run store works as the sandgate_app role
+// (what serve runs as), which may not remove runs.
+func TestRunStoreAsAppRole(t *testing.T) {
+	s := testStore(t, audittest.NewMigratedDatabase(t)+" role=sandgate_app", nil)
+	ctx := context.Background()
+	if _, _, err := s.CreateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", IdempotencyKey: "k"}); err != nil {
+		t.Fatalf("CreateRun as sandgate_app: %v", err)
+	}
+	if err := s.UpdateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", State: sandgate.StateRunning}); err != nil {
+		t.Fatalf("UpdateRun as sandgate_app: %v", err)
+	}
+	if _, _, err := s.ListRuns(ctx, sandgate.RunFilter{}); err != nil {
+		t.Fatalf("ListRuns as sandgate_app: %v", err)
+	}
+	if err := s.db.Exec("DELETE FROM runs").Error; err == nil || !strings.Contains(err.Error(), "42501") {
+		t.Errorf("DELETE as sandgate_app = %v, want permission denied", err)
 	}
 }

@@ -1,0 +1,168 @@
+package audit
+
+import (
+	"context"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// Verify against the live trail: the verifier fed from the database, with
+// its clock. verify_export.go feeds it an export, archive.go an archive.
+
+// Verify checks the trail over r and returns the problems found (see
+// VerifyTrail, which also lists the keys). The error is AUDIT-UNAVAILABLE
+// when the database cannot be read.
+func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.VerifyReport, error) {
+	rep, err := s.VerifyTrail(ctx, r)
+	return rep.VerifyReport, err
+}
+
+// VerifyTrail checks the trail over r: every row's hash, its columns
+// against its hashed body, seq continuity and prev_hash links per chain,
+// every checkpoint's signature and the links between checkpoints, that
+// each checkpoint's seq still has the hash it signed, and each key: with
+// Config.TrustedKeys, every key outside them is a problem; without, the
+// key registry decides which keys are known (a node's first key, a
+// rotation its predecessor endorsed). For the whole chain it checks its
+// tail: rows a checkpoint covers must exist (deleting the newest rows is
+// caught); rows no checkpoint by a known key covers (a chain someone else
+// added, or a tail whose checkpoints were removed) must be younger than
+// twice CheckpointInterval, judged at the later of the database's clock and
+// this Store's; a newest checkpoint that is not final must be as young;
+// and no row may be recorded after the database's clock. The report lists
+// the keys with their node and first use. The error is AUDIT-UNAVAILABLE
+// when the database cannot be read; problems are in the report.
+func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report, error) {
+	var dbNow time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
+		return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
+	}
+	keys, err := s.Keys(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	grace := 2 * s.cfg.CheckpointInterval
+	v := newVerifier(s.trusted, later(dbNow, s.cfg.Clock()), grace)
+	v.ordered, v.grace = true, grace
+	v.futureAfter, v.futureClock = dbNow, "database's"
+	v.keys = keys
+	v.resolveKeys()
+	chains, err := s.chainIDs(ctx, r.ChainID)
+	if err != nil {
+		return Report{}, err
+	}
+	partial := r.ToSeq > 0 || !r.Until.IsZero()
+	for _, chain := range chains {
+		cps, err := s.checkpointsOf(ctx, chain)
+		if err != nil {
+			return Report{}, err
+		}
+		v.checkpoints(chain, cps)
+		v.chain(chain).checkTail = !partial
+	}
+	purged, err := s.retentionAnchors(ctx, v)
+	if err != nil {
+		return Report{}, err
+	}
+	for _, chain := range chains {
+		from, to := r.FromSeq, r.ToSeq
+		if !r.Since.IsZero() || !r.Until.IsZero() {
+			q := s.db.WithContext(ctx).Table("audit_events").Where("chain_id = ?", chain)
+			if !r.Since.IsZero() {
+				q = q.Where("recorded_at >= ?", r.Since)
+			}
+			if !r.Until.IsZero() {
+				q = q.Where("recorded_at < ?", r.Until)
+			}
+			var span struct{ Lo, Hi *int64 }
+			if err := q.Select("min(seq) AS lo, max(seq) AS hi").Scan(&span).Error; err != nil {
+				return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain span")
+			}
+			if span.Lo == nil {
+				continue
+			}
+			from, to = max(from, *span.Lo), *span.Hi
+			if r.ToSeq > 0 {
+				to = min(to, r.ToSeq)
+			}
+		}
+		if a, ok := purged[chain]; ok && from <= a.Seq+1 {
+			// Retention dropped the chain's rows up to a.Seq.
+			from = a.Seq + 1
+			v.anchor(chain, from, a.Hash)
+		} else if from > 1 {
+			var prev []byte
+			err := s.db.WithContext(ctx).Table("audit_events").Select("hash").
+				Where("chain_id = ? AND seq = ?", chain, from-1).Row().Scan(&prev)
+			if err != nil {
+				prev = nil
+			}
+			v.anchor(chain, from, prev)
+		}
+		q := s.db.WithContext(ctx).Table("audit_events").Select(eventColumns).Where("chain_id = ?", chain)
+		if from > 0 {
+			q = q.Where("seq >= ?", from)
+		}
+		if to > 0 {
+			q = q.Where("seq <= ?", to)
+		}
+		rows, err := q.Order("seq").Rows()
+		if err != nil {
+			return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+		}
+		for rows.Next() {
+			var er eventRow
+			if err := er.scan(rows); err != nil {
+				rows.Close()
+				return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+			}
+			rec := er.record()
+			v.row(&rowData{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: rec.Event,
+				Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+		}
+	}
+	// Every row read was committed before this.
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&v.futureEnd); err != nil {
+		return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
+	}
+	return v.result(), nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// checkpointsOf returns chain's checkpoints in chain order.
+func (s *Store) checkpointsOf(ctx context.Context, chain string) ([]Checkpoint, error) {
+	var cps []Checkpoint
+	err := s.eachCheckpoint(ctx, chain, func(cp Checkpoint) error {
+		cps = append(cps, cp)
+		return nil
+	})
+	return cps, err
+}
+
+// chainIDs lists the chains to check: the registered ones and any that
+// have rows or checkpoints.
+func (s *Store) chainIDs(ctx context.Context, only string) ([]string, error) {
+	if only != "" {
+		return []string{only}, nil
+	}
+	var ids []string
+	err := s.db.WithContext(ctx).Raw(`SELECT chain_id FROM audit_chains
+		UNION SELECT DISTINCT chain_id FROM audit_checkpoints
+		UNION SELECT DISTINCT chain_id FROM audit_events ORDER BY 1`).Scan(&ids).Error
+	if err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "list chains")
+	}
+	return ids, nil
+}
