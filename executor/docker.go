@@ -51,6 +51,7 @@ type imageAPI interface {
 	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
 	ImageList(ctx context.Context, opts image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, ref string, opts image.RemoveOptions) ([]image.DeleteResponse, error)
+	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 }
 
 // dial connects to the daemon at host (the local socket when empty), with

@@ -34,7 +34,6 @@ var (
 type Executor struct {
 	cfg    Config
 	docker dockerAPI
-	images imageAPI
 	closer io.Closer
 	events sandgate.EventSink
 	log    *slog.Logger
@@ -100,21 +99,20 @@ func New(cfg Config, events sandgate.EventSink) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := newExecutor(cfg, events, c, c)
+	e := newExecutor(cfg, events, c)
 	e.closer = c
 	return e, nil
 }
 
 // newExecutor wires an executor to the Docker calls it makes; unit tests
 // pass fakes. cfg must be validated.
-func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI, images imageAPI) *Executor {
+func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 	if events == nil {
 		events = sandgate.EventSinkFunc(func(sandgate.Event) {})
 	}
 	e := &Executor{
 		cfg:      cfg,
 		docker:   d,
-		images:   images,
 		events:   events,
 		log:      cfg.Logger.With("component", "executor", "node", cfg.Node),
 		now:      cfg.Clock,

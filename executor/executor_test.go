@@ -72,7 +72,7 @@ func unitExecutor(t *testing.T, f *fakeDocker, tune func(*Config)) (*Executor, *
 		t.Fatal(err)
 	}
 	log := &eventLog{}
-	return newExecutor(cfg, log, f, nil), log
+	return newExecutor(cfg, log, f), log
 }
 
 func unitJob(t *testing.T, tune func(*sandgate.RunSpec)) sandgate.Job {

@@ -267,3 +267,15 @@ func encoded(o sandgate.Output) sandgate.Output {
 	}
 	return o
 }
+
+// newTestImages is the image administration of the test's daemon.
+func newTestImages(t testing.TB) *executor.Images {
+	t.Helper()
+	executortest.RequireDocker(t)
+	im, err := executor.NewImages(executor.Config{DockerHost: executortest.DockerHost(), Node: "test-images"})
+	if err != nil {
+		t.Fatalf("NewImages: %v", err)
+	}
+	t.Cleanup(func() { im.Close() })
+	return im
+}

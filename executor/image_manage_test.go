@@ -53,7 +53,7 @@ func buildTiny(t *testing.T, tag, content string, labels map[string]string) stri
 // TestListAndPruneImages prunes only images labelled for this test, so
 // that it never touches images other tests or the operator rely on.
 func TestListAndPruneImages(t *testing.T) {
-	ex, _ := newTestExecutor(t, nil)
+	newTestExecutor(t, nil)
 	ctx := context.Background()
 	suffix := randomHex(t, 4)
 	label := "sandgate.test.prune=" + suffix
@@ -79,7 +79,7 @@ func TestListAndPruneImages(t *testing.T) {
 		docker(t).ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
 	})
 
-	list, err := ex.ListImages(ctx, executor.ListOptions{Label: label})
+	list, err := newTestImages(t).ListImages(ctx, executor.ListOptions{Label: label})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestListAndPruneImages(t *testing.T) {
 	}
 
 	opts := executor.PruneOptions{DryRun: true, Label: label, Keep: []string{repo + "-keep"}}
-	dry, err := ex.PruneImages(ctx, opts)
+	dry, err := newTestImages(t).PruneImages(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestListAndPruneImages(t *testing.T) {
 		}
 	}
 
-	dangling, err := ex.PruneImages(ctx, executor.PruneOptions{Label: label, DanglingOnly: true})
+	dangling, err := newTestImages(t).PruneImages(ctx, executor.PruneOptions{Label: label, DanglingOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestListAndPruneImages(t *testing.T) {
 	}
 
 	opts.DryRun = false
-	rep, err := ex.PruneImages(ctx, opts)
+	rep, err := newTestImages(t).PruneImages(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestListAndPruneImages(t *testing.T) {
 // checks that a pin naming another repository or an unknown ID is refused.
 func TestLocalDigestPin(t *testing.T) {
 	ex, _ := newTestExecutor(t, nil)
-	id, err := ex.ImageID(context.Background(), executor.SandboxImage)
+	id, err := newTestImages(t).ImageID(context.Background(), executor.SandboxImage)
 	if err != nil {
 		t.Fatal(err)
 	}

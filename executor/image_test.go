@@ -21,7 +21,7 @@ func TestBuildSandboxImage(t *testing.T) {
 	tag := "sandgate/sandbox-test:" + randomHex(t, 4)
 	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{}) })
 	var progress strings.Builder
-	id, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Progress: &progress})
+	id, err := newTestImages(t).BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Progress: &progress})
 	if err != nil {
 		t.Fatalf("BuildSandboxImage: %v\n%s", err, progress.String())
 	}
@@ -68,7 +68,7 @@ func TestBuildSandboxImage(t *testing.T) {
 		t.Errorf("the cache as 10002: exit %d, stdout %q, stderr %q", exitCode(res), text(res.Stdout), text(res.Stderr))
 	}
 
-	if _, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Busybox: "/bin/ls"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+	if _, err := newTestImages(t).BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Busybox: "/bin/ls"}); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
 		t.Errorf("build with a dynamic binary = %v, want refused", err)
 	}
 }

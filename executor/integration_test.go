@@ -626,7 +626,7 @@ func TestLoadImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.ImageRemove(context.Background(), ref, image.RemoveOptions{}) })
-	loaded, err := ex.LoadImage(ctx, bytes.NewReader(tarball))
+	loaded, err := newTestImages(t).LoadImage(ctx, bytes.NewReader(tarball))
 	if err != nil {
 		t.Fatalf("LoadImage: %v", err)
 	}
@@ -637,7 +637,7 @@ func TestLoadImage(t *testing.T) {
 	if res.Outcome != sandgate.OutcomeSucceeded || text(res.Stdout) != "loaded\n" {
 		t.Errorf("run from the loaded image: %s %q", res.Outcome, text(res.Stdout))
 	}
-	if _, err := ex.LoadImage(ctx, strings.NewReader("not a tarball")); sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
+	if _, err := newTestImages(t).LoadImage(ctx, strings.NewReader("not a tarball")); sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
 		t.Errorf("LoadImage(garbage) = %v, want SBX-002", err)
 	}
 }

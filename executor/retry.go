@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/sethvargo/go-retry"
@@ -9,27 +10,34 @@ import (
 	"github.com/sandgate/sandgate"
 )
 
-// call runs one Docker call under the retry policy: each attempt is
-// bounded by CallTimeout; only transient errors are retried, at most
-// MaxRetries times, with the configured backoff and within ctx; every retry
-// is logged and, when r is not nil, emitted as an executor.retry event.
+// retrier runs Docker calls under the retry policy: each attempt is
+// bounded (CallTimeout, unless a call says otherwise); only transient
+// errors are retried, at most MaxRetries times, with the configured
+// backoff and within the call's context; every retry is logged and
+// reported to onRetry.
 //
 // This is the only place sandgate retries anything. Callers must only pass
 // calls that are safe to repeat: nothing here ever starts user code twice.
-func (e *Executor) call(ctx context.Context, r *run, op string, f func(ctx context.Context) error) error {
-	return e.callWith(ctx, r, op, e.cfg.CallTimeout, f)
+type retrier struct {
+	cfg *Config
+	log *slog.Logger
 }
 
-// callWith is call with another bound per attempt; 0 means none, for calls
-// that legitimately wait long (waiting for a container's exit, a pull).
-func (e *Executor) callWith(ctx context.Context, r *run, op string, perAttempt time.Duration, f func(ctx context.Context) error) error {
+// do runs f under the policy; perAttempt bounds each attempt, 0 meaning
+// none (for calls that legitimately wait long: a container's exit, a
+// pull). onRetry, when set, is told of each retry before it happens.
+func (rt retrier) do(ctx context.Context, op string, perAttempt time.Duration, f func(ctx context.Context) error,
+	onRetry func(attempt int, wait time.Duration, err error)) error {
 	attempt := 0
 	var last error
-	inner := retry.WithMaxRetries(e.cfg.MaxRetries, e.cfg.Backoff())
+	inner := retry.WithMaxRetries(rt.cfg.MaxRetries, rt.cfg.Backoff())
 	b := retry.BackoffFunc(func() (time.Duration, bool) {
 		next, stop := inner.Next()
 		if !stop {
-			e.retrying(r, op, attempt, next, last)
+			rt.log.Warn("docker call failed, retrying", "op", op, "attempt", attempt, "wait", next, "err", last)
+			if onRetry != nil {
+				onRetry(attempt, next, last)
+			}
 		}
 		return next, stop
 	})
@@ -49,16 +57,25 @@ func (e *Executor) callWith(ctx context.Context, r *run, op string, perAttempt t
 	})
 }
 
-// retrying reports a retry about to happen.
-func (e *Executor) retrying(r *run, op string, attempt int, wait time.Duration, err error) {
-	e.log.Warn("docker call failed, retrying", "op", op, "attempt", attempt, "wait", wait, "err", err)
-	if r == nil {
-		return
+// call runs one Docker call of run r (nil for none) under the retry
+// policy with the CallTimeout bound; each retry of a run's call is also an
+// executor.retry event.
+func (e *Executor) call(ctx context.Context, r *run, op string, f func(ctx context.Context) error) error {
+	return e.callWith(ctx, r, op, e.cfg.CallTimeout, f)
+}
+
+// callWith is call with another bound per attempt; 0 means none.
+func (e *Executor) callWith(ctx context.Context, r *run, op string, perAttempt time.Duration, f func(ctx context.Context) error) error {
+	var onRetry func(int, time.Duration, error)
+	if r != nil {
+		onRetry = func(attempt int, wait time.Duration, err error) {
+			e.emit(r, sandgate.EventExecutorRetry, map[string]any{
+				"operation": op,
+				"attempt":   attempt,
+				"wait_ms":   wait.Milliseconds(),
+				"error":     err.Error(),
+			})
+		}
 	}
-	e.emit(r, sandgate.EventExecutorRetry, map[string]any{
-		"operation": op,
-		"attempt":   attempt,
-		"wait_ms":   wait.Milliseconds(),
-		"error":     err.Error(),
-	})
+	return retrier{cfg: &e.cfg, log: e.log}.do(ctx, op, perAttempt, f, onRetry)
 }

@@ -29,7 +29,7 @@ func newImageCmd(a *app) *cobra.Command {
 		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.adminExecutor()
+			ex, err := a.imageAdmin()
 			if err != nil {
 				return err
 			}
@@ -63,7 +63,7 @@ func newImageCmd(a *app) *cobra.Command {
 				defer f.Close()
 				in = f
 			}
-			ex, err := a.adminExecutor()
+			ex, err := a.imageAdmin()
 			if err != nil {
 				return err
 			}
@@ -100,7 +100,7 @@ from a registry, otherwise repository@<image ID>, which the executor
 resolves to exactly this local image.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.adminExecutor()
+			ex, err := a.imageAdmin()
 			if err != nil {
 				return err
 			}
@@ -154,7 +154,7 @@ daemon and reported. On an air-gapped host a removed image comes back only
 with 'sandgate image load', so look at --dry-run first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ex, err := a.adminExecutor()
+			ex, err := a.imageAdmin()
 			if err != nil {
 				return err
 			}
@@ -233,6 +233,11 @@ func tagOr(tag string) string {
 
 // adminExecutor returns an executor for the admin commands: the configured
 // daemon and node, and no audit sink (these commands print what they do).
+// imageAdmin is the image administration of the configured daemon.
+func (a *app) imageAdmin() (*executor.Images, error) {
+	return executor.NewImages(executor.Config{DockerHost: a.cfg.DockerHost, Node: a.cfg.Node})
+}
+
 func (a *app) adminExecutor() (*executor.Executor, error) {
 	return executor.New(executor.Config{
 		DockerHost:    a.cfg.DockerHost,

@@ -49,12 +49,17 @@ func prepare() error {
 	if err := ex.Ping(ctx); err != nil {
 		return err
 	}
-	if _, err := ex.ImageID(ctx, executor.SandboxImage); err == nil {
+	images, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest", MaxRetries: 1})
+	if err != nil {
+		return err
+	}
+	defer images.Close()
+	if _, err := images.ImageID(ctx, executor.SandboxImage); err == nil {
 		return nil
 	} else if sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
 		return err
 	}
-	if _, err := ex.BuildSandboxImage(ctx, executor.BuildOptions{}); err != nil {
+	if _, err := images.BuildSandboxImage(ctx, executor.BuildOptions{}); err != nil {
 		return fmt.Errorf("build %s: %w", executor.SandboxImage, err)
 	}
 	return nil

@@ -7,10 +7,9 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"sort"
@@ -24,194 +23,45 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-
 	"github.com/sandgate/sandgate"
 )
 
-// cachedImage is a resolved image reference.
-type cachedImage struct {
-	id string
-	at time.Time
+// Images administers the images a node's daemon holds: it builds the
+// sandbox image, loads image tarballs (air-gapped sites have no other
+// way in), lists and prunes them. It is not on the run path: a run's
+// image is resolved by the Executor, which only inspects and, when the
+// policy allows, pulls.
+type Images struct {
+	cfg    Config
+	api    imageAPI
+	closer io.Closer
+	log    *slog.Logger
 }
 
-// resolveImage makes sure the job's image is present, pulling it only when
-// the pull policy allows and the job is not air-gapped, and returns its ID.
-// It returns SBX-002 when the image is not there and may not be fetched,
-// or could not be fetched.
-func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string, error) {
-	policy := r.job.Spec.PullPolicy
-	if policy == "" {
-		policy = sandgate.PullNever
+// NewImages returns the image administration of the daemon cfg.DockerHost
+// names. It does not contact the daemon until asked.
+func NewImages(cfg Config) (*Images, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	mayPull := policy != sandgate.PullNever && !r.job.AirGapped
-	registry, registryOK := pullRegistry(ref, r.job.Enforcement.PullRegistries)
-	resolved := func(id string, pulled, cached bool) (string, error) {
-		e.emit(r, sandgate.EventImageResolved, map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)})
-		return id, nil
-	}
-	unavailable := func(err error, format string, args ...any) (string, error) {
-		reason := fmt.Sprintf(format, args...)
-		e.emit(r, sandgate.EventImageUnavailable, map[string]any{"image": ref, "reason": reason, "pull_policy": string(policy), "air_gapped": r.job.AirGapped})
-		if err == nil {
-			return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "image %s: %s", ref, reason)
-		}
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
-	}
-
-	if policy == sandgate.PullAlways && mayPull && !registryOK {
-		return unavailable(nil, "pull policy always, but registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
-	}
-	if policy == sandgate.PullAlways && mayPull {
-		if err := e.pull(ctx, r, ref); err != nil {
-			return unavailable(err, "pull failed")
-		}
-		id, err := e.inspectImage(ctx, r, ref)
-		if err != nil {
-			return unavailable(err, "not present after pull")
-		}
-		return resolved(id, true, false)
-	}
-	if id, ok := e.cachedImageID(ref); ok {
-		return resolved(id, false, true)
-	}
-	id, err := e.inspectImage(ctx, r, ref)
-	switch {
-	case err == nil:
-		return resolved(id, false, false)
-	case !cerrdefs.IsNotFound(err):
-		return unavailable(err, "inspect failed")
-	}
-	if pinned, ok, perr := e.localPin(ctx, r, ref); perr != nil {
-		return unavailable(perr, "inspect failed")
-	} else if ok {
-		return resolved(pinned, false, false)
-	}
-	if !mayPull {
-		why := "not present, and pull policy never forbids pulling it"
-		if r.job.AirGapped {
-			why = "not present, and nothing is pulled in air-gapped mode; load it with `sandgate image load`"
-		}
-		return unavailable(nil, "%s", why)
-	}
-	if !registryOK {
-		return unavailable(nil, "not present, and registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
-	}
-	if err := e.pull(ctx, r, ref); err != nil {
-		return unavailable(err, "not present and the pull failed")
-	}
-	if id, err = e.inspectImage(ctx, r, ref); err != nil {
-		return unavailable(err, "not present after pull")
-	}
-	return resolved(id, true, false)
-}
-
-// pullRegistry is the registry a pull of ref would go to (docker.io for
-// Docker Hub's short names) and whether it is one of allowed: sandgate
-// pulls only from registries the policy names, never from a public
-// namespace it does not own because a short name happened to match.
-func pullRegistry(ref string, allowed []string) (string, bool) {
-	named, err := reference.ParseNormalizedNamed(ref)
+	c, err := dial(cfg.DockerHost)
 	if err != nil {
-		return "(unparsable reference)", false
+		return nil, err
 	}
-	registry := reference.Domain(named)
-	for _, a := range allowed {
-		if strings.EqualFold(a, registry) {
-			return registry, true
-		}
-	}
-	return registry, false
+	return &Images{cfg: cfg, api: c, closer: c, log: cfg.Logger.With("component", "images")}, nil
 }
 
-// inspectImage asks the daemon for the image's ID and caches it.
-func (e *Executor) inspectImage(ctx context.Context, r *run, ref string) (string, error) {
-	var id string
-	err := e.call(ctx, r, "inspect image", func(ctx context.Context) error {
-		img, err := e.docker.ImageInspect(ctx, ref)
-		id = img.ID
-		return err
-	})
-	if err != nil {
-		return "", err
+// Close releases the Docker client.
+func (im *Images) Close() error {
+	if im.closer != nil {
+		return im.closer.Close()
 	}
-	if e.cfg.ImageCacheTTL > 0 {
-		e.imgMu.Lock()
-		e.imgCache[ref] = cachedImage{id: id, at: e.now()}
-		e.imgMu.Unlock()
-	}
-	return id, nil
+	return nil
 }
 
-func (e *Executor) cachedImageID(ref string) (string, bool) {
-	e.imgMu.Lock()
-	defer e.imgMu.Unlock()
-	c, ok := e.imgCache[ref]
-	if !ok || e.now().Sub(c.at) > e.cfg.ImageCacheTTL {
-		return "", false
-	}
-	return c.id, true
-}
-
-func (e *Executor) forgetImage(ref string) {
-	e.imgMu.Lock()
-	delete(e.imgCache, ref)
-	e.imgMu.Unlock()
-}
-
-// pullTimeout bounds one pull attempt.
-const pullTimeout = 15 * time.Minute
-
-// pull pulls ref and reads the progress stream to its end, where the
-// daemon reports a failed pull.
-func (e *Executor) pull(ctx context.Context, r *run, ref string) error {
-	e.forgetImage(ref)
-	return e.callWith(ctx, r, "pull", pullTimeout, func(ctx context.Context) error {
-		body, err := e.docker.ImagePull(ctx, ref, image.PullOptions{})
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		return readJSONMessages(body, nil)
-	})
-}
-
-// jsonMessage is one line of the daemon's build, pull and load progress.
-type jsonMessage struct {
-	Stream      string `json:"stream"`
-	Status      string `json:"status"`
-	Error       string `json:"error"`
-	ErrorDetail *struct {
-		Message string `json:"message"`
-	} `json:"errorDetail"`
-	Aux json.RawMessage `json:"aux"`
-}
-
-// streamError is a failure the daemon reported inside a progress stream.
-type streamError struct{ msg string }
-
-func (e *streamError) Error() string { return e.msg }
-
-// readJSONMessages reads a progress stream to its end, calling each for
-// every message, and returns the first error the daemon reported in it.
-func readJSONMessages(r io.Reader, each func(jsonMessage)) error {
-	dec := json.NewDecoder(r)
-	for {
-		var m jsonMessage
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("read progress stream: %w", err)
-		}
-		if m.ErrorDetail != nil && m.ErrorDetail.Message != "" {
-			return &streamError{m.ErrorDetail.Message}
-		}
-		if m.Error != "" {
-			return &streamError{m.Error}
-		}
-		if each != nil {
-			each(m)
-		}
-	}
+// call runs one Docker call under the retry policy.
+func (im *Images) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
+	return retrier{cfg: &im.cfg, log: im.log}.do(ctx, op, im.cfg.CallTimeout, f, nil)
 }
 
 // BuildOptions configures BuildSandboxImage.
@@ -235,7 +85,7 @@ const SandboxUID = 10001
 // unprivileged user 10001, /tmp, /cache (for cache volumes) and /workspace,
 // and USER 10001:10001. It
 // returns the image ID. It fails when busybox is not statically linked.
-func (e *Executor) BuildSandboxImage(ctx context.Context, opts BuildOptions) (string, error) {
+func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (string, error) {
 	if opts.Busybox == "" {
 		opts.Busybox = "/bin/busybox"
 	}
@@ -249,7 +99,7 @@ func (e *Executor) BuildSandboxImage(ctx context.Context, opts BuildOptions) (st
 	if err != nil {
 		return "", err
 	}
-	resp, err := e.images.ImageBuild(ctx, bytes.NewReader(buildCtx), build.ImageBuildOptions{
+	resp, err := im.api.ImageBuild(ctx, bytes.NewReader(buildCtx), build.ImageBuildOptions{
 		Tags:        []string{opts.Tag},
 		Dockerfile:  "Dockerfile",
 		Remove:      true,
@@ -271,11 +121,10 @@ func (e *Executor) BuildSandboxImage(ctx context.Context, opts BuildOptions) (st
 	if err != nil {
 		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
 	}
-	img, err := e.images.ImageInspect(ctx, opts.Tag)
+	img, err := im.api.ImageInspect(ctx, opts.Tag)
 	if err != nil {
 		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect %s after build", opts.Tag)
 	}
-	e.forgetImage(opts.Tag)
 	return img.ID, nil
 }
 
@@ -403,8 +252,8 @@ func checkStatic(path string) error {
 // LoadImage loads the images of a `docker save` tarball and returns the
 // references (or IDs) the daemon reports loading. Errors are SBX-002, or
 // DOCKER-UNAVAILABLE.
-func (e *Executor) LoadImage(ctx context.Context, r io.Reader) ([]string, error) {
-	resp, err := e.images.ImageLoad(ctx, r, client.ImageLoadWithQuiet(true))
+func (im *Images) LoadImage(ctx context.Context, r io.Reader) ([]string, error) {
+	resp, err := im.api.ImageLoad(ctx, r, client.ImageLoadWithQuiet(true))
 	if err != nil {
 		return nil, dockerError(sandgate.CodeImageUnavailable, err, "load images")
 	}
@@ -423,18 +272,15 @@ func (e *Executor) LoadImage(ctx context.Context, r io.Reader) ([]string, error)
 	if err != nil {
 		return loaded, sandgate.WrapError(sandgate.CodeImageUnavailable, err, "load images")
 	}
-	e.imgMu.Lock()
-	clear(e.imgCache)
-	e.imgMu.Unlock()
 	return loaded, nil
 }
 
 // ImageID returns the ID of the local image ref, or SBX-002 when the
 // daemon does not have it (DOCKER-UNAVAILABLE when it does not answer).
-func (e *Executor) ImageID(ctx context.Context, ref string) (string, error) {
+func (im *Images) ImageID(ctx context.Context, ref string) (string, error) {
 	var id string
-	err := e.call(ctx, nil, "inspect image", func(ctx context.Context) error {
-		img, err := e.images.ImageInspect(ctx, ref)
+	err := im.call(ctx, "inspect image", func(ctx context.Context) error {
+		img, err := im.api.ImageInspect(ctx, ref)
 		id = img.ID
 		return err
 	})
@@ -490,24 +336,24 @@ type ListOptions struct {
 // ListImages returns the daemon's images (not intermediate build layers),
 // sandbox images first, then by name. Errors are DOCKER-UNAVAILABLE or
 // SBX-002.
-func (e *Executor) ListImages(ctx context.Context, opts ListOptions) ([]ImageInfo, error) {
+func (im *Images) ListImages(ctx context.Context, opts ListOptions) ([]ImageInfo, error) {
 	f := filters.NewArgs()
 	if opts.Label != "" {
 		f.Add("label", opts.Label)
 	}
 	var list []image.Summary
-	err := e.call(ctx, nil, "list images", func(ctx context.Context) error {
+	err := im.call(ctx, "list images", func(ctx context.Context) error {
 		var err error
-		list, err = e.images.ImageList(ctx, image.ListOptions{Filters: f})
+		list, err = im.api.ImageList(ctx, image.ListOptions{Filters: f})
 		return err
 	})
 	if err != nil {
 		return nil, dockerError(sandgate.CodeImageUnavailable, err, "list images")
 	}
 	var used []container.Summary
-	err = e.call(ctx, nil, "list containers", func(ctx context.Context) error {
+	err = im.call(ctx, "list containers", func(ctx context.Context) error {
 		var err error
-		used, err = e.docker.ContainerList(ctx, container.ListOptions{All: true})
+		used, err = im.api.ContainerList(ctx, container.ListOptions{All: true})
 		return err
 	})
 	if err != nil {
@@ -610,9 +456,9 @@ type PruneReport struct {
 // by tag without force, so an image that a container takes into use
 // meanwhile is refused by the daemon and reported in Failed rather than
 // pulled from under it. Errors are DOCKER-UNAVAILABLE or SBX-002.
-func (e *Executor) PruneImages(ctx context.Context, opts PruneOptions) (PruneReport, error) {
+func (im *Images) PruneImages(ctx context.Context, opts PruneOptions) (PruneReport, error) {
 	rep := PruneReport{DryRun: opts.DryRun, Removed: []PrunedImage{}, Failed: []string{}}
-	list, err := e.ListImages(ctx, ListOptions{Label: opts.Label})
+	list, err := im.ListImages(ctx, ListOptions{Label: opts.Label})
 	if err != nil {
 		return rep, err
 	}
@@ -642,7 +488,7 @@ func (e *Executor) PruneImages(ctx context.Context, opts PruneOptions) (PruneRep
 		}
 		p := PrunedImage{ID: img.ID, RepoTags: img.RepoTags, Size: img.Size, Reason: reason}
 		if !opts.DryRun {
-			if err := e.removeImage(ctx, img); err != nil {
+			if err := im.removeImage(ctx, img); err != nil {
 				rep.Failed = append(rep.Failed, fmt.Sprintf("%s: %v", img.ID, err))
 				continue
 			}
@@ -650,22 +496,17 @@ func (e *Executor) PruneImages(ctx context.Context, opts PruneOptions) (PruneRep
 		rep.Removed = append(rep.Removed, p)
 		rep.Bytes += img.Size
 	}
-	if !opts.DryRun && len(rep.Removed) > 0 {
-		e.imgMu.Lock()
-		clear(e.imgCache)
-		e.imgMu.Unlock()
-	}
 	return rep, nil
 }
 
 // removeImage removes each of img's names, then the image itself when
 // it is still there, never with force.
-func (e *Executor) removeImage(ctx context.Context, img ImageInfo) error {
+func (im *Images) removeImage(ctx context.Context, img ImageInfo) error {
 	refs := append(append([]string{}, img.RepoTags...), img.RepoDigests...)
 	refs = append(refs, img.ID)
 	for i, ref := range refs {
-		err := e.call(ctx, nil, "remove image", func(ctx context.Context) error {
-			_, err := e.images.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true})
+		err := im.call(ctx, "remove image", func(ctx context.Context) error {
+			_, err := im.api.ImageRemove(ctx, ref, image.RemoveOptions{PruneChildren: true})
 			return err
 		})
 		// Removing the last name removes the image, so later names and
@@ -678,58 +519,4 @@ func (e *Executor) removeImage(ctx context.Context, img ImageInfo) error {
 		}
 	}
 	return nil
-}
-
-// localPin returns the image ID a reference pinned as repository@ID names,
-// when the daemon has no registry digest of that name but has an image
-// with that ID tagged in that repository: images built or loaded here have
-// no registry digest, and their ID pins their content as well. ok is false
-// when ref is not such a pin.
-func (e *Executor) localPin(ctx context.Context, r *run, ref string) (string, bool, error) {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return "", false, nil
-	}
-	canonical, isCanonical := named.(reference.Canonical)
-	if !isCanonical {
-		return "", false, nil
-	}
-	id := canonical.Digest().String()
-	var img image.InspectResponse
-	err = e.call(ctx, r, "inspect image", func(ctx context.Context) error {
-		var err error
-		img, err = e.docker.ImageInspect(ctx, id)
-		return err
-	})
-	if cerrdefs.IsNotFound(err) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	if img.ID != id {
-		return "", false, nil
-	}
-	for _, t := range img.RepoTags {
-		if tn, err := reference.ParseNormalizedNamed(t); err == nil && tn.Name() == named.Name() {
-			return id, true, nil
-		}
-	}
-	return "", false, nil
-}
-
-// localPinID returns the image ID when ref is repository@ID (the form
-// ImageInfo.Pins gives for local images) and id is that ID: the container
-// must then be created from the ID, as the daemon resolves name@digest
-// only against registry digests.
-func localPinID(ref, id string) (string, bool) {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return "", false
-	}
-	canonical, ok := named.(reference.Canonical)
-	if !ok || canonical.Digest().String() != id {
-		return "", false
-	}
-	return id, true
 }
