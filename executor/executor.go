@@ -3,8 +3,25 @@
 // fixed hardening, streams and caps its output, enforces the timeout, tells
 // OOM kills from exits, removes the container, and reports every step as an
 // audit event. It retries transient Docker failures in one place, never
-// re-runs user code, limits how many runs hold a container at once, reaps
-// containers no live run owns, and builds and loads sandbox images.
+// re-runs user code, and hands the container slots out fairly between
+// teams.
+//
+// Its parts, a file or two each:
+//
+//   - Executor (executor.go, run.go): runs jobs; the run path from slot to
+//     container, with the image resolved (resolve.go), the container's
+//     settings (container.go), its mounts pinned (mountstage.go), cache
+//     volumes (volumes.go), the bridge network (network.go), the image's
+//     users checked (identity.go), created and started (lifecycle.go).
+//   - handle (handle.go): one container from create, claim or adoption to
+//     removal; every run is followed to its end by one.
+//   - pool (pool.go): warm containers, claimed by runs whose container
+//     would be configured exactly like theirs.
+//   - Reaper (reaper.go): removes containers no live run owns.
+//   - Reconciler (reconcile.go): takes over the runs a previous process
+//     left unfinished.
+//   - Images (images.go): builds, loads, lists and prunes images; not on
+//     the run path.
 //
 // It is the only package that talks to the Docker Engine API.
 package executor
@@ -43,12 +60,6 @@ type Executor struct {
 	mu      sync.Mutex
 	runs    map[string]*run
 	closing bool
-	// held are runs being reconciled after a restart: the reaper leaves
-	// their containers alone until Adopt has ended them.
-	held map[string]bool
-	// heldContainers are the containers of such runs by ID, for those
-	// made ahead of their run (a warm pool's), which carry no run ID.
-	heldContainers map[string]bool
 	active         sync.WaitGroup
 
 	imgMu    sync.Mutex
@@ -71,22 +82,33 @@ type Executor struct {
 	// pool keeps warm containers; nil without a warm pool.
 	pool *pool
 
-	reaperMu   sync.Mutex
-	reaperStop context.CancelFunc
-	reaperDone chan struct{}
-	// starting is set while Start keeps trying a daemon that did not
-	// answer; startStop ends that.
-	starting  bool
-	startStop context.CancelFunc
-	// stopped is set once the reaper was stopped for good.
-	stopped bool
+	// reaper removes the containers no live run owns; reconciler takes
+	// over the runs a previous process left.
+	reaper     *Reaper
+	reconciler *Reconciler
+
+	startMu sync.Mutex
+	// started is set once Start's work is done; starting while Start
+	// keeps trying a daemon that did not answer (startStop ends that);
+	// stopped once the executor was shut down or closed.
+	started, starting, stopped bool
+	startStop                  context.CancelFunc
 }
 
 var (
 	_ sandgate.Executor     = (*Executor)(nil)
-	_ sandgate.SandboxAdmin = (*Executor)(nil)
 	_ sandgate.VolumeAdmin  = (*Executor)(nil)
+	_ sandgate.SandboxAdmin = (*Reaper)(nil)
+	_ sandgate.Reconciler   = (*Reconciler)(nil)
 )
+
+// Reaper is the executor's reaper: it lists the managed containers and
+// removes this node's orphans (sandgate.SandboxAdmin).
+func (e *Executor) Reaper() *Reaper { return e.reaper }
+
+// Reconciler is the executor's reconciler: it takes over the runs a
+// previous process of this node left unfinished (sandgate.Reconciler).
+func (e *Executor) Reconciler() *Reconciler { return e.reconciler }
 
 // New returns an executor for the daemon cfg.DockerHost names. Events go to
 // events (nil discards them). New does not contact the daemon; Start and
@@ -123,6 +145,8 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 		volumes:  newVolumes(cfg.VolumeDir),
 	}
 	e.pool = newPool(e, cfg)
+	e.reaper = &Reaper{e: e}
+	e.reconciler = &Reconciler{e: e}
 	return e
 }
 
@@ -144,20 +168,21 @@ func (e *Executor) CPUs(ctx context.Context) (int, error) {
 // Node returns the node name this executor labels its containers with.
 func (e *Executor) Node() string { return e.cfg.Node }
 
-// Start checks that the daemon answers, removes the orphans a previous
-// process of this node left behind, starts the warm pool, and then reaps
-// every ReapInterval until ctx ends or Shutdown or Close is called, so ctx
-// should live as long as the executor serves. When the daemon does not
-// answer, Start returns DOCKER-UNAVAILABLE and keeps trying in the
-// background: the reaper and the warm pool begin as soon as it answers.
+// Start checks that the daemon answers, has the reaper remove the orphans
+// a previous process of this node left behind, starts the warm pool, and
+// then reaps every ReapInterval until ctx ends or Shutdown or Close is
+// called, so ctx should live as long as the executor serves. When the
+// daemon does not answer, Start returns DOCKER-UNAVAILABLE and keeps
+// trying in the background: the reaper and the warm pool begin as soon as
+// it answers.
 func (e *Executor) Start(ctx context.Context) error {
 	err := e.startOnce(ctx)
 	if sandgate.ErrorCodeOf(err) != sandgate.CodeDockerUnavailable {
 		return err
 	}
-	e.reaperMu.Lock()
-	defer e.reaperMu.Unlock()
-	if e.reaperStop != nil || e.starting {
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
+	if e.started || e.starting || e.stopped {
 		return err
 	}
 	e.starting = true
@@ -200,7 +225,7 @@ func (e *Executor) startOnce(ctx context.Context) error {
 	if err := e.Ping(ctx); err != nil {
 		return err
 	}
-	if _, err := e.CleanupOrphans(ctx); err != nil {
+	if _, err := e.reaper.CleanupOrphans(ctx); err != nil {
 		if sandgate.ErrorCodeOf(err) == sandgate.CodeDockerUnavailable {
 			return err
 		}
@@ -208,54 +233,29 @@ func (e *Executor) startOnce(ctx context.Context) error {
 		// are no reason to refuse to serve.
 		e.log.Error("orphan reaper", "err", err)
 	}
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
+	if e.started || e.stopped {
+		return nil
+	}
+	e.started = true
 	// After the first reaper pass, which removes the warm containers a
 	// previous process left.
 	e.pool.start(e.cfg.WarmPoolCheck)
-	e.reaperMu.Lock()
-	defer e.reaperMu.Unlock()
-	if e.reaperStop != nil || e.stopped {
-		return nil
-	}
-	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	e.reaperStop = stop
-	e.reaperDone = make(chan struct{})
-	go func() {
-		defer close(e.reaperDone)
-		e.reapLoop(ctx, rctx)
-	}()
+	e.reaper.start(ctx)
 	return nil
 }
 
-// reapLoop reaps every ReapInterval until either context ends.
-func (e *Executor) reapLoop(parent, ctx context.Context) {
-	t := time.NewTicker(e.cfg.ReapInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-parent.Done():
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := e.CleanupOrphans(ctx); err != nil {
-				e.log.Error("orphan reaper", "err", err)
-			}
-		}
-	}
-}
-
-func (e *Executor) stopReaper() {
-	e.reaperMu.Lock()
-	stop, done := e.reaperStop, e.reaperDone
+// stopBackground stops the reaper and anything still trying to start,
+// for good.
+func (e *Executor) stopBackground() {
+	e.startMu.Lock()
 	if e.startStop != nil {
 		e.startStop()
 	}
 	e.stopped = true
-	e.reaperMu.Unlock()
-	if stop != nil {
-		stop()
-		<-done
-	}
+	e.startMu.Unlock()
+	e.reaper.halt()
 }
 
 // Ping reports whether the daemon answers (DOCKER-UNAVAILABLE when not).
@@ -324,7 +324,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 		runs = append(runs, r)
 	}
 	e.mu.Unlock()
-	e.stopReaper()
+	e.stopBackground()
 	e.pool.shutdown()
 	for _, r := range runs {
 		r.cancel(errShutdown)
@@ -348,14 +348,14 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
 		defer cancel()
 	}
-	_, err := e.cleanup(cctx, true, waitErr != nil)
+	_, err := e.reaper.cleanup(cctx, true, waitErr != nil)
 	return errors.Join(waitErr, err)
 }
 
 // Close stops the reaper and releases the Docker client. It does not stop
 // running containers; Shutdown does.
 func (e *Executor) Close() error {
-	e.stopReaper()
+	e.stopBackground()
 	e.pool.shutdown()
 	if e.closer != nil {
 		return e.closer.Close()

@@ -541,7 +541,7 @@ func TestCleanupOnlyThisNode(t *testing.T) {
 	add("mine-live", "unit", "live-run")
 	e, log := unitExecutor(t, f, nil)
 	e.runs["live-run"] = &run{job: sandgate.Job{RunID: "live-run"}, cancel: func(error) {}}
-	removed, err := e.CleanupOrphans(context.Background())
+	removed, err := e.reaper.CleanupOrphans(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,7 +663,7 @@ func TestReaperMarksVanishedRunLost(t *testing.T) {
 	f.mu.Lock()
 	delete(f.containers, id) // gone without an exit, as when a daemon loses it
 	f.mu.Unlock()
-	if _, err := e.CleanupOrphans(context.Background()); err != nil {
+	if _, err := e.reaper.CleanupOrphans(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	res := <-done

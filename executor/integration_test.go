@@ -544,7 +544,7 @@ func TestReaper(t *testing.T) {
 	if left := managed(t, ex.Node()); len(left) != 0 {
 		t.Errorf("%d orphan(s) left", len(left))
 	}
-	boxes, err := ex.Sandboxes(ctx)
+	boxes, err := ex.Reaper().Sandboxes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

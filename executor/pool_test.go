@@ -432,7 +432,7 @@ func TestWarmReaper(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	removed, err := ex.CleanupOrphans(ctx)
+	removed, err := ex.Reaper().CleanupOrphans(ctx)
 	if err != nil {
 		t.Fatalf("CleanupOrphans: %v", err)
 	}
@@ -446,7 +446,7 @@ func TestWarmReaper(t *testing.T) {
 	if ex.WarmIdle() != 2 {
 		t.Errorf("%d idle after the reaper, want 2", ex.WarmIdle())
 	}
-	boxes, err := ex.Sandboxes(ctx)
+	boxes, err := ex.Reaper().Sandboxes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,57 @@ import (
 // reapWorkers is how many orphans are removed at once.
 const reapWorkers = 8
 
+// Reaper removes the containers of its node that no live run owns: at the
+// executor's start, every ReapInterval after, and when an admin asks. A
+// pass also unpins the bind mounts of runs that are gone, and ends as lost
+// the live runs whose container vanished.
+type Reaper struct {
+	e *Executor
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// start reaps every ReapInterval until ctx ends or halt is called.
+func (rp *Reaper) start(ctx context.Context) {
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if rp.stop != nil {
+		return
+	}
+	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	rp.stop, rp.done = stop, make(chan struct{})
+	go func() {
+		defer close(rp.done)
+		t := time.NewTicker(rp.e.cfg.ReapInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				if _, err := rp.CleanupOrphans(rctx); err != nil {
+					rp.e.log.Error("orphan reaper", "err", err)
+				}
+			}
+		}
+	}()
+}
+
+// halt stops the periodic passes and waits for a pass under way.
+func (rp *Reaper) halt() {
+	rp.mu.Lock()
+	stop, done := rp.stop, rp.done
+	rp.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
 // CleanupOptions says which orphans Cleanup removes.
 type CleanupOptions struct {
 	// IncludeRunning removes running orphans too. The reaper of a serving
@@ -30,15 +81,16 @@ type CleanupOptions struct {
 // Sandboxes lists every container labelled sandgate.managed, of any node,
 // oldest first. Orphan is set for this node's containers that no live run
 // owns. It returns DOCKER-UNAVAILABLE when the daemon does not answer.
-func (e *Executor) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
-	list, err := e.listManaged(ctx)
+func (rp *Reaper) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
+	e := rp.e
+	list, err := rp.listManaged(ctx)
 	if err != nil {
 		return nil, err
 	}
 	live := e.liveRuns()
 	out := make([]sandgate.Sandbox, 0, len(list))
 	for _, c := range list {
-		out = append(out, e.sandbox(c, live))
+		out = append(out, rp.sandbox(c, live))
 	}
 	return out, nil
 }
@@ -47,24 +99,25 @@ func (e *Executor) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
 // owns, running or not, and returns them. It is what the reaper does at
 // Start and every ReapInterval. It returns DOCKER-UNAVAILABLE when the
 // daemon does not answer.
-func (e *Executor) CleanupOrphans(ctx context.Context) ([]sandgate.Sandbox, error) {
-	return e.Cleanup(ctx, CleanupOptions{IncludeRunning: true})
+func (rp *Reaper) CleanupOrphans(ctx context.Context) ([]sandgate.Sandbox, error) {
+	return rp.Cleanup(ctx, CleanupOptions{IncludeRunning: true})
 }
 
 // Cleanup removes this node's orphans as opts says and returns those it
 // removed. A container that could not be removed makes the error, after
 // the others were dealt with.
-func (e *Executor) Cleanup(ctx context.Context, opts CleanupOptions) ([]sandgate.Sandbox, error) {
-	return e.cleanup(ctx, opts.IncludeRunning, false)
+func (rp *Reaper) Cleanup(ctx context.Context, opts CleanupOptions) ([]sandgate.Sandbox, error) {
+	return rp.cleanup(ctx, opts.IncludeRunning, false)
 }
 
 // cleanup is one reaper pass. Besides removing orphans it notices live
 // runs whose container has vanished and ends them as lost. With
 // ignoreLive, the containers of live runs count as orphans too: Shutdown's
 // last resort when runs did not stop in time.
-func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool) ([]sandgate.Sandbox, error) {
+func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) ([]sandgate.Sandbox, error) {
+	e := rp.e
 	listed := e.now()
-	list, err := e.listManaged(ctx)
+	list, err := rp.listManaged(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -77,13 +130,13 @@ func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool)
 	var orphans []sandgate.Sandbox
 	for _, c := range list {
 		present[c.ID] = true
-		s := e.sandbox(c, owners)
+		s := rp.sandbox(c, owners)
 		if s.Orphan && (includeRunning || s.State != "running") {
 			orphans = append(orphans, s)
 		}
 	}
-	e.markLost(live, present, listed)
-	e.removeStaleStages()
+	rp.markLost(live, present, listed)
+	rp.removeStaleStages()
 
 	var (
 		mu      sync.Mutex
@@ -111,7 +164,7 @@ func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool)
 				}
 				mu.Unlock()
 				if err == nil {
-					e.orphanRemoved(s)
+					rp.orphanRemoved(s)
 				}
 			}
 		}()
@@ -133,7 +186,8 @@ func (e *Executor) cleanup(ctx context.Context, includeRunning, ignoreLive bool)
 
 // markLost ends the live runs whose container was not in a listing taken
 // after the container was created.
-func (e *Executor) markLost(live map[string]*run, present map[string]bool, listed time.Time) {
+func (rp *Reaper) markLost(live map[string]*run, present map[string]bool, listed time.Time) {
+	e := rp.e
 	for _, r := range live {
 		id, state, created := r.snapshot()
 		if id == "" || state != sandgate.StateRunning || !created.Before(listed) || present[id] {
@@ -148,19 +202,21 @@ func (e *Executor) markLost(live map[string]*run, present map[string]bool, liste
 // neither live nor held for adoption: a process that died left them. A run
 // stages its mounts only once it is live and unstages them before it stops
 // being live, so asking now, not from an earlier listing, is race-free.
-func (e *Executor) removeStaleStages() {
+func (rp *Reaper) removeStaleStages() {
+	e := rp.e
 	for _, runID := range e.stager.staleRuns(e.cfg.Node) {
 		e.mu.Lock()
 		live := e.runs[runID] != nil
 		e.mu.Unlock()
-		if !live && !e.isHeld(runID, "") {
+		if !live && !e.reconciler.isHeld(runID, "") {
 			e.log.Info("removing the pinned mounts of a run that is not live", "run_id", runID)
 			e.stager.unstage(e.cfg.Node, runID)
 		}
 	}
 }
 
-func (e *Executor) orphanRemoved(s sandgate.Sandbox) {
+func (rp *Reaper) orphanRemoved(s sandgate.Sandbox) {
+	e := rp.e
 	e.events.Emit(sandgate.Event{
 		Type:          sandgate.EventOrphanRemoved,
 		Time:          e.now(),
@@ -174,7 +230,8 @@ func (e *Executor) orphanRemoved(s sandgate.Sandbox) {
 
 // listManaged lists every container labelled sandgate.managed, oldest
 // first.
-func (e *Executor) listManaged(ctx context.Context) ([]container.Summary, error) {
+func (rp *Reaper) listManaged(ctx context.Context) ([]container.Summary, error) {
+	e := rp.e
 	var list []container.Summary
 	err := e.call(ctx, nil, "list containers", func(ctx context.Context) error {
 		var err error
@@ -203,7 +260,8 @@ func (e *Executor) liveRuns() map[string]*run {
 
 // sandbox describes a listed container. Containers of other nodes are
 // never orphans here; a container without a node label is this node's.
-func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.Sandbox {
+func (rp *Reaper) sandbox(c container.Summary, live map[string]*run) sandgate.Sandbox {
+	e := rp.e
 	l := c.Labels
 	name := ""
 	if len(c.Names) > 0 {
@@ -214,7 +272,7 @@ func (e *Executor) sandbox(c container.Summary, live map[string]*run) sandgate.S
 	// A run held for reconciliation owns its container like a live one,
 	// except for Shutdown's last sweep, which passes no live runs. A
 	// warm container carries no run ID and is held by its own ID.
-	held := live != nil && e.isHeld(l[sandgate.LabelRunID], c.ID)
+	held := live != nil && e.reconciler.isHeld(l[sandgate.LabelRunID], c.ID)
 	s := sandgate.Sandbox{
 		ContainerID:   c.ID,
 		Name:          name,

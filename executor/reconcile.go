@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -16,22 +17,36 @@ import (
 	"github.com/sandgate/sandgate"
 )
 
-var _ sandgate.Reconciler = (*Executor)(nil)
+// Reconciler takes over the runs a previous process of its node left
+// unfinished (a SIGKILL, a crash): it holds their containers from the
+// reaper until it has ended them, then finishes each one in its
+// container, or records it lost.
+type Reconciler struct {
+	e *Executor
+
+	mu sync.Mutex
+	// held are runs being reconciled after a restart: the reaper leaves
+	// their containers alone until Adopt has ended them.
+	held map[string]bool
+	// heldContainers are the containers of such runs by ID, for those
+	// made ahead of their run (a warm pool's), which carry no run ID.
+	heldContainers map[string]bool
+}
 
 // Hold keeps the containers of these runs from the orphan reaper until
 // Adopt has ended them (or Release is called). Reconciliation holds every
 // unfinished run of the store before the reaper's first pass, so that a
 // restart never removes a container it could still adopt.
-func (e *Executor) Hold(runIDs ...string) {
-	e.mu.Lock()
-	if e.held == nil {
-		e.held = map[string]bool{}
+func (rc *Reconciler) Hold(runIDs ...string) {
+	rc.mu.Lock()
+	if rc.held == nil {
+		rc.held = map[string]bool{}
 	}
 	for _, id := range runIDs {
-		e.held[id] = true
+		rc.held[id] = true
 	}
-	e.mu.Unlock()
-	e.negotiate()
+	rc.mu.Unlock()
+	rc.negotiate()
 }
 
 // HoldContainers keeps these containers from the orphan reaper until
@@ -39,18 +54,18 @@ func (e *Executor) Hold(runIDs ...string) {
 // called). A warm pool's container is made before its run and carries no
 // run ID, so Hold alone would not keep it: reconciliation holds the
 // container IDs its store knows as well.
-func (e *Executor) HoldContainers(containerIDs ...string) {
-	e.mu.Lock()
-	if e.heldContainers == nil {
-		e.heldContainers = map[string]bool{}
+func (rc *Reconciler) HoldContainers(containerIDs ...string) {
+	rc.mu.Lock()
+	if rc.heldContainers == nil {
+		rc.heldContainers = map[string]bool{}
 	}
 	for _, id := range containerIDs {
 		if id != "" {
-			e.heldContainers[id] = true
+			rc.heldContainers[id] = true
 		}
 	}
-	e.mu.Unlock()
-	e.negotiate()
+	rc.mu.Unlock()
+	rc.negotiate()
 }
 
 // negotiate settles the Docker client's API version. The client settles
@@ -58,7 +73,8 @@ func (e *Executor) HoldContainers(containerIDs ...string) {
 // adoptions that follow Hold run concurrently, before the executor's
 // Start has made a request, so the version is settled there; a daemon
 // that is away fails fast and the adoptions report it.
-func (e *Executor) negotiate() {
+func (rc *Reconciler) negotiate() {
+	e := rc.e
 	if n, ok := e.docker.(versionNegotiator); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
 		defer cancel()
@@ -73,29 +89,29 @@ type versionNegotiator interface {
 }
 
 // Release lets the reaper have the containers of these runs again.
-func (e *Executor) Release(runIDs ...string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (rc *Reconciler) Release(runIDs ...string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	for _, id := range runIDs {
-		delete(e.held, id)
+		delete(rc.held, id)
 	}
 }
 
 // ReleaseContainers lets the reaper have these containers again.
-func (e *Executor) ReleaseContainers(containerIDs ...string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (rc *Reconciler) ReleaseContainers(containerIDs ...string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
 	for _, id := range containerIDs {
-		delete(e.heldContainers, id)
+		delete(rc.heldContainers, id)
 	}
 }
 
 // isHeld reports whether the run, or the container, is held for
 // reconciliation.
-func (e *Executor) isHeld(runID, containerID string) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return (runID != "" && e.held[runID]) || (containerID != "" && e.heldContainers[containerID])
+func (rc *Reconciler) isHeld(runID, containerID string) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return (runID != "" && rc.held[runID]) || (containerID != "" && rc.heldContainers[containerID])
 }
 
 // Adopt finishes the run job.RunID that a previous process of this node
@@ -120,22 +136,24 @@ func (e *Executor) isHeld(runID, containerID string) bool {
 // and the reaper leaves it alone. It emits the lifecycle events that are
 // still due. Errors are those of Execute; DOCKER-UNAVAILABLE when the
 // daemon did not answer the look-up, the result then saying so.
-func (e *Executor) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Result, error) {
+func (rc *Reconciler) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Result, error) {
+	e := rc.e
 	r, err := e.register(ctx, job)
 	if err != nil {
 		return e.failed(nil, err), err
 	}
 	defer e.unregister(r)
-	defer e.Release(job.RunID)
+	defer rc.Release(job.RunID)
 	if job.ContainerID != "" {
-		defer e.ReleaseContainers(job.ContainerID)
+		defer rc.ReleaseContainers(job.ContainerID)
 	}
-	return e.adopt(r)
+	return rc.adopt(r)
 }
 
-func (e *Executor) adopt(r *run) (sandgate.Result, error) {
+func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
+	e := rc.e
 	ctx := r.ctx
-	c, found, err := e.findRunContainer(ctx, r)
+	c, found, err := rc.findRunContainer(ctx, r)
 	if err != nil {
 		if ctx.Err() != nil {
 			return e.cancelledBeforeStart(r), nil
@@ -143,7 +161,7 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	if !found {
-		return e.lostOnRestart(r, sandgate.Result{}, "no container of the run was found when the gateway restarted"), nil
+		return rc.lostOnRestart(r, sandgate.Result{}, "no container of the run was found when the gateway restarted"), nil
 	}
 	var st container.InspectResponse
 	err = e.call(ctx, r, "inspect", func(ctx context.Context) error {
@@ -169,13 +187,13 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 
 	switch {
 	case s == nil || s.Status == "removing" || s.Status == "dead":
-		return e.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
+		return rc.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
 	case s.Running || s.Paused || s.Restarting:
-		return e.follow(ctx, h, s)
+		return rc.follow(ctx, h, s)
 	case !everStarted(st) && c.Labels[LabelPool] != "":
 		// A warm container is started before any run claims it; one never
 		// started was not this run's to run in.
-		return e.lostOnRestart(r, h.res, "the run's warm container had never started when the gateway restarted"), nil
+		return rc.lostOnRestart(r, h.res, "the run's warm container had never started when the gateway restarted"), nil
 	case !everStarted(st):
 		// The previous process died between create and start: the user's
 		// code never ran, so running it now runs it exactly once.
@@ -184,7 +202,7 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 		}
 		return e.startAndSupervise(ctx, h)
 	case c.Labels[LabelPool] != "" && s.ExitCode == launcherNoScript:
-		return e.lostOnRestart(r, h.res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
+		return rc.lostOnRestart(r, h.res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
 	default:
 		// It exited while no gateway watched it: its output is gone
 		// (sandgate keeps no container logs), its exit code is not.
@@ -204,7 +222,8 @@ func (e *Executor) adopt(r *run) (sandgate.Result, error) {
 // now on (without it, the run can still be seen to its end), waits for its
 // exit with what is left of the run's timeout (or stops it when the run is
 // cancelled), and reports the end as any run's.
-func (e *Executor) follow(ctx context.Context, h *handle, s *container.State) (sandgate.Result, error) {
+func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State) (sandgate.Result, error) {
+	e := rc.e
 	at := e.now()
 	if t, ok := parseDockerTime(s.StartedAt); ok {
 		at = t
@@ -221,7 +240,8 @@ func (e *Executor) follow(ctx context.Context, h *handle, s *container.State) (s
 }
 
 // lostOnRestart ends a run whose container could not be taken over.
-func (e *Executor) lostOnRestart(r *run, res sandgate.Result, reason string) sandgate.Result {
+func (rc *Reconciler) lostOnRestart(r *run, res sandgate.Result, reason string) sandgate.Result {
+	e := rc.e
 	res.Outcome = sandgate.OutcomeLost
 	if res.FinishedAt.IsZero() {
 		res.FinishedAt = e.now()
@@ -237,13 +257,14 @@ func (e *Executor) lostOnRestart(r *run, res sandgate.Result, reason string) san
 // labelled with its run ID or, when there is none, r.job.ContainerID. When
 // a run somehow has more than one labelled container, the newest is the
 // run's and the others are removed.
-func (e *Executor) findRunContainer(ctx context.Context, r *run) (container.Summary, bool, error) {
-	mine, err := e.listRunContainers(ctx, r, filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID))
+func (rc *Reconciler) findRunContainer(ctx context.Context, r *run) (container.Summary, bool, error) {
+	e := rc.e
+	mine, err := rc.listRunContainers(ctx, r, filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID))
 	if err != nil {
 		return container.Summary{}, false, err
 	}
 	if len(mine) == 0 && r.job.ContainerID != "" {
-		return e.findContainerByID(ctx, r)
+		return rc.findContainerByID(ctx, r)
 	}
 	if len(mine) == 0 {
 		return container.Summary{}, false, nil
@@ -260,9 +281,10 @@ func (e *Executor) findRunContainer(ctx context.Context, r *run) (container.Summ
 // started in that does not carry the run's ID (a warm pool's, made before
 // the run). Only a managed container of this node is the run's, and none
 // labelled with another run's ID.
-func (e *Executor) findContainerByID(ctx context.Context, r *run) (container.Summary, bool, error) {
+func (rc *Reconciler) findContainerByID(ctx context.Context, r *run) (container.Summary, bool, error) {
+	e := rc.e
 	id := r.job.ContainerID
-	mine, err := e.listRunContainers(ctx, r, filters.Arg("id", id))
+	mine, err := rc.listRunContainers(ctx, r, filters.Arg("id", id))
 	if err != nil {
 		return container.Summary{}, false, err
 	}
@@ -283,7 +305,8 @@ func (e *Executor) findContainerByID(ctx context.Context, r *run) (container.Sum
 
 // listRunContainers lists the managed containers of this node that match
 // the filter.
-func (e *Executor) listRunContainers(ctx context.Context, r *run, filter filters.KeyValuePair) ([]container.Summary, error) {
+func (rc *Reconciler) listRunContainers(ctx context.Context, r *run, filter filters.KeyValuePair) ([]container.Summary, error) {
+	e := rc.e
 	var list []container.Summary
 	err := e.call(ctx, r, "list containers", func(ctx context.Context) error {
 		var err error

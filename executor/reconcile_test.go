@@ -137,12 +137,12 @@ func TestAdopt(t *testing.T) {
 					cancel()
 				}
 				// Held, the container survives the reaper.
-				ex.Hold(job.RunID)
+				ex.Reconciler().Hold(job.RunID)
 				if tc.warm {
 					job.ContainerID = id
-					ex.HoldContainers(id)
+					ex.Reconciler().HoldContainers(id)
 				}
-				if _, err := ex.CleanupOrphans(context.Background()); err != nil {
+				if _, err := ex.Reaper().CleanupOrphans(context.Background()); err != nil {
 					t.Fatalf("CleanupOrphans: %v", err)
 				}
 				if n := len(managed(t, node)); n != 1 {
@@ -158,7 +158,7 @@ func TestAdopt(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			res, err := ex.Adopt(ctx, job)
+			res, err := ex.Reconciler().Adopt(ctx, job)
 			if err != nil {
 				t.Fatalf("Adopt: %v (%+v)", err, res)
 			}

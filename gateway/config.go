@@ -116,6 +116,10 @@ type Deps struct {
 	Executor sandgate.Executor
 	// Sandboxes lists and cleans up managed containers (package executor).
 	Sandboxes sandgate.SandboxAdmin
+	// Reconciler takes over the runs a previous process of this node left
+	// unfinished. Optional: without it (and an Executor that is not one),
+	// such runs end as lost.
+	Reconciler sandgate.Reconciler
 	// Volumes lists and removes the teams' cache volumes (package
 	// executor). Optional: without it, /v1/volumes answers NOT-FOUND.
 	Volumes sandgate.VolumeAdmin

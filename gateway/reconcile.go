@@ -40,7 +40,10 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 	if len(runs) == 0 {
 		return 0, nil
 	}
-	rec, _ := s.d.Executor.(sandgate.Reconciler)
+	rec := s.d.Reconciler
+	if rec == nil {
+		rec, _ = s.d.Executor.(sandgate.Reconciler)
+	}
 	if rec != nil {
 		ids := make([]string, len(runs))
 		var containers []string

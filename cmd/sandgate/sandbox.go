@@ -31,7 +31,7 @@ func newSandboxCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer ex.Close()
-			boxes, err := ex.Sandboxes(cmd.Context())
+			boxes, err := ex.Reaper().Sandboxes(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ func newSandboxCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer ex.Close()
-			removed, err := ex.Cleanup(cmd.Context(), executor.CleanupOptions{IncludeRunning: opts.running})
+			removed, err := ex.Reaper().Cleanup(cmd.Context(), executor.CleanupOptions{IncludeRunning: opts.running})
 			if perr := a.printSandboxes(removed, opts.asJSON); perr != nil && err == nil {
 				err = perr
 			}
