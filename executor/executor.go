@@ -60,7 +60,7 @@ type Executor struct {
 	mu      sync.Mutex
 	runs    map[string]*run
 	closing bool
-	active         sync.WaitGroup
+	active  sync.WaitGroup
 
 	imgMu    sync.Mutex
 	imgCache map[string]cachedImage
