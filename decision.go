@@ -54,11 +54,11 @@ type Settings struct {
 
 // AdmissionInput is the policy input document (`input` in Rego).
 type AdmissionInput struct {
-	APIVersion string    `json:"api_version"`
-	Operation  Operation `json:"operation"`
-	Principal  Principal `json:"principal"`
-	Request    RunSpec   `json:"request"`
-	Settings   Settings  `json:"settings"`
+	APIVersion string     `json:"api_version"`
+	Operation  Operation  `json:"operation"`
+	Principal  Principal  `json:"principal"`
+	Request    Normalized `json:"request"`
+	Settings   Settings   `json:"settings"`
 }
 
 // Violation is one rule's finding. A decision carries each rule once,
@@ -95,7 +95,7 @@ type Decision struct {
 	DecisionID     string      `json:"decision_id"`
 	// Spec is the normalised spec with the mutations applied: what runs
 	// when Allow is true.
-	Spec RunSpec `json:"spec"`
+	Spec Normalized `json:"spec"`
 	// Mask lists the spec fields (dotted paths such as "env" or
 	// "labels.token") the bundle's mask rules name: the audit trail stores
 	// them only as keyed hashes.

@@ -69,13 +69,24 @@ func (d Defaults) merge() Defaults {
 	return d
 }
 
+// Normalized is a run spec Normalize completed: every default filled in,
+// every mount source resolved, the user and the security options parsed,
+// capabilities spelt canonically. Policies judge it, mutations keep it
+// one (they are normalised again), and the executor runs it: code after
+// normalisation takes this type, never a RunSpec, and applies no default
+// of its own, so no field can be defaulted twice or differently. Make one
+// only with Normalize.
+type Normalized struct {
+	RunSpec
+}
+
 // Normalize returns the spec policies evaluate and the executor runs:
 // defaults filled, every mount source resolved to a clean absolute host path
 // with symlinks followed, security_opt parsed, capabilities canonical and the
 // user parsed into numeric IDs where numeric. It refuses values that cannot
 // be interpreted with an INVALID-REQUEST error naming the field; what is
 // merely dangerous is left for policy to judge.
-func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
+func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 	d = d.merge()
 	s := in.clone()
 
@@ -83,25 +94,25 @@ func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
 		s.Image = d.Image
 	}
 	if strings.ContainsAny(s.Image, " \t\n\x00") {
-		return RunSpec{}, FieldError("image", "must not contain whitespace or NUL")
+		return Normalized{}, FieldError("image", "must not contain whitespace or NUL")
 	}
 	if len(s.Command) == 0 {
-		return RunSpec{}, FieldError("command", "is required: at least one element")
+		return Normalized{}, FieldError("command", "is required: at least one element")
 	}
 	for i, a := range s.Command {
 		if strings.IndexByte(a, 0) >= 0 {
-			return RunSpec{}, FieldError(fmt.Sprintf("command[%d]", i), "must not contain NUL")
+			return Normalized{}, FieldError(fmt.Sprintf("command[%d]", i), "must not contain NUL")
 		}
 	}
 	if err := checkEnv(s.Env); err != nil {
-		return RunSpec{}, err
+		return Normalized{}, err
 	}
 	if s.Workdir == "" {
 		s.Workdir = d.Workdir
 	}
 	if s.Workdir != "" {
 		if !path.IsAbs(s.Workdir) || strings.IndexByte(s.Workdir, 0) >= 0 {
-			return RunSpec{}, FieldError("workdir", "must be an absolute path")
+			return Normalized{}, FieldError("workdir", "must be an absolute path")
 		}
 		s.Workdir = path.Clean(s.Workdir)
 	}
@@ -111,7 +122,7 @@ func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
 	}
 	uid, gid, err := parseUser(s.User)
 	if err != nil {
-		return RunSpec{}, err
+		return Normalized{}, err
 	}
 	s.UID, s.GID = uid, gid
 
@@ -125,20 +136,20 @@ func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
 	switch s.PullPolicy {
 	case PullNever, PullIfNotPresent, PullAlways:
 	default:
-		return RunSpec{}, FieldError("pull_policy", "must be one of never, if-not-present, always; got %q", s.PullPolicy)
+		return Normalized{}, FieldError("pull_policy", "must be one of never, if-not-present, always; got %q", s.PullPolicy)
 	}
 
 	if err := normalizeResources(&s.Resources, d.Resources); err != nil {
-		return RunSpec{}, err
+		return Normalized{}, err
 	}
 	if s.TimeoutSeconds < 0 {
-		return RunSpec{}, FieldError("timeout_seconds", "must not be negative")
+		return Normalized{}, FieldError("timeout_seconds", "must not be negative")
 	}
 	if s.TimeoutSeconds == 0 {
 		s.TimeoutSeconds = d.TimeoutSeconds
 	}
 	if s.OutputLimitBytes < 0 {
-		return RunSpec{}, FieldError("output_limit_bytes", "must not be negative")
+		return Normalized{}, FieldError("output_limit_bytes", "must not be negative")
 	}
 	if s.OutputLimitBytes == 0 {
 		s.OutputLimitBytes = d.OutputLimitBytes
@@ -150,21 +161,21 @@ func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
 
 	for i := range s.Mounts {
 		if err := normalizeMount(&s.Mounts[i], i); err != nil {
-			return RunSpec{}, err
+			return Normalized{}, err
 		}
 	}
 	for i, v := range s.Volumes {
 		if v.Name == "" {
-			return RunSpec{}, FieldError(fmt.Sprintf("volumes[%d].name", i), "is required")
+			return Normalized{}, FieldError(fmt.Sprintf("volumes[%d].name", i), "is required")
 		}
 		t, err := cleanTarget(v.Target)
 		if err != nil {
-			return RunSpec{}, FieldError(fmt.Sprintf("volumes[%d].target", i), "%s", err)
+			return Normalized{}, FieldError(fmt.Sprintf("volumes[%d].target", i), "%s", err)
 		}
 		s.Volumes[i].Target = t
 	}
 	if err := checkTargets(s); err != nil {
-		return RunSpec{}, err
+		return Normalized{}, err
 	}
 
 	for i, c := range s.CapAdd {
@@ -172,22 +183,22 @@ func Normalize(in RunSpec, d Defaults) (RunSpec, error) {
 	}
 	sec, err := ParseSecurityOpts(s.SecurityOpt)
 	if err != nil {
-		return RunSpec{}, err
+		return Normalized{}, err
 	}
 	s.Security = &sec
 	for _, m := range []struct{ field, value string }{
 		{"pid_mode", s.PIDMode}, {"ipc_mode", s.IPCMode}, {"uts_mode", s.UTSMode}, {"userns_mode", s.UsernsMode},
 	} {
 		if strings.IndexByte(m.value, 0) >= 0 {
-			return RunSpec{}, FieldError(m.field, "must not contain NUL")
+			return Normalized{}, FieldError(m.field, "must not contain NUL")
 		}
 	}
 	for k := range s.Labels {
 		if strings.HasPrefix(k, "sandgate.") {
-			return RunSpec{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")
+			return Normalized{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")
 		}
 	}
-	return s, nil
+	return Normalized{s}, nil
 }
 
 func (s RunSpec) clone() RunSpec {

@@ -27,7 +27,7 @@ func TestNormalizeDefaults(t *testing.T) {
 		ReadOnlyRootfs: &tr, UID: int64p(20000), GID: int64p(20000),
 		Security: &sandgate.SecurityOptions{NoNewPrivileges: true},
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got.RunSpec); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
@@ -228,7 +228,7 @@ func FuzzNormalize(f *testing.F) {
 		if c := got.CapAdd[0]; c != strings.ToUpper(c) || strings.HasPrefix(c, "CAP_") || strings.TrimSpace(c) != c {
 			t.Fatalf("capability %q is not canonical", c)
 		}
-		again, err := sandgate.Normalize(got, sandgate.BuiltinDefaults)
+		again, err := sandgate.Normalize(got.RunSpec, sandgate.BuiltinDefaults)
 		if err != nil {
 			t.Fatalf("normalising a normalised spec: %v", err)
 		}

@@ -71,7 +71,7 @@ type Job struct {
 	DecisionID    string
 	Principal     string
 	Team          string
-	Spec          RunSpec
+	Spec          Normalized
 	// AirGapped forbids any image pull, whatever the spec's pull policy.
 	AirGapped bool
 	// Enforcement is what the decision that admitted the run tells the

@@ -61,7 +61,7 @@ type Config struct {
 	// WarmProfiles are the normalised specs whose containers the pool
 	// keeps warm; the command, environment and stdin in them do not
 	// matter. Default, when WarmPool is set: the builtin default spec.
-	WarmProfiles []sandgate.RunSpec
+	WarmProfiles []sandgate.Normalized
 	// WarmPoolTTL is how long a warm container may wait for a run before it
 	// is replaced by a fresh one. Default 10 minutes.
 	WarmPoolTTL time.Duration
@@ -134,7 +134,7 @@ func (c *Config) Validate() error {
 			if err != nil {
 				return fmt.Errorf("executor: default warm profile: %w", err)
 			}
-			c.WarmProfiles = []sandgate.RunSpec{spec}
+			c.WarmProfiles = []sandgate.Normalized{spec}
 		}
 		for i, spec := range c.WarmProfiles {
 			if _, err := warmSettings(spec, *c); err != nil {

@@ -87,31 +87,12 @@ type settings struct {
 // it) is refused rather than silently weakened or silently ignored.
 func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	node, maxConcurrent := ecfg.Node, ecfg.MaxConcurrent
-	s := job.Spec
+	// Normalisation filled every default in: nothing is defaulted here.
+	s := job.Spec.RunSpec
 	if err := refuseUnsafe(s); err != nil {
 		return settings{}, err
 	}
-	d := sandgate.BuiltinDefaults
-	user := s.User
-	if user == "" {
-		user = d.User
-	}
-	res := s.Resources
-	if res.MemoryMB == 0 {
-		res.MemoryMB = d.Resources.MemoryMB
-	}
-	if res.CPUs == 0 {
-		res.CPUs = d.Resources.CPUs
-	}
-	if res.Pids == 0 {
-		res.Pids = d.Resources.Pids
-	}
-	if res.TmpfsMB == 0 {
-		res.TmpfsMB = d.Resources.TmpfsMB
-	}
-	if res.Nofile == 0 {
-		res.Nofile = d.Resources.Nofile
-	}
+	user, res := s.User, s.Resources
 	switch {
 	case res.MemoryMB < minMemoryMB:
 		return settings{}, sandgate.Errorf(sandgate.CodeResourceLimit, "resources.memory_mb must be at least %d, not %d", minMemoryMB, res.MemoryMB)
@@ -123,7 +104,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 
 	network := s.Network
 	switch {
-	case network == "" || job.AirGapped:
+	case job.AirGapped:
 		network = "none"
 	case network == "bridge":
 		// Never Docker's default bridge: sandgate's own, where runs
@@ -131,9 +112,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 		network = ecfg.BridgeNetwork
 	}
 	image := s.Image
-	if image == "" {
-		image = d.Image
-	}
 
 	env := make([]string, 0, len(s.Env))
 	for k, v := range s.Env {

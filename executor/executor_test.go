@@ -444,7 +444,7 @@ func TestContainerName(t *testing.T) {
 		{"unicode", "sessión", "tâche", "x", "sandgate-sessi-n-t-che-x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := containerName(sandgate.Job{RunID: tc.runID, Spec: sandgate.RunSpec{SessionID: tc.session, TaskID: tc.task}})
+			got := containerName(sandgate.Job{RunID: tc.runID, Spec: sandgate.Normalized{RunSpec: sandgate.RunSpec{SessionID: tc.session, TaskID: tc.task}}})
 			if got != tc.want {
 				t.Errorf("containerName = %q, want %q", got, tc.want)
 			}

@@ -118,9 +118,6 @@ func (h *handle) writeStdin(data string) {
 // started.
 func (h *handle) timeout() time.Duration {
 	t := time.Duration(h.r.job.Spec.TimeoutSeconds) * time.Second
-	if t <= 0 {
-		t = time.Duration(sandgate.BuiltinDefaults.TimeoutSeconds) * time.Second
-	}
 	if !h.res.StartedAt.IsZero() {
 		t -= h.e.now().Sub(h.res.StartedAt)
 	}

@@ -157,11 +157,7 @@ func (e *Executor) checkIdentity(ctx context.Context, r *run, containerID, image
 		}
 		e.accounts.put(imageID, a)
 	}
-	user := r.job.Spec.User
-	if user == "" {
-		user = sandgate.BuiltinDefaults.User
-	}
-	return refuseIdentity(a, user, r.job.Enforcement.PrivilegedGIDs)
+	return refuseIdentity(a, r.job.Spec.User, r.job.Enforcement.PrivilegedGIDs)
 }
 
 // refuseIdentity is the verdict of checkIdentity for one user.

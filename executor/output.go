@@ -26,9 +26,6 @@ func newCapture(stream sandgate.Stream, buf *sandgate.OutputBuffer, limit int64,
 // captures makes the two streams of job.
 func captures(job sandgate.Job) (stdout, stderr *capture) {
 	limit := job.Spec.OutputLimitBytes
-	if limit <= 0 {
-		limit = sandgate.BuiltinDefaults.OutputLimitBytes
-	}
 	return newCapture(sandgate.Stdout, job.Stdout, limit, job.Output), newCapture(sandgate.Stderr, job.Stderr, limit, job.Output)
 }
 

@@ -149,7 +149,7 @@ func newPool(e *Executor, cfg Config) *pool {
 
 // buildProfiles makes the profiles of specs, reusing those of the current
 // ones with the same key (and so their idle members).
-func (p *pool) buildProfiles(specs []sandgate.RunSpec) ([]*profile, map[string]*profile, error) {
+func (p *pool) buildProfiles(specs []sandgate.Normalized) ([]*profile, map[string]*profile, error) {
 	var profiles []*profile
 	byKey := map[string]*profile{}
 	for i, spec := range specs {
@@ -174,7 +174,7 @@ func (p *pool) buildProfiles(specs []sandgate.RunSpec) ([]*profile, map[string]*
 // warmSettings are the container settings of a warm profile's spec; a
 // profile with mounts or volumes is refused, since pooled containers have
 // none.
-func warmSettings(spec sandgate.RunSpec, cfg Config) (settings, error) {
+func warmSettings(spec sandgate.Normalized, cfg Config) (settings, error) {
 	set, err := containerSettings(sandgate.Job{RunID: "warm-pool", Spec: spec}, cfg)
 	if err != nil {
 		return settings{}, err
@@ -188,7 +188,7 @@ func warmSettings(spec sandgate.RunSpec, cfg Config) (settings, error) {
 // setProfiles makes specs the pool's profiles: the containers of profiles
 // that remain stay; those of profiles that are gone are removed, and the
 // new ones are filled.
-func (p *pool) setProfiles(specs []sandgate.RunSpec) error {
+func (p *pool) setProfiles(specs []sandgate.Normalized) error {
 	p.mu.Lock()
 	if p.stopped {
 		p.mu.Unlock()
@@ -673,7 +673,7 @@ func (p *pool) shutdown() {
 // Docker would), with stdin from /dev/null when the run has none, as a
 // cold container's. Every word is single-quoted, so no value is ever
 // interpreted by the shell.
-func (m *member) warmScript(spec sandgate.RunSpec) string {
+func (m *member) warmScript(spec sandgate.Normalized) string {
 	var b strings.Builder
 	var unset []string
 	for _, v := range shellVars {
@@ -734,7 +734,7 @@ func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageI
 // profiles that are gone are removed, and the new ones are filled. A spec
 // the pool cannot keep (one with mounts or volumes) is refused and nothing
 // changes. Without a warm pool it does nothing.
-func (e *Executor) SetWarmProfiles(specs []sandgate.RunSpec) error {
+func (e *Executor) SetWarmProfiles(specs []sandgate.Normalized) error {
 	if e.pool == nil {
 		return nil
 	}

@@ -19,7 +19,7 @@ import (
 
 // newWarmExecutor is an executor with a warm pool of size for the given
 // profiles (the builtin default spec when none), already full.
-func newWarmExecutor(t *testing.T, size int, tune func(*executor.Config), profiles ...sandgate.RunSpec) (*executor.Executor, *recorder) {
+func newWarmExecutor(t *testing.T, size int, tune func(*executor.Config), profiles ...sandgate.Normalized) (*executor.Executor, *recorder) {
 	t.Helper()
 	ex, rec := newTestExecutor(t, func(c *executor.Config) {
 		c.WarmPool = size
@@ -45,7 +45,7 @@ func waitIdle(t testing.TB, ex *executor.Executor, n int) {
 }
 
 // profileOf is the builtin default spec adjusted by tune, as a profile.
-func profileOf(t testing.TB, tune func(*sandgate.RunSpec)) sandgate.RunSpec {
+func profileOf(t testing.TB, tune func(*sandgate.RunSpec)) sandgate.Normalized {
 	t.Helper()
 	spec := sandgate.RunSpec{Command: []string{"true"}}
 	if tune != nil {
@@ -557,7 +557,7 @@ func TestWarmProfilesReplaced(t *testing.T) {
 	}
 
 	small := func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 256 }
-	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, func(s *sandgate.RunSpec) {
+	if err := ex.SetWarmProfiles([]sandgate.Normalized{profileOf(t, func(s *sandgate.RunSpec) {
 		s.Volumes = []sandgate.Volume{{Name: "cache", Target: "/cache"}}
 	})}); err == nil {
 		t.Fatal("a profile with a volume was accepted")
@@ -566,7 +566,7 @@ func TestWarmProfilesReplaced(t *testing.T) {
 		t.Fatalf("%d idle after a refused change, want the pool untouched", ex.WarmIdle())
 	}
 
-	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, small)}); err != nil {
+	if err := ex.SetWarmProfiles([]sandgate.Normalized{profileOf(t, small)}); err != nil {
 		t.Fatal(err)
 	}
 	waitIdle(t, ex, 1)
@@ -594,7 +594,7 @@ func TestWarmProfilesReplaced(t *testing.T) {
 
 	// Setting the same profiles again keeps the idle container.
 	idle := managed(t, ex.Node())
-	if err := ex.SetWarmProfiles([]sandgate.RunSpec{profileOf(t, small)}); err != nil {
+	if err := ex.SetWarmProfiles([]sandgate.Normalized{profileOf(t, small)}); err != nil {
 		t.Fatal(err)
 	}
 	if now := managed(t, ex.Node()); len(now) != 1 || len(idle) != 1 || now[0].ID != idle[0].ID {

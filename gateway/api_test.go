@@ -429,7 +429,7 @@ func TestCancelBeforeExecutor(t *testing.T) {
 	if _, _, err := e.store.CreateRun(t.Context(), &run); err != nil {
 		t.Fatal(err)
 	}
-	lr := newLiveRun(run)
+	lr := newLiveRun(run, sandgate.BuiltinDefaults.OutputLimitBytes)
 	canceled := make(chan struct{})
 	lr.cancel = func() { close(canceled) }
 	e.srv.svc.live.add(run.ID, lr)

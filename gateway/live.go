@@ -106,7 +106,7 @@ type liveRun struct {
 	run sandgate.Run
 	// spec is what the executor runs: the admitted spec with its secrets,
 	// which run.Spec (stored and served) carries only as keyed hashes.
-	spec sandgate.RunSpec
+	spec sandgate.Normalized
 	// enforce is what the decision tells the executor to hold it to.
 	enforce sandgate.Enforcement
 	// teamConcurrency is the team's limit of runs holding a container.
@@ -125,11 +125,9 @@ type liveRun struct {
 	storeMu sync.Mutex
 }
 
-func newLiveRun(run sandgate.Run) *liveRun {
-	limit := run.Spec.OutputLimitBytes
-	if limit <= 0 {
-		limit = sandgate.BuiltinDefaults.OutputLimitBytes
-	}
+// newLiveRun makes the live state of run, whose streams each keep at most
+// limit bytes (the admitted spec's output limit).
+func newLiveRun(run sandgate.Run, limit int64) *liveRun {
 	return &liveRun{
 		run:     run,
 		changed: make(chan struct{}),

@@ -97,7 +97,8 @@ func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
 
 // adopt finishes one unfinished run in its own goroutine.
 func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
-	lr := newLiveRun(run)
+	// The stored spec is the admitted one: its output limit is set.
+	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
@@ -120,7 +121,11 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
-		Principal: run.Principal, Team: run.Team, Spec: run.Spec, AirGapped: s.cfg.AirGapped,
+		Principal: run.Principal, Team: run.Team, AirGapped: s.cfg.AirGapped,
+		// The stored spec is the admitted one (normalised before it was
+		// stored), with its secrets as keyed hashes: a run adopted after
+		// a restart needs no more than its container.
+		Spec: sandgate.Normalized{RunSpec: run.Spec},
 		// The decision's own enforcement is not stored; the policy in
 		// force holds the run to today's.
 		Enforcement: s.d.Admitter.Enforcement(run.Team),

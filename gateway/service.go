@@ -72,7 +72,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if err != nil {
 		return nil, false, err
 	}
-	requestDigest := specDigest(spec)
+	requestDigest := specDigest(spec.RunSpec)
 	if sub.IdempotencyKey != "" {
 		if e, ok := s.idem.get(p.Name, sub.IdempotencyKey, s.now()); ok {
 			if e.digest != requestDigest {
@@ -120,7 +120,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	requested := base
 	requested.Type = sandgate.EventRunRequested
 	requested.Outcome = "requested"
-	requested.Payload = map[string]any{"spec": s.mask.spec(spec, dec.Mask)}
+	requested.Payload = map[string]any{"spec": s.mask.spec(spec.RunSpec, dec.Mask)}
 	if sub.IdempotencyKey != "" {
 		requested.Payload["idempotency_key"] = s.mask.value(sub.IdempotencyKey)
 	}
@@ -128,7 +128,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	admission.Payload = s.decisionPayload(dec)
 	if dec.Allow {
 		admission.Type, admission.Outcome = sandgate.EventAdmissionAllowed, "allowed"
-		admission.Payload["spec"] = s.mask.spec(dec.Spec, dec.Mask)
+		admission.Payload["spec"] = s.mask.spec(dec.Spec.RunSpec, dec.Mask)
 	} else {
 		admission.Type, admission.Outcome = sandgate.EventAdmissionDenied, "denied"
 	}
@@ -253,7 +253,8 @@ func unavailable(err error, what string) error {
 // env values, stdin and the fields the decision's mask names become keyed
 // hashes, so secrets never rest in the database. Equal secrets hash equally,
 // so idempotent retries still compare equal.
-func (s *service) storedSpec(spec sandgate.RunSpec, mask []string) sandgate.RunSpec {
+func (s *service) storedSpec(normalized sandgate.Normalized, mask []string) sandgate.RunSpec {
+	spec := normalized.RunSpec
 	redacted := spec
 	redacted.Env = nil
 	if len(spec.Env) > 0 {
@@ -285,8 +286,8 @@ func (s *service) storedSpec(spec sandgate.RunSpec, mask []string) sandgate.RunS
 // start executes the run in its own goroutine, detached from the request.
 // spec is the admitted spec with its secrets; run carries the stored form.
 // release gives back the run's place in its team's limits when it ends.
-func (s *service) start(run sandgate.Run, spec sandgate.RunSpec, enforce sandgate.Enforcement, teamConcurrency int, release func()) {
-	lr := newLiveRun(run)
+func (s *service) start(run sandgate.Run, spec sandgate.Normalized, enforce sandgate.Enforcement, teamConcurrency int, release func()) {
+	lr := newLiveRun(run, spec.OutputLimitBytes)
 	lr.spec, lr.enforce, lr.teamConcurrency = spec, enforce, teamConcurrency
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
@@ -529,8 +530,8 @@ func (s *service) cancel(ctx context.Context, p sandgate.Principal, id string) (
 }
 
 // review evaluates a spec without running it and audits the review.
-func (s *service) review(ctx context.Context, p sandgate.Principal, corr string, spec sandgate.RunSpec) (sandgate.Decision, error) {
-	spec, err := sandgate.Normalize(spec, s.d.Admitter.Defaults())
+func (s *service) review(ctx context.Context, p sandgate.Principal, corr string, req sandgate.RunSpec) (sandgate.Decision, error) {
+	spec, err := sandgate.Normalize(req, s.d.Admitter.Defaults())
 	if err != nil {
 		return sandgate.Decision{}, err
 	}
@@ -543,7 +544,7 @@ func (s *service) review(ctx context.Context, p sandgate.Principal, corr string,
 	}
 	s.metrics.decision(sandgate.OperationReview, dec)
 	payload := s.decisionPayload(dec)
-	payload["spec"] = s.mask.spec(spec, dec.Mask)
+	payload["spec"] = s.mask.spec(spec.RunSpec, dec.Mask)
 	outcome := "denied"
 	if dec.Allow {
 		outcome = "allowed"
@@ -565,7 +566,7 @@ func (s *service) review(ctx context.Context, p sandgate.Principal, corr string,
 	}
 	// The answer shows the spec as the runs API does: secrets as their
 	// keyed hashes, never echoed in clear.
-	dec.Spec = s.storedSpec(dec.Spec, dec.Mask)
+	dec.Spec = sandgate.Normalized{RunSpec: s.storedSpec(dec.Spec, dec.Mask)}
 	return dec, nil
 }
 

@@ -170,7 +170,7 @@ func TestLogsNoFollowLive(t *testing.T) {
 // TestLiveOutputBounded checks that a live run keeps at most its output
 // limit per stream and encodes invalid UTF-8 as base64.
 func TestLiveOutputBounded(t *testing.T) {
-	lr := newLiveRun(sandgate.Run{ID: "r", Spec: sandgate.RunSpec{OutputLimitBytes: 8}})
+	lr := newLiveRun(sandgate.Run{ID: "r"}, 8)
 	captureOut(lr, sandgate.Stdout, []byte("12345"))
 	captureOut(lr, sandgate.Stdout, []byte("67890"))
 	captureOut(lr, sandgate.Stdout, []byte("more"))
@@ -209,7 +209,7 @@ func readChunks(t *testing.T, lr *liveRun, cur *logCursor) []string {
 // streams, coalesces a stream's consecutive writes, and resumes from any
 // event id without loss or repetition.
 func TestLiveLogOrderAndResume(t *testing.T) {
-	lr := newLiveRun(sandgate.Run{ID: "r"})
+	lr := newLiveRun(sandgate.Run{ID: "r"}, 1<<20)
 	var a logCursor
 	captureOut(lr, sandgate.Stdout, []byte("a"))
 	if diff := cmp.Diff([]string{"stdout a utf-8 1.1.0"}, readChunks(t, lr, &a)); diff != "" {
@@ -259,7 +259,7 @@ func TestLiveLogOrderAndResume(t *testing.T) {
 // entry cap: the log stays small and every byte arrives once, in order
 // per stream, before the exit.
 func TestLiveLogBounded(t *testing.T) {
-	lr := newLiveRun(sandgate.Run{ID: "r"})
+	lr := newLiveRun(sandgate.Run{ID: "r"}, 1<<20)
 	var cur logCursor
 	var gotOut, gotErr strings.Builder
 	read := func() []sseEvent {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate"
 )
@@ -36,6 +37,11 @@ func TestTeamLimits(t *testing.T) {
 	r = e.do(http.MethodPost, "/v1/runs", tokBob, `{"command":["echo","x"],"resources":{"memory_mb":256,"cpus":1}}`)
 	if r.status != http.StatusTooManyRequests || r.errorBody().Error.Details["limit"] != "cpus" {
 		t.Errorf("search past its CPU budget = %d %s, want 429 naming cpus", r.status, r.body)
+	}
+	// The admitted runs start in the background.
+	deadline := time.Now().Add(10 * time.Second)
+	for e.exec.calls.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
 	if got := e.exec.calls.Load(); got != 3 {
 		t.Errorf("%d runs reached the executor, want 3", got)

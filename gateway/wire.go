@@ -118,7 +118,7 @@ func decisionView(d sandgate.Decision, withSpec bool) DecisionView {
 		v.Mutations = []sandgate.Mutation{}
 	}
 	if withSpec {
-		s := d.Spec
+		s := d.Spec.RunSpec
 		v.Spec = &s
 	}
 	return v

@@ -75,7 +75,7 @@ func BenchmarkOPAFloor(b *testing.B) {
 	timeEvaluations(b, eval)
 }
 
-func benchmarkDecide(b *testing.B, spec sandgate.RunSpec, wantAllow bool) {
+func benchmarkDecide(b *testing.B, spec sandgate.Normalized, wantAllow bool) {
 	b.Helper()
 	ctx := context.Background()
 	e, err := policies.New(ctx, policies.Options{
@@ -145,7 +145,7 @@ func timeEvaluations(b *testing.B, eval func()) {
 	report(cpu, "cpu-")
 }
 
-func allowedBenchSpec(b *testing.B) sandgate.RunSpec {
+func allowedBenchSpec(b *testing.B) sandgate.Normalized {
 	s, err := sandgate.Normalize(sandgate.RunSpec{
 		Command: []string{"sh", "-c", "echo hello"},
 		Env:     map[string]string{"A": "1", "B": "2"},
@@ -160,7 +160,7 @@ func allowedBenchSpec(b *testing.B) sandgate.RunSpec {
 	return s
 }
 
-func violatingBenchSpec(b *testing.B) sandgate.RunSpec {
+func violatingBenchSpec(b *testing.B) sandgate.Normalized {
 	f := false
 	s, err := sandgate.Normalize(sandgate.RunSpec{
 		Image:          "evil.example/miner:latest",

@@ -122,7 +122,7 @@ func TestEveryViolationCounts(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	var zero policies.Engine
-	if d, _ := zero.Decide(t.Context(), sandgate.AdmissionInput{Request: baseSpec()}); len(d.Violations) != 1 || d.Violations[0].Count != 1 {
+	if d, _ := zero.Decide(t.Context(), sandgate.AdmissionInput{Request: sandgate.Normalized{RunSpec: baseSpec()}}); len(d.Violations) != 1 || d.Violations[0].Count != 1 {
 		t.Errorf("fail-closed violation %+v, want count 1", d.Violations)
 	}
 }

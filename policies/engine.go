@@ -507,7 +507,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 
 	spec := in.Request
 	for pass := 1; ; pass++ {
-		input := inputValue(in.APIVersion, in.Operation, in.Principal, spec, settings)
+		input := inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings)
 		rs, err := p.eval(ctx, input, now)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {

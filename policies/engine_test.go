@@ -65,7 +65,7 @@ func TestConcurrentDecisions(t *testing.T) {
 	violating.Privileged, violating.Network, violating.CapAdd = true, "host", []string{"SYS_ADMIN"}
 	bridged.Network, bridged.PullPolicy = "bridge", sandgate.PullAlways
 	type job struct {
-		spec      sandgate.RunSpec
+		spec      sandgate.Normalized
 		airGapped bool
 	}
 	var jobs []job
@@ -443,7 +443,7 @@ func TestFailClosed(t *testing.T) {
 	})
 	t.Run("no policy", func(t *testing.T) {
 		var e policies.Engine
-		d, err := e.Decide(context.Background(), sandgate.AdmissionInput{Request: baseSpec()})
+		d, err := e.Decide(context.Background(), sandgate.AdmissionInput{Request: sandgate.Normalized{RunSpec: baseSpec()}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -541,7 +541,7 @@ _pairs contains [i, j] if {
 		e := newEngine(t, policies.Options{Dir: dir})
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		d, err := e.Decide(ctx, sandgate.AdmissionInput{Request: baseSpec()})
+		d, err := e.Decide(ctx, sandgate.AdmissionInput{Request: sandgate.Normalized{RunSpec: baseSpec()}})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("err = %v, want context.DeadlineExceeded", err)
 		}

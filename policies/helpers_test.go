@@ -126,7 +126,7 @@ func decide(t *testing.T, e *policies.Engine, spec sandgate.RunSpec) sandgate.De
 	return decideNormalized(t, e, n)
 }
 
-func decideNormalized(t *testing.T, e *policies.Engine, spec sandgate.RunSpec) sandgate.Decision {
+func decideNormalized(t *testing.T, e *policies.Engine, spec sandgate.Normalized) sandgate.Decision {
 	t.Helper()
 	d, err := e.Decide(context.Background(), sandgate.AdmissionInput{
 		Operation: sandgate.OperationRun,

@@ -459,7 +459,7 @@ func typeName(v any) string {
 // again, so that derived fields (uid, gid, security, mounts[].resolved)
 // follow the fields they derive from. It returns the mutations that changed
 // something.
-func applyMutations(spec sandgate.RunSpec, muts []sandgate.Mutation, d sandgate.Defaults) (sandgate.RunSpec, []sandgate.Mutation, error) {
+func applyMutations(spec sandgate.Normalized, muts []sandgate.Mutation, d sandgate.Defaults) (sandgate.Normalized, []sandgate.Mutation, error) {
 	raw, err := json.Marshal(spec)
 	if err != nil {
 		return spec, nil, err
@@ -492,11 +492,11 @@ func applyMutations(spec sandgate.RunSpec, muts []sandgate.Mutation, d sandgate.
 	if err := sandgate.DecodeStrict(bytes.NewReader(out), &next, sandgate.MaxSpecBytes); err != nil {
 		return spec, nil, err
 	}
-	next, err = sandgate.Normalize(next, d)
+	normalized, err := sandgate.Normalize(next, d)
 	if err != nil {
 		return spec, nil, err
 	}
-	return next, changed, nil
+	return normalized, changed, nil
 }
 
 // setPointer sets the value at an RFC 6901 JSON pointer. Object members

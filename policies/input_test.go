@@ -42,12 +42,12 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}},
 		{"empty lists", sandgate.RunSpec{Command: []string{}, CapAdd: []string{}, Env: map[string]string{}},
 			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}},
-		{"normalised", normalized, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}},
+		{"normalised", normalized.RunSpec, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}},
 		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: tt.spec, Settings: tt.settings}
+			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings}
 			raw, err := json.Marshal(in)
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +62,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request, settingsTerm(in.Settings))
+			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings))
 			if ast.Compare(want, got) != 0 {
 				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
 			}
@@ -117,7 +117,7 @@ func FuzzInputValue(f *testing.F) {
 		if n >= 0 {
 			spec.UID = &n
 		}
-		raw, err := json.Marshal(sandgate.AdmissionInput{Request: spec})
+		raw, err := json.Marshal(sandgate.AdmissionInput{Request: sandgate.Normalized{RunSpec: spec}})
 		if err != nil {
 			return // NaN and infinities have no JSON form
 		}

@@ -75,7 +75,7 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 	// Judge every spec; keep the admitted ones the executor can create
 	// here, with how many edge values each holds.
 	type candidate struct {
-		spec  sandgate.RunSpec
+		spec  sandgate.Normalized
 		edges int
 	}
 	var admitted []candidate
@@ -155,7 +155,7 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 	})
 
 	type failure struct {
-		spec sandgate.RunSpec
+		spec sandgate.Normalized
 		err  error
 	}
 	var (
@@ -164,7 +164,7 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 		next     = make(chan int)
 		wg       sync.WaitGroup
 	)
-	fail := func(spec sandgate.RunSpec, err error) {
+	fail := func(spec sandgate.Normalized, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		failures = append(failures, failure{spec, err})
@@ -177,7 +177,7 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 				spec := sample[i].spec
 				runID := fmt.Sprintf("proptest-%06d", i)
 				rctx, cancel := context.WithCancel(ctx)
-				rec.expect(runID, cancel, func(id string) error { return inspectAsAdmitted(id, principal.Team, spec) })
+				rec.expect(runID, cancel, func(id string) error { return inspectAsAdmitted(id, principal.Team, spec.RunSpec) })
 				res, err := ex.Execute(rctx, sandgate.Job{
 					RunID: runID, CorrelationID: runID, DecisionID: runID, Principal: principal.Name, Team: principal.Team, Spec: spec,
 					// The count of a team's volumes is the executor's to

@@ -67,7 +67,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 // default spec the policy in force fills in. A run is served from the
 // pool only when its admitted container would be configured exactly like
 // one of these. None without a warm pool.
-func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.RunSpec, error) {
+func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.Normalized, error) {
 	if cfg.WarmPool == 0 {
 		return nil, nil
 	}
@@ -78,7 +78,7 @@ func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.RunSpec, erro
 	if cfg.AirGapped {
 		spec.Network = "none"
 	}
-	return []sandgate.RunSpec{spec}, nil
+	return []sandgate.Normalized{spec}, nil
 }
 
 // reconcileWait is how long serve keeps trying to list the runs a
