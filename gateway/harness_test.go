@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // The test principals and their tokens.
@@ -98,20 +99,20 @@ type response struct {
 
 // errorCode returns the error code of an error answer.
 func (r response) errorCode() string {
-	var b ErrorBody
+	var b api.ErrorBody
 	_ = json.Unmarshal(r.body, &b)
 	return string(b.Error.Code)
 }
 
-func (r response) errorBody() ErrorBody {
-	var b ErrorBody
+func (r response) errorBody() api.ErrorBody {
+	var b api.ErrorBody
 	_ = json.Unmarshal(r.body, &b)
 	return b
 }
 
-func (r response) run(t testing.TB) RunView {
+func (r response) run(t testing.TB) api.RunView {
 	t.Helper()
-	var v RunView
+	var v api.RunView
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatalf("decode run: %v in %s", err, r.body)
 	}
@@ -152,7 +153,7 @@ func (e *testEnv) do(method, path, token, body string, headers ...string) respon
 }
 
 // submit posts a run for token and fails the test unless it is accepted.
-func (e *testEnv) submit(token string, cmd ...string) RunView {
+func (e *testEnv) submit(token string, cmd ...string) api.RunView {
 	e.t.Helper()
 	body, _ := json.Marshal(map[string]any{"command": cmd})
 	r := e.do(http.MethodPost, "/v1/runs", token, string(body))

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestEndToEndHostileBodies sends malformed and hostile run requests to the
@@ -183,7 +183,7 @@ func TestEndToEndHostileBodies(t *testing.T) {
 	if after := s.nodeContainers(t); after != before {
 		t.Errorf("containers of the node: %d before the table, %d after", before, after)
 	}
-	runs, err := s.Client.Runs(context.Background(), gateway.ListOptions{})
+	runs, err := s.Client.Runs(context.Background(), client.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestEndToEndHostileBodies(t *testing.T) {
 	}
 	// The server is still healthy after all that.
 	if _, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"true"}},
-		gateway.SubmitOptions{Wait: 30 * time.Second}); err != nil {
+		client.SubmitOptions{Wait: 30 * time.Second}); err != nil {
 		t.Errorf("a good run after the hostile bodies: %v", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // testServer is a real `sandgate serve` started in-process on a loopback
@@ -29,7 +29,7 @@ type testServer struct {
 	DSN    string
 	Node   string
 	Env    map[string]string
-	Client *gateway.Client
+	Client *client.Client
 
 	cancel context.CancelFunc
 	done   chan error
@@ -100,7 +100,7 @@ func startServerWithEnv(t testing.TB, env map[string]string) *testServer {
 		cancel()
 		t.Fatalf("sandgate serve did not listen within 60s\n%s", s.logs.String())
 	}
-	client, err := gateway.NewClient(s.URL, s.Token)
+	client, err := client.New(s.URL, s.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
