@@ -110,7 +110,7 @@ func TestAuditEndpoints(t *testing.T) {
 	tests := []struct {
 		query, contentType, body string
 	}{
-		{"", "application/x-ndjson", `{"event_id":"ev-1","type":"run.requested"}` + "\n"},
+		{"", "application/x-ndjson", fakeExportLine},
 		{"?format=csv", "text/csv; charset=utf-8", "event_id,type\nev-1,run.requested\n"},
 	}
 	for _, tc := range tests {

@@ -490,6 +490,9 @@ func (s *Server) volumes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if list == nil {
+		list = []sandgate.CacheVolume{}
+	}
 	return c.JSON(http.StatusOK, api.VolumeList{Volumes: list})
 }
 
@@ -565,6 +568,14 @@ func (s *Server) policyLimits() (api.Limits, []string) {
 		images = []string{}
 	}
 	return maxima, images
+}
+
+// openAPI is GET /v1/openapi.json: the API's OpenAPI document.
+func (s *Server) openAPI(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.openAPIDoc)
 }
 
 // healthz is GET /healthz: the process answers.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/api/apitest"
 )
 
 // The test principals and their tokens.
@@ -36,7 +37,12 @@ type testEnv struct {
 	store    *fakeStore
 	exec     *fakeExecutor
 	boxes    *fakeSandboxes
-	reg      *prometheus.Registry
+	// volumes, when an edit sets it, lists and removes cache volumes.
+	volumes sandgate.VolumeAdmin
+	reg     *prometheus.Registry
+	// check holds every answer of e.ts.Client() to the OpenAPI document
+	// (nil in benchmarks).
+	check *apitest.Checker
 }
 
 // newEnv starts a gateway over fakes on a loopback test server. edit may
@@ -73,12 +79,16 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
-		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Principals: princ, Registry: e.reg,
+		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	e.ts = httptest.NewServer(e.srv.Handler())
+	if _, bench := t.(*testing.B); !bench {
+		e.check = apitest.New(t)
+		e.ts.Client().Transport = e.check.Transport(e.ts.Client().Transport)
+	}
 	t.Cleanup(func() {
 		e.ts.CloseClientConnections()
 		e.ts.Close()

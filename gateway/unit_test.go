@@ -351,6 +351,7 @@ func TestClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.HTTP = e.ts.Client()
 	ctx := context.Background()
 	run, err := c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo", "hi"}}, client.SubmitOptions{Wait: time.Second, IdempotencyKey: "k", CorrelationID: "corr-client"})
 	if err != nil {
