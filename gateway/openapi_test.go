@@ -289,7 +289,9 @@ type recordingTB struct {
 }
 
 // Errorf records the error instead of failing the test.
-func (r *recordingTB) Errorf(format string, args ...any) { r.errors += fmt.Sprintf(format, args...) + "\n" }
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors += fmt.Sprintf(format, args...) + "\n"
+}
 
 // newPlainServer serves h on a loopback test server until t ends.
 func newPlainServer(t *testing.T, h http.Handler) string {

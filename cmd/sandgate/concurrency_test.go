@@ -35,7 +35,7 @@ func TestConcurrentRunsThroughServer(t *testing.T) {
 		return fmt.Sprintf(`{"command":["sh","-c","exit %d"]}`, code)
 	}
 
-	client := &http.Client{Timeout: 3 * time.Minute}
+	client := s.checked(&http.Client{Timeout: 3 * time.Minute})
 	type result struct {
 		want int
 		run  api.RunView

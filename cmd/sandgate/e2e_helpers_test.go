@@ -159,7 +159,7 @@ func (s *testServer) send(t *testing.T, client *http.Client, r request) (int, ht
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
-	resp, err := client.Do(req)
+	resp, err := s.checked(client).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", r.method, r.path, err)
 	}

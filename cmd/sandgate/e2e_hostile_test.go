@@ -215,7 +215,7 @@ func (s *testServer) postRaw(t *testing.T, path, body string, chunked bool, corr
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.httpClient().Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
 )
 
@@ -174,11 +175,16 @@ func startProcess(t testing.TB, env map[string]string) *procServer {
 		t.Fatalf("sandgate serve printed no token within 60s\n%s", logs.String())
 	}
 	p.URL = "http://" + env["SANDGATE_LISTEN"]
-	client, err := client.New(p.URL, p.Token)
+	c, err := client.New(p.URL, p.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Client = client
+	if _, bench := t.(*testing.B); !bench {
+		p.check = apitest.New(t)
+		p.HTTP = p.check.Client(nil)
+		c.HTTP = p.HTTP
+	}
+	p.Client = c
 	p.waitReady(t)
 	return p
 }
