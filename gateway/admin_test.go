@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestReview checks POST /v1/admission/review: the decision, the audit
@@ -31,7 +32,7 @@ func TestReview(t *testing.T) {
 			if r.status != http.StatusOK {
 				t.Fatalf("status %d: %s", r.status, r.body)
 			}
-			var d DecisionView
+			var d api.DecisionView
 			if err := json.Unmarshal(r.body, &d); err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +90,7 @@ func TestPolicies(t *testing.T) {
 func TestAuditEndpoints(t *testing.T) {
 	e := newEnv(t)
 	r := e.do(http.MethodGet, "/v1/audit/events?correlation_id=c1&type=run.requested&since=2026-01-01T00:00:00Z&limit=5", tokAuditor, "")
-	var list AuditEventList
+	var list api.AuditEventList
 	_ = json.Unmarshal(r.body, &list)
 	if r.status != http.StatusOK || len(list.Events) != 1 || list.NextCursor == nil || *list.NextCursor != "next-1" {
 		t.Errorf("events: %d %s", r.status, r.body)
@@ -109,7 +110,7 @@ func TestAuditEndpoints(t *testing.T) {
 	tests := []struct {
 		query, contentType, body string
 	}{
-		{"", "application/x-ndjson", `{"event_id":"ev-1","type":"run.requested"}` + "\n"},
+		{"", "application/x-ndjson", fakeExportLine},
 		{"?format=csv", "text/csv; charset=utf-8", "event_id,type\nev-1,run.requested\n"},
 	}
 	for _, tc := range tests {
@@ -172,7 +173,7 @@ func TestListRunsFilters(t *testing.T) {
 			if tc.status != 200 {
 				return
 			}
-			var l RunList
+			var l api.RunList
 			_ = json.Unmarshal(r.body, &l)
 			if len(l.Runs) != tc.count || l.NextCursor != nil {
 				t.Errorf("list = %s", r.body)
@@ -185,13 +186,13 @@ func TestListRunsFilters(t *testing.T) {
 func TestSandboxes(t *testing.T) {
 	e := newEnv(t)
 	r := e.do(http.MethodGet, "/v1/sandboxes", tokAdmin, "")
-	var l SandboxList
+	var l api.SandboxList
 	_ = json.Unmarshal(r.body, &l)
 	if r.status != http.StatusOK || len(l.Sandboxes) != 1 || l.Sandboxes[0].ContainerID != "c1" {
 		t.Errorf("list: %d %s", r.status, r.body)
 	}
 	r = e.do(http.MethodPost, "/v1/sandboxes/cleanup", tokAdmin, "")
-	var c CleanupResult
+	var c api.CleanupResult
 	_ = json.Unmarshal(r.body, &c)
 	if r.status != http.StatusOK || c.Count != 1 {
 		t.Errorf("cleanup: %d %s", r.status, r.body)
@@ -214,16 +215,16 @@ func TestConfigEndpoint(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *testEnv) {
 		c.AirGapped = true
 		c.AllowedImages = []string{"sandgate/"}
-		c.Limits = Limits{MemoryMB: 4096, TimeoutSeconds: 3600}
+		c.Limits = api.Limits{MemoryMB: 4096, TimeoutSeconds: 3600}
 	})
 	r := e.do(http.MethodGet, "/v1/config", tokBob, "")
-	var got ConfigView
+	var got api.ConfigView
 	if err := json.Unmarshal(r.body, &got); err != nil {
 		t.Fatal(err)
 	}
-	want := ConfigView{
+	want := api.ConfigView{
 		Version: sandgate.Version, Node: "test-node", AirGapped: true, MountRoots: []string{"/srv/work"},
-		Defaults: sandgate.BuiltinDefaults, Maxima: Limits{MemoryMB: 4096, TimeoutSeconds: 3600},
+		Defaults: sandgate.BuiltinDefaults, Maxima: api.Limits{MemoryMB: 4096, TimeoutSeconds: 3600},
 		AllowedImages: []string{"sandgate/"}, MaxWaitSeconds: 2, BodyLimitBytes: sandgate.MaxSpecBytes,
 		PolicyRevision: "sha256:test",
 	}
@@ -256,7 +257,7 @@ func TestConfigFromPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	maxima, images := srv.policyLimits()
-	if diff := cmp.Diff(Limits{MemoryMB: 2048, CPUs: 2.5, TimeoutSeconds: 600, OutputLimitBytes: 1 << 20}, maxima); diff != "" {
+	if diff := cmp.Diff(api.Limits{MemoryMB: 2048, CPUs: 2.5, TimeoutSeconds: 600, OutputLimitBytes: 1 << 20}, maxima); diff != "" {
 		t.Errorf("maxima (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"sandgate/sandbox"}, images); diff != "" {

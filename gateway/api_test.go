@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 const echoBody = `{"command":["echo","hi"]}`
@@ -120,7 +121,7 @@ func TestTeamIsolation(t *testing.T) {
 	list := func(tok string) []string {
 		t.Helper()
 		r := e.do(http.MethodGet, "/v1/runs", tok, "")
-		var l RunList
+		var l api.RunList
 		if err := json.Unmarshal(r.body, &l); err != nil {
 			t.Fatalf("decode list: %v", err)
 		}
@@ -246,11 +247,11 @@ func TestPolicyDenied(t *testing.T) {
 	if r.status != http.StatusForbidden || r.errorCode() != string(sandgate.CodePolicyDenied) {
 		t.Fatalf("status %d code %q: %s", r.status, r.errorCode(), r.body)
 	}
-	d, err := DecisionFromDetails(r.errorBody().Error.Details)
+	d, err := api.DecisionFromDetails(r.errorBody().Error.Details)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DecisionView{
+	want := api.DecisionView{
 		Violations: []sandgate.Violation{{Rule: "no_privileged", Message: "privileged mode is forbidden", Controls: []string{"CIS-5.5"}, Action: "deny"}},
 		Warnings:   []sandgate.Violation{}, Mutations: []sandgate.Mutation{},
 		PolicyRevision: "sha256:test", DecisionID: "dec-1",

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // Config is the gateway's behaviour. The zero value of every field but
@@ -66,20 +67,8 @@ type Config struct {
 	// maxima and image repositories in force when the Admitter is not a
 	// PolicyConfigReporter. The policy bundle enforces them; this copy
 	// only informs clients.
-	Limits        Limits
+	Limits        api.Limits
 	AllowedImages []string
-}
-
-// Limits are the maxima in force, as GET /v1/config reports them; the
-// fields are those of the bundle's data (sandgate.config.maxima).
-type Limits struct {
-	MemoryMB         int64   `json:"memory_mb,omitempty"`
-	CPUs             float64 `json:"cpus,omitempty"`
-	Pids             int64   `json:"pids,omitempty"`
-	TmpfsMB          int64   `json:"tmpfs_mb,omitempty"`
-	Nofile           int64   `json:"nofile,omitempty"`
-	TimeoutSeconds   int     `json:"timeout_seconds,omitempty"`
-	OutputLimitBytes int64   `json:"output_limit_bytes,omitempty"`
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the

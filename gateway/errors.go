@@ -11,52 +11,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
-
-// statusOf maps every error code to its one HTTP status. The sandbox codes
-// answer 422 when the request named something the node cannot provide
-// (image, mount, resource) and 502 when the backend failed to create the
-// container. A code this table does not know is a 500.
-func statusOf(code sandgate.ErrorCode) int {
-	switch code {
-	case sandgate.CodeInvalidRequest:
-		return http.StatusBadRequest
-	case sandgate.CodeUnauthenticated:
-		return http.StatusUnauthorized
-	case sandgate.CodeForbidden, sandgate.CodePolicyDenied:
-		return http.StatusForbidden
-	case sandgate.CodeNotFound:
-		return http.StatusNotFound
-	case sandgate.CodeMethodNotAllowed:
-		return http.StatusMethodNotAllowed
-	case sandgate.CodeConflict:
-		return http.StatusConflict
-	case sandgate.CodeTooLarge:
-		return http.StatusRequestEntityTooLarge
-	case sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit:
-		return http.StatusUnprocessableEntity
-	case sandgate.CodeRateLimited:
-		return http.StatusTooManyRequests
-	case sandgate.CodeAuditUnavailable, sandgate.CodeDockerUnavailable, sandgate.CodeUnavailable:
-		return http.StatusServiceUnavailable
-	case sandgate.CodeContainerCreate:
-		return http.StatusBadGateway
-	}
-	return http.StatusInternalServerError
-}
-
-// ErrorBody is the shape of every error answer.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail is the content of an error answer.
-type ErrorDetail struct {
-	Code          sandgate.ErrorCode `json:"code"`
-	Message       string             `json:"message"`
-	CorrelationID string             `json:"correlation_id"`
-	Details       map[string]any     `json:"details"`
-}
 
 // toError turns anything a handler or middleware returned into a
 // *sandgate.Error a client may see.
@@ -120,7 +76,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	se := toError(err)
-	status := statusOf(se.Code)
+	status := api.StatusOf(se.Code)
 	msg := sandgate.ErrorMessageOf(se)
 	if status >= 500 && se.Code == sandgate.CodeInternal {
 		msg = "internal error"
@@ -142,7 +98,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="sandgate"`)
 	}
-	body := ErrorBody{Error: ErrorDetail{Code: se.Code, Message: msg, CorrelationID: corr, Details: details}}
+	body := api.ErrorBody{Error: api.ErrorDetail{Code: se.Code, Message: msg, CorrelationID: corr, Details: details}}
 	if c.Request().Method == http.MethodHead {
 		err = c.NoContent(status)
 	} else {

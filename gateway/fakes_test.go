@@ -150,6 +150,10 @@ func (a *fakeAudit) Query(_ context.Context, f sandgate.AuditFilter) ([]sandgate
 	return []sandgate.AuditRecord{{Event: sandgate.Event{ID: "ev-1", Type: sandgate.EventRunRequested, CorrelationID: f.CorrelationID}, Seq: 1}}, "next-1", nil
 }
 
+// fakeExportLine is the JSON Lines export of fakeAudit.
+const fakeExportLine = `{"event_id":"ev-1","type":"run.requested","event_time":"2026-01-02T03:04:05Z",` +
+	`"chain_id":"chain-1","seq":1,"recorded_at":"2026-01-02T03:04:05Z","body":"{}","prev_hash":"00","hash":"11"}` + "\n"
+
 func (a *fakeAudit) Export(_ context.Context, _ sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
 	if a.exportErr != nil {
 		return a.exportErr
@@ -158,7 +162,7 @@ func (a *fakeAudit) Export(_ context.Context, _ sandgate.AuditFilter, format san
 		_, err := io.WriteString(w, "event_id,type\nev-1,run.requested\n")
 		return err
 	}
-	_, err := io.WriteString(w, `{"event_id":"ev-1","type":"run.requested"}`+"\n")
+	_, err := io.WriteString(w, fakeExportLine)
 	return err
 }
 

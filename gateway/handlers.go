@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // maxPageSize caps the limit of list endpoints.
@@ -352,7 +353,7 @@ func (s *Server) auditEvents(c echo.Context) error {
 	if events == nil {
 		events = []sandgate.AuditRecord{}
 	}
-	return c.JSON(http.StatusOK, AuditEventList{Events: events, NextCursor: cursorPtr(next)})
+	return c.JSON(http.StatusOK, api.AuditEventList{Events: events, NextCursor: cursorPtr(next)})
 }
 
 // auditExport is GET /v1/audit/export: the events streamed as JSONL or CSV.
@@ -458,7 +459,7 @@ func (s *Server) sandboxes(c echo.Context) error {
 	if list == nil {
 		list = []sandgate.Sandbox{}
 	}
-	return c.JSON(http.StatusOK, SandboxList{Sandboxes: list})
+	return c.JSON(http.StatusOK, api.SandboxList{Sandboxes: list})
 }
 
 // sandboxCleanup is POST /v1/sandboxes/cleanup.
@@ -474,7 +475,7 @@ func (s *Server) sandboxCleanup(c echo.Context) error {
 		removed = []sandgate.Sandbox{}
 	}
 	s.logger(c).Info("orphans cleaned up", "count", len(removed), "actor", principal(c).Name)
-	return c.JSON(http.StatusOK, CleanupResult{Removed: removed, Count: len(removed)})
+	return c.JSON(http.StatusOK, api.CleanupResult{Removed: removed, Count: len(removed)})
 }
 
 // volumes is GET /v1/volumes: every team's cache volumes.
@@ -489,7 +490,10 @@ func (s *Server) volumes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, VolumeList{Volumes: list})
+	if list == nil {
+		list = []sandgate.CacheVolume{}
+	}
+	return c.JSON(http.StatusOK, api.VolumeList{Volumes: list})
 }
 
 // removeVolume is DELETE /v1/volumes/{team}/{name}: an admin empties a
@@ -533,7 +537,7 @@ func (s *Server) config(c echo.Context) error {
 		roots = []string{}
 	}
 	maxima, images := s.policyLimits()
-	return c.JSON(http.StatusOK, ConfigView{
+	return c.JSON(http.StatusOK, api.ConfigView{
 		Version: sandgate.Version, Node: s.cfg.Node, AirGapped: s.cfg.AirGapped, MountRoots: roots,
 		Defaults: s.d.Admitter.Defaults(), Maxima: maxima, AllowedImages: images,
 		MaxWaitSeconds: int64(s.cfg.MaxWait.Seconds()), BodyLimitBytes: s.cfg.BodyLimit,
@@ -543,13 +547,13 @@ func (s *Server) config(c echo.Context) error {
 
 // policyLimits returns the maxima and allowed images of the policy in
 // force when the Admitter reports them, else the configured copy.
-func (s *Server) policyLimits() (Limits, []string) {
+func (s *Server) policyLimits() (api.Limits, []string) {
 	maxima, images := s.cfg.Limits, s.cfg.AllowedImages
 	if r, ok := s.d.Admitter.(PolicyConfigReporter); ok {
 		pc := r.PolicyConfig()
 		var fromPolicy struct {
-			Maxima        *Limits   `json:"maxima"`
-			AllowedImages *[]string `json:"allowed_images"`
+			Maxima        *api.Limits `json:"maxima"`
+			AllowedImages *[]string   `json:"allowed_images"`
 		}
 		if raw, err := json.Marshal(pc); err == nil && json.Unmarshal(raw, &fromPolicy) == nil {
 			if fromPolicy.Maxima != nil {
@@ -566,9 +570,17 @@ func (s *Server) policyLimits() (Limits, []string) {
 	return maxima, images
 }
 
+// openAPI is GET /v1/openapi.json: the API's OpenAPI document.
+func (s *Server) openAPI(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, s.openAPIDoc)
+}
+
 // healthz is GET /healthz: the process answers.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
 }
 
 // readyTimeout bounds each readiness check.
@@ -579,7 +591,7 @@ const readyTimeout = 2 * time.Second
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
-	checks := []ReadyCheck{{Name: "docker"}, {Name: "audit"}, {Name: "policy"}, {Name: "gateway"}}
+	checks := []api.ReadyCheck{{Name: "docker"}, {Name: "audit"}, {Name: "policy"}, {Name: "gateway"}}
 	var wg sync.WaitGroup
 	run := func(i int, f func() error) {
 		wg.Add(1)
@@ -614,7 +626,7 @@ func (s *Server) readyz(c echo.Context) error {
 		return nil
 	})
 	wg.Wait()
-	rd := Readiness{Ready: true, Checks: checks, Reasons: []string{}}
+	rd := api.Readiness{Ready: true, Checks: checks, Reasons: []string{}}
 	for _, ch := range checks {
 		if !ch.OK {
 			rd.Ready = false

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/api/apitest"
 )
 
 // The test principals and their tokens.
@@ -35,7 +37,12 @@ type testEnv struct {
 	store    *fakeStore
 	exec     *fakeExecutor
 	boxes    *fakeSandboxes
-	reg      *prometheus.Registry
+	// volumes, when an edit sets it, lists and removes cache volumes.
+	volumes sandgate.VolumeAdmin
+	reg     *prometheus.Registry
+	// check holds every answer of e.ts.Client() to the OpenAPI document
+	// (nil in benchmarks).
+	check *apitest.Checker
 }
 
 // newEnv starts a gateway over fakes on a loopback test server. edit may
@@ -72,12 +79,16 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
-		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Principals: princ, Registry: e.reg,
+		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	e.ts = httptest.NewServer(e.srv.Handler())
+	if _, bench := t.(*testing.B); !bench {
+		e.check = apitest.New(t)
+		e.ts.Client().Transport = e.check.Transport(e.ts.Client().Transport)
+	}
 	t.Cleanup(func() {
 		e.ts.CloseClientConnections()
 		e.ts.Close()
@@ -98,20 +109,20 @@ type response struct {
 
 // errorCode returns the error code of an error answer.
 func (r response) errorCode() string {
-	var b ErrorBody
+	var b api.ErrorBody
 	_ = json.Unmarshal(r.body, &b)
 	return string(b.Error.Code)
 }
 
-func (r response) errorBody() ErrorBody {
-	var b ErrorBody
+func (r response) errorBody() api.ErrorBody {
+	var b api.ErrorBody
 	_ = json.Unmarshal(r.body, &b)
 	return b
 }
 
-func (r response) run(t testing.TB) RunView {
+func (r response) run(t testing.TB) api.RunView {
 	t.Helper()
-	var v RunView
+	var v api.RunView
 	if err := json.Unmarshal(r.body, &v); err != nil {
 		t.Fatalf("decode run: %v in %s", err, r.body)
 	}
@@ -152,7 +163,7 @@ func (e *testEnv) do(method, path, token, body string, headers ...string) respon
 }
 
 // submit posts a run for token and fails the test unless it is accepted.
-func (e *testEnv) submit(token string, cmd ...string) RunView {
+func (e *testEnv) submit(token string, cmd ...string) api.RunView {
 	e.t.Helper()
 	body, _ := json.Marshal(map[string]any{"command": cmd})
 	r := e.do(http.MethodPost, "/v1/runs", token, string(body))

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestCorrelationID checks which X-Correlation-ID values are taken and
@@ -136,41 +137,6 @@ func TestRoutingErrors(t *testing.T) {
 			r := e.do(tc.method, tc.path, tokAdmin, "")
 			if r.status != tc.status || r.errorCode() != string(tc.code) {
 				t.Errorf("got %d %q, want %d %q: %s", r.status, r.errorCode(), tc.status, tc.code, r.body)
-			}
-		})
-	}
-}
-
-// TestStatusOf checks the code to status table.
-func TestStatusOf(t *testing.T) {
-	tests := []struct {
-		code sandgate.ErrorCode
-		want int
-	}{
-		{sandgate.CodeInvalidRequest, 400},
-		{sandgate.CodeUnauthenticated, 401},
-		{sandgate.CodeForbidden, 403},
-		{sandgate.CodePolicyDenied, 403},
-		{sandgate.CodeNotFound, 404},
-		{sandgate.CodeMethodNotAllowed, 405},
-		{sandgate.CodeConflict, 409},
-		{sandgate.CodeTooLarge, 413},
-		{sandgate.CodePolicyInvalid, 422},
-		{sandgate.CodeRateLimited, 429},
-		{sandgate.CodeAuditUnavailable, 503},
-		{sandgate.CodeDockerUnavailable, 503},
-		{sandgate.CodeUnavailable, 503},
-		{sandgate.CodeInternal, 500},
-		{sandgate.CodeContainerCreate, 502},
-		{sandgate.CodeImageUnavailable, 422},
-		{sandgate.CodeMountError, 422},
-		{sandgate.CodeResourceLimit, 422},
-		{"SANDGATE-SOMETHING-NEW", 500},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.code), func(t *testing.T) {
-			if got := statusOf(tc.code); got != tc.want {
-				t.Errorf("statusOf(%s) = %d, want %d", tc.code, got, tc.want)
 			}
 		})
 	}
@@ -301,7 +267,7 @@ func TestReadiness(t *testing.T) {
 				if r.status != http.StatusOK {
 					t.Fatalf("status %d: %s", r.status, r.body)
 				}
-				var rd Readiness
+				var rd api.Readiness
 				_ = json.Unmarshal(r.body, &rd)
 				if !rd.Ready || len(rd.Checks) != 4 {
 					t.Errorf("readiness = %+v", rd)

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // sseEvent is one event of a run's log stream. Data is one line of JSON.
@@ -179,9 +180,9 @@ func (l *liveRun) endsLocked() [2]int64 {
 	return [2]int64{l.out[sandgate.Stdout].Len(), l.out[sandgate.Stderr].Len()}
 }
 
-func chunkData(p []byte) ChunkData {
+func chunkData(p []byte) api.ChunkData {
 	data, enc := sandgate.EncodeOutput(p)
-	return ChunkData{Data: data, Encoding: enc}
+	return api.ChunkData{Data: data, Encoding: enc}
 }
 
 // setState moves the run to state and tells followers. It returns the run
@@ -200,7 +201,7 @@ func (l *liveRun) setState(state sandgate.State, containerID string, at time.Tim
 		t := at
 		l.run.StartedAt = &t
 	}
-	l.appendLocked(EventState, StateData{State: state, ContainerID: l.run.ContainerID, At: at})
+	l.appendLocked(api.EventState, api.StateData{State: state, ContainerID: l.run.ContainerID, At: at})
 	return l.run, true
 }
 
@@ -213,7 +214,7 @@ func (l *liveRun) finish(run sandgate.Run) {
 		return
 	}
 	l.run = run
-	l.appendLocked(EventExit, exitData(&run))
+	l.appendLocked(api.EventExit, exitData(&run))
 	close(l.done)
 }
 
@@ -258,7 +259,7 @@ func (l *liveRun) read(cur *logCursor) ([]sseEvent, <-chan struct{}, bool) {
 	for cur.next < len(l.entries) {
 		e := l.entries[cur.next]
 		switch e.name {
-		case EventStdout, EventStderr:
+		case api.EventStdout, api.EventStderr:
 			cur.next++
 			flush(e.ends)
 		default:

@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // jsonSerializer is echo's JSON serializer without HTML escaping: "<" in a
@@ -50,9 +51,9 @@ func marshal(v any) ([]byte, error) {
 const streamChunk = 32 << 10
 
 // runHead is a run without its output: the part of its JSON that is small
-// whatever the run printed. The outer fields hide RunView's.
+// whatever the run printed. The outer fields hide api.RunView's.
 type runHead struct {
-	RunView
+	api.RunView
 	Stdout *struct{} `json:"stdout,omitempty"`
 	Stderr *struct{} `json:"stderr,omitempty"`
 }
@@ -130,7 +131,7 @@ func writeRun(w *bufio.Writer, run *sandgate.Run) error {
 	return err
 }
 
-// writeOutput writes one stream as an OutputView: from its raw bytes when
+// writeOutput writes one stream as an api.OutputView: from its raw bytes when
 // the run holds them (text escaped, or base64, a chunk at a time), or from
 // its stored data.
 func writeOutput(w *bufio.Writer, o sandgate.Output) error {

@@ -1,7 +1,8 @@
 // Package gateway is sandgate's HTTP API on echo v4: authentication,
 // correlation IDs, strict decoding, the run service that ties the policy
 // decision, the audit trail and the executor together, Server-Sent Events
-// for live output, Prometheus metrics, and the typed client the CLI uses.
+// for live output and Prometheus metrics. Its wire types are package
+// gateway/api's; package gateway/client is the Go client.
 //
 // It meets the other parts only at the root package's interfaces.
 package gateway
@@ -24,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // Server is the gateway: an HTTP handler and the runs it started.
@@ -41,6 +43,8 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopping chan struct{}
+
+	openAPIDoc []byte
 }
 
 // New checks cfg and deps and builds the server. Runs start only once a
@@ -90,6 +94,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger,
 		authFailures: newLimiters(cfg.AuthFailureRate, cfg.AuthFailureBurst, deps.Clock),
 		stopping:     make(chan struct{}),
+		openAPIDoc:   api.OpenAPI(),
 	}
 	if cfg.RateLimit > 0 {
 		s.requests = newLimiters(cfg.RateLimit, cfg.RateBurst, deps.Clock)
@@ -259,6 +264,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", s.volumes, s.require(admins...))
 	v1.DELETE("/volumes/:team/:name", s.removeVolume, s.require(admins...))
 	v1.GET("/config", s.config)
+	v1.GET("/openapi.json", s.openAPI)
 	return e
 }
 

@@ -221,7 +221,7 @@ func denial(dec sandgate.Decision) error {
 	if len(msgs) > 0 {
 		msg += ": " + strings.Join(msgs, "; ")
 	}
-	return &sandgate.Error{Code: sandgate.CodePolicyDenied, Message: msg, Details: decisionView(dec, false).details()}
+	return &sandgate.Error{Code: sandgate.CodePolicyDenied, Message: msg, Details: decisionDetails(decisionView(dec, false))}
 }
 
 func warningMessages(dec sandgate.Decision) []string {

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // storePoll is how often a followed stream of a run that executes on
@@ -95,7 +96,7 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 		return sw.event(cur.String(), name, data)
 	}
 	if run.State != sandgate.StateFinished {
-		if err := send(EventState, StateData{State: run.State, ContainerID: run.ContainerID, At: s.d.Clock()}); err != nil || !follow {
+		if err := send(api.EventState, api.StateData{State: run.State, ContainerID: run.ContainerID, At: s.d.Clock()}); err != nil || !follow {
 			return nil
 		}
 		t := time.NewTicker(storePoll)
@@ -140,7 +141,7 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 		}
 	}
 	cur.next = 1
-	_ = send(EventExit, exitData(run))
+	_ = send(api.EventExit, exitData(run))
 	return nil
 }
 

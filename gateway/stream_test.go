@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestLogsStreamBeforeRunEnds reads the first output of a followed run
@@ -36,12 +37,12 @@ func TestLogsStreamBeforeRunEnds(t *testing.T) {
 	if resp.Header.Get("X-Correlation-ID") == "" {
 		t.Errorf("stream without X-Correlation-ID")
 	}
-	events := make(chan LogEvent, 16)
+	events := make(chan api.LogEvent, 16)
 	go func() {
 		defer close(events)
-		_ = readSSE(resp.Body, func(ev LogEvent) error { events <- ev; return nil })
+		_ = api.ReadEvents(resp.Body, func(ev api.LogEvent) error { events <- ev; return nil })
 	}()
-	next := func() LogEvent {
+	next := func() api.LogEvent {
 		t.Helper()
 		select {
 		case ev, ok := <-events:
@@ -52,14 +53,14 @@ func TestLogsStreamBeforeRunEnds(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("no event in time")
 		}
-		return LogEvent{}
+		return api.LogEvent{}
 	}
 	// Everything up to "first" arrives while the run is still blocked.
 	var seen []string
 	for {
 		ev := next()
 		seen = append(seen, ev.Event)
-		if ev.Event == EventStdout {
+		if ev.Event == api.EventStdout {
 			b, err := ev.Chunk()
 			if err != nil || string(b) != "first\n" {
 				t.Fatalf("first chunk = %q, %v", b, err)
@@ -76,7 +77,7 @@ func TestLogsStreamBeforeRunEnds(t *testing.T) {
 	for {
 		ev := next()
 		seen = append(seen, ev.Event)
-		if ev.Event == EventExit {
+		if ev.Event == api.EventExit {
 			x, err := ev.Exit()
 			if err != nil || x.Outcome != sandgate.OutcomeSucceeded || x.ExitCode == nil || *x.ExitCode != 0 {
 				t.Errorf("exit = %+v, %v", x, err)
@@ -84,7 +85,7 @@ func TestLogsStreamBeforeRunEnds(t *testing.T) {
 			break
 		}
 	}
-	want := []string{EventState, EventState, EventStdout, EventStdout, EventExit}
+	want := []string{api.EventState, api.EventState, api.EventStdout, api.EventStdout, api.EventExit}
 	if diff := cmp.Diff(want, seen); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
@@ -192,11 +193,11 @@ func readChunks(t *testing.T, lr *liveRun, cur *logCursor) []string {
 	evs, _, _ := lr.read(cur)
 	var out []string
 	for _, ev := range evs {
-		if ev.name != EventStdout && ev.name != EventStderr {
+		if ev.name != api.EventStdout && ev.name != api.EventStderr {
 			out = append(out, ev.name+" "+ev.id)
 			continue
 		}
-		var c ChunkData
+		var c api.ChunkData
 		if err := json.Unmarshal(ev.data, &c); err != nil {
 			t.Fatal(err)
 		}
@@ -266,12 +267,12 @@ func TestLiveLogBounded(t *testing.T) {
 		evs, _, _ := lr.read(&cur)
 		for _, ev := range evs {
 			switch ev.name {
-			case EventStdout, EventStderr:
-				b, err := LogEvent{Event: ev.name, Data: ev.data}.Chunk()
+			case api.EventStdout, api.EventStderr:
+				b, err := api.LogEvent{Event: ev.name, Data: ev.data}.Chunk()
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ev.name == EventStdout {
+				if ev.name == api.EventStdout {
 					gotOut.Write(b)
 				} else {
 					gotErr.Write(b)
@@ -301,7 +302,7 @@ func TestLiveLogBounded(t *testing.T) {
 	if gotOut.String() != wantOut.String() || gotErr.String() != wantErr.String() {
 		t.Errorf("bytes differ: stdout %d/%d, stderr %d/%d", gotOut.Len(), wantOut.Len(), gotErr.Len(), wantErr.Len())
 	}
-	if last := evs[len(evs)-1]; last.name != EventExit {
+	if last := evs[len(evs)-1]; last.name != api.EventExit {
 		t.Errorf("last event = %s", last.name)
 	}
 	// A follower from the start reads the same bytes.
@@ -309,24 +310,6 @@ func TestLiveLogBounded(t *testing.T) {
 	read()
 	if gotOut.String() != wantOut.String() || gotErr.String() != wantErr.String() {
 		t.Errorf("replay differs: stdout %d/%d, stderr %d/%d", gotOut.Len(), wantOut.Len(), gotErr.Len(), wantErr.Len())
-	}
-}
-
-// TestReadSSE checks the client's event parser against the format's
-// corner cases.
-func TestReadSSE(t *testing.T) {
-	in := ": comment\n\nid: 1\nevent: stdout\ndata: {\"a\":1}\n\ndata: one\ndata: two\n\nevent: exit\ndata:{}\n\n"
-	var got []LogEvent
-	if err := readSSE(strings.NewReader(in), func(ev LogEvent) error { got = append(got, ev); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	want := []LogEvent{
-		{ID: "1", Event: "stdout", Data: []byte(`{"a":1}`)},
-		{Event: "message", Data: []byte("one\ntwo")},
-		{Event: "exit", Data: []byte("{}")},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 

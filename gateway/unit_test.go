@@ -18,6 +18,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestLoadPrincipals reads YAML and JSON tokens files and refuses bad ones.
@@ -285,11 +287,11 @@ func TestServeGracefulShutdown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- e.srv.Serve(ctx, ln) }()
-	c, err := NewClient("http://"+ln.Addr().String(), tokAlice)
+	c, err := client.New("http://"+ln.Addr().String(), tokAlice)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"block"}}, SubmitOptions{})
+	run, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"block"}}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +299,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	// A follower is released by the shutdown too.
 	followed := make(chan error, 1)
 	go func() {
-		followed <- c.Logs(context.Background(), run.ID, true, func(LogEvent) error { return nil })
+		followed <- c.Logs(context.Background(), run.ID, true, func(api.LogEvent) error { return nil })
 	}()
 	time.Sleep(50 * time.Millisecond)
 	cancel()
@@ -345,12 +347,13 @@ func TestShutdownLetsRunsFinish(t *testing.T) {
 // TestClient drives the API through the typed client.
 func TestClient(t *testing.T) {
 	e := newEnv(t)
-	c, err := NewClient(e.ts.URL+"/", tokAlice)
+	c, err := client.New(e.ts.URL+"/", tokAlice)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.HTTP = e.ts.Client()
 	ctx := context.Background()
-	run, err := c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo", "hi"}}, SubmitOptions{Wait: time.Second, IdempotencyKey: "k", CorrelationID: "corr-client"})
+	run, err := c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo", "hi"}}, client.SubmitOptions{Wait: time.Second, IdempotencyKey: "k", CorrelationID: "corr-client"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,13 +364,13 @@ func TestClient(t *testing.T) {
 	if err != nil || got.ID != run.ID {
 		t.Errorf("Run = %+v, %v", got, err)
 	}
-	list, err := c.Runs(ctx, ListOptions{State: sandgate.StateFinished, Limit: 10, Since: time.Unix(0, 0)})
+	list, err := c.Runs(ctx, client.ListOptions{State: sandgate.StateFinished, Limit: 10, Since: time.Unix(0, 0)})
 	if err != nil || len(list.Runs) != 1 {
 		t.Errorf("Runs = %+v, %v", list, err)
 	}
 	var out strings.Builder
-	err = c.Logs(ctx, run.ID, true, func(ev LogEvent) error {
-		if ev.Event == EventStdout {
+	err = c.Logs(ctx, run.ID, true, func(ev api.LogEvent) error {
+		if ev.Event == api.EventStdout {
 			b, _ := ev.Chunk()
 			out.Write(b)
 		}
@@ -377,7 +380,7 @@ func TestClient(t *testing.T) {
 		t.Errorf("Logs = %q, %v", out.String(), err)
 	}
 	var resumed []string
-	err = c.LogsFrom(ctx, run.ID, true, "1.3.0", func(ev LogEvent) error {
+	err = c.LogsFrom(ctx, run.ID, true, "1.3.0", func(ev api.LogEvent) error {
 		resumed = append(resumed, ev.ID+" "+ev.Event+" "+string(ev.Data[:min(len(ev.Data), 20)]))
 		return nil
 	})
@@ -389,27 +392,37 @@ func TestClient(t *testing.T) {
 	if err != nil || !d.Allow {
 		t.Errorf("Review = %+v, %v", d, err)
 	}
-	_, err = c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo"}, Privileged: true}, SubmitOptions{})
-	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodePolicyDenied || apiErr.Status != 403 {
+	_, err = c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo"}, Privileged: true}, client.SubmitOptions{CorrelationID: "corr-denied"})
+	var se *sandgate.Error
+	if !errors.As(err, &se) || se.Code != sandgate.CodePolicyDenied || api.StatusOf(se.Code) != 403 {
 		t.Fatalf("denied submit err = %v", err)
 	}
-	dec, err := DecisionFromDetails(apiErr.Details)
+	if got := client.CorrelationID(err); got != "corr-denied" {
+		t.Errorf("CorrelationID = %q, want corr-denied", got)
+	}
+	dec, err := api.DecisionFromDetails(se.Details)
 	if err != nil || len(dec.Violations) != 1 || dec.Violations[0].Rule != "no_privileged" {
 		t.Errorf("decision = %+v, %v", dec, err)
 	}
 	_, err = c.Cancel(ctx, run.ID)
-	if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodeConflict {
+	if !errors.As(err, &se) || se.Code != sandgate.CodeConflict {
 		t.Errorf("cancel finished run err = %v", err)
 	}
-	err = c.Logs(ctx, "01900000-0000-7000-8000-000000000000", false, func(LogEvent) error { return nil })
-	if !errors.As(err, &apiErr) || apiErr.Status != 404 {
+	err = c.Logs(ctx, "01900000-0000-7000-8000-000000000000", false, func(api.LogEvent) error { return nil })
+	if !errors.As(err, &se) || se.Code != sandgate.CodeNotFound {
 		t.Errorf("logs of missing run err = %v", err)
 	}
-	if _, err := NewClient("ftp://x", ""); err == nil {
+	// A field error names its field once, as the server's error does.
+	_, err = c.Submit(ctx, sandgate.RunSpec{Command: []string{"echo"}, SessionID: strings.Repeat("s", sandgate.MaxIDBytes+1)}, client.SubmitOptions{})
+	if !errors.As(err, &se) || se.Code != sandgate.CodeInvalidRequest || se.Field != "session_id" ||
+		strings.Count(se.Error(), "session_id") != 1 || strings.HasPrefix(se.Message, "session_id") {
+		t.Errorf("field error = %#v (%v)", se, err)
+	}
+	if _, err := client.New("ftp://x", ""); err == nil {
 		t.Errorf("ftp URL accepted")
 	}
-	// A non-JSON error answer (a proxy's) still becomes an APIError.
+	// A non-JSON error answer (a proxy's) still becomes a *sandgate.Error,
+	// with the code of its status.
 	proxy := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 		_, _ = io.WriteString(w, "<html>bad gateway</html>")
@@ -417,10 +430,16 @@ func TestClient(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	go func() { _ = proxy.Serve(ln) }()
 	defer proxy.Close()
-	pc, _ := NewClient("http://"+ln.Addr().String(), "t")
+	pc, _ := client.New("http://"+ln.Addr().String(), "t")
 	_, err = pc.Run(ctx, "x")
-	if !errors.As(err, &apiErr) || apiErr.Status != 502 || !strings.Contains(apiErr.Message, "bad gateway") {
+	if !errors.As(err, &se) || se.Code != sandgate.CodeUnavailable || !strings.Contains(se.Message, "bad gateway") {
 		t.Errorf("proxy error = %v", err)
+	}
+	// A transport error is not one.
+	ln.Close()
+	proxy.Close()
+	if _, err = pc.Run(ctx, "x"); err == nil || errors.As(err, &se) {
+		t.Errorf("transport error = %v", err)
 	}
 }
 

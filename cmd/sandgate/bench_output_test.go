@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // processRSS reads VmRSS (KiB) of a process.
@@ -115,7 +115,7 @@ func BenchmarkOutputMemory(b *testing.B) {
 			v, err := p.Client.Submit(ctx, sandgate.RunSpec{
 				Command:          []string{"sh", "-c", fmt.Sprintf(k.command, size)},
 				OutputLimitBytes: size,
-			}, gateway.SubmitOptions{Wait: 5 * time.Minute})
+			}, client.SubmitOptions{Wait: 5 * time.Minute})
 			if err != nil {
 				b.Errorf("%s: %v", k.name, err)
 				return

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // BenchmarkWarmRunVsDockerRun compares an end-to-end run of `true` through
@@ -40,7 +40,7 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 	pairs := benchInt("SANDGATE_BENCH_PAIRS", 21)
 	client := &http.Client{Timeout: 2 * time.Minute}
 
-	var cfg gateway.ConfigView
+	var cfg api.ConfigView
 	if err := getJSON(client, s, "/v1/config", &cfg); err != nil {
 		b.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func benchRunEvents(t testing.TB, client *http.Client, s *testServer, runID stri
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var page gateway.AuditEventList
+		var page api.AuditEventList
 		if err := getJSON(client, s, "/v1/audit/events?"+url.Values{"run_id": {runID}, "limit": {"100"}}.Encode(), &page); err != nil {
 			t.Fatal(err)
 		}

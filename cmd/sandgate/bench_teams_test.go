@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // bundleWith copies the policy bundle into a directory of the test's with
@@ -86,20 +86,20 @@ func BenchmarkTeamFlood(b *testing.B) {
 	})
 	s := startServer(b, withEnv("SANDGATE_TOKENS_FILE", tokens), withEnv("SANDGATE_DEV", "0"),
 		withEnv("SANDGATE_POLICY_DIR", policy), withEnv("SANDGATE_MAX_CONCURRENT", "4"))
-	client := func(team string) *gateway.Client {
-		c, err := gateway.NewClient(s.URL, tok[team])
+	clientOf := func(team string) *client.Client {
+		c, err := client.New(s.URL, tok[team])
 		if err != nil {
 			b.Fatal(err)
 		}
 		return c
 	}
-	flood, quiet := client("flood"), client("quiet")
+	flood, quiet := clientOf("flood"), clientOf("quiet")
 	const quietRuns = 60
 	measure := func() []time.Duration {
 		var out []time.Duration
 		for range quietRuns {
 			start := time.Now()
-			v, err := quiet.Submit(context.Background(), sandgate.RunSpec{Command: []string{"true"}}, gateway.SubmitOptions{Wait: time.Minute})
+			v, err := quiet.Submit(context.Background(), sandgate.RunSpec{Command: []string{"true"}}, client.SubmitOptions{Wait: time.Minute})
 			if err != nil || v.Outcome == nil || *v.Outcome != sandgate.OutcomeSucceeded {
 				b.Fatalf("quiet run: %v %+v", err, v)
 			}
@@ -125,10 +125,9 @@ func BenchmarkTeamFlood(b *testing.B) {
 				default:
 				}
 				start := time.Now()
-				_, err := flood.Submit(context.Background(), sandgate.RunSpec{Command: []string{"sleep", "0.5"}}, gateway.SubmitOptions{Wait: time.Minute})
-				var ae *gateway.APIError
+				_, err := flood.Submit(context.Background(), sandgate.RunSpec{Command: []string{"sleep", "0.5"}}, client.SubmitOptions{Wait: time.Minute})
 				switch {
-				case errors.As(err, &ae) && ae.Code == sandgate.CodeRateLimited:
+				case sandgate.ErrorCodeOf(err) == sandgate.CodeRateLimited:
 					floodLimited.Add(1)
 					time.Sleep(50 * time.Millisecond)
 				case err != nil:

@@ -25,7 +25,8 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // The benchmarks below measure whole systems, so each sizes its own
@@ -114,7 +115,7 @@ func BenchmarkRunVsDockerRun(b *testing.B) {
 	pairs := benchInt("SANDGATE_BENCH_PAIRS", 21)
 	client := &http.Client{Timeout: 2 * time.Minute}
 
-	var cfg gateway.ConfigView
+	var cfg api.ConfigView
 	if err := getJSON(client, s, "/v1/config", &cfg); err != nil {
 		b.Fatal(err)
 	}
@@ -445,7 +446,7 @@ func startServerLoggingToFile(b *testing.B) *testServer {
 		cancel()
 		b.Fatalf("sandgate serve did not listen within 60s\n%s", tail())
 	}
-	if s.Client, err = gateway.NewClient(s.URL, s.Token); err != nil {
+	if s.Client, err = client.New(s.URL, s.Token); err != nil {
 		b.Fatal(err)
 	}
 	s.waitReady(b)
@@ -525,7 +526,7 @@ func countReviewed(b *testing.B, db *sql.DB) int64 {
 // runTrue runs `true` through the API, waiting for its end, and returns
 // the wall time of the request and the finished run; anything but a
 // succeeded run fails the benchmark.
-func runTrue(b *testing.B, client *http.Client, s *testServer) (time.Duration, gateway.RunView) {
+func runTrue(b *testing.B, client *http.Client, s *testServer) (time.Duration, api.RunView) {
 	b.Helper()
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
@@ -538,7 +539,7 @@ func runTrue(b *testing.B, client *http.Client, s *testServer) (time.Duration, g
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	elapsed := time.Since(start)
-	var run gateway.RunView
+	var run api.RunView
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil ||
 		run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
 		b.Fatalf("sandgate run: %d %s", resp.StatusCode, body)

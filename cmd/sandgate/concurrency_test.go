@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestConcurrentRunsThroughServer submits 200 runs, 16 at a time, to a
@@ -35,10 +35,10 @@ func TestConcurrentRunsThroughServer(t *testing.T) {
 		return fmt.Sprintf(`{"command":["sh","-c","exit %d"]}`, code)
 	}
 
-	client := &http.Client{Timeout: 3 * time.Minute}
+	client := s.checked(&http.Client{Timeout: 3 * time.Minute})
 	type result struct {
 		want int
-		run  gateway.RunView
+		run  api.RunView
 	}
 	results := make([]result, runs)
 	next := make(chan int)
@@ -64,7 +64,7 @@ func TestConcurrentRunsThroughServer(t *testing.T) {
 				}
 				body, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				var run gateway.RunView
+				var run api.RunView
 				if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(body, &run) != nil {
 					t.Errorf("run %d: %d %s (%v)", i, resp.StatusCode, body, err)
 					continue

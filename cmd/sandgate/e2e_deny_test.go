@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestEndToEndDenied sends requests the default policy denies to the real
@@ -46,7 +46,7 @@ func TestEndToEndDenied(t *testing.T) {
 			if e.Error.Code != sandgate.CodePolicyDenied || e.Error.CorrelationID != corr {
 				t.Errorf("error = %+v, want %s with correlation ID %s", e.Error, sandgate.CodePolicyDenied, corr)
 			}
-			dec, err := gateway.DecisionFromDetails(e.Error.Details)
+			dec, err := api.DecisionFromDetails(e.Error.Details)
 			if err != nil {
 				t.Fatal(err)
 			}

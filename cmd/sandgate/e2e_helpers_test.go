@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // eventWait bounds how long a test waits for asynchronously emitted audit
@@ -49,7 +49,7 @@ func (s *testServer) auditEvents(t *testing.T, token string, query url.Values) [
 	if status != http.StatusOK {
 		t.Fatalf("GET /v1/audit/events?%s = %d %s", query.Encode(), status, body)
 	}
-	var page gateway.AuditEventList
+	var page api.AuditEventList
 	if err := json.Unmarshal(body, &page); err != nil {
 		t.Fatalf("decode audit events: %v", err)
 	}
@@ -113,8 +113,8 @@ func countEvents(events []sandgate.AuditRecord, typ sandgate.EventType) int {
 
 // apiError decodes an error answer; a body that is not the error shape
 // gives a zero ErrorBody.
-func apiError(body []byte) gateway.ErrorBody {
-	var e gateway.ErrorBody
+func apiError(body []byte) api.ErrorBody {
+	var e api.ErrorBody
 	_ = json.Unmarshal(body, &e)
 	return e
 }
@@ -159,7 +159,7 @@ func (s *testServer) send(t *testing.T, client *http.Client, r request) (int, ht
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
-	resp, err := client.Do(req)
+	resp, err := s.checked(client).Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", r.method, r.path, err)
 	}
@@ -173,13 +173,13 @@ func (s *testServer) send(t *testing.T, client *http.Client, r request) (int, ht
 
 // submitWait posts a run spec with ?wait=60s as token and returns the
 // finished run.
-func (s *testServer) submitWait(t *testing.T, token, spec string) gateway.RunView {
+func (s *testServer) submitWait(t *testing.T, token, spec string) api.RunView {
 	t.Helper()
 	status, _, body := s.doAs(t, token, http.MethodPost, "/v1/runs?wait=60s", spec)
 	if status != http.StatusOK {
 		t.Fatalf("POST /v1/runs?wait=60s %s = %d %s", spec, status, body)
 	}
-	var run gateway.RunView
+	var run api.RunView
 	if err := json.Unmarshal(body, &run); err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestEndToEndHostileBodies sends malformed and hostile run requests to the
@@ -183,7 +183,7 @@ func TestEndToEndHostileBodies(t *testing.T) {
 	if after := s.nodeContainers(t); after != before {
 		t.Errorf("containers of the node: %d before the table, %d after", before, after)
 	}
-	runs, err := s.Client.Runs(context.Background(), gateway.ListOptions{})
+	runs, err := s.Client.Runs(context.Background(), client.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestEndToEndHostileBodies(t *testing.T) {
 	}
 	// The server is still healthy after all that.
 	if _, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"true"}},
-		gateway.SubmitOptions{Wait: 30 * time.Second}); err != nil {
+		client.SubmitOptions{Wait: 30 * time.Second}); err != nil {
 		t.Errorf("a good run after the hostile bodies: %v", err)
 	}
 }
@@ -215,7 +215,7 @@ func (s *testServer) postRaw(t *testing.T, path, body string, chunked bool, corr
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.httpClient().Do(req)
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestEndToEndRuns drives runs through one real server: live log
@@ -34,13 +35,13 @@ func TestEndToEndRuns(t *testing.T) {
 }
 
 // submitAsync posts spec without waiting and returns the accepted run.
-func submitAsync(t *testing.T, s *testServer, spec string, header ...string) gateway.RunView {
+func submitAsync(t *testing.T, s *testServer, spec string, header ...string) api.RunView {
 	t.Helper()
 	status, h, body := s.do(t, http.MethodPost, "/v1/runs", spec, header...)
 	if status != http.StatusAccepted {
 		t.Fatalf("POST /v1/runs %s = %d %s", spec, status, body)
 	}
-	var run gateway.RunView
+	var run api.RunView
 	if err := json.Unmarshal(body, &run); err != nil {
 		t.Fatal(err)
 	}
@@ -61,11 +62,11 @@ func testLiveStream(t *testing.T, s *testServer) {
 	var events []string
 	var stdout strings.Builder
 	var stateAtFirst sandgate.State
-	var exit gateway.ExitData
-	err := s.Client.Logs(ctx, run.ID, true, func(ev gateway.LogEvent) error {
+	var exit api.ExitData
+	err := s.Client.Logs(ctx, run.ID, true, func(ev api.LogEvent) error {
 		events = append(events, ev.Event)
 		switch ev.Event {
-		case gateway.EventStdout:
+		case api.EventStdout:
 			b, err := ev.Chunk()
 			if err != nil {
 				return err
@@ -86,7 +87,7 @@ func testLiveStream(t *testing.T, s *testServer) {
 					return err
 				}
 			}
-		case gateway.EventExit:
+		case api.EventExit:
 			x, err := ev.Exit()
 			if err != nil {
 				return err
@@ -104,7 +105,7 @@ func testLiveStream(t *testing.T, s *testServer) {
 	if got := stdout.String(); got != "first\nsecond\n" {
 		t.Errorf("streamed stdout = %q, want first then second", got)
 	}
-	if len(events) == 0 || events[len(events)-1] != gateway.EventExit {
+	if len(events) == 0 || events[len(events)-1] != api.EventExit {
 		t.Errorf("events = %v, want the exit event last", events)
 	}
 	if exit.Outcome != sandgate.OutcomeSucceeded || exit.ExitCode == nil || *exit.ExitCode != 0 {
@@ -113,8 +114,8 @@ func testLiveStream(t *testing.T, s *testServer) {
 
 	// A finished run replays the same output, then its exit.
 	var replay strings.Builder
-	if err := s.Client.Logs(ctx, run.ID, true, func(ev gateway.LogEvent) error {
-		if ev.Event == gateway.EventStdout {
+	if err := s.Client.Logs(ctx, run.ID, true, func(ev api.LogEvent) error {
+		if ev.Event == api.EventStdout {
 			b, err := ev.Chunk()
 			replay.Write(b)
 			return err
@@ -143,7 +144,7 @@ func testIdempotency(t *testing.T, s *testServer) {
 		if got := h.Get("Idempotent-Replayed"); got != want {
 			t.Errorf("submission %d: Idempotent-Replayed = %q, want %q", i+1, got, want)
 		}
-		var run gateway.RunView
+		var run api.RunView
 		if err := json.Unmarshal(body, &run); err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func testConcurrentIdempotency(t *testing.T, s *testServer) {
 		go func() {
 			defer wg.Done()
 			run, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"sh", "-c", "echo race"}},
-				gateway.SubmitOptions{Wait: 30 * time.Second, IdempotencyKey: key})
+				client.SubmitOptions{Wait: 30 * time.Second, IdempotencyKey: key})
 			if err != nil {
 				t.Errorf("submission %d: %v", i, err)
 				return
@@ -217,13 +218,13 @@ func testCancel(t *testing.T, s *testServer) {
 	run := submitAsync(t, s, `{"command":["sh","-c","echo before; sleep 60; echo after"]}`)
 
 	// Read the stream until "before" has been printed: the run is running.
-	err := s.Client.Logs(ctx, run.ID, true, func(ev gateway.LogEvent) error {
-		if ev.Event == gateway.EventStdout {
+	err := s.Client.Logs(ctx, run.ID, true, func(ev api.LogEvent) error {
+		if ev.Event == api.EventStdout {
 			if b, _ := ev.Chunk(); strings.Contains(string(b), "before") {
-				return gateway.ErrStopStream
+				return client.ErrStopStream
 			}
 		}
-		if ev.Event == gateway.EventExit {
+		if ev.Event == api.EventExit {
 			return errors.New("the run ended before it was cancelled")
 		}
 		return nil

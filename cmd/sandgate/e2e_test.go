@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestEndToEndRunAuditTrail runs a real container through the real gateway,
@@ -23,7 +23,7 @@ func TestEndToEndRunAuditTrail(t *testing.T) {
 	defer cancel()
 
 	run, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: []string{"sh", "-c", "echo hello; exit 3"}},
-		gateway.SubmitOptions{Wait: 30 * time.Second, CorrelationID: "e2e-trail-1"})
+		client.SubmitOptions{Wait: 30 * time.Second, CorrelationID: "e2e-trail-1"})
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}

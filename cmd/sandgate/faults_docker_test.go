@@ -20,7 +20,8 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // slowDocker is a loopback proxy in front of a Docker daemon that delays
@@ -103,14 +104,14 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 
 	const runs = 4
 	var wg sync.WaitGroup
-	views := make([]gateway.RunView, runs)
+	views := make([]api.RunView, runs)
 	errs := make([]error, runs)
 	for i := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			views[i], errs[i] = s.Client.Submit(ctx, sandgate.RunSpec{Command: []string{"sh", "-c", fmt.Sprintf("echo run-%d; exit %d", i, i)}},
-				gateway.SubmitOptions{Wait: time.Minute})
+				client.SubmitOptions{Wait: time.Minute})
 		}()
 	}
 	wg.Wait()
@@ -135,7 +136,7 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 	}
 
 	missing := "sandgate/sandbox:not-loaded-" + randomHex(t, 4)
-	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Image: missing, Command: []string{"true"}}, gateway.SubmitOptions{Wait: time.Minute})
+	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Image: missing, Command: []string{"true"}}, client.SubmitOptions{Wait: time.Minute})
 	if err != nil {
 		t.Fatalf("submit %s: %v", missing, err)
 	}
@@ -281,7 +282,7 @@ func TestFaultDockerRestart(t *testing.T) {
 	s.waitReady(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: []string{"sh", "-c", "echo back; exit 2"}}, gateway.SubmitOptions{Wait: 30 * time.Second})
+	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: []string{"sh", "-c", "echo back; exit 2"}}, client.SubmitOptions{Wait: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("a run after the daemon returned: %v", err)
 	}

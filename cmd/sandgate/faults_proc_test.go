@@ -20,7 +20,9 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/api/apitest"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // The sandgate binary the fault tests run as a separate process, built
@@ -173,11 +175,16 @@ func startProcess(t testing.TB, env map[string]string) *procServer {
 		t.Fatalf("sandgate serve printed no token within 60s\n%s", logs.String())
 	}
 	p.URL = "http://" + env["SANDGATE_LISTEN"]
-	client, err := gateway.NewClient(p.URL, p.Token)
+	c, err := client.New(p.URL, p.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Client = client
+	if _, bench := t.(*testing.B); !bench {
+		p.check = apitest.New(t)
+		p.HTTP = p.check.Client(nil)
+		c.HTTP = p.HTTP
+	}
+	p.Client = c
 	p.waitReady(t)
 	return p
 }
@@ -226,13 +233,13 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 
 // runState reads a run through the API; ok is false when the API did not
 // answer 200.
-func (s *testServer) runState(t *testing.T, id string) (gateway.RunView, bool) {
+func (s *testServer) runState(t *testing.T, id string) (api.RunView, bool) {
 	t.Helper()
 	status, _, body := s.do(t, http.MethodGet, "/v1/runs/"+id, "")
 	if status != http.StatusOK {
-		return gateway.RunView{}, false
+		return api.RunView{}, false
 	}
-	var v gateway.RunView
+	var v api.RunView
 	if err := json.Unmarshal(body, &v); err != nil {
 		t.Fatalf("decode run: %v: %s", err, body)
 	}
@@ -240,9 +247,9 @@ func (s *testServer) runState(t *testing.T, id string) (gateway.RunView, bool) {
 }
 
 // waitFinished waits until the run is finished and returns it.
-func (s *testServer) waitFinished(t *testing.T, id string, limit time.Duration) gateway.RunView {
+func (s *testServer) waitFinished(t *testing.T, id string, limit time.Duration) api.RunView {
 	t.Helper()
-	var v gateway.RunView
+	var v api.RunView
 	waitFor(t, limit, "run "+id+" to finish", func() bool {
 		var ok bool
 		v, ok = s.runState(t, id)
@@ -322,7 +329,7 @@ func (s *testServer) submitNoWait(t *testing.T, corr string, command ...string) 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: command}, gateway.SubmitOptions{CorrelationID: corr})
+	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Command: command}, client.SubmitOptions{CorrelationID: corr})
 	if err != nil {
 		t.Fatalf("submit %v: %v", command, err)
 	}

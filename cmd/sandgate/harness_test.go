@@ -17,7 +17,8 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api/apitest"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // testServer is a real `sandgate serve` started in-process on a loopback
@@ -29,7 +30,13 @@ type testServer struct {
 	DSN    string
 	Node   string
 	Env    map[string]string
-	Client *gateway.Client
+	Client *client.Client
+	// HTTP is the HTTP client of do, doAs and Client: it validates every
+	// request and answer against the OpenAPI document (in tests, not in
+	// benchmarks).
+	HTTP *http.Client
+
+	check *apitest.Checker
 
 	cancel context.CancelFunc
 	done   chan error
@@ -100,11 +107,17 @@ func startServerWithEnv(t testing.TB, env map[string]string) *testServer {
 		cancel()
 		t.Fatalf("sandgate serve did not listen within 60s\n%s", s.logs.String())
 	}
-	client, err := gateway.NewClient(s.URL, s.Token)
+	c, err := client.New(s.URL, s.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Client = client
+	s.HTTP = http.DefaultClient
+	if _, bench := t.(*testing.B); !bench {
+		s.check = apitest.New(t)
+		s.HTTP = s.check.Client(nil)
+	}
+	c.HTTP = s.HTTP
+	s.Client = c
 	s.waitReady(t)
 	t.Cleanup(func() {
 		if err := s.Stop(); err != nil {
@@ -190,7 +203,7 @@ func (s *testServer) doAs(t *testing.T, token, method, path, body string, header
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := s.httpClient().Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -200,6 +213,24 @@ func (s *testServer) doAs(t *testing.T, token, method, path, body string, header
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
 	return resp.StatusCode, resp.Header, data
+}
+
+// httpClient returns HTTP, or http.DefaultClient for a server whose
+// harness set none.
+func (s *testServer) httpClient() *http.Client {
+	if s.HTTP == nil {
+		return http.DefaultClient
+	}
+	return s.HTTP
+}
+
+// checked returns hc with the server's OpenAPI checker in its transport
+// (hc itself in benchmarks).
+func (s *testServer) checked(hc *http.Client) *http.Client {
+	if s.check == nil {
+		return hc
+	}
+	return s.check.Client(hc)
 }
 
 // assertNoContainers fails the test when any container labelled with node

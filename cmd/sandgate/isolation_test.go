@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // TestMountSwappedWhileQueuedIsNotFollowed is the attack of a submitter
@@ -47,7 +48,7 @@ func TestMountSwappedWhileQueuedIsNotFollowed(t *testing.T) {
 	attacker, err := s.Client.Submit(ctx, sandgate.RunSpec{
 		Mounts:  []sandgate.Mount{{Source: team, Target: "/team"}},
 		Command: []string{"sh", "-c", "while [ ! -e /team/go ]; do sleep 0.05; done; mv /team/proj /team/proj.gone && ln -s / /team/proj && echo swapped"},
-	}, gateway.SubmitOptions{})
+	}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatalf("submit the attacker: %v", err)
 	}
@@ -58,7 +59,7 @@ func TestMountSwappedWhileQueuedIsNotFollowed(t *testing.T) {
 	victim, err := s.Client.Submit(ctx, sandgate.RunSpec{
 		Mounts:  []sandgate.Mount{{Source: proj, Target: "/workspace", ReadOnly: true}},
 		Command: []string{"sh", "-c", "ls /workspace; cat /workspace/marker"},
-	}, gateway.SubmitOptions{})
+	}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatalf("submit the victim: %v", err)
 	}
@@ -127,7 +128,7 @@ func TestOutputControlBytesBounded(t *testing.T) {
 	if len(body) > limit*3/2 {
 		t.Errorf("GET of a run with 1 MiB of \\x01 is %d bytes, more than 1.5 times the output", len(body))
 	}
-	var got gateway.RunView
+	var got api.RunView
 	if err := json.Unmarshal(body, &got); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +144,7 @@ func TestOutputControlBytesBounded(t *testing.T) {
 	if status != http.StatusOK || len(body) > 16<<10 {
 		t.Errorf("GET /v1/runs = %d, %d bytes: a list carries the output", status, len(body))
 	}
-	var list gateway.RunList
+	var list api.RunList
 	if err := json.Unmarshal(body, &list); err != nil || len(list.Runs) != 1 {
 		t.Fatalf("list = %s (%v)", body, err)
 	}
@@ -175,7 +176,7 @@ func TestCacheVolumeAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("volume list: %v\n%s", err, out)
 	}
-	var list gateway.VolumeList
+	var list api.VolumeList
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Volumes) != 1 {
 		t.Fatalf("volume list = %s (%v)", out, err)
 	}
@@ -185,7 +186,7 @@ func TestCacheVolumeAdmin(t *testing.T) {
 
 	// In use: refused.
 	busy, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"sleep", "30"},
-		Volumes: []sandgate.Volume{{Name: "deps", Target: "/cache"}}}, gateway.SubmitOptions{})
+		Volumes: []sandgate.Volume{{Name: "deps", Target: "/cache"}}}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

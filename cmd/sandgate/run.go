@@ -13,7 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // Exit codes of `sandgate run` besides the container's own. They follow
@@ -183,11 +184,11 @@ func parseMount(s string) (sandgate.Mount, error) {
 
 // newClient returns the gateway client from SANDGATE_URL and
 // SANDGATE_TOKEN.
-func (a *app) newClient() (*gateway.Client, error) {
+func (a *app) newClient() (*client.Client, error) {
 	if a.cfg.Token == "" {
 		return nil, errors.New("SANDGATE_TOKEN is not set: export the bearer token the gateway gave you (make run prints a development one)")
 	}
-	return gateway.NewClient(a.cfg.URL, a.cfg.Token)
+	return client.New(a.cfg.URL, a.cfg.Token)
 }
 
 func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
@@ -199,7 +200,7 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 	if err != nil {
 		return &exitError{Code: exitPlatform, Message: err.Error()}
 	}
-	opts := gateway.SubmitOptions{IdempotencyKey: o.idemKey}
+	opts := client.SubmitOptions{IdempotencyKey: o.idemKey}
 	if o.wait {
 		opts.Wait = time.Hour // the gateway caps it at its MaxWait
 	}
@@ -237,8 +238,7 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 		cctx, cancel := context.WithTimeout(streamCtx, cancelGrace)
 		defer cancel()
 		if _, err := c.Cancel(cctx, run.ID); err != nil {
-			var apiErr *gateway.APIError
-			if !errors.As(err, &apiErr) || apiErr.Code != sandgate.CodeConflict {
+			if sandgate.ErrorCodeOf(err) != sandgate.CodeConflict {
 				fmt.Fprintf(a.stderr, "sandgate: cancel: %v\n", err)
 			}
 		}
@@ -263,31 +263,31 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 		return exitFor(a, final.ID, exitFromRun(final))
 	}
 
-	var exit *gateway.ExitData
+	var exit *api.ExitData
 	lastID := ""
-	onEvent := func(ev gateway.LogEvent) error {
+	onEvent := func(ev api.LogEvent) error {
 		if ev.ID != "" {
 			lastID = ev.ID
 		}
 		switch ev.Event {
-		case gateway.EventStdout, gateway.EventStderr:
+		case api.EventStdout, api.EventStderr:
 			b, err := ev.Chunk()
 			if err != nil {
 				return err
 			}
 			w := a.stdout
-			if ev.Event == gateway.EventStderr {
+			if ev.Event == api.EventStderr {
 				w = a.stderr
 			}
 			_, err = w.Write(b)
 			return err
-		case gateway.EventExit:
+		case api.EventExit:
 			x, err := ev.Exit()
 			if err != nil {
 				return err
 			}
 			exit = &x
-			return gateway.ErrStopStream
+			return client.ErrStopStream
 		}
 		return nil
 	}
@@ -304,8 +304,7 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 		if exit != nil || streamCtx.Err() != nil {
 			break
 		}
-		var apiErr *gateway.APIError
-		if errors.As(err, &apiErr) && apiErr.Status < 500 {
+		if refused(err) {
 			break
 		}
 		if err == nil {
@@ -327,14 +326,14 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 
 // submitError explains a refused submission and picks its exit code.
 func submitError(a *app, err error) error {
-	var apiErr *gateway.APIError
+	var apiErr *sandgate.Error
 	if !errors.As(err, &apiErr) {
 		return &exitError{Code: exitPlatform, Message: fmt.Sprintf("cannot reach the gateway at %s: %v", a.cfg.URL, err)}
 	}
 	if apiErr.Code == sandgate.CodePolicyDenied {
 		var b strings.Builder
 		fmt.Fprintf(&b, "run denied by policy")
-		if d, derr := gateway.DecisionFromDetails(apiErr.Details); derr == nil {
+		if d, derr := api.DecisionFromDetails(apiErr.Details); derr == nil {
 			fmt.Fprintf(&b, " (decision %s, policy %s):", d.DecisionID, d.PolicyRevision)
 			for _, v := range d.Violations {
 				fmt.Fprintf(&b, "\n  - %s: %s", v.Rule, v.Message)
@@ -350,17 +349,24 @@ func submitError(a *app, err error) error {
 	return &exitError{Code: exitPlatform, Message: apiMessage(apiErr)}
 }
 
-// apiMessage is a one-line explanation of an API error.
-func apiMessage(e *gateway.APIError) string {
-	msg := fmt.Sprintf("%s: %s", e.Code, e.Message)
-	if e.CorrelationID != "" {
-		msg += " (correlation ID " + e.CorrelationID + ")"
+// apiMessage is a one-line explanation of the gateway's error answer.
+func apiMessage(e *sandgate.Error) string {
+	msg := fmt.Sprintf("%s: %s", e.Code, sandgate.ErrorMessageOf(e))
+	if id := client.CorrelationID(e); id != "" {
+		msg += " (correlation ID " + id + ")"
 	}
 	return msg
 }
 
+// refused reports whether err is the gateway's answer that the request
+// itself is at fault (a 4xx status), which asking again would not change.
+func refused(err error) bool {
+	var se *sandgate.Error
+	return errors.As(err, &se) && api.StatusOf(se.Code) < 500
+}
+
 // waitFinished polls the run until it has finished.
-func waitFinished(ctx context.Context, c *gateway.Client, run gateway.RunView) (gateway.RunView, error) {
+func waitFinished(ctx context.Context, c *client.Client, run api.RunView) (api.RunView, error) {
 	for !run.Finished() {
 		select {
 		case <-ctx.Done():
@@ -369,8 +375,8 @@ func waitFinished(ctx context.Context, c *gateway.Client, run gateway.RunView) (
 		}
 		r, err := c.Run(ctx, run.ID)
 		if err != nil {
-			var apiErr *gateway.APIError
-			if errors.As(err, &apiErr) && apiErr.Status < 500 {
+			var apiErr *sandgate.Error
+			if refused(err) && errors.As(err, &apiErr) {
 				return run, fmt.Errorf("run %s: %s", run.ID, apiMessage(apiErr))
 			}
 			continue
@@ -380,7 +386,7 @@ func waitFinished(ctx context.Context, c *gateway.Client, run gateway.RunView) (
 	return run, nil
 }
 
-func writeOutput(w io.Writer, o gateway.OutputView) error {
+func writeOutput(w io.Writer, o api.OutputView) error {
 	b, err := o.Decode()
 	if err != nil {
 		return fmt.Errorf("decode output: %w", err)
@@ -389,11 +395,11 @@ func writeOutput(w io.Writer, o gateway.OutputView) error {
 	return err
 }
 
-func exitFromRun(r gateway.RunView) gateway.ExitData {
-	x := gateway.ExitData{
+func exitFromRun(r api.RunView) api.ExitData {
+	x := api.ExitData{
 		State: r.State, ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, Error: r.Error, DurationMS: r.DurationMS,
-		Stdout: gateway.StreamTotals{Bytes: r.Stdout.Bytes, Truncated: r.Stdout.Truncated},
-		Stderr: gateway.StreamTotals{Bytes: r.Stderr.Bytes, Truncated: r.Stderr.Truncated},
+		Stdout: api.StreamTotals{Bytes: r.Stdout.Bytes, Truncated: r.Stdout.Truncated},
+		Stderr: api.StreamTotals{Bytes: r.Stderr.Bytes, Truncated: r.Stderr.Truncated},
 	}
 	if r.Outcome != nil {
 		x.Outcome = *r.Outcome
@@ -403,10 +409,10 @@ func exitFromRun(r gateway.RunView) gateway.ExitData {
 
 // exitFor turns a run's end into the process's exit: nil for success, the
 // container's code for a failure, the codes above for the rest.
-func exitFor(a *app, runID string, x gateway.ExitData) error {
+func exitFor(a *app, runID string, x api.ExitData) error {
 	for _, s := range []struct {
 		name string
-		t    gateway.StreamTotals
+		t    api.StreamTotals
 	}{{"stdout", x.Stdout}, {"stderr", x.Stderr}} {
 		if s.t.Truncated {
 			fmt.Fprintf(a.stderr, "sandgate: %s was truncated: the run produced %d bytes, more than its output limit\n", s.name, s.t.Bytes)

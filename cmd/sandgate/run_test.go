@@ -16,7 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // fakeGatewayAPI answers the gateway endpoints the client commands use. The
@@ -32,14 +32,14 @@ type fakeGatewayAPI struct {
 	canceled []string
 }
 
-var cliExits = map[string]gateway.ExitData{
+var cliExits = map[string]api.ExitData{
 	"ok":      {Outcome: sandgate.OutcomeSucceeded, ExitCode: cliIntPtr(0)},
 	"fail":    {Outcome: sandgate.OutcomeFailed, ExitCode: cliIntPtr(3)},
 	"timeout": {Outcome: sandgate.OutcomeTimedOut, DurationMS: 2000},
 	"oom":     {Outcome: sandgate.OutcomeOOMKilled, ExitCode: cliIntPtr(137), OOMKilled: true},
 	"cancel":  {Outcome: sandgate.OutcomeCancelled},
 	"error":   {Outcome: sandgate.OutcomeError, Error: &sandgate.ErrorInfo{Code: sandgate.CodeImageUnavailable, Message: "image x is not present"}},
-	"trunc":   {Outcome: sandgate.OutcomeSucceeded, ExitCode: cliIntPtr(0), Stdout: gateway.StreamTotals{Bytes: 5000, Truncated: true}},
+	"trunc":   {Outcome: sandgate.OutcomeSucceeded, ExitCode: cliIntPtr(0), Stdout: api.StreamTotals{Bytes: 5000, Truncated: true}},
 }
 
 func cliIntPtr(n int) *int { return &n }
@@ -47,7 +47,7 @@ func cliIntPtr(n int) *int { return &n }
 func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get("Authorization") != "Bearer tok" {
 		w.WriteHeader(http.StatusUnauthorized)
-		_ = json.NewEncoder(w).Encode(gateway.ErrorBody{Error: gateway.ErrorDetail{Code: sandgate.CodeUnauthenticated, Message: "the bearer token is not valid"}})
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: sandgate.CodeUnauthenticated, Message: "the bearer token is not valid"}})
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, "/v1/runs")
@@ -64,17 +64,17 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch spec.Command[0] {
 		case "deny":
 			w.WriteHeader(http.StatusForbidden)
-			_ = json.NewEncoder(w).Encode(gateway.ErrorBody{Error: gateway.ErrorDetail{
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{
 				Code: sandgate.CodePolicyDenied, Message: "denied by policy", CorrelationID: "corr-1",
 				Details: map[string]any{"decision_id": "dec-9", "policy_revision": "sha256:abc", "allow": false,
 					"violations": []map[string]any{{"rule": "no_privileged", "message": "privileged mode is forbidden", "controls": []string{"CIS-5.5"}, "action": "deny"}}},
 			}})
 		case "unavailable":
 			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(gateway.ErrorBody{Error: gateway.ErrorDetail{Code: sandgate.CodeAuditUnavailable, Message: "retry later", CorrelationID: "corr-2"}})
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: sandgate.CodeAuditUnavailable, Message: "retry later", CorrelationID: "corr-2"}})
 		default:
 			w.WriteHeader(http.StatusAccepted)
-			_ = json.NewEncoder(w).Encode(gateway.RunView{ID: "run-" + spec.Command[0], State: sandgate.StatePending, Warnings: []string{"net: bridge"}})
+			_ = json.NewEncoder(w).Encode(api.RunView{ID: "run-" + spec.Command[0], State: sandgate.StatePending, Warnings: []string{"net: bridge"}})
 		}
 	case r.Method == http.MethodGet && rest == "logs" && word == "broken" && r.Header.Get("Last-Event-ID") == "3":
 		// The resumed stream goes on after event 3.
@@ -101,12 +101,12 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "id: 4\nevent: exit\ndata: %s\n\n", x)
 	case r.Method == http.MethodGet && strings.HasPrefix(id, "run-") && rest == "":
 		out := sandgate.OutcomeFailed
-		_ = json.NewEncoder(w).Encode(gateway.RunView{ID: id, State: sandgate.StateFinished, Outcome: &out, ExitCode: cliIntPtr(4),
-			Stdout: gateway.OutputView{Data: "stored out\n", Encoding: "utf-8"}, Stderr: gateway.OutputView{Data: "stored err\n"}})
+		_ = json.NewEncoder(w).Encode(api.RunView{ID: id, State: sandgate.StateFinished, Outcome: &out, ExitCode: cliIntPtr(4),
+			Stdout: api.OutputView{Data: "stored out\n", Encoding: "utf-8"}, Stderr: api.OutputView{Data: "stored err\n"}})
 	case r.Method == http.MethodGet && path == "":
 		out := sandgate.OutcomeSucceeded
 		next := "c2"
-		_ = json.NewEncoder(w).Encode(gateway.RunList{Runs: []gateway.RunView{{ID: "run-a", State: sandgate.StateFinished, Outcome: &out,
+		_ = json.NewEncoder(w).Encode(api.RunList{Runs: []api.RunView{{ID: "run-a", State: sandgate.StateFinished, Outcome: &out,
 			ExitCode: cliIntPtr(0), Principal: "alice", Team: "payments", Spec: sandgate.RunSpec{Command: []string{"echo", "hi"}}}}, NextCursor: &next})
 	case r.Method == http.MethodDelete:
 		f.mu.Lock()
@@ -116,10 +116,10 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			f.hungOnce.Do(func() { close(f.hung) })
 		}
 		out := sandgate.OutcomeCancelled
-		_ = json.NewEncoder(w).Encode(gateway.RunView{ID: id, State: sandgate.StateFinished, Outcome: &out})
+		_ = json.NewEncoder(w).Encode(api.RunView{ID: id, State: sandgate.StateFinished, Outcome: &out})
 	default:
 		w.WriteHeader(http.StatusNotFound)
-		_ = json.NewEncoder(w).Encode(gateway.ErrorBody{Error: gateway.ErrorDetail{Code: sandgate.CodeNotFound, Message: "run " + id + " not found"}})
+		_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: sandgate.CodeNotFound, Message: "run " + id + " not found"}})
 	}
 }
 
@@ -130,9 +130,9 @@ type cliResult struct {
 }
 
 // runCLI runs the binary's command tree against the fake API.
-func runCLI(t *testing.T, api *fakeGatewayAPI, token string, stdin string, args ...string) cliResult {
+func runCLI(t *testing.T, fake *fakeGatewayAPI, token string, stdin string, args ...string) cliResult {
 	t.Helper()
-	ts := httptest.NewServer(api)
+	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	env := map[string]string{"SANDGATE_URL": ts.URL, "SANDGATE_TOKEN": token}
 	var stdout, stderr bytes.Buffer
@@ -186,9 +186,9 @@ func TestRunExitCodes(t *testing.T) {
 
 // TestRunFlags checks how the flags become the run spec.
 func TestRunFlags(t *testing.T) {
-	api := &fakeGatewayAPI{}
+	fake := &fakeGatewayAPI{}
 	dir := t.TempDir()
-	got := runCLI(t, api, "tok", "input data", "run", "--image", "img:1", "--env", "A=1", "-e", "HOME", "--mount", dir+":/w:ro",
+	got := runCLI(t, fake, "tok", "input data", "run", "--image", "img:1", "--env", "A=1", "-e", "HOME", "--mount", dir+":/w:ro",
 		"--mount", "/srv/x:/cache", "--network", "bridge", "--memory", "256", "--cpus", "0.5", "--timeout", "90.5s",
 		"--label", "ticket=ENG-1", "--session", "s1", "--task", "t1", "--idempotency-key", "k1", "-i", "--detach",
 		"sh", "-c", "echo hi")
@@ -202,10 +202,10 @@ func TestRunFlags(t *testing.T) {
 		Network: "bridge", Resources: sandgate.Resources{MemoryMB: 256, CPUs: 0.5}, TimeoutSeconds: 91,
 		SessionID: "s1", TaskID: "t1", Labels: map[string]string{"ticket": "ENG-1"},
 	}
-	if diff := cmp.Diff(want, api.specs[0]); diff != "" {
+	if diff := cmp.Diff(want, fake.specs[0]); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
 	}
-	if k := api.headers[0].Get("Idempotency-Key"); k != "k1" {
+	if k := fake.headers[0].Get("Idempotency-Key"); k != "k1" {
 		t.Errorf("Idempotency-Key = %q", k)
 	}
 }
@@ -226,12 +226,12 @@ func TestRunUsageErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			api := &fakeGatewayAPI{}
-			got := runCLI(t, api, tc.token, "", tc.args...)
+			fake := &fakeGatewayAPI{}
+			got := runCLI(t, fake, tc.token, "", tc.args...)
 			if got.code != exitPlatform || got.message != tc.want {
 				t.Errorf("code %d message %q, want %d %q", got.code, got.message, exitPlatform, tc.want)
 			}
-			if len(api.specs) != 0 {
+			if len(fake.specs) != 0 {
 				t.Errorf("a request was sent")
 			}
 		})
@@ -252,7 +252,7 @@ func TestRunWait(t *testing.T) {
 
 // TestRunsCommands checks list, get, cancel and logs.
 func TestRunsCommands(t *testing.T) {
-	api := &fakeGatewayAPI{}
+	fake := &fakeGatewayAPI{}
 	tests := []struct {
 		name   string
 		args   []string
@@ -268,20 +268,20 @@ func TestRunsCommands(t *testing.T) {
 			}
 		}},
 		{"list json", []string{"runs", "list", "--json"}, cliResult{}, func(t *testing.T, r cliResult) {
-			var l gateway.RunList
+			var l api.RunList
 			if err := json.Unmarshal([]byte(r.stdout), &l); err != nil || len(l.Runs) != 1 {
 				t.Errorf("stdout = %q, %v", r.stdout, err)
 			}
 		}},
 		{"get", []string{"runs", "get", "run-x"}, cliResult{}, func(t *testing.T, r cliResult) {
-			var v gateway.RunView
+			var v api.RunView
 			if err := json.Unmarshal([]byte(r.stdout), &v); err != nil || v.ID != "run-x" || *v.ExitCode != 4 {
 				t.Errorf("stdout = %q, %v", r.stdout, err)
 			}
 		}},
 		{"cancel", []string{"runs", "cancel", "run-y"}, cliResult{}, func(t *testing.T, r cliResult) {
-			if r.stdout != "run run-y: cancelled\n" || len(api.canceled) != 1 {
-				t.Errorf("stdout = %q, canceled %v", r.stdout, api.canceled)
+			if r.stdout != "run run-y: cancelled\n" || len(fake.canceled) != 1 {
+				t.Errorf("stdout = %q, canceled %v", r.stdout, fake.canceled)
 			}
 		}},
 		{"logs", []string{"runs", "logs", "-f", "run-ok"}, cliResult{}, func(t *testing.T, r cliResult) {
@@ -297,14 +297,14 @@ func TestRunsCommands(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runCLI(t, api, "tok", "", tc.args...)
+			r := runCLI(t, fake, "tok", "", tc.args...)
 			if tc.name != "bad since" && r.code != 0 {
 				t.Fatalf("code %d: %s", r.code, r.message)
 			}
 			tc.checks(t, r)
 		})
 	}
-	got := runCLI(t, api, "tok", "", "runs", "get", "missing/../x")
+	got := runCLI(t, fake, "tok", "", "runs", "get", "missing/../x")
 	if got.code != 1 || !strings.Contains(got.message, "SANDGATE-NOT-FOUND") {
 		t.Errorf("missing run: %+v", got)
 	}
@@ -313,8 +313,8 @@ func TestRunsCommands(t *testing.T) {
 // TestRunInterrupt checks that an interrupt cancels the run and that the
 // command still reports its end.
 func TestRunInterrupt(t *testing.T) {
-	api := &fakeGatewayAPI{hung: make(chan struct{})}
-	ts := httptest.NewServer(api)
+	fake := &fakeGatewayAPI{hung: make(chan struct{})}
+	ts := httptest.NewServer(fake)
 	defer ts.Close()
 	env := map[string]string{"SANDGATE_URL": ts.URL, "SANDGATE_TOKEN": "tok"}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -342,9 +342,9 @@ func TestRunInterrupt(t *testing.T) {
 	if !strings.Contains(stderr.String(), "sandgate: cancelling run run-hang") {
 		t.Errorf("stderr = %q", stderr.String())
 	}
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	if diff := cmp.Diff([]string{"run-hang"}, api.canceled); diff != "" {
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if diff := cmp.Diff([]string{"run-hang"}, fake.canceled); diff != "" {
 		t.Errorf("cancelled (-want +got):\n%s", diff)
 	}
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // newRunsCmd builds `sandgate runs list|get|cancel|logs`.
@@ -29,7 +30,7 @@ A submitter sees its own team's runs; admins and auditors see every team's.`,
 
 // clientError turns an API or transport error into a command error.
 func clientError(a *app, err error) error {
-	var apiErr *gateway.APIError
+	var apiErr *sandgate.Error
 	if errors.As(err, &apiErr) {
 		return &exitError{Code: 1, Message: apiMessage(apiErr)}
 	}
@@ -37,7 +38,7 @@ func clientError(a *app, err error) error {
 }
 
 func newRunsListCmd(a *app) *cobra.Command {
-	var o gateway.ListOptions
+	var o client.ListOptions
 	var state, outcome, since, until string
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -183,8 +184,8 @@ func newRunsLogsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			err = c.Logs(cmd.Context(), args[0], follow, func(ev gateway.LogEvent) error {
-				if ev.Event != gateway.EventStdout && ev.Event != gateway.EventStderr {
+			err = c.Logs(cmd.Context(), args[0], follow, func(ev api.LogEvent) error {
+				if ev.Event != api.EventStdout && ev.Event != api.EventStderr {
 					return nil
 				}
 				b, err := ev.Chunk()
@@ -192,7 +193,7 @@ func newRunsLogsCmd(a *app) *cobra.Command {
 					return err
 				}
 				w := a.stdout
-				if ev.Event == gateway.EventStderr {
+				if ev.Event == api.EventStderr {
 					w = a.stderr
 				}
 				_, err = w.Write(b)

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/client"
 )
 
 // soakSample is one measurement of the gateway process.
@@ -164,11 +164,11 @@ func TestSoak(t *testing.T) {
 }
 
 // soakRun submits one run of kind k and waits for its end.
-func soakRun(c *gateway.Client, k soakKind) (sandgate.Outcome, error) {
+func soakRun(c *client.Client, k soakKind) (sandgate.Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if !k.cancel {
-		v, err := c.Submit(ctx, k.spec, gateway.SubmitOptions{Wait: time.Minute})
+		v, err := c.Submit(ctx, k.spec, client.SubmitOptions{Wait: time.Minute})
 		if err != nil {
 			return "", err
 		}
@@ -177,7 +177,7 @@ func soakRun(c *gateway.Client, k soakKind) (sandgate.Outcome, error) {
 		}
 		return *v.Outcome, nil
 	}
-	v, err := c.Submit(ctx, k.spec, gateway.SubmitOptions{})
+	v, err := c.Submit(ctx, k.spec, client.SubmitOptions{})
 	if err != nil {
 		return "", err
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
-	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // TestWarmPoolThroughServer runs through a real server with
@@ -34,7 +34,7 @@ func TestWarmPoolThroughServer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	trail := func(run gateway.RunView) []sandgate.AuditRecord {
+	trail := func(run api.RunView) []sandgate.AuditRecord {
 		t.Helper()
 		return s.waitAuditEvents(t, s.Token, url.Values{"run_id": {run.ID}}, func(ev []sandgate.AuditRecord) bool {
 			return hasEvent(ev, sandgate.EventContainerRemoved)

@@ -1,7 +1,10 @@
-package gateway
+// Package client is a typed Go client of sandgate's HTTP API. It speaks
+// the wire types of package gateway/api and answers every error answer of
+// the gateway as a *sandgate.Error with the stable code; it links neither
+// the server nor its HTTP framework.
+package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // Client is a typed client of the gateway's API.
@@ -22,29 +26,15 @@ type Client struct {
 	base  *url.URL
 	token string
 	// HTTP is the client requests go through. Its Timeout must be zero
-	// (or long) for log streams; NewClient sets none.
+	// (or long) for log streams; New sets none.
 	HTTP *http.Client
 	// UserAgent is sent with every request.
 	UserAgent string
 }
 
-// APIError is an error answer of the gateway.
-type APIError struct {
-	Status        int
-	Code          sandgate.ErrorCode
-	Message       string
-	CorrelationID string
-	Details       map[string]any
-}
-
-// Error implements error.
-func (e *APIError) Error() string {
-	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
-}
-
-// NewClient returns a client of the gateway at baseURL (such as
+// New returns a client of the gateway at baseURL (such as
 // http://127.0.0.1:8080) that authenticates with token.
-func NewClient(baseURL, token string) (*Client, error) {
+func New(baseURL, token string) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gateway URL %q: must be http(s)://host[:port]", baseURL)
@@ -62,17 +52,17 @@ type SubmitOptions struct {
 	CorrelationID string
 }
 
-// Submit asks for a run. A policy denial is an *APIError with code
+// Submit asks for a run. A policy denial is a *sandgate.Error with code
 // SANDGATE-POLICY-DENIED whose Details are the decision (see
-// DecisionFromDetails).
-func (c *Client) Submit(ctx context.Context, spec sandgate.RunSpec, opts SubmitOptions) (RunView, error) {
+// api.DecisionFromDetails).
+func (c *Client) Submit(ctx context.Context, spec sandgate.RunSpec, opts SubmitOptions) (api.RunView, error) {
 	q := url.Values{}
 	if opts.Wait > 0 {
 		q.Set("wait", opts.Wait.String())
 	}
 	body, err := json.Marshal(spec)
 	if err != nil {
-		return RunView{}, fmt.Errorf("encode run spec: %w", err)
+		return api.RunView{}, fmt.Errorf("encode run spec: %w", err)
 	}
 	h := http.Header{}
 	if opts.IdempotencyKey != "" {
@@ -81,14 +71,14 @@ func (c *Client) Submit(ctx context.Context, spec sandgate.RunSpec, opts SubmitO
 	if opts.CorrelationID != "" {
 		h.Set("X-Correlation-ID", opts.CorrelationID)
 	}
-	var run RunView
+	var run api.RunView
 	err = c.do(ctx, http.MethodPost, "/v1/runs", q, h, bytes.NewReader(body), &run)
 	return run, err
 }
 
 // Run returns a run.
-func (c *Client) Run(ctx context.Context, id string) (RunView, error) {
-	var run RunView
+func (c *Client) Run(ctx context.Context, id string) (api.RunView, error) {
+	var run api.RunView
 	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &run)
 	return run, err
 }
@@ -103,10 +93,13 @@ type ListOptions struct {
 	Until     time.Time
 	Limit     int
 	Cursor    string
+	// WithOutput asks for each run's output data (include=output); without
+	// it a listed run's output is its size and digest only.
+	WithOutput bool
 }
 
 // Runs lists runs, newest first.
-func (c *Client) Runs(ctx context.Context, o ListOptions) (RunList, error) {
+func (c *Client) Runs(ctx context.Context, o ListOptions) (api.RunList, error) {
 	q := url.Values{}
 	set := func(k, v string) {
 		if v != "" {
@@ -127,21 +120,24 @@ func (c *Client) Runs(ctx context.Context, o ListOptions) (RunList, error) {
 	if o.Limit > 0 {
 		q.Set("limit", strconv.Itoa(o.Limit))
 	}
-	var list RunList
+	if o.WithOutput {
+		q.Set("include", "output")
+	}
+	var list api.RunList
 	err := c.do(ctx, http.MethodGet, "/v1/runs", q, nil, nil, &list)
 	return list, err
 }
 
 // Cancel asks the gateway to stop a run and returns the run as it then is.
-func (c *Client) Cancel(ctx context.Context, id string) (RunView, error) {
-	var run RunView
+func (c *Client) Cancel(ctx context.Context, id string) (api.RunView, error) {
+	var run api.RunView
 	err := c.do(ctx, http.MethodDelete, "/v1/runs/"+url.PathEscape(id), nil, nil, nil, &run)
 	return run, err
 }
 
 // Volumes lists every team's cache volumes (admin).
-func (c *Client) Volumes(ctx context.Context) (VolumeList, error) {
-	var list VolumeList
+func (c *Client) Volumes(ctx context.Context) (api.VolumeList, error) {
+	var list api.VolumeList
 	err := c.do(ctx, http.MethodGet, "/v1/volumes", nil, nil, nil, &list)
 	return list, err
 }
@@ -152,48 +148,14 @@ func (c *Client) RemoveVolume(ctx context.Context, team, name string) error {
 }
 
 // Review evaluates a spec without running it.
-func (c *Client) Review(ctx context.Context, spec sandgate.RunSpec) (DecisionView, error) {
+func (c *Client) Review(ctx context.Context, spec sandgate.RunSpec) (api.DecisionView, error) {
 	body, err := json.Marshal(spec)
 	if err != nil {
-		return DecisionView{}, fmt.Errorf("encode run spec: %w", err)
+		return api.DecisionView{}, fmt.Errorf("encode run spec: %w", err)
 	}
-	var d DecisionView
+	var d api.DecisionView
 	err = c.do(ctx, http.MethodPost, "/v1/admission/review", nil, nil, bytes.NewReader(body), &d)
 	return d, err
-}
-
-// LogEvent is one Server-Sent Event of a run's log stream.
-type LogEvent struct {
-	ID    string
-	Event string
-	Data  []byte
-}
-
-// Chunk decodes a stdout or stderr event.
-func (e LogEvent) Chunk() ([]byte, error) {
-	var c ChunkData
-	if err := json.Unmarshal(e.Data, &c); err != nil {
-		return nil, fmt.Errorf("decode %s event: %w", e.Event, err)
-	}
-	return c.Bytes()
-}
-
-// Exit decodes an exit event.
-func (e LogEvent) Exit() (ExitData, error) {
-	var x ExitData
-	if err := json.Unmarshal(e.Data, &x); err != nil {
-		return ExitData{}, fmt.Errorf("decode exit event: %w", err)
-	}
-	return x, nil
-}
-
-// State decodes a state event.
-func (e LogEvent) State() (StateData, error) {
-	var st StateData
-	if err := json.Unmarshal(e.Data, &st); err != nil {
-		return StateData{}, fmt.Errorf("decode state event: %w", err)
-	}
-	return st, nil
 }
 
 // ErrStopStream may be returned by a Logs callback to end the stream early
@@ -203,13 +165,13 @@ var ErrStopStream = errors.New("stop stream")
 // Logs reads a run's log stream, calling fn for each event in order. With
 // follow it returns after the exit event (or when the server ends the
 // stream); fn's error ends it early.
-func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(LogEvent) error) error {
+func (c *Client) Logs(ctx context.Context, id string, follow bool, fn func(api.LogEvent) error) error {
 	return c.LogsFrom(ctx, id, follow, "", fn)
 }
 
 // LogsFrom is Logs resuming after the event whose id is lastEventID (""
 // for the start), as a reconnecting client does.
-func (c *Client) LogsFrom(ctx context.Context, id string, follow bool, lastEventID string, fn func(LogEvent) error) error {
+func (c *Client) LogsFrom(ctx context.Context, id string, follow bool, lastEventID string, fn func(api.LogEvent) error) error {
 	q := url.Values{}
 	if follow {
 		q.Set("follow", "true")
@@ -224,55 +186,13 @@ func (c *Client) LogsFrom(ctx context.Context, id string, follow bool, lastEvent
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return decodeAPIError(resp)
+		return decodeError(resp)
 	}
-	err = readSSE(resp.Body, fn)
+	err = api.ReadEvents(resp.Body, fn)
 	if errors.Is(err, ErrStopStream) {
 		return nil
 	}
 	return err
-}
-
-// readSSE parses an event stream (the subset the gateway writes, plus
-// multi-line data as the format allows).
-func readSSE(r io.Reader, fn func(LogEvent) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 8<<20)
-	var ev LogEvent
-	var data [][]byte
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if ev.Event != "" || len(data) > 0 {
-				if ev.Event == "" {
-					ev.Event = "message"
-				}
-				ev.Data = bytes.Join(data, []byte("\n"))
-				if err := fn(ev); err != nil {
-					return err
-				}
-			}
-			ev, data = LogEvent{}, nil
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "id":
-			ev.ID = string(value)
-		case "event":
-			ev.Event = string(value)
-		case "data":
-			data = append(data, append([]byte(nil), value...))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read log stream: %w", err)
-	}
-	return nil
 }
 
 func (c *Client) send(ctx context.Context, method, path string, q url.Values, h http.Header, body io.Reader) (*http.Response, error) {
@@ -317,7 +237,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return decodeAPIError(resp)
+		return decodeError(resp)
 	}
 	if out == nil {
 		return nil
@@ -328,9 +248,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, h ht
 	return nil
 }
 
-func decodeAPIError(resp *http.Response) error {
+// decodeError turns an error answer into a *sandgate.Error. An answer
+// without the error shape (a proxy's page) gets the code of its status
+// (api.CodeForStatus) and the start of its body as the message.
+func decodeError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var body ErrorBody
+	var body api.ErrorBody
 	if err := json.Unmarshal(raw, &body); err != nil || body.Error.Code == "" {
 		msg := strings.TrimSpace(string(raw))
 		if len(msg) > 200 {
@@ -339,11 +262,20 @@ func decodeAPIError(resp *http.Response) error {
 		if msg == "" {
 			msg = http.StatusText(resp.StatusCode)
 		}
-		return &APIError{Status: resp.StatusCode, Code: sandgate.CodeUnavailable, Message: msg,
+		d := api.ErrorDetail{Code: api.CodeForStatus(resp.StatusCode), Message: msg,
 			CorrelationID: resp.Header.Get("X-Correlation-ID")}
+		return d.Err()
 	}
-	return &APIError{
-		Status: resp.StatusCode, Code: body.Error.Code, Message: body.Error.Message,
-		CorrelationID: body.Error.CorrelationID, Details: body.Error.Details,
+	return body.Error.Err()
+}
+
+// CorrelationID returns the correlation ID of the gateway's error answer
+// in err's chain, or "".
+func CorrelationID(err error) string {
+	var se *sandgate.Error
+	if errors.As(err, &se) {
+		id, _ := se.Details["correlation_id"].(string)
+		return id
 	}
+	return ""
 }

@@ -1,0 +1,174 @@
+// Package api holds the wire types of sandgate's HTTP API: the JSON
+// bodies the gateway answers with, the events of a run's log stream, the
+// error shape and the status each error code is answered with. The server
+// (package gateway) writes them and the Go client (package
+// gateway/client) reads them; the OpenAPI document served at
+// GET /v1/openapi.json describes the same shapes.
+//
+// It depends on the root package and the standard library only, so that
+// a program that talks to a gateway does not link the server.
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate"
+)
+
+// RunView is a run as the API answers it: POST /v1/runs, GET and DELETE
+// /v1/runs/{id}, and each element of a RunList.
+type RunView struct {
+	ID             string              `json:"id"`
+	CorrelationID  string              `json:"correlation_id"`
+	DecisionID     string              `json:"decision_id"`
+	PolicyRevision string              `json:"policy_revision,omitempty"`
+	Principal      string              `json:"principal"`
+	Team           string              `json:"team"`
+	Node           string              `json:"node,omitempty"`
+	State          sandgate.State      `json:"state"`
+	Outcome        *sandgate.Outcome   `json:"outcome"`
+	ExitCode       *int                `json:"exit_code"`
+	OOMKilled      bool                `json:"oom_killed"`
+	Error          *sandgate.ErrorInfo `json:"error"`
+	ContainerID    string              `json:"container_id,omitempty"`
+	CreatedAt      time.Time           `json:"created_at"`
+	StartedAt      *time.Time          `json:"started_at"`
+	FinishedAt     *time.Time          `json:"finished_at"`
+	DurationMS     int64               `json:"duration_ms"`
+	Stdout         OutputView          `json:"stdout"`
+	Stderr         OutputView          `json:"stderr"`
+	Spec           sandgate.RunSpec    `json:"spec"`
+	Warnings       []string            `json:"warnings"`
+}
+
+// Finished reports whether the run has ended.
+func (r RunView) Finished() bool { return r.State == sandgate.StateFinished }
+
+// OutputView is one captured output stream of a run.
+type OutputView struct {
+	Data      string `json:"data"`
+	Encoding  string `json:"encoding"`
+	Bytes     int64  `json:"bytes"`
+	Truncated bool   `json:"truncated"`
+	SHA256    string `json:"sha256,omitempty"`
+}
+
+// Decode returns the captured bytes.
+func (o OutputView) Decode() ([]byte, error) {
+	if o.Encoding == sandgate.EncodingBase64 {
+		return base64.StdEncoding.DecodeString(o.Data)
+	}
+	return []byte(o.Data), nil
+}
+
+// RunList is a page of runs: GET /v1/runs.
+type RunList struct {
+	Runs       []RunView `json:"runs"`
+	NextCursor *string   `json:"next_cursor"`
+}
+
+// DecisionView is a policy decision as the API answers it: the body of
+// POST /v1/admission/review (with the normalised Spec) and the details of
+// a policy denial (without it).
+type DecisionView struct {
+	Allow          bool                 `json:"allow"`
+	Violations     []sandgate.Violation `json:"violations"`
+	Warnings       []sandgate.Violation `json:"warnings"`
+	Mutations      []sandgate.Mutation  `json:"mutations"`
+	PolicyRevision string               `json:"policy_revision"`
+	DecisionID     string               `json:"decision_id"`
+	Spec           *sandgate.RunSpec    `json:"spec,omitempty"`
+}
+
+// DecisionFromDetails reads a denial's details (the Details of a
+// SANDGATE-POLICY-DENIED error) back into a DecisionView.
+func DecisionFromDetails(details map[string]any) (DecisionView, error) {
+	raw, err := json.Marshal(details)
+	if err != nil {
+		return DecisionView{}, err
+	}
+	var v DecisionView
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return DecisionView{}, fmt.Errorf("decode decision: %w", err)
+	}
+	return v, nil
+}
+
+// PolicyStatus is GET /v1/policies and the answer of POST
+// /v1/policies/reload: the policy in force.
+type PolicyStatus = sandgate.PolicyStatus
+
+// ConfigView is GET /v1/config: what clients may ask for.
+type ConfigView struct {
+	Version        string            `json:"version"`
+	Node           string            `json:"node"`
+	AirGapped      bool              `json:"air_gapped"`
+	MountRoots     []string          `json:"mount_roots"`
+	Defaults       sandgate.Defaults `json:"defaults"`
+	Maxima         Limits            `json:"maxima"`
+	AllowedImages  []string          `json:"allowed_images"`
+	MaxWaitSeconds int64             `json:"max_wait_seconds"`
+	BodyLimitBytes int64             `json:"body_limit_bytes"`
+	PolicyRevision string            `json:"policy_revision"`
+}
+
+// Limits are the maxima in force, as GET /v1/config reports them; the
+// fields are those of the policy bundle's data (sandgate.config.maxima).
+type Limits struct {
+	MemoryMB         int64   `json:"memory_mb,omitempty"`
+	CPUs             float64 `json:"cpus,omitempty"`
+	Pids             int64   `json:"pids,omitempty"`
+	TmpfsMB          int64   `json:"tmpfs_mb,omitempty"`
+	Nofile           int64   `json:"nofile,omitempty"`
+	TimeoutSeconds   int     `json:"timeout_seconds,omitempty"`
+	OutputLimitBytes int64   `json:"output_limit_bytes,omitempty"`
+}
+
+// AuditEventList is a page of audit events: GET /v1/audit/events. Each
+// line of GET /v1/audit/export?format=jsonl is one of its Events.
+type AuditEventList struct {
+	Events     []sandgate.AuditRecord `json:"events"`
+	NextCursor *string                `json:"next_cursor"`
+}
+
+// VerifyReport is GET /v1/audit/verify.
+type VerifyReport = sandgate.VerifyReport
+
+// VolumeList is GET /v1/volumes.
+type VolumeList struct {
+	Volumes []sandgate.CacheVolume `json:"volumes"`
+}
+
+// SandboxList is GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []sandgate.Sandbox `json:"sandboxes"`
+}
+
+// CleanupResult is POST /v1/sandboxes/cleanup.
+type CleanupResult struct {
+	Removed []sandgate.Sandbox `json:"removed"`
+	Count   int                `json:"count"`
+}
+
+// Health is GET /healthz.
+type Health struct {
+	Status string `json:"status"`
+}
+
+// Readiness is GET /readyz when ready, and the details of its 503 answer
+// when not.
+type Readiness struct {
+	Ready   bool         `json:"ready"`
+	Checks  []ReadyCheck `json:"checks"`
+	Reasons []string     `json:"reasons"`
+}
+
+// ReadyCheck is one readiness check.
+type ReadyCheck struct {
+	Name  string `json:"name"`
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
