@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
@@ -409,5 +410,41 @@ func TestBridgeRunsCannotReachEachOther(t *testing.T) {
 	}
 	if c.Options["com.docker.network.bridge.enable_icc"] != "false" {
 		t.Errorf("network %s options %v: inter-container communication is not disabled", c.Name, c.Options)
+	}
+}
+
+// TestStaleCacheVolumeReplaced: a Docker volume sandgate made for a
+// volume directory that is gone (moved, wiped) is replaced, not an error;
+// one that is not sandgate's is refused, never removed.
+func TestStaleCacheVolumeReplaced(t *testing.T) {
+	ex, _ := volumeExecutor(t, nil)
+	name := "stale-" + randomHex(t, 3)
+	stale := executor.VolumePrefix + "payments." + name
+	ctx := t.Context()
+	if _, err := docker(t).VolumeCreate(ctx, volume.CreateOptions{Name: stale, Driver: "local",
+		DriverOpts: map[string]string{"type": "none", "o": "bind", "device": "/nonexistent/" + name},
+		Labels:     map[string]string{"sandgate.cache": "true", "sandgate.team": "payments", "sandgate.volume": name}}); err != nil {
+		t.Fatal(err)
+	}
+	job := newJob(t, func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: name, Target: "/cache"}} }, "sh", "-c", "echo ok > /cache/f && cat /cache/f")
+	job.Team = "payments"
+	if res := execute(t, ex, job); text(res.Stdout) != "ok\n" {
+		t.Fatalf("a run of the stale volume: %+v", res)
+	}
+
+	foreign := "foreign-" + randomHex(t, 3)
+	if _, err := docker(t).VolumeCreate(ctx, volume.CreateOptions{Name: executor.VolumePrefix + "payments." + foreign}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = docker(t).VolumeRemove(context.Background(), executor.VolumePrefix+"payments."+foreign, true)
+	})
+	job = newJob(t, func(s *sandgate.RunSpec) { s.Volumes = []sandgate.Volume{{Name: foreign, Target: "/cache"}} }, "true")
+	job.Team = "payments"
+	if _, err := ex.Execute(ctx, job); sandgate.ErrorCodeOf(err) != sandgate.CodeMountError || !strings.Contains(sandgate.ErrorMessageOf(err), "not sandgate's") {
+		t.Errorf("a volume that is not sandgate's: %v, want SBX-003", err)
+	}
+	if _, err := docker(t).VolumeInspect(ctx, executor.VolumePrefix+"payments."+foreign); err != nil {
+		t.Errorf("the foreign volume was removed: %v", err)
 	}
 }

@@ -145,7 +145,7 @@ func (e *Executor) ensureVolume(ctx context.Context, r *run, index int, name str
 		return "", refuse(err, "mount cache volume %q of team %s", name, team)
 	}
 	if err := e.bindVolume(ctx, r, docker, team, name); err != nil {
-		return "", refuse(err, "cache volume %q of team %s: %v", name, team, err)
+		return "", refuse(nil, "cache volume %q of team %s: %v", name, team, err)
 	}
 	return docker, nil
 }
@@ -236,11 +236,22 @@ func (e *Executor) bindVolume(ctx context.Context, r *run, docker, team, name st
 		return err
 	})
 	switch {
-	case err == nil:
-		if existing.Options["device"] != want || existing.Options["o"] != "bind" {
-			return fmt.Errorf("the docker volume %s exists but is not bound to its quota file system; remove it (docker volume rm %s)", docker, docker)
-		}
+	case err == nil && existing.Options["device"] == want && existing.Options["o"] == "bind":
 		return nil
+	case err == nil:
+		// Bound elsewhere: made by sandgate for another volume directory
+		// (changed, or wiped) it is stale, and is made again; anyone
+		// else's is not sandgate's to remove.
+		if existing.Labels[labelCache] != "true" || existing.Labels[labelVolumeTeam] != team || existing.Labels[labelVolumeName] != name {
+			return fmt.Errorf("the docker volume %s exists and is not sandgate's; remove or rename it", docker)
+		}
+		e.log.Warn("replacing a cache volume bound to another file system", "docker_volume", docker, "device", existing.Options["device"])
+		err := e.call(ctx, r, "remove stale volume", func(ctx context.Context) error {
+			return e.docker.VolumeRemove(ctx, docker, false)
+		})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("the docker volume %s is bound to another file system (%s) and cannot be replaced: %w", docker, existing.Options["device"], err)
+		}
 	case !cerrdefs.IsNotFound(err):
 		return dockerError(sandgate.CodeMountError, err, "inspect volume %s", docker)
 	}
