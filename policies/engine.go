@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -258,7 +255,13 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 // in Status, emits policy.load_failed and returns POLICY-INVALID with the
 // problems in Details["errors"].
 func (e *Engine) Reload(ctx context.Context) (sandgate.PolicyStatus, error) {
-	_, err := e.load(ctx, "api")
+	return e.ReloadFor(ctx, "api")
+}
+
+// ReloadFor is Reload for a trigger the caller names ("sighup"), which the
+// policy.loaded and policy.load_failed events record.
+func (e *Engine) ReloadFor(ctx context.Context, trigger string) (sandgate.PolicyStatus, error) {
+	_, err := e.load(ctx, trigger)
 	return e.Status(), err
 }
 
@@ -394,16 +397,13 @@ func (e *Engine) emit(ev sandgate.Event) {
 }
 
 // Watch reloads the bundle when a file in its directory changes (after
-// Options.Debounce of quiet) and on SIGHUP, until ctx ends. Failed reloads
-// keep the policy in force and are reported through Status, the log and
-// policy.load_failed events. The embedded bundle is only reloaded on
-// SIGHUP, which is then a no-op. Watch returns nil when ctx ends, or an
-// error when the directory cannot be watched.
+// Options.Debounce of quiet), until ctx ends. Failed reloads keep the
+// policy in force and are reported through Status, the log and
+// policy.load_failed events. The embedded bundle is never watched. Watch
+// returns nil when ctx ends, or an error when the directory cannot be
+// watched. Other reload triggers (a signal, an API call) belong to the
+// program that runs the engine: see ReloadFor.
 func (e *Engine) Watch(ctx context.Context) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
 	var fsEvents <-chan fsnotify.Event
 	var fsErrors <-chan error
 	if e.dir != "" {
@@ -428,8 +428,6 @@ func (e *Engine) Watch(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-hup:
-			e.reloadFrom(ctx, "sighup")
 		case ev, ok := <-fsEvents:
 			if !ok {
 				fsEvents = nil

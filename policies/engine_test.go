@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -392,28 +390,17 @@ func TestWatchFileChange(t *testing.T) {
 	}
 }
 
-func TestWatchSIGHUP(t *testing.T) {
-	// Catch SIGHUP ourselves too, so that a signal sent before Watch
-	// registers cannot kill the test binary.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-
+// TestReloadFor: a reload for a named trigger puts a changed bundle in
+// force and records the trigger.
+func TestReloadFor(t *testing.T) {
 	dir := copyBundle(t)
-	// A debounce this long keeps the file watcher out of the test.
-	e := newEngine(t, policies.Options{Dir: dir, Debounce: time.Hour})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Watch(ctx) }()
-	defer func() { cancel(); <-done }()
+	e := newEngine(t, policies.Options{Dir: dir})
 	rev0 := e.Status().Revision
 	editData(t, dir, `"pids": 1024`, `"pids": 2048`)
-	waitFor(t, func() bool {
-		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		return e.Status().Revision != rev0
-	})
+	st, err := e.ReloadFor(context.Background(), "sighup")
+	if err != nil || st.Revision == rev0 {
+		t.Fatalf("ReloadFor = %+v, %v; want a new revision", st, err)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

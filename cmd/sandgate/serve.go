@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -198,6 +200,7 @@ func serve(ctx context.Context, a *app) error {
 			logger.Error("policy watch", "err", err)
 		}
 	}()
+	go reloadOnSIGHUP(ctx, engine, logger)
 
 	warm, err := warmProfiles(cfg, engine)
 	if err != nil {
@@ -377,5 +380,23 @@ func warnCPUMaximum(ctx context.Context, engine *policies.Engine, exec *executor
 	if max > float64(cpus) {
 		logger.Warn("the policy admits more CPUs than this node has: runs asking for more than the node's CPUs will fail with SANDGATE-SBX-001; lower data.sandgate.config.maxima.cpus",
 			"maxima_cpus", max, "node_cpus", cpus)
+	}
+}
+
+// reloadOnSIGHUP reloads the policy on every SIGHUP until ctx ends. The
+// process, not the engine, owns its signals.
+func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if _, err := engine.ReloadFor(ctx, "sighup"); err != nil && ctx.Err() == nil {
+				logger.Warn("policy reload on SIGHUP refused; the policy in force stays", "err", err)
+			}
+		}
 	}
 }
