@@ -45,8 +45,6 @@ type RuleInfo struct {
 	// File and Row locate the rule's METADATA block.
 	File string `json:"file"`
 	Row  int    `json:"row"`
-
-	location *ast.Location
 }
 
 // ruleMeta is what the engine adds to each violation of a rule.
@@ -148,14 +146,14 @@ func ruleInfos(c *ast.Compiler) ([]RuleInfo, error) {
 					continue
 				}
 				if s.described {
-					errs = append(errs, fmt.Sprintf("%s: rule %q is described twice (also at %s); keep one METADATA block for it", a.Location, id, s.info.location))
+					errs = append(errs, fmt.Sprintf("%s: rule %q is described twice (also at %s:%d); keep one METADATA block for it", a.Location, id, s.info.File, s.info.Row))
 					continue
 				}
 				info, problems := readAnnotation(id, kind, a)
 				for _, p := range problems {
 					errs = append(errs, fmt.Sprintf("%s: rule %q: %s", a.Location, id, p))
 				}
-				info.File, info.Row, info.location = a.Location.File, a.Location.Row, a.Location
+				info.File, info.Row = a.Location.File, a.Location.Row
 				s.info, s.described = info, true
 			}
 		}
