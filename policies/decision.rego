@@ -27,7 +27,16 @@ package sandgate.admission
 import data.sandgate.config
 
 # decision is what the engine reads. policy_revision and decision_id are
-# added by the engine.
+# added by the engine, and each violation's controls and severity from
+# its rule's METADATA.
+#
+# METADATA
+# title: Admission decision
+# description: >-
+#   Whether a run may go ahead: allow, the violations and warnings the
+#   findings make after action overrides and exemptions, and the
+#   mutations to apply to the request.
+# entrypoint: true
 decision := {
 	"allow": true,
 	"violations": [],
