@@ -65,9 +65,16 @@ type AdmissionInput struct {
 // however many elements of the request it found at fault: Count says how
 // many, and Message names the first few.
 type Violation struct {
-	Rule     string   `json:"rule"`
-	Message  string   `json:"message"`
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+	// Controls are the CIS Docker Benchmark and Pod Security Standards
+	// controls the rule enforces, from its METADATA annotation in the
+	// bundle (and any the finding names itself).
 	Controls []string `json:"controls"`
+	// Severity is "critical", "high", "medium" or "low", from the rule's
+	// METADATA annotation (custom.severity): how much a request the rule
+	// denies could do, for whoever triages the audit trail.
+	Severity string `json:"severity,omitempty"`
 	// Action is "deny" or "warn"; a warn is reported and audited but does
 	// not block.
 	Action string `json:"action"`

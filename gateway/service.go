@@ -203,7 +203,7 @@ func (s *service) decisionPayload(dec sandgate.Decision) map[string]any {
 func violationDocs(vs []sandgate.Violation) []map[string]any {
 	out := make([]map[string]any, len(vs))
 	for i, v := range vs {
-		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "action": v.Action, "count": v.Count}
+		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "severity": v.Severity, "action": v.Action, "count": v.Count}
 	}
 	return out
 }

@@ -11,10 +11,18 @@ package sandgate.admission
 
 import data.sandgate.config
 
+# METADATA
+# title: Capabilities from the allowlist
+# description: >-
+#   Added capabilities only from
+#   data.sandgate.config.allowed_capabilities; ALL never. The executor
+#   drops every capability first, so only these come back.
+# custom:
+#   severity: critical
+#   controls: [CIS-5.4, PSS-restricted]
 finding contains {
 	"rule": "capabilities",
 	"message": sprintf("%scapabilities not allowed: %s (allowed: %s)", [_all_note(names), _named(array.slice(names, 0, 3), count(names)), concat(", ", config.allowed_capabilities)]),
-	"controls": ["CIS-5.4", "PSS-restricted"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -33,10 +41,18 @@ _all_note(names) := "cap_add ALL would grant every capability; " if {
 # (data.sandgate.config.network_capabilities: binding a low port, …) does
 # nothing in a container without one: denied with the reason, rather than
 # admitted to no effect.
+# METADATA
+# title: Capability without a network
+# description: >-
+#   A capability of data.sandgate.config.network_capabilities (binding a
+#   low port, ...) does nothing with network none: denied with the reason
+#   rather than admitted to no effect.
+# custom:
+#   severity: low
+#   controls: [CIS-5.4]
 finding contains {
 	"rule": "capability_needs_network",
 	"message": sprintf("cap_add %s has no effect with network \"none\"%s; leave it out", [_named(array.slice(names, 0, 3), count(names)), _air_gapped_note]),
-	"controls": ["CIS-5.4"],
 	"action": "deny",
 	"count": count(bad),
 } if {

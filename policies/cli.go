@@ -21,15 +21,20 @@ type Summary struct {
 
 // Check reads and compiles the bundle in dir ("" for the embedded one),
 // test modules included, without running anything. A bundle that does not
-// compile or does not define the decision is a POLICY-INVALID error with
-// every problem in Details["errors"].
+// compile, does not define the decision or has a rule without its
+// METADATA is a POLICY-INVALID error with every problem in
+// Details["errors"].
 func Check(_ context.Context, dir string) (Summary, error) {
 	b, err := readBundle(dir)
 	if err != nil {
 		_, source := bundleFS(dir)
 		return Summary{}, invalid(source, err)
 	}
-	if _, err := b.compile(); err != nil {
+	compiler, err := b.compile()
+	if err != nil {
+		return Summary{}, invalid(b.source, err)
+	}
+	if _, err := ruleInfos(compiler); err != nil {
 		return Summary{}, invalid(b.source, err)
 	}
 	c := ast.NewCompiler().WithCapabilities(capabilities()).WithStrict(true)
@@ -37,6 +42,27 @@ func Check(_ context.Context, dir string) (Summary, error) {
 		return Summary{}, invalid(b.source, &loadError{astErrors(c.Errors)})
 	}
 	return Summary{Source: b.source, Revision: b.revision, Modules: b.modules, Tests: len(b.tests)}, nil
+}
+
+// Rules reads and compiles the bundle in dir ("" for the embedded one)
+// and describes each of its rules from their METADATA annotations,
+// sorted by rule. A bundle the engine would refuse for its code or its
+// annotations is a POLICY-INVALID error.
+func Rules(_ context.Context, dir string) ([]RuleInfo, error) {
+	b, err := readBundle(dir)
+	if err != nil {
+		_, source := bundleFS(dir)
+		return nil, invalid(source, err)
+	}
+	compiler, err := b.compile()
+	if err != nil {
+		return nil, invalid(b.source, err)
+	}
+	infos, err := ruleInfos(compiler)
+	if err != nil {
+		return nil, invalid(b.source, err)
+	}
+	return infos, nil
 }
 
 // TestReport counts the outcomes of a bundle's Rego unit tests.

@@ -1,21 +1,42 @@
 # Package sandgate.admission decides whether a run may go ahead.
 #
-# Every rule family (one file each) adds findings to the `finding` set:
+# Every rule family (one file each) adds findings to the `finding` set,
+# each definition naming its rule with a string, and one definition of
+# each rule carrying its METADATA (title, description, custom.severity,
+# custom.controls):
 #
-#     finding contains {"rule": "...", "message": "...", "controls": [...], "action": "deny"} if { ... }
+#     # METADATA
+#     # title: ...
+#     # description: ...
+#     # custom:
+#     #   severity: high
+#     #   controls: [CIS-5.5]
+#     finding contains {"rule": "...", "message": "...", "action": "deny"} if { ... }
 #
-# Each finding says "action": "deny" or "warn"; one that says neither is a
-# deny. This file turns findings into the
-# decision: data.sandgate.config.actions can change a rule's action, and an
-# active exemption turns a deny into a warn that names the exemption. Mutations (JSON Patch "replace" operations on the request)
-# come from the `mutation` set; the engine applies them and evaluates the
-# mutated request again.
+# The engine gives each violation the controls and severity of its rule's
+# annotation, so a finding does not repeat them (it may still name
+# controls of its own, which are added). Each finding says "action":
+# "deny" or "warn"; one that says neither is a deny. This file turns
+# findings into the decision: data.sandgate.config.actions can change a
+# rule's action, and an active exemption turns a deny into a warn that
+# names the exemption. Mutations (JSON Patch "replace" operations on the
+# request) come from the `mutation` set; the engine applies them and
+# evaluates the mutated request again.
 package sandgate.admission
 
 import data.sandgate.config
 
 # decision is what the engine reads. policy_revision and decision_id are
-# added by the engine.
+# added by the engine, and each violation's controls and severity from
+# its rule's METADATA.
+#
+# METADATA
+# title: Admission decision
+# description: >-
+#   Whether a run may go ahead: allow, the violations and warnings the
+#   findings make after action overrides and exemptions, and the
+#   mutations to apply to the request.
+# entrypoint: true
 decision := {
 	"allow": true,
 	"violations": [],

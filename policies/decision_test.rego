@@ -11,13 +11,15 @@ test_fixture_request_is_allowed if {
 	d.mutations == []
 }
 
+# Controls and severity are not the findings' to say: the engine adds
+# them from each rule's METADATA, and refuses a bundle with a rule that
+# has none.
 test_every_violation_is_complete if {
 	d := admission.decision with input as fixtures.input_with({"privileged": true, "ports": ["80:80"], "cap_add": ["ALL"]})
 	count(d.violations) >= 3
 	every v in d.violations {
 		v.rule != ""
 		v.message != ""
-		count(v.controls) > 0
 		v.action == "deny"
 	}
 }

@@ -3,10 +3,17 @@ package sandgate.admission
 
 import data.sandgate.config
 
+# METADATA
+# title: No host devices
+# description: >-
+#   No host device is passed to the container: a block device is the
+#   host's disk, and others reach the kernel directly.
+# custom:
+#   severity: critical
+#   controls: [CIS-5.18, PSS-baseline]
 finding contains {
 	"rule": "no_devices",
 	"message": sprintf("host devices must not be passed to the container: %s", [_named(array.slice(devices, 0, 3), count(devices))]),
-	"controls": ["CIS-5.18", "PSS-baseline"],
 	"action": "deny",
 	"count": count(devices),
 } if {
@@ -14,10 +21,18 @@ finding contains {
 	count(devices) > 0
 }
 
+# METADATA
+# title: Safe sysctls only
+# description: >-
+#   Kernel parameters only from data.sandgate.config.allowed_sysctls,
+#   Kubernetes' safe set: namespaced parameters that cannot affect the
+#   host or other containers.
+# custom:
+#   severity: medium
+#   controls: [PSS-baseline]
 finding contains {
 	"rule": "sysctls",
 	"message": sprintf("sysctls not in the safe set (data.sandgate.config.allowed_sysctls): %s", [_named(array.slice(bad, 0, 3), count(bad))]),
-	"controls": ["PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -32,10 +47,18 @@ finding contains {
 # sysctl's value is a list of integers data.sandgate.config.sysctl_values
 # describes ("count" of them, each within "min" and "max", "ascending"
 # when each must be at least the one before).
+# METADATA
+# title: Sysctl values the kernel takes
+# description: >-
+#   An allowed sysctl's value must be one the kernel takes
+#   (data.sandgate.config.sysctl_values), or the container fails at start,
+#   after admission.
+# custom:
+#   severity: low
+#   controls: [PSS-baseline]
 finding contains {
 	"rule": "sysctl_value",
 	"message": sprintf("sysctl values the kernel would refuse: %s", [_named(array.slice(bad, 0, 3), count(bad))]),
-	"controls": ["PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {

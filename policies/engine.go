@@ -81,6 +81,8 @@ type policy struct {
 	mask     []string
 	teams    teamConfig
 	config   map[string]any
+	// rules are the bundle's METADATA by rule, for the violations.
+	rules map[string]ruleMeta
 }
 
 // Engine evaluates admission decisions against a policy bundle and keeps it
@@ -327,6 +329,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	infos, err := ruleInfos(compiler)
+	if err != nil {
+		return nil, err
+	}
 	defaults, err := b.defaults()
 	if err != nil {
 		return nil, &loadError{[]string{err.Error()}}
@@ -372,6 +378,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		mask:     mask,
 		teams:    teams,
 		config:   b.config(),
+		rules:    ruleMetas(infos),
 	}, nil
 }
 
@@ -517,7 +524,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 			return deny(d, RulePolicyUndefined, DecisionQuery+" is undefined for this request"), nil
 		}
-		out, err := decodeResult(rs[0].Expressions[0].Value)
+		out, err := decodeResult(rs[0].Expressions[0].Value, p.rules)
 		if err != nil {
 			return deny(d, RulePolicyError, "the policy's decision is malformed: "+err.Error()), nil
 		}
@@ -579,7 +586,7 @@ func deny(d sandgate.Decision, rule, message string) sandgate.Decision {
 }
 
 func failClosed(rule, message string) sandgate.Violation {
-	return sandgate.Violation{Rule: rule, Message: truncateMessage(message), Controls: []string{}, Action: "deny", Count: 1}
+	return sandgate.Violation{Rule: rule, Message: truncateMessage(message), Controls: []string{}, Severity: UnratedSeverity, Action: "deny", Count: 1}
 }
 
 // IsPolicyInvalid reports whether err is the POLICY-INVALID error of a

@@ -36,10 +36,18 @@ _image := {"registry": registry, "name": name} if {
 	name := regex.replace(concat("/", [registry, path]), `^docker\.io/(?:library/([^/]+)$)?`, "$1")
 }
 
+# METADATA
+# title: Image reference
+# description: >-
+#   The image is a reference Docker reads:
+#   [registry/]repository[:tag][@sha256:digest], the repository in lower
+#   case. Other rules judge the image by it.
+# custom:
+#   severity: low
+#   controls: [CIS-5.28]
 finding contains {
 	"rule": "image_reference",
 	"message": sprintf("image %q is not an image reference: [registry/]repository[:tag][@sha256:digest], with a lower-case repository of at most 255 characters", [input.request.image]),
-	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
 	not _default_image
@@ -51,10 +59,18 @@ finding contains {
 # the common case, decided without parsing the reference.
 _default_image if input.request.image == config.defaults.image
 
+# METADATA
+# title: Images from allowed repositories
+# description: >-
+#   The image's repository, in Docker Hub's shortest spelling, matches an
+#   entry of data.sandgate.config.allowed_images: an exact repository, or
+#   a glob within a registry named by host.
+# custom:
+#   severity: high
+#   controls: [CIS-5.28]
 finding contains {
 	"rule": "image_allowlist",
 	"message": sprintf("image %q is not from an allowed repository (%s)", [input.request.image, concat(", ", config.allowed_images)]),
-	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
 	not _default_image
@@ -62,10 +78,17 @@ finding contains {
 	not glob.match(concat("", ["{", concat(",", config.allowed_images), "}"]), ["/"], image.name)
 }
 
+# METADATA
+# title: Image pinned by digest
+# description: >-
+#   When data.sandgate.config.require_digest is true, the image is pinned
+#   by @sha256: digest, so that what runs is what was vetted.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.28]
 finding contains {
 	"rule": "image_digest",
 	"message": sprintf("image %q must be pinned by digest (name@sha256:…)", [input.request.image]),
-	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
 	config.require_digest == true
@@ -77,10 +100,18 @@ _image_pinned if regex.match(`@sha256:[a-f0-9]{64}$`, input.request.image)
 # A pull policy other than "never" may send the executor to the image's
 # registry: only to one the data names. Air-gapped mode turns the pull
 # policy into "never" (network.rego).
+# METADATA
+# title: Pulls only from named registries
+# description: >-
+#   A pull policy other than never is admitted only for an image whose
+#   registry data.sandgate.config.pull_registries names (Docker Hub is
+#   docker.io).
+# custom:
+#   severity: medium
+#   controls: [CIS-5.28]
 finding contains {
 	"rule": "image_pull_registry",
 	"message": sprintf("pull_policy %q may pull image %q from %s, which data.sandgate.config.pull_registries does not name (%s); use pull_policy never and load the image (sandgate image load)", [input.request.pull_policy, input.request.image, image.registry, concat(", ", config.pull_registries)]),
-	"controls": ["CIS-5.28"],
 	"action": "deny",
 } if {
 	input.request.pull_policy != "never"

@@ -271,6 +271,7 @@ var (
 	keyRule       = ast.StringTerm("rule")
 	keyMessage    = ast.StringTerm("message")
 	keyControls   = ast.StringTerm("controls")
+	keySeverity   = ast.StringTerm("severity")
 	keyAction     = ast.StringTerm("action")
 	keyCount      = ast.StringTerm("count")
 	keyOp         = ast.StringTerm("op")
@@ -279,8 +280,9 @@ var (
 )
 
 // decodeResult reads the decision object. "allow" must be a boolean; the
-// lists may be missing but not of another type.
-func decodeResult(v any) (result, error) {
+// lists may be missing but not of another type. rules are the bundle's
+// METADATA, which give each violation its controls and severity.
+func decodeResult(v any, rules map[string]ruleMeta) (result, error) {
 	var r result
 	obj, ok := v.(ast.Object)
 	if !ok {
@@ -292,10 +294,10 @@ func decodeResult(v any) (result, error) {
 	}
 	r.allow = bool(allow)
 	var err error
-	if r.violations, err = decodeViolations(obj, keyViolations, "deny"); err != nil {
+	if r.violations, err = decodeViolations(obj, keyViolations, "deny", rules); err != nil {
 		return r, err
 	}
-	if r.warnings, err = decodeViolations(obj, keyWarnings, "warn"); err != nil {
+	if r.warnings, err = decodeViolations(obj, keyWarnings, "warn", rules); err != nil {
 		return r, err
 	}
 	muts, err := arrayOf(obj, keyMutations)
@@ -338,7 +340,14 @@ const maxMergedMessages = 3
 // reports every element of a list on its own) are merged into one
 // violation whose count is their sum and whose message names the first
 // few. Count is at least 1.
-func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.Violation, error) {
+//
+// A violation's controls are those of its rule's METADATA followed by any
+// the findings name themselves (a bundle may still write them), and its
+// severity is its rule's METADATA's. A rule no METADATA describes (a
+// bundle that assembles its decision without the finding set) keeps the
+// controls its findings name, and the severity they give if it is one of
+// Severities, or else UnratedSeverity.
+func decodeViolations(obj ast.Object, key *ast.Term, action string, rules map[string]ruleMeta) ([]sandgate.Violation, error) {
 	list, err := arrayOf(obj, key)
 	if err != nil {
 		return nil, err
@@ -376,20 +385,27 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 			merged[j]++
 			o := &out[j]
 			o.Count += v.Count
+			o.Controls = appendControls(o.Controls, getValue(vo, keyControls))
 			if merged[j] <= maxMergedMessages {
 				o.Message += "; " + v.Message
 			}
 			continue
 		}
-		if cs, ok := getValue(vo, keyControls).(*ast.Array); ok {
-			v.Controls = make([]string, 0, cs.Len())
-			for j := 0; j < cs.Len(); j++ {
-				if s, ok := cs.Elem(j).Value.(ast.String); ok {
-					v.Controls = append(v.Controls, string(s))
-				}
+		own := getValue(vo, keyControls)
+		if meta, ok := rules[v.Rule]; ok {
+			v.Severity = meta.severity
+			n := len(meta.controls)
+			if a, ok := own.(*ast.Array); ok {
+				n += a.Len()
 			}
+			// A copy: the decision is the caller's to keep and change.
+			v.Controls = appendControls(append(make([]string, 0, n), meta.controls...), own)
 		} else {
-			v.Controls = []string{}
+			v.Severity = UnratedSeverity
+			if sev, ok := stringAt(vo, keySeverity); ok && slices.Contains(Severities, sev) {
+				v.Severity = sev
+			}
+			v.Controls = appendControls([]string{}, own)
 		}
 		out = append(out, v)
 	}
@@ -400,6 +416,21 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string) ([]sandgate.
 		out[j].Message = truncateMessage(out[j].Message)
 	}
 	return out, nil
+}
+
+// appendControls appends to cs the strings of the array own that cs does
+// not hold yet.
+func appendControls(cs []string, own ast.Value) []string {
+	a, ok := own.(*ast.Array)
+	if !ok {
+		return cs
+	}
+	for j := 0; j < a.Len(); j++ {
+		if s, ok := a.Elem(j).Value.(ast.String); ok && !slices.Contains(cs, string(s)) {
+			cs = append(cs, string(s))
+		}
+	}
+	return cs
 }
 
 // truncateMessage cuts m to maxMessageBytes at a rune boundary, marking

@@ -30,10 +30,17 @@ _sensitive_glob := concat("", ["{", concat(",", config.sensitive_paths), "}{,/**
 # _socket_glob matches a runtime socket's path, wherever it is.
 _socket_glob := concat("", ["**/{", concat(",", config.docker_socket_names), "}"])
 
+# METADATA
+# title: Resolved mounts only
+# description: >-
+#   Every bind mount has the host path normalisation resolved: a request
+#   that was not normalised cannot be judged by the mount rules.
+# custom:
+#   severity: high
+#   controls: [CIS-5.6]
 finding contains {
 	"rule": "mount_unresolved",
 	"message": sprintf("%s: no resolved host path; only normalised requests are admitted", [_mounts_named(mounts, bad)]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -52,10 +59,18 @@ _mounts_named(mounts, bad) := _named(
 	count(bad),
 )
 
+# METADATA
+# title: No sensitive host paths
+# description: >-
+#   No bind mount is, lies below or contains a path of
+#   data.sandgate.config.sensitive_paths (/etc, /var, /proc, ...), judged
+#   by resolved path and whole components; so / never.
+# custom:
+#   severity: critical
+#   controls: [CIS-5.6, PSS-baseline]
 finding contains {
 	"rule": "no_sensitive_mounts",
 	"message": sprintf("%s: is, lies below or contains a sensitive host path (data.sandgate.config.sensitive_paths)", [_mounts_named(mounts, bad)]),
-	"controls": ["CIS-5.6", "PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -73,10 +88,18 @@ _sensitive("/")
 # … or above one.
 _sensitive(p) if strings.any_prefix_match(config.sensitive_paths, concat("", [p, "/"]))
 
+# METADATA
+# title: No container runtime socket
+# description: >-
+#   No bind mount whose resolved or requested path ends in a name of
+#   data.sandgate.config.docker_socket_names, wherever it lies: the
+#   runtime's socket is root on the host.
+# custom:
+#   severity: critical
+#   controls: [CIS-5.32, PSS-baseline]
 finding contains {
 	"rule": "no_docker_socket",
 	"message": sprintf("%s: is a container runtime socket", [_mounts_named(mounts, bad)]),
-	"controls": ["CIS-5.32", "PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -92,10 +115,18 @@ _socket(socket, m) if {
 	glob.match(socket, ["/"], p)
 }
 
+# METADATA
+# title: Mounts within the mount roots
+# description: >-
+#   Every bind mount lies within a mount root (SANDGATE_MOUNT_ROOTS), by
+#   resolved path and whole components; with no root configured, no bind
+#   mount is admitted.
+# custom:
+#   severity: high
+#   controls: [CIS-5.6]
 finding contains {
 	"rule": "mount_outside_roots",
 	"message": sprintf("%s: not within a mount root (%s)", [_mounts_named(mounts, bad), concat(", ", input.settings.mount_roots)]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -108,7 +139,6 @@ finding contains {
 finding contains {
 	"rule": "mount_outside_roots",
 	"message": sprintf("%s: bind mounts are disabled: no mount roots are configured (SANDGATE_MOUNT_ROOTS)", [_mounts_named(mounts, bad)]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -135,10 +165,18 @@ _root_dirs := [concat("", [trim_suffix(root, "/"), "/"]) | some root in input.se
 # relative to each root), in place of its own. No role is exempt; an
 # exemption in the data can be. A team whose name is not a plain path
 # component ("", "..", "a/b") has no directory at all.
+# METADATA
+# title: Mounts within the team's directories
+# description: >-
+#   Within the roots, a team mounts only under <root>/<team>/ of each
+#   root, or the directories data.sandgate.config.team_mount_dirs maps it
+#   to, so that no team mounts another's data. No role is exempt.
+# custom:
+#   severity: high
+#   controls: [CIS-5.6]
 finding contains {
 	"rule": "mount_outside_team_dir",
 	"message": sprintf("%s: %s", [_mounts_named(mounts, bad), _team_dirs_message]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -173,10 +211,18 @@ _plain_team(team) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`, team)
 
 # Bind mounts are always rprivate: the executor refuses any other
 # propagation (normalisation spells it in lower case).
+# METADATA
+# title: Private mount propagation
+# description: >-
+#   Bind mounts are always rprivate: any propagation but empty, private or
+#   rprivate (shared, slave, an unknown value) is refused, as the executor
+#   would refuse it.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.20]
 finding contains {
 	"rule": "mount_propagation",
 	"message": sprintf("%s: propagation %s is not allowed; bind mounts are always rprivate (leave it out, or ask for private or rprivate)", [_mounts_named(mounts, bad), concat(", ", sort({sprintf("%q", [mounts[i].propagation]) | some i in bad}))]),
-	"controls": ["CIS-5.20"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -189,10 +235,18 @@ finding contains {
 # sandgate-cache-<team>.<name>. A name is a plain name without "." (so the
 # last "." splits team from name, and no two teams' volumes can share a
 # Docker name), and the team's name must be able to name a volume.
+# METADATA
+# title: Plain cache volume names
+# description: >-
+#   A cache volume's name is 1 to 64 letters, digits, _ and -: no path and
+#   no '.', so that the executor's sandgate-cache-<team>.<name> is one
+#   team's alone.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.6]
 finding contains {
 	"rule": "volume_name",
 	"message": sprintf("%s: a volume name is 1 to 64 letters, digits, '_' and '-' (no '.', no path)", [_named([sprintf("volumes[%d] %q", [i, object.get(volumes[i], "name", "")]) | some i in array.slice(bad, 0, 3)], count(bad))]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -203,10 +257,18 @@ finding contains {
 
 _plain_volume_name(v) if regex.match(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`, v.name)
 
+# METADATA
+# title: A team that can own volumes
+# description: >-
+#   Cache volumes belong to the principal's team, whose name must be 1 to
+#   63 letters, digits, _, . and -, starting with a letter or digit, to
+#   name them.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.6]
 finding contains {
 	"rule": "volume_team",
 	"message": sprintf("team %q cannot own cache volumes: a team's name must be 1 to 63 letters, digits, '_', '.' and '-', starting with a letter or digit", [object.get(input.principal, "team", "")]),
-	"controls": ["CIS-5.6"],
 	"action": "deny",
 	"count": count(volumes),
 } if {

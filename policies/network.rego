@@ -7,19 +7,34 @@ package sandgate.admission
 
 import data.sandgate.config
 
+# METADATA
+# title: No host network
+# description: >-
+#   Network host is refused whatever the data says: it reaches every
+#   service of the host's loopback and interfaces.
+# custom:
+#   severity: high
+#   controls: [CIS-5.10, PSS-baseline]
 finding contains {
 	"rule": "no_host_network",
 	"message": "the host network is forbidden",
-	"controls": ["CIS-5.10", "PSS-baseline"],
 	"action": "deny",
 } if {
 	input.request.network == "host"
 }
 
+# METADATA
+# title: Networks from the allowlist
+# description: >-
+#   The network is one of data.sandgate.config.allowed_networks (none and
+#   bridge by default); another container's network, or a user-defined
+#   one, reaches what it reaches.
+# custom:
+#   severity: high
+#   controls: [CIS-5.10]
 finding contains {
 	"rule": "network_allowlist",
 	"message": sprintf("network %q is not allowed; allowed: %s", [object.get(input.request, "network", ""), concat(", ", config.allowed_networks)]),
-	"controls": ["CIS-5.10"],
 	"action": "deny",
 } if {
 	not _network_allowed
@@ -32,6 +47,11 @@ _network_allowed if input.request.network in config.allowed_networks
 # index skips it for every other network; this helper is for negation.
 _host_network if input.request.network == "host"
 
+# METADATA
+# title: Air-gapped network
+# description: >-
+#   In air-gapped mode (SANDGATE_AIR_GAPPED), an allowed network is
+#   replaced by none.
 mutation contains {
 	"op": "replace",
 	"path": "/network",
@@ -43,6 +63,11 @@ mutation contains {
 	input.request.network in config.allowed_networks
 }
 
+# METADATA
+# title: Air-gapped pull policy
+# description: >-
+#   In air-gapped mode (SANDGATE_AIR_GAPPED), the pull policy is replaced
+#   by never.
 mutation contains {
 	"op": "replace",
 	"path": "/pull_policy",

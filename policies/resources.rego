@@ -12,15 +12,15 @@ package sandgate.admission
 
 import data.sandgate.config
 
-# _limit_rules names the rule and controls of each limit.
+# _limit_rules names the rule of each limit.
 _limit_rules := {
-	"memory_mb": {"rule": "memory_limit", "controls": ["CIS-5.11"]},
-	"cpus": {"rule": "cpu_limit", "controls": ["CIS-5.11"]},
-	"pids": {"rule": "pids_limit", "controls": ["CIS-5.29"]},
-	"tmpfs_mb": {"rule": "tmpfs_limit", "controls": ["CIS-5.11"]},
-	"nofile": {"rule": "nofile_limit", "controls": ["CIS-5.11"]},
-	"timeout_seconds": {"rule": "timeout_limit", "controls": ["CIS-5.11"]},
-	"output_limit_bytes": {"rule": "output_limit", "controls": ["CIS-5.11"]},
+	"memory_mb": "memory_limit",
+	"cpus": "cpu_limit",
+	"pids": "pids_limit",
+	"tmpfs_mb": "tmpfs_limit",
+	"nofile": "nofile_limit",
+	"timeout_seconds": "timeout_limit",
+	"output_limit_bytes": "output_limit",
 }
 
 # _limits are the request's limits, flat, as maxima names them.
@@ -60,60 +60,111 @@ _limits_ok if {
 	output_limit_bytes <= max_output_limit_bytes
 }
 
-# A limit above its maximum. Only the limits _limit_rules names have a rule
-# to report, and one of them above its maximum is never within bounds, so
-# no other guard is needed. Rules and data are bound to locals before the
-# loop: a reference to a rule costs a lookup in every iteration.
+# A limit that is missing, not positive, below its minimum or above its
+# maximum. Each limit is a rule of its own, which the METADATA blocks
+# below describe one by one (custom.rule), while one definition reports
+# them all: a request within bounds then costs one evaluation of
+# _limits_ok here, not one per limit.
+
+# METADATA
+# title: Memory limit
+# description: >-
+#   resources.memory_mb must be set, at least minima.memory_mb (Docker
+#   refuses less than 6 MB) and at most maxima.memory_mb, so that one run
+#   cannot take the memory of the node from the others.
+# custom:
+#   rule: memory_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: CPU limit
+# description: >-
+#   resources.cpus must be set, at least minima.cpus (Docker refuses less
+#   than 0.01) and at most maxima.cpus, which must not exceed the CPUs of
+#   the smallest node.
+# custom:
+#   rule: cpu_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Process limit
+# description: >-
+#   resources.pids must be set, at least minima.pids (docker-init and the
+#   command) and at most maxima.pids, so that a fork bomb stays within its
+#   container.
+# custom:
+#   rule: pids_limit
+#   severity: medium
+#   controls: [CIS-5.29]
+
+# METADATA
+# title: tmpfs size
+# description: >-
+#   resources.tmpfs_mb, the size of the writable /tmp, must be set and lie
+#   between minima.tmpfs_mb and maxima.tmpfs_mb: tmpfs pages are memory.
+# custom:
+#   rule: tmpfs_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Open file limit
+# description: >-
+#   resources.nofile must be set, at least minima.nofile (runc needs
+#   descriptors of its own to start the container) and at most
+#   maxima.nofile.
+# custom:
+#   rule: nofile_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Run timeout
+# description: >-
+#   timeout_seconds must be set and lie between minima.timeout_seconds and
+#   maxima.timeout_seconds, so that no run holds its share of the node for
+#   ever.
+# custom:
+#   rule: timeout_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Output limit
+# description: >-
+#   output_limit_bytes must be set and lie between
+#   minima.output_limit_bytes and maxima.output_limit_bytes: the gateway
+#   holds and stores what a run prints.
+# custom:
+#   rule: output_limit
+#   severity: medium
+#   controls: [CIS-5.11]
 finding contains {
-	"rule": limit.rule,
-	"message": sprintf("%s %v exceeds the maximum %v", [field, value, maximum]),
-	"controls": limit.controls,
+	"rule": rule,
+	"message": message,
 	"action": "deny",
 } if {
 	not _limits_ok
-	limits := _limits
-	maxima := config.maxima
-	some field, limit in _limit_rules
-	value := limits[field]
-	maximum := maxima[field]
-	value > maximum
+	some field, rule in _limit_rules
+	message := _limit_problem(field)
 }
 
-# A positive limit below its minimum (one that is not positive is reported
-# as unset, below).
-finding contains {
-	"rule": limit.rule,
-	"message": sprintf("%s %v is below the minimum %v", [field, value, minimum]),
-	"controls": limit.controls,
-	"action": "deny",
-} if {
-	not _limits_ok
-	limits := _limits
-	minima := config.minima
-	some field, limit in _limit_rules
-	value := limits[field]
-	minimum := minima[field]
+# _limit_problem says what is wrong with the limit of field: above its
+# maximum, positive but below its minimum, or missing or not positive;
+# undefined when it is within bounds.
+_limit_problem(field) := sprintf("%s %v exceeds the maximum %v", [field, value, maximum]) if {
+	value := _limits[field]
+	maximum := config.maxima[field]
+	value > maximum
+} else := sprintf("%s %v is below the minimum %v", [field, value, minimum]) if {
+	value := _limits[field]
+	minimum := config.minima[field]
 	value > 0
 	value < minimum
-}
-
-finding contains {
-	"rule": limit.rule,
-	"message": sprintf("%s must be set to a positive number", [field]),
-	"controls": limit.controls,
-	"action": "deny",
-} if {
-	not _limits_ok
-	not _limits_set
-	some field, limit in _limit_rules
+} else := sprintf("%s must be set to a positive number", [field]) if {
 	not _positive(field)
-}
-
-# _limits_set: every limit is there and positive, checked at once with
-# min() as in _limits_ok, for requests _limits_ok refuses.
-_limits_set if {
-	r := input.request.resources
-	min([r.memory_mb, r.cpus, r.pids, r.tmpfs_mb, r.nofile, input.request.timeout_seconds, input.request.output_limit_bytes]) > 0
 }
 
 # Negations go through helper rules: OPA evaluates a reference in a call's

@@ -11,19 +11,33 @@ package sandgate.admission
 
 import data.sandgate.config
 
+# METADATA
+# title: Seccomp confined
+# description: >-
+#   seccomp=unconfined is refused: Docker's default profile blocks the
+#   system calls a container has no business making.
+# custom:
+#   severity: high
+#   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "seccomp_unconfined",
 	"message": "seccomp must not be unconfined; Docker's default profile is applied",
-	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
 	input.request.security.seccomp == "unconfined"
 }
 
+# METADATA
+# title: Docker's default seccomp profile
+# description: >-
+#   Any seccomp profile but default and runtime/default is refused: the
+#   executor applies Docker's default profile and no other.
+# custom:
+#   severity: low
+#   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "seccomp_profile",
 	"message": sprintf("seccomp profile %q is not applied: every container runs Docker's default profile; leave it out or ask for \"default\"", [profile]),
-	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
 	profile := input.request.security.seccomp
@@ -31,19 +45,32 @@ finding contains {
 	not profile in {"default", "runtime/default", "unconfined"}
 }
 
+# METADATA
+# title: AppArmor confined
+# description: >-
+#   apparmor=unconfined is refused.
+# custom:
+#   severity: high
+#   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "apparmor_unconfined",
 	"message": "AppArmor must not be unconfined",
-	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
 	input.request.security.apparmor == "unconfined"
 }
 
+# METADATA
+# title: AppArmor profiles from the allowlist
+# description: >-
+#   An AppArmor profile other than docker-default, the default, must be
+#   one of data.sandgate.config.allowed_apparmor_profiles.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "apparmor_profile",
 	"message": sprintf("AppArmor profile %q is not allowed; allowed: docker-default (the default)%s", [profile, concat("", [concat("", [", ", p]) | some p in config.allowed_apparmor_profiles])]),
-	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 } if {
 	profile := input.request.security.apparmor
@@ -54,10 +81,18 @@ finding contains {
 
 # "disable" turns labelling off; the types spc_t ("super privileged
 # container") and unconfined_t run outside SELinux confinement.
+# METADATA
+# title: SELinux confined
+# description: >-
+#   SELinux confinement is not turned off: label=disable, and the types
+#   that run outside confinement, type:spc_t and type:unconfined_t,
+#   whatever the data says.
+# custom:
+#   severity: high
+#   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "selinux_disabled",
 	"message": sprintf("SELinux confinement must not be turned off (label %s)", [_named(array.slice(bad, 0, 3), count(bad))]),
-	"controls": ["CIS-5.22", "PSS-baseline"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -71,10 +106,18 @@ _selinux_off(l) if startswith(l, "disable")
 
 _selinux_off(l) if l in {"type:spc_t", "type:unconfined_t"}
 
+# METADATA
+# title: SELinux labels from the allowlist
+# description: >-
+#   Any other SELinux label option must be one of
+#   data.sandgate.config.allowed_selinux_labels: another type or level may
+#   reach other containers' files.
+# custom:
+#   severity: medium
+#   controls: [CIS-5.22]
 finding contains {
 	"rule": "selinux_label",
 	"message": sprintf("SELinux label options not allowed: %s (allowed: %s)", [_named(array.slice(bad, 0, 3), count(bad)), concat(", ", config.allowed_selinux_labels)]),
-	"controls": ["CIS-5.22"],
 	"action": "deny",
 	"count": count(bad),
 } if {
@@ -86,10 +129,17 @@ finding contains {
 }
 
 # The executor always masks them: any value is refused there.
+# METADATA
+# title: Masked system paths
+# description: >-
+#   Any systempaths value is refused: the paths of /proc and /sys the
+#   runtime masks (kcore, sysrq-trigger, ...) always stay masked.
+# custom:
+#   severity: high
+#   controls: [PSS-baseline]
 finding contains {
 	"rule": "systempaths_unconfined",
 	"message": sprintf("masked /proc and /sys paths always stay masked (systempaths=%s)", [value]),
-	"controls": ["PSS-baseline"],
 	"action": "deny",
 } if {
 	value := input.request.security.systempaths
@@ -97,10 +147,18 @@ finding contains {
 }
 
 # Missing (a request that was not normalised) counts as turned off.
+# METADATA
+# title: No new privileges
+# description: >-
+#   no-new-privileges=false is refused (a request without the setting
+#   counts as turned off): setuid binaries must not raise a process's
+#   privileges.
+# custom:
+#   severity: high
+#   controls: [CIS-5.26, PSS-restricted]
 finding contains {
 	"rule": "no_new_privileges",
 	"message": "no-new-privileges must not be turned off",
-	"controls": ["CIS-5.26", "PSS-restricted"],
 	"action": "deny",
 } if {
 	not input.request.security.no_new_privileges
