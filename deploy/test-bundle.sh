@@ -209,7 +209,11 @@ id -nG sandgate | tr ' ' '\n' | grep -qx docker || die "sandgate is not in the d
   die "env file: $(stat -c '%U:%G %a' "$work/root-user/etc/sandgate/sandgate.env")"
 grep -q "ExecStart=$work/root-user/usr/local/bin/sandgate serve" "$work/root-user/etc/systemd/system/sandgate.service" ||
   die "the unit does not start the installed binary"
-runuser -u sandgate -- "$work/root-user/usr/local/bin/sandgate" image list | grep -q 'sandgate/sandbox:latest' ||
+# The listing is read whole before it is searched: grep -q stops reading
+# at the first match, and under pipefail the writer's broken pipe fails
+# the check when more images follow.
+images=$(runuser -u sandgate -- "$work/root-user/usr/local/bin/sandgate" image list) &&
+  grep -q 'sandgate/sandbox:latest' <<<"$images" ||
   die "the sandgate user cannot list images through the Docker socket"
 printf 'test-bundle: ok: %s\n' "user sandgate created once, in group docker, reaches the Docker socket; state 0700, env 0640 root:sandgate; unit installed"
 USER_EOF

@@ -178,7 +178,7 @@ func TestViolationsCarryMetadata(t *testing.T) {
 	})
 	t.Run("fail closed", func(t *testing.T) {
 		var e policies.Engine
-		d, _ := e.Decide(context.Background(), sandgate.AdmissionInput{Request: baseSpec()})
+		d, _ := e.Decide(context.Background(), sandgate.AdmissionInput{Request: sandgate.Normalized{RunSpec: baseSpec()}})
 		if diff := cmp.Diff([]sandgate.Violation{meta(policies.RuleNoPolicy, policies.UnratedSeverity)}, strip(d.Violations)); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
