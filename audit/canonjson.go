@@ -17,6 +17,31 @@ import (
 // event and of its garbage. The output is byte for byte what
 // marshalCanonical writes (tests hold it to that), since verify re-encodes
 // each stored body to check that it is canonical.
+//
+// The canonical form, for anyone who writes a verifier of their own
+// (testdata/canonical_vectors.json holds worked examples, checked by
+// TestCanonicalVectors against this encoder, the chain hash and verify):
+//
+//   - A body is one JSON object with no whitespace. Its members, in this
+//     order (byte order of the keys): actor, container_id, correlation_id,
+//     decision_id, event_id, event_time, exit_code, node, outcome, payload,
+//     policy_revision, recorded_at, run_id, team, type. event_id,
+//     event_time, recorded_at and type are always there; a text member
+//     that is empty is left out, exit_code is there when the event has an
+//     exit code (an integer), payload when the event has one.
+//   - Times are UTC with microseconds: 2026-11-25T13:29:26.000001Z.
+//   - Text is what was recorded with invalid UTF-8 and NUL replaced by
+//     U+FFFD, as a JSON string: '"' and '\' escaped with a backslash,
+//     \b \f \n \r \t for those, \u00xx (lower-case hex) for the other
+//     control characters, \u2028 and \u2029 for those two; nothing else
+//     escaped ('<', '>' and '&' are themselves).
+//   - A payload is a JSON object whose keys are sorted in byte order at
+//     every depth, with no whitespace; arrays keep their order; numbers
+//     are written as Go's encoding/json writes them (integers in decimal,
+//     other numbers in the shortest form that reads back the same).
+//   - An entry's hash is SHA-256(prev_hash ‖ uint16be(len(chain_id)) ‖
+//     chain_id ‖ uint64be(seq) ‖ body), prev_hash being the previous
+//     entry's hash, or 32 zero bytes for seq 1.
 
 // appendCanonical appends the canonical JSON of v to dst: what
 // marshalCanonical(v) writes. It takes the plain values payloads are made
