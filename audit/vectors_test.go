@@ -52,7 +52,7 @@ func vectorEvents() []canonicalVector {
 		{Name: "nested payload, sorted keys, numbers", Event: sandgate.Event{
 			ID: "0193a1b2-0000-7000-8000-000000000005", Type: sandgate.EventAdmissionDenied, Time: at,
 			Payload: map[string]any{
-				"zeta": []any{json.Number("1"), json.Number("-2.5"), json.Number("1e21"), "b", nil, true},
+				"zeta":  []any{json.Number("1"), json.Number("-2.5"), json.Number("1e21"), "b", nil, true},
 				"alpha": map[string]any{"b": json.Number("0.1"), "a": map[string]any{"y": []any{}, "x": map[string]any{}}},
 				"Mixed": "upper case sorts first",
 			},
@@ -84,11 +84,14 @@ func TestCanonicalVectors(t *testing.T) {
 			prev = hash
 			vectors = append(vectors, v)
 		}
-		data, err := json.MarshalIndent(vectors, "", "  ")
-		if err != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(vectors); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
