@@ -12,7 +12,9 @@ import (
 // context ends holds nothing.
 func TestSlotsFairBetweenTeams(t *testing.T) {
 	s := newSlots(2)
-	ctx := context.Background()
+	// The waiters left at the end give up with the test.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	for range 2 {
 		if !s.acquire(ctx, "a", 0) {
 			t.Fatal("acquire")
