@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 )
@@ -80,6 +81,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
+		Console: console.Handler(),
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
