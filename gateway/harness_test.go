@@ -40,6 +40,8 @@ type testEnv struct {
 	boxes    *fakeSandboxes
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
+	// noConsole, when an edit sets it, leaves Deps.Console unset.
+	noConsole bool
 	reg     *prometheus.Registry
 	// check holds every answer of e.ts.Client() to the OpenAPI document
 	// (nil in benchmarks).
@@ -78,10 +80,14 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	for _, f := range edit {
 		f(&cfg, e)
 	}
+	var consoleHandler http.Handler
+	if !e.noConsole {
+		consoleHandler = console.Handler()
+	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
-		Console: console.Handler(),
+		Console: consoleHandler,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

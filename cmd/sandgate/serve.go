@@ -305,7 +305,7 @@ func serve(ctx context.Context, a *app) error {
 	logger.Info("sandgate listening", "addr", addr, "node", cfg.Node, "air_gapped", cfg.AirGapped,
 		"policy_revision", engine.Status().Revision, "audit_chain", store.ChainID())
 	if devToken != "" {
-		printDevBanner(a.stdout, addr, devToken)
+		printDevBanner(a.stdout, addr, devToken, cfg.Console)
 	}
 	if a.onListen != nil {
 		a.onListen(addr, devToken)
@@ -340,7 +340,7 @@ func migrate(ctx context.Context, dsn string, logger *slog.Logger) error {
 }
 
 // printDevBanner tells a developer how to use the token just made.
-func printDevBanner(w io.Writer, addr, token string) {
+func printDevBanner(w io.Writer, addr, token string, withConsole bool) {
 	host := addr
 	if h, port, err := net.SplitHostPort(addr); err == nil && (h == "" || h == "::" || h == "0.0.0.0") {
 		host = net.JoinHostPort("127.0.0.1", port)
@@ -359,6 +359,9 @@ func printDevBanner(w io.Writer, addr, token string) {
 		`      -d '{"command": ["sh", "-c", "echo hello from the sandbox; id -u"]}' "$SANDGATE_URL/v1/runs?wait=30s"`,
 		"    ./bin/sandgate run -- sh -c 'echo hello; exit 3'; echo \"exit code $?\"",
 		"",
+	}
+	if withConsole {
+		lines = append(lines, "  console: "+url+"/console/ (sign in with the token above)", "")
 	}
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
 	if f, ok := w.(*os.File); ok {
