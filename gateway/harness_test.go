@@ -42,7 +42,7 @@ type testEnv struct {
 	volumes sandgate.VolumeAdmin
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
 	noConsole bool
-	reg     *prometheus.Registry
+	reg       *prometheus.Registry
 	// check holds every answer of e.ts.Client() to the OpenAPI document
 	// (nil in benchmarks).
 	check *apitest.Checker
