@@ -135,11 +135,11 @@ func (b *browserSession) do(step string, actions ...chromedp.Action[chromedp.Voi
 }
 
 // eval evaluates a JavaScript expression in the page.
-func evalIn[T any](b *browserSession, expr string) T {
+func evalIn[T any](b *browserSession, expr string, opts ...chromedp.EvaluateOption) T {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, opts...))
 	if err != nil {
 		b.t.Fatalf("evaluate %s: %v", expr, err)
 	}
@@ -315,6 +315,19 @@ func TestConsoleEndToEnd(t *testing.T) {
 		if !evalIn[bool](b, c.expr) {
 			t.Errorf("%s: %s is false", c.name, c.expr)
 		}
+	}
+
+	// The decoder behind every output view, on the bytes a hostile run
+	// can print: escapes are marked ⟦…⟧.
+	decoded := evalIn[string](b, `(async () => {
+		const f = await import('/console/assets/js/format.js');
+		const cases = [[0x61,0x1b,0x5b,0x33,0x31,0x6d,0x62], [0xff,0x61], [0xc2,0x85], [0xc0,0xaf], [0xed,0xa0,0x80],
+			[0x61,0x0d,0x0a,0x62,0x0d,0x63], [0xc3,0xa9,0x09,0x3c,0x62,0x3e], [0xe2,0x80,0xae,0x61], [0xf0,0x9f,0x98,0x80], [0xe2,0x82]];
+		return JSON.stringify(cases.map(c => f.escapeOutput(new Uint8Array(c)).map(s => s.esc ? '⟦' + s.text + '⟧' : s.text).join('')));
+	})()`, chromedp.EvalAwaitPromise)
+	wantDecoded := `["a⟦\\x1b⟧[31mb","⟦\\xff⟧a","⟦\\u0085⟧","⟦\\xc0\\xaf⟧","⟦\\xed\\xa0\\x80⟧","a\nb⟦\\r⟧c","é\t<b>","⟦\\u202e⟧a","😀","⟦\\xe2\\x82⟧"]`
+	if decoded != wantDecoded {
+		t.Errorf("escapeOutput:\n got %s\nwant %s", decoded, wantDecoded)
 	}
 
 	// The correlation ID leads to the run's events in the trail.

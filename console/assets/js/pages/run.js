@@ -111,7 +111,7 @@ export async function render(view, ctx) {
   const id = ctx.id;
   const feats = ctx.features;
   const canAudit = api.hasRole('auditor', 'admin');
-  let abort = new AbortController();
+  const abort = new AbortController();
   let stopped = false;
   let pollTimer = null;
   const live = {stdout: new Uint8Array(0), stderr: new Uint8Array(0)};

@@ -80,8 +80,7 @@ export async function render(view, ctx) {
     const page = await api.getJSON('/v1/runs', q);
     const got = (page.runs || []).filter(keep);
     rows = append ? rows.concat(got) : got;
-    if (!append) cursor = page.next_cursor;
-    else cursor = page.next_cursor;
+    cursor = page.next_cursor;
     more.hidden = !cursor;
     draw();
     stamp.textContent = `Updated ${fmt.time(new Date().toISOString())}`;
