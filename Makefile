@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test lint bench soak bundle test-bundle gateway-image check-compose image check-deps bootstrap clean
+.PHONY: all build run test lint bench soak bundle test-bundle gateway-image check-compose image check-deps bootstrap clean console-screenshots
 
 all: build
 
@@ -69,6 +69,11 @@ gateway-image:
 
 check-compose:
 	bash deploy/compose/check-compose.sh
+
+# make console-screenshots: the console's browser tests, writing their
+# screenshots of each page into docs/console/ (docs/console.md shows them).
+console-screenshots: bootstrap image
+	SANDGATE_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsole' -timeout 10m ./cmd/sandgate
 
 clean:
 	rm -rf bin

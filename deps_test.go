@@ -35,6 +35,10 @@ var allowedCross = map[[2]string]bool{{"audit", "migrations"}: true}
 // client does not drag in the server's HTTP framework or its metrics.
 var wireOnly = map[string]bool{"gateway/api": true, "gateway/client": true}
 
+// stdlibOnly are packages that link the standard library alone: the web
+// console is static files and a handler, which any server could mount.
+var stdlibOnly = map[string]bool{"console": true}
+
 // TestPackageBoundaries enforces that each boundary package wraps its one
 // dependency and that the root package depends on the standard library alone.
 func TestPackageBoundaries(t *testing.T) {
@@ -69,6 +73,13 @@ func TestPackageBoundaries(t *testing.T) {
 				}
 				if strings.Contains(strings.Split(dep, "/")[0], ".") {
 					t.Errorf("%s links %s: the wire types and the client may use the standard library and the root package only", p.ImportPath, dep)
+				}
+			}
+		}
+		if stdlibOnly[rel] {
+			for _, dep := range p.Deps {
+				if strings.Contains(strings.Split(dep, "/")[0], ".") {
+					t.Errorf("%s links %s: it may use the standard library only", p.ImportPath, dep)
 				}
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -112,6 +113,10 @@ type Deps struct {
 	// Volumes lists and removes the teams' cache volumes (package
 	// executor). Optional: without it, /v1/volumes answers NOT-FOUND.
 	Volumes sandgate.VolumeAdmin
+	// Console, when set, is served under /console/ (package console's
+	// Handler); / and /console redirect to it. Optional: without it the
+	// gateway serves the API alone.
+	Console http.Handler
 	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
 	Principals Authenticator
 	// Clock defaults to time.Now.

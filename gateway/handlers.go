@@ -545,6 +545,19 @@ func (s *Server) config(c echo.Context) error {
 	})
 }
 
+// whoami is GET /v1/whoami: the principal the request authenticated as.
+func (s *Server) whoami(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	p := principal(c)
+	roles := p.Roles
+	if roles == nil {
+		roles = []sandgate.Role{}
+	}
+	return c.JSON(http.StatusOK, api.PrincipalView{Name: p.Name, Team: p.Team, Roles: roles})
+}
+
 // policyLimits returns the maxima and allowed images of the policy in
 // force when the Admitter reports them, else the configured copy.
 func (s *Server) policyLimits() (api.Limits, []string) {

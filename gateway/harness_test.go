@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 )
@@ -39,7 +40,9 @@ type testEnv struct {
 	boxes    *fakeSandboxes
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
-	reg     *prometheus.Registry
+	// noConsole, when an edit sets it, leaves Deps.Console unset.
+	noConsole bool
+	reg       *prometheus.Registry
 	// check holds every answer of e.ts.Client() to the OpenAPI document
 	// (nil in benchmarks).
 	check *apitest.Checker
@@ -77,9 +80,14 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	for _, f := range edit {
 		f(&cfg, e)
 	}
+	var consoleHandler http.Handler
+	if !e.noConsole {
+		consoleHandler = console.Handler()
+	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
+		Console: consoleHandler,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -59,6 +59,12 @@ func TestOpenAPIRoutes(t *testing.T) {
 	param := regexp.MustCompile(`:(\w+)`)
 	var routes []string
 	for _, r := range e.srv.echo.Routes() {
+		// The console's files and the redirects to them are pages for a
+		// browser, not API operations: the document leaves them out
+		// (TestConsoleMounted covers them).
+		if r.Path == "/" || r.Path == "/console" || strings.HasPrefix(r.Path, "/console/") {
+			continue
+		}
 		routes = append(routes, r.Method+" "+param.ReplaceAllString(r.Path, "{$1}"))
 	}
 	sort.Strings(routes)
@@ -177,6 +183,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "DELETE", path: "/v1/volumes/payments/npm", token: tokAdmin, status: 204},
 		{method: "DELETE", path: "/v1/volumes/payments/none", token: tokAdmin, status: 404},
 		{method: "GET", path: "/v1/config", token: tokBob, status: 200},
+		{method: "GET", path: "/v1/whoami", token: tokSec, status: 200},
 		{method: "GET", path: "/v1/openapi.json", token: tokBob, status: 200},
 		{method: "GET", path: "/healthz", status: 200},
 		{method: "GET", path: "/readyz", status: 200},

@@ -264,8 +264,43 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", s.volumes, s.require(admins...))
 	v1.DELETE("/volumes/:team/:name", s.removeVolume, s.require(admins...))
 	v1.GET("/config", s.config)
+	v1.GET("/whoami", s.whoami)
 	v1.GET("/openapi.json", s.openAPI)
+	s.mountConsole(e)
 	return e
+}
+
+// consoleRoute is where Deps.Console is mounted. The console's pages and
+// files are not API routes: the OpenAPI document does not list them.
+const consoleRoute = "/console/*"
+
+// mountConsole serves Deps.Console under /console/, and redirects / and
+// /console to it. The files need no token (they hold no data; the sign-in
+// page is one of them), but they are limited per source address like
+// every /v1 request, and every answer carries the console's own security
+// headers (see package console). What the pages show comes from the API,
+// under its authentication and roles.
+func (s *Server) mountConsole(e *echo.Echo) {
+	if s.d.Console == nil {
+		return
+	}
+	files := echo.WrapHandler(http.StripPrefix("/console", s.d.Console))
+	toConsole := func(c echo.Context) error { return c.Redirect(http.StatusFound, "/console/") }
+	e.GET("/", toConsole, s.limitRate)
+	e.GET("/console", toConsole, s.limitRate)
+	e.GET(consoleRoute, files, s.limitRate)
+	e.HEAD(consoleRoute, files, s.limitRate)
+}
+
+// limitRate applies the per-address request limit (Config.RateLimit) to
+// a route that needs no token.
+func (s *Server) limitRate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.requests != nil && !s.requests.allow(c.RealIP()) {
+			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
+		}
+		return next(c)
+	}
 }
 
 // authedRoutes registers /v1 routes behind authentication.
@@ -302,7 +337,11 @@ func (s *Server) correlate(next echo.HandlerFunc) echo.HandlerFunc {
 			id = newUUIDv7()
 		}
 		c.Set(keyCorrelation, id)
-		c.Response().Header().Set("X-Correlation-ID", id)
+		h := c.Response().Header()
+		h.Set("X-Correlation-ID", id)
+		// The console shares the API's origin: no answer may be sniffed
+		// into a type it was not sent as (a run's output into HTML).
+		h.Set("X-Content-Type-Options", "nosniff")
 		return next(c)
 	}
 }
@@ -317,7 +356,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		route := c.Path()
-		if route == "" || strings.HasSuffix(route, "/*") {
+		if route == "" || (strings.HasSuffix(route, "/*") && route != consoleRoute) {
 			route = "unmatched"
 		}
 		elapsed := time.Since(start)

@@ -38,6 +38,8 @@ type Config struct {
 	// it, verify trusts the trail's key registry.
 	TrustedKeysFile string
 	Migrate         bool
+	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
+	Console         bool
 	WarmPool        int
 	MaxConcurrent   int
 	Node            string
@@ -62,6 +64,7 @@ func defaultConfig(getenv func(string) string) Config {
 		Listen:          "127.0.0.1:8080",
 		DatabaseURL:     "host=/var/run/postgresql dbname=sandgate",
 		Migrate:         true,
+		Console:         true,
 		MaxConcurrent:   4,
 		SpoolMaxBytes:   256 << 20,
 		AuditBacklog:    64,
@@ -116,6 +119,7 @@ func defaultConfig(getenv func(string) string) Config {
 	boolean("SANDGATE_DEV", &c.Dev)
 	boolean("SANDGATE_AIR_GAPPED", &c.AirGapped)
 	boolean("SANDGATE_MIGRATE", &c.Migrate)
+	boolean("SANDGATE_CONSOLE", &c.Console)
 	if v := getenv("SANDGATE_MOUNT_ROOTS"); v != "" {
 		c.MountRoots = splitRoots(v)
 	}

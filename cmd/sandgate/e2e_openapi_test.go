@@ -138,6 +138,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	want(request{method: "DELETE", path: "/v1/volumes/alpha/none", token: tok["adam"]}, 404)
 	want(request{method: "GET", path: "/v1/config", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/v1/openapi.json", token: tok["bob"]}, 200)
+	want(request{method: "GET", path: "/v1/whoami", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/healthz"}, 200)
 	want(request{method: "GET", path: "/readyz"}, 200)
 	want(request{method: "GET", path: "/metrics"}, 200)

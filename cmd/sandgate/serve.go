@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/migrations"
@@ -59,6 +61,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
+	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
@@ -235,6 +238,10 @@ func serve(ctx context.Context, a *app) error {
 		}
 	}()
 
+	var consoleHandler http.Handler
+	if cfg.Console {
+		consoleHandler = console.Handler()
+	}
 	srv, err := gateway.New(gateway.Config{
 		Node:          cfg.Node,
 		AirGapped:     cfg.AirGapped,
@@ -251,6 +258,7 @@ func serve(ctx context.Context, a *app) error {
 		Reconciler: exec.Reconciler(),
 		Volumes:    exec,
 		Principals: principals,
+		Console:    consoleHandler,
 		Logger:     logger.With("component", "gateway"),
 		Registry:   registry,
 		Gatherer:   registry,
@@ -297,7 +305,7 @@ func serve(ctx context.Context, a *app) error {
 	logger.Info("sandgate listening", "addr", addr, "node", cfg.Node, "air_gapped", cfg.AirGapped,
 		"policy_revision", engine.Status().Revision, "audit_chain", store.ChainID())
 	if devToken != "" {
-		printDevBanner(a.stdout, addr, devToken)
+		printDevBanner(a.stdout, addr, devToken, cfg.Console)
 	}
 	if a.onListen != nil {
 		a.onListen(addr, devToken)
@@ -332,7 +340,7 @@ func migrate(ctx context.Context, dsn string, logger *slog.Logger) error {
 }
 
 // printDevBanner tells a developer how to use the token just made.
-func printDevBanner(w io.Writer, addr, token string) {
+func printDevBanner(w io.Writer, addr, token string, withConsole bool) {
 	host := addr
 	if h, port, err := net.SplitHostPort(addr); err == nil && (h == "" || h == "::" || h == "0.0.0.0") {
 		host = net.JoinHostPort("127.0.0.1", port)
@@ -351,6 +359,9 @@ func printDevBanner(w io.Writer, addr, token string) {
 		`      -d '{"command": ["sh", "-c", "echo hello from the sandbox; id -u"]}' "$SANDGATE_URL/v1/runs?wait=30s"`,
 		"    ./bin/sandgate run -- sh -c 'echo hello; exit 3'; echo \"exit code $?\"",
 		"",
+	}
+	if withConsole {
+		lines = append(lines, "  console: "+url+"/console/ (sign in with the token above)", "")
 	}
 	fmt.Fprintln(w, strings.Join(lines, "\n"))
 	if f, ok := w.(*os.File); ok {

@@ -115,6 +115,14 @@ type ConfigView struct {
 	PolicyRevision string            `json:"policy_revision"`
 }
 
+// PrincipalView is GET /v1/whoami: the caller as the gateway
+// authenticated it. Team is empty for a principal without one.
+type PrincipalView struct {
+	Name  string          `json:"name"`
+	Team  string          `json:"team"`
+	Roles []sandgate.Role `json:"roles"`
+}
+
 // Limits are the maxima in force, as GET /v1/config reports them; the
 // fields are those of the policy bundle's data (sandgate.config.maxima).
 type Limits struct {

@@ -147,6 +147,13 @@ func (c *Client) RemoveVolume(ctx context.Context, team, name string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/volumes/"+url.PathEscape(team)+"/"+url.PathEscape(name), nil, nil, nil, nil)
 }
 
+// Whoami returns the principal the client's token authenticates as.
+func (c *Client) Whoami(ctx context.Context) (api.PrincipalView, error) {
+	var p api.PrincipalView
+	err := c.do(ctx, http.MethodGet, "/v1/whoami", nil, nil, nil, &p)
+	return p, err
+}
+
 // Review evaluates a spec without running it.
 func (c *Client) Review(ctx context.Context, spec sandgate.RunSpec) (api.DecisionView, error) {
 	body, err := json.Marshal(spec)
