@@ -25,8 +25,9 @@ func MaskHash(key []byte, value string) string {
 }
 
 // SpecSecrets are the paths of a run spec that are masked whatever the
-// policy's mask rules say: every env value, and stdin.
-var SpecSecrets = []string{"env", "stdin"}
+// policy's mask rules say: every env value, stdin, and the content of
+// every inline file (a .npmrc holds a token as often as a script does).
+var SpecSecrets = []string{"env", "stdin", "files.*.content"}
 
 // MaskSpec returns s as the JSON document it encodes to (RunSpec.Document)
 // with every env value, stdin and every field a path names replaced by its

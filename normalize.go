@@ -1,6 +1,7 @@
 package sandgate
 
 import (
+	"encoding/base64"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -22,17 +23,24 @@ type Defaults struct {
 	TimeoutSeconds   int        `json:"timeout_seconds"`
 	OutputLimitBytes int64      `json:"output_limit_bytes"`
 	PullPolicy       PullPolicy `json:"pull_policy"`
+	// ArtifactLimitBytes bounds the artifacts a run's collection keeps.
+	ArtifactLimitBytes int64 `json:"artifact_limit_bytes"`
+	// WorkspaceWorkdir is the workdir of a run that has a workspace and
+	// names no workdir.
+	WorkspaceWorkdir string `json:"workspace_workdir"`
 }
 
 // BuiltinDefaults are used for any default the bundle's data leaves out.
 var BuiltinDefaults = Defaults{
-	Image:            "sandgate/sandbox:latest",
-	User:             "10001:10001",
-	Network:          "none",
-	Resources:        Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024},
-	TimeoutSeconds:   300,
-	OutputLimitBytes: 1 << 20,
-	PullPolicy:       PullNever,
+	Image:              "sandgate/sandbox:latest",
+	User:               "10001:10001",
+	Network:            "none",
+	Resources:          Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
+	TimeoutSeconds:     300,
+	OutputLimitBytes:   1 << 20,
+	PullPolicy:         PullNever,
+	ArtifactLimitBytes: 64 << 20,
+	WorkspaceWorkdir:   "/workspace",
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -59,6 +67,9 @@ func (d Defaults) merge() Defaults {
 	d.Resources.Pids = pick64(d.Resources.Pids, b.Resources.Pids)
 	d.Resources.TmpfsMB = pick64(d.Resources.TmpfsMB, b.Resources.TmpfsMB)
 	d.Resources.Nofile = pick64(d.Resources.Nofile, b.Resources.Nofile)
+	d.Resources.WorkspaceMB = pick64(d.Resources.WorkspaceMB, b.Resources.WorkspaceMB)
+	d.ArtifactLimitBytes = pick64(d.ArtifactLimitBytes, b.ArtifactLimitBytes)
+	d.WorkspaceWorkdir = pick(d.WorkspaceWorkdir, b.WorkspaceWorkdir)
 	if d.Resources.CPUs <= 0 {
 		d.Resources.CPUs = b.Resources.CPUs
 	}
@@ -109,6 +120,9 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 	}
 	if s.Workdir == "" {
 		s.Workdir = d.Workdir
+		if s.HasWorkspace() {
+			s.Workdir = d.WorkspaceWorkdir
+		}
 	}
 	if s.Workdir != "" {
 		if !path.IsAbs(s.Workdir) || strings.IndexByte(s.Workdir, 0) >= 0 {
@@ -153,6 +167,25 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 	}
 	if s.OutputLimitBytes == 0 {
 		s.OutputLimitBytes = d.OutputLimitBytes
+	}
+	if s.ArtifactLimitBytes < 0 {
+		return Normalized{}, FieldError("artifact_limit_bytes", "must not be negative")
+	}
+	if s.ArtifactLimitBytes == 0 {
+		s.ArtifactLimitBytes = d.ArtifactLimitBytes
+	}
+	if err := normalizeFiles(s.Files); err != nil {
+		return Normalized{}, err
+	}
+	for i, a := range s.Artifacts {
+		clean, err := CleanRelPath(a)
+		if err != nil {
+			return Normalized{}, FieldError(fmt.Sprintf("artifacts[%d]", i), "%s", err)
+		}
+		s.Artifacts[i] = clean
+	}
+	if s.HasWorkspace() && s.Workdir == "" {
+		return Normalized{}, FieldError("workdir", "is required for a run with files, a workspace or artifacts")
 	}
 	if s.ReadOnlyRootfs == nil {
 		t := true
@@ -210,6 +243,12 @@ func (s RunSpec) clone() RunSpec {
 	c.Devices = append([]string(nil), s.Devices...)
 	c.SecurityOpt = append([]string(nil), s.SecurityOpt...)
 	c.Ports = append([]string(nil), s.Ports...)
+	c.Files = append([]File(nil), s.Files...)
+	c.Artifacts = append([]string(nil), s.Artifacts...)
+	if s.Workspace != nil {
+		w := *s.Workspace
+		c.Workspace = &w
+	}
 	c.Env = cloneMap(s.Env)
 	c.Labels = cloneMap(s.Labels)
 	c.Sysctls = cloneMap(s.Sysctls)
@@ -289,6 +328,7 @@ func normalizeResources(r *Resources, d Resources) error {
 		{"resources.pids", &r.Pids, d.Pids},
 		{"resources.tmpfs_mb", &r.TmpfsMB, d.TmpfsMB},
 		{"resources.nofile", &r.Nofile, d.Nofile},
+		{"resources.workspace_mb", &r.WorkspaceMB, d.WorkspaceMB},
 	}
 	for _, c := range checks {
 		if *c.v < 0 {
@@ -374,6 +414,14 @@ func checkTargets(s RunSpec) error {
 	if err := add("tmpfs", "/tmp"); err != nil {
 		return err
 	}
+	if s.HasWorkspace() {
+		if s.Workdir == "/" {
+			return FieldError("workdir", "cannot be the container's root: the workspace is mounted there")
+		}
+		if err := add("workdir", s.Workdir); err != nil {
+			return err
+		}
+	}
 	for i, m := range s.Mounts {
 		if err := add(fmt.Sprintf("mounts[%d].target", i), m.Target); err != nil {
 			return err
@@ -439,4 +487,96 @@ func ParseSecurityOpts(opts []string) (SecurityOptions, error) {
 		}
 	}
 	return sec, nil
+}
+
+// HasWorkspace reports whether the run gets a workspace: a file system of
+// its own at its workdir, for its files, its workspace archive or the
+// artifacts it leaves.
+func (s RunSpec) HasWorkspace() bool {
+	return len(s.Files) > 0 || len(s.Artifacts) > 0 || s.Workspace != nil
+}
+
+// CleanRelPath checks a path relative to a run's workdir (a file's path,
+// an artifact pattern, an archive entry's name) and returns it cleaned,
+// with forward slashes: not empty, not absolute, no ".." component, no
+// NUL or backslash, at most MaxPathBytes. Callers name the field.
+func CleanRelPath(p string) (string, error) {
+	switch {
+	case p == "":
+		return "", fmt.Errorf("is empty")
+	case len(p) > MaxPathBytes:
+		return "", fmt.Errorf("is %d bytes long; at most %d are allowed", len(p), MaxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", fmt.Errorf("must not contain NUL")
+	case strings.IndexByte(p, '\\') >= 0:
+		return "", fmt.Errorf("must use '/' as its separator, not '\\'")
+	case strings.HasPrefix(p, "/"):
+		return "", fmt.Errorf("must be relative to the workdir; got %q", p)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("must not contain '..'; got %q", p)
+		}
+	}
+	c := path.Clean(p)
+	if c == "." {
+		return "", fmt.Errorf("must name something inside the workdir; got %q", p)
+	}
+	return c, nil
+}
+
+// FileUTF8 is the default encoding of an inline file's content ("utf-8"
+// is taken as well); the other is EncodingBase64.
+const FileUTF8 = "utf8"
+
+// normalizeFiles checks the inline files: paths relative, clean and
+// distinct (no file is another's directory), encodings known and their
+// content decodable, modes permission bits only. Paths are cleaned and
+// encodings spelt out in place.
+func normalizeFiles(files []File) error {
+	seen := make(map[string]int, len(files))
+	for i := range files {
+		f := &files[i]
+		field := fmt.Sprintf("files[%d]", i)
+		clean, err := CleanRelPath(f.Path)
+		if err != nil {
+			return FieldError(field+".path", "%s", err)
+		}
+		if j, ok := seen[clean]; ok {
+			return FieldError(field+".path", "%q is also files[%d]", clean, j)
+		}
+		seen[clean] = i
+		f.Path = clean
+		switch f.Encoding {
+		case "", FileUTF8, EncodingUTF8:
+			f.Encoding = FileUTF8
+		case EncodingBase64:
+			if _, err := base64.StdEncoding.DecodeString(f.Content); err != nil {
+				return FieldError(field+".content", "is not valid base64: %v", err)
+			}
+		default:
+			return FieldError(field+".encoding", "must be utf8 or base64; got %q", f.Encoding)
+		}
+		if f.Mode != nil && (*f.Mode < 0 || *f.Mode > 0o777) {
+			return FieldError(field+".mode", "must be permission bits between 0 and 0777 (511); got %d", *f.Mode)
+		}
+	}
+	for p, i := range seen {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if j, ok := seen[dir]; ok {
+				return FieldError(fmt.Sprintf("files[%d].path", j), "%q is a file, and files[%d] is inside it", dir, i)
+			}
+		}
+	}
+	return nil
+}
+
+// Bytes is the file's content as written: decoded when it is base64.
+// Normalize has checked that it decodes.
+func (f File) Bytes() []byte {
+	if f.Encoding == EncodingBase64 {
+		b, _ := base64.StdEncoding.DecodeString(f.Content)
+		return b
+	}
+	return []byte(f.Content)
 }

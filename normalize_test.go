@@ -22,8 +22,8 @@ func TestNormalizeDefaults(t *testing.T) {
 	tr := true
 	want := sandgate.RunSpec{
 		Image: "sandgate/sandbox:latest", Command: []string{"true"}, User: "20000:20000", Network: "none",
-		Resources:      sandgate.Resources{MemoryMB: 256, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024},
-		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
+		Resources:      sandgate.Resources{MemoryMB: 256, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
+		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever, ArtifactLimitBytes: 64 << 20,
 		ReadOnlyRootfs: &tr, UID: int64p(20000), GID: int64p(20000),
 		Security: &sandgate.SecurityOptions{NoNewPrivileges: true},
 	}
@@ -236,4 +236,69 @@ func FuzzNormalize(f *testing.F) {
 			t.Fatalf("normalising again changed the spec (-first +second):\n%s", diff)
 		}
 	})
+}
+
+func TestNormalizeWorkspace(t *testing.T) {
+	mode := 0o755
+	bad := 0o4755
+	tests := []struct {
+		name      string
+		spec      sandgate.RunSpec
+		wantField string
+		check     func(t *testing.T, s sandgate.RunSpec)
+	}{
+		{name: "files give a workspace at /workspace", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "./src//main.py", Content: "print(1)"}, {Path: "run.sh", Content: "ZWNobyBoaQo=", Encoding: "base64", Mode: &mode}}},
+			check: func(t *testing.T, s sandgate.RunSpec) {
+				if s.Workdir != "/workspace" || s.Files[0].Path != "src/main.py" || s.Files[0].Encoding != "utf8" {
+					t.Errorf("workdir %q, files %+v", s.Workdir, s.Files)
+				}
+				if got := string(s.Files[1].Bytes()); got != "echo hi\n" {
+					t.Errorf("base64 content decodes to %q", got)
+				}
+			}},
+		{name: "artifacts keep a named workdir", spec: sandgate.RunSpec{Workdir: "/work/", Artifacts: []string{"out/**/*.json", "./report.txt"}},
+			check: func(t *testing.T, s sandgate.RunSpec) {
+				if s.Workdir != "/work" || s.Artifacts[1] != "report.txt" {
+					t.Errorf("workdir %q, artifacts %q", s.Workdir, s.Artifacts)
+				}
+			}},
+		{name: "no workspace, no workdir", spec: sandgate.RunSpec{},
+			check: func(t *testing.T, s sandgate.RunSpec) {
+				if s.Workdir != "" || s.HasWorkspace() {
+					t.Errorf("workdir %q", s.Workdir)
+				}
+			}},
+		{name: "absolute file path", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "/etc/passwd"}}}, wantField: "files[0].path"},
+		{name: "dot-dot file path", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a/../../x"}}}, wantField: "files[0].path"},
+		{name: "backslash file path", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a\\..\\x"}}}, wantField: "files[0].path"},
+		{name: "empty file path", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "."}}}, wantField: "files[0].path"},
+		{name: "duplicate file path", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a"}, {Path: "./a"}}}, wantField: "files[1].path"},
+		{name: "file inside a file", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a"}, {Path: "a/b"}}}, wantField: "files[0].path"},
+		{name: "unknown encoding", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a", Encoding: "hex"}}}, wantField: "files[0].encoding"},
+		{name: "bad base64", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a", Content: "!!", Encoding: "base64"}}}, wantField: "files[0].content"},
+		{name: "setuid mode", spec: sandgate.RunSpec{Files: []sandgate.File{{Path: "a", Mode: &bad}}}, wantField: "files[0].mode"},
+		{name: "artifact outside", spec: sandgate.RunSpec{Artifacts: []string{"../x"}}, wantField: "artifacts[0]"},
+		{name: "artifact absolute", spec: sandgate.RunSpec{Artifacts: []string{"/x"}}, wantField: "artifacts[0]"},
+		{name: "workspace at the root", spec: sandgate.RunSpec{Workdir: "/", Artifacts: []string{"x"}}, wantField: "workdir"},
+		{name: "workspace over /tmp", spec: sandgate.RunSpec{Workdir: "/tmp", Artifacts: []string{"x"}}, wantField: "workdir"},
+		{name: "negative artifact limit", spec: sandgate.RunSpec{ArtifactLimitBytes: -1}, wantField: "artifact_limit_bytes"},
+		{name: "negative workspace size", spec: sandgate.RunSpec{Resources: sandgate.Resources{WorkspaceMB: -1}}, wantField: "resources.workspace_mb"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.spec.Command = []string{"true"}
+			got, err := sandgate.Normalize(tt.spec, sandgate.BuiltinDefaults)
+			if tt.wantField != "" {
+				var se *sandgate.Error
+				if !errors.As(err, &se) || se.Field != tt.wantField || se.Code != sandgate.CodeInvalidRequest {
+					t.Fatalf("err = %v, want INVALID-REQUEST naming %s", err, tt.wantField)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, got.RunSpec)
+		})
+	}
 }

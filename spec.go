@@ -29,6 +29,15 @@ type RunSpec struct {
 	TaskID           string            `json:"task_id,omitempty"`
 	Labels           map[string]string `json:"labels,omitempty"`
 
+	// Files are small files written into the workdir before the command
+	// starts; a larger tree comes as a workspace archive (multipart).
+	Files []File `json:"files,omitempty"`
+	// Artifacts are paths or globs, relative to the workdir, of the files
+	// collected when the command has ended, whatever its outcome, up to
+	// ArtifactLimitBytes in all.
+	Artifacts          []string `json:"artifacts,omitempty"`
+	ArtifactLimitBytes int64    `json:"artifact_limit_bytes,omitempty"`
+
 	// The dangerous fields exist so that policy answers a request for them
 	// with a reason; the default policies deny them.
 	Privileged     bool              `json:"privileged"`
@@ -42,6 +51,11 @@ type RunSpec struct {
 	SecurityOpt    []string          `json:"security_opt,omitempty"`
 	ReadOnlyRootfs *bool             `json:"read_only_rootfs,omitempty"`
 	Ports          []string          `json:"ports,omitempty"`
+
+	// Workspace describes the workspace archive sent with the spec (a
+	// multipart request's workspace part). Set by the gateway only, once
+	// it has checked every entry of the archive.
+	Workspace *WorkspaceArchive `json:"workspace,omitempty"`
 
 	// Set by Normalize only.
 	UID      *int64           `json:"uid,omitempty"`
@@ -75,6 +89,34 @@ type Resources struct {
 	Pids     int64   `json:"pids,omitempty"`
 	TmpfsMB  int64   `json:"tmpfs_mb,omitempty"`
 	Nofile   int64   `json:"nofile,omitempty"`
+	// WorkspaceMB is the size of the run's workspace, the writable file
+	// system at its workdir that holds its files, its unpacked workspace
+	// archive and what it writes there. A run has one when it sends files,
+	// a workspace archive or asks for artifacts.
+	WorkspaceMB int64 `json:"workspace_mb,omitempty"`
+}
+
+// File is one inline file of a run spec.
+type File struct {
+	// Path is relative to the workdir, without "..".
+	Path    string `json:"path"`
+	Content string `json:"content"`
+	// Encoding is how Content is written: "utf8" (the default) or "base64".
+	Encoding string `json:"encoding,omitempty"`
+	// Mode is the file's permission bits, 0644 when absent; only 0755 and
+	// 0644 style bits are kept (no setuid, setgid or sticky).
+	Mode *int `json:"mode,omitempty"`
+}
+
+// WorkspaceArchive is what the gateway found in a run's workspace archive.
+type WorkspaceArchive struct {
+	// Format is "tar", "tar.gz" or "zip".
+	Format string `json:"format"`
+	// SHA256 is the hex digest of the archive as it was sent.
+	SHA256        string `json:"sha256"`
+	ArchiveBytes  int64  `json:"archive_bytes"`
+	Entries       int    `json:"entries"`
+	UnpackedBytes int64  `json:"unpacked_bytes"`
 }
 
 // PullPolicy says when the executor may pull an image.
@@ -125,6 +167,9 @@ func DecodeRunSpec(r io.Reader) (RunSpec, error) {
 	if spec.Security != nil {
 		return RunSpec{}, FieldError("security", "unknown field")
 	}
+	if spec.Workspace != nil {
+		return RunSpec{}, FieldError("workspace", "unknown field: a workspace archive is sent as the workspace part of a multipart/form-data request")
+	}
 	for i, m := range spec.Mounts {
 		if m.Resolved != "" {
 			return RunSpec{}, FieldError(fmt.Sprintf("mounts[%d].resolved", i), "unknown field")
@@ -150,6 +195,8 @@ const (
 	MaxSysctls       = 32     // sysctls entries
 	MaxSecurityOpt   = 16     // security_opt elements
 	MaxPorts         = 16     // ports elements
+	MaxFiles         = 256    // files elements
+	MaxArtifacts     = 64     // artifacts elements (paths or globs)
 	MaxNameBytes     = 256    // keys of env, labels and sysctls; image, user, network, modes, capability, volume names
 	MaxIDBytes       = 128    // session_id, task_id
 	MaxPathBytes     = 4096   // workdir, mount sources and targets, volume targets
@@ -208,6 +255,21 @@ func (s RunSpec) CheckBounds() error {
 		func() error { return strs("devices", s.Devices, MaxDevices, MaxOptionBytes) },
 		func() error { return strs("security_opt", s.SecurityOpt, MaxSecurityOpt, MaxOptionBytes) },
 		func() error { return strs("ports", s.Ports, MaxPorts, MaxOptionBytes) },
+		func() error { return strs("artifacts", s.Artifacts, MaxArtifacts, MaxPathBytes) },
+		func() error {
+			if err := count("files", len(s.Files), MaxFiles); err != nil {
+				return err
+			}
+			for i, f := range s.Files {
+				if err := size(fmt.Sprintf("files[%d].path", i), f.Path, MaxPathBytes); err != nil {
+					return err
+				}
+				if err := size(fmt.Sprintf("files[%d].encoding", i), f.Encoding, MaxNameBytes); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
 		func() error { return size("image", s.Image, MaxNameBytes) },
 		func() error { return size("user", s.User, MaxNameBytes) },
 		func() error { return size("network", s.Network, MaxNameBytes) },
@@ -309,6 +371,7 @@ func (s RunSpec) Document() map[string]any {
 	setInt(r, "pids", s.Resources.Pids)
 	setInt(r, "tmpfs_mb", s.Resources.TmpfsMB)
 	setInt(r, "nofile", s.Resources.Nofile)
+	setInt(r, "workspace_mb", s.Resources.WorkspaceMB)
 	d["resources"] = r
 	setInt(d, "timeout_seconds", int64(s.TimeoutSeconds))
 	setInt(d, "output_limit_bytes", s.OutputLimitBytes)
@@ -318,6 +381,20 @@ func (s RunSpec) Document() map[string]any {
 	if len(s.Labels) > 0 {
 		d["labels"] = stringMapDoc(s.Labels)
 	}
+	if len(s.Files) > 0 {
+		fs := make([]any, len(s.Files))
+		for i, f := range s.Files {
+			fd := map[string]any{"path": f.Path, "content": f.Content}
+			setString(fd, "encoding", f.Encoding)
+			if f.Mode != nil {
+				fd["mode"] = json.Number(strconv.Itoa(*f.Mode))
+			}
+			fs[i] = fd
+		}
+		d["files"] = fs
+	}
+	setStrings(d, "artifacts", s.Artifacts)
+	setInt(d, "artifact_limit_bytes", s.ArtifactLimitBytes)
 	d["privileged"] = s.Privileged
 	setStrings(d, "cap_add", s.CapAdd)
 	setStrings(d, "devices", s.Devices)
@@ -333,6 +410,14 @@ func (s RunSpec) Document() map[string]any {
 		d["read_only_rootfs"] = *s.ReadOnlyRootfs
 	}
 	setStrings(d, "ports", s.Ports)
+	if w := s.Workspace; w != nil {
+		d["workspace"] = map[string]any{
+			"format": w.Format, "sha256": w.SHA256,
+			"archive_bytes":  json.Number(strconv.FormatInt(w.ArchiveBytes, 10)),
+			"entries":        json.Number(strconv.Itoa(w.Entries)),
+			"unpacked_bytes": json.Number(strconv.FormatInt(w.UnpackedBytes, 10)),
+		}
+	}
 	if s.UID != nil {
 		d["uid"] = json.Number(strconv.FormatInt(*s.UID, 10))
 	}

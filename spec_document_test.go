@@ -77,7 +77,7 @@ func randomSpec(r *rand.Rand) RunSpec {
 // fullSpec sets every field, nested ones included, so a field Document
 // forgets shows up.
 func fullSpec() RunSpec {
-	t, uid, gid := true, int64(0), int64(10001)
+	t, uid, gid, mode := true, int64(0), int64(10001), 0o755
 	return RunSpec{
 		Image: "sandgate/sandbox:latest", Command: []string{"sh", "-c", "echo <&> \u2028"}, Stdin: "in",
 		Env: map[string]string{"A": "1", "B": ""}, Workdir: "/w", User: "0:0",
@@ -87,13 +87,16 @@ func fullSpec() RunSpec {
 		},
 		Volumes:        []Volume{{Name: "cache", Target: "/c", ReadOnly: true}, {Name: "v", Target: "/v"}},
 		Network:        "none",
-		Resources:      Resources{MemoryMB: 512, CPUs: 1.5, Pids: 256, TmpfsMB: 64, Nofile: 1024},
+		Resources:      Resources{MemoryMB: 512, CPUs: 1.5, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
 		TimeoutSeconds: 300, OutputLimitBytes: 1 << 40, PullPolicy: PullNever, SessionID: "s", TaskID: "t",
 		Labels: map[string]string{"ticket": "ENG-1"}, Privileged: true, CapAdd: []string{"NET_BIND_SERVICE"},
 		Devices: []string{"/dev/fuse"}, Sysctls: map[string]string{"net.ipv4.tcp_syncookies": "1"},
 		PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
 		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &t, Ports: []string{"80:80"},
-		UID: &uid, GID: &gid,
+		Files:     []File{{Path: "a/b.txt", Content: "hi", Encoding: "utf8", Mode: &mode}, {Path: "c", Content: "aGk="}},
+		Artifacts: []string{"out/**", "report.json"}, ArtifactLimitBytes: 1 << 30,
+		Workspace: &WorkspaceArchive{Format: "tar.gz", SHA256: "ab", ArchiveBytes: 10, Entries: 2, UnpackedBytes: 20},
+		UID:       &uid, GID: &gid,
 		Security: &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
 	}
 }

@@ -266,6 +266,13 @@ func (s *service) storedSpec(normalized sandgate.Normalized, mask []string) sand
 	if spec.Stdin != "" {
 		redacted.Stdin = fmt.Sprint(s.mask.value(spec.Stdin))
 	}
+	if len(spec.Files) > 0 {
+		redacted.Files = make([]sandgate.File, len(spec.Files))
+		for i, f := range spec.Files {
+			f.Content = fmt.Sprint(s.mask.value(f.Content))
+			redacted.Files[i] = f
+		}
+	}
 	if len(mask) == 0 {
 		return redacted
 	}

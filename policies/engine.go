@@ -47,7 +47,7 @@ var evalNoMetrics = rego.EvalMetrics(metrics.NoOp())
 var evalNotCancellable = rego.EvalExternalCancel(topdown.NewCancel())
 
 // fallbackMask is what the audit trail masks when no policy is loaded.
-var fallbackMask = []string{"env", "stdin"}
+var fallbackMask = []string{"env", "stdin", "files.*.content"}
 
 // Options configure an Engine.
 type Options struct {

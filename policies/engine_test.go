@@ -114,8 +114,9 @@ func TestDefaultsFromData(t *testing.T) {
 	e := newEngine(t, policies.Options{Dir: dir})
 	want := sandgate.Defaults{
 		Image: "sandgate/sandbox:latest", User: "20000:20000", Network: "none",
-		Resources:      sandgate.Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024},
+		Resources:      sandgate.Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
 		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
+		ArtifactLimitBytes: 64 << 20, WorkspaceWorkdir: "/workspace",
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
 		t.Errorf("Defaults (-want +got):\n%s", diff)

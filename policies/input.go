@@ -70,7 +70,8 @@ var inputKeys = internedTerms(
 	"timeout_seconds", "output_limit_bytes", "pull_policy", "session_id", "task_id", "labels", "privileged",
 	"cap_add", "devices", "sysctls", "pid_mode", "ipc_mode", "uts_mode", "userns_mode", "security_opt",
 	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
-	"systempaths",
+	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
+	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -193,6 +194,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	addInt(&ri, "pids", s.Resources.Pids)
 	addInt(&ri, "tmpfs_mb", s.Resources.TmpfsMB)
 	addInt(&ri, "nofile", s.Resources.Nofile)
+	addInt(&ri, "workspace_mb", s.Resources.WorkspaceMB)
 	add("resources", b.term(ast.NewObject(ri...)))
 	addInt(&items, "timeout_seconds", int64(s.TimeoutSeconds))
 	addInt(&items, "output_limit_bytes", s.OutputLimitBytes)
@@ -202,6 +204,25 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	if len(s.Labels) > 0 {
 		add("labels", b.stringMap(s.Labels))
 	}
+	if len(s.Files) > 0 {
+		fs := make([]*ast.Term, len(s.Files))
+		for i, f := range s.Files {
+			fi := make([][2]*ast.Term, 0, 4)
+			fi = append(fi, item("path", b.str(f.Path)), item("content", b.str(f.Content)))
+			if f.Encoding != "" {
+				fi = append(fi, item("encoding", b.str(f.Encoding)))
+			}
+			if f.Mode != nil {
+				fi = append(fi, item("mode", ast.InternedTerm(*f.Mode)))
+			}
+			fs[i] = b.term(ast.NewObject(fi...))
+		}
+		add("files", b.term(ast.NewArray(fs...)))
+	}
+	if len(s.Artifacts) > 0 {
+		add("artifacts", b.strings(s.Artifacts))
+	}
+	addInt(&items, "artifact_limit_bytes", s.ArtifactLimitBytes)
 	add("privileged", ast.InternedTerm(s.Privileged))
 	if len(s.CapAdd) > 0 {
 		add("cap_add", b.strings(s.CapAdd))
@@ -224,6 +245,15 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	}
 	if len(s.Ports) > 0 {
 		add("ports", b.strings(s.Ports))
+	}
+	if w := s.Workspace; w != nil {
+		add("workspace", b.term(ast.NewObject(
+			item("format", b.str(w.Format)),
+			item("sha256", b.str(w.SHA256)),
+			item("archive_bytes", ast.InternedTerm(int(w.ArchiveBytes))),
+			item("entries", ast.InternedTerm(w.Entries)),
+			item("unpacked_bytes", ast.InternedTerm(int(w.UnpackedBytes))),
+		)))
 	}
 	if s.UID != nil {
 		add("uid", ast.InternedTerm(int(*s.UID)))

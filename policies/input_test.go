@@ -16,18 +16,21 @@ import (
 // and `sandgate policy eval` show policy authors.
 func TestInputValueMatchesJSON(t *testing.T) {
 	uid, gid := int64(0), int64(1000)
-	ro := false
+	ro, mode := false, 0o755
 	full := sandgate.RunSpec{
 		Image: "sandgate/sandbox:latest", Command: []string{"sh", "-c", "echo hi"}, Stdin: "in",
 		Env: map[string]string{"B": "2", "A": "1"}, Workdir: "/w", User: "0000:1000",
 		Mounts:  []sandgate.Mount{{Source: "/srv/a", Target: "/a", ReadOnly: true, Propagation: "rshared", Resolved: "/srv/a"}, {Source: "/b", Target: "/b"}},
 		Volumes: []sandgate.Volume{{Name: "c", Target: "/c", ReadOnly: true}, {Name: "d", Target: "/d"}},
-		Network: "bridge", Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.25, Pids: 10, TmpfsMB: 1, Nofile: 7},
+		Network: "bridge", Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.25, Pids: 10, TmpfsMB: 1, Nofile: 7, WorkspaceMB: 64},
 		TimeoutSeconds: 30, OutputLimitBytes: 1 << 40, PullPolicy: sandgate.PullAlways, SessionID: "s", TaskID: "t",
 		Labels: map[string]string{"k": "v"}, Privileged: true, CapAdd: []string{"ALL"}, Devices: []string{"/dev/x"},
 		Sysctls: map[string]string{"a.b": "1"}, PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
 		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &ro, Ports: []string{"80"}, UID: &uid, GID: &gid,
 		Security: &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
+		Files:     []sandgate.File{{Path: "a", Content: "x", Encoding: "utf8", Mode: &mode}, {Path: "b", Content: "eA=="}},
+		Artifacts: []string{"out/**"}, ArtifactLimitBytes: 1 << 20,
+		Workspace: &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {

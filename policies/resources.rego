@@ -21,12 +21,15 @@ _limit_rules := {
 	"nofile": "nofile_limit",
 	"timeout_seconds": "timeout_limit",
 	"output_limit_bytes": "output_limit",
+	"workspace_mb": "workspace_limit",
+	"artifact_limit_bytes": "artifact_limit",
 }
 
 # _limits are the request's limits, flat, as maxima names them.
 _limits := object.union(input.request.resources, {
 	"timeout_seconds": input.request.timeout_seconds,
 	"output_limit_bytes": input.request.output_limit_bytes,
+	"artifact_limit_bytes": input.request.artifact_limit_bytes,
 })
 
 # _limits_ok: every limit is set and within its minimum and maximum (the
@@ -36,14 +39,23 @@ _limits := object.union(input.request.resources, {
 # minima fails the checks; the rules below, which do not rely on it, then
 # decide.
 _limits_ok if {
-	{"memory_mb": memory_mb, "cpus": cpus, "pids": pids, "tmpfs_mb": tmpfs_mb, "nofile": nofile} := input.request.resources
+	{
+		"memory_mb": memory_mb, "cpus": cpus, "pids": pids, "tmpfs_mb": tmpfs_mb, "nofile": nofile,
+		"workspace_mb": workspace_mb,
+	} := input.request.resources
 	{
 		"memory_mb": max_memory_mb, "cpus": max_cpus, "pids": max_pids, "tmpfs_mb": max_tmpfs_mb, "nofile": max_nofile,
 		"timeout_seconds": max_timeout_seconds, "output_limit_bytes": max_output_limit_bytes,
+		"workspace_mb": max_workspace_mb, "artifact_limit_bytes": max_artifact_limit_bytes,
 	} := config.maxima
 	timeout_seconds := input.request.timeout_seconds
 	output_limit_bytes := input.request.output_limit_bytes
+	artifact_limit_bytes := input.request.artifact_limit_bytes
 	minima := config.minima
+	workspace_mb >= minima.workspace_mb
+	artifact_limit_bytes >= minima.artifact_limit_bytes
+	workspace_mb <= max_workspace_mb
+	artifact_limit_bytes <= max_artifact_limit_bytes
 	memory_mb >= minima.memory_mb
 	cpus >= minima.cpus
 	pids >= minima.pids
@@ -128,6 +140,29 @@ _limits_ok if {
 #   ever.
 # custom:
 #   rule: timeout_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Workspace size
+# description: >-
+#   resources.workspace_mb, the size of the file system a run with files, a
+#   workspace archive or artifacts gets at its workdir, must be set and lie
+#   between minima.workspace_mb and maxima.workspace_mb: it is disk the
+#   node gives the run for its lifetime.
+# custom:
+#   rule: workspace_limit
+#   severity: medium
+#   controls: [CIS-5.11]
+
+# METADATA
+# title: Artifact limit
+# description: >-
+#   artifact_limit_bytes, the most bytes of artifacts a run's collection
+#   keeps, must be set and lie between minima.artifact_limit_bytes and
+#   maxima.artifact_limit_bytes: artifacts are stored with the run.
+# custom:
+#   rule: artifact_limit
 #   severity: medium
 #   controls: [CIS-5.11]
 

@@ -6,9 +6,10 @@ import data.sandgate.fixtures
 test_limits_at_maxima_are_allowed if {
 	m := config.maxima
 	d := fixtures.check with input as fixtures.input_with({
-		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile},
+		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile, "workspace_mb": m.workspace_mb},
 		"timeout_seconds": m.timeout_seconds,
 		"output_limit_bytes": m.output_limit_bytes,
+		"artifact_limit_bytes": m.artifact_limit_bytes,
 	})
 	d.allow == true
 }
@@ -16,18 +17,19 @@ test_limits_at_maxima_are_allowed if {
 test_limits_above_maxima_are_denied if {
 	m := config.maxima
 	d := fixtures.check with input as fixtures.input_with({
-		"resources": {"memory_mb": m.memory_mb + 1, "cpus": m.cpus + 0.5, "pids": m.pids + 1, "tmpfs_mb": m.tmpfs_mb + 1, "nofile": m.nofile + 1},
+		"resources": {"memory_mb": m.memory_mb + 1, "cpus": m.cpus + 0.5, "pids": m.pids + 1, "tmpfs_mb": m.tmpfs_mb + 1, "nofile": m.nofile + 1, "workspace_mb": m.workspace_mb + 1},
 		"timeout_seconds": m.timeout_seconds + 1,
 		"output_limit_bytes": m.output_limit_bytes + 1,
+		"artifact_limit_bytes": m.artifact_limit_bytes + 1,
 	})
-	every rule in {"memory_limit", "cpu_limit", "pids_limit", "tmpfs_limit", "nofile_limit", "timeout_limit", "output_limit"} {
+	every rule in {"memory_limit", "cpu_limit", "pids_limit", "tmpfs_limit", "nofile_limit", "timeout_limit", "output_limit", "workspace_limit", "artifact_limit"} {
 		fixtures.denied_by(d, rule)
 	}
 }
 
 test_missing_limit_is_denied if {
 	d := fixtures.check with input as fixtures.input_with({})
-		with input.request.resources as {"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 64}
+		with input.request.resources as {"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 64, "workspace_mb": 256}
 	fixtures.denied_by(d, "nofile_limit")
 }
 
@@ -46,9 +48,10 @@ test_limits_with_another_field_are_still_judged if {
 test_limits_at_minima_are_allowed if {
 	m := config.minima
 	d := fixtures.check with input as fixtures.input_with({
-		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile},
+		"resources": {"memory_mb": m.memory_mb, "cpus": m.cpus, "pids": m.pids, "tmpfs_mb": m.tmpfs_mb, "nofile": m.nofile, "workspace_mb": m.workspace_mb},
 		"timeout_seconds": m.timeout_seconds,
 		"output_limit_bytes": m.output_limit_bytes,
+		"artifact_limit_bytes": m.artifact_limit_bytes,
 	})
 	d.allow == true
 }

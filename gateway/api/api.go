@@ -133,6 +133,8 @@ type Limits struct {
 	Nofile           int64   `json:"nofile,omitempty"`
 	TimeoutSeconds   int     `json:"timeout_seconds,omitempty"`
 	OutputLimitBytes int64   `json:"output_limit_bytes,omitempty"`
+	WorkspaceMB      int64   `json:"workspace_mb,omitempty"`
+	ArtifactLimit    int64   `json:"artifact_limit_bytes,omitempty"`
 }
 
 // AuditEventList is a page of audit events: GET /v1/audit/events. Each

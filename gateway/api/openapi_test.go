@@ -248,7 +248,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "NormalizedRunSpec.volumes[]", typ: sandgate.Volume{}},
 		{schema: "Resources", typ: sandgate.Resources{}},
 		{schema: "SecurityOptions", typ: sandgate.SecurityOptions{}},
-		{schema: "RunSpec", typ: sandgate.RunSpec{}, request: true, skip: []string{"uid", "gid", "security"}},
+		{schema: "RunSpec", typ: sandgate.RunSpec{}, request: true, skip: []string{"uid", "gid", "security", "workspace"}},
 		{schema: "RunSpec.mounts[]", typ: sandgate.Mount{}, request: true, skip: []string{"resolved"}},
 		{schema: "RunSpec.volumes[]", typ: sandgate.Volume{}, request: true},
 	}
