@@ -40,6 +40,9 @@ const (
 	// the key it replaces and that key's endorsement.
 	EventAuditKeyRegistered EventType = "audit.key_registered"
 	EventAuditKeyRotated    EventType = "audit.key_rotated"
+	// EventArtifactsCollected lists the files collected from a run's
+	// workspace after its command ended: path, size and SHA-256 of each.
+	EventArtifactsCollected EventType = "artifacts.collected"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -51,6 +54,7 @@ var EventTypes = []EventType{
 	EventRunFailed, EventRunLost, EventContainerRemoved, EventExecutorRetry, EventOrphanRemoved,
 	EventPolicyLoaded, EventPolicyLoadFailed, EventAuthDenied, EventAuditExported, EventVolumeRemoved,
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
+	EventArtifactsCollected,
 }
 
 // Known reports whether t is one of EventTypes.

@@ -61,6 +61,9 @@ type Run struct {
 	Stderr         Output     `json:"stderr"`
 	Spec           RunSpec    `json:"spec"`
 	Warnings       []string   `json:"warnings"`
+	// Artifacts summarises the files collected after the command ended,
+	// for a run whose spec asked for artifacts.
+	Artifacts *ArtifactSummary `json:"artifacts,omitempty"`
 }
 
 // Job is an admitted run handed to an Executor: the normalised, mutated and
@@ -92,6 +95,10 @@ type Job struct {
 	Output func(stream Stream, p []byte)
 	// Started, when set, is called once the container is running.
 	Started func(containerID string, at time.Time)
+	// Workspace, when set, is the local path of the run's checked
+	// workspace archive, unpacked into its workspace before the command
+	// starts. The caller keeps it until Execute returns.
+	Workspace string
 	// ContainerID is for adoption after a restart: the container the run
 	// was started in, when known. A run served from a warm pool runs in a
 	// container made before the run, which does not carry the run's ID.
@@ -121,6 +128,9 @@ type Result struct {
 	// Error is set for OutcomeError and OutcomeLost, with a SANDGATE-SBX
 	// code or DOCKER-UNAVAILABLE.
 	Error *ErrorInfo
+	// Artifacts is what was collected from the workspace once the command
+	// ended, for a job whose spec asked for artifacts; nil otherwise.
+	Artifacts *Artifacts
 }
 
 // Executor runs admitted jobs in fresh, locked-down sandboxes. The Docker

@@ -16,7 +16,7 @@ func runView(r *sandgate.Run) api.RunView {
 		ContainerID: r.ContainerID, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		FinishedAt: r.FinishedAt, DurationMS: r.DurationMS,
 		Stdout: outputView(r.Stdout), Stderr: outputView(r.Stderr),
-		Spec: r.Spec, Warnings: r.Warnings,
+		Spec: r.Spec, Warnings: r.Warnings, Artifacts: r.Artifacts,
 	}
 	if r.Outcome != "" {
 		o := r.Outcome

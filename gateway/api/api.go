@@ -42,6 +42,15 @@ type RunView struct {
 	Stderr         OutputView          `json:"stderr"`
 	Spec           sandgate.RunSpec    `json:"spec"`
 	Warnings       []string            `json:"warnings"`
+	// Artifacts summarises the run's collected artifacts, when its spec
+	// asked for any.
+	Artifacts *sandgate.ArtifactSummary `json:"artifacts,omitempty"`
+}
+
+// ArtifactList is GET /v1/runs/{id}/artifacts: the run's collected files
+// in path order.
+type ArtifactList struct {
+	Artifacts []sandgate.Artifact `json:"artifacts"`
 }
 
 // Finished reports whether the run has ended.
