@@ -94,6 +94,7 @@ func fullSpec() RunSpec {
 		PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
 		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &t, Ports: []string{"80:80"},
 		UID: &uid, GID: &gid,
-		Security: &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
+		CallbackURL: "https://hooks.example.com/sandgate?x=<&>",
+		Security:    &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
 	}
 }

@@ -70,7 +70,7 @@ var inputKeys = internedTerms(
 	"timeout_seconds", "output_limit_bytes", "pull_policy", "session_id", "task_id", "labels", "privileged",
 	"cap_add", "devices", "sysctls", "pid_mode", "ipc_mode", "uts_mode", "userns_mode", "security_opt",
 	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
-	"systempaths",
+	"systempaths", "callback_url",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -199,6 +199,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	str("pull_policy", string(s.PullPolicy))
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
+	str("callback_url", s.CallbackURL)
 	if len(s.Labels) > 0 {
 		add("labels", b.stringMap(s.Labels))
 	}

@@ -28,6 +28,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Sysctls: map[string]string{"a.b": "1"}, PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
 		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &ro, Ports: []string{"80"}, UID: &uid, GID: &gid,
 		Security: &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
+		CallbackURL: "https://hooks.example.com/done",
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {
