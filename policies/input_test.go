@@ -27,7 +27,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Labels: map[string]string{"k": "v"}, Privileged: true, CapAdd: []string{"ALL"}, Devices: []string{"/dev/x"},
 		Sysctls: map[string]string{"a.b": "1"}, PIDMode: "host", IPCMode: "host", UTSMode: "host", UsernsMode: "host",
 		SecurityOpt: []string{"seccomp=unconfined"}, ReadOnlyRootfs: &ro, Ports: []string{"80"}, UID: &uid, GID: &gid,
-		Security: &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
+		Security:    &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
 		CallbackURL: "https://hooks.example.com/done",
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
