@@ -40,6 +40,11 @@ const (
 	// the key it replaces and that key's endorsement.
 	EventAuditKeyRegistered EventType = "audit.key_registered"
 	EventAuditKeyRotated    EventType = "audit.key_rotated"
+	// EventCallbackDelivered records that a run's completion callback was
+	// answered 2xx; EventCallbackFailed that it was given up (refused,
+	// out of attempts, or cut short by shutdown).
+	EventCallbackDelivered EventType = "callback.delivered"
+	EventCallbackFailed    EventType = "callback.failed"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -51,6 +56,7 @@ var EventTypes = []EventType{
 	EventRunFailed, EventRunLost, EventContainerRemoved, EventExecutorRetry, EventOrphanRemoved,
 	EventPolicyLoaded, EventPolicyLoadFailed, EventAuthDenied, EventAuditExported, EventVolumeRemoved,
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
+	EventCallbackDelivered, EventCallbackFailed,
 }
 
 // Known reports whether t is one of EventTypes.
