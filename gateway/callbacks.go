@@ -137,12 +137,11 @@ func newCallbacks(opt callbackOptions) *callbacks {
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return c.dial(ctx, dialer, network, addr)
 		},
-		TLSClientConfig:       &tls.Config{MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout:   opt.timeout,
-		ResponseHeaderTimeout: opt.timeout,
-		MaxIdleConnsPerHost:   2,
-		IdleConnTimeout:       30 * time.Second,
-		ForceAttemptHTTP2:     true,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12},
+		// Each attempt's context bounds it whole: dial, TLS, answer.
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     30 * time.Second,
+		ForceAttemptHTTP2:   true,
 	}
 	c.client = &http.Client{
 		Transport: transport,
@@ -255,15 +254,22 @@ func (c *callbacks) attempt(ctx context.Context, target *url.URL, cb callback) (
 	if err != nil {
 		var refused *refusedError
 		var cert *tls.CertificateVerificationError
+		var timeout net.Error
 		switch {
 		case errors.As(err, &refused):
 			return 0, &attemptError{msg: refused.msg}
 		case errors.As(err, &cert):
 			return 0, &attemptError{msg: "the receiver's TLS certificate does not verify: " + cert.Err.Error()}
-		case errors.Is(ctx.Err(), context.DeadlineExceeded) && c.ctx.Err() == nil:
+		case c.ctx.Err() == nil && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.As(err, &timeout) && timeout.Timeout()):
 			return 0, &attemptError{retryable: true, msg: fmt.Sprintf("no answer within %s", c.opt.timeout)}
 		}
-		return 0, &attemptError{retryable: true, msg: sandgate.ErrorMessageOf(err)}
+		// Without the url.Error's "Post <url>:" prefix: the URL may be
+		// masked in the trail.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return 0, &attemptError{retryable: true, msg: err.Error()}
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxCallbackAnswer))
 	resp.Body.Close()
