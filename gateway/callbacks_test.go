@@ -447,3 +447,40 @@ func TestRunCallbackThroughGateway(t *testing.T) {
 		t.Errorf("without a callback key: %d %s", resp.status, resp.body)
 	}
 }
+
+// TestRunCallbackMaskedURL: when the bundle's mask names callback_url, the
+// callback still goes to the real URL, and the trail and the run show only
+// its keyed hash.
+func TestRunCallbackMaskedURL(t *testing.T) {
+	r := newReceiver(t)
+	e := newEnv(t, func(c *Config, e *testEnv) {
+		c.CallbackKey = testCallbackKey
+		e.admitter.mask = []string{"callback_url"}
+	})
+	target := r.srv.URL + "/done?token=s3cret"
+	resp := e.do("POST", "/v1/runs?wait=5s", tokAlice, fmt.Sprintf(`{"command": ["echo", "hi"], "callback_url": %q}`, target))
+	if resp.status != http.StatusOK {
+		t.Fatalf("submit: %d %s", resp.status, resp.body)
+	}
+	run := resp.run(t)
+	if !strings.HasPrefix(run.Spec.CallbackURL, sandgate.MaskPrefix) {
+		t.Errorf("the run shows callback_url %q", run.Spec.CallbackURL)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var ev []sandgate.Event
+	for time.Now().Before(deadline) {
+		if ev = e.recorder.ofType(sandgate.EventCallbackDelivered); len(ev) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(ev) != 1 {
+		t.Fatalf("no callback.delivered: %v", e.recorder.all())
+	}
+	if u := fmt.Sprint(ev[0].Payload["url"]); !strings.HasPrefix(u, sandgate.MaskPrefix) || strings.Contains(u, "s3cret") {
+		t.Errorf("the trail shows url %q", u)
+	}
+	if got := r.got(); len(got) != 1 || strings.Contains(string(got[0].body), "s3cret") {
+		t.Errorf("receiver got %d callbacks; the body must show the URL masked", len(got))
+	}
+}
