@@ -43,6 +43,11 @@ const (
 	// EventArtifactsCollected lists the files collected from a run's
 	// workspace after its command ended: path, size and SHA-256 of each.
 	EventArtifactsCollected EventType = "artifacts.collected"
+	// EventCallbackDelivered records that a run's completion callback was
+	// answered 2xx; EventCallbackFailed that it was given up (refused,
+	// out of attempts, or cut short by shutdown).
+	EventCallbackDelivered EventType = "callback.delivered"
+	EventCallbackFailed    EventType = "callback.failed"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -55,6 +60,7 @@ var EventTypes = []EventType{
 	EventPolicyLoaded, EventPolicyLoadFailed, EventAuthDenied, EventAuditExported, EventVolumeRemoved,
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
 	EventArtifactsCollected,
+	EventCallbackDelivered, EventCallbackFailed,
 }
 
 // Known reports whether t is one of EventTypes.

@@ -226,6 +226,11 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 			return Normalized{}, FieldError(m.field, "must not contain NUL")
 		}
 	}
+	if s.CallbackURL != "" {
+		if s.CallbackURL, err = NormalizeCallbackURL(s.CallbackURL); err != nil {
+			return Normalized{}, err
+		}
+	}
 	for k := range s.Labels {
 		if strings.HasPrefix(k, "sandgate.") {
 			return Normalized{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")

@@ -27,6 +27,7 @@ type RunSpec struct {
 	PullPolicy       PullPolicy        `json:"pull_policy,omitempty"`
 	SessionID        string            `json:"session_id,omitempty"`
 	TaskID           string            `json:"task_id,omitempty"`
+	CallbackURL      string            `json:"callback_url,omitempty"` // where the finished run is POSTed, signed
 	Labels           map[string]string `json:"labels,omitempty"`
 
 	// Files are small files written into the workdir before the command
@@ -203,6 +204,7 @@ const (
 	MaxValueBytes    = 131072 // an env or label value, a command element (Linux's own cap on one argument)
 	MaxOptionBytes   = 1024   // a security_opt, device or port element
 	MaxNamespaceMode = MaxNameBytes
+	MaxCallbackURL   = 2048 // callback_url
 )
 
 // CheckBounds refuses a spec with a list, map or string over its maximum,
@@ -276,6 +278,7 @@ func (s RunSpec) CheckBounds() error {
 		func() error { return size("workdir", s.Workdir, MaxPathBytes) },
 		func() error { return size("session_id", s.SessionID, MaxIDBytes) },
 		func() error { return size("task_id", s.TaskID, MaxIDBytes) },
+		func() error { return size("callback_url", s.CallbackURL, MaxCallbackURL) },
 		func() error { return size("pid_mode", s.PIDMode, MaxNamespaceMode) },
 		func() error { return size("ipc_mode", s.IPCMode, MaxNamespaceMode) },
 		func() error { return size("uts_mode", s.UTSMode, MaxNamespaceMode) },
@@ -378,6 +381,7 @@ func (s RunSpec) Document() map[string]any {
 	setString(d, "pull_policy", string(s.PullPolicy))
 	setString(d, "session_id", s.SessionID)
 	setString(d, "task_id", s.TaskID)
+	setString(d, "callback_url", s.CallbackURL)
 	if len(s.Labels) > 0 {
 		d["labels"] = stringMapDoc(s.Labels)
 	}

@@ -97,6 +97,7 @@ func fullSpec() RunSpec {
 		Artifacts: []string{"out/**", "report.json"}, ArtifactLimitBytes: 1 << 30,
 		Workspace: &WorkspaceArchive{Format: "tar.gz", SHA256: "ab", ArchiveBytes: 10, Entries: 2, UnpackedBytes: 20},
 		UID:       &uid, GID: &gid,
-		Security: &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
+		CallbackURL: "https://hooks.example.com/sandgate?x=<&>",
+		Security:    &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
 	}
 }

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -70,6 +72,27 @@ type Config struct {
 	// only informs clients.
 	Limits        api.Limits
 	AllowedImages []string
+	// CallbackKey is the HMAC-SHA256 key that signs completion callbacks
+	// (X-Sandgate-Signature, see SignCallback); at least 16 bytes. Without
+	// it a run that asks for a callback_url is refused.
+	CallbackKey []byte
+	// CallbackAttempts bounds the attempts of one callback (default 5);
+	// CallbackTimeout bounds each (default 10 seconds); CallbackBackoff is
+	// the wait after the first failed attempt, doubled after each and
+	// capped at 30 seconds (default 1 second).
+	CallbackAttempts int
+	CallbackTimeout  time.Duration
+	CallbackBackoff  time.Duration
+	// CallbackWorkers deliver callbacks at once (default 4) from a queue
+	// of at most CallbackQueue (default 1024; beyond it a callback is
+	// recorded failed at once). CallbackDrain bounds how long Shutdown
+	// lets pending callbacks be delivered (default 10 seconds).
+	CallbackWorkers int
+	CallbackQueue   int
+	CallbackDrain   time.Duration
+
+	// callbackLookup resolves callback hosts; tests set it.
+	callbackLookup func(ctx context.Context, host string) ([]netip.Addr, error)
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the
@@ -167,6 +190,24 @@ func (c Config) withDefaults() Config {
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 15 * time.Second
 	}
+	if c.CallbackAttempts <= 0 {
+		c.CallbackAttempts = 5
+	}
+	if c.CallbackTimeout <= 0 {
+		c.CallbackTimeout = 10 * time.Second
+	}
+	if c.CallbackBackoff <= 0 {
+		c.CallbackBackoff = time.Second
+	}
+	if c.CallbackWorkers <= 0 {
+		c.CallbackWorkers = 4
+	}
+	if c.CallbackQueue <= 0 {
+		c.CallbackQueue = 1024
+	}
+	if c.CallbackDrain <= 0 {
+		c.CallbackDrain = 10 * time.Second
+	}
 	return c
 }
 
@@ -174,6 +215,9 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	if len(c.MaskKey) > 0 && len(c.MaskKey) < 16 {
 		return errors.New("gateway: MaskKey must be at least 16 bytes")
+	}
+	if len(c.CallbackKey) > 0 && len(c.CallbackKey) < 16 {
+		return errors.New("gateway: CallbackKey must be at least 16 bytes")
 	}
 	for _, r := range c.MountRoots {
 		if !filepath.IsAbs(r) {

@@ -50,6 +50,7 @@ type Metrics struct {
 	containerStart   prometheus.Histogram
 	containerCleanup prometheus.Histogram
 	orphansRemoved   prometheus.Counter
+	callbacks        *prometheus.CounterVec
 
 	// requests caches httpDuration's children by requestKey, so that a
 	// request neither formats its status nor hashes its labels again.
@@ -109,13 +110,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		orphansRemoved: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandgate_orphans_removed_total", Help: "Orphaned containers removed.",
 		}),
+		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_callbacks_total", Help: "Completion callbacks by result (delivered, refused, exhausted, shutdown, overflow).",
+		}, []string{"result"}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 	}
 	collectors := []prometheus.Collector{
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
-		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved,
+		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive

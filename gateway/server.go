@@ -104,6 +104,13 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(),
 		runCtx: runCtx, stopRuns: stopRuns,
 	}
+	s.svc.callbacks = newCallbacks(callbackOptions{
+		key: cfg.CallbackKey, attempts: cfg.CallbackAttempts, timeout: cfg.CallbackTimeout,
+		backoff: cfg.CallbackBackoff, workers: cfg.CallbackWorkers, queue: cfg.CallbackQueue,
+		lookup: cfg.callbackLookup, events: deps.Recorder, now: deps.Clock, node: cfg.Node,
+		log:       deps.Logger.With("component", "callbacks"),
+		delivered: func(result string) { m.callbacks.WithLabelValues(result).Inc() },
+	})
 	m.attach(deps, s.svc.live.count)
 	s.echo = s.routes()
 	return s, nil
@@ -174,6 +181,9 @@ func (s *Server) beginStop() {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
 	err := s.svc.shutdown(ctx)
+	// Callbacks of the runs that just ended are delivered while the drain
+	// lasts; the rest are recorded as failed.
+	s.svc.callbacks.shutdown(ctx, s.cfg.CallbackDrain)
 	s.log.Info("gateway stopped", "error", err)
 	return err
 }

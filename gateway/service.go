@@ -44,6 +44,8 @@ type service struct {
 	live    *hub
 	idem    *idemCache
 	teams   *teamLoad
+	// callbacks delivers the completion callbacks of finished runs.
+	callbacks *callbacks
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -71,6 +73,9 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	spec, err := sandgate.Normalize(sub.Spec, s.d.Admitter.Defaults())
 	if err != nil {
 		return nil, false, err
+	}
+	if spec.CallbackURL != "" && len(s.cfg.CallbackKey) == 0 {
+		return nil, false, sandgate.FieldError("callback_url", "completion callbacks are not configured on this gateway (it has no callback key)")
 	}
 	requestDigest := specDigest(spec.RunSpec)
 	if sub.IdempotencyKey != "" {
@@ -346,6 +351,36 @@ func (s *service) complete(lr *liveRun, res sandgate.Result, err error, log *slo
 	log.Info(msg, "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
 	s.store(lr, final, log)
 	lr.finish(final)
+	s.callback(lr, final)
+}
+
+// callback hands a finished run that asked for one to the callbacks'
+// workers. The URL comes from the admitted spec; an adopted run has only
+// the stored one (a keyed hash when the bundle's mask names it, which
+// then cannot be delivered). The trail shows the stored one.
+func (s *service) callback(lr *liveRun, final sandgate.Run) {
+	target := lr.spec.CallbackURL
+	if target == "" {
+		target = final.Spec.CallbackURL
+	}
+	if target == "" {
+		return
+	}
+	body, err := callbackBody(final)
+	if err != nil {
+		s.log.Error("callback body", "run_id", final.ID, "error", err)
+		return
+	}
+	s.callbacks.enqueue(callback{url: target, shown: final.Spec.CallbackURL, run: final, body: body})
+}
+
+// callbackBody is the run as GET /v1/runs answers it without
+// include=output: each stream's size, encoding and digest, not its data.
+func callbackBody(run sandgate.Run) ([]byte, error) {
+	for _, o := range []*sandgate.Output{&run.Stdout, &run.Stderr} {
+		o.Data, o.Raw = "", nil
+	}
+	return marshal(runView(&run))
 }
 
 // safely calls the executor, turning a panic into an error result so that

@@ -120,6 +120,7 @@ test_data_lists_hold_strings if {
 	every key in {
 		"allowed_images", "allowed_capabilities", "allowed_networks", "allowed_sysctls", "sensitive_paths", "docker_socket_names", "mask",
 		"allowed_apparmor_profiles", "allowed_selinux_labels", "network_capabilities", "pull_registries",
+		"callback_hosts", "callback_insecure_hosts", "air_gapped_callback_hosts",
 	} {
 		is_array(config[key])
 		every v in config[key] {

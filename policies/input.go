@@ -72,6 +72,7 @@ var inputKeys = internedTerms(
 	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
+	"systempaths", "callback_url",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -201,6 +202,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	str("pull_policy", string(s.PullPolicy))
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
+	str("callback_url", s.CallbackURL)
 	if len(s.Labels) > 0 {
 		add("labels", b.stringMap(s.Labels))
 	}

@@ -30,7 +30,8 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Security:  &sandgate.SecurityOptions{Seccomp: "unconfined", Label: []string{"disable"}},
 		Files:     []sandgate.File{{Path: "a", Content: "x", Encoding: "utf8", Mode: &mode}, {Path: "b", Content: "eA=="}},
 		Artifacts: []string{"out/**"}, ArtifactLimitBytes: 1 << 20,
-		Workspace: &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
+		Workspace:   &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
+		CallbackURL: "https://hooks.example.com/done",
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {

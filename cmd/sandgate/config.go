@@ -33,6 +33,9 @@ type Config struct {
 	AuditBacklog   int
 	SigningKeyFile string
 	MaskKeyFile    string
+	// CallbackKeyFile holds the key that signs completion callbacks
+	// (SANDGATE_CALLBACK_KEY_FILE); generated on first start.
+	CallbackKeyFile string
 	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
 	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
 	// it, verify trusts the trail's key registry.
@@ -87,6 +90,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_VOLUME_DIR", &c.VolumeDir)
 	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
+	str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
 	str("SANDGATE_NODE", &c.Node)
 	str("DOCKER_HOST", &c.DockerHost)
@@ -139,6 +143,9 @@ func defaultConfig(getenv func(string) string) Config {
 	}
 	if c.SigningKeyFile == "" {
 		c.SigningKeyFile = filepath.Join(filepath.Dir(c.SpoolDir), "checkpoint.key")
+	}
+	if c.CallbackKeyFile == "" {
+		c.CallbackKeyFile = filepath.Join(filepath.Dir(c.SpoolDir), "callback.key")
 	}
 	return c
 }

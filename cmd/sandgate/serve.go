@@ -60,6 +60,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
+	f.StringVar(&c.CallbackKeyFile, "callback-key-file", c.CallbackKeyFile, "key that signs completion callbacks, hex; give it to the receivers; generated when absent (SANDGATE_CALLBACK_KEY_FILE; default: callback.key next to the spool directory)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
 	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
@@ -116,6 +117,10 @@ func serve(ctx context.Context, a *app) error {
 		}
 	}
 	maskKey, err := cfg.maskKey()
+	if err != nil {
+		return err
+	}
+	callbackKey, err := loadCallbackKey(cfg.CallbackKeyFile)
 	if err != nil {
 		return err
 	}
@@ -247,6 +252,7 @@ func serve(ctx context.Context, a *app) error {
 		AirGapped:     cfg.AirGapped,
 		MountRoots:    cfg.MountRoots,
 		ShutdownGrace: cfg.ShutdownGrace,
+		CallbackKey:   callbackKey,
 	}, gateway.Deps{
 		Admitter:   engine,
 		Policies:   engine,
