@@ -24,6 +24,9 @@ const (
 	CodePolicyInvalid     ErrorCode = "SANDGATE-POLICY-INVALID"
 	CodeUnavailable       ErrorCode = "SANDGATE-UNAVAILABLE"
 	CodeInternal          ErrorCode = "SANDGATE-INTERNAL"
+	// CodeRangeNotSatisfiable means a Range header asked for bytes past
+	// the end of a file (HTTP 416).
+	CodeRangeNotSatisfiable ErrorCode = "SANDGATE-RANGE-NOT-SATISFIABLE"
 
 	// CodeContainerCreate means the container could not be created.
 	CodeContainerCreate ErrorCode = "SANDGATE-SBX-001"

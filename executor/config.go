@@ -77,6 +77,13 @@ type Config struct {
 	// team's volume, of the team's quota, loop-mounted. Default
 	// DefaultVolumeDir.
 	VolumeDir string
+	// WorkspaceDir holds the file systems of runs' workspaces: one ext4
+	// image per run with files, a workspace archive or artifacts,
+	// loop-mounted while the run lives. Default DefaultWorkspaceDir.
+	WorkspaceDir string
+	// Blobs stores the artifacts runs leave; without it a run's artifacts
+	// are reported as not collected.
+	Blobs sandgate.BlobStore
 	// BridgeNetwork is the Docker network of runs admitted with network
 	// "bridge": sandgate's own, with inter-container communication
 	// disabled. Default DefaultBridgeNetwork.

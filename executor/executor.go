@@ -72,6 +72,8 @@ type Executor struct {
 	bridgeReady bool
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
+	// workspaces makes the file systems of runs' workspaces.
+	workspaces *workspaces
 	// stageMu guards whether the daemon was seen to see staged mounts.
 	stageMu      sync.Mutex
 	stageChecked bool
@@ -133,16 +135,17 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 		events = sandgate.EventSinkFunc(func(sandgate.Event) {})
 	}
 	e := &Executor{
-		cfg:      cfg,
-		docker:   d,
-		events:   events,
-		log:      cfg.Logger.With("component", "executor", "node", cfg.Node),
-		now:      cfg.Clock,
-		slots:    newSlots(cfg.MaxConcurrent),
-		runs:     map[string]*run{},
-		imgCache: map[string]cachedImage{},
-		stager:   newStager(cfg.MountStageDir),
-		volumes:  newVolumes(cfg.VolumeDir),
+		cfg:        cfg,
+		docker:     d,
+		events:     events,
+		log:        cfg.Logger.With("component", "executor", "node", cfg.Node),
+		now:        cfg.Clock,
+		slots:      newSlots(cfg.MaxConcurrent),
+		runs:       map[string]*run{},
+		imgCache:   map[string]cachedImage{},
+		stager:     newStager(cfg.MountStageDir),
+		volumes:    newVolumes(cfg.VolumeDir),
+		workspaces: newWorkspaces(cfg.WorkspaceDir, cfg.Node),
 	}
 	e.pool = newPool(e, cfg)
 	e.reaper = &Reaper{e: e}

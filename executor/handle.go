@@ -49,6 +49,9 @@ type handle struct {
 
 	// member is the warm pool member the container came from, if any.
 	member *member
+	// ws is the run's workspace, if it has one: its artifacts are
+	// collected from it once the command has ended.
+	ws *runWorkspace
 }
 
 // newHandle makes the handle of container id, which the run has from
@@ -351,7 +354,16 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 		}
 		e.emitExit(r, sandgate.EventRunCancelled, res, map[string]any{"reason": why})
 	}
+	h.collect(&res)
 	return res
+}
+
+// collect gathers the run's artifacts from its workspace, once its
+// command has ended, whatever the outcome.
+func (h *handle) collect(res *sandgate.Result) {
+	if h.ws != nil {
+		res.Artifacts = h.e.collectArtifacts(h.r.ctx, h.r, h.ws)
+	}
 }
 
 // stoppedByDocker ends a run whose container was stopped through the
@@ -369,6 +381,7 @@ func (h *handle) stoppedByDocker(res sandgate.Result, code int64, why string) sa
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
 	}))
 	e.emitExit(r, sandgate.EventRunFailed, res, map[string]any{"error_code": string(res.Error.Code), "message": why})
+	h.collect(&res)
 	return res
 }
 

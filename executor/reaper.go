@@ -137,6 +137,7 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	}
 	rp.markLost(live, present, listed)
 	rp.removeStaleStages()
+	rp.removeStaleWorkspaces()
 
 	var (
 		mu      sync.Mutex
@@ -211,6 +212,23 @@ func (rp *Reaper) removeStaleStages() {
 		if !live && !e.reconciler.isHeld(runID, "") {
 			e.log.Info("removing the pinned mounts of a run that is not live", "run_id", runID)
 			e.stager.unstage(e.cfg.Node, runID)
+		}
+	}
+}
+
+// removeStaleWorkspaces removes the workspaces of runs that are neither
+// live nor held for adoption: a process that died left them. Like the
+// pinned mounts, a workspace is made only by a live run, which removes it
+// before it stops being live.
+func (rp *Reaper) removeStaleWorkspaces() {
+	e := rp.e
+	for _, runID := range e.workspaces.runs() {
+		e.mu.Lock()
+		live := e.runs[runID] != nil
+		e.mu.Unlock()
+		if !live && !e.reconciler.isHeld(runID, "") {
+			e.log.Info("removing the workspace of a run that is not live", "run_id", runID)
+			e.workspaces.of(runID).remove(e)
 		}
 	}
 }

@@ -19,6 +19,10 @@ type run struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{}
 
+	// workspacePayload says what was written into the run's workspace,
+	// for its container.created event.
+	workspacePayload map[string]any
+
 	mu          sync.Mutex
 	containerID string
 	state       sandgate.State
@@ -112,8 +116,11 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
-	if m := e.pool.claim(ctx, r, set, imageID); m != nil {
-		return e.executeWarm(ctx, r, set, imageID, m)
+	// A warm container has no workspace: a run with one is created.
+	if !r.job.Spec.HasWorkspace() {
+		if m := e.pool.claim(ctx, r, set, imageID); m != nil {
+			return e.executeWarm(ctx, r, set, imageID, m)
+		}
 	}
 	if pinned, ok := localPinID(set.config.Image, imageID); ok {
 		set.config.Image = pinned // the daemon resolves name@digest only against registry digests
@@ -137,6 +144,14 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 			return e.failed(r, err), err
 		}
 	}
+	var ws *runWorkspace
+	if r.job.Spec.HasWorkspace() {
+		if ws, err = e.prepareWorkspace(ctx, r, &set); err != nil {
+			return e.failed(r, err), err
+		}
+		// Removed once the container is: the handle's close runs first.
+		defer ws.remove(e)
+	}
 
 	id, err := e.create(ctx, r, set)
 	if err != nil {
@@ -148,10 +163,14 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	h := e.newHandle(r, id, e.now())
+	h.ws = ws
 	defer h.close()
 	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
 	if len(staged) > 0 {
 		payload["mounts"] = stagedDocs(staged, r.job.Spec.Mounts)
+	}
+	if r.workspacePayload != nil {
+		payload["workspace"] = r.workspacePayload
 	}
 	e.emit(r, sandgate.EventContainerCreated, payload)
 

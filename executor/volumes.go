@@ -179,20 +179,8 @@ func (v *volumes) makeImage(name string, meta volumeMeta) error {
 	}
 	img := v.image(name)
 	tmp := img + ".new"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
+	if err := makeExt4(tmp, meta.SizeMB, "sandgate-cache"); err != nil {
 		return err
-	}
-	err = f.Truncate(meta.SizeMB << 20)
-	f.Close()
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	// No blocks reserved for root: the runs are not root.
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-L", "sandgate-cache", tmp).CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	data, err := json.Marshal(meta)
 	if err != nil {
@@ -206,6 +194,42 @@ func (v *volumes) makeImage(name string, meta volumeMeta) error {
 	return os.Rename(tmp, img)
 }
 
+// makeExt4 makes path a sparse image of sizeMB holding an empty ext4 file
+// system, with no blocks reserved for root (the runs are not root). Its
+// directory is made root-only when missing.
+func makeExt4(path string, sizeMB int64, label string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(sizeMB << 20)
+	f.Close()
+	if err != nil {
+		os.Remove(path)
+		return err
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-L", label, path).CombinedOutput(); err != nil {
+		os.Remove(path)
+		return fmt.Errorf("mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// loopMount mounts the ext4 image img at mnt, without setuid programs or
+// device nodes, unless something is mounted there already.
+func loopMount(img, mnt string) error {
+	if isMountPoint(mnt) {
+		return nil
+	}
+	if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", img, mnt).CombinedOutput(); err != nil {
+		return fmt.Errorf("mount: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // mount loop-mounts the image unless it is mounted, and makes its data
 // directory.
 func (v *volumes) mount(name string) error {
@@ -213,10 +237,8 @@ func (v *volumes) mount(name string) error {
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return err
 	}
-	if !isMountPoint(mnt) {
-		if out, err := exec.Command("mount", "-t", "ext4", "-o", "loop,nosuid,nodev", v.image(name), mnt).CombinedOutput(); err != nil {
-			return fmt.Errorf("mount: %v: %s", err, strings.TrimSpace(string(out)))
-		}
+	if err := loopMount(v.image(name), mnt); err != nil {
+		return err
 	}
 	data := v.data(name)
 	if err := os.Mkdir(data, 0o777); err != nil && !errors.Is(err, os.ErrExist) {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -93,6 +94,17 @@ type Config struct {
 
 	// callbackLookup resolves callback hosts; tests set it.
 	callbackLookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	// UploadDir holds the workspace archives of multipart runs from their
+	// request to their run's end. Default: sandgate-uploads in the
+	// system's temporary directory.
+	UploadDir string
+	// MaxWorkspaceBytes caps a workspace archive as sent; larger ones
+	// answer 413. Default 256 MiB.
+	MaxWorkspaceBytes int64
+	// MaxWorkspaceUnpackedBytes caps what a workspace archive unpacks to;
+	// the policy then holds it to the run's resources.workspace_mb.
+	// Default 4 GiB.
+	MaxWorkspaceUnpackedBytes int64
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the
@@ -136,6 +148,10 @@ type Deps struct {
 	// Volumes lists and removes the teams' cache volumes (package
 	// executor). Optional: without it, /v1/volumes answers NOT-FOUND.
 	Volumes sandgate.VolumeAdmin
+	// Artifacts keeps the runs' collected artifacts (package runstore).
+	// Optional: without it, the artifact routes answer NOT-FOUND and a
+	// run's collection is not listed.
+	Artifacts sandgate.ArtifactStore
 	// Console, when set, is served under /console/ (package console's
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.
@@ -207,6 +223,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CallbackDrain <= 0 {
 		c.CallbackDrain = 10 * time.Second
+	}
+	if c.UploadDir == "" {
+		c.UploadDir = filepath.Join(os.TempDir(), "sandgate-uploads")
+	}
+	if c.MaxWorkspaceBytes <= 0 {
+		c.MaxWorkspaceBytes = 256 << 20
+	}
+	if c.MaxWorkspaceUnpackedBytes <= 0 {
+		c.MaxWorkspaceUnpackedBytes = 4 << 30
 	}
 	return c
 }

@@ -28,8 +28,11 @@ func (s *Server) submitRun(c echo.Context) error {
 	if err := checkQuery(c, "wait"); err != nil {
 		return err
 	}
-	if err := requireJSON(c); err != nil {
-		return err
+	multipartRun := isMultipart(c.Request())
+	if !multipartRun {
+		if err := requireJSON(c); err != nil {
+			return err
+		}
 	}
 	wait, err := parseWait(c.QueryParam("wait"), s.cfg.MaxWait)
 	if err != nil {
@@ -39,13 +42,27 @@ func (s *Server) submitRun(c echo.Context) error {
 	if key != "" && !validIdempotencyKey(key) {
 		return sandgate.FieldError("Idempotency-Key", "must be 1 to 255 printable ASCII characters")
 	}
-	spec, err := sandgate.DecodeRunSpec(c.Request().Body)
+	var (
+		spec sandgate.RunSpec
+		up   *upload
+	)
+	if multipartRun {
+		spec, up, err = s.readMultipartRun(c)
+	} else {
+		spec, err = sandgate.DecodeRunSpec(c.Request().Body)
+	}
 	if err != nil {
 		return err
 	}
+	if err := checkArtifactPatterns(spec.Artifacts); err != nil {
+		up.remove()
+		return err
+	}
 	ctx := c.Request().Context()
+	// submit owns the upload from here: it hands it to the run or
+	// removes it.
 	run, created, err := s.svc.submit(ctx, submission{
-		Principal: principal(c), CorrelationID: correlationID(c), Spec: spec, IdempotencyKey: key,
+		Principal: principal(c), CorrelationID: correlationID(c), Spec: spec, IdempotencyKey: key, Workspace: up,
 	})
 	if err != nil {
 		return err

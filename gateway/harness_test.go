@@ -38,6 +38,7 @@ type testEnv struct {
 	store    *fakeStore
 	exec     *fakeExecutor
 	boxes    *fakeSandboxes
+	arts     *fakeArtifacts
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
@@ -71,11 +72,13 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		store:    newFakeStore(),
 		exec:     newFakeExecutor(),
 		boxes:    &fakeSandboxes{},
+		arts:     newFakeArtifacts(),
 		reg:      prometheus.NewRegistry(),
 	}
 	cfg := Config{
 		Node: "test-node", MountRoots: []string{"/srv/work"}, MaskKey: []byte("0123456789abcdef0123"),
 		MaxWait: 2 * time.Second, ShutdownGrace: time.Second, AuthFailureBurst: 1000, AuthFailureRate: 1000,
+		UploadDir: t.TempDir(),
 	}
 	for _, f := range edit {
 		f(&cfg, e)
@@ -86,7 +89,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
-		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
+		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
 		Console: consoleHandler,
 	})
 	if err != nil {

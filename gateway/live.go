@@ -112,9 +112,11 @@ type liveRun struct {
 	enforce sandgate.Enforcement
 	// teamConcurrency is the team's limit of runs holding a container.
 	teamConcurrency int
-	entries         []logEntry
-	changed         chan struct{}
-	done            chan struct{}
+	// upload is the run's workspace archive, removed when the run ends.
+	upload  *upload
+	entries []logEntry
+	changed chan struct{}
+	done    chan struct{}
 	// out are the streams as the executor captures them: the run's
 	// output is held there once, for followers and for the final run.
 	out map[sandgate.Stream]*sandgate.OutputBuffer

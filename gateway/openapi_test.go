@@ -65,7 +65,7 @@ func TestOpenAPIRoutes(t *testing.T) {
 		if r.Path == "/" || r.Path == "/console" || strings.HasPrefix(r.Path, "/console/") {
 			continue
 		}
-		routes = append(routes, r.Method+" "+param.ReplaceAllString(r.Path, "{$1}"))
+		routes = append(routes, r.Method+" "+strings.Replace(param.ReplaceAllString(r.Path, "{$1}"), "/*", "/{path}", 1))
 	}
 	sort.Strings(routes)
 	routes = slices.Compact(routes)
@@ -141,6 +141,7 @@ func TestOpenAPIContract(t *testing.T) {
 	})
 	done := e.submit(tokAlice, "echo", "hi")
 	e.waitFinished(done.ID)
+	e.addArtifact(done.ID, "out/a.txt", []byte("artifact"))
 	live := e.submit(tokAlice, "block")
 	e.waitRunning(live.ID)
 	idem := "Idempotency-Key: contract-1"
@@ -167,6 +168,12 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "GET", path: "/v1/runs/{run}/logs?follow=true", token: tokAuditor, header: []string{"Last-Event-ID: 1.1.0"}, status: 200},
 		{method: "GET", path: "/v1/runs/{live}/logs", token: tokAlice, status: 200},
 		{method: "GET", path: "/v1/runs/{run}/logs", token: tokAlice, header: []string{"Last-Event-ID: nope"}, status: 400},
+		{method: "GET", path: "/v1/runs/{run}/artifacts", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/runs/{run}/artifacts/out/a.txt", token: tokAuditor, status: 200},
+		{method: "GET", path: "/v1/runs/{run}/artifacts/out/a.txt", token: tokAlice, header: []string{"Range: bytes=1-2"}, status: 206},
+		{method: "GET", path: "/v1/runs/{run}/artifacts/out/a.txt", token: tokAlice, header: []string{"Range: bytes=9-"}, status: 416},
+		{method: "GET", path: "/v1/runs/{run}/artifacts/nope", token: tokAlice, status: 404},
+		{method: "GET", path: "/v1/runs/{run}/artifacts.tar", token: tokAdmin, status: 200},
 		{method: "DELETE", path: "/v1/runs/{run}", token: tokAlice, status: 409},
 		{method: "DELETE", path: "/v1/runs/{live}", token: tokAdmin, status: 200},
 		{method: "POST", path: "/v1/admission/review", token: tokSec, body: `{"command":["sh"],"privileged":true,"network":"bridge"}`, status: 200},

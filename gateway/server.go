@@ -262,6 +262,9 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/runs", s.listRuns, s.require(readers...))
 	v1.GET("/runs/:id", s.getRun, s.require(readers...))
 	v1.GET("/runs/:id/logs", s.runLogs, s.require(readers...))
+	v1.GET("/runs/:id/artifacts", s.listArtifacts, s.require(readers...))
+	v1.GET(strings.TrimPrefix(artifactRoute, "/v1"), s.getArtifact, s.require(readers...))
+	v1.GET("/runs/:id/artifacts.tar", s.artifactsTar, s.require(readers...))
 	v1.DELETE("/runs/:id", s.cancelRun, s.require(cancellers...))
 	v1.POST("/admission/review", s.review)
 	v1.GET("/policies", s.policyStatus, s.require(policyReaders...))
@@ -366,7 +369,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		route := c.Path()
-		if route == "" || (strings.HasSuffix(route, "/*") && route != consoleRoute) {
+		if route == "" || (strings.HasSuffix(route, "/*") && route != consoleRoute && route != artifactRoute) {
 			route = "unmatched"
 		}
 		elapsed := time.Since(start)
@@ -407,13 +410,19 @@ func yield(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
-		if req.ContentLength > s.cfg.BodyLimit {
-			return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", s.cfg.BodyLimit)
+		limit := s.cfg.BodyLimit
+		if req.Method == http.MethodPost && req.URL.Path == "/v1/runs" && isMultipart(req) {
+			// A run with its workspace archive: the spec, the archive and
+			// the parts' headers.
+			limit = sandgate.MaxSpecBytes + s.cfg.MaxWorkspaceBytes + 64<<10
+		}
+		if req.ContentLength > limit {
+			return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", limit)
 		}
 		if req.Body != nil {
 			// One byte more than the limit so that the decoder sees the
 			// excess and answers TOO-LARGE itself.
-			req.Body = http.MaxBytesReader(c.Response(), req.Body, s.cfg.BodyLimit+1)
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, limit+1)
 		}
 		return next(c)
 	}

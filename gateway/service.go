@@ -59,6 +59,9 @@ type submission struct {
 	CorrelationID  string
 	Spec           sandgate.RunSpec
 	IdempotencyKey string
+	// Workspace is the run's checked workspace archive, if it came with
+	// one; submit hands it to the run, or removes it.
+	Workspace *upload
 }
 
 // submit admits and starts a run. It returns the run and whether it was
@@ -70,7 +73,17 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		return nil, false, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
 	}
 	p := sub.Principal
-	spec, err := sandgate.Normalize(sub.Spec, s.d.Admitter.Defaults())
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			sub.Workspace.remove()
+		}
+	}()
+	in := sub.Spec
+	if sub.Workspace != nil {
+		in.Workspace = sub.Workspace.archive()
+	}
+	spec, err := sandgate.Normalize(in, s.d.Admitter.Defaults())
 	if err != nil {
 		return nil, false, err
 	}
@@ -178,8 +191,8 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if sub.IdempotencyKey != "" {
 		s.idem.put(p.Name, sub.IdempotencyKey, idemEntry{runID: run.ID, digest: requestDigest, at: now})
 	}
-	started = true
-	s.start(*run, dec.Spec, dec.Enforcement, limits.Concurrent, release)
+	started, handedOver = true, true
+	s.start(*run, dec.Spec, dec.Enforcement, limits.Concurrent, sub.Workspace, release)
 	return s.overlay(run), true, nil
 }
 
@@ -298,9 +311,9 @@ func (s *service) storedSpec(normalized sandgate.Normalized, mask []string) sand
 // start executes the run in its own goroutine, detached from the request.
 // spec is the admitted spec with its secrets; run carries the stored form.
 // release gives back the run's place in its team's limits when it ends.
-func (s *service) start(run sandgate.Run, spec sandgate.Normalized, enforce sandgate.Enforcement, teamConcurrency int, release func()) {
+func (s *service) start(run sandgate.Run, spec sandgate.Normalized, enforce sandgate.Enforcement, teamConcurrency int, up *upload, release func()) {
 	lr := newLiveRun(run, spec.OutputLimitBytes)
-	lr.spec, lr.enforce, lr.teamConcurrency = spec, enforce, teamConcurrency
+	lr.spec, lr.enforce, lr.teamConcurrency, lr.upload = spec, enforce, teamConcurrency, up
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
@@ -316,6 +329,7 @@ func (s *service) start(run sandgate.Run, spec sandgate.Normalized, enforce sand
 // execute drives one run to its end and stores the result.
 func (s *service) execute(ctx context.Context, lr *liveRun) {
 	defer s.live.remove(lr.run.ID)
+	defer lr.upload.remove()
 	run, _ := lr.setState(sandgate.StateCreating, "", s.now())
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
 	s.store(lr, run, log)
@@ -328,6 +342,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		Stdout:          lr.out[sandgate.Stdout],
 		Stderr:          lr.out[sandgate.Stderr],
 		Output:          lr.output,
+		Workspace:       lr.upload.localPath(),
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
 				s.store(lr, r, log)
@@ -346,6 +361,9 @@ func (s *service) complete(lr *liveRun, res sandgate.Result, err error, log *slo
 	applyResult(&final, res, err, s.now())
 	if lr.wasCancelRequested() && (final.Outcome == sandgate.OutcomeError || final.Outcome == "") {
 		final.Outcome, final.Error = sandgate.OutcomeCancelled, nil
+	}
+	if res.Artifacts != nil {
+		s.saveArtifacts(&final, *res.Artifacts, log)
 	}
 	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
 	log.Info(msg, "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)

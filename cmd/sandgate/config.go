@@ -36,6 +36,11 @@ type Config struct {
 	// CallbackKeyFile holds the key that signs completion callbacks
 	// (SANDGATE_CALLBACK_KEY_FILE); generated on first start.
 	CallbackKeyFile string
+	// WorkspaceDir holds the file systems of runs' workspaces, and
+	// UploadDir the workspace archives of runs waiting to run.
+	WorkspaceDir      string
+	UploadDir         string
+	MaxWorkspaceBytes int64
 	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
 	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
 	// it, verify trusts the trail's key registry.
@@ -88,6 +93,8 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_POLICY_DIR", &c.PolicyDir)
 	str("SANDGATE_SPOOL_DIR", &c.SpoolDir)
 	str("SANDGATE_VOLUME_DIR", &c.VolumeDir)
+	str("SANDGATE_WORKSPACE_DIR", &c.WorkspaceDir)
+	str("SANDGATE_UPLOAD_DIR", &c.UploadDir)
 	str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
@@ -131,6 +138,7 @@ func defaultConfig(getenv func(string) string) Config {
 	integer("SANDGATE_WARM_POOL", &warm)
 	integer("SANDGATE_MAX_CONCURRENT", &concurrent)
 	integer("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
+	integer("SANDGATE_MAX_WORKSPACE_BYTES", &c.MaxWorkspaceBytes)
 	integer("SANDGATE_AUDIT_MAX_BACKLOG", &backlog)
 	// Clamped into int range; Validate bounds them far tighter.
 	c.WarmPool, c.MaxConcurrent, c.AuditBacklog = clampInt(warm), clampInt(concurrent), clampInt(backlog)

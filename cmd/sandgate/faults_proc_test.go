@@ -89,11 +89,13 @@ func processEnv(t testing.TB) map[string]string {
 	executortest.RequireDocker(t)
 	state := t.TempDir()
 	return map[string]string{
-		"SANDGATE_DEV":          "1",
-		"SANDGATE_DATABASE_URL": audittest.NewDatabase(t),
-		"SANDGATE_SPOOL_DIR":    state + "/spool",
-		"SANDGATE_NODE":         "proc-" + randomHex(t, 4),
-		"DOCKER_HOST":           executortest.DockerHost(),
+		"SANDGATE_DEV":           "1",
+		"SANDGATE_DATABASE_URL":  audittest.NewDatabase(t),
+		"SANDGATE_SPOOL_DIR":     state + "/spool",
+		"SANDGATE_WORKSPACE_DIR": state + "/workspaces",
+		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
+		"SANDGATE_NODE":          "proc-" + randomHex(t, 4),
+		"DOCKER_HOST":            executortest.DockerHost(),
 	}
 }
 

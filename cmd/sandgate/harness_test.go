@@ -64,13 +64,15 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	state := t.TempDir()
 	node := "test-" + randomHex(t, 4)
 	env := map[string]string{
-		"SANDGATE_LISTEN":       "127.0.0.1:0",
-		"SANDGATE_DEV":          "1",
-		"SANDGATE_DATABASE_URL": dsn,
-		"SANDGATE_SPOOL_DIR":    state + "/spool",
-		"SANDGATE_VOLUME_DIR":   state + "/volumes",
-		"SANDGATE_NODE":         node,
-		"DOCKER_HOST":           executortest.DockerHost(),
+		"SANDGATE_LISTEN":        "127.0.0.1:0",
+		"SANDGATE_DEV":           "1",
+		"SANDGATE_DATABASE_URL":  dsn,
+		"SANDGATE_SPOOL_DIR":     state + "/spool",
+		"SANDGATE_VOLUME_DIR":    state + "/volumes",
+		"SANDGATE_WORKSPACE_DIR": state + "/workspaces",
+		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
+		"SANDGATE_NODE":          node,
+		"DOCKER_HOST":            executortest.DockerHost(),
 	}
 	for _, o := range opts {
 		o(env)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -49,6 +50,12 @@ type runOptions struct {
 	cpus                          float64
 	timeout                       time.Duration
 	detach, wait, stdin           bool
+	// workspace is a local directory sent as the run's workspace;
+	// artifacts the patterns collected after the command; download where
+	// they are written once the run has ended.
+	workspace, download string
+	artifacts           []string
+	workspaceMB         int64
 }
 
 // newRunCmd builds `sandgate run`.
@@ -69,6 +76,7 @@ Exit codes besides the container's own:
 
 Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 		Example: `  sandgate run -- sh -c 'echo hello'
+  sandgate run --image sandgate/python:3 --workspace . --artifact 'out/**' --download ./out -- python3 main.py
   sandgate run --env TOKEN --mount /srv/work/proj:/workspace:ro -- make test
   sandgate run --detach --timeout 10m -- ./long-job.sh`,
 		Args: cobra.MinimumNArgs(1),
@@ -94,6 +102,10 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 	f.BoolVarP(&o.stdin, "stdin", "i", false, "send standard input to the run (up to 768 KiB)")
 	f.BoolVarP(&o.detach, "detach", "d", false, "print the run ID and return at once")
 	f.BoolVar(&o.wait, "wait", false, "do not stream: wait for the end, then print the captured output")
+	f.StringVar(&o.workspace, "workspace", "", "send this directory as the run's workspace, unpacked into its workdir (.sandgateignore leaves paths out)")
+	f.Int64Var(&o.workspaceMB, "workspace-mb", 0, "size of the run's workspace in MB")
+	f.StringArrayVar(&o.artifacts, "artifact", nil, "path or glob, relative to the workdir, to collect when the command ends (repeatable)")
+	f.StringVar(&o.download, "download", "", "download the run's artifacts into this directory once it ends")
 	return cmd
 }
 
@@ -102,7 +114,8 @@ func buildSpec(a *app, o runOptions, args []string) (sandgate.RunSpec, error) {
 	spec := sandgate.RunSpec{
 		Image: o.image, Command: args, Network: o.network, Workdir: o.workdir, User: o.user,
 		SessionID: o.session, TaskID: o.task,
-		Resources: sandgate.Resources{MemoryMB: o.memoryMB, CPUs: o.cpus},
+		Resources: sandgate.Resources{MemoryMB: o.memoryMB, CPUs: o.cpus, WorkspaceMB: o.workspaceMB},
+		Artifacts: o.artifacts,
 	}
 	if o.memoryMB < 0 {
 		return spec, fmt.Errorf("--memory must be positive")
@@ -204,9 +217,34 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 	if o.wait {
 		opts.Wait = time.Hour // the gateway caps it at its MaxWait
 	}
+	if o.download != "" && len(o.artifacts) == 0 {
+		return &exitError{Code: exitPlatform, Message: "--download needs --artifact: name what to collect"}
+	}
+	if o.workspace != "" {
+		if st, err := os.Stat(o.workspace); err != nil || !st.IsDir() {
+			return &exitError{Code: exitPlatform, Message: fmt.Sprintf("--workspace %s: not a directory", o.workspace)}
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			pw.CloseWithError(packWorkspace(o.workspace, pw, func(rel, why string) {
+				fmt.Fprintf(a.stderr, "sandgate: workspace: left out %s: %s\n", rel, why)
+			}))
+		}()
+		defer pr.Close()
+		opts.Workspace = pr
+	}
 	run, err := c.Submit(ctx, spec, opts)
 	if err != nil {
 		return submitError(a, err)
+	}
+	if o.download != "" && !o.detach {
+		// The artifacts are fetched once the run has ended, whatever its
+		// outcome; the process then exits with the run's code.
+		defer func() {
+			if err := downloadArtifacts(context.WithoutCancel(ctx), a, c, run.ID, o.download); err != nil {
+				fmt.Fprintf(a.stderr, "sandgate: download artifacts: %v\n", err)
+			}
+		}()
 	}
 	for _, w := range run.Warnings {
 		fmt.Fprintf(a.stderr, "sandgate: warning: %s\n", w)

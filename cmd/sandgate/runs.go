@@ -24,7 +24,7 @@ func newRunsCmd(a *app) *cobra.Command {
 		Long: `List, inspect, follow and cancel runs (SANDGATE_URL, token from SANDGATE_TOKEN).
 A submitter sees its own team's runs; admins and auditors see every team's.`,
 	}
-	cmd.AddCommand(newRunsListCmd(a), newRunsGetCmd(a), newRunsCancelCmd(a), newRunsLogsCmd(a))
+	cmd.AddCommand(newRunsListCmd(a), newRunsGetCmd(a), newRunsCancelCmd(a), newRunsLogsCmd(a), newRunsArtifactsCmd(a))
 	return cmd
 }
 

@@ -57,6 +57,9 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
 	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
 	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
+	f.StringVar(&c.WorkspaceDir, "workspace-dir", c.WorkspaceDir, "where the file systems of runs' workspaces live (SANDGATE_WORKSPACE_DIR; default /var/lib/sandgate/workspaces)")
+	f.StringVar(&c.UploadDir, "upload-dir", c.UploadDir, "where workspace archives wait for their runs (SANDGATE_UPLOAD_DIR; default: the system's temporary directory)")
+	f.Int64Var(&c.MaxWorkspaceBytes, "max-workspace-bytes", c.MaxWorkspaceBytes, "the largest workspace archive a run may send (SANDGATE_MAX_WORKSPACE_BYTES; default 256 MiB)")
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
@@ -219,6 +222,8 @@ func serve(ctx context.Context, a *app) error {
 		Node:          cfg.Node,
 		MaxConcurrent: cfg.MaxConcurrent,
 		VolumeDir:     cfg.VolumeDir,
+		WorkspaceDir:  cfg.WorkspaceDir,
+		Blobs:         runs,
 		WarmPool:      cfg.WarmPool,
 		WarmProfiles:  warm,
 		Logger:        logger.With("component", "executor"),
@@ -248,11 +253,13 @@ func serve(ctx context.Context, a *app) error {
 		consoleHandler = console.Handler()
 	}
 	srv, err := gateway.New(gateway.Config{
-		Node:          cfg.Node,
-		AirGapped:     cfg.AirGapped,
-		MountRoots:    cfg.MountRoots,
-		ShutdownGrace: cfg.ShutdownGrace,
-		CallbackKey:   callbackKey,
+		Node:              cfg.Node,
+		AirGapped:         cfg.AirGapped,
+		MountRoots:        cfg.MountRoots,
+		ShutdownGrace:     cfg.ShutdownGrace,
+		CallbackKey:       callbackKey,
+		UploadDir:         cfg.UploadDir,
+		MaxWorkspaceBytes: cfg.MaxWorkspaceBytes,
 	}, gateway.Deps{
 		Admitter:   engine,
 		Policies:   engine,
@@ -263,6 +270,7 @@ func serve(ctx context.Context, a *app) error {
 		Sandboxes:  exec.Reaper(),
 		Reconciler: exec.Reconciler(),
 		Volumes:    exec,
+		Artifacts:  runs,
 		Principals: principals,
 		Console:    consoleHandler,
 		Logger:     logger.With("component", "gateway"),

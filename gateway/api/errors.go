@@ -50,7 +50,7 @@ var Codes = []sandgate.ErrorCode{
 	sandgate.CodeNotFound, sandgate.CodeMethodNotAllowed, sandgate.CodeConflict, sandgate.CodeTooLarge,
 	sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit,
 	sandgate.CodeRateLimited, sandgate.CodeContainerCreate, sandgate.CodeAuditUnavailable,
-	sandgate.CodeDockerUnavailable, sandgate.CodeUnavailable, sandgate.CodeInternal,
+	sandgate.CodeDockerUnavailable, sandgate.CodeUnavailable, sandgate.CodeInternal, sandgate.CodeRangeNotSatisfiable,
 }
 
 // StatusOf maps every error code to its one HTTP status. The sandbox codes
@@ -73,6 +73,8 @@ func StatusOf(code sandgate.ErrorCode) int {
 		return http.StatusConflict
 	case sandgate.CodeTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case sandgate.CodeRangeNotSatisfiable:
+		return http.StatusRequestedRangeNotSatisfiable
 	case sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit:
 		return http.StatusUnprocessableEntity
 	case sandgate.CodeRateLimited:
@@ -107,6 +109,8 @@ func CodeForStatus(status int) sandgate.ErrorCode {
 		return sandgate.CodeTooLarge
 	case http.StatusTooManyRequests:
 		return sandgate.CodeRateLimited
+	case http.StatusRequestedRangeNotSatisfiable:
+		return sandgate.CodeRangeNotSatisfiable
 	}
 	if status >= 500 {
 		return sandgate.CodeUnavailable

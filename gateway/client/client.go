@@ -7,11 +7,15 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
@@ -50,6 +54,10 @@ type SubmitOptions struct {
 	IdempotencyKey string
 	// CorrelationID is sent as X-Correlation-ID.
 	CorrelationID string
+	// Workspace, when set, is a tar, tar.gz or zip archive sent with the
+	// spec (multipart/form-data) and unpacked into the run's workdir. It
+	// is streamed, never held in memory.
+	Workspace io.Reader
 }
 
 // Submit asks for a run. A policy denial is a *sandgate.Error with code
@@ -72,8 +80,89 @@ func (c *Client) Submit(ctx context.Context, spec sandgate.RunSpec, opts SubmitO
 		h.Set("X-Correlation-ID", opts.CorrelationID)
 	}
 	var run api.RunView
-	err = c.do(ctx, http.MethodPost, "/v1/runs", q, h, bytes.NewReader(body), &run)
+	if opts.Workspace == nil {
+		err = c.do(ctx, http.MethodPost, "/v1/runs", q, h, bytes.NewReader(body), &run)
+		return run, err
+	}
+	pr, pw := io.Pipe()
+	mw := multipart.NewWriter(pw)
+	go func() {
+		pw.CloseWithError(writeRunParts(mw, body, opts.Workspace))
+	}()
+	h.Set("Content-Type", mw.FormDataContentType())
+	err = c.do(ctx, http.MethodPost, "/v1/runs", q, h, pr, &run)
+	pr.Close()
 	return run, err
+}
+
+// writeRunParts writes a multipart run: the spec, then the workspace.
+func writeRunParts(mw *multipart.Writer, spec []byte, workspace io.Reader) error {
+	sh := textproto.MIMEHeader{}
+	sh.Set("Content-Disposition", `form-data; name="spec"`)
+	sh.Set("Content-Type", "application/json")
+	w, err := mw.CreatePart(sh)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(spec); err != nil {
+		return err
+	}
+	if w, err = mw.CreateFormFile("workspace", "workspace"); err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, workspace); err != nil {
+		return fmt.Errorf("send workspace: %w", err)
+	}
+	return mw.Close()
+}
+
+// Artifacts lists a run's artifacts.
+func (c *Client) Artifacts(ctx context.Context, id string) (api.ArtifactList, error) {
+	var list api.ArtifactList
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts", nil, nil, nil, &list)
+	return list, err
+}
+
+// Artifact writes one artifact of a run to w and checks that what came is
+// what the gateway stored: its SHA-256 must be the one the ETag names.
+func (c *Client) Artifact(ctx context.Context, id, path string, w io.Writer) (sandgate.Artifact, error) {
+	segs := strings.Split(path, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts/"+strings.Join(segs, "/"), nil, nil, nil)
+	if err != nil {
+		return sandgate.Artifact{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return sandgate.Artifact{}, decodeError(resp)
+	}
+	want := strings.TrimSuffix(strings.TrimPrefix(resp.Header.Get("ETag"), `"sha256:`), `"`)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
+	if err != nil {
+		return sandgate.Artifact{}, fmt.Errorf("artifact %s: %w", path, err)
+	}
+	got := hex.EncodeToString(h.Sum(nil))
+	if got != want {
+		return sandgate.Artifact{}, fmt.Errorf("artifact %s: got bytes with SHA-256 %s, the gateway stored %s", path, got, want)
+	}
+	return sandgate.Artifact{Path: path, Size: n, SHA256: got}, nil
+}
+
+// ArtifactsTar writes every artifact of a run to w as one tar stream.
+func (c *Client) ArtifactsTar(ctx context.Context, id string, w io.Writer) error {
+	resp, err := c.send(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id)+"/artifacts.tar", nil, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		return decodeError(resp)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
 }
 
 // Run returns a run.
@@ -221,7 +310,7 @@ func (c *Client) send(ctx context.Context, method, path string, q url.Values, h 
 	for k, vs := range h {
 		req.Header[k] = vs
 	}
-	if body != nil {
+	if body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

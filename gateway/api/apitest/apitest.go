@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -209,6 +210,10 @@ type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
+// artifactPath splits GET /v1/runs/{id}/artifacts/{path} into its
+// prefix and the artifact's path.
+var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
+
 // exchange is a request as the checker saw it.
 type exchange struct {
 	req    *http.Request
@@ -225,6 +230,14 @@ func (c *Checker) exchange(req *http.Request, body []byte) *exchange {
 		// The gateway reads a body without a Content-Type as JSON, as the
 		// document says; OpenAPI matches bodies by their media type.
 		vreq.Header.Set("Content-Type", "application/json")
+	}
+	// An artifact's {path} spans as many segments as the artifact's path
+	// has, which an OpenAPI path template cannot say: the router is shown
+	// it as one segment.
+	if m := artifactPath.FindStringSubmatch(vreq.URL.Path); m != nil {
+		u := *vreq.URL
+		u.Path, u.RawPath = m[1]+strings.ReplaceAll(m[2], "/", "%2F"), ""
+		vreq.URL = &u
 	}
 	route, params, err := c.router.FindRoute(vreq)
 	if err != nil {

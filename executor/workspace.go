@@ -1,0 +1,270 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/mount"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+// DefaultWorkspaceDir is where the file systems of runs' workspaces live.
+const DefaultWorkspaceDir = "/var/lib/sandgate/workspaces"
+
+// artifactTimeout bounds the collection of one run's artifacts.
+const artifactTimeout = 10 * time.Minute
+
+// A run with files, a workspace archive or artifacts gets a workspace: an
+// ext4 file system of its own, of resources.workspace_mb, loop-mounted by
+// sandgate under the workspace directory, whose "data" directory is
+// bind-mounted at the run's workdir. The size is a hard limit the kernel
+// keeps (a run that writes past it gets ENOSPC, not the host's disk), the
+// file system is the run's alone, and it is unmounted and deleted with the
+// run. The archive and the files are written into it before the container
+// is created, as the run's user, through the workspace package (every
+// entry checked again, nothing followed out of the directory); the
+// artifacts are read out of it once the command has ended, the same way.
+// It needs root, as cache volumes do.
+
+// workspaces makes and removes the runs' workspaces. Each node has a
+// directory of its own under the workspace directory, so that gateways
+// sharing a host never take each other's workspaces for stale.
+type workspaces struct{ dir string }
+
+func newWorkspaces(dir, node string) *workspaces {
+	if dir == "" {
+		dir = DefaultWorkspaceDir
+	}
+	return &workspaces{dir: filepath.Join(filepath.Clean(dir), node)}
+}
+
+// runWorkspace is one run's workspace.
+type runWorkspace struct {
+	runID string
+	img   string
+	mnt   string
+	// data is the directory the container sees at its workdir.
+	data string
+}
+
+func (w *workspaces) of(runID string) *runWorkspace {
+	return &runWorkspace{
+		runID: runID,
+		img:   filepath.Join(w.dir, "images", runID+".img"),
+		mnt:   filepath.Join(w.dir, "mnt", runID),
+		data:  filepath.Join(w.dir, "mnt", runID, "data"),
+	}
+}
+
+// find returns runID's workspace when one is mounted (a previous process
+// made it), else nil.
+func (w *workspaces) find(runID string) *runWorkspace {
+	ws := w.of(runID)
+	if !isMountPoint(ws.mnt) {
+		return nil
+	}
+	return ws
+}
+
+// runs lists the runs that have a workspace directory or image here.
+func (w *workspaces) runs() []string {
+	seen := map[string]bool{}
+	if entries, err := os.ReadDir(filepath.Join(w.dir, "mnt")); err == nil {
+		for _, e := range entries {
+			seen[e.Name()] = true
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(w.dir, "images")); err == nil {
+		for _, e := range entries {
+			if id, ok := strings.CutSuffix(e.Name(), ".img"); ok {
+				seen[id] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	return out
+}
+
+// imageMB is the size of the image for a workspace of mb: a little more
+// than mb, so that the file system's own metadata does not eat into what
+// the run was admitted to write.
+func imageMB(mb int64) int64 { return mb + mb/32 + 4 }
+
+// prepareWorkspace makes the run's workspace, writes its archive and files
+// into it, and mounts it at the run's workdir in set. Errors are SBX-003
+// naming what failed; nothing is left behind.
+func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) (*runWorkspace, error) {
+	spec := r.job.Spec
+	refuse := func(field string, err error, format string, args ...any) error {
+		return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf(format, args...), Err: err}
+	}
+	if os.Geteuid() != 0 {
+		return nil, refuse("workspace", nil, "workspaces are not available on this gateway: their size limit needs sandgate to run as root")
+	}
+	if r.job.RunID != filepath.Base(r.job.RunID) || strings.HasPrefix(r.job.RunID, ".") {
+		return nil, refuse("run_id", nil, "run ID %q cannot name a workspace", r.job.RunID)
+	}
+	if spec.UID == nil || spec.GID == nil {
+		return nil, refuse("user", nil, "a run with a workspace needs a numeric uid:gid")
+	}
+	ws := e.workspaces.of(r.job.RunID)
+	done := false
+	defer func() {
+		if !done {
+			ws.remove(e)
+		}
+	}()
+	if err := makeExt4(ws.img, imageMB(spec.Resources.WorkspaceMB), "sandgate-ws"); err != nil {
+		return nil, refuse("resources.workspace_mb", err, "make the run's workspace: %v", err)
+	}
+	if err := os.MkdirAll(ws.mnt, 0o700); err != nil {
+		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+	}
+	if err := loopMount(ws.img, ws.mnt); err != nil {
+		return nil, refuse("workspace", err, "mount the run's workspace: %v", err)
+	}
+	uid, gid := int(*spec.UID), int(*spec.GID)
+	if err := os.Mkdir(ws.data, 0o755); err != nil {
+		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+	}
+	if err := os.Chown(ws.data, uid, gid); err != nil {
+		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+	}
+	root, err := os.OpenRoot(ws.data)
+	if err != nil {
+		return nil, refuse("workspace", err, "open the run's workspace: %v", err)
+	}
+	defer root.Close()
+	owner := workspace.Owner{UID: uid, GID: gid}
+	lim := workspace.DefaultLimits
+	lim.MaxBytes = spec.Resources.WorkspaceMB << 20
+	payload := map[string]any{"workspace_mb": spec.Resources.WorkspaceMB}
+	if path := r.job.Workspace; path != "" {
+		m, err := unpackArchive(ctx, path, root, owner, lim)
+		if err != nil {
+			return nil, workspaceError("workspace", err)
+		}
+		payload["archive_sha256"], payload["archive_entries"], payload["archive_unpacked_bytes"] = m.SHA256, m.Entries, m.UnpackedBytes
+	}
+	if len(spec.Files) > 0 {
+		m, err := workspace.WriteFiles(root, spec.Files, owner, lim)
+		if err != nil {
+			return nil, workspaceError("files", err)
+		}
+		payload["files"], payload["files_bytes"] = len(spec.Files), m.UnpackedBytes
+	}
+	set.host.Mounts = append(set.host.Mounts, mount.Mount{
+		Type: mount.TypeBind, Source: ws.data, Target: spec.Workdir,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	})
+	r.workspacePayload = payload
+	done = true
+	return ws, nil
+}
+
+// unpackArchive unpacks the checked archive at path into root.
+func unpackArchive(ctx context.Context, path string, root *os.Root, owner workspace.Owner, lim workspace.Limits) (workspace.Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return workspace.Manifest{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return workspace.Manifest{}, err
+	}
+	return workspace.Unpack(ctx, f, st.Size(), root, owner, lim)
+}
+
+// workspaceError is an error of the workspace package as the run's error:
+// a refusal of what was sent keeps its field and message under SBX-003.
+func workspaceError(field string, err error) error {
+	var se *sandgate.Error
+	if errors.As(err, &se) {
+		f := se.Field
+		if f == "" {
+			f = field
+		}
+		return &sandgate.Error{Code: sandgate.CodeMountError, Field: f, Message: se.Message, Err: err}
+	}
+	return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf("write the run's workspace: %v", err), Err: err}
+}
+
+// collectArtifacts stores the files the run's artifacts name, read from
+// its workspace without following a symlink and up to its artifact limit,
+// and records them in the trail. It never fails the run: what could not
+// be collected is said in the result.
+func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspace) *sandgate.Artifacts {
+	spec := r.job.Spec
+	if len(spec.Artifacts) == 0 {
+		return nil
+	}
+	out := &sandgate.Artifacts{Files: []sandgate.Artifact{}}
+	defer func() {
+		files := make([]any, len(out.Files))
+		for i, f := range out.Files {
+			files[i] = map[string]any{"path": f.Path, "size": f.Size, "sha256": f.SHA256, "mode": int64(f.Mode)}
+		}
+		p := map[string]any{"files": files, "bytes": out.Bytes, "truncated": out.Truncated, "skipped_count": int64(out.SkippedCount)}
+		if out.Error != "" {
+			p["error"] = out.Error
+		}
+		e.emit(r, sandgate.EventArtifactsCollected, p)
+	}()
+	if e.cfg.Blobs == nil {
+		out.Error = "this gateway has no artifact store"
+		return out
+	}
+	root, err := os.OpenRoot(ws.data)
+	if err != nil {
+		out.Error = fmt.Sprintf("open the workspace: %v", err)
+		return out
+	}
+	defer root.Close()
+	// Collection goes on after a cancellation: the run's files are kept
+	// whatever ended it.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), artifactTimeout)
+	defer cancel()
+	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ sandgate.Artifact, rd io.Reader) (string, error) {
+		sum, _, err := e.cfg.Blobs.PutBlob(cctx, rd)
+		return sum, err
+	})
+	*out = c
+	if err != nil {
+		out.Error = err.Error()
+		e.log.Warn("artifact collection stopped", "run_id", r.job.RunID, "err", err)
+	}
+	return out
+}
+
+// remove unmounts the workspace and deletes its file system.
+func (ws *runWorkspace) remove(e *Executor) {
+	if isMountPoint(ws.mnt) {
+		if err := unix.Unmount(ws.mnt, 0); err != nil {
+			// Busy (a process still holds a file): detach it, the kernel
+			// frees it once the last user is gone.
+			if err := unix.Unmount(ws.mnt, unix.MNT_DETACH); err != nil {
+				e.log.Warn("unmount a workspace", "run_id", ws.runID, "err", err)
+				return
+			}
+		}
+	}
+	if err := os.Remove(ws.mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Warn("remove a workspace's mount point", "run_id", ws.runID, "err", err)
+	}
+	if err := os.Remove(ws.img); err != nil && !errors.Is(err, os.ErrNotExist) {
+		e.log.Warn("remove a workspace's image", "run_id", ws.runID, "err", err)
+	}
+}
