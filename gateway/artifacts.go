@@ -15,11 +15,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bmatcuk/doublestar/v4"
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // artifactRoute is the route of one artifact: its path may span several
@@ -30,8 +30,8 @@ const artifactRoute = "/v1/runs/:id/artifacts/*"
 // glob, naming it, before anything is decided.
 func checkArtifactPatterns(patterns []string) error {
 	for i, p := range patterns {
-		if !doublestar.ValidatePattern(p) {
-			return sandgate.FieldError(fmt.Sprintf("artifacts[%d]", i), "is not a valid glob: %q", p)
+		if err := workspace.CheckPattern(fmt.Sprintf("artifacts[%d]", i), p); err != nil {
+			return err
 		}
 	}
 	return nil
