@@ -41,6 +41,10 @@ func BenchmarkWorkspaceRoundTrip(b *testing.B) {
 	withWS := sandgate.RunSpec{Command: []string{"sh", "-c", "cp in.bin out.bin"}, Artifacts: []string{"out.bin"}}
 	const rounds = 15
 	var bare, ws, dl []time.Duration
+	idle, err := processRSS(p.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
 	peak := sampleRSS(p.Pid())
 	for i := range rounds + 1 {
 		t0 := time.Now()
@@ -72,12 +76,13 @@ func BenchmarkWorkspaceRoundTrip(b *testing.B) {
 		return s[len(s)/2]
 	}
 	mb, mw, md := med(bare), med(ws), med(dl)
-	b.Logf("%d rounds: run without %v, with a 10 MB workspace in and a 10 MB artifact out %v (+%v, %.2fx), artifact download %v; gateway peak RSS %.0f MiB",
-		rounds, mb.Round(time.Millisecond), mw.Round(time.Millisecond), (mw - mb).Round(time.Millisecond), float64(mw)/float64(mb), md.Round(time.Millisecond), rss)
+	b.Logf("%d rounds: run without %v, with a 10 MB workspace in and a 10 MB artifact out %v (+%v, %.2fx), artifact download %v; gateway RSS %.0f MiB idle, %.0f MiB at the peak",
+		rounds, mb.Round(time.Millisecond), mw.Round(time.Millisecond), (mw - mb).Round(time.Millisecond), float64(mw)/float64(mb), md.Round(time.Millisecond), float64(idle)/1024, rss)
 	b.ReportMetric(float64(mb.Milliseconds()), "bare-p50-ms")
 	b.ReportMetric(float64(mw.Milliseconds()), "workspace-p50-ms")
 	b.ReportMetric(float64((mw - mb).Milliseconds()), "added-p50-ms")
 	b.ReportMetric(float64(mw)/float64(mb), "ratio")
 	b.ReportMetric(float64(md.Milliseconds()), "download-p50-ms")
+	b.ReportMetric(float64(idle)/1024, "idle-rss-MiB")
 	b.ReportMetric(rss, "peak-rss-MiB")
 }
