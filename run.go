@@ -61,6 +61,9 @@ type Run struct {
 	Stderr         Output     `json:"stderr"`
 	Spec           RunSpec    `json:"spec"`
 	Warnings       []string   `json:"warnings"`
+	// Usage is what the run's container used; nil until the run has
+	// finished, and for a run that never had a running container.
+	Usage *Usage `json:"usage"`
 }
 
 // Job is an admitted run handed to an Executor: the normalised, mutated and
@@ -121,6 +124,9 @@ type Result struct {
 	// Error is set for OutcomeError and OutcomeLost, with a SANDGATE-SBX
 	// code or DOCKER-UNAVAILABLE.
 	Error *ErrorInfo
+	// Usage is what the container used while the run had it; nil when the
+	// command never ran.
+	Usage *Usage
 }
 
 // Executor runs admitted jobs in fresh, locked-down sandboxes. The Docker

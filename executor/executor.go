@@ -79,6 +79,11 @@ type Executor struct {
 	// accounts are the images' /etc/passwd and /etc/group, by image ID.
 	accounts accountCache
 
+	// cgroups is how the daemon host's cgroups are laid out, when this
+	// process can read them (a local daemon); version 0 otherwise, and
+	// the usage of runs comes from the Docker stats API.
+	cgroups cgroupLayout
+
 	// pool keeps warm containers; nil without a warm pool.
 	pool *pool
 
@@ -123,6 +128,9 @@ func New(cfg Config, events sandgate.EventSink) (*Executor, error) {
 	}
 	e := newExecutor(cfg, events, c)
 	e.closer = c
+	if localDaemon(cfg.DockerHost) {
+		e.cgroups = detectCgroups(cfg.CgroupRoot, "/proc")
+	}
 	return e, nil
 }
 
