@@ -14,7 +14,9 @@
 //     volumes (volumes.go), the bridge network (network.go), the image's
 //     users checked (identity.go), created and started (lifecycle.go).
 //   - handle (handle.go): one container from create, claim or adoption to
-//     removal; every run is followed to its end by one.
+//     removal; every run is followed to its end by one. Its sampler
+//     (usage.go) reads what the container uses from its cgroup
+//     (cgroup.go) or the Docker stats API while it runs.
 //   - pool (pool.go): warm containers, claimed by runs whose container
 //     would be configured exactly like theirs.
 //   - Reaper (reaper.go): removes containers no live run owns.
