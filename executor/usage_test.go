@@ -187,3 +187,39 @@ func deref(p *int64) any {
 func usageString(u *sandgate.Usage) string {
 	return fmt.Sprint(u.Payload())
 }
+
+// TestWarmRunUsage: a run served from the warm pool reports its usage as
+// a cold one does, its CPU time counted from its own start (not the
+// launcher's wait before it), and its limit as its peak when killed for
+// memory.
+func TestWarmRunUsage(t *testing.T) {
+	small := func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 32 }
+	ex, rec := newWarmExecutor(t, 1, nil, profileOf(t, nil), profileOf(t, small))
+
+	burn := newJob(t, nil, "sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`)
+	res := execute(t, ex, burn)
+	if !warm(rec, burn.RunID) {
+		t.Fatal("the run was not served from the warm pool")
+	}
+	u := res.Usage
+	if u == nil || (u.Source != sandgate.UsageCgroupV1 && u.Source != sandgate.UsageCgroupV2) {
+		t.Fatalf("usage %+v, want one read from the cgroup", u)
+	}
+	if u.CPUMS == nil || *u.CPUMS < 500 || *u.CPUMS > u.WallMS+200 {
+		t.Errorf("cpu_ms = %v with wall_ms %d, want >= 500 and no more than the wall time with one CPU", deref(u.CPUMS), u.WallMS)
+	}
+	t.Logf("warm usage: %s", usageString(u))
+
+	waitIdle(t, ex, 2)
+	oom := newJob(t, small, "sh", "-c", "head -c 200m /dev/zero | tail")
+	res = execute(t, ex, oom)
+	if !warm(rec, oom.RunID) || res.Outcome != sandgate.OutcomeOOMKilled {
+		t.Fatalf("warm %t, outcome %s: want a warm run killed for memory", warm(rec, oom.RunID), res.Outcome)
+	}
+	if res.Usage == nil {
+		t.Fatal("no usage")
+	}
+	if p := res.Usage.MemoryPeakBytes; p == nil || *p != 32<<20 {
+		t.Errorf("memory_peak_bytes = %v, want the limit %d", deref(p), 32<<20)
+	}
+}
