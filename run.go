@@ -64,6 +64,9 @@ type Run struct {
 	// Artifacts summarises the files collected after the command ended,
 	// for a run whose spec asked for artifacts.
 	Artifacts *ArtifactSummary `json:"artifacts,omitempty"`
+	// Usage is what the run's container used; nil until the run has
+	// finished, and for a run that never had a running container.
+	Usage *Usage `json:"usage"`
 }
 
 // Job is an admitted run handed to an Executor: the normalised, mutated and
@@ -131,6 +134,9 @@ type Result struct {
 	// Artifacts is what was collected from the workspace once the command
 	// ended, for a job whose spec asked for artifacts; nil otherwise.
 	Artifacts *Artifacts
+	// Usage is what the container used while the run had it; nil when the
+	// command never ran.
+	Usage *Usage
 }
 
 // Executor runs admitted jobs in fresh, locked-down sandboxes. The Docker

@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -101,4 +102,75 @@ func median(ds []time.Duration) time.Duration {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkUsageSampling measures what reading a run's counters costs the
+// run path: the same jobs through an executor that samples each
+// container's cgroup and through one with sampling off
+// (UsageInterval < 0), interleaved (alternating which goes first), on the
+// same daemon. Two jobs: `true`, the whole of Execute for the shortest
+// run (the sampler's start, first readings and stop are all on it); and a
+// fixed amount of shell arithmetic (about a third of a second), whose
+// wall time shows whether the readings slow the command itself. It
+// reports the medians of both sides and their differences. With
+// SANDGATE_BENCH_USAGE_AA=1 both sides sample nothing: the difference
+// that remains is the benchmark's own noise.
+func BenchmarkUsageSampling(b *testing.B) {
+	interval := time.Duration(0)
+	if os.Getenv("SANDGATE_BENCH_USAGE_AA") == "1" {
+		interval = -1
+	}
+	on, _ := newTestExecutor(b, func(c *executor.Config) { c.UsageInterval = interval })
+	off, _ := newTestExecutor(b, func(c *executor.Config) { c.UsageInterval = -1 })
+	jobs := []struct {
+		name string
+		cmd  []string
+	}{
+		{"true", []string{"true"}},
+		{"work", []string{"sh", "-c", "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done"}},
+	}
+	timed := func(ex *executor.Executor, cmd []string) (time.Duration, sandgate.Result) {
+		job := newJob(b, func(s *sandgate.RunSpec) { s.SessionID = "bench"; s.Resources.CPUs = 1 }, cmd...)
+		start := time.Now()
+		res, err := ex.Execute(context.Background(), job)
+		took := time.Since(start)
+		if err != nil || res.Outcome != sandgate.OutcomeSucceeded {
+			b.Fatalf("run: %+v, %v", res, err)
+		}
+		return took, res
+	}
+	for _, j := range jobs {
+		timed(on, j.cmd) // warm both: image cache, connections, page cache
+		timed(off, j.cmd)
+	}
+	b.ResetTimer()
+	for _, j := range jobs {
+		var withS, withoutS []time.Duration
+		var sources []sandgate.UsageSource
+		for i := range benchRounds {
+			runOn := func() {
+				d, res := timed(on, j.cmd)
+				withS = append(withS, d)
+				sources = append(sources, res.Usage.Source)
+			}
+			runOff := func() {
+				d, _ := timed(off, j.cmd)
+				withoutS = append(withoutS, d)
+			}
+			if i%2 == 0 {
+				runOn()
+				runOff()
+			} else {
+				runOff()
+				runOn()
+			}
+		}
+		mOn, mOff := median(withS), median(withoutS)
+		b.ReportMetric(float64(mOn.Microseconds())/1000, j.name+"-sampled-ms")
+		b.ReportMetric(float64(mOff.Microseconds())/1000, j.name+"-unsampled-ms")
+		b.ReportMetric(float64(mOn-mOff)/float64(time.Millisecond), j.name+"-delta-ms")
+		b.Logf("%s sampled: median %v of %v (sources %v)", j.name, mOn, withS, sources)
+		b.Logf("%s unsampled: median %v of %v", j.name, mOff, withoutS)
+	}
+	b.StopTimer()
 }

@@ -95,6 +95,16 @@ type Config struct {
 	// on the bridge's gateway address. By default the host's firewall drops
 	// what comes from the bridge for the host (which needs root).
 	BridgeHostAccess bool
+	// UsageInterval is how often, at most, a running container's
+	// resource counters are read (see usage.go): the CPU time and I/O a
+	// run reports can miss up to one interval of its end. Default 200ms;
+	// negative turns the readings off, and runs then report their wall
+	// time only.
+	UsageInterval time.Duration
+	// CgroupRoot is where the daemon host's cgroup file systems are
+	// mounted, read for the usage of runs when the daemon is local.
+	// Default DefaultCgroupRoot.
+	CgroupRoot string
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
@@ -169,6 +179,12 @@ func (c *Config) Validate() error {
 	}
 	if len(c.BridgeInterface) > 15 || !safeName.MatchString(c.BridgeInterface) {
 		return fmt.Errorf("executor: BridgeInterface %q is not an interface name", c.BridgeInterface)
+	}
+	if c.UsageInterval == 0 {
+		c.UsageInterval = defaultUsageInterval
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

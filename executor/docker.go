@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -34,6 +35,7 @@ type dockerAPI interface {
 	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
 	ContainerKill(ctx context.Context, id, signal string) error
 	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+	ContainerStats(ctx context.Context, id string, stream bool) (container.StatsResponseReader, error)
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	CopyFromContainer(ctx context.Context, id, srcPath string) (io.ReadCloser, container.PathStat, error)
@@ -52,6 +54,13 @@ type imageAPI interface {
 	ImageList(ctx context.Context, opts image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, ref string, opts image.RemoveOptions) ([]image.DeleteResponse, error)
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+}
+
+// localDaemon reports whether host names a daemon on this machine (the
+// default socket or a unix socket), whose containers' cgroup files this
+// process can read.
+func localDaemon(host string) bool {
+	return host == "" || strings.HasPrefix(host, "unix://")
 }
 
 // dial connects to the daemon at host (the local socket when empty), with

@@ -14,7 +14,9 @@
 //     volumes (volumes.go), the bridge network (network.go), the image's
 //     users checked (identity.go), created and started (lifecycle.go).
 //   - handle (handle.go): one container from create, claim or adoption to
-//     removal; every run is followed to its end by one.
+//     removal; every run is followed to its end by one. Its sampler
+//     (usage.go) reads what the container uses from its cgroup
+//     (cgroup.go) or the Docker stats API while it runs.
 //   - pool (pool.go): warm containers, claimed by runs whose container
 //     would be configured exactly like theirs.
 //   - Reaper (reaper.go): removes containers no live run owns.
@@ -81,6 +83,11 @@ type Executor struct {
 	// accounts are the images' /etc/passwd and /etc/group, by image ID.
 	accounts accountCache
 
+	// cgroups is how the daemon host's cgroups are laid out, when this
+	// process can read them (a local daemon); version 0 otherwise, and
+	// the usage of runs comes from the Docker stats API.
+	cgroups cgroupLayout
+
 	// pool keeps warm containers; nil without a warm pool.
 	pool *pool
 
@@ -125,6 +132,9 @@ func New(cfg Config, events sandgate.EventSink) (*Executor, error) {
 	}
 	e := newExecutor(cfg, events, c)
 	e.closer = c
+	if localDaemon(cfg.DockerHost) {
+		e.cgroups = detectCgroups(cfg.CgroupRoot, "/proc")
+	}
 	return e, nil
 }
 

@@ -272,6 +272,15 @@ func (f *fakeDocker) ContainerInspect(_ context.Context, ref string) (container.
 	}, nil
 }
 
+// ContainerStats is refused: the fake keeps no counters, so runs report
+// their wall time only.
+func (f *fakeDocker) ContainerStats(_ context.Context, _ string, _ bool) (container.StatsResponseReader, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("stats")
+	return container.StatsResponseReader{}, fmt.Errorf("the fake daemon keeps no stats")
+}
+
 func (f *fakeDocker) ContainerRemove(_ context.Context, id string, _ container.RemoveOptions) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

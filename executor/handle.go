@@ -25,7 +25,8 @@ const drainTimeout = 10 * time.Second
 // after a restart) to its removal: its attach stream and the output the
 // stream carries, the wait for its exit, the run's timeout and
 // cancellation, the stop, the inspect that tells an exit from an OOM kill
-// or a loss, the lifecycle events of its end, and its removal. Fresh,
+// or a loss, the sampler of what it uses (usage.go), the lifecycle events
+// of its end, and its removal. Fresh,
 // warm and adopted runs differ only in how their handle is made; from
 // then on each is followed the same way.
 type handle struct {
@@ -52,6 +53,10 @@ type handle struct {
 	// ws is the run's workspace, if it has one: its artifacts are
 	// collected from it once the command has ended.
 	ws *runWorkspace
+
+	// usage reads the container's resource counters from the start of
+	// its command until its end is seen; nil before the command starts.
+	usage *sampler
 }
 
 // newHandle makes the handle of container id, which the run has from
@@ -96,6 +101,7 @@ func (h *handle) attach(ctx context.Context, stdin bool, cond container.WaitCond
 // callback.
 func (h *handle) started(at time.Time, payload map[string]any, emit bool) {
 	h.res.StartedAt = at
+	h.usage = h.e.watchUsage(h.wctx, h.id, h.r.job.Spec.Network != "none", h.member != nil)
 	h.r.setState(sandgate.StateRunning)
 	if emit {
 		h.e.emit(h.r, sandgate.EventContainerStarted, payload)
@@ -165,6 +171,9 @@ func (h *handle) supervise(ctx context.Context) (sandgate.Result, error) {
 		exit = exitStatus{lost: true}
 	}
 	h.res.FinishedAt = h.e.now()
+	// The counters are gone with the container's cgroup by now; the
+	// sampler makes a last attempt and stops.
+	h.usage.stop()
 
 	// Everything the container wrote before it ended is kept. A lost
 	// container will not close its stream, so what came is all there is.
@@ -307,6 +316,7 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 			code, msg = sandgate.CodeDockerUnavailable, "the docker daemon stopped answering about the container"
 		}
 		res.Error = &sandgate.ErrorInfo{Code: code, Message: msg}
+		res.Usage = h.usage.usage(res, h.memoryLimit())
 		e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"error_code": string(code)}))
 		return res
 	}
@@ -324,6 +334,7 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 		}
 		res.OOMKilled = oom
 	}
+	res.Usage = h.usage.usage(res, h.memoryLimit())
 	c := int(code)
 	res.ExitCode = &c
 	switch {
@@ -341,6 +352,7 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"oom_killed":  res.OOMKilled,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+		"usage":       res.Usage.Payload(),
 	}))
 	switch res.Outcome {
 	case sandgate.OutcomeOOMKilled:
@@ -375,15 +387,21 @@ func (h *handle) stoppedByDocker(res sandgate.Result, code int64, why string) sa
 	res.ExitCode = &c
 	res.Outcome = sandgate.OutcomeError
 	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: why}
+	res.Usage = h.usage.usage(res, h.memoryLimit())
 	e.log.Warn("container stopped through the daemon", "run_id", r.job.RunID, "reason", why)
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"oom_killed":  false,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+		"usage":       res.Usage.Payload(),
 	}))
 	e.emitExit(r, sandgate.EventRunFailed, res, map[string]any{"error_code": string(res.Error.Code), "message": why})
 	h.collect(&res)
 	return res
 }
+
+// memoryLimit is the container's memory limit in bytes, as
+// containerSettings sets it.
+func (h *handle) memoryLimit() int64 { return h.r.job.Spec.Resources.MemoryMB << 20 }
 
 // outputPayload adds the sizes and digests of the output, never the data.
 func outputPayload(res sandgate.Result, p map[string]any) map[string]any {
@@ -406,6 +424,7 @@ func (h *handle) cancelled() sandgate.Result { return h.e.cancelledBeforeStart(h
 // container is removed (a warm member's pool ownership ends with it). A
 // container that cannot be removed now is left to the reaper.
 func (h *handle) close() {
+	h.usage.stop()
 	h.closeStream()
 	h.wcancel()
 	h.e.remove(h.r, h.id)

@@ -721,10 +721,12 @@ func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageI
 	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
 		return h.failed(err), err
 	}
+	// Started before the script is handed in, so that the first reading
+	// of the container's counters, its baseline, comes before the command.
+	h.started(e.now(), map[string]any{"warm_pool": m.prof.key}, true)
 	// As on the cold path: the script, then the run's stdin, on the one
 	// stream; a command that exits without reading its input closes it.
 	h.writeStdin(m.warmScript(r.job.Spec) + "\x00" + r.job.Spec.Stdin)
-	h.started(e.now(), map[string]any{"warm_pool": m.prof.key}, true)
 	return h.supervise(ctx)
 }
 

@@ -65,35 +65,39 @@ func TestAdopt(t *testing.T) {
 		exit          int
 		stdout        string
 		events        []sandgate.EventType
+		// usage is what the result's usage must be: read from the
+		// container's cgroup ("cgroup"), wall time only ("none"), either
+		// ("any"), or no usage at all ("").
+		usage string
 	}{
 		{
 			name:    "running container is followed to its end",
 			command: []string{"sh", "-c", "sleep 2; echo after; exit 9"},
-			start:   true, outcome: sandgate.OutcomeFailed, exit: 9, stdout: "after\n",
+			start:   true, outcome: sandgate.OutcomeFailed, exit: 9, stdout: "after\n", usage: "cgroup",
 			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
 			name:    "exited container is recorded with its exit code",
 			command: []string{"sh", "-c", "exit 6"},
-			start:   true, exited: true, outcome: sandgate.OutcomeFailed, exit: 6,
+			start:   true, exited: true, outcome: sandgate.OutcomeFailed, exit: 6, usage: "none",
 			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
 			name:    "created container is started once",
 			command: []string{"sh", "-c", "echo first; exit 0"},
-			outcome: sandgate.OutcomeSucceeded, exit: 0, stdout: "first\n",
+			outcome: sandgate.OutcomeSucceeded, exit: 0, stdout: "first\n", usage: "any",
 			events: []sandgate.EventType{sandgate.EventContainerStarted, sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
 			name:    "claimed warm container is followed to its end",
 			command: []string{"sh", "-c", "sleep 2; echo after; exit 9"},
-			start:   true, warm: true, outcome: sandgate.OutcomeFailed, exit: 9, stdout: "after\n",
+			start:   true, warm: true, outcome: sandgate.OutcomeFailed, exit: 9, stdout: "after\n", usage: "cgroup",
 			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
 			name:    "exited warm container is recorded with its exit code",
 			command: []string{"sh", "-c", "exit 6"},
-			start:   true, exited: true, warm: true, outcome: sandgate.OutcomeFailed, exit: 6,
+			start:   true, exited: true, warm: true, outcome: sandgate.OutcomeFailed, exit: 6, usage: "none",
 			events: []sandgate.EventType{sandgate.EventContainerExited, sandgate.EventContainerRemoved},
 		},
 		{
@@ -164,6 +168,15 @@ func TestAdopt(t *testing.T) {
 			}
 			if res.Outcome != tc.outcome || exitCode(res) != tc.exit || text(res.Stdout) != tc.stdout {
 				t.Errorf("Adopt = %s exit %d stdout %q, want %s exit %d stdout %q", res.Outcome, exitCode(res), text(res.Stdout), tc.outcome, tc.exit, tc.stdout)
+			}
+			switch u := res.Usage; {
+			case tc.usage == "" && u != nil:
+				t.Errorf("usage %+v, want none for a run whose container was not followed", u)
+			case tc.usage != "" && u == nil:
+				t.Errorf("no usage, want %s", tc.usage)
+			case tc.usage == "none" && u.Source != sandgate.UsageNone,
+				tc.usage == "cgroup" && u.Source != sandgate.UsageCgroupV1 && u.Source != sandgate.UsageCgroupV2:
+				t.Errorf("usage source %q, want %s", u.Source, tc.usage)
 			}
 			if tc.outcome == sandgate.OutcomeLost && (res.Error == nil || res.Error.Message == "") {
 				t.Errorf("lost without a reason: %+v", res.Error)

@@ -199,6 +199,14 @@ func TestSubmitHappyPath(t *testing.T) {
 	if got.Stdout.Data != "hello\n" || got.Outcome == nil || *got.Outcome != sandgate.OutcomeSucceeded || got.DurationMS != 1500 {
 		t.Errorf("GET run = %+v", got)
 	}
+	// What it used, as the executor reported it (the answer is held to
+	// the OpenAPI document's Usage).
+	if diff := cmp.Diff(fakeUsage(got.FinishedAt.UTC()), got.Usage); diff != "" {
+		t.Errorf("GET run usage (-want +got):\n%s", diff)
+	}
+	if v.Usage != nil {
+		t.Errorf("a run just submitted has usage %+v, want null", v.Usage)
+	}
 	job := e.exec.lastJob()
 	if job.CorrelationID != "corr-happy-1" || job.RunID != v.ID || job.Team != "payments" {
 		t.Errorf("job identities = %+v", job)

@@ -248,6 +248,13 @@ type fakeExecutor struct {
 	jobs    []sandgate.Job
 }
 
+// fakeUsage is what every run of the fake executor that exits used.
+func fakeUsage(at time.Time) *sandgate.Usage {
+	i := func(v int64) *int64 { return &v }
+	return &sandgate.Usage{CPUMS: i(250), CPUUserMS: i(200), CPUSystemMS: i(50), MemoryPeakBytes: i(8 << 20), PidsPeak: i(3),
+		WallMS: 1500, Source: sandgate.UsageCgroupV2, SampledAt: &at}
+}
+
 func newFakeExecutor() *fakeExecutor {
 	return &fakeExecutor{running: map[string]chan sandgate.Outcome{}}
 }
@@ -294,6 +301,7 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	}
 	exit := func(code int) (sandgate.Result, error) {
 		res.ExitCode = &code
+		res.Usage = fakeUsage(end)
 		res.Outcome = sandgate.OutcomeSucceeded
 		if code != 0 {
 			res.Outcome = sandgate.OutcomeFailed

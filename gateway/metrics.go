@@ -51,6 +51,10 @@ type Metrics struct {
 	containerCleanup prometheus.Histogram
 	orphansRemoved   prometheus.Counter
 	callbacks        *prometheus.CounterVec
+	// What finished runs used (sandgate.Usage), by outcome.
+	runCPU        *prometheus.HistogramVec
+	runMemoryPeak *prometheus.HistogramVec
+	runWall       *prometheus.HistogramVec
 
 	// requests caches httpDuration's children by requestKey, so that a
 	// request neither formats its status nor hashes its labels again.
@@ -113,6 +117,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_callbacks_total", Help: "Completion callbacks by result (delivered, refused, exhausted, shutdown, overflow).",
 		}, []string{"result"}),
+		// Runs last from milliseconds to the maximum timeout (hours), and
+		// use from a few MB to the node's memory: wide, coarse buckets.
+		runCPU: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandgate_run_cpu_seconds", Help: "CPU time (user and system) a finished run's container used, by outcome.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
+		}, []string{"outcome"}),
+		runMemoryPeak: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandgate_run_memory_peak_bytes", Help: "Peak memory of a finished run's container, by outcome.",
+			Buckets: prometheus.ExponentialBuckets(1<<20, 4, 9), // 1 MiB to 64 GiB
+		}, []string{"outcome"}),
+		runWall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sandgate_run_wall_seconds", Help: "Wall time from a finished run's command start to its end, by outcome.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200},
+		}, []string{"outcome"}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
@@ -120,6 +138,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	collectors := []prometheus.Collector{
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
 		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
+		m.runCPU, m.runMemoryPeak, m.runWall,
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive
@@ -334,6 +353,23 @@ func observeDuration(h prometheus.Histogram, payload map[string]any) bool {
 	}
 	h.Observe(ms / 1000)
 	return true
+}
+
+// observeUsage records what a finished run used. A run without usage
+// (its command never ran) is not observed; a counter its usage lacks is
+// left out of its histogram.
+func (m *Metrics) observeUsage(outcome sandgate.Outcome, u *sandgate.Usage) {
+	if u == nil {
+		return
+	}
+	o := string(outcome)
+	m.runWall.WithLabelValues(o).Observe(float64(u.WallMS) / 1000)
+	if u.CPUMS != nil {
+		m.runCPU.WithLabelValues(o).Observe(float64(*u.CPUMS) / 1000)
+	}
+	if u.MemoryPeakBytes != nil {
+		m.runMemoryPeak.WithLabelValues(o).Observe(float64(*u.MemoryPeakBytes))
+	}
 }
 
 func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {

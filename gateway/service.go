@@ -366,6 +366,7 @@ func (s *service) complete(lr *liveRun, res sandgate.Result, err error, log *slo
 		s.saveArtifacts(&final, *res.Artifacts, log)
 	}
 	s.metrics.runsFinished.WithLabelValues(string(final.Outcome)).Inc()
+	s.metrics.observeUsage(final.Outcome, final.Usage)
 	log.Info(msg, "outcome", final.Outcome, "exit_code", final.ExitCode, "duration_ms", final.DurationMS)
 	s.store(lr, final, log)
 	lr.finish(final)
@@ -469,6 +470,7 @@ func applyResult(run *sandgate.Run, res sandgate.Result, err error, now time.Tim
 	}
 	run.DurationMS = max(0, finished.Sub(from).Milliseconds())
 	run.Stdout, run.Stderr = res.Stdout, res.Stderr
+	run.Usage = res.Usage
 	run.Error = res.Error
 	if err != nil && run.Error == nil {
 		run.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(err), Message: sandgate.ErrorMessageOf(err)}

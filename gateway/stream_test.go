@@ -103,9 +103,9 @@ func TestLogsFinishedRun(t *testing.T) {
 		want string
 	}{
 		{"stdout", []string{"echo", "hello"}, "id: 0.6.0\nevent: stdout\ndata: {\"data\":\"hello\\n\",\"encoding\":\"utf-8\"}\n\n" +
-			"id: 1.6.0\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":6,\"truncated\":false},\"stderr\":{\"bytes\":0,\"truncated\":false}}\n\n"},
+			"id: 1.6.0\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":6,\"truncated\":false},\"stderr\":{\"bytes\":0,\"truncated\":false},\"usage\":{\"cpu_ms\":250,\"cpu_user_ms\":200,\"cpu_system_ms\":50,\"memory_peak_bytes\":8388608,\"pids_peak\":3,\"wall_ms\":1500,\"source\":\"cgroup-v2\",\"sampled_at\":\"2026-01-01T00:00:02.5Z\"}}\n\n"},
 		{"stderr", []string{"stderr", "oops"}, "id: 0.0.5\nevent: stderr\ndata: {\"data\":\"oops\\n\",\"encoding\":\"utf-8\"}\n\n" +
-			"id: 1.0.5\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":0,\"truncated\":false},\"stderr\":{\"bytes\":5,\"truncated\":false}}\n\n"},
+			"id: 1.0.5\nevent: exit\ndata: {\"state\":\"finished\",\"outcome\":\"succeeded\",\"exit_code\":0,\"oom_killed\":false,\"error\":null,\"duration_ms\":1500,\"stdout\":{\"bytes\":0,\"truncated\":false},\"stderr\":{\"bytes\":5,\"truncated\":false},\"usage\":{\"cpu_ms\":250,\"cpu_user_ms\":200,\"cpu_system_ms\":50,\"memory_peak_bytes\":8388608,\"pids_peak\":3,\"wall_ms\":1500,\"source\":\"cgroup-v2\",\"sampled_at\":\"2026-01-01T00:00:02.5Z\"}}\n\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ func runView(r *sandgate.Run) api.RunView {
 		ContainerID: r.ContainerID, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		FinishedAt: r.FinishedAt, DurationMS: r.DurationMS,
 		Stdout: outputView(r.Stdout), Stderr: outputView(r.Stderr),
-		Spec: r.Spec, Warnings: r.Warnings, Artifacts: r.Artifacts,
+		Spec: r.Spec, Warnings: r.Warnings, Artifacts: r.Artifacts, Usage: r.Usage,
 	}
 	if r.Outcome != "" {
 		o := r.Outcome
@@ -75,6 +75,7 @@ func exitData(r *sandgate.Run) api.ExitData {
 		Error: r.Error, DurationMS: r.DurationMS,
 		Stdout: api.StreamTotals{Bytes: r.Stdout.Bytes, Truncated: r.Stdout.Truncated},
 		Stderr: api.StreamTotals{Bytes: r.Stderr.Bytes, Truncated: r.Stderr.Truncated},
+		Usage:  r.Usage,
 	}
 }
 

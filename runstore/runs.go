@@ -47,6 +47,7 @@ type runRow struct {
 	Spec           []byte     `gorm:"column:spec"`
 	Warnings       []byte     `gorm:"column:warnings"`
 	Artifacts      []byte     `gorm:"column:artifacts"`
+	Usage          []byte     `gorm:"column:usage"`
 	IdempotencyKey *string    `gorm:"column:idempotency_key"`
 }
 
@@ -54,7 +55,7 @@ type runRow struct {
 // digests but not its data.
 const runColumnsWithoutOutput = "id, correlation_id, decision_id, policy_revision, principal, team, node, state, outcome, " +
 	"exit_code, oom_killed, error, container_id, session_id, task_id, created_at, started_at, finished_at, claimed_at, " +
-	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, idempotency_key"
+	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, usage, idempotency_key"
 
 // TableName tells gorm the table.
 func (runRow) TableName() string { return "runs" }
@@ -96,6 +97,11 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 	if r.Artifacts != nil {
 		if row.Artifacts, err = json.Marshal(r.Artifacts); err != nil {
 			return nil, fmt.Errorf("encode artifacts: %w", err)
+		}
+	}
+	if r.Usage != nil {
+		if row.Usage, err = json.Marshal(r.Usage); err != nil {
+			return nil, fmt.Errorf("encode usage: %w", err)
 		}
 	}
 	return row, nil
@@ -164,6 +170,12 @@ func (row *runRow) run() (*sandgate.Run, error) {
 	}
 	if len(row.StderrData) > 0 {
 		r.Stderr.Raw = row.StderrData
+	}
+	if len(row.Usage) > 0 && string(row.Usage) != "null" {
+		r.Usage = &sandgate.Usage{}
+		if err := json.Unmarshal(row.Usage, r.Usage); err != nil {
+			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
+		}
 	}
 	if len(row.Artifacts) > 0 && string(row.Artifacts) != "null" {
 		r.Artifacts = &sandgate.ArtifactSummary{}
@@ -250,7 +262,7 @@ func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run
 }
 
 // UpdateRun saves the run's node, state, outcome and result fields (exit
-// code, OOM, error, container, timings, output, warnings). It returns
+// code, OOM, error, container, timings, output, warnings, usage). It returns
 // NOT-FOUND when there is no such run.
 func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 	row, err := toRow(run)
@@ -262,7 +274,7 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"oom_killed": row.OOMKilled, "error": row.Error, "container_id": row.ContainerID,
 		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
 		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
-		"warnings": row.Warnings, "artifacts": row.Artifacts,
+		"warnings": row.Warnings, "artifacts": row.Artifacts, "usage": row.Usage,
 		"updated_at": pgTime(s.cfg.Clock()),
 	})
 	if res.Error != nil {

@@ -90,6 +90,54 @@ func TestRunStoreCRUD(t *testing.T) {
 	}
 }
 
+// TestRunStoreUsage: a finished run's usage is kept and comes back from
+// GetRun and from ListRuns (which leaves the output data out, not the
+// usage); a run without one has none.
+func TestRunStoreUsage(t *testing.T) {
+	s := testStore(t, audittest.NewMigratedDatabase(t), nil)
+	ctx := context.Background()
+	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, id := range []string{"with", "without"} {
+		if _, _, err := s.CreateRun(ctx, testRun(id, created)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := func(v int64) *int64 { return &v }
+	at := created.Add(2 * time.Second).Add(123456 * time.Nanosecond)
+	usage := &sandgate.Usage{CPUMS: i(1250), CPUUserMS: i(1000), CPUSystemMS: i(250), MemoryPeakBytes: i(42 << 20),
+		PidsPeak: i(7), IOReadBytes: i(0), IOWriteBytes: i(4096), NetRxBytes: i(5334), NetTxBytes: i(916),
+		WallMS: 2100, Source: sandgate.UsageCgroupV1, SampledAt: &at}
+	run, err := s.GetRun(ctx, "with")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.State, run.Outcome, run.Usage = sandgate.StateFinished, sandgate.OutcomeSucceeded, usage
+	if err := s.UpdateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetRun(ctx, "with")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(usage, got.Usage); diff != "" {
+		t.Errorf("GetRun usage (-want +got):\n%s", diff)
+	}
+	runs, _, err := s.ListRuns(ctx, sandgate.RunFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		switch {
+		case r.ID == "with":
+			if diff := cmp.Diff(usage, r.Usage); diff != "" {
+				t.Errorf("ListRuns usage (-want +got):\n%s", diff)
+			}
+		case r.Usage != nil:
+			t.Errorf("run %s has usage %+v, want none", r.ID, r.Usage)
+		}
+	}
+}
+
 // TestRunStoreIdempotency: one key, one principal, one run for 24 hours,
 // also when the requests race; another principal or an expired key makes
 // a new run.

@@ -42,6 +42,9 @@ type RunView struct {
 	Stderr         OutputView          `json:"stderr"`
 	Spec           sandgate.RunSpec    `json:"spec"`
 	Warnings       []string            `json:"warnings"`
+	// Usage is what the run's container used: null until the run has
+	// finished, and for a run whose command never ran.
+	Usage *sandgate.Usage `json:"usage"`
 	// Artifacts summarises the run's collected artifacts, when its spec
 	// asked for any.
 	Artifacts *sandgate.ArtifactSummary `json:"artifacts,omitempty"`

@@ -49,6 +49,9 @@ type ExitData struct {
 	DurationMS int64               `json:"duration_ms"`
 	Stdout     StreamTotals        `json:"stdout"`
 	Stderr     StreamTotals        `json:"stderr"`
+	// Usage is what the run's container used; nil for a run whose command
+	// never ran.
+	Usage *sandgate.Usage `json:"usage,omitempty"`
 }
 
 // StreamTotals says how much a stream produced.

@@ -213,6 +213,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		skip []string
 	}{
 		{schema: "Run", typ: api.RunView{}},
+		{schema: "Usage", typ: sandgate.Usage{}},
 		{schema: "Output", typ: api.OutputView{}},
 		{schema: "RunList", typ: api.RunList{}},
 		{schema: "Decision", typ: api.DecisionView{}},

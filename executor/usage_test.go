@@ -1,0 +1,225 @@
+package executor_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/sandgate/sandgate"
+)
+
+// TestRunUsage runs real containers and checks what each reports it used,
+// in its result and in its container.exited event. The bands are loose:
+// the counters are exact, but a run's last moments after the last reading
+// are not in them, and the machine is shared.
+func TestRunUsage(t *testing.T) {
+	ex, rec := newTestExecutor(t, nil)
+	const mb = 1 << 20
+	volume := "usage-io-" + randomHex(t, 4)
+	cases := []struct {
+		name    string
+		tune    func(*sandgate.RunSpec)
+		cmd     []string
+		outcome sandgate.Outcome
+		check   func(t *testing.T, u *sandgate.Usage)
+		network bool
+	}{
+		{
+			name:    "true reports a usage with its source",
+			cmd:     []string{"true"},
+			outcome: sandgate.OutcomeSucceeded,
+			check:   func(t *testing.T, u *sandgate.Usage) {},
+		},
+		{
+			name: "a second of CPU burnt reports at least half of it",
+			// A busy loop of the shell for about a second of wall time,
+			// with a whole CPU to itself.
+			tune:    func(s *sandgate.RunSpec) { s.Resources.CPUs = 1 },
+			cmd:     []string{"sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`},
+			outcome: sandgate.OutcomeSucceeded,
+			check: func(t *testing.T, u *sandgate.Usage) {
+				if u.CPUMS == nil || *u.CPUMS < 500 {
+					t.Errorf("cpu_ms = %v, want >= 500", deref(u.CPUMS))
+				}
+				if u.CPUUserMS == nil || u.CPUSystemMS == nil {
+					t.Errorf("cpu_user_ms = %v, cpu_system_ms = %v, want both", deref(u.CPUUserMS), deref(u.CPUSystemMS))
+				}
+			},
+		},
+		{
+			name: "40 MB written to tmpfs reports a peak of at least that",
+			tune: func(s *sandgate.RunSpec) { s.Resources.TmpfsMB = 64; s.Resources.MemoryMB = 128 },
+			// tmpfs pages are charged to the container's memory.
+			cmd:     []string{"sh", "-c", "head -c 41943040 /dev/zero > /tmp/fill && sleep 0.5"},
+			outcome: sandgate.OutcomeSucceeded,
+			check: func(t *testing.T, u *sandgate.Usage) {
+				if u.MemoryPeakBytes == nil || *u.MemoryPeakBytes < 40*mb {
+					t.Errorf("memory_peak_bytes = %v, want >= %d", deref(u.MemoryPeakBytes), 40*mb)
+				}
+				if u.PidsPeak == nil || *u.PidsPeak < 2 {
+					t.Errorf("pids_peak = %v, want >= 2 (init and the shell)", deref(u.PidsPeak))
+				}
+			},
+		},
+		{
+			name:    "a run killed for memory reports its limit as its peak",
+			tune:    func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 32 },
+			cmd:     []string{"sh", "-c", "head -c 200m /dev/zero | tail"},
+			outcome: sandgate.OutcomeOOMKilled,
+			check: func(t *testing.T, u *sandgate.Usage) {
+				if u.MemoryPeakBytes == nil || *u.MemoryPeakBytes != 32*mb {
+					t.Errorf("memory_peak_bytes = %v, want the limit %d", deref(u.MemoryPeakBytes), 32*mb)
+				}
+			},
+		},
+		{
+			name: "direct I/O to a disk-backed volume is counted as block I/O",
+			tune: func(s *sandgate.RunSpec) {
+				s.Volumes = []sandgate.Volume{{Name: volume, Target: "/cache"}}
+			},
+			// Direct I/O: its requests are the container's own. Buffered
+			// writes reach the disk later through the kernel's flusher,
+			// which cgroup v1 charges to the root cgroup.
+			cmd: []string{"sh", "-c", "dd if=/dev/zero of=/cache/f bs=1M count=8 oflag=direct 2>/dev/null && " +
+				"dd if=/cache/f of=/dev/null bs=1M iflag=direct 2>/dev/null && sleep 0.3 && rm /cache/f"},
+			outcome: sandgate.OutcomeSucceeded,
+			check: func(t *testing.T, u *sandgate.Usage) {
+				if (u.IOReadBytes == nil) != (u.IOWriteBytes == nil) {
+					t.Fatalf("io_read_bytes = %v, io_write_bytes = %v: both or neither", deref(u.IOReadBytes), deref(u.IOWriteBytes))
+				}
+				if u.IOReadBytes == nil {
+					// cgroup v1 from Linux 6.10 keeps no block I/O
+					// counters without a throttle rule on the device.
+					t.Logf("the kernel keeps no block I/O counters for this cgroup")
+					return
+				}
+				if *u.IOReadBytes < 8*mb || *u.IOWriteBytes < 8*mb {
+					t.Errorf("io_read_bytes = %d, io_write_bytes = %d, want >= %d each", *u.IOReadBytes, *u.IOWriteBytes, 8*mb)
+				}
+			},
+		},
+		{
+			name:    "a bridge run reports network counters",
+			tune:    func(s *sandgate.RunSpec) { s.Network = "bridge" },
+			cmd:     []string{"sleep", "0.3"},
+			outcome: sandgate.OutcomeSucceeded,
+			network: true,
+			check: func(t *testing.T, u *sandgate.Usage) {
+				if u.NetRxBytes == nil || u.NetTxBytes == nil {
+					t.Errorf("net_rx_bytes = %v, net_tx_bytes = %v, want both", deref(u.NetRxBytes), deref(u.NetTxBytes))
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			job := newJob(t, tc.tune, tc.cmd...)
+			res := execute(t, ex, job)
+			if res.Outcome != tc.outcome {
+				t.Fatalf("outcome = %s, want %s (%+v)", res.Outcome, tc.outcome, res.Error)
+			}
+			u := res.Usage
+			if u == nil {
+				t.Fatal("no usage in the result")
+			}
+			if u.Source == "" {
+				t.Error("usage has no source")
+			}
+			if u.Source != sandgate.UsageNone && u.SampledAt == nil {
+				t.Error("usage has a source but no sampled_at")
+			}
+			if want := res.FinishedAt.Sub(res.StartedAt).Milliseconds(); u.WallMS != want {
+				t.Errorf("wall_ms = %d, want %d", u.WallMS, want)
+			}
+			if !tc.network && (u.NetRxBytes != nil || u.NetTxBytes != nil) {
+				t.Errorf("net counters %v/%v for a run without a network", deref(u.NetRxBytes), deref(u.NetTxBytes))
+			}
+			tc.check(t, u)
+			t.Logf("usage: %s", usageString(u))
+
+			var exited *sandgate.Event
+			for _, ev := range rec.of(job.RunID) {
+				if ev.Type == sandgate.EventContainerExited {
+					exited = &ev
+				}
+			}
+			if exited == nil {
+				t.Fatal("no container.exited event")
+			}
+			p, ok := exited.Payload["usage"].(map[string]any)
+			if !ok {
+				t.Fatalf("container.exited payload has no usage: %v", exited.Payload)
+			}
+			if p["source"] != string(u.Source) || p["wall_ms"] != u.WallMS {
+				t.Errorf("event usage %v, want the result's %s", p, usageString(u))
+			}
+			if u.MemoryPeakBytes != nil && p["memory_peak_bytes"] != *u.MemoryPeakBytes {
+				t.Errorf("event memory_peak_bytes = %v, want %d", p["memory_peak_bytes"], *u.MemoryPeakBytes)
+			}
+		})
+	}
+}
+
+// TestRunUsageSourceIsCgroup holds a local daemon's runs to the cgroup
+// files: a run long enough to be read at least once says which version.
+func TestRunUsageSourceIsCgroup(t *testing.T) {
+	ex, _ := newTestExecutor(t, nil)
+	res := execute(t, ex, newJob(t, nil, "sleep", "0.2"))
+	if res.Usage == nil {
+		t.Fatal("no usage")
+	}
+	switch res.Usage.Source {
+	case sandgate.UsageCgroupV1, sandgate.UsageCgroupV2:
+	default:
+		t.Errorf("source = %q, want cgroup-v1 or cgroup-v2 for a local daemon", res.Usage.Source)
+	}
+	if res.Usage.CPUMS == nil || res.Usage.MemoryPeakBytes == nil {
+		t.Errorf("usage %s lacks CPU or memory", usageString(res.Usage))
+	}
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func usageString(u *sandgate.Usage) string {
+	return fmt.Sprint(u.Payload())
+}
+
+// TestWarmRunUsage: a run served from the warm pool reports its usage as
+// a cold one does, its CPU time counted from its own start (not the
+// launcher's wait before it), and its limit as its peak when killed for
+// memory.
+func TestWarmRunUsage(t *testing.T) {
+	small := func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 32 }
+	ex, rec := newWarmExecutor(t, 1, nil, profileOf(t, nil), profileOf(t, small))
+
+	burn := newJob(t, nil, "sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`)
+	res := execute(t, ex, burn)
+	if !warm(rec, burn.RunID) {
+		t.Fatal("the run was not served from the warm pool")
+	}
+	u := res.Usage
+	if u == nil || (u.Source != sandgate.UsageCgroupV1 && u.Source != sandgate.UsageCgroupV2) {
+		t.Fatalf("usage %+v, want one read from the cgroup", u)
+	}
+	if u.CPUMS == nil || *u.CPUMS < 500 || *u.CPUMS > u.WallMS+200 {
+		t.Errorf("cpu_ms = %v with wall_ms %d, want >= 500 and no more than the wall time with one CPU", deref(u.CPUMS), u.WallMS)
+	}
+	t.Logf("warm usage: %s", usageString(u))
+
+	waitIdle(t, ex, 2)
+	oom := newJob(t, small, "sh", "-c", "head -c 200m /dev/zero | tail")
+	res = execute(t, ex, oom)
+	if !warm(rec, oom.RunID) || res.Outcome != sandgate.OutcomeOOMKilled {
+		t.Fatalf("warm %t, outcome %s: want a warm run killed for memory", warm(rec, oom.RunID), res.Outcome)
+	}
+	if res.Usage == nil {
+		t.Fatal("no usage")
+	}
+	if p := res.Usage.MemoryPeakBytes; p == nil || *p != 32<<20 {
+		t.Errorf("memory_peak_bytes = %v, want the limit %d", deref(p), 32<<20)
+	}
+}
