@@ -421,8 +421,8 @@ func recipeConfig(r Recipe, l builtLayer, epoch int64) ocispec.Image {
 			Env:        env,
 			WorkingDir: "/workspace",
 			Labels: map[string]string{
-				sandboxLabel:                     sandboxLabelValue,
-				"org.opencontainers.image.title": "sandgate " + r.Name,
+				sandboxLabel:                           sandboxLabelValue,
+				"org.opencontainers.image.title":       "sandgate " + r.Name,
 				"org.opencontainers.image.description": r.Description,
 				"org.opencontainers.image.created":     created.Format(time.RFC3339),
 				LabelRecipe:                            r.Name,
