@@ -585,3 +585,26 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return t.b.String() }
+
+// BuiltImages lists the images sandgate built (the sandbox image and the
+// recipe images, built here or loaded), sandbox images first. Errors are
+// DOCKER-UNAVAILABLE or SBX-002.
+func (im *Images) BuiltImages(ctx context.Context) ([]sandgate.BuiltImage, error) {
+	list, err := im.ListImages(ctx, ListOptions{Label: sandboxLabel + "=" + sandboxLabelValue})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sandgate.BuiltImage, 0, len(list))
+	for _, img := range list {
+		if img.Dangling {
+			continue
+		}
+		out = append(out, sandgate.BuiltImage{
+			ID: img.ID, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Pins: img.Pins,
+			Recipe: img.labels[LabelRecipe], Packages: strings.Fields(img.labels[LabelDebianPackages]), Size: img.Size,
+		})
+	}
+	return out, nil
+}
+
+var _ sandgate.ImageCatalog = (*Images)(nil)

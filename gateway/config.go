@@ -113,6 +113,10 @@ type Deps struct {
 	// Volumes lists and removes the teams' cache volumes (package
 	// executor). Optional: without it, /v1/volumes answers NOT-FOUND.
 	Volumes sandgate.VolumeAdmin
+	// Images lists the images sandgate built on this node's daemon, which
+	// GET /v1/config reports with their IDs (package executor's Images).
+	// Optional: without it the list is empty.
+	Images sandgate.ImageCatalog
 	// Console, when set, is served under /console/ (package console's
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.

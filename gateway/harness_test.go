@@ -38,6 +38,7 @@ type testEnv struct {
 	store    *fakeStore
 	exec     *fakeExecutor
 	boxes    *fakeSandboxes
+	images   sandgate.ImageCatalog
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
@@ -87,7 +88,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Principals: princ, Registry: e.reg,
-		Console: consoleHandler,
+		Console: consoleHandler, Images: e.images,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
