@@ -70,7 +70,7 @@ recipe format.`,
 	f.BoolVar(&asJSON, "json", false, "print the result (or the recipes) as JSON")
 	f.BoolVar(&ropts.Reuse, "reuse", false, "keep the image when one built from the same recipe is there")
 	f.StringArrayVar(&ropts.Sources, "source", nil, "one-line apt source for mmdebstrap (\"deb URL SUITE main\"); repeatable; default deb.debian.org")
-	f.Int64Var(&ropts.SourceDateEpoch, "source-date-epoch", envInt64("SOURCE_DATE_EPOCH"), "creation time and newest file time (default $SOURCE_DATE_EPOCH, else the recipe's)")
+	f.Int64Var(&ropts.SourceDateEpoch, "source-date-epoch", envInt64(a.getenv, "SOURCE_DATE_EPOCH"), "creation time and newest file time (default $SOURCE_DATE_EPOCH, else the recipe's)")
 	f.StringVar(&ropts.Mmdebstrap, "mmdebstrap", "mmdebstrap", "the mmdebstrap program")
 
 	load := &cobra.Command{
@@ -276,8 +276,8 @@ func (a *app) buildRecipe(cmd *cobra.Command, ex *executor.Images, name string, 
 }
 
 // envInt64 is the integer in environment variable name, or 0.
-func envInt64(name string) int64 {
-	n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+func envInt64(getenv func(string) string, name string) int64 {
+	n, _ := strconv.ParseInt(getenv(name), 10, 64)
 	return n
 }
 
