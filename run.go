@@ -249,6 +249,37 @@ type VolumeAdmin interface {
 	RemoveCacheVolume(ctx context.Context, team, name string) error
 }
 
+// BuiltImage is an image `sandgate image build` made (the sandbox image
+// or a language image of a recipe), built on or loaded into a node's
+// daemon, as GET /v1/config lists it.
+type BuiltImage struct {
+	// ID is the image ID: the SHA-256 of its configuration, which names
+	// every layer, so it pins the content as a registry digest does.
+	ID string `json:"id"`
+	// RepoTags are the image's names.
+	RepoTags []string `json:"repo_tags"`
+	// RepoDigests are registry manifest digests; empty for images built
+	// or loaded here, which no registry has seen.
+	RepoDigests []string `json:"repo_digests"`
+	// Pins are the digest-pinned references a run spec may name
+	// (repository@ID for each name, and the RepoDigests).
+	Pins []string `json:"pins"`
+	// Recipe names the recipe of a language image; empty for the sandbox
+	// image.
+	Recipe string `json:"recipe"`
+	// Packages are the Debian packages of a language image, name=version.
+	Packages []string `json:"packages"`
+	// Size is the image's size in bytes.
+	Size int64 `json:"size"`
+}
+
+// ImageCatalog lists the images sandgate built that a node's daemon holds.
+type ImageCatalog interface {
+	// BuiltImages returns them by name; DOCKER-UNAVAILABLE when the daemon
+	// does not answer.
+	BuiltImages(ctx context.Context) ([]BuiltImage, error)
+}
+
 // SandboxAdmin lists and cleans up managed containers.
 type SandboxAdmin interface {
 	// Sandboxes lists every container labelled sandgate.managed.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # deploy/bootstrap.sh: make this machine ready to build, test and run
 # sandgate. Idempotent and quiet when all is well: installs Debian's
-# docker.io, postgresql, busybox-static and (for the console's browser
-# tests) chromium when missing (as root; otherwise
+# docker.io, postgresql, busybox-static, mmdebstrap (the language images)
+# and (for the console's browser tests) chromium when missing (as root; otherwise
 # prints what to run), starts dockerd and the PostgreSQL 15 cluster when they
 # are stopped, waits until both answer, and makes sure the current user has a
 # Postgres role and a "sandgate" database.
@@ -29,6 +29,9 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v jq >/dev/null 2>&1 || missing+=(jq)
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+# `sandgate image build python|node` extracts Debian packages with
+# mmdebstrap (it needs the Debian mirror, not a container registry).
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # The console's tests drive Debian's headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then

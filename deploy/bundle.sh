@@ -7,20 +7,28 @@
 # machine with Go, Docker and busybox-static (make bootstrap); the bundle
 # then installs with no network at all.
 #
-# Usage: deploy/bundle.sh [--out DIR] [--image REF]...
+# Usage: deploy/bundle.sh [--out DIR] [--image REF]... [--language-images | --recipe NAME...]
 #   VERSION=… overrides the version (default: git describe, as make build).
 #   --image REF adds another local image (loaded by install.sh as well).
+#   --language-images adds every language image of deploy/images
+#   (sandgate/python:3, sandgate/node:18), --recipe NAME one of them: built
+#   with mmdebstrap when missing (this machine needs the Debian mirror),
+#   saved as images/NAME.tar with its ID in images/NAME.id.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=dist
 extra_images=()
+recipes=()
+all_recipes=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) out=$2; shift 2 ;;
     --image) extra_images+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --language-images) all_recipes=1; shift ;;
+    --recipe) recipes+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bundle.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -64,6 +72,19 @@ for ref in "${extra_images[@]}"; do
   docker save -o "$b/images/$safe.tar" "$ref"
 done
 docker image inspect -f '{{.Id}}' "$sandbox" > "$b/images/sandbox.id"
+
+# The language images: the recipes' images, built (or kept, when one of the
+# same recipe is there) and saved under the recipe's name.
+if [ "$all_recipes" = 1 ]; then
+  mapfile -t recipes < <("$b/sandgate" image build --list | awk 'NR > 1 { print $1 }')
+fi
+for recipe in "${recipes[@]}"; do
+  built=$("$b/sandgate" image build --reuse "$recipe") || die "could not build the $recipe image"
+  echo "$built"
+  ref=$(awk '{ print $1 }' <<<"$built")
+  docker save -o "$b/images/$recipe.tar" "$ref"
+  docker image inspect -f '{{.Id}}' "$ref" > "$b/images/$recipe.id"
+done
 
 # The policy bundle: what SANDGATE_POLICY_DIR loads (modules, their tests,
 # data.json); no Go files.

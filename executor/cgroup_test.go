@@ -263,20 +263,20 @@ func TestUsageOf(t *testing.T) {
 		want  sandgate.Usage
 	}{
 		{"cold: counters as read", sampled(false, base, last), res, 64 << 20, sandgate.Usage{
-			CPUMS: ptr(1100), CPUUserMS: ptr(860), CPUSystemMS: ptr(240), MemoryPeakBytes: ptr(30 << 20), PidsPeak: ptr(4),
-			IOReadBytes: ptr(110), IOWriteBytes: ptr(220), NetRxBytes: ptr(505), NetTxBytes: ptr(606),
+			CPUMS: ptr[int64](1100), CPUUserMS: ptr[int64](860), CPUSystemMS: ptr[int64](240), MemoryPeakBytes: ptr[int64](30 << 20), PidsPeak: ptr[int64](4),
+			IOReadBytes: ptr[int64](110), IOWriteBytes: ptr[int64](220), NetRxBytes: ptr[int64](505), NetTxBytes: ptr[int64](606),
 			WallMS: 1500, Source: sandgate.UsageCgroupV1, SampledAt: &at}},
 		{"warm: counters from the baseline, peaks as read", sampled(true, base, last), res, 64 << 20, sandgate.Usage{
-			CPUMS: ptr(1000), CPUUserMS: ptr(800), CPUSystemMS: ptr(200), MemoryPeakBytes: ptr(30 << 20), PidsPeak: ptr(4),
-			IOReadBytes: ptr(100), IOWriteBytes: ptr(200), NetRxBytes: ptr(500), NetTxBytes: ptr(600),
+			CPUMS: ptr[int64](1000), CPUUserMS: ptr[int64](800), CPUSystemMS: ptr[int64](200), MemoryPeakBytes: ptr[int64](30 << 20), PidsPeak: ptr[int64](4),
+			IOReadBytes: ptr[int64](100), IOWriteBytes: ptr[int64](200), NetRxBytes: ptr[int64](500), NetTxBytes: ptr[int64](600),
 			WallMS: 1500, Source: sandgate.UsageCgroupV1, SampledAt: &at}},
 		{"oom: the limit is the peak", sampled(false, last), sandgate.Result{StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, OOMKilled: true}, 32 << 20, sandgate.Usage{
-			CPUMS: ptr(1100), CPUUserMS: ptr(860), CPUSystemMS: ptr(240), MemoryPeakBytes: ptr(32 << 20), PidsPeak: ptr(4),
-			IOReadBytes: ptr(110), IOWriteBytes: ptr(220), NetRxBytes: ptr(505), NetTxBytes: ptr(606),
+			CPUMS: ptr[int64](1100), CPUUserMS: ptr[int64](860), CPUSystemMS: ptr[int64](240), MemoryPeakBytes: ptr[int64](32 << 20), PidsPeak: ptr[int64](4),
+			IOReadBytes: ptr[int64](110), IOWriteBytes: ptr[int64](220), NetRxBytes: ptr[int64](505), NetTxBytes: ptr[int64](606),
 			WallMS: 1500, Source: sandgate.UsageCgroupV1, SampledAt: &at}},
 		{"no readings: wall time only", sampled(false), res, 64 << 20, sandgate.Usage{WallMS: 1500, Source: sandgate.UsageNone}},
 		{"no sampler, killed for memory", nil, sandgate.Result{StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, OOMKilled: true}, 32 << 20,
-			sandgate.Usage{WallMS: 1500, Source: sandgate.UsageNone, MemoryPeakBytes: ptr(32 << 20)}},
+			sandgate.Usage{WallMS: 1500, Source: sandgate.UsageNone, MemoryPeakBytes: ptr[int64](32 << 20)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

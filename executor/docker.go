@@ -54,6 +54,12 @@ type imageAPI interface {
 	ImageList(ctx context.Context, opts image.ListOptions) ([]image.Summary, error)
 	ImageRemove(ctx context.Context, ref string, opts image.RemoveOptions) ([]image.DeleteResponse, error)
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	// The checks of a recipe image (recipe_build.go) run in a container.
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networking *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
+	ContainerWait(ctx context.Context, id string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 }
 
 // localDaemon reports whether host names a daemon on this machine (the

@@ -325,6 +325,8 @@ type ImageInfo struct {
 	Dangling bool `json:"dangling"`
 	// Containers counts the containers (running or not) made from it.
 	Containers int `json:"containers"`
+
+	labels map[string]string
 }
 
 // ListOptions narrows ListImages.
@@ -374,6 +376,7 @@ func (im *Images) ListImages(ctx context.Context, opts ListOptions) ([]ImageInfo
 			Created:     time.Unix(s.Created, 0).UTC(),
 			Sandbox:     s.Labels[sandboxLabel] == sandboxLabelValue,
 			Containers:  uses[s.ID],
+			labels:      s.Labels,
 		}
 		for _, t := range s.RepoTags {
 			if t != "<none>:<none>" {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -225,11 +226,56 @@ func TestConfigEndpoint(t *testing.T) {
 	want := api.ConfigView{
 		Version: sandgate.Version, Node: "test-node", AirGapped: true, MountRoots: []string{"/srv/work"},
 		Defaults: sandgate.BuiltinDefaults, Maxima: api.Limits{MemoryMB: 4096, TimeoutSeconds: 3600},
-		AllowedImages: []string{"sandgate/"}, MaxWaitSeconds: 2, BodyLimitBytes: sandgate.MaxSpecBytes,
+		AllowedImages: []string{"sandgate/"}, Images: []sandgate.BuiltImage{}, MaxWaitSeconds: 2, BodyLimitBytes: sandgate.MaxSpecBytes,
 		PolicyRevision: "sha256:test",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
+	}
+}
+
+// fakeImages is an ImageCatalog.
+type fakeImages struct {
+	list []sandgate.BuiltImage
+	err  error
+}
+
+func (f *fakeImages) BuiltImages(context.Context) ([]sandgate.BuiltImage, error) {
+	return f.list, f.err
+}
+
+// TestConfigListsBuiltImages checks that GET /v1/config lists the images
+// sandgate built with their IDs, and still answers when Docker does not.
+func TestConfigListsBuiltImages(t *testing.T) {
+	py := sandgate.BuiltImage{
+		ID: "sha256:" + strings.Repeat("ab", 32), RepoTags: []string{"sandgate/python:3"}, RepoDigests: []string{},
+		Pins: []string{"sandgate/python@sha256:" + strings.Repeat("ab", 32)}, Recipe: "python",
+		Packages: []string{"python3=3.11.2-1+b1"}, Size: 48 << 20,
+	}
+	tests := []struct {
+		name      string
+		images    *fakeImages
+		want      []sandgate.BuiltImage
+		wantError bool
+	}{
+		{"listed", &fakeImages{list: []sandgate.BuiltImage{py}}, []sandgate.BuiltImage{py}, false},
+		{"docker away", &fakeImages{err: sandgate.Errorf(sandgate.CodeDockerUnavailable, "dial unix /var/run/docker.sock")}, []sandgate.BuiltImage{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, func(_ *Config, e *testEnv) { e.images = tt.images })
+			r := e.do(http.MethodGet, "/v1/config", tokBob, "")
+			var got api.ConfigView
+			if err := json.Unmarshal(r.body, &got); err != nil || r.status != http.StatusOK {
+				t.Fatalf("GET /v1/config: %d %s", r.status, r.body)
+			}
+			if diff := cmp.Diff(tt.want, got.Images); diff != "" {
+				t.Errorf("images (-want +got):\n%s", diff)
+			}
+			if (got.ImagesError != "") != tt.wantError || strings.Contains(got.ImagesError, "docker.sock") {
+				t.Errorf("images_error = %q", got.ImagesError)
+			}
+		})
 	}
 }
 

@@ -152,6 +152,10 @@ type Deps struct {
 	// Optional: without it, the artifact routes answer NOT-FOUND and a
 	// run's collection is not listed.
 	Artifacts sandgate.ArtifactStore
+	// Images lists the images sandgate built on this node's daemon, which
+	// GET /v1/config reports with their IDs (package executor's Images).
+	// Optional: without it the list is empty.
+	Images sandgate.ImageCatalog
 	// Console, when set, is served under /console/ (package console's
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.

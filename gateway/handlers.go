@@ -554,12 +554,31 @@ func (s *Server) config(c echo.Context) error {
 		roots = []string{}
 	}
 	maxima, images := s.policyLimits()
+	built, builtErr := s.builtImages(c.Request().Context())
 	return c.JSON(http.StatusOK, api.ConfigView{
 		Version: sandgate.Version, Node: s.cfg.Node, AirGapped: s.cfg.AirGapped, MountRoots: roots,
 		Defaults: s.d.Admitter.Defaults(), Maxima: maxima, AllowedImages: images,
+		Images: built, ImagesError: builtErr,
 		MaxWaitSeconds: int64(s.cfg.MaxWait.Seconds()), BodyLimitBytes: s.cfg.BodyLimit,
 		PolicyRevision: s.d.Policies.Status().Revision,
 	})
+}
+
+// builtImages are the images sandgate built on this node's daemon, and
+// why there are none when the daemon does not answer in time: the rest
+// of the configuration is still worth answering.
+func (s *Server) builtImages(ctx context.Context) ([]sandgate.BuiltImage, string) {
+	if s.d.Images == nil {
+		return []sandgate.BuiltImage{}, ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	list, err := s.d.Images.BuiltImages(ctx)
+	if err != nil {
+		s.log.Warn("list built images", "err", err)
+		return []sandgate.BuiltImage{}, "the Docker daemon did not list the images (" + string(sandgate.ErrorCodeOf(err)) + ")"
+	}
+	return list, ""
 }
 
 // whoami is GET /v1/whoami: the principal the request authenticated as.

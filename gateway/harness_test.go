@@ -39,6 +39,7 @@ type testEnv struct {
 	exec     *fakeExecutor
 	boxes    *fakeSandboxes
 	arts     *fakeArtifacts
+	images   sandgate.ImageCatalog
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
@@ -90,7 +91,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
-		Console: consoleHandler,
+		Console: consoleHandler, Images: e.images,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -231,6 +231,21 @@ test_data_maxima_are_positive_numbers if {
 
 test_data_require_digest_is_boolean if is_boolean(config.require_digest)
 
+# image_digests maps a name of allowed_images (exactly as spelt there) to
+# the sha256 digests it may be pinned to: a key that is not an allowed
+# name would pin nothing that runs.
+test_data_image_digests_are_allowed_names_and_digests if {
+	is_object(config.image_digests)
+	every name, digests in config.image_digests {
+		name in config.allowed_images
+		is_array(digests)
+		count(digests) > 0
+		every d in digests {
+			regex.match(`^sha256:[a-f0-9]{64}$`, d)
+		}
+	}
+}
+
 _names_someone(e) if e.principal != ""
 
 _names_someone(e) if e.team != ""

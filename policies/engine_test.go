@@ -157,11 +157,13 @@ func TestMalformedDataRefused(t *testing.T) {
 		{"require_digest as a string", `"require_digest": false`, `"require_digest": "no"`, "test_data_require_digest_is_boolean"},
 		{"team directory out of the roots", `"team_mount_dirs": {}`, `"team_mount_dirs": {"payments": ["payments", "../search"]}`, "test_data_team_mount_dirs_are_relative"},
 		{"absolute team directory", `"team_mount_dirs": {}`, `"team_mount_dirs": {"payments": ["/etc"]}`, "test_data_team_mount_dirs_are_relative"},
-		{"glob within a Docker Hub namespace", `"allowed_images": ["sandgate/sandbox"]`, `"allowed_images": ["sandgate/*"]`, "test_data_allowed_images_are_exact_or_registry_qualified"},
-		{"glob in the registry's name", `"allowed_images": ["sandgate/sandbox"]`, `"allowed_images": ["*.example.com/sandgate/*"]`, "test_data_allowed_images_are_exact_or_registry_qualified"},
+		{"glob within a Docker Hub namespace", `"allowed_images": ["sandgate/sandbox"`, `"allowed_images": ["sandgate/*"`, "test_data_allowed_images_are_exact_or_registry_qualified"},
+		{"glob in the registry's name", `"allowed_images": ["sandgate/sandbox"`, `"allowed_images": ["*.example.com/sandgate/*"`, "test_data_allowed_images_are_exact_or_registry_qualified"},
 		{"memory minimum below Docker's", `"memory_mb": 6,`, `"memory_mb": 1,`, "test_data_minima_cover_the_executor"},
 		{"cpu minimum below Docker's", `"cpus": 0.01,`, `"cpus": 0.001,`, "test_data_minima_cover_the_executor"},
 		{"capability Linux does not have", `"allowed_capabilities": ["NET_BIND_SERVICE"]`, `"allowed_capabilities": ["NET_BIND_SERVICE", "SUPERPOWERS"]`, "test_data_capabilities_are_linux_capabilities"},
+		{"image digests of a name not allowed", `"image_digests": {}`, `"image_digests": {"sandgate/python:3.12": ["sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"]}`, "test_data_image_digests_are_allowed_names_and_digests"},
+		{"image digest not sha256", `"image_digests": {}`, `"image_digests": {"sandgate/python:3": ["sha256:abc"]}`, "test_data_image_digests_are_allowed_names_and_digests"},
 		{"exemption with a bad date", `"exemptions": []`, `"exemptions": [{"principal": "alice", "rule": "no_privileged", "expires": "next week", "reason": "r"}]`, "test_data_exemptions_are_well_formed"},
 	}
 	for _, tt := range tests {

@@ -1,7 +1,8 @@
-# Images only from the repositories data.sandgate.config.allowed_images
-# names, pinned by digest when data.sandgate.config.require_digest is true,
-# and pulled only from a registry data.sandgate.config.pull_registries
-# names.
+# Images only from the repositories (or exact repository:tag names)
+# data.sandgate.config.allowed_images names, pinned by digest when
+# data.sandgate.config.require_digest is true or when
+# data.sandgate.config.image_digests lists the digests of that name, and
+# pulled only from a registry data.sandgate.config.pull_registries names.
 #
 # An image is a reference as Docker reads it:
 # [registry/]repository[:tag][@sha256:digest], the repository in lower
@@ -13,22 +14,26 @@
 # are all "busybox"; "index.docker.io/sandgate/sandbox" is
 # "sandgate/sandbox", and "library/sandgate/sandbox" is not). An allowed
 # image is an exact repository spelt so, or a glob ("*" stays within one
-# path segment, "**" crosses them) within a registry it names by host: a
+# path segment, "**" crosses them) within a registry it names by host, or
+# an exact repository:tag ("sandgate/python:3", which admits that tag
+# alone; an image without a tag is ":latest"): a
 # glob within Docker Hub would admit repositories of a namespace sandgate
 # does not own (the bundle's tests refuse such data).
 package sandgate.admission
 
 import data.sandgate.config
 
-# _image is the image's registry and its name as the allowlist spells it:
+# _image is the image's registry, its name as the allowlist spells it,
+# the name with its tag ("latest" when it has none) and its digest ("" when
+# it has none):
 # the shortest of Docker's spellings ("docker.io/library/busybox",
 # "index.docker.io/busybox" and "library/busybox" are all "busybox";
 # "docker.io/sandgate/sandbox" is "sandgate/sandbox"); undefined when the
 # image is not a reference Docker would read. Built-ins only: a function
 # call costs more.
-_image := {"registry": registry, "name": name} if {
-	[[_, domain, path]] := regex.find_all_string_submatch_n(
-		`^(?:((?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+)(?::[0-9]+)?|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+)/)?([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
+_image := {"registry": registry, "name": name, "tagged": concat(":", [name, object.get({"": "latest"}, tag, tag)]), "digest": digest} if {
+	[[_, domain, path, tag, digest]] := regex.find_all_string_submatch_n(
+		`^(?:((?:localhost|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)+)(?::[0-9]+)?|[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?:[0-9]+)/)?([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::([A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(sha256:[a-f0-9]{64}))?$`,
 		input.request.image, 1,
 	)
 	count(domain) + count(path) < 255
@@ -63,8 +68,8 @@ _default_image if input.request.image == config.defaults.image
 # title: Images from allowed repositories
 # description: >-
 #   The image's repository, in Docker Hub's shortest spelling, matches an
-#   entry of data.sandgate.config.allowed_images: an exact repository, or
-#   a glob within a registry named by host.
+#   entry of data.sandgate.config.allowed_images: an exact repository, an
+#   exact repository:tag, or a glob within a registry named by host.
 # custom:
 #   severity: high
 #   controls: [CIS-5.28]
@@ -75,8 +80,12 @@ finding contains {
 } if {
 	not _default_image
 	image := _image
-	not glob.match(concat("", ["{", concat(",", config.allowed_images), "}"]), ["/"], image.name)
+	not _allowed(image)
 }
+
+_allowed(image) if glob.match(concat("", ["{", concat(",", config.allowed_images), "}"]), ["/"], image.name)
+
+_allowed(image) if image.tagged in config.allowed_images
 
 # METADATA
 # title: Image pinned by digest
@@ -96,6 +105,27 @@ finding contains {
 }
 
 _image_pinned if regex.match(`@sha256:[a-f0-9]{64}$`, input.request.image)
+
+# METADATA
+# title: Image pinned to a listed digest
+# description: >-
+#   When data.sandgate.config.image_digests has an entry for the image's
+#   repository or repository:tag, the image is pinned by @sha256: to one
+#   of the digests listed there: for an image built or loaded here, its
+#   image ID (sandgate image list shows the pinned reference).
+# custom:
+#   severity: high
+#   controls: [CIS-5.28]
+finding contains {
+	"rule": "image_digest_listed",
+	"message": sprintf("image %q must be pinned to one of the digests data.sandgate.config.image_digests lists for %s (%s)", [input.request.image, key, concat(", ", config.image_digests[key])]),
+	"action": "deny",
+} if {
+	image := _image
+	some key in [image.name, image.tagged]
+	listed := config.image_digests[key]
+	not image.digest in listed
+}
 
 # A pull policy other than "never" may send the executor to the image's
 # registry: only to one the data names. Air-gapped mode turns the pull

@@ -64,7 +64,10 @@ test_digest_required_and_missing_is_denied if {
 # "sandgate/*" would admit any repository of a Docker Hub namespace that
 # sandgate does not own.
 test_other_repositories_of_a_namespace_are_denied if {
-	every image in ["sandgate/python:3.12", "sandgate/sandbox2", "library/sandgate/sandbox", "docker.io/library/sandgate/sandbox:latest"] {
+	every image in [
+		"sandgate/python:3.12", "sandgate/python", "sandgate/python:latest", "sandgate/node:20", "sandgate/nodejs:18",
+		"sandgate/sandbox2", "library/sandgate/sandbox", "docker.io/library/sandgate/sandbox:latest",
+	] {
 		d := fixtures.check with input as fixtures.input_with({"image": image})
 		fixtures.denied_by(d, "image_allowlist")
 	}
@@ -105,4 +108,64 @@ test_pull_only_from_registries_the_data_names if {
 	d4 := fixtures.check with input as fixtures.input_with({"image": "sandgate/sandbox:latest", "pull_policy": "never"})
 		with config.require_digest as false
 	d4.allow == true
+}
+
+# The language images are admitted by exact repository:tag: the tag the
+# recipe builds, with or without a digest, and no other tag.
+test_language_images_are_allowed_by_exact_name if {
+	every image in [
+		"sandgate/python:3", "docker.io/sandgate/python:3", concat("@", ["sandgate/python:3", digest]),
+		"sandgate/node:18", "index.docker.io/sandgate/node:18", concat("@", ["sandgate/node:18", digest]),
+	] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+			with config.require_digest as false
+		d.allow == true
+	}
+}
+
+test_exact_tag_entries_hold_latest_for_untagged if {
+	d := fixtures.check with input as fixtures.input_with({"image": "registry.local:5000/tool"})
+		with config.allowed_images as ["registry.local:5000/tool:latest"]
+		with config.require_digest as false
+	d.allow == true
+	d2 := fixtures.check with input as fixtures.input_with({"image": "registry.local:5000/tool:2"})
+		with config.allowed_images as ["registry.local:5000/tool:latest"]
+	fixtures.denied_by(d2, "image_allowlist")
+}
+
+other_digest := "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+
+# image_digests pins a name to the digests it lists: by repository:tag or
+# by repository, whatever tag the request names.
+test_listed_digest_is_allowed if {
+	every image in [concat("@", ["sandgate/python:3", digest]), concat("@", ["docker.io/sandgate/python:3", other_digest])] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+			with config.image_digests as {"sandgate/python:3": [digest, other_digest]}
+		d.allow == true
+	}
+	d := fixtures.check with input as fixtures.input_with({"image": concat("@", ["sandgate/sandbox:1", digest])})
+		with config.image_digests as {"sandgate/sandbox": [digest]}
+	d.allow == true
+}
+
+test_unlisted_or_missing_digest_is_denied if {
+	every image in ["sandgate/python:3", concat("@", ["sandgate/python:3", other_digest])] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+			with config.image_digests as {"sandgate/python:3": [digest]}
+		fixtures.denied_by(d, "image_digest_listed")
+		some v in d.violations
+		v.rule == "image_digest_listed"
+		contains(v.message, digest)
+	}
+	d := fixtures.check with input as fixtures.input_with({"image": "sandgate/sandbox:2"})
+		with config.image_digests as {"sandgate/sandbox": [digest]}
+	fixtures.denied_by(d, "image_digest_listed")
+}
+
+# A name without an entry is not held to image_digests.
+test_digests_of_other_names_do_not_apply if {
+	d := fixtures.check with input as fixtures.input_with({"image": "sandgate/node:18"})
+		with config.image_digests as {"sandgate/python:3": [digest]}
+		with config.require_digest as false
+	d.allow == true
 }

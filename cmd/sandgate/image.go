@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
 )
 
@@ -23,12 +25,23 @@ func newImageCmd(a *app) *cobra.Command {
 	}
 
 	var opts executor.BuildOptions
-	var verbose bool
+	var ropts executor.RecipeBuildOptions
+	var verbose, list, asJSON bool
 	build := &cobra.Command{
-		Use:   "build",
-		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Use:   "build [NAME]",
+		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox, or a language image from Debian packages",
+		Long: `Without NAME, build ` + executor.SandboxImage + ` FROM scratch with the host's
+static busybox. With NAME, build the language image of that recipe
+(deploy/images/NAME.yaml, embedded in the binary) from Debian packages with
+mmdebstrap, which needs the Debian mirror (or --source naming a local one);
+air-gapped sites load the images built elsewhere with 'sandgate image load'.
+--list shows the recipes. docs/workspaces.md ("Language images") has the
+recipe format.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if list {
+				return a.listRecipes(asJSON)
+			}
 			ex, err := a.imageAdmin()
 			if err != nil {
 				return err
@@ -36,6 +49,10 @@ func newImageCmd(a *app) *cobra.Command {
 			defer ex.Close()
 			if verbose {
 				opts.Progress = a.stderr
+				ropts.Progress = a.stderr
+			}
+			if len(args) == 1 {
+				return a.buildRecipe(cmd, ex, args[0], ropts, asJSON)
 			}
 			id, err := ex.BuildSandboxImage(cmd.Context(), opts)
 			if err != nil {
@@ -45,9 +62,16 @@ func newImageCmd(a *app) *cobra.Command {
 			return err
 		},
 	}
-	build.Flags().StringVar(&opts.Busybox, "busybox", "/bin/busybox", "statically linked busybox to put in the image")
-	build.Flags().StringVar(&opts.Tag, "tag", executor.SandboxImage, "image name")
-	build.Flags().BoolVarP(&verbose, "verbose", "v", false, "show the daemon's build output")
+	f := build.Flags()
+	f.StringVar(&opts.Busybox, "busybox", "/bin/busybox", "statically linked busybox to put in the sandbox image")
+	f.StringVar(&opts.Tag, "tag", executor.SandboxImage, "the sandbox image's name")
+	f.BoolVarP(&verbose, "verbose", "v", false, "show the daemon's or mmdebstrap's output")
+	f.BoolVar(&list, "list", false, "list the language image recipes")
+	f.BoolVar(&asJSON, "json", false, "print the result (or the recipes) as JSON")
+	f.BoolVar(&ropts.Reuse, "reuse", false, "keep the image when one built from the same recipe is there")
+	f.StringArrayVar(&ropts.Sources, "source", nil, "one-line apt source for mmdebstrap (\"deb URL SUITE main\"); repeatable; default deb.debian.org")
+	f.Int64Var(&ropts.SourceDateEpoch, "source-date-epoch", envInt64(a.getenv, "SOURCE_DATE_EPOCH"), "creation time and newest file time (default $SOURCE_DATE_EPOCH, else the recipe's)")
+	f.StringVar(&ropts.Mmdebstrap, "mmdebstrap", "mmdebstrap", "the mmdebstrap program")
 
 	load := &cobra.Command{
 		Use:   "load FILE",
@@ -199,6 +223,62 @@ with 'sandgate image load', so look at --dry-run first.`,
 	f.StringSliceVar(&opts.Keep, "keep", nil, "repository whose images are kept even when unused; repeatable")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// listRecipes prints the language image recipes.
+func (a *app) listRecipes(asJSON bool) error {
+	recipes, err := executor.LoadRecipes(images.Recipes)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Recipes []executor.Recipe `json:"recipes"`
+		}{recipes})
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tIMAGE\tSUITE\tPACKAGES\tDESCRIPTION")
+	for _, r := range recipes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Image, r.Suite, strings.Join(r.Packages, ","), r.Description)
+	}
+	return tw.Flush()
+}
+
+// buildRecipe builds the language image of recipe name and says what it
+// made, how big it is and how long it took.
+func (a *app) buildRecipe(cmd *cobra.Command, ex *executor.Images, name string, opts executor.RecipeBuildOptions, asJSON bool) error {
+	recipes, err := executor.LoadRecipes(images.Recipes)
+	if err != nil {
+		return err
+	}
+	r, err := executor.FindRecipe(recipes, name)
+	if err != nil {
+		return &exitError{Code: 2, Message: err.Error()}
+	}
+	res, err := ex.BuildRecipeImage(cmd.Context(), r, opts)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	verb := "built"
+	if res.Reused {
+		verb = "reused"
+	}
+	_, err = fmt.Fprintf(a.stdout, "%s %s %s (%s, %d Debian packages) in %s\n", res.Image, res.ID, verb,
+		humanSize(res.Size), len(res.Packages), res.Duration.Round(100*time.Millisecond))
+	return err
+}
+
+// envInt64 is the integer in environment variable name, or 0.
+func envInt64(getenv func(string) string, name string) int64 {
+	n, _ := strconv.ParseInt(getenv(name), 10, 64)
+	return n
 }
 
 // shortID is the 12 hex digits docker shows.

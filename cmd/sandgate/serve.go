@@ -248,6 +248,12 @@ func serve(ctx context.Context, a *app) error {
 		}
 	}()
 
+	builtImages, err := executor.NewImages(executor.Config{DockerHost: cfg.DockerHost, Node: cfg.Node, Logger: logger.With("component", "images")})
+	if err != nil {
+		return fmt.Errorf("docker images: %w", err)
+	}
+	defer builtImages.Close()
+
 	var consoleHandler http.Handler
 	if cfg.Console {
 		consoleHandler = console.Handler()
@@ -271,6 +277,7 @@ func serve(ctx context.Context, a *app) error {
 		Reconciler: exec.Reconciler(),
 		Volumes:    exec,
 		Artifacts:  runs,
+		Images:     builtImages,
 		Principals: principals,
 		Console:    consoleHandler,
 		Logger:     logger.With("component", "gateway"),

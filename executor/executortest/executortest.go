@@ -1,16 +1,18 @@
-// Package executortest helps tests that need the real Docker daemon and
-// the sandbox image.
+// Package executortest helps tests that need the real Docker daemon, the
+// sandbox image and the language images.
 package executortest
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
 )
 
@@ -63,4 +65,60 @@ func prepare() error {
 		return fmt.Errorf("build %s: %w", executor.SandboxImage, err)
 	}
 	return nil
+}
+
+var (
+	recipeMu    sync.Mutex
+	recipeBuilt = map[string]recipeResult{}
+)
+
+type recipeResult struct {
+	build executor.RecipeBuild
+	err   error
+}
+
+// RequireRecipeImage makes sure the language image of recipe name
+// (deploy/images/NAME.yaml) is on the daemon and returns what was built:
+// an image tagged with the recipe's name whose recipe label matches is
+// kept, otherwise it is built with mmdebstrap from the Debian mirror, once
+// per test binary. Without Docker the test is skipped as RequireDocker
+// does; a missing mmdebstrap skips it too, except under CI=true, where it
+// fails; a failed build always fails it.
+func RequireRecipeImage(t testing.TB, name string) executor.RecipeBuild {
+	t.Helper()
+	RequireDocker(t)
+	recipeMu.Lock()
+	res, ok := recipeBuilt[name]
+	if !ok {
+		res.build, res.err = buildRecipe(name)
+		recipeBuilt[name] = res
+	}
+	recipeMu.Unlock()
+	if res.err == nil {
+		return res.build
+	}
+	if _, err := exec.LookPath("mmdebstrap"); err != nil && os.Getenv("CI") != "true" {
+		t.Skipf("image %s is not built and mmdebstrap is missing: %v (run deploy/bootstrap.sh)", name, err)
+	}
+	t.Fatalf("image %s: %v", name, res.err)
+	return executor.RecipeBuild{}
+}
+
+func buildRecipe(name string) (executor.RecipeBuild, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	recipes, err := executor.LoadRecipes(images.Recipes)
+	if err != nil {
+		return executor.RecipeBuild{}, err
+	}
+	r, err := executor.FindRecipe(recipes, name)
+	if err != nil {
+		return executor.RecipeBuild{}, err
+	}
+	im, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest"})
+	if err != nil {
+		return executor.RecipeBuild{}, err
+	}
+	defer im.Close()
+	return im.BuildRecipeImage(ctx, r, executor.RecipeBuildOptions{Reuse: true})
 }

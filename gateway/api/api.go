@@ -115,16 +115,22 @@ type PolicyStatus = sandgate.PolicyStatus
 
 // ConfigView is GET /v1/config: what clients may ask for.
 type ConfigView struct {
-	Version        string            `json:"version"`
-	Node           string            `json:"node"`
-	AirGapped      bool              `json:"air_gapped"`
-	MountRoots     []string          `json:"mount_roots"`
-	Defaults       sandgate.Defaults `json:"defaults"`
-	Maxima         Limits            `json:"maxima"`
-	AllowedImages  []string          `json:"allowed_images"`
-	MaxWaitSeconds int64             `json:"max_wait_seconds"`
-	BodyLimitBytes int64             `json:"body_limit_bytes"`
-	PolicyRevision string            `json:"policy_revision"`
+	Version       string            `json:"version"`
+	Node          string            `json:"node"`
+	AirGapped     bool              `json:"air_gapped"`
+	MountRoots    []string          `json:"mount_roots"`
+	Defaults      sandgate.Defaults `json:"defaults"`
+	Maxima        Limits            `json:"maxima"`
+	AllowedImages []string          `json:"allowed_images"`
+	// Images are the images sandgate built that this node's daemon holds
+	// (the sandbox image, the language images), with their IDs: what a
+	// policy's image_digests pins them to.
+	Images []sandgate.BuiltImage `json:"images"`
+	// ImagesError says why Images is empty when the daemon did not answer.
+	ImagesError    string `json:"images_error,omitempty"`
+	MaxWaitSeconds int64  `json:"max_wait_seconds"`
+	BodyLimitBytes int64  `json:"body_limit_bytes"`
+	PolicyRevision string `json:"policy_revision"`
 }
 
 // PrincipalView is GET /v1/whoami: the caller as the gateway

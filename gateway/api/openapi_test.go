@@ -222,6 +222,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "ExitData", typ: api.ExitData{}},
 		{schema: "StreamTotals", typ: api.StreamTotals{}},
 		{schema: "Config", typ: api.ConfigView{}},
+		{schema: "BuiltImage", typ: sandgate.BuiltImage{}},
 		{schema: "Principal", typ: api.PrincipalView{}},
 		{schema: "Limits", typ: api.Limits{}},
 		{schema: "Defaults", typ: sandgate.Defaults{}},
