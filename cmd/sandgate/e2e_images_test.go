@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -74,34 +76,39 @@ func TestEndToEndLanguageImages(t *testing.T) {
 
 // testLanguageRuns are the runs of TestEndToEndLanguageImages.
 func testLanguageRuns(t *testing.T, s *testServer, py executor.RecipeBuild) {
-	t.Run("python reads and writes a file and exits 3", func(t *testing.T) {
+	t.Run("python reads its workspace, writes an artifact and exits 3", func(t *testing.T) {
 		t.Parallel()
-		script := `import json, pathlib, sys
-src = pathlib.Path("/tmp/input.txt")
-src.write_text("three lines\nof input\nhere\n")
-lines = src.read_text().splitlines()
-out = pathlib.Path("/tmp/out/result.json")
+		archive := tarGz(t,
+			tarEntry{name: "main.py", body: `import json, pathlib, sys
+lines = pathlib.Path("data/input.txt").read_text().splitlines()
+out = pathlib.Path("out/result.json")
 out.parent.mkdir()
 out.write_text(json.dumps({"lines": len(lines)}))
 print("wrote", json.loads(out.read_text()))
 print("failing on purpose", file=sys.stderr)
-sys.exit(3)`
-		run := submitCommand(t, s, "sandgate/python:3", "python3", "-c", script)
+sys.exit(3)
+`},
+			tarEntry{name: "data/input.txt", body: "three lines\nof input\nhere\n"})
+		run := workspaceRun(t, s, "sandgate/python:3", archive, "python3", "main.py")
 		assertFailedWith3(t, run, "wrote {'lines': 3}", "failing on purpose")
+		assertArtifact(t, s, run, "out/result.json", `{"lines": 3}`)
 	})
 
-	t.Run("node reads and writes a file and exits 3", func(t *testing.T) {
+	t.Run("node reads its workspace, writes an artifact and exits 3", func(t *testing.T) {
 		t.Parallel()
-		script := `const fs = require("fs");
-fs.writeFileSync("/tmp/input.txt", "three lines\nof input\nhere\n");
-const lines = fs.readFileSync("/tmp/input.txt", "utf8").trim().split("\n");
-fs.mkdirSync("/tmp/out");
-fs.writeFileSync("/tmp/out/result.json", JSON.stringify({lines: lines.length}));
-console.log("wrote", fs.readFileSync("/tmp/out/result.json", "utf8"));
+		archive := tarGz(t,
+			tarEntry{name: "main.js", body: `const fs = require("fs");
+const lines = fs.readFileSync("data/input.txt", "utf8").trim().split("\n");
+fs.mkdirSync("out");
+fs.writeFileSync("out/result.json", JSON.stringify({lines: lines.length}));
+console.log("wrote", fs.readFileSync("out/result.json", "utf8"));
 console.error("failing on purpose");
-process.exit(3);`
-		run := submitCommand(t, s, "sandgate/node:18", "node", "-e", script)
+process.exit(3);
+`},
+			tarEntry{name: "data/input.txt", body: "three lines\nof input\nhere\n"})
+		run := workspaceRun(t, s, "sandgate/node:18", archive, "node", "main.js")
 		assertFailedWith3(t, run, `wrote {"lines":3}`, "failing on purpose")
+		assertArtifact(t, s, run, "out/result.json", `{"lines":3}`)
 	})
 
 	t.Run("pinned to the image ID", func(t *testing.T) {
@@ -141,6 +148,37 @@ print(json.dumps({"present": absent, "uid": os.getuid(), "gid": os.getgid(), "gr
 			t.Errorf("sandgate/python:3.12 = %d %s", status, resp)
 		}
 	})
+}
+
+// workspaceRun runs command in image with archive as its workspace,
+// collecting out/**, and waits for its end.
+func workspaceRun(t *testing.T, s *testServer, image string, archive []byte, command ...string) api.RunView {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"image": image, "command": command, "timeout_seconds": 60, "artifacts": []string{"out/**"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, resp := s.postMultipart(t, "?wait=60s", string(body), archive)
+	if status != http.StatusOK {
+		t.Fatalf("POST multipart = %d %s", status, resp)
+	}
+	var run api.RunView
+	if err := json.Unmarshal(resp, &run); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// assertArtifact checks that run left the artifact path holding want.
+func assertArtifact(t *testing.T, s *testServer, run api.RunView, path, want string) {
+	t.Helper()
+	var got bytes.Buffer
+	if _, err := s.Client.Artifact(context.Background(), run.ID, path, &got); err != nil {
+		t.Fatalf("artifact %s: %v", path, err)
+	}
+	if got.String() != want {
+		t.Errorf("artifact %s = %q, want %q", path, got.String(), want)
+	}
 }
 
 // submitCommand runs command in image and waits for its end.
