@@ -159,7 +159,11 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 		payload["archive_sha256"], payload["archive_entries"], payload["archive_unpacked_bytes"] = m.SHA256, m.Entries, m.UnpackedBytes
 	}
 	if len(spec.Files) > 0 {
-		m, err := workspace.WriteFiles(root, spec.Files, owner, lim)
+		files := make([]workspace.File, len(spec.Files))
+		for i, f := range spec.Files {
+			files[i] = workspace.File{Path: f.Path, Content: f.Content, Encoding: f.Encoding, Mode: f.Mode}
+		}
+		m, err := workspace.WriteFiles(root, files, owner, lim)
 		if err != nil {
 			return nil, workspaceError("files", err)
 		}
@@ -237,11 +241,11 @@ func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspac
 	// whatever ended it.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), artifactTimeout)
 	defer cancel()
-	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ sandgate.Artifact, rd io.Reader) (string, error) {
+	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ workspace.Artifact, rd io.Reader) (string, error) {
 		sum, _, err := e.cfg.Blobs.PutBlob(cctx, rd)
 		return sum, err
 	})
-	*out = c
+	*out = artifactsOf(c)
 	if err != nil {
 		out.Error = err.Error()
 		e.log.Warn("artifact collection stopped", "run_id", r.job.RunID, "err", err)
@@ -267,4 +271,16 @@ func (ws *runWorkspace) remove(e *Executor) {
 	if err := os.Remove(ws.img); err != nil && !errors.Is(err, os.ErrNotExist) {
 		e.log.Warn("remove a workspace's image", "run_id", ws.runID, "err", err)
 	}
+}
+
+// artifactsOf is a collection as the run reports it.
+func artifactsOf(c workspace.Collection) sandgate.Artifacts {
+	out := sandgate.Artifacts{Files: make([]sandgate.Artifact, len(c.Artifacts)), Bytes: c.Bytes, Truncated: c.Truncated, SkippedCount: c.SkippedTotal}
+	for i, a := range c.Artifacts {
+		out.Files[i] = sandgate.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256, Mode: a.Mode}
+	}
+	for _, s := range c.Skipped {
+		out.Skipped = append(out.Skipped, sandgate.SkippedArtifact{Path: s.Path, Reason: s.Reason})
+	}
+	return out
 }

@@ -26,11 +26,17 @@ import (
 // segments.
 const artifactRoute = "/v1/runs/:id/artifacts/*"
 
-// checkArtifactPatterns refuses an artifact pattern that is not a valid
-// glob, naming it, before anything is decided.
-func checkArtifactPatterns(patterns []string) error {
-	for i, p := range patterns {
+// checkWorkspaceSpec refuses, naming it, an artifact pattern that is not
+// a valid glob and an inline file the workspace would refuse to write
+// (its path, encoding, content or mode), before anything is decided.
+func checkWorkspaceSpec(spec sandgate.RunSpec) error {
+	for i, p := range spec.Artifacts {
 		if err := workspace.CheckPattern(fmt.Sprintf("artifacts[%d]", i), p); err != nil {
+			return err
+		}
+	}
+	for i, f := range spec.Files {
+		if _, _, err := workspace.DecodeFile(workspace.File{Path: f.Path, Content: f.Content, Encoding: f.Encoding, Mode: f.Mode}, i); err != nil {
 			return err
 		}
 	}

@@ -54,7 +54,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkArtifactPatterns(spec.Artifacts); err != nil {
+	if err := checkWorkspaceSpec(spec); err != nil {
 		up.remove()
 		return err
 	}

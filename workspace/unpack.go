@@ -1,246 +1,321 @@
 package workspace
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
+	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
-	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate"
 )
 
-// Owner is who owns what is written: the run's user.
-type Owner struct{ UID, GID int }
-
-// Options change how Unpack and WriteFiles write.
-type Options struct {
-	// Replace lets a file replace a regular file already there (a
-	// session's workspace); without it any existing path is an error.
-	// A directory, symlink or anything else at a file's path is always
-	// an error: nothing there is followed or overwritten.
-	Replace bool
+// Unpack checks the archive in r as Inspect does and writes its
+// directories and regular files under dst, owned by owner. It is
+// UnpackWith without Replace.
+func Unpack(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, owner Owner, lim Limits) (Manifest, error) {
+	return UnpackWith(ctx, r, size, dst, Options{Owner: owner, Limits: lim})
 }
 
-// fileMode is the mode a file is written with: 0755 when any execute bit
-// is set, else 0644. Directories are 0755.
-func fileMode(m fs.FileMode) fs.FileMode {
-	if m&0o111 != 0 {
+// UnpackWith checks the whole archive first (nothing is written for an
+// archive Inspect refuses), then reads it again and checks every entry
+// again as it writes it: the bytes behind r are never trusted to be those
+// checked. It writes only directories (mode 0755) and regular files (0755
+// when the entry has any execute bit, else 0644), each made new with
+// O_CREATE|O_EXCL in a parent directory it has verified is a real
+// directory, so no symlink already under dst is ever followed. On any
+// error everything it made is removed. Errors are *sandgate.Error:
+// INVALID-REQUEST for a refused archive, CONFLICT for a path that exists
+// already under dst, TOO-LARGE for a full file system, INTERNAL otherwise.
+func UnpackWith(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, opt Options) (Manifest, error) {
+	checked, err := scan(ctx, r, size, opt.Limits, discard{})
+	if err != nil {
+		return Manifest{}, err
+	}
+	w := newWriter(dst, opt)
+	defer w.close()
+	m, err := scan(ctx, r, size, opt.Limits, w)
+	if err == nil && m != checked {
+		err = sandgate.FieldError(field, "the archive changed while it was unpacked")
+	}
+	if err == nil {
+		err = w.commit()
+	}
+	if err != nil {
+		return Manifest{}, w.abort(err)
+	}
+	return m, nil
+}
+
+// writer is the sink that writes checked entries under a root. It holds
+// each directory it uses open (pinned): a file is created by its base name
+// in its pinned parent, so no path it writes is resolved through a
+// component that could have been swapped for a symlink.
+type writer struct {
+	top     *os.Root
+	opt     Options
+	chown   bool
+	pinned  map[string]*os.Root // open directories by clean path
+	made    map[string]bool     // directories this writer created
+	created []madeEntry         // what to remove on failure, in order
+	renames []madeEntry         // Replace: temporary files to rename at commit
+	times   []dirTime           // explicit directories' mtimes, set at commit
+
+	cur  *os.Root // the open file's parent
+	open *os.File
+	name string // the open file's name in cur
+}
+
+type madeEntry struct {
+	dir, name string // parent's clean path and base name
+	final     string // for a rename: the name it takes
+	raw       string // the entry, for errors
+	field     string
+}
+
+type dirTime struct {
+	path string
+	t    time.Time
+}
+
+// maxPinned bounds the directories a writer holds open at once.
+const maxPinned = 64
+
+func newWriter(top *os.Root, opt Options) *writer {
+	o := opt.Owner
+	self := (o.UID == -1 || o.UID == os.Getuid()) && (o.GID == -1 || o.GID == os.Getgid())
+	return &writer{top: top, opt: opt, chown: !self, pinned: map[string]*os.Root{}, made: map[string]bool{}}
+}
+
+// dirMode and fileMode are the modes everything written gets.
+const dirMode fs.FileMode = 0o755
+
+func fileMode(perm fs.FileMode) fs.FileMode {
+	if perm&0o111 != 0 {
 		return 0o755
 	}
 	return 0o644
 }
 
-// writer writes checked entries under a root, and removes what it made
-// when asked to undo.
-type writer struct {
-	root    *os.Root
-	owner   Owner
-	opts    Options
-	created []string
-	chown   bool
+// openDir returns the pinned directory p, making it (and its parents)
+// when create is set. A component that is a symlink or not a directory,
+// or that changes between its check and its opening, is an error.
+func (w *writer) openDir(p string, create bool, e *entry) (*os.Root, error) {
+	if p == "." {
+		return w.top, nil
+	}
+	if d, ok := w.pinned[p]; ok {
+		return d, nil
+	}
+	parent, err := w.openDir(path.Dir(p), create, e)
+	if err != nil {
+		return nil, err
+	}
+	base := path.Base(p)
+	fi, err := parent.Lstat(base)
+	made := false
+	if errors.Is(err, fs.ErrNotExist) && create {
+		if err := parent.Mkdir(base, 0o700); err != nil {
+			return nil, fsError(e.field, e.raw, err)
+		}
+		w.created = append(w.created, madeEntry{dir: path.Dir(p), name: base})
+		w.made[p] = true
+		made = true
+		fi, err = parent.Lstat(base)
+	}
+	if err != nil {
+		return nil, fsError(e.field, e.raw, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, conflict(e, "its parent %s is a symbolic link", quote(p))
+	}
+	if !fi.IsDir() {
+		return nil, conflict(e, "its parent %s is not a directory", quote(p))
+	}
+	d, err := parent.OpenRoot(base)
+	if err != nil {
+		return nil, fsError(e.field, e.raw, err)
+	}
+	if st, err := d.Stat("."); err != nil || !os.SameFile(fi, st) {
+		d.Close()
+		return nil, conflict(e, "its parent %s changed while it was written", quote(p))
+	}
+	if made {
+		if err := w.own(d, "."); err != nil {
+			d.Close()
+			return nil, fsError(e.field, e.raw, err)
+		}
+		if err := d.Chmod(".", dirMode); err != nil {
+			d.Close()
+			return nil, fsError(e.field, e.raw, err)
+		}
+	}
+	if len(w.pinned) >= maxPinned {
+		w.unpin()
+	}
+	w.pinned[p] = d
+	return d, nil
 }
 
-func newWriter(root *os.Root, owner Owner, opts Options) *writer {
-	// Chown only does anything when the owner is not who writes; as
-	// non-root it would fail for anyone else.
-	chown := owner.UID != os.Geteuid() || owner.GID != os.Getegid()
-	return &writer{root: root, owner: owner, opts: opts, chown: chown}
-}
-
-// mkdirs makes the directories of name (and name itself when dir),
-// owned by the owner, refusing a path component that exists and is not a
-// directory.
-func (w *writer) mkdirs(name string) error {
-	if name == "." {
+func (w *writer) own(d *os.Root, name string) error {
+	if !w.chown {
 		return nil
 	}
-	if parent := path.Dir(name); parent != "." {
-		if err := w.mkdirs(parent); err != nil {
-			return err
-		}
-	}
-	err := w.root.Mkdir(name, 0o755)
-	switch {
-	case err == nil:
-		w.created = append(w.created, name)
-		return w.own(name, 0o755)
-	case errors.Is(err, fs.ErrExist):
-		st, err := w.root.Lstat(name)
-		if err != nil {
-			return err
-		}
-		if !st.IsDir() {
-			return fmt.Errorf("%s exists and is not a directory", name)
-		}
-		return nil
-	default:
-		return err
+	return d.Lchown(name, w.opt.Owner.UID, w.opt.Owner.GID)
+}
+
+func (w *writer) unpin() {
+	for p, d := range w.pinned {
+		d.Close()
+		delete(w.pinned, p)
 	}
 }
 
-func (w *writer) own(name string, mode fs.FileMode) error {
-	if err := w.root.Chmod(name, mode); err != nil {
+func conflict(e *entry, format string, args ...any) error {
+	err := sandgate.Errorf(sandgate.CodeConflict, format, args...)
+	err.Message = quoteEntry(e.raw) + ": " + err.Message
+	err.Field = e.field
+	return err
+}
+
+func (w *writer) dir(e *entry) error {
+	if _, err := w.openDir(e.path, true, e); err != nil {
 		return err
 	}
-	if w.chown {
-		return w.root.Lchown(name, w.owner.UID, w.owner.GID)
+	if w.made[e.path] {
+		w.times = append(w.times, dirTime{e.path, e.mtime})
 	}
 	return nil
 }
 
-// file writes one file from body through copy, which counts and bounds
-// its bytes.
-func (w *writer) file(name string, mode fs.FileMode, mtime int64, body func(io.Writer) error) error {
-	if err := w.mkdirs(path.Dir(name)); err != nil {
-		return err
-	}
-	target := name
-	replace := false
-	if st, err := w.root.Lstat(name); err == nil {
-		if !st.Mode().IsRegular() || !w.opts.Replace {
-			return fmt.Errorf("%s exists already", name)
-		}
-		replace = true
-		target = path.Join(path.Dir(name), fmt.Sprintf(".sandgate-%d-%s", time.Now().UnixNano(), path.Base(name)))
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	f, err := w.root.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+func (w *writer) file(e *entry) (io.Writer, error) {
+	dir, base := path.Dir(e.path), path.Base(e.path)
+	parent, err := w.openDir(dir, true, e)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if !replace {
-		w.created = append(w.created, name)
+	name := base
+	if w.opt.Replace {
+		fi, err := parent.Lstat(base)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return nil, fsError(e.field, e.raw, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return nil, conflict(e, "a symbolic link exists at this path")
+		case fi.IsDir():
+			return nil, conflict(e, "a directory exists at this path")
+		case !fi.Mode().IsRegular():
+			return nil, conflict(e, "a special file exists at this path")
+		}
+		name = tempName()
 	}
-	err = body(f)
+	f, err := parent.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fsError(e.field, e.raw, err)
+	}
+	w.created = append(w.created, madeEntry{dir: dir, name: name})
+	if w.chown {
+		if err := f.Chown(w.opt.Owner.UID, w.opt.Owner.GID); err != nil {
+			f.Close()
+			return nil, fsError(e.field, e.raw, err)
+		}
+	}
+	if w.opt.Replace {
+		w.renames = append(w.renames, madeEntry{dir: dir, name: name, final: base, raw: e.raw, field: e.field})
+	}
+	w.cur, w.open, w.name = parent, f, name
+	return f, nil
+}
+
+func (w *writer) fileDone(e *entry) error {
+	f := w.open
+	w.open = nil
+	err := f.Chmod(fileMode(e.perm))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = w.own(target, fileMode(mode))
+	if err == nil && !e.mtime.IsZero() { // inline files keep the time they were written
+		err = w.cur.Chtimes(w.name, e.mtime, e.mtime)
 	}
-	if err == nil && mtime > 0 {
-		t := time.Unix(mtime, 0)
-		err = w.root.Chtimes(target, t, t)
+	if err != nil {
+		return fsError(e.field, e.raw, err)
 	}
-	if err == nil && replace {
-		err = w.root.Rename(target, name)
+	return nil
+}
+
+// commit renames Replace's temporary files into place and sets the
+// explicit directories' mtimes (last, since writing in a directory
+// changes its mtime).
+func (w *writer) commit() error {
+	for i, r := range w.renames {
+		e := &entry{field: r.field, raw: r.raw}
+		d, err := w.openDir(r.dir, false, e)
+		if err != nil {
+			return err
+		}
+		_, statErr := d.Lstat(r.final)
+		if err := d.Rename(r.name, r.final); err != nil {
+			return fsError(r.field, r.raw, err)
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			w.created = append(w.created, madeEntry{dir: r.dir, name: r.final})
+		}
+		w.renames[i].name = ""
 	}
-	if err != nil && replace {
-		w.root.Remove(target)
+	for i := len(w.times) - 1; i >= 0; i-- {
+		t := w.times[i]
+		d, err := w.openDir(t.path, false, &entry{field: field, raw: t.path})
+		if err != nil {
+			return err
+		}
+		if err := d.Chtimes(".", t.t, t.t); err != nil {
+			return fsError(field, t.path, err)
+		}
+	}
+	return nil
+}
+
+// abort removes, newest first, everything the writer made, and returns
+// err, or an INTERNAL error carrying both when something could not be
+// removed.
+func (w *writer) abort(err error) error {
+	if w.open != nil {
+		w.open.Close()
+		w.open = nil
+	}
+	var left []error
+	for i := len(w.created) - 1; i >= 0; i-- {
+		c := w.created[i]
+		d, derr := w.openDir(c.dir, false, &entry{field: field, raw: c.dir})
+		if errors.Is(derr, fs.ErrNotExist) {
+			continue
+		}
+		if derr == nil {
+			derr = d.RemoveAll(c.name)
+		}
+		if derr != nil {
+			left = append(left, derr)
+		}
+	}
+	if len(left) > 0 {
+		return sandgate.WrapError(sandgate.CodeInternal, errors.Join(append([]error{err}, left...)...),
+			"the workspace could not be cleaned up after a failed write: %s", sandgate.ErrorMessageOf(err))
 	}
 	return err
 }
 
-// undo removes what the writer made, deepest first.
-func (w *writer) undo() {
-	for i := len(w.created) - 1; i >= 0; i-- {
-		w.root.Remove(w.created[i])
-	}
-	w.created = nil
+func (w *writer) close() {
+	w.unpin()
 }
 
-// Unpack checks the archive r of size bytes again, entry by entry (an
-// earlier Inspect is not trusted: the bytes could differ), and writes its
-// directories and files under dst, owned by owner: files 0644, or 0755
-// when the entry had an execute bit; directories 0755; modification times
-// kept. Nothing that exists is followed or overwritten (see Options). On
-// any error everything it made is removed. Refusals are INVALID-REQUEST on
-// field "workspace" naming the entry; a failure to write is an error
-// naming the path.
-func Unpack(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, owner Owner, lim Limits, opts ...Options) (Manifest, error) {
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	w := newWalker("workspace", lim)
-	wr := newWriter(dst, owner, o)
-	h := sha256.New()
-	m, err := walk(io.NewSectionReader(r, 0, size), size, w, func(e entry, raw string, body io.Reader) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if e.dir {
-			if err := wr.mkdirs(e.name); err != nil {
-				return fmt.Errorf("unpack %s: %w", e.name, err)
-			}
-			return nil
-		}
-		var copyErr error
-		err := wr.file(e.name, e.mode, e.mtime, func(f io.Writer) error {
-			_, copyErr = w.copy(raw, f, body)
-			return copyErr
-		})
-		if copyErr != nil {
-			return copyErr
-		}
-		if err != nil {
-			return fmt.Errorf("unpack %s: %w", e.name, err)
-		}
-		return nil
-	})
-	if err != nil {
-		wr.undo()
-		return m, err
-	}
-	if _, err := io.Copy(h, io.NewSectionReader(r, 0, size)); err != nil {
-		wr.undo()
-		return m, fmt.Errorf("read workspace archive: %w", err)
-	}
-	m.SHA256 = hex.EncodeToString(h.Sum(nil))
-	return m, nil
+// tempName is a name for Replace's temporary files that no entry collides with.
+func tempName() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return ".sandgate-tmp-" + hex.EncodeToString(b[:])
 }
-
-// WriteFiles writes a run's inline files under dst, owned by owner, with
-// the same rules as Unpack: paths checked, parents made, nothing followed
-// or overwritten, at most lim's entries and bytes, everything removed
-// again on an error. Refusals name the field files[i].
-func WriteFiles(dst *os.Root, files []sandgate.File, owner Owner, lim Limits, opts ...Options) (Manifest, error) {
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	w := newWalker("files", lim)
-	wr := newWriter(dst, owner, o)
-	for i, f := range files {
-		w.field = fmt.Sprintf("files[%d]", i)
-		mode := fs.FileMode(0o644)
-		if f.Mode != nil {
-			mode = fs.FileMode(*f.Mode) & fs.ModePerm
-		}
-		e, err := w.entry(f.Path, entry{mode: mode})
-		if err == nil && e.name == "." {
-			err = refuse(w.field, f.Path, "names the workspace itself")
-		}
-		if err != nil {
-			wr.undo()
-			return w.m, err
-		}
-		content := f.Bytes()
-		var copyErr error
-		err = wr.file(e.name, mode, 0, func(dst io.Writer) error {
-			_, copyErr = w.copy(f.Path, dst, bytesReader(content))
-			return copyErr
-		})
-		if copyErr != nil {
-			wr.undo()
-			return w.m, copyErr
-		}
-		if err != nil {
-			wr.undo()
-			return w.m, fmt.Errorf("write %s: %w", e.name, err)
-		}
-	}
-	w.m.Format = "files"
-	return w.m, nil
-}
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
