@@ -295,6 +295,16 @@ func TestEndToEndWorkspaceAndArtifacts(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(down, "secret.env")); err == nil {
 		t.Errorf("secret.env went into the workspace despite .sandgateignore")
 	}
+
+	// sandgate runs artifacts: the list, one file to stdout.
+	res = runCLIAgainst(t, s, "runs", "artifacts", run.ID)
+	if res.code != 0 || !strings.Contains(res.stdout, "out/result.txt") || !strings.Contains(res.stdout, zeros.SHA256) {
+		t.Errorf("runs artifacts = %d\n%s", res.code, res.stdout)
+	}
+	res = runCLIAgainst(t, s, "runs", "artifacts", run.ID, "out/result.txt")
+	if res.code != 0 || res.stdout != "from the archive\ninline note\n" {
+		t.Errorf("runs artifacts RUN PATH = %d %q", res.code, res.stdout)
+	}
 }
 
 // TestEndToEndHostileArchives sends each kind of hostile archive: each is
