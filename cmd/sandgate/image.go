@@ -134,9 +134,7 @@ resolves to exactly this local image.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(a.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(struct {
+				return writeJSON(a, struct {
 					Images []executor.ImageInfo `json:"images"`
 				}{list})
 			}
@@ -232,9 +230,7 @@ func (a *app) listRecipes(asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return writeJSON(a, struct {
 			Recipes []executor.Recipe `json:"recipes"`
 		}{recipes})
 	}
