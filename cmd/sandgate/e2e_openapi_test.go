@@ -94,6 +94,22 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	}
 	want(request{method: "DELETE", path: "/v1/runs/" + done.ID, token: tok["alice"]}, 409)
 
+	// Artifacts: a run that leaves one; listed, fetched whole, by range
+	// and as tar.
+	var art api.RunView
+	if err := json.Unmarshal(want(request{method: "POST", path: "/v1/runs?wait=60s", token: tok["alice"],
+		body: `{"command":["sh","-c","mkdir out; echo result > out/r.txt"],"artifacts":["out/**"]}`}, 200), &art); err != nil || art.Artifacts == nil || art.Artifacts.Count != 1 {
+		t.Errorf("run with an artifact = %+v, %v", art, err)
+	}
+	want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts", token: tok["audrey"]}, 200)
+	if got := want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts/out/r.txt", token: tok["alice"]}, 200); string(got) != "result\n" {
+		t.Errorf("artifact = %q", got)
+	}
+	want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts/out/r.txt", token: tok["alice"], header: map[string]string{"Range": "bytes=0-2"}}, 206)
+	want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts/out/none", token: tok["alice"]}, 404)
+	want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts.tar", token: tok["adam"]}, 200)
+	want(request{method: "GET", path: "/v1/runs/" + art.ID + "/artifacts", token: tok["bob"]}, 404)
+
 	// Refusals: a bad field, policy, roles, tokens, other teams, limits.
 	var bad api.ErrorBody
 	if err := json.Unmarshal(want(request{method: "POST", path: "/v1/runs", token: tok["alice"],
