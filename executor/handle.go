@@ -51,7 +51,8 @@ type handle struct {
 	// member is the warm pool member the container came from, if any.
 	member *member
 	// ws is the run's workspace, if it has one: its artifacts are
-	// collected from it once the command has ended.
+	// collected from it once the command has ended, and it is removed
+	// after the container.
 	ws *runWorkspace
 
 	// usage reads the container's resource counters from the start of
@@ -420,9 +421,10 @@ func (h *handle) failed(err error) sandgate.Result { return h.e.failed(h.r, err,
 // cancelled reports that the run was cancelled before its command ran.
 func (h *handle) cancelled() sandgate.Result { return h.e.cancelledBeforeStart(h.r, h.res) }
 
-// close ends the handle: the stream and the wait are released, and the
-// container is removed (a warm member's pool ownership ends with it). A
-// container that cannot be removed now is left to the reaper.
+// close ends the handle: the stream and the wait are released, the
+// container is removed (a warm member's pool ownership ends with it), and
+// then the run's workspace. A container that cannot be removed now is
+// left to the reaper.
 func (h *handle) close() {
 	h.usage.stop()
 	h.closeStream()
@@ -430,5 +432,8 @@ func (h *handle) close() {
 	h.e.remove(h.r, h.id)
 	if h.member != nil {
 		h.e.pool.release(h.member)
+	}
+	if h.ws != nil {
+		h.ws.remove(h.e)
 	}
 }

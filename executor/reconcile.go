@@ -183,10 +183,7 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 	}
 	e.log.Info("adopting the container of an unfinished run", "run_id", r.job.RunID, "container_id", c.ID, "status", statusOf(s))
 	h := e.newHandle(r, c.ID, created)
-	if ws := e.workspaces.find(r.job.RunID); ws != nil {
-		h.ws = ws
-		defer ws.remove(e)
-	}
+	h.ws = e.workspaces.find(r.job.RunID)
 	defer h.close()
 
 	switch {

@@ -149,12 +149,13 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		if ws, err = e.prepareWorkspace(ctx, r, &set); err != nil {
 			return e.failed(r, err), err
 		}
-		// Removed once the container is: the handle's close runs first.
-		defer ws.remove(e)
 	}
 
 	id, err := e.create(ctx, r, set)
 	if err != nil {
+		if ws != nil {
+			defer ws.remove(e)
+		}
 		if ctx.Err() != nil {
 			// The create may have happened after all; find it by name.
 			e.removeByName(r, set.name)
@@ -163,7 +164,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	h := e.newHandle(r, id, e.now())
-	h.ws = ws
+	h.ws = ws // the handle owns it from here: removed after the container
 	defer h.close()
 	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
 	if len(staged) > 0 {

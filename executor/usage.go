@@ -277,4 +277,3 @@ func (s *sampler) usage(res sandgate.Result, memoryLimit int64) *sandgate.Usage 
 }
 
 func ms(ns int64) *int64 { return ptr(max(0, ns) / int64(time.Millisecond)) }
-
