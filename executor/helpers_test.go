@@ -89,8 +89,10 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 		DockerHost: executortest.DockerHost(),
 		Node:       "test-" + randomHex(t, 6),
 		StopGrace:  3 * time.Second,
-		// Cache volumes' file systems live with the test, and go with it.
-		VolumeDir: t.TempDir(),
+		// Cache volumes' and workspaces' file systems live with the test,
+		// and go with it.
+		VolumeDir:    t.TempDir(),
+		WorkspaceDir: t.TempDir(),
 	}
 	if tune != nil {
 		tune(&cfg)
