@@ -230,3 +230,22 @@ func TestMultipartRun(t *testing.T) {
 		t.Errorf("bad glob = %d %s", r.status, r.body)
 	}
 }
+
+// TestStaleUploadsRemoved: the archives a previous process left in the
+// upload directory are removed when a gateway starts.
+func TestStaleUploadsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	stale := dir + "/workspace-123.upload"
+	if err := os.WriteFile(stale, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := dir + "/keep.txt"
+	os.WriteFile(other, []byte("x"), 0o600)
+	newEnv(t, func(c *Config, _ *testEnv) { c.UploadDir = dir })
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("a stale upload survived the start: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Errorf("a file that is not an upload was removed: %v", err)
+	}
+}

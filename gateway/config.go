@@ -95,8 +95,9 @@ type Config struct {
 	// callbackLookup resolves callback hosts; tests set it.
 	callbackLookup func(ctx context.Context, host string) ([]netip.Addr, error)
 	// UploadDir holds the workspace archives of multipart runs from their
-	// request to their run's end. Default: sandgate-uploads in the
-	// system's temporary directory.
+	// request to their run's end; it is this node's alone (New removes the
+	// archives a previous process left there). Default:
+	// sandgate-uploads/<node> in the system's temporary directory.
 	UploadDir string
 	// MaxWorkspaceBytes caps a workspace archive as sent; larger ones
 	// answer 413. Default 256 MiB.
@@ -229,7 +230,7 @@ func (c Config) withDefaults() Config {
 		c.CallbackDrain = 10 * time.Second
 	}
 	if c.UploadDir == "" {
-		c.UploadDir = filepath.Join(os.TempDir(), "sandgate-uploads")
+		c.UploadDir = filepath.Join(os.TempDir(), "sandgate-uploads", c.Node)
 	}
 	if c.MaxWorkspaceBytes <= 0 {
 		c.MaxWorkspaceBytes = 256 << 20

@@ -99,6 +99,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit > 0 {
 		s.requests = newLimiters(cfg.RateLimit, cfg.RateBurst, deps.Clock)
 	}
+	// The archives a previous process of this node left: their runs either
+	// ran already (their workspace was made from them) or are lost.
+	removeStaleUploads(cfg.UploadDir, deps.Logger)
 	s.svc = &service{
 		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: sec,
 		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(),

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"os"
+	"path/filepath"
 
 	"github.com/labstack/echo/v4"
 
@@ -147,6 +149,17 @@ func (s *Server) spoolWorkspace(part io.Reader) (*upload, error) {
 	}
 	ok = true
 	return up, nil
+}
+
+// removeStaleUploads removes the workspace archives in dir: at start, no
+// run of this process holds one yet.
+func removeStaleUploads(dir string, log *slog.Logger) {
+	stale, _ := filepath.Glob(filepath.Join(dir, "workspace-*.upload"))
+	for _, p := range stale {
+		if err := os.Remove(p); err == nil {
+			log.Info("removed a workspace archive a previous process left", "path", p)
+		}
+	}
 }
 
 // bodyError is a failure to read the request body: too large, or cut.
