@@ -333,7 +333,7 @@ func (s *Server) policyReload(c echo.Context) error {
 // policyReplay is POST /v1/policies/replay: the candidate bundle's files
 // in the body, the range in the query.
 func (s *Server) policyReplay(c echo.Context) error {
-	if err := checkQuery(c, "since", "until", "team", "limit", "examples"); err != nil {
+	if err := checkQuery(c, "since", "until", "team", "limit", "examples", "drift"); err != nil {
 		return err
 	}
 	if err := requireJSON(c); err != nil {
@@ -353,6 +353,13 @@ func (s *Server) policyReplay(c echo.Context) error {
 	}
 	if rq.examples, err = intParam(q.Get("examples"), "examples", 0, maxReplayExamples, rq.examples); err != nil {
 		return err
+	}
+	switch q.Get("drift") {
+	case "", "false":
+	case "true":
+		rq.drift = true
+	default:
+		return sandgate.FieldError("drift", "must be true or false; got %q", shorten(q.Get("drift"), 32))
 	}
 	var body api.ReplayRequest
 	if err := sandgate.DecodeStrict(c.Request().Body, &body, api.MaxReplayBodyBytes); err != nil {

@@ -179,7 +179,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: "/v1/admission/review", token: tokSec, body: `{"command":["sh"],"privileged":true,"network":"bridge"}`, status: 200},
 		{method: "GET", path: "/v1/policies", token: tokAuditor, status: 200},
 		{method: "POST", path: "/v1/policies/reload", token: tokSec, status: 200},
-		{method: "POST", path: "/v1/policies/replay?examples=1", token: tokSec, body: replayBody(`{"deny_commands":["echo"]}`), status: 200},
+		{method: "POST", path: "/v1/policies/replay?examples=1&drift=true", token: tokSec, body: replayBody(`{"deny_commands":["echo"]}`), status: 200},
 		{method: "POST", path: "/v1/policies/replay", token: tokAdmin, body: replayBody(`{}`, "broken.rego"), status: 422},
 		{method: "POST", path: "/v1/policies/replay?limit=0", token: tokAdmin, body: replayBody(`{}`), status: 400},
 		{method: "GET", path: "/v1/audit/events?type=run.requested&limit=5", token: tokAuditor, status: 200},

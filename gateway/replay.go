@@ -51,6 +51,8 @@ type replayQuery struct {
 	team     string
 	limit    int
 	examples int
+	// drift asks for the records to be compared with the policy in force.
+	drift bool
 }
 
 // replay evaluates the recorded admission inputs of the range with the
@@ -82,12 +84,17 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 	r := &replayer{
 		cand:     cand,
 		examples: q.examples,
+		current:  s.d.Policies.Status().Revision,
 		fallback: s.policySettings(),
 		rep: api.ReplayReport{
 			CandidateRevision: cand.Revision(),
 			CurrentRevision:   s.d.Policies.Status().Revision,
 			Filter:            api.ReplayFilter{Since: timePtr(q.since), Until: timePtr(q.until), Team: q.team, Limit: q.limit},
 		},
+	}
+	if q.drift {
+		r.inForce = s.d.Admitter
+		r.rep.Drift = &api.ReplayDrift{Examples: []api.ReplayExample{}}
 	}
 	err = r.run(rctx, s.d.Audit, q)
 	switch {
@@ -133,6 +140,9 @@ func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 			"skipped": rep.Skipped,
 		}
 		payload["truncated"], payload["timed_out"], payload["duration_ms"] = rep.Truncated, rep.TimedOut, rep.DurationMS
+		if rep.Drift != nil {
+			payload["drift"] = map[string]any{"count": rep.Drift.Count, "same_revision": rep.Drift.SameRevision}
+		}
 	} else {
 		payload["errors"] = refusalErrors(refused)
 	}
@@ -196,6 +206,10 @@ type replayer struct {
 	fallback sandgate.Settings
 	rep      api.ReplayReport
 	changes  [3]changeSet
+	// inForce, when drift was asked for, is the policy in force, and
+	// current its revision.
+	inForce sandgate.Admitter
+	current string
 }
 
 // The kinds of change, as indexes of replayer.changes.
@@ -288,6 +302,17 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 
 	oldAllow, oldRules := recordedVerdict(dec)
 	newRules := denyRules(got.Violations)
+	ex := api.ReplayExample{
+		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
+		Principal: dec.Actor, Team: dec.Team, Operation: string(op), RecordedAt: at,
+		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
+		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
+	}
+	if r.inForce != nil {
+		if err := r.drift(ctx, in, ex); err != nil {
+			return err
+		}
+	}
 	kind := -1
 	switch {
 	case oldAllow && !got.Allow:
@@ -301,13 +326,31 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 		r.rep.Unchanged++
 		return nil
 	}
-	ex := api.ReplayExample{
-		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
-		Principal: dec.Actor, Team: dec.Team, Operation: string(op), RecordedAt: at,
-		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
-		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
-	}
 	r.changes[kind].add(ex, without(newRules, oldRules), without(oldRules, newRules), r.examples)
+	return nil
+}
+
+// drift evaluates in with the policy in force and counts the decision
+// when it differs from the record ex describes. The policy in force puts
+// its own settings in the input.
+func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api.ReplayExample) error {
+	d, err := r.inForce.Decide(ctx, in)
+	if err != nil {
+		return err
+	}
+	rules := denyRules(d.Violations)
+	if d.Allow == ex.RecordedAllow && slices.Equal(rules, ex.RecordedRules) {
+		return nil
+	}
+	dr := r.rep.Drift
+	dr.Count++
+	if ex.RecordedRevision == r.current {
+		dr.SameRevision++
+	}
+	if len(dr.Examples) < r.examples {
+		ex.CandidateAllow, ex.CandidateRules = d.Allow, rules
+		dr.Examples = append(dr.Examples, ex)
+	}
 	return nil
 }
 

@@ -332,3 +332,35 @@ func TestReplayBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayDrift: with drift=true the records are also compared with
+// the policy in force; a record its own revision cannot reproduce counts.
+func TestReplayDrift(t *testing.T) {
+	e := newEnv(t)
+	recordHistory(t, e)
+	rep := e.do(http.MethodPost, "/v1/policies/replay", tokSec, replayBody(`{}`)).replay(t)
+	if rep.Drift != nil {
+		t.Errorf("drift without drift=true: %+v", rep.Drift)
+	}
+	rep = e.do(http.MethodPost, "/v1/policies/replay?drift=true", tokSec, replayBody(`{}`)).replay(t)
+	if rep.Drift == nil || rep.Drift.Count != 0 {
+		t.Fatalf("drift of an exact history: %+v", rep.Drift)
+	}
+	// A denial the policy in force (same revision) would not repeat.
+	e.recorder.Emit(sandgate.Event{Type: sandgate.EventAdmissionReviewed, Outcome: "denied", DecisionID: "odd-1", Actor: "carol",
+		Team: "payments", PolicyRevision: "sha256:test", Payload: map[string]any{
+			"allow": false, "violations": []any{map[string]any{"rule": "time_of_day", "action": "deny"}},
+			"spec":  map[string]any{"image": "sandgate/sandbox:latest", "command": []string{"ls"}},
+		}})
+	rep = e.do(http.MethodPost, "/v1/policies/replay?drift=true", tokSec, replayBody(`{}`)).replay(t)
+	if rep.Drift == nil || rep.Drift.Count != 1 || rep.Drift.SameRevision != 1 || len(rep.Drift.Examples) != 1 {
+		t.Fatalf("drift: %+v", rep.Drift)
+	}
+	ex := rep.Drift.Examples[0]
+	if ex.DecisionID != "odd-1" || !ex.CandidateAllow || !slices.Equal(ex.RecordedRules, []string{"time_of_day"}) {
+		t.Errorf("drift example %+v", ex)
+	}
+	if r := e.do(http.MethodPost, "/v1/policies/replay?drift=yes", tokSec, replayBody(`{}`)); r.status != http.StatusBadRequest {
+		t.Errorf("drift=yes: %d", r.status)
+	}
+}

@@ -90,6 +90,7 @@ Exit status: 0 replayed, 2 the gateway refused the bundle, 3 with
 	f.StringVar(&o.Team, "team", "", "replay this team's decisions only")
 	f.IntVar(&o.Limit, "limit", 0, "the most decisions to replay, oldest first (default and maximum: the gateway's)")
 	f.IntVar(&o.Examples, "examples", 0, "examples per rule (default 3, at most 20)")
+	f.BoolVar(&o.Drift, "drift", false, "also compare the records with the policy in force (what a replay cannot reproduce)")
 	f.BoolVar(&asJSON, "json", false, "print the gateway's report as JSON")
 	f.BoolVar(&failOnChange, "fail-on-change", false, "exit 3 when any decision would change")
 	return cmd
@@ -124,6 +125,13 @@ func writeReplay(w io.Writer, rep api.ReplayReport) error {
 	}
 	if rep.Skipped > 0 {
 		fmt.Fprintf(w, "skipped: %d records (request or decision outside the range, or unreadable)\n", rep.Skipped)
+	}
+	if d := rep.Drift; d != nil {
+		fmt.Fprintf(w, "drift: the policy in force decides %d records otherwise (%d of them its own revision's)\n", d.Count, d.SameRevision)
+		for _, ex := range d.Examples {
+			fmt.Fprintf(w, "  %s %s %s/%s decision %s: recorded %s, in force %s\n", ex.RecordedAt.Format(time.RFC3339), ex.Operation,
+				ex.Principal, ex.Team, ex.DecisionID, verdict(ex.RecordedAllow, ex.RecordedRules), verdict(ex.CandidateAllow, ex.CandidateRules))
+		}
 	}
 	if rep.Truncated {
 		why := "at the limit"

@@ -95,9 +95,14 @@ func TestPolicyReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := s.Client.ReplayPolicy(ctx, files, client.ReplayOptions{Since: since})
+	rep, err := s.Client.ReplayPolicy(ctx, files, client.ReplayOptions{Since: since, Drift: true})
 	if err != nil {
 		t.Fatalf("replay: %v", err)
+	}
+	// The records are exact: the policy in force decides every one as
+	// it was recorded.
+	if rep.Drift == nil || rep.Drift.Count != 0 {
+		t.Errorf("drift %+v, want none", rep.Drift)
 	}
 	sum, err := policies.Check(ctx, strict)
 	if err != nil {

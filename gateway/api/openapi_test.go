@@ -259,6 +259,7 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "ReplayChanges", typ: api.ReplayChanges{}},
 		{schema: "ReplayRuleGroup", typ: api.ReplayRuleGroup{}},
 		{schema: "ReplayExample", typ: api.ReplayExample{}},
+		{schema: "ReplayDrift", typ: api.ReplayDrift{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {

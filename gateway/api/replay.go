@@ -64,6 +64,22 @@ type ReplayReport struct {
 	TimedOut   bool       `json:"timed_out"`
 	Through    *time.Time `json:"through"`
 	DurationMS int64      `json:"duration_ms"`
+	// Drift, when the replay was asked for it (drift=true), compares the
+	// records with the policy in force; null otherwise.
+	Drift *ReplayDrift `json:"drift"`
+}
+
+// ReplayDrift is how the policy in force decides the replayed inputs
+// otherwise than their records (verdict or denying rules). Among the
+// decisions its own revision recorded (SameRevision), drift shows what a
+// replay cannot reproduce: inputs recorded approximately or masked, and
+// rules that read the time or the settings.
+type ReplayDrift struct {
+	Count        int `json:"count"`
+	SameRevision int `json:"same_revision"`
+	// Examples are the first few drifted decisions; their candidate_allow
+	// and candidate_rules are the policy in force's.
+	Examples []ReplayExample `json:"examples"`
 }
 
 // ReplayFilter is the range of a replay, as the query parameters gave it

@@ -386,6 +386,9 @@ type ReplayOptions struct {
 	Team     string
 	Limit    int
 	Examples int
+	// Drift also compares the records with the policy in force
+	// (ReplayReport.Drift).
+	Drift bool
 }
 
 // ReplayPolicy re-evaluates the recorded admission decisions with the
@@ -420,6 +423,9 @@ func (c *Client) ReplayPolicy(ctx context.Context, files map[string][]byte, o Re
 	}
 	if o.Examples > 0 {
 		q.Set("examples", strconv.Itoa(o.Examples))
+	}
+	if o.Drift {
+		q.Set("drift", "true")
 	}
 	var rep api.ReplayReport
 	err = c.do(ctx, http.MethodPost, "/v1/policies/replay", q, nil, bytes.NewReader(body), &rep)
