@@ -34,6 +34,9 @@ const (
 	// policy.replayed event records, and each error's length.
 	maxRecordedErrors   = 20
 	maxRecordedErrorLen = 512
+	// maxRecordedFiles bounds the candidate files whose digests the event
+	// records (a bundle has at most 256; a refused one may claim more).
+	maxRecordedFiles = 256
 )
 
 // replayTypes are the records a replay reads: a run's request and its
@@ -128,7 +131,7 @@ func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 	if !q.until.IsZero() {
 		filter["until"] = q.until.UTC().Format(time.RFC3339Nano)
 	}
-	payload := map[string]any{"files": fileDigests(q.files), "filter": filter}
+	payload := map[string]any{"files": fileDigests(q.files), "file_count": len(q.files), "filter": filter}
 	outcome := "refused"
 	if rep != nil {
 		outcome = "success"
@@ -159,13 +162,15 @@ func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 	return nil
 }
 
-// fileDigests lists the candidate's files with their SHA-256, by name.
+// fileDigests lists the candidate's files with their SHA-256, by name,
+// the first maxRecordedFiles of them.
 func fileDigests(files map[string][]byte) []map[string]any {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	names = names[:min(len(names), maxRecordedFiles)]
 	out := make([]map[string]any, 0, len(names))
 	for _, n := range names {
 		sum := sha256.Sum256(files[n])

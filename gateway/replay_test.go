@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -77,12 +78,21 @@ type fakeCandidate struct {
 	DenyCommands    []string `json:"deny_commands"`
 	AllowPrivileged bool     `json:"allow_privileged"`
 	DenyEnvValues   bool     `json:"deny_env_values"`
+	// SlowMS makes each decision take this long, or until ctx ends.
+	SlowMS int `json:"slow_ms"`
 }
 
 func (c *fakeCandidate) Revision() string { return "sha256:candidate" }
 func (c *fakeCandidate) Mask() []string   { return nil }
 
-func (c *fakeCandidate) Decide(_ context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
+func (c *fakeCandidate) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
+	if c.SlowMS > 0 {
+		select {
+		case <-time.After(time.Duration(c.SlowMS) * time.Millisecond):
+		case <-ctx.Done():
+			return sandgate.Decision{}, ctx.Err()
+		}
+	}
 	d := sandgate.Decision{Allow: true, PolicyRevision: c.Revision(), DecisionID: "cand", Spec: in.Request}
 	deny := func(rule string) {
 		d.Allow = false
@@ -362,5 +372,20 @@ func TestReplayDrift(t *testing.T) {
 	}
 	if r := e.do(http.MethodPost, "/v1/policies/replay?drift=yes", tokSec, replayBody(`{}`)); r.status != http.StatusBadRequest {
 		t.Errorf("drift=yes: %d", r.status)
+	}
+}
+
+// TestReplayTimeout: a replay out of time answers what it replayed so
+// far, marked timed out, and is recorded so.
+func TestReplayTimeout(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *testEnv) { c.ReplayTimeout = 150 * time.Millisecond })
+	recordHistory(t, e)
+	rep := e.do(http.MethodPost, "/v1/policies/replay", tokSec, replayBody(`{"slow_ms":100}`)).replay(t)
+	if !rep.TimedOut || !rep.Truncated || rep.Replayed < 1 || rep.Replayed >= 5 {
+		t.Errorf("timed out %v truncated %v replayed %d, want a partial replay", rep.TimedOut, rep.Truncated, rep.Replayed)
+	}
+	evs := e.recorder.ofType(sandgate.EventPolicyReplayed)
+	if len(evs) != 1 || evs[0].Payload["timed_out"] != true || evs[0].Payload["file_count"] != 1 {
+		t.Errorf("policy.replayed: %+v", evs)
 	}
 }
