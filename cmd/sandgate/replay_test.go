@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -207,6 +208,12 @@ func TestPolicyReplay(t *testing.T) {
 		}
 	}
 	t.Logf("sandgate policy replay:\n%s", out)
+	err = runApp(ctx, []string{"policy", "replay", "--bundle", strict, "--json", "--fail-on-change"},
+		map[string]string{"SANDGATE_URL": s.URL, "SANDGATE_TOKEN": s.Token}, &syncBuffer{}, nil)
+	var exit *exitError
+	if !errors.As(err, &exit) || exit.Code != exitReplayChanged {
+		t.Errorf("--fail-on-change: %v, want exit %d", err, exitReplayChanged)
+	}
 }
 
 // waitEvents polls the trail until the query finds n events, and returns
