@@ -70,6 +70,11 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 			return api.ReplayReport{}, sandgate.Errorf(sandgate.CodeNotFound, "policy replay is not available: this gateway's policy engine cannot load a candidate bundle")
 		}
 	}
+	// One replay at a time: each may keep a core busy for ReplayTimeout.
+	if !s.replaying.TryLock() {
+		return api.ReplayReport{}, sandgate.Errorf(sandgate.CodeRateLimited, "another policy replay is running on this gateway; retry when it has ended")
+	}
+	defer s.replaying.Unlock()
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
 	defer cancel()

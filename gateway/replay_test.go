@@ -336,6 +336,11 @@ func TestReplayBounds(t *testing.T) {
 	if last.Outcome != "refused" || !slices.Equal(last.Payload["errors"].([]string), []string{"broken.rego:1: rego_parse_error: unexpected eof"}) {
 		t.Errorf("the refused replay's event: %+v", last)
 	}
+	e.srv.svc.replaying.Lock()
+	if r := e.do(http.MethodPost, "/v1/policies/replay", tokAdmin, replayBody(`{}`)); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Errorf("a second replay at once: %d %s", r.status, r.body)
+	}
+	e.srv.svc.replaying.Unlock()
 	for _, tok := range []string{tokAlice, tokAuditor} {
 		if r := e.do(http.MethodPost, "/v1/policies/replay", tok, replayBody(`{}`)); r.status != http.StatusForbidden {
 			t.Errorf("replay by %s: %d, want 403", tok, r.status)

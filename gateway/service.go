@@ -47,6 +47,8 @@ type service struct {
 	teams   *teamLoad
 	// callbacks delivers the completion callbacks of finished runs.
 	callbacks *callbacks
+	// replaying holds the one policy replay this gateway runs at a time.
+	replaying sync.Mutex
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
