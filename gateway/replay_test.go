@@ -365,7 +365,7 @@ func TestReplayDrift(t *testing.T) {
 	e.recorder.Emit(sandgate.Event{Type: sandgate.EventAdmissionReviewed, Outcome: "denied", DecisionID: "odd-1", Actor: "carol",
 		Team: "payments", PolicyRevision: "sha256:test", Payload: map[string]any{
 			"allow": false, "violations": []any{map[string]any{"rule": "time_of_day", "action": "deny"}},
-			"spec":  map[string]any{"image": "sandgate/sandbox:latest", "command": []string{"ls"}},
+			"spec": map[string]any{"image": "sandgate/sandbox:latest", "command": []string{"ls"}},
 		}})
 	rep = e.do(http.MethodPost, "/v1/policies/replay?drift=true", tokSec, replayBody(`{}`)).replay(t)
 	if rep.Drift == nil || rep.Drift.Count != 1 || rep.Drift.SameRevision != 1 || len(rep.Drift.Examples) != 1 {
