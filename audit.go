@@ -13,13 +13,16 @@ type AuditFilter struct {
 	RunID         string
 	DecisionID    string
 	Type          EventType
-	Actor         string
-	Team          string
-	Outcome       string
-	Since         time.Time
-	Until         time.Time
-	Limit         int
-	Cursor        string
+	// Types, when not empty, selects the events of any of these types;
+	// Type, when set as well, still applies.
+	Types   []EventType
+	Actor   string
+	Team    string
+	Outcome string
+	Since   time.Time
+	Until   time.Time
+	Limit   int
+	Cursor  string
 }
 
 // AuditRecord is an event as stored in the trail, with its chain fields.

@@ -189,3 +189,30 @@ type PolicyAdmin interface {
 	// the errors in Details["errors"].
 	Reload(ctx context.Context) (PolicyStatus, error)
 }
+
+// PolicyCandidate is a policy bundle that is not in force: loaded,
+// compiled, tested and prepared exactly as a reload would, so that past
+// decisions can be replayed against it before it ships.
+type PolicyCandidate interface {
+	// Revision is the candidate's revision, as a reload of the same files
+	// would report it.
+	Revision() string
+	// Mask lists the spec fields the candidate's mask rules name.
+	Mask() []string
+	// Decide evaluates in against the candidate as the engine in force
+	// would (mutations applied, fail closed). in.Settings are used as
+	// they are: the candidate has no settings of its own. The error is
+	// non-nil only when ctx is done.
+	Decide(ctx context.Context, in AdmissionInput) (Decision, error)
+}
+
+// CandidateLoader loads candidate bundles. It is implemented by the policy
+// engine (package policies).
+type CandidateLoader interface {
+	// LoadCandidate loads the bundle made of files (file name, such as
+	// "admission.rego" or "data.json", to content). A bundle that does not
+	// compile, defines no decision or fails its own tests is
+	// POLICY-INVALID with every problem in Details["errors"]; bad file
+	// names are INVALID-REQUEST.
+	LoadCandidate(ctx context.Context, files map[string][]byte) (PolicyCandidate, error)
+}

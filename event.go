@@ -48,6 +48,10 @@ const (
 	// out of attempts, or cut short by shutdown).
 	EventCallbackDelivered EventType = "callback.delivered"
 	EventCallbackFailed    EventType = "callback.failed"
+	// EventPolicyReplayed records a replay of past admission decisions
+	// against a candidate bundle: its revision, the filters and the
+	// counts of the decisions that would change.
+	EventPolicyReplayed EventType = "policy.replayed"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -61,6 +65,7 @@ var EventTypes = []EventType{
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
 	EventArtifactsCollected,
 	EventCallbackDelivered, EventCallbackFailed,
+	EventPolicyReplayed,
 }
 
 // Known reports whether t is one of EventTypes.

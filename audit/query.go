@@ -136,6 +136,13 @@ func (s *Store) filtered(ctx context.Context, f sandgate.AuditFilter) *gorm.DB {
 			q = q.Where(col+" = ?", v)
 		}
 	}
+	if len(f.Types) > 0 {
+		types := make([]string, len(f.Types))
+		for i, t := range f.Types {
+			types[i] = string(t)
+		}
+		q = q.Where("type IN ?", types)
+	}
 	if !f.Since.IsZero() {
 		q = q.Where("recorded_at >= ?", f.Since)
 	}

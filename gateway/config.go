@@ -106,6 +106,12 @@ type Config struct {
 	// the policy then holds it to the run's resources.workspace_mb.
 	// Default 4 GiB.
 	MaxWorkspaceUnpackedBytes int64
+	// ReplayMaxDecisions bounds the decisions one policy replay evaluates
+	// (its limit parameter may ask for fewer). Default 10,000.
+	ReplayMaxDecisions int
+	// ReplayTimeout bounds one policy replay; a replay out of time
+	// answers what it replayed so far, marked timed_out. Default 1 minute.
+	ReplayTimeout time.Duration
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the
@@ -237,6 +243,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWorkspaceUnpackedBytes <= 0 {
 		c.MaxWorkspaceUnpackedBytes = 4 << 30
+	}
+	if c.ReplayMaxDecisions <= 0 {
+		c.ReplayMaxDecisions = DefaultReplayMaxDecisions
+	}
+	if c.ReplayTimeout <= 0 {
+		c.ReplayTimeout = time.Minute
 	}
 	return c
 }

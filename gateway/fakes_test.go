@@ -138,6 +138,9 @@ type fakeAudit struct {
 	exportErr error
 	lastQuery sandgate.AuditFilter
 	mu        sync.Mutex
+	// trail, when set, answers the queries that name Types (a replay's)
+	// with what the recorder holds (replay_test.go).
+	trail *fakeRecorder
 }
 
 func (a *fakeAudit) Query(_ context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
@@ -146,6 +149,9 @@ func (a *fakeAudit) Query(_ context.Context, f sandgate.AuditFilter) ([]sandgate
 	a.mu.Unlock()
 	if f.Cursor == "bad" {
 		return nil, "", sandgate.FieldError("cursor", "malformed cursor")
+	}
+	if len(f.Types) > 0 && a.trail != nil {
+		return a.trail.query(f)
 	}
 	return []sandgate.AuditRecord{{Event: sandgate.Event{ID: "ev-1", Type: sandgate.EventRunRequested, CorrelationID: f.CorrelationID}, Seq: 1}}, "next-1", nil
 }

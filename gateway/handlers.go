@@ -330,6 +330,66 @@ func (s *Server) policyReload(c echo.Context) error {
 	return c.JSON(http.StatusOK, st)
 }
 
+// policyReplay is POST /v1/policies/replay: the candidate bundle's files
+// in the body, the range in the query.
+func (s *Server) policyReplay(c echo.Context) error {
+	if err := checkQuery(c, "since", "until", "team", "limit", "examples", "drift"); err != nil {
+		return err
+	}
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	q := c.QueryParams()
+	rq := replayQuery{team: q.Get("team"), limit: s.cfg.ReplayMaxDecisions, examples: defaultReplayExamples}
+	var err error
+	if rq.since, rq.until, err = parseRange(q); err != nil {
+		return err
+	}
+	if !rq.since.IsZero() && !rq.until.IsZero() && !rq.until.After(rq.since) {
+		return sandgate.FieldError("until", "must be after since")
+	}
+	if rq.limit, err = intParam(q.Get("limit"), "limit", 1, s.cfg.ReplayMaxDecisions, rq.limit); err != nil {
+		return err
+	}
+	if rq.examples, err = intParam(q.Get("examples"), "examples", 0, maxReplayExamples, rq.examples); err != nil {
+		return err
+	}
+	switch q.Get("drift") {
+	case "", "false":
+	case "true":
+		rq.drift = true
+	default:
+		return sandgate.FieldError("drift", "must be true or false; got %q", shorten(q.Get("drift"), 32))
+	}
+	var body api.ReplayRequest
+	if err := sandgate.DecodeStrict(c.Request().Body, &body, api.MaxReplayBodyBytes); err != nil {
+		return err
+	}
+	rq.files = make(map[string][]byte, len(body.Files))
+	for name, text := range body.Files {
+		rq.files[name] = []byte(text)
+	}
+	rep, err := s.svc.replay(c.Request().Context(), principal(c), correlationID(c), rq)
+	if err != nil {
+		return err
+	}
+	s.logger(c).Info("policy replayed", "candidate_revision", rep.CandidateRevision, "replayed", rep.Replayed,
+		"newly_denied", rep.NewlyDenied.Count, "newly_allowed", rep.NewlyAllowed.Count)
+	return c.JSON(http.StatusOK, rep)
+}
+
+// intParam reads an integer query parameter from lo to hi, def when absent.
+func intParam(v, field string, lo, hi, def int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, sandgate.FieldError(field, "must be an integer from %d to %d; got %q", lo, hi, shorten(v, 32))
+	}
+	return n, nil
+}
+
 var auditQuery = []string{"correlation_id", "run_id", "decision_id", "type", "actor", "team", "outcome", "since", "until"}
 
 func parseAuditFilter(c echo.Context, extra ...string) (sandgate.AuditFilter, error) {

@@ -76,6 +76,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		arts:     newFakeArtifacts(),
 		reg:      prometheus.NewRegistry(),
 	}
+	e.audit.trail = e.recorder
 	cfg := Config{
 		Node: "test-node", MountRoots: []string{"/srv/work"}, MaskKey: []byte("0123456789abcdef0123"),
 		MaxWait: 2 * time.Second, ShutdownGrace: time.Second, AuthFailureBurst: 1000, AuthFailureRate: 1000,

@@ -179,6 +179,9 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: "/v1/admission/review", token: tokSec, body: `{"command":["sh"],"privileged":true,"network":"bridge"}`, status: 200},
 		{method: "GET", path: "/v1/policies", token: tokAuditor, status: 200},
 		{method: "POST", path: "/v1/policies/reload", token: tokSec, status: 200},
+		{method: "POST", path: "/v1/policies/replay?examples=1&drift=true", token: tokSec, body: replayBody(`{"deny_commands":["echo"]}`), status: 200},
+		{method: "POST", path: "/v1/policies/replay", token: tokAdmin, body: replayBody(`{}`, "broken.rego"), status: 422},
+		{method: "POST", path: "/v1/policies/replay?limit=0", token: tokAdmin, body: replayBody(`{}`), status: 400},
 		{method: "GET", path: "/v1/audit/events?type=run.requested&limit=5", token: tokAuditor, status: 200},
 		{method: "GET", path: "/v1/audit/events?type=run.nope", token: tokAuditor, status: 400},
 		{method: "GET", path: "/v1/audit/export", token: tokAuditor, status: 200},
@@ -241,7 +244,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, want := range []string{
 		"submitRun 200", "submitRun 202", "submitRun 400", "submitRun 401", "submitRun 403", "submitRun 409",
 		"submitRun 413", "submitRun 429", "submitRun 503", "listRuns 400", "getRun 404", "runLogs 400", "cancelRun 409",
-		"auditEvents 400", "policyReload 422", "readyz 503", "sandboxes 503", "removeVolume 404", "unrouted 404", "unrouted 405",
+		"auditEvents 400", "policyReload 422", "policyReplay 422", "policyReplay 400", "readyz 503", "sandboxes 503", "removeVolume 404", "unrouted 404", "unrouted 405",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %s answer validated", want)

@@ -272,6 +272,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/admission/review", s.review)
 	v1.GET("/policies", s.policyStatus, s.require(policyReaders...))
 	v1.POST("/policies/reload", s.policyReload, s.require(policyWriters...))
+	v1.POST("/policies/replay", s.policyReplay, s.require(policyWriters...))
 	v1.GET("/audit/events", s.auditEvents, s.require(auditors...))
 	v1.GET("/audit/export", s.auditExport, s.require(auditors...))
 	v1.GET("/audit/verify", s.auditVerify, s.require(auditors...))
@@ -418,6 +419,10 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 			// A run with its workspace archive: the spec, the archive and
 			// the parts' headers.
 			limit = sandgate.MaxSpecBytes + s.cfg.MaxWorkspaceBytes + 64<<10
+		}
+		if req.Method == http.MethodPost && req.URL.Path == "/v1/policies/replay" {
+			// A candidate bundle: every file of a policy directory.
+			limit = api.MaxReplayBodyBytes
 		}
 		if req.ContentLength > limit {
 			return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", limit)

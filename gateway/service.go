@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,8 @@ type service struct {
 	teams   *teamLoad
 	// callbacks delivers the completion callbacks of finished runs.
 	callbacks *callbacks
+	// replaying holds the one policy replay this gateway runs at a time.
+	replaying sync.Mutex
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -139,6 +142,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	requested.Type = sandgate.EventRunRequested
 	requested.Outcome = "requested"
 	requested.Payload = map[string]any{"spec": s.mask.spec(spec.RunSpec, dec.Mask)}
+	s.recordInput(requested.Payload, p)
 	if sub.IdempotencyKey != "" {
 		requested.Payload["idempotency_key"] = s.mask.value(sub.IdempotencyKey)
 	}
@@ -202,6 +206,43 @@ func (s *service) settings() sandgate.Settings {
 		roots = []string{}
 	}
 	return sandgate.Settings{AirGapped: s.cfg.AirGapped, MountRoots: roots}
+}
+
+// SettingsReporter is implemented by an Admitter that puts settings of its
+// own in every policy input (the policy engine: its mount roots resolved).
+// The trail then records those, so that a replay sees what the policy saw.
+type SettingsReporter interface {
+	Settings() sandgate.Settings
+}
+
+// policySettings are the settings the policy sees in an input.
+func (s *service) policySettings() sandgate.Settings {
+	st := s.settings()
+	if r, ok := s.d.Admitter.(SettingsReporter); ok {
+		own := r.Settings()
+		st.AirGapped = st.AirGapped || own.AirGapped
+		if len(own.MountRoots) > 0 || len(st.MountRoots) == 0 {
+			st.MountRoots = own.MountRoots
+		}
+	}
+	if st.MountRoots == nil {
+		st.MountRoots = []string{}
+	}
+	return st
+}
+
+// recordInput adds to an admission's payload what its policy input held
+// besides the spec and what the event's columns say (actor, team): the
+// principal's roles and the settings. A replay (replay.go) rebuilds the
+// input from them exactly.
+func (s *service) recordInput(payload map[string]any, p sandgate.Principal) {
+	roles := make([]string, len(p.Roles))
+	for i, r := range p.Roles {
+		roles[i] = string(r)
+	}
+	st := s.policySettings()
+	payload["principal_roles"] = roles
+	payload["settings"] = map[string]any{"air_gapped": st.AirGapped, "mount_roots": slices.Clone(st.MountRoots)}
 }
 
 // decisionPayload is the audit payload of a decision, secrets masked.
@@ -607,6 +648,7 @@ func (s *service) review(ctx context.Context, p sandgate.Principal, corr string,
 	s.metrics.decision(sandgate.OperationReview, dec)
 	payload := s.decisionPayload(dec)
 	payload["spec"] = s.mask.spec(spec.RunSpec, dec.Mask)
+	s.recordInput(payload, p)
 	outcome := "denied"
 	if dec.Allow {
 		outcome = "allowed"

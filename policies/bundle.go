@@ -101,12 +101,22 @@ func bundleFS(dir string) (fs.FS, string) {
 // hidden files and subdirectories are ignored, symlinks are followed. Each
 // JSON file is merged into the data document at its root.
 func readBundle(dir string) (*bundle, error) {
+	files, source, err := readBundleFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+	return parseBundle(source, files)
+}
+
+// readBundleFiles reads the files of the bundle in dir ("" for the
+// embedded one), as readBundle describes them.
+func readBundleFiles(dir string) ([]bundleFile, string, error) {
 	fsys, source := bundleFS(dir)
 	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
-		return nil, &loadError{[]string{fmt.Sprintf("read %s: %v", source, err)}}
+		return nil, source, &loadError{[]string{fmt.Sprintf("read %s: %v", source, err)}}
 	}
-	b := &bundle{source: source, policy: map[string]*ast.Module{}, tests: map[string]*ast.Module{}, data: map[string]any{}}
+	var files []bundleFile
 	var errs []string
 	for _, e := range entries {
 		name := e.Name()
@@ -123,8 +133,20 @@ func readBundle(dir string) (*bundle, error) {
 			errs = append(errs, fmt.Sprintf("read %s: %v", name, err))
 			continue
 		}
-		b.files = append(b.files, bundleFile{name: name, data: data})
+		files = append(files, bundleFile{name: name, data: data})
 	}
+	if len(errs) > 0 {
+		return nil, source, &loadError{errs}
+	}
+	return files, source, nil
+}
+
+// parseBundle parses the files of a bundle read from source: each *.rego
+// file a module, each *.json file merged into the data document at its
+// root. The revision digests the files' names and contents in name order.
+func parseBundle(source string, files []bundleFile) (*bundle, error) {
+	b := &bundle{source: source, files: files, policy: map[string]*ast.Module{}, tests: map[string]*ast.Module{}, data: map[string]any{}}
+	var errs []string
 	sort.Slice(b.files, func(i, j int) bool { return b.files[i].name < b.files[j].name })
 
 	h := sha256.New()

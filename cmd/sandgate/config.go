@@ -41,6 +41,11 @@ type Config struct {
 	WorkspaceDir      string
 	UploadDir         string
 	MaxWorkspaceBytes int64
+	// ReplayMaxDecisions and ReplayTimeout bound one policy replay
+	// (SANDGATE_REPLAY_MAX_DECISIONS, SANDGATE_REPLAY_TIMEOUT); zero is
+	// the gateway's default.
+	ReplayMaxDecisions int
+	ReplayTimeout      time.Duration
 	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
 	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
 	// it, verify trusts the trail's key registry.
@@ -140,6 +145,16 @@ func defaultConfig(getenv func(string) string) Config {
 	integer("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
 	integer("SANDGATE_MAX_WORKSPACE_BYTES", &c.MaxWorkspaceBytes)
 	integer("SANDGATE_AUDIT_MAX_BACKLOG", &backlog)
+	replayMax := int64(c.ReplayMaxDecisions)
+	integer("SANDGATE_REPLAY_MAX_DECISIONS", &replayMax)
+	c.ReplayMaxDecisions = clampInt(replayMax)
+	if v := getenv("SANDGATE_REPLAY_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			c.invalid = append(c.invalid, fmt.Sprintf("SANDGATE_REPLAY_TIMEOUT=%q is not a duration (such as 30s or 2m)", v))
+		}
+		c.ReplayTimeout = d
+	}
 	// Clamped into int range; Validate bounds them far tighter.
 	c.WarmPool, c.MaxConcurrent, c.AuditBacklog = clampInt(warm), clampInt(concurrent), clampInt(backlog)
 	if c.SpoolDir == "" {
@@ -221,6 +236,12 @@ func (c *Config) Validate() error {
 	}
 	if c.AuditBacklog < 1 || c.AuditBacklog > 1_000_000 {
 		return fmt.Errorf("SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not %d", c.AuditBacklog)
+	}
+	if c.ReplayMaxDecisions < 0 || c.ReplayMaxDecisions > 1_000_000 {
+		return fmt.Errorf("SANDGATE_REPLAY_MAX_DECISIONS must be between 0 (the default, 10000) and 1000000, not %d", c.ReplayMaxDecisions)
+	}
+	if c.ReplayTimeout < 0 || c.ReplayTimeout > time.Hour {
+		return fmt.Errorf("SANDGATE_REPLAY_TIMEOUT must be between 0 (the default, 1m) and 1h, not %s", c.ReplayTimeout)
 	}
 	return nil
 }

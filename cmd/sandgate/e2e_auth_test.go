@@ -94,6 +94,7 @@ func TestEndToEndAuth(t *testing.T) {
 		{http.MethodPost, "/v1/admission/review", `{"command":["true"]}`, "", false},
 		{http.MethodGet, "/v1/policies", "", "alice", false},
 		{http.MethodPost, "/v1/policies/reload", "", "audrey", false},
+		{http.MethodPost, "/v1/policies/replay", `{"files":{"data.json":"{}"}}`, "alice", false},
 		{http.MethodGet, "/v1/audit/events", "", "alice", false},
 		{http.MethodGet, "/v1/audit/export", "", "sam", false},
 		{http.MethodGet, "/v1/audit/verify", "", "bob", false},

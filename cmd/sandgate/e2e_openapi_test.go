@@ -14,6 +14,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/policies"
 )
 
 // TestEndToEndOpenAPI drives the main flows of the API through a real
@@ -136,6 +137,23 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	}
 	want(request{method: "GET", path: "/v1/policies", token: tok["sam"]}, 200)
 	want(request{method: "POST", path: "/v1/policies/reload", token: tok["sam"]}, 200)
+	files, err := policies.BundleFiles(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := api.ReplayRequest{Files: map[string]string{}}
+	for name, data := range files {
+		replay.Files[name] = string(data)
+	}
+	body, _ := json.Marshal(replay)
+	var replayed api.ReplayReport
+	if err := json.Unmarshal(want(request{method: "POST", path: "/v1/policies/replay?examples=1", token: tok["sam"], body: string(body)}, 200), &replayed); err != nil ||
+		replayed.Replayed == 0 || replayed.NewlyDenied.Count+replayed.NewlyAllowed.Count+replayed.Changed.Count != 0 {
+		t.Errorf("replay with the bundle in force = %+v, %v", replayed, err)
+	}
+	replay.Files["broken.rego"] = "package sandgate.admission\n\nbroken := {"
+	body, _ = json.Marshal(replay)
+	want(request{method: "POST", path: "/v1/policies/replay", token: tok["adam"], body: string(body)}, 422)
 
 	// The audit trail.
 	q := url.Values{"run_id": {done.ID}}.Encode()
@@ -179,7 +197,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	}
 	for _, k := range []string{"submitRun 200", "submitRun 202", "submitRun 400", "submitRun 401", "submitRun 403",
 		"submitRun 409", "submitRun 429", "getRun 404", "runLogs 200", "runLogs 404", "cancelRun 409", "listRuns 400",
-		"removeVolume 404", "unrouted 405"} {
+		"removeVolume 404", "unrouted 405", "policyReplay 422"} {
 		if seen[k] == 0 {
 			t.Errorf("no %s answer validated", k)
 		}

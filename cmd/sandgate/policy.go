@@ -30,11 +30,13 @@ const (
 func newPolicyCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Check, test, list and dry-run the Rego policy bundle",
+		Short: "Check, test, list, dry-run and replay the Rego policy bundle",
 		Long: `Work with a policy bundle offline. DIR defaults to --policy-dir
-(SANDGATE_POLICY_DIR), and without one to the bundle embedded in this binary.`,
+(SANDGATE_POLICY_DIR), and without one to the bundle embedded in this binary.
+replay is the exception: the gateway replays its recorded decisions with the
+candidate bundle, and audits the replay.`,
 	}
-	cmd.AddCommand(newPolicyCheckCmd(a), newPolicyTestCmd(a), newPolicyRulesCmd(a), newPolicyEvalCmd(a))
+	cmd.AddCommand(newPolicyCheckCmd(a), newPolicyTestCmd(a), newPolicyRulesCmd(a), newPolicyEvalCmd(a), newPolicyReplayCmd(a))
 	return cmd
 }
 

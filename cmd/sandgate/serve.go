@@ -259,13 +259,15 @@ func serve(ctx context.Context, a *app) error {
 		consoleHandler = console.Handler()
 	}
 	srv, err := gateway.New(gateway.Config{
-		Node:              cfg.Node,
-		AirGapped:         cfg.AirGapped,
-		MountRoots:        cfg.MountRoots,
-		ShutdownGrace:     cfg.ShutdownGrace,
-		CallbackKey:       callbackKey,
-		UploadDir:         cfg.UploadDir,
-		MaxWorkspaceBytes: cfg.MaxWorkspaceBytes,
+		Node:               cfg.Node,
+		AirGapped:          cfg.AirGapped,
+		MountRoots:         cfg.MountRoots,
+		ShutdownGrace:      cfg.ShutdownGrace,
+		CallbackKey:        callbackKey,
+		UploadDir:          cfg.UploadDir,
+		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
+		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
+		ReplayTimeout:      cfg.ReplayTimeout,
 	}, gateway.Deps{
 		Admitter:   engine,
 		Policies:   engine,

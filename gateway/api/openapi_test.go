@@ -253,6 +253,13 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "RunSpec", typ: sandgate.RunSpec{}, request: true, skip: []string{"uid", "gid", "security", "workspace"}},
 		{schema: "RunSpec.mounts[]", typ: sandgate.Mount{}, request: true, skip: []string{"resolved"}},
 		{schema: "RunSpec.volumes[]", typ: sandgate.Volume{}, request: true},
+		{schema: "ReplayRequest", typ: api.ReplayRequest{}, request: true},
+		{schema: "ReplayReport", typ: api.ReplayReport{}},
+		{schema: "ReplayFilter", typ: api.ReplayFilter{}},
+		{schema: "ReplayChanges", typ: api.ReplayChanges{}},
+		{schema: "ReplayRuleGroup", typ: api.ReplayRuleGroup{}},
+		{schema: "ReplayExample", typ: api.ReplayExample{}},
+		{schema: "ReplayDrift", typ: api.ReplayDrift{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {

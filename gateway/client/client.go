@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
@@ -374,4 +375,59 @@ func CorrelationID(err error) string {
 		return id
 	}
 	return ""
+}
+
+// ReplayOptions select the recorded decisions a policy replay evaluates;
+// zero fields mean the whole trail, the gateway's maximum of decisions
+// and its default number of examples per rule.
+type ReplayOptions struct {
+	Since    time.Time
+	Until    time.Time
+	Team     string
+	Limit    int
+	Examples int
+	// Drift also compares the records with the policy in force
+	// (ReplayReport.Drift).
+	Drift bool
+}
+
+// ReplayPolicy re-evaluates the recorded admission decisions with the
+// candidate bundle made of files (name to content, the top of a bundle
+// directory) and returns the decisions that would change (security,
+// admin). A candidate the gateway refuses is a POLICY-INVALID error with
+// the problems in Details["errors"]. Files must be UTF-8 text.
+func (c *Client) ReplayPolicy(ctx context.Context, files map[string][]byte, o ReplayOptions) (api.ReplayReport, error) {
+	req := api.ReplayRequest{Files: make(map[string]string, len(files))}
+	for name, data := range files {
+		if !utf8.Valid(data) {
+			return api.ReplayReport{}, fmt.Errorf("bundle file %s is not UTF-8 text", name)
+		}
+		req.Files[name] = string(data)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.ReplayReport{}, fmt.Errorf("encode the candidate bundle: %w", err)
+	}
+	q := url.Values{}
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !o.Until.IsZero() {
+		q.Set("until", o.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if o.Team != "" {
+		q.Set("team", o.Team)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Examples > 0 {
+		q.Set("examples", strconv.Itoa(o.Examples))
+	}
+	if o.Drift {
+		q.Set("drift", "true")
+	}
+	var rep api.ReplayReport
+	err = c.do(ctx, http.MethodPost, "/v1/policies/replay", q, nil, bytes.NewReader(body), &rep)
+	return rep, err
 }

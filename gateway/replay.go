@@ -1,0 +1,598 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+)
+
+// DefaultReplayMaxDecisions is Config.ReplayMaxDecisions' default.
+const DefaultReplayMaxDecisions = 10_000
+
+const (
+	// defaultReplayExamples and maxReplayExamples bound the examples of
+	// each rule of a replay's report.
+	defaultReplayExamples = 3
+	maxReplayExamples     = 20
+	// replayPage is how many records a replay reads from the trail at once.
+	replayPage = 1000
+	// maxReplayPending bounds the run requests a replay holds while it
+	// waits for their decisions' records (they are committed together, so
+	// a handful at most in a sound trail).
+	maxReplayPending = 10_000
+	// maxRecordedErrors bounds the errors of a refused candidate that its
+	// policy.replayed event records, and each error's length.
+	maxRecordedErrors   = 20
+	maxRecordedErrorLen = 512
+	// maxRecordedFiles bounds the candidate files whose digests the event
+	// records (a bundle has at most 256; a refused one may claim more).
+	maxRecordedFiles = 256
+)
+
+// replayTypes are the records a replay reads: a run's request and its
+// decision (one pair per decision_id), and reviews, which are both.
+var replayTypes = []sandgate.EventType{
+	sandgate.EventRunRequested, sandgate.EventAdmissionAllowed,
+	sandgate.EventAdmissionDenied, sandgate.EventAdmissionReviewed,
+}
+
+// replayQuery is a replay request after decoding.
+type replayQuery struct {
+	files    map[string][]byte
+	since    time.Time
+	until    time.Time
+	team     string
+	limit    int
+	examples int
+	// drift asks for the records to be compared with the policy in force.
+	drift bool
+}
+
+// replay evaluates the recorded admission inputs of the range with the
+// candidate bundle made of q.files and reports the decisions that would
+// change. Nothing runs and nothing but the replay's own policy.replayed
+// event is written. A candidate the engine refuses is POLICY-INVALID (or
+// INVALID-REQUEST for bad file names), recorded as a refused replay.
+func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
+	loader, ok := s.d.Policies.(sandgate.CandidateLoader)
+	if !ok {
+		if loader, ok = s.d.Admitter.(sandgate.CandidateLoader); !ok {
+			return api.ReplayReport{}, sandgate.Errorf(sandgate.CodeNotFound, "policy replay is not available: this gateway's policy engine cannot load a candidate bundle")
+		}
+	}
+	// One replay at a time: each may keep a core busy for ReplayTimeout.
+	if !s.replaying.TryLock() {
+		return api.ReplayReport{}, sandgate.Errorf(sandgate.CodeRateLimited, "another policy replay is running on this gateway; retry when it has ended")
+	}
+	defer s.replaying.Unlock()
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.ReplayTimeout)
+	defer cancel()
+	cand, err := loader.LoadCandidate(rctx, q.files)
+	if err != nil {
+		switch sandgate.ErrorCodeOf(err) {
+		case sandgate.CodePolicyInvalid, sandgate.CodeInvalidRequest:
+			if rerr := s.recordReplay(ctx, p, corr, q, nil, err); rerr != nil {
+				return api.ReplayReport{}, rerr
+			}
+			return api.ReplayReport{}, err
+		}
+		return api.ReplayReport{}, unavailable(err, "the policy engine")
+	}
+	r := &replayer{
+		cand:     cand,
+		examples: q.examples,
+		current:  s.d.Policies.Status().Revision,
+		fallback: s.policySettings(),
+		rep: api.ReplayReport{
+			CandidateRevision: cand.Revision(),
+			CurrentRevision:   s.d.Policies.Status().Revision,
+			Filter:            api.ReplayFilter{Since: timePtr(q.since), Until: timePtr(q.until), Team: q.team, Limit: q.limit},
+		},
+	}
+	if q.drift {
+		r.inForce = s.d.Admitter
+		r.rep.Drift = &api.ReplayDrift{Examples: []api.ReplayExample{}}
+	}
+	err = r.run(rctx, s.d.Audit, q)
+	switch {
+	case ctx.Err() != nil:
+		return api.ReplayReport{}, unavailable(ctx.Err(), "the replay")
+	case rctx.Err() != nil:
+		// Out of time: what was replayed so far is the answer.
+		r.rep.TimedOut, r.rep.Truncated = true, true
+	case err != nil:
+		return api.ReplayReport{}, unavailable(err, "the audit trail")
+	}
+	rep := r.report()
+	rep.DurationMS = time.Since(start).Milliseconds()
+	if err := s.recordReplay(ctx, p, corr, q, &rep, nil); err != nil {
+		return api.ReplayReport{}, err
+	}
+	return rep, nil
+}
+
+// recordReplay commits the replay's policy.replayed event: the candidate's
+// revision and files, the filters and the counts (rep), or the reason the
+// candidate was refused (refused).
+func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
+	filter := map[string]any{"limit": q.limit}
+	if q.team != "" {
+		filter["team"] = q.team
+	}
+	if !q.since.IsZero() {
+		filter["since"] = q.since.UTC().Format(time.RFC3339Nano)
+	}
+	if !q.until.IsZero() {
+		filter["until"] = q.until.UTC().Format(time.RFC3339Nano)
+	}
+	payload := map[string]any{"files": fileDigests(q.files), "file_count": len(q.files), "filter": filter}
+	outcome := "refused"
+	if rep != nil {
+		outcome = "success"
+		payload["candidate_revision"] = rep.CandidateRevision
+		payload["counts"] = map[string]any{
+			"replayed": rep.Replayed, "unchanged": rep.Unchanged,
+			"newly_denied": rep.NewlyDenied.Count, "newly_allowed": rep.NewlyAllowed.Count, "changed": rep.Changed.Count,
+			"approximate": rep.Approximate, "masked_inputs": rep.MaskedInputs, "mask_dependent": rep.MaskDependent,
+			"skipped": rep.Skipped,
+		}
+		payload["truncated"], payload["timed_out"], payload["duration_ms"] = rep.Truncated, rep.TimedOut, rep.DurationMS
+		if rep.Drift != nil {
+			payload["drift"] = map[string]any{"count": rep.Drift.Count, "same_revision": rep.Drift.SameRevision}
+		}
+	} else {
+		payload["errors"] = refusalErrors(refused)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	err := s.d.Recorder.Record(rctx, sandgate.Event{
+		Type: sandgate.EventPolicyReplayed, Time: s.now(), Outcome: outcome, CorrelationID: corr,
+		Actor: p.Name, Team: p.Team, Node: s.cfg.Node, PolicyRevision: s.d.Policies.Status().Revision,
+		Payload: payload,
+	})
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the replay now; retry later")
+	}
+	return nil
+}
+
+// fileDigests lists the candidate's files with their SHA-256, by name,
+// the first maxRecordedFiles of them.
+func fileDigests(files map[string][]byte) []map[string]any {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	names = names[:min(len(names), maxRecordedFiles)]
+	out := make([]map[string]any, 0, len(names))
+	for _, n := range names {
+		sum := sha256.Sum256(files[n])
+		out = append(out, map[string]any{"name": shorten(n, 256), "sha256": hex.EncodeToString(sum[:])})
+	}
+	return out
+}
+
+// refusalErrors are the problems of a refused candidate, bounded.
+func refusalErrors(err error) []string {
+	var se *sandgate.Error
+	errs := []string{sandgate.ErrorMessageOf(err)}
+	if errors.As(err, &se) {
+		if list, ok := se.Details["errors"].([]string); ok && len(list) > 0 {
+			errs = list
+		}
+	}
+	out := make([]string, 0, min(len(errs), maxRecordedErrors))
+	for _, e := range errs[:min(len(errs), maxRecordedErrors)] {
+		out = append(out, shorten(strings.ToValidUTF8(e, "?"), maxRecordedErrorLen))
+	}
+	return out
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// replayer is one replay: the candidate, and the report it builds.
+type replayer struct {
+	cand     sandgate.PolicyCandidate
+	examples int
+	// fallback are the settings a record without its own is replayed with.
+	fallback sandgate.Settings
+	rep      api.ReplayReport
+	changes  [3]changeSet
+	// inForce, when drift was asked for, is the policy in force, and
+	// current its revision.
+	inForce sandgate.Admitter
+	current string
+}
+
+// The kinds of change, as indexes of replayer.changes.
+const (
+	newlyDenied = iota
+	newlyAllowed
+	changedRules
+)
+
+// run reads the range's records page by page and replays each decision,
+// until the range or the limit ends.
+func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQuery) error {
+	f := sandgate.AuditFilter{Types: replayTypes, Team: q.team, Since: q.since, Until: q.until, Limit: replayPage}
+	pending := map[string]sandgate.AuditRecord{}
+	for {
+		recs, next, err := trail.Query(ctx, f)
+		if err != nil {
+			return err
+		}
+		for _, rec := range recs {
+			if r.rep.Replayed >= q.limit {
+				r.rep.Truncated = true
+				return nil
+			}
+			var err error
+			switch rec.Type {
+			case sandgate.EventRunRequested:
+				if rec.DecisionID == "" || len(pending) >= maxReplayPending {
+					r.rep.Skipped++
+					continue
+				}
+				pending[rec.DecisionID] = rec
+			case sandgate.EventAdmissionAllowed, sandgate.EventAdmissionDenied:
+				req, ok := pending[rec.DecisionID]
+				if !ok {
+					r.rep.Skipped++
+					continue
+				}
+				delete(pending, rec.DecisionID)
+				err = r.one(ctx, req, rec, sandgate.OperationRun)
+			case sandgate.EventAdmissionReviewed:
+				err = r.one(ctx, rec, rec, sandgate.OperationReview)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if next == "" || len(recs) == 0 {
+			break
+		}
+		f.Cursor = next
+	}
+	r.rep.Skipped += len(pending)
+	return nil
+}
+
+// one replays the decision recorded in dec whose input req records.
+func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sandgate.Operation) error {
+	doc, ok := req.Payload["spec"].(map[string]any)
+	if !ok {
+		r.rep.Skipped++
+		return nil
+	}
+	spec, err := specFromDoc(doc)
+	if err != nil {
+		r.rep.Skipped++
+		return nil
+	}
+	in, exact := r.input(req, op, spec)
+	got, err := r.cand.Decide(ctx, in)
+	if err != nil {
+		return err
+	}
+	r.rep.Replayed++
+	at := dec.RecordedAt.UTC()
+	r.rep.Through = &at
+	if !exact {
+		r.rep.Approximate++
+	}
+	dependent := false
+	if hasMasked(doc) {
+		r.rep.MaskedInputs++
+		if dependent, err = r.maskDependent(ctx, in, doc, got); err != nil {
+			return err
+		}
+		if dependent {
+			r.rep.MaskDependent++
+		}
+	}
+
+	oldAllow, oldRules := recordedVerdict(dec)
+	newRules := denyRules(got.Violations)
+	ex := api.ReplayExample{
+		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
+		Principal: dec.Actor, Team: dec.Team, Operation: string(op), RecordedAt: at,
+		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
+		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
+	}
+	if r.inForce != nil {
+		if err := r.drift(ctx, in, ex); err != nil {
+			return err
+		}
+	}
+	kind := -1
+	switch {
+	case oldAllow && !got.Allow:
+		kind = newlyDenied
+	case !oldAllow && got.Allow:
+		kind = newlyAllowed
+	case !oldAllow && !got.Allow && !slices.Equal(oldRules, newRules):
+		kind = changedRules
+	}
+	if kind < 0 {
+		r.rep.Unchanged++
+		return nil
+	}
+	r.changes[kind].add(ex, without(newRules, oldRules), without(oldRules, newRules), r.examples)
+	return nil
+}
+
+// drift evaluates in with the policy in force and counts the decision
+// when it differs from the record ex describes. The policy in force puts
+// its own settings in the input.
+func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api.ReplayExample) error {
+	d, err := r.inForce.Decide(ctx, in)
+	if err != nil {
+		return err
+	}
+	rules := denyRules(d.Violations)
+	if d.Allow == ex.RecordedAllow && slices.Equal(rules, ex.RecordedRules) {
+		return nil
+	}
+	dr := r.rep.Drift
+	dr.Count++
+	if ex.RecordedRevision == r.current {
+		dr.SameRevision++
+	}
+	if len(dr.Examples) < r.examples {
+		ex.CandidateAllow, ex.CandidateRules = d.Allow, rules
+		dr.Examples = append(dr.Examples, ex)
+	}
+	return nil
+}
+
+// input rebuilds the policy input a record holds, and reports whether it
+// is exact: records made before the trail kept the principal's roles and
+// the settings are replayed with the submitter role for runs (the role
+// POST /v1/runs requires), none for reviews, and the gateway's settings.
+func (r *replayer) input(rec sandgate.AuditRecord, op sandgate.Operation, spec sandgate.RunSpec) (sandgate.AdmissionInput, bool) {
+	exact := true
+	p := sandgate.Principal{Name: rec.Actor, Team: rec.Team, Roles: []sandgate.Role{}}
+	if raw, ok := rec.Payload["principal_roles"].([]any); ok {
+		for _, v := range raw {
+			if s, ok := v.(string); ok {
+				p.Roles = append(p.Roles, sandgate.Role(s))
+			}
+		}
+	} else {
+		exact = false
+		if op == sandgate.OperationRun {
+			p.Roles = append(p.Roles, sandgate.RoleSubmitter)
+		}
+	}
+	st, ok := recordedSettings(rec.Payload["settings"])
+	if !ok {
+		exact = false
+		st = r.fallback
+		st.MountRoots = slices.Clone(st.MountRoots)
+	}
+	return sandgate.AdmissionInput{
+		APIVersion: sandgate.APIVersion, Operation: op, Principal: p,
+		Request: sandgate.Normalized{RunSpec: spec}, Settings: st,
+	}, exact
+}
+
+// recordedSettings reads the settings recordInput wrote.
+func recordedSettings(v any) (sandgate.Settings, bool) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return sandgate.Settings{}, false
+	}
+	st := sandgate.Settings{MountRoots: []string{}}
+	if st.AirGapped, ok = m["air_gapped"].(bool); !ok {
+		return sandgate.Settings{}, false
+	}
+	roots, _ := m["mount_roots"].([]any)
+	for _, r := range roots {
+		if s, ok := r.(string); ok {
+			st.MountRoots = append(st.MountRoots, s)
+		}
+	}
+	return st, true
+}
+
+// maskDependent reports whether the candidate's decision on in depends on
+// the masked values of the recorded spec doc: when a violation's message
+// shows a keyed hash, or when the decision changes (verdict or rules)
+// with every masked value replaced by "". The replay cannot know the
+// values themselves; a rule that treats a hash and "" alike but the real
+// value otherwise goes unseen.
+func (r *replayer) maskDependent(ctx context.Context, in sandgate.AdmissionInput, doc map[string]any, got sandgate.Decision) (bool, error) {
+	for _, v := range slices.Concat(got.Violations, got.Warnings) {
+		if strings.Contains(v.Message, sandgate.MaskPrefix) {
+			return true, nil
+		}
+	}
+	spec, err := specFromDoc(unmasked(doc).(map[string]any))
+	if err != nil {
+		return true, nil
+	}
+	in.Request = sandgate.Normalized{RunSpec: spec}
+	alt, err := r.cand.Decide(ctx, in)
+	if err != nil {
+		return false, err
+	}
+	return alt.Allow != got.Allow || !slices.Equal(denyRules(alt.Violations), denyRules(got.Violations)), nil
+}
+
+// specFromDoc reads a recorded spec document back. It is not normalised
+// again: it is the normalised spec the policy saw (mount sources resolved
+// then, on the host that decided), masked.
+func specFromDoc(doc map[string]any) (sandgate.RunSpec, error) {
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return sandgate.RunSpec{}, err
+	}
+	var spec sandgate.RunSpec
+	err = json.Unmarshal(raw, &spec)
+	return spec, err
+}
+
+// hasMasked reports whether v holds a masked value.
+func hasMasked(v any) bool {
+	switch x := v.(type) {
+	case string:
+		return strings.HasPrefix(x, sandgate.MaskPrefix)
+	case map[string]any:
+		for _, e := range x {
+			if hasMasked(e) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if hasMasked(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unmasked is a copy of v with every masked value replaced by "".
+func unmasked(v any) any {
+	switch x := v.(type) {
+	case string:
+		if strings.HasPrefix(x, sandgate.MaskPrefix) {
+			return ""
+		}
+		return x
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = unmasked(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = unmasked(e)
+		}
+		return out
+	}
+	return v
+}
+
+// recordedVerdict reads a recorded decision: allowed or not, and its
+// denying rules.
+func recordedVerdict(rec sandgate.AuditRecord) (bool, []string) {
+	allow, ok := rec.Payload["allow"].(bool)
+	if !ok {
+		allow = rec.Type == sandgate.EventAdmissionAllowed || rec.Outcome == "allowed"
+	}
+	rules := []string{}
+	list, _ := rec.Payload["violations"].([]any)
+	for _, v := range list {
+		m, _ := v.(map[string]any)
+		rule, _ := m["rule"].(string)
+		if action, _ := m["action"].(string); rule == "" || action == "warn" {
+			continue
+		}
+		if !slices.Contains(rules, rule) {
+			rules = append(rules, rule)
+		}
+	}
+	slices.Sort(rules)
+	return allow, rules
+}
+
+// denyRules are the rules of the violations that deny, sorted, once each.
+func denyRules(vs []sandgate.Violation) []string {
+	rules := []string{}
+	for _, v := range vs {
+		if v.Action != "warn" && !slices.Contains(rules, v.Rule) {
+			rules = append(rules, v.Rule)
+		}
+	}
+	slices.Sort(rules)
+	return rules
+}
+
+// without is a less b.
+func without(a, b []string) []string {
+	out := []string{}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// changeSet gathers the decisions of one kind of change by rule.
+type changeSet struct {
+	count  int
+	groups map[[2]string]*api.ReplayRuleGroup
+}
+
+// add counts a decision under each rule it added and removed, keeping the
+// first examples of each.
+func (c *changeSet) add(ex api.ReplayExample, added, removed []string, examples int) {
+	c.count++
+	if c.groups == nil {
+		c.groups = map[[2]string]*api.ReplayRuleGroup{}
+	}
+	put := func(rule, change string) {
+		k := [2]string{rule, change}
+		g := c.groups[k]
+		if g == nil {
+			g = &api.ReplayRuleGroup{Rule: rule, Change: change, Examples: []api.ReplayExample{}}
+			c.groups[k] = g
+		}
+		g.Count++
+		if len(g.Examples) < examples {
+			g.Examples = append(g.Examples, ex)
+		}
+	}
+	for _, rule := range added {
+		put(rule, api.ReplayRuleAdded)
+	}
+	for _, rule := range removed {
+		put(rule, api.ReplayRuleRemoved)
+	}
+}
+
+// view is the change set as the report shows it: the most frequent rule
+// first.
+func (c *changeSet) view() api.ReplayChanges {
+	out := api.ReplayChanges{Count: c.count, Rules: make([]api.ReplayRuleGroup, 0, len(c.groups))}
+	for _, g := range c.groups {
+		out.Rules = append(out.Rules, *g)
+	}
+	slices.SortFunc(out.Rules, func(a, b api.ReplayRuleGroup) int {
+		return cmp.Or(b.Count-a.Count, cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Change, b.Change))
+	})
+	return out
+}
+
+// report is the replay's report as it stands.
+func (r *replayer) report() api.ReplayReport {
+	rep := r.rep
+	rep.NewlyDenied = r.changes[newlyDenied].view()
+	rep.NewlyAllowed = r.changes[newlyAllowed].view()
+	rep.Changed = r.changes[changedRules].view()
+	return rep
+}

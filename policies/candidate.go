@@ -1,0 +1,123 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+
+	"github.com/sandgate/sandgate"
+)
+
+// CandidateSource is the source a candidate bundle's errors name.
+const CandidateSource = "candidate"
+
+// MaxCandidateFiles bounds the files of a candidate bundle.
+const MaxCandidateFiles = 256
+
+// candidateName is a file name a bundle directory can hold and readBundle
+// would read: no directory, not hidden, *.rego or *.json.
+var candidateName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+
+// Candidate is a bundle loaded, compiled, tested and prepared as a reload
+// would, but never put in force: a replay evaluates past decisions against
+// it. It implements sandgate.PolicyCandidate and is safe for concurrent use.
+type Candidate struct {
+	e *Engine
+	p *policy
+}
+
+var (
+	_ sandgate.PolicyCandidate = (*Candidate)(nil)
+	_ sandgate.CandidateLoader = (*Engine)(nil)
+)
+
+// LoadCandidate loads the bundle made of files (name to content) as a
+// candidate, with the engine's clock and decision IDs. See the package
+// function LoadCandidate.
+func (e *Engine) LoadCandidate(ctx context.Context, files map[string][]byte) (sandgate.PolicyCandidate, error) {
+	c, err := LoadCandidate(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	c.e.clock, c.e.ids = e.clock, e.ids
+	return c, nil
+}
+
+// LoadCandidate loads the bundle made of files (file name to content, the
+// top of a bundle directory: *.rego, *_test.rego and *.json files) as a
+// candidate. A bad file name or too many files is INVALID-REQUEST naming
+// "files"; a bundle the engine would refuse (it does not compile, has a
+// rule without METADATA, defines no decision, or fails its own tests) is
+// POLICY-INVALID with every problem in Details["errors"].
+func LoadCandidate(ctx context.Context, files map[string][]byte) (*Candidate, error) {
+	if len(files) == 0 {
+		return nil, sandgate.FieldError("files", "a candidate bundle needs at least one file")
+	}
+	if len(files) > MaxCandidateFiles {
+		return nil, sandgate.FieldError("files", "a candidate bundle has at most %d files, not %d", MaxCandidateFiles, len(files))
+	}
+	list := make([]bundleFile, 0, len(files))
+	for name, data := range files {
+		if ext := path.Ext(name); !candidateName.MatchString(name) || (ext != ".rego" && ext != ".json") {
+			return nil, sandgate.FieldError("files", "%q is not a bundle file name: a *.rego or *.json name without a directory, of at most 128 letters, digits, '.', '_' and '-'", shortName(name))
+		}
+		list = append(list, bundleFile{name: name, data: slices.Clone(data)})
+	}
+	b, err := parseBundle(CandidateSource, list)
+	if err != nil {
+		return nil, invalid(CandidateSource, err)
+	}
+	e := &Engine{source: CandidateSource}
+	for i, airGapped := range []bool{false, true} {
+		e.settingsTerms[i] = settingsTerm(sandgate.Settings{AirGapped: airGapped, MountRoots: []string{}})
+	}
+	p, err := e.prepare(ctx, b)
+	if err != nil {
+		return nil, invalid(CandidateSource, err)
+	}
+	e.current.Store(p)
+	return &Candidate{e: e, p: p}, nil
+}
+
+// BundleFiles reads the files of the bundle in dir ("" for the embedded
+// one) as the engine would load them: the *.rego and *.json files at the
+// top of the directory, hidden files and subdirectories left out. A
+// directory that cannot be read is a POLICY-INVALID error.
+func BundleFiles(dir string) (map[string][]byte, error) {
+	files, source, err := readBundleFiles(dir)
+	if err != nil {
+		return nil, invalid(source, err)
+	}
+	out := make(map[string][]byte, len(files))
+	for _, f := range files {
+		out[f.name] = f.data
+	}
+	return out, nil
+}
+
+// Revision is the candidate's revision: the one the engine would report
+// after loading the same files.
+func (c *Candidate) Revision() string { return c.p.revision }
+
+// Mask lists the spec fields the candidate's data.sandgate.config.mask
+// names.
+func (c *Candidate) Mask() []string { return slices.Clone(c.p.mask) }
+
+// Modules are the candidate's files with their SHA-256.
+func (c *Candidate) Modules() []sandgate.PolicyModule { return slices.Clone(c.p.modules) }
+
+// Decide evaluates in against the candidate as Engine.Decide does; the
+// candidate has no settings of its own, so in.Settings are what the
+// policy sees.
+func (c *Candidate) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
+	return c.e.Decide(ctx, in)
+}
+
+func shortName(s string) string {
+	if len(s) > 64 {
+		return fmt.Sprintf("%s…", s[:64])
+	}
+	return s
+}
