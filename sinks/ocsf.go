@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate"
 )
@@ -112,6 +113,140 @@ func failed(r sandgate.AuditRecord) bool {
 	return false
 }
 
+// ocsfEvent is an OCSF event as sandgate writes it: the base attributes,
+// then those of its class (empty ones left out). A struct, not a map: it
+// is encoded for every event a sink sends.
+type ocsfEvent struct {
+	ClassUID      int            `json:"class_uid"`
+	ClassName     string         `json:"class_name"`
+	CategoryUID   int            `json:"category_uid"`
+	CategoryName  string         `json:"category_name"`
+	ActivityID    int            `json:"activity_id"`
+	ActivityName  string         `json:"activity_name"`
+	TypeUID       int            `json:"type_uid"`
+	TypeName      string         `json:"type_name"`
+	Time          int64          `json:"time"`
+	SeverityID    int            `json:"severity_id"`
+	Severity      string         `json:"severity"`
+	StatusID      int            `json:"status_id"`
+	Status        string         `json:"status"`
+	StatusDetail  string         `json:"status_detail,omitempty"`
+	Message       string         `json:"message"`
+	Metadata      ocsfMetadata   `json:"metadata"`
+	Actor         ocsfActor      `json:"actor"`
+	Device        ocsfDevice     `json:"device"`
+	API           *ocsfAPI       `json:"api,omitempty"`
+	DstEndpoint   *ocsfEndpoint  `json:"dst_endpoint,omitempty"`
+	DispositionID int            `json:"disposition_id,omitempty"`
+	Disposition   string         `json:"disposition,omitempty"`
+	Resources     []ocsfResource `json:"resources,omitempty"`
+	User          *ocsfUser      `json:"user,omitempty"`
+	App           *ocsfApp       `json:"app,omitempty"`
+	Process       *ocsfProcess   `json:"process,omitempty"`
+	ExitCode      *int           `json:"exit_code,omitempty"`
+	LogName       string         `json:"log_name,omitempty"`
+	Unmapped      ocsfUnmapped   `json:"unmapped"`
+}
+
+type ocsfMetadata struct {
+	UID            string      `json:"uid"`
+	Version        string      `json:"version"`
+	CorrelationUID string      `json:"correlation_uid,omitempty"`
+	LoggedTime     int64       `json:"logged_time"`
+	Sequence       int64       `json:"sequence"`
+	LogName        string      `json:"log_name"`
+	EventCode      string      `json:"event_code"`
+	Product        ocsfProduct `json:"product"`
+}
+
+type ocsfProduct struct {
+	Name       string `json:"name"`
+	VendorName string `json:"vendor_name"`
+	Version    string `json:"version"`
+}
+
+type ocsfActor struct {
+	User    *ocsfUser `json:"user,omitempty"`
+	AppName string    `json:"app_name"`
+}
+
+type ocsfUser struct {
+	Name   string      `json:"name"`
+	TypeID int         `json:"type_id,omitempty"`
+	Type   string      `json:"type,omitempty"`
+	Groups []ocsfGroup `json:"groups,omitempty"`
+}
+
+type ocsfGroup struct {
+	Name string `json:"name"`
+}
+
+type ocsfDevice struct {
+	Hostname string `json:"hostname"`
+	TypeID   int    `json:"type_id"`
+	Type     string `json:"type"`
+}
+
+type ocsfAPI struct {
+	Operation string      `json:"operation"`
+	Service   ocsfService `json:"service"`
+}
+
+type ocsfService struct {
+	Name string `json:"name"`
+}
+
+type ocsfEndpoint struct {
+	Hostname string `json:"hostname,omitempty"`
+	SvcName  string `json:"svc_name,omitempty"`
+}
+
+type ocsfResource struct {
+	UID  string `json:"uid"`
+	Type string `json:"type"`
+}
+
+type ocsfApp struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+}
+
+type ocsfProcess struct {
+	UID       string         `json:"uid,omitempty"`
+	Container *ocsfContainer `json:"container,omitempty"`
+}
+
+type ocsfContainer struct {
+	UID string `json:"uid"`
+}
+
+type ocsfUnmapped struct {
+	Sandgate sandgateFields `json:"sandgate"`
+}
+
+// sandgateFields are the record's own fields, the hashed body left out.
+type sandgateFields struct {
+	EventID        string         `json:"event_id"`
+	Type           string         `json:"type"`
+	ChainID        string         `json:"chain_id"`
+	Seq            int64          `json:"seq"`
+	RecordedAt     time.Time      `json:"recorded_at"`
+	EventTime      time.Time      `json:"event_time"`
+	Outcome        string         `json:"outcome,omitempty"`
+	CorrelationID  string         `json:"correlation_id,omitempty"`
+	RunID          string         `json:"run_id,omitempty"`
+	DecisionID     string         `json:"decision_id,omitempty"`
+	ContainerID    string         `json:"container_id,omitempty"`
+	Actor          string         `json:"actor,omitempty"`
+	Team           string         `json:"team,omitempty"`
+	Node           string         `json:"node,omitempty"`
+	PolicyRevision string         `json:"policy_revision,omitempty"`
+	ExitCode       *int           `json:"exit_code,omitempty"`
+	Payload        map[string]any `json:"payload,omitempty"`
+	Hash           string         `json:"hash"`
+	PrevHash       string         `json:"prev_hash"`
+}
+
 // EncodeOCSF returns the record as one OCSF event (JSON). sandgate's own
 // fields, which no OCSF attribute holds exactly, are kept whole under
 // unmapped.sandgate (all but the hashed body, which the sandgate format
@@ -123,95 +258,74 @@ func EncodeOCSF(r sandgate.AuditRecord, productVersion string) ([]byte, error) {
 	}
 	sevID, sevName, _ := Severity(r.Type)
 	category := c.class / 1000
-	ev := map[string]any{
-		"class_uid":     c.class,
-		"class_name":    classNames[c.class],
-		"category_uid":  category,
-		"category_name": categoryNames[category],
-		"activity_id":   c.activity,
-		"activity_name": c.name,
-		"type_uid":      c.class*100 + c.activity,
-		"type_name":     classNames[c.class] + ": " + c.name,
-		"time":          r.Time.UnixMilli(),
-		"severity_id":   sevID,
-		"severity":      sevName,
-		"message":       message(r),
-		"metadata": map[string]any{
-			"uid":             r.ID,
-			"version":         OCSFVersion,
-			"correlation_uid": r.CorrelationID,
-			"logged_time":     r.RecordedAt.UnixMilli(),
-			"sequence":        r.Seq,
-			"log_name":        r.ChainID,
-			"event_code":      string(r.Type),
-			"product": map[string]any{
-				"name": "sandgate", "vendor_name": "sandgate", "version": productVersion,
-			},
+	ev := ocsfEvent{
+		ClassUID: c.class, ClassName: classNames[c.class],
+		CategoryUID: category, CategoryName: categoryNames[category],
+		ActivityID: c.activity, ActivityName: c.name,
+		TypeUID: c.class*100 + c.activity, TypeName: classNames[c.class] + ": " + c.name,
+		Time:       r.Time.UnixMilli(),
+		SeverityID: sevID, Severity: sevName,
+		StatusID: 1, Status: "Success", StatusDetail: r.Outcome,
+		Message: message(r),
+		Metadata: ocsfMetadata{
+			UID: r.ID, Version: OCSFVersion, CorrelationUID: r.CorrelationID,
+			LoggedTime: r.RecordedAt.UnixMilli(), Sequence: r.Seq, LogName: r.ChainID, EventCode: string(r.Type),
+			Product: ocsfProduct{Name: "sandgate", VendorName: "sandgate", Version: productVersion},
 		},
-		"actor": actor(r),
-		"device": map[string]any{
-			"hostname": r.Node, "type_id": 1, "type": "Server",
-		},
-		"unmapped": map[string]any{"sandgate": unmapped(r)},
-	}
-	if r.CorrelationID == "" {
-		delete(ev["metadata"].(map[string]any), "correlation_uid")
+		Actor:  actor(r),
+		Device: ocsfDevice{Hostname: r.Node, TypeID: 1, Type: "Server"},
+		Unmapped: ocsfUnmapped{Sandgate: sandgateFields{
+			EventID: r.ID, Type: string(r.Type), ChainID: r.ChainID, Seq: r.Seq, RecordedAt: r.RecordedAt, EventTime: r.Time,
+			Outcome: r.Outcome, CorrelationID: r.CorrelationID, RunID: r.RunID, DecisionID: r.DecisionID,
+			ContainerID: r.ContainerID, Actor: r.Actor, Team: r.Team, Node: r.Node, PolicyRevision: r.PolicyRevision,
+			ExitCode: r.ExitCode, Payload: r.Payload, Hash: r.Hash, PrevHash: r.PrevHash,
+		}},
 	}
 	if failed(r) {
-		ev["status_id"], ev["status"] = 2, "Failure"
-	} else {
-		ev["status_id"], ev["status"] = 1, "Success"
+		ev.StatusID, ev.Status = 2, "Failure"
 	}
-	if r.Outcome != "" {
-		ev["status_detail"] = r.Outcome
-	}
+	gateway := &ocsfEndpoint{Hostname: r.Node, SvcName: "sandgate"}
 	switch c.class {
 	case classAPIActivity:
-		ev["api"] = map[string]any{
-			"operation": string(r.Type),
-			"service":   map[string]any{"name": "sandgate"},
-		}
-		ev["dst_endpoint"] = map[string]any{"hostname": r.Node, "svc_name": "sandgate"}
+		ev.API = &ocsfAPI{Operation: string(r.Type), Service: ocsfService{Name: "sandgate"}}
+		ev.DstEndpoint = gateway
 		switch r.Type {
 		case sandgate.EventAdmissionAllowed:
-			ev["disposition_id"], ev["disposition"] = 1, "Allowed"
+			ev.DispositionID, ev.Disposition = 1, "Allowed"
 		case sandgate.EventAdmissionDenied:
-			ev["disposition_id"], ev["disposition"] = 2, "Blocked"
+			ev.DispositionID, ev.Disposition = 2, "Blocked"
 		}
 		if r.RunID != "" {
-			ev["resources"] = []any{map[string]any{"uid": r.RunID, "type": "run"}}
+			ev.Resources = []ocsfResource{{UID: r.RunID, Type: "run"}}
 		}
 	case classAuthentication:
-		ev["user"] = map[string]any{"name": orUnknown(r.Actor)}
-		ev["dst_endpoint"] = map[string]any{"hostname": r.Node, "svc_name": "sandgate"}
+		ev.User = &ocsfUser{Name: orUnknown(r.Actor)}
+		ev.DstEndpoint = gateway
 	case classApplicationLifecycle:
-		ev["app"] = map[string]any{"name": "sandgate policy bundle", "version": r.PolicyRevision}
+		ev.App = &ocsfApp{Name: "sandgate policy bundle", Version: r.PolicyRevision}
 	case classProcessActivity:
-		p := map[string]any{"uid": r.RunID}
-		if r.ExitCode != nil {
-			ev["exit_code"] = *r.ExitCode
-		}
+		ev.Process = &ocsfProcess{UID: r.RunID}
 		if r.ContainerID != "" {
-			p["container"] = map[string]any{"uid": r.ContainerID}
+			ev.Process.Container = &ocsfContainer{UID: r.ContainerID}
 		}
-		ev["process"] = p
+		ev.ExitCode = r.ExitCode
 	case classEventLogActivity:
-		ev["log_name"] = "sandgate audit trail"
+		ev.LogName = "sandgate audit trail"
 	}
 	return json.Marshal(ev)
 }
 
 // actor is who caused the event: the principal, with their team as a
 // group, or sandgate itself when no principal did.
-func actor(r sandgate.AuditRecord) map[string]any {
+func actor(r sandgate.AuditRecord) ocsfActor {
 	if r.Actor == "" {
-		return map[string]any{"app_name": "sandgate"}
+		return ocsfActor{AppName: "sandgate"}
 	}
-	u := map[string]any{"name": r.Actor, "type_id": 1, "type": "User"}
+	u := &ocsfUser{Name: r.Actor, TypeID: 1, Type: "User"}
 	if r.Team != "" {
-		u["groups"] = []any{map[string]any{"name": r.Team}}
+		u.Groups = []ocsfGroup{{Name: r.Team}}
 	}
-	return map[string]any{"user": u, "app_name": "sandgate"}
+	return ocsfActor{User: u, AppName: "sandgate"}
 }
 
 func orUnknown(s string) string {
@@ -219,35 +333,6 @@ func orUnknown(s string) string {
 		return "unknown"
 	}
 	return s
-}
-
-// unmapped is the record's sandgate fields, the body left out.
-func unmapped(r sandgate.AuditRecord) map[string]any {
-	m := map[string]any{
-		"event_id": r.ID, "type": string(r.Type), "chain_id": r.ChainID, "seq": r.Seq,
-		"recorded_at": r.RecordedAt, "event_time": r.Time, "hash": r.Hash, "prev_hash": r.PrevHash,
-	}
-	add := func(k, v string) {
-		if v != "" {
-			m[k] = v
-		}
-	}
-	add("outcome", r.Outcome)
-	add("correlation_id", r.CorrelationID)
-	add("run_id", r.RunID)
-	add("decision_id", r.DecisionID)
-	add("container_id", r.ContainerID)
-	add("actor", r.Actor)
-	add("team", r.Team)
-	add("node", r.Node)
-	add("policy_revision", r.PolicyRevision)
-	if r.ExitCode != nil {
-		m["exit_code"] = *r.ExitCode
-	}
-	if len(r.Payload) > 0 {
-		m["payload"] = r.Payload
-	}
-	return m
 }
 
 // message is a line a person reads in the SIEM's list.
