@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,12 +67,18 @@ func BenchmarkStreamToRsyslog(b *testing.B) {
 // under a steady lifecycle load. Decisions arrive open-loop at
 // SANDGATE_BENCH_DECISION_RATE per second (default 250), timed from
 // their scheduled arrival; lifecycle events at
-// SANDGATE_BENCH_SINK_LIFECYCLE_RATE (default 2000/s).
+// SANDGATE_BENCH_SINK_LIFECYCLE_RATE (default 2000/s). The modes run in
+// the order of SANDGATE_BENCH_SINK_MODES (default none,dead,live), so that
+// a busy machine's drift can be told from a sink's effect.
 func BenchmarkRecordWithSink(b *testing.B) {
 	rate := envInt("SANDGATE_BENCH_DECISION_RATE", 250)
 	lifeRate := envInt("SANDGATE_BENCH_SINK_LIFECYCLE_RATE", 2000)
 	const records = 1500
-	for _, mode := range []string{"none", "dead", "live"} {
+	modes := []string{"none", "dead", "live"}
+	if v := os.Getenv("SANDGATE_BENCH_SINK_MODES"); v != "" {
+		modes = strings.Split(v, ",")
+	}
+	for _, mode := range modes {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				dsn, _ := newDB(b)
