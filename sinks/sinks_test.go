@@ -187,6 +187,13 @@ func checkRsyslog(t *testing.T, r *sinkstest.Rsyslog, recs []sandgate.AuditRecor
 	t.Helper()
 	raw := sinkstest.WaitLines(t, r.RawFile(), len(recs), 15*time.Second)
 	parsed := sinkstest.WaitLines(t, r.ParsedFile(), len(recs), 5*time.Second)
+	// MSG as rsyslog hands it to an output (%msg%): the event's JSON,
+	// which the rsyslog example of docs/audit.md writes out a line each.
+	for i, m := range sinkstest.WaitLines(t, r.MsgFile(), len(recs), 5*time.Second) {
+		if !json.Valid([]byte(strings.TrimSuffix(strings.TrimPrefix(m, "["), "]"))) {
+			t.Errorf("rsyslog's MSG of message %d is not the JSON event: %.200s", i, m)
+		}
+	}
 	if len(raw) != len(recs) {
 		t.Fatalf("rsyslog received %d messages, want %d", len(raw), len(recs))
 	}

@@ -85,12 +85,14 @@ func Start(t testing.TB, tls *TLS) *Rsyslog {
 module(load="imtcp"%s)
 template(name="raw" type="string" string="%%rawmsg%%\n")
 template(name="parsed" type="string" string="%%protocol-version%% %%hostname%% %%app-name%% %%msgid%% %%syslogseverity%% %%syslogfacility%%\n")
+template(name="msg" type="string" string="[%%msg%%]\n")
 ruleset(name="in") {
   action(type="omfile" file=%q template="raw")
   action(type="omfile" file=%q template="parsed")
+  action(type="omfile" file=%q template="msg")
 }
 input(type="imtcp" address="127.0.0.1" port="%d" ruleset="in")
-`, r.dir, global, module, r.RawFile(), r.ParsedFile(), r.port)
+`, r.dir, global, module, r.RawFile(), r.ParsedFile(), r.MsgFile(), r.port)
 	if err := os.WriteFile(r.conf, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +120,9 @@ func (r *Rsyslog) RawFile() string { return filepath.Join(r.dir, "raw.log") }
 // ParsedFile holds what rsyslog parsed of each message: protocol
 // version, hostname, app name, msgid, severity and facility.
 func (r *Rsyslog) ParsedFile() string { return filepath.Join(r.dir, "parsed.log") }
+
+// MsgFile holds each message's MSG as rsyslog parsed it, one a line.
+func (r *Rsyslog) MsgFile() string { return filepath.Join(r.dir, "msg.log") }
 
 // Start starts (or restarts) rsyslogd on the same port and waits until it
 // accepts connections.
