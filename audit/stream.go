@@ -249,19 +249,24 @@ func (l *sinkLoop) session(ctx context.Context) error {
 		if _, err := l.read(ctx, 1); err != nil {
 			return err
 		}
+		l.update(func(st *sandgate.SinkStatus) { st.LastError = "" })
 		if !sleep(ctx, l.cfg.PollInterval) {
 			return ctx.Err()
 		}
 	}
 	l.log.Info("audit sink: delivering")
-	l.update(func(st *sandgate.SinkStatus) { st.Delivering = true })
 	if err := l.start(ctx); err != nil {
 		return err
 	}
-	for {
+	for first := true; ; first = false {
 		n, err := l.step(ctx)
 		if err != nil {
 			return err
+		}
+		if first {
+			// Delivering once the start position is taken and the lag
+			// read: a status that says so is true.
+			l.update(func(st *sandgate.SinkStatus) { st.Delivering = true })
 		}
 		if n < l.sink.BatchSize && !sleep(ctx, l.cfg.PollInterval) {
 			return ctx.Err()
@@ -393,6 +398,9 @@ func (l *sinkLoop) step(ctx context.Context) (int, error) {
 	}
 	batch := merge(p, l.sink.BatchSize)
 	if len(batch) == 0 {
+		// Caught up, and the database answers: whatever failed before
+		// (a lost connection) is over.
+		l.update(func(st *sandgate.SinkStatus) { st.LastError = "" })
 		return 0, nil
 	}
 	send := batch

@@ -112,7 +112,13 @@ func (s *syslogSender) Deliver(ctx context.Context, recs []sandgate.AuditRecord)
 	}
 	deadline, _ := ctx.Deadline()
 	_ = s.conn.SetWriteDeadline(deadline)
-	if _, err := s.conn.Write(s.buf.Bytes()); err != nil {
+	// A write blocked on a receiver that stopped reading ends when ctx
+	// does (a gateway stopping), not only at the timeout.
+	conn := s.conn
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetWriteDeadline(time.Now()) })
+	_, err := s.conn.Write(s.buf.Bytes())
+	stop()
+	if err != nil {
 		s.drop()
 		return fmt.Errorf("syslog %s: write: %w", s.spec.Address, err)
 	}
