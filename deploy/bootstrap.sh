@@ -35,11 +35,12 @@ command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # The console's tests drive Debian's headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
-# The audit sinks' tests deliver to Debian's rsyslog (started by the test
-# itself in the foreground, never as the system's logger), over TLS with
-# its GnuTLS driver.
+# The audit sinks' tests deliver to Debian's rsyslog, which each test
+# starts itself (rsyslogd -n on a loopback port), also over TLS with its
+# GnuTLS driver. (On a host with systemd, installing the package also
+# enables the system's logger, as Debian does.)
 [ -x /usr/sbin/rsyslogd ] || missing+=(rsyslog)
-[ -e /usr/lib/x86_64-linux-gnu/rsyslog/lmnsd_gtls.so ] || ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || missing+=(rsyslog-gnutls)
+compgen -G '/usr/lib/*/rsyslog/lmnsd_gtls.so' >/dev/null || missing+=(rsyslog-gnutls)
 if [ ${#missing[@]} -gt 0 ]; then
   if is_root || (command -v sudo >/dev/null && sudo -n true 2>/dev/null); then
     say "installing ${missing[*]}"

@@ -168,11 +168,14 @@ func TestOCSFCoversEveryType(t *testing.T) {
 // one SD-ELEMENT, and the JSON event.
 var rfc5424 = regexp.MustCompile(`^<(\d{1,3})>1 (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z) (\S{1,255}) (\S{1,48}) - (\S{1,32}) \[sandgate@32473 event_id="([^"]+)" chain_id="([^"]+)" seq="(\d+)"(?: [a-z_]+="(?:[^"\\\]]|\\.)*")*\] (\{.*\})$`)
 
-func syslogSpec(t *testing.T, name, addr string, tls *sinkstest.TLS) sinks.Spec {
+func syslogSpec(t *testing.T, name, addr string, tls *sinkstest.TLS, clientCert ...string) sinks.Spec {
 	t.Helper()
 	tlsPart := ""
 	if tls != nil {
 		tlsPart = fmt.Sprintf(", tls: true, ca_file: %q, server_name: localhost", tls.CAFile)
+	}
+	if len(clientCert) == 2 {
+		tlsPart += fmt.Sprintf(", cert_file: %q, key_file: %q", clientCert[0], clientCert[1])
 	}
 	f, err := sinks.Parse(fmt.Appendf(nil, `sinks: [{name: %s, type: syslog, format: sandgate, timeout: 5s, syslog: {address: %q%s}}]`, name, addr, tlsPart))
 	if err != nil {
@@ -264,6 +267,37 @@ func TestSyslogTLSToRsyslog(t *testing.T) {
 	if err := s2.Deliver(context.Background(), recs); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("Deliver to a receiver of another CA = %v; want a certificate error", err)
 	}
+}
+
+// TestSyslogClientCertToRsyslog: a receiver that requires a client
+// certificate takes the sender that has one; one without is refused, and
+// the refusal is a failed delivery, not a batch taken for delivered.
+func TestSyslogClientCertToRsyslog(t *testing.T) {
+	material := sinkstest.NewTLS(t)
+	material.ClientCerts = true
+	r := sinkstest.Start(t, material)
+	recs := []sandgate.AuditRecord{record(0, sandgate.EventAdmissionDenied)}
+
+	anon, err := sinks.New(syslogSpec(t, "anonymous", r.Addr(), material), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	if err := anon.Deliver(context.Background(), recs); err == nil {
+		t.Error("Deliver without a client certificate to a receiver that requires one succeeded")
+	} else {
+		t.Logf("without a client certificate: %v", err)
+	}
+
+	s, err := sinks.New(syslogSpec(t, "with-cert", r.Addr(), material, material.CertFile, material.KeyFile), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Deliver(context.Background(), recs); err != nil {
+		t.Fatalf("Deliver with a client certificate: %v", err)
+	}
+	checkRsyslog(t, r, recs)
 }
 
 // TestSyslogReceiverGone: a receiver killed between batches fails the

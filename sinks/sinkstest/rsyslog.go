@@ -27,6 +27,9 @@ const Rsyslogd = "/usr/sbin/rsyslogd"
 // and the CA that signed them (the sender verifies with it).
 type TLS struct {
 	CAFile, CertFile, KeyFile string
+	// ClientCerts makes the receiver require a client certificate the CA
+	// signed (authMode x509/certvalid).
+	ClientCerts bool
 }
 
 // Rsyslog is one rsyslogd of a test.
@@ -79,7 +82,11 @@ func Start(t testing.TB, tls *TLS) *Rsyslog {
 	if tls != nil {
 		global = fmt.Sprintf(` defaultNetstreamDriverCAFile=%q defaultNetstreamDriverCertFile=%q defaultNetstreamDriverKeyFile=%q`,
 			tls.CAFile, tls.CertFile, tls.KeyFile)
-		module = ` streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="anon"`
+		mode := "anon"
+		if tls.ClientCerts {
+			mode = "x509/certvalid"
+		}
+		module = ` streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="` + mode + `"`
 	}
 	conf := fmt.Sprintf(`global(workDirectory=%q maxMessageSize="64k"%s)
 module(load="imtcp"%s)
