@@ -170,9 +170,11 @@ type sinkLoop struct {
 	log  *slog.Logger
 
 	// Owned by the loop's goroutine.
-	conn        *pgx.Conn
-	lastLag     time.Time
-	failingFrom time.Time
+	conn         *pgx.Conn
+	lastLag      time.Time
+	failingFrom  time.Time
+	lastLogged   string
+	lastLoggedAt time.Time
 
 	mu sync.Mutex
 	st sandgate.SinkStatus
@@ -210,7 +212,12 @@ func (l *sinkLoop) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.log.Warn("audit sink: delivery interrupted; starting again", "err", err)
+		// Once a minute for the same failure: a database that is away
+		// fails every session, each poll interval.
+		if msg := err.Error(); msg != l.lastLogged || time.Since(l.lastLoggedAt) >= time.Minute {
+			l.log.Warn("audit sink: delivery interrupted; starting again", "err", err)
+			l.lastLogged, l.lastLoggedAt = msg, time.Now()
+		}
 		l.update(func(st *sandgate.SinkStatus) { st.LastError = err.Error() })
 		sleep(ctx, l.cfg.PollInterval)
 	}

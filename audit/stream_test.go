@@ -380,3 +380,29 @@ func TestStreamFilterAndStartNewest(t *testing.T) {
 	want = want[len(want)-5:] // the decisions of "new"
 	checkDelivery(t, want, h.events(), false)
 }
+
+// TestStreamDatabaseAway: the sink's database connection is cut (the
+// trail's own is not); the sink reports it, reconnects, takes its lock
+// again and delivers everything, at least once, each chain in order
+// after the cut.
+func TestStreamDatabaseAway(t *testing.T) {
+	h := newHookReceiver(t)
+	requirePGSocket(t)
+	dsn, db := newDB(t)
+	p := newProxy(t, pgSocket)
+	st := testStore(t, dsn, func(c *Config) { c.DecisionChain = true })
+	emitMany(t, st, 60, "before")
+	s := startStreamer(t, proxiedDSN(t, db, p), h.sink(t, "away", ", batch_size: 20"))
+	waitFor(t, "the first events at the receiver", 20*time.Second, func() bool { return len(h.events()) > 0 })
+	p.cut()
+	emitMany(t, st, 60, "during")
+	waitFor(t, "the sink to report the database away", 20*time.Second, func() bool {
+		got := s.SinkStatus()[0]
+		return got.LastError != "" && !got.Delivering
+	})
+	p.restore()
+	waitFor(t, "the sink to catch up", 30*time.Second, func() bool {
+		return caughtUp(s) && int64(len(h.events())) >= count(t, db, `SELECT count(*) FROM audit_events`)
+	})
+	checkDelivery(t, trail(t, db), h.events(), true)
+}
