@@ -162,6 +162,11 @@ func (s *Streamer) SinkStatus() []sandgate.SinkStatus {
 	return out
 }
 
+// queryTimeout bounds each of a sink's statements (and its connect): a
+// database that stops answering ends the session, which reports it and
+// starts again, rather than leaving the sink waiting unseen.
+const queryTimeout = 30 * time.Second
+
 // sinkLoop owns one sink's delivery from start to end: its connection,
 // its lock, its cursors and its status.
 type sinkLoop struct {
@@ -239,13 +244,22 @@ func (l *sinkLoop) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if pc.RuntimeParams == nil {
+		pc.RuntimeParams = map[string]string{}
+	}
 	pc.RuntimeParams["application_name"] = "sandgate-sink-" + l.sink.Name
-	if l.conn, err = pgx.ConnectConfig(ctx, pc); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	l.conn, err = pgx.ConnectConfig(cctx, pc)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
 	for {
 		var locked bool
-		if err := l.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, l.lockKey()).Scan(&locked); err != nil {
+		qctx, cancel := context.WithTimeout(ctx, queryTimeout)
+		err := l.conn.QueryRow(qctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, l.lockKey()).Scan(&locked)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("take the sink's lock: %w", err)
 		}
 		if locked {
@@ -284,6 +298,8 @@ func (l *sinkLoop) session(ctx context.Context) error {
 // start records the sink's start position the first time it runs: the
 // marker row (the empty chain ID), and with StartNewest every chain at its head.
 func (l *sinkLoop) start(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
 	return pgx.BeginFunc(ctx, l.conn, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `INSERT INTO audit_sink_cursors (sink, chain_id, seq) VALUES ($1, '', 0) ON CONFLICT DO NOTHING`, l.sink.Name)
 		if err != nil {
@@ -326,6 +342,8 @@ type pending struct {
 // read fetches up to limit events past the cursor of each chain and
 // updates the lag in the status.
 func (l *sinkLoop) read(ctx context.Context, limit int) (pending, error) {
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
 	rows, err := l.conn.Query(ctx, pendingQuery, l.sink.Name, limit)
 	if err != nil {
 		return pending{}, fmt.Errorf("read the trail: %w", err)
@@ -481,6 +499,8 @@ func (l *sinkLoop) advance(ctx context.Context, batch []sandgate.AuditRecord) er
 	for c, r := range last {
 		chains, ids, seqs, times = append(chains, c), append(ids, r.ID), append(seqs, r.Seq), append(times, r.RecordedAt)
 	}
+	ctx, cancel := context.WithTimeout(ctx, queryTimeout)
+	defer cancel()
 	_, err := l.conn.Exec(ctx, `INSERT INTO audit_sink_cursors (sink, chain_id, seq, event_id, recorded_at, updated_at)
 		SELECT $1, c, s, e, r, now() FROM unnest($2::text[], $3::bigint[], $4::uuid[], $5::timestamptz[]) AS t(c, s, e, r)
 		ON CONFLICT (sink, chain_id) DO UPDATE
