@@ -121,6 +121,7 @@ sinks:
 	waitUntil("the sink to catch up", func() bool { return len(atRsyslog()) >= 40 && len(readiness().Warnings) == 0 })
 	want, got := reviewed(), atRsyslog()
 	if strings.Join(want, ",") != strings.Join(got, ",") {
-		t.Errorf("rsyslog got the reviews\n%v\nthe trail holds\n%v", got, want)
+		t.Errorf("rsyslog got %d reviews, the trail holds %d; rsyslog's file:\n%s\nthe trail:\n%v",
+			len(got), len(want), strings.Join(sinkstest.Lines(r.RawFile()), "\n"), want)
 	}
 }
