@@ -88,7 +88,10 @@ func Start(t testing.TB, tls *TLS) *Rsyslog {
 		}
 		module = ` streamDriver.name="gtls" streamDriver.mode="1" streamDriver.authMode="` + mode + `"`
 	}
+	// One worker on the main queue: what one connection
+	// sends is written in the order it was sent, which the tests check.
 	conf := fmt.Sprintf(`global(workDirectory=%q maxMessageSize="64k"%s)
+main_queue(queue.workerThreads="1")
 module(load="imtcp"%s)
 template(name="raw" type="string" string="%%rawmsg%%\n")
 template(name="parsed" type="string" string="%%protocol-version%% %%hostname%% %%app-name%% %%msgid%% %%syslogseverity%% %%syslogfacility%%\n")
@@ -155,6 +158,11 @@ func (r *Rsyslog) Start() {
 		c, err := net.DialTimeout("tcp", r.Addr(), time.Second)
 		if err == nil {
 			c.Close()
+			// rsyslogd starts with a configuration it could not parse
+			// in part: that is the test's mistake.
+			if out, _ := os.ReadFile(filepath.Join(r.dir, "rsyslogd.out")); bytes.Contains(out, []byte("error during parsing")) {
+				r.t.Fatalf("sinkstest: rsyslogd refused part of its configuration:\n%s", out)
+			}
 			return
 		}
 		if time.Now().After(deadline) {
