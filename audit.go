@@ -89,3 +89,27 @@ type AuditTrail interface {
 	// local spool has room (AUDIT-UNAVAILABLE when not).
 	Ready(ctx context.Context) error
 }
+
+// SinkStatus is where one audit sink (a SIEM's syslog receiver or
+// webhook) stands, as the gateway's metrics and readiness report it.
+type SinkStatus struct {
+	// Name is the sink's name in the sinks file.
+	Name string `json:"name"`
+	// Delivering is true on the one gateway that holds the sink's lock
+	// and delivers it; the others stand by.
+	Delivering bool `json:"delivering"`
+	// EventsBehind is how many events of the trail are past the sink's
+	// cursor (filtered ones included), SecondsBehind how long ago the
+	// oldest of them was recorded (0 when none is).
+	EventsBehind  int64   `json:"events_behind"`
+	SecondsBehind float64 `json:"seconds_behind"`
+	// Delivered counts the events this gateway delivered (and the
+	// receiver acknowledged), Failures the failed attempts, since start.
+	Delivered uint64 `json:"delivered"`
+	Failures  uint64 `json:"failures"`
+	// LastError is the last attempt's failure, "" once one succeeds.
+	LastError string `json:"last_error,omitempty"`
+	// Warning says why the sink needs attention ("" when it does not):
+	// failing, or further behind than its lag_warning.
+	Warning string `json:"warning,omitempty"`
+}

@@ -1,6 +1,9 @@
 package sandgate
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -110,4 +113,17 @@ func callbackHost(host string) (string, error) {
 		return a.String(), nil
 	}
 	return host, nil
+}
+
+// SignHMAC returns the signature sandgate puts on what it POSTs to a
+// receiver (completion callbacks, audit webhook sinks): "v1=" and the hex
+// HMAC-SHA256, keyed with key, of the timestamp (unix seconds, as sent in
+// the timestamp header), a dot and the body. A receiver recomputes it
+// over the bytes it received and compares in constant time.
+func SignHMAC(key []byte, timestamp string, body []byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(timestamp))
+	mac.Write([]byte{'.'})
+	mac.Write(body)
+	return "v1=" + hex.EncodeToString(mac.Sum(nil))
 }

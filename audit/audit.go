@@ -14,7 +14,9 @@
 // key is registered when first used (audit_keys, and an event of the
 // trail), so verify knows every legitimate key and reports any chain or
 // row no checkpoint by a known key covers. Verify checks it all online;
-// VerifyExport offline.
+// VerifyExport offline. A Streamer (stream.go) delivers the trail to
+// audit sinks (a SIEM), at least once and in order per chain, from a
+// cursor per sink kept in Postgres.
 //
 // The runs the API serves are package runstore's, which shares the Store's
 // database handle (DB). The two are the packages that import gorm and pgx:

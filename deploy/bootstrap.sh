@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/bootstrap.sh: make this machine ready to build, test and run
 # sandgate. Idempotent and quiet when all is well: installs Debian's
-# docker.io, postgresql, busybox-static, mmdebstrap (the language images)
-# and (for the console's browser tests) chromium when missing (as root; otherwise
+# docker.io, postgresql, busybox-static, mmdebstrap (the language images),
+# rsyslog and rsyslog-gnutls (the audit sinks' receiver in tests) and (for
+# the console's browser tests) chromium when missing (as root; otherwise
 # prints what to run), starts dockerd and the PostgreSQL 15 cluster when they
 # are stopped, waits until both answer, and makes sure the current user has a
 # Postgres role and a "sandgate" database.
@@ -34,6 +35,12 @@ command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # The console's tests drive Debian's headless Chromium (chromedp).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The audit sinks' tests deliver to Debian's rsyslog, which each test
+# starts itself (rsyslogd -n on a loopback port), also over TLS with its
+# GnuTLS driver. (On a host with systemd, installing the package also
+# enables the system's logger, as Debian does.)
+[ -x /usr/sbin/rsyslogd ] || missing+=(rsyslog)
+compgen -G '/usr/lib/*/rsyslog/lmnsd_gtls.so' >/dev/null || missing+=(rsyslog-gnutls)
 if [ ${#missing[@]} -gt 0 ]; then
   if is_root || (command -v sudo >/dev/null && sudo -n true 2>/dev/null); then
     say "installing ${missing[*]}"

@@ -3,10 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -50,11 +47,7 @@ const maxCallbackAnswer = 64 << 10
 // sent at timestamp (unix seconds): "v1=" and the hex HMAC-SHA256, keyed
 // with key, of the timestamp, a dot and the body.
 func SignCallback(key []byte, timestamp string, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return "v1=" + hex.EncodeToString(mac.Sum(nil))
+	return sandgate.SignHMAC(key, timestamp, body)
 }
 
 // callbackOptions configure the callbacks owner; zero fields take the

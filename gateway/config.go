@@ -163,6 +163,10 @@ type Deps struct {
 	// GET /v1/config reports with their IDs (package executor's Images).
 	// Optional: without it the list is empty.
 	Images sandgate.ImageCatalog
+	// Sinks reports where each audit sink (SIEM stream) stands (package
+	// audit's Streamer). Optional: without it there are no sink metrics
+	// and no sink warnings in /readyz.
+	Sinks SinkReporter
 	// Console, when set, is served under /console/ (package console's
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.

@@ -742,10 +742,22 @@ func (s *Server) readyz(c echo.Context) error {
 			rd.Reasons = append(rd.Reasons, ch.Name+": "+ch.Error)
 		}
 	}
+	// An audit sink behind or failing is a warning, never unreadiness:
+	// admissions do not depend on it, and the trail in Postgres is whole.
+	if s.d.Sinks != nil {
+		for _, st := range s.d.Sinks.SinkStatus() {
+			if st.Warning != "" {
+				rd.Warnings = append(rd.Warnings, st.Warning)
+			}
+		}
+	}
 	if !rd.Ready {
+		details := map[string]any{"ready": false, "checks": rd.Checks, "reasons": rd.Reasons}
+		if len(rd.Warnings) > 0 {
+			details["warnings"] = rd.Warnings
+		}
 		return &sandgate.Error{Code: sandgate.CodeUnavailable,
-			Message: "not ready: " + strings.Join(rd.Reasons, "; "),
-			Details: map[string]any{"ready": false, "checks": rd.Checks, "reasons": rd.Reasons}}
+			Message: "not ready: " + strings.Join(rd.Reasons, "; "), Details: details}
 	}
 	return c.JSON(http.StatusOK, rd)
 }

@@ -40,6 +40,8 @@ type testEnv struct {
 	boxes    *fakeSandboxes
 	arts     *fakeArtifacts
 	images   sandgate.ImageCatalog
+	// sinks, when an edit sets it, reports audit sinks.
+	sinks SinkReporter
 	// volumes, when an edit sets it, lists and removes cache volumes.
 	volumes sandgate.VolumeAdmin
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
@@ -92,7 +94,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
-		Console: consoleHandler, Images: e.images,
+		Console: consoleHandler, Images: e.images, Sinks: e.sinks,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

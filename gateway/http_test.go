@@ -297,6 +297,47 @@ func TestReadiness(t *testing.T) {
 	})
 }
 
+// sinkReport is a fixed SinkReporter.
+type sinkReport []sandgate.SinkStatus
+
+func (r sinkReport) SinkStatus() []sandgate.SinkStatus { return r }
+
+// TestReadinessSinkWarnings: a failing audit sink is a warning in
+// /readyz, not unreadiness, and its lag and failures are metrics.
+func TestReadinessSinkWarnings(t *testing.T) {
+	e := newEnv(t, func(_ *Config, e *testEnv) {
+		e.sinks = sinkReport{
+			{Name: "siem", Delivering: true, EventsBehind: 1234, SecondsBehind: 56.5, Delivered: 10, Failures: 7,
+				LastError: "connection refused", Warning: "sink siem is failing (1234 events, 56 s behind): connection refused"},
+			{Name: "archive", EventsBehind: 0},
+		}
+	})
+	r := e.do(http.MethodGet, "/readyz", "", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	var rd api.Readiness
+	if err := json.Unmarshal(r.body, &rd); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"sink siem is failing (1234 events, 56 s behind): connection refused"}, rd.Warnings); !rd.Ready || diff != "" {
+		t.Errorf("ready %v, warnings (-want +got):\n%s", rd.Ready, diff)
+	}
+	m := e.do(http.MethodGet, "/metrics", "", "")
+	for _, want := range []string{
+		`sandgate_audit_sink_lag_events{sink="siem"} 1234`,
+		`sandgate_audit_sink_lag_seconds{sink="siem"} 56.5`,
+		`sandgate_audit_sink_failures_total{sink="siem"} 7`,
+		`sandgate_audit_sink_delivered_total{sink="siem"} 10`,
+		`sandgate_audit_sink_delivering{sink="siem"} 1`,
+		`sandgate_audit_sink_delivering{sink="archive"} 0`,
+	} {
+		if !strings.Contains(string(m.body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
 // TestHealthz checks liveness needs no token.
 func TestHealthz(t *testing.T) {
 	e := newEnv(t)

@@ -27,6 +27,12 @@ type SpoolSizer interface {
 	SpoolBytes() int64
 }
 
+// SinkReporter reports where each audit sink stands: exported as the
+// sandgate_audit_sink_* metrics, and its warnings listed by /readyz.
+type SinkReporter interface {
+	SinkStatus() []sandgate.SinkStatus
+}
+
 // ActiveContainerCounter is implemented by an Executor that counts its
 // containers; when it is not, the gateway counts container.created and
 // container.removed events passing through Metrics.Sink.
@@ -69,6 +75,7 @@ type Metrics struct {
 	counter    ActiveContainerCounter
 	queue      QueueDepther
 	spool      SpoolSizer
+	sinks      SinkReporter
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
@@ -139,6 +146,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
 		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
 		m.runCPU, m.runMemoryPeak, m.runWall,
+		sinkCollector{m},
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive
@@ -225,6 +233,52 @@ func (m *Metrics) attach(d Deps, runsActive func() int) {
 	}
 	if s, ok := d.Recorder.(SpoolSizer); ok {
 		m.spool = s
+	}
+	m.sinks = d.Sinks
+}
+
+// The audit sinks' series, one per sink, read at each scrape.
+var (
+	sinkLagEvents = prometheus.NewDesc("sandgate_audit_sink_lag_events",
+		"Audit events past the sink's cursor: recorded, not yet delivered.", []string{"sink"}, nil)
+	sinkLagSeconds = prometheus.NewDesc("sandgate_audit_sink_lag_seconds",
+		"Age of the oldest audit event the sink has not delivered (0 when caught up).", []string{"sink"}, nil)
+	sinkDelivering = prometheus.NewDesc("sandgate_audit_sink_delivering",
+		"1 on the gateway that holds the sink's lock and delivers it, 0 on those standing by.", []string{"sink"}, nil)
+	sinkDelivered = prometheus.NewDesc("sandgate_audit_sink_delivered_total",
+		"Audit events this gateway delivered to the sink and the receiver acknowledged.", []string{"sink"}, nil)
+	sinkFailures = prometheus.NewDesc("sandgate_audit_sink_failures_total",
+		"Failed delivery attempts to the sink (each retried with backoff).", []string{"sink"}, nil)
+)
+
+// sinkCollector exports the sinks' status.
+type sinkCollector struct{ m *Metrics }
+
+// Describe sends the sinks' descriptors.
+func (c sinkCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{sinkLagEvents, sinkLagSeconds, sinkDelivering, sinkDelivered, sinkFailures} {
+		ch <- d
+	}
+}
+
+// Collect sends each sink's series.
+func (c sinkCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.mu.Lock()
+	r := c.m.sinks
+	c.m.mu.Unlock()
+	if r == nil {
+		return
+	}
+	for _, st := range r.SinkStatus() {
+		delivering := 0.0
+		if st.Delivering {
+			delivering = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sinkLagEvents, prometheus.GaugeValue, float64(st.EventsBehind), st.Name)
+		ch <- prometheus.MustNewConstMetric(sinkLagSeconds, prometheus.GaugeValue, st.SecondsBehind, st.Name)
+		ch <- prometheus.MustNewConstMetric(sinkDelivering, prometheus.GaugeValue, delivering, st.Name)
+		ch <- prometheus.MustNewConstMetric(sinkDelivered, prometheus.CounterValue, float64(st.Delivered), st.Name)
+		ch <- prometheus.MustNewConstMetric(sinkFailures, prometheus.CounterValue, float64(st.Failures), st.Name)
 	}
 }
 

@@ -6,7 +6,8 @@
 // audit_chains; UPDATE, DELETE and TRUNCATE refused by ENABLE ALWAYS
 // triggers on every partition), each chain's head (audit_heads, the
 // single-writer guard), the registry of each node's checkpoint keys
-// (audit_keys, written only through audit_register_key), the runs the API
+// (audit_keys, written only through audit_register_key), where each audit
+// sink stands in each chain (audit_sink_cursors), the runs the API
 // serves with their idempotency keys, and the application role
 // sandgate_app that may only read and append to the trail.
 package migrations

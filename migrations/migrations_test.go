@@ -42,7 +42,7 @@ func TestUpIsIdempotentAndStatusShowsAll(t *testing.T) {
 	if strings.Contains(out.String(), "pending") {
 		t.Errorf("Status shows pending migrations after Up:\n%s", out.String())
 	}
-	for _, table := range []string{"audit_events", "audit_checkpoints", "audit_chains", "audit_heads", "audit_keys", "runs", "idempotency_keys"} {
+	for _, table := range []string{"audit_events", "audit_checkpoints", "audit_chains", "audit_heads", "audit_keys", "audit_sink_cursors", "runs", "idempotency_keys"} {
 		var ok bool
 		if err := db.QueryRow("SELECT to_regclass($1) IS NOT NULL", table).Scan(&ok); err != nil || !ok {
 			t.Errorf("table %s missing (%v)", table, err)

@@ -50,7 +50,10 @@ type Config struct {
 	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
 	// it, verify trusts the trail's key registry.
 	TrustedKeysFile string
-	Migrate         bool
+	// SinksFile names the audit sinks (SIEM streams) to deliver the
+	// trail to (SANDGATE_SINKS_FILE); none without it.
+	SinksFile string
+	Migrate   bool
 	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
 	Console         bool
 	WarmPool        int
@@ -104,6 +107,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
+	str("SANDGATE_SINKS_FILE", &c.SinksFile)
 	str("SANDGATE_NODE", &c.Node)
 	str("DOCKER_HOST", &c.DockerHost)
 	str("SANDGATE_URL", &c.URL)

@@ -24,8 +24,10 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{name: "values", env: map[string]string{
 			"SANDGATE_AIR_GAPPED": "true", "SANDGATE_MIGRATE": "0", "SANDGATE_MAX_CONCURRENT": "16", "SANDGATE_CONSOLE": "false",
 			"SANDGATE_WARM_POOL": "2", "SANDGATE_AUDIT_MAX_BACKLOG": "256", "SANDGATE_SPOOL_MAX_BYTES": "2097152",
+			"SANDGATE_SINKS_FILE": "/etc/sandgate/sinks.yaml",
 		}, check: func(t *testing.T, c Config) {
-			if !c.AirGapped || c.Migrate || c.Console || c.MaxConcurrent != 16 || c.WarmPool != 2 || c.AuditBacklog != 256 || c.SpoolMaxBytes != 2<<20 {
+			if !c.AirGapped || c.Migrate || c.Console || c.MaxConcurrent != 16 || c.WarmPool != 2 || c.AuditBacklog != 256 || c.SpoolMaxBytes != 2<<20 ||
+				c.SinksFile != "/etc/sandgate/sinks.yaml" {
 				t.Errorf("values not applied: %+v", c)
 			}
 		}},

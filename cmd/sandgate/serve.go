@@ -64,6 +64,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 	f.StringVar(&c.CallbackKeyFile, "callback-key-file", c.CallbackKeyFile, "key that signs completion callbacks, hex; give it to the receivers; generated when absent (SANDGATE_CALLBACK_KEY_FILE; default: callback.key next to the spool directory)")
+	f.StringVar(&c.SinksFile, "sinks-file", c.SinksFile, "audit sinks to stream the trail to: syslog (RFC 5424, TCP or TLS) or signed webhooks, OCSF or sandgate JSON; YAML or JSON (SANDGATE_SINKS_FILE; default: none)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
 	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
@@ -161,6 +162,24 @@ func serve(ctx context.Context, a *app) error {
 			logger.Error("close audit trail", "err", err)
 		}
 	}()
+	// The sinks read the trail from Postgres on connections of their own;
+	// they stop before the trail closes, and a batch in flight is sent
+	// again by whichever gateway delivers the sink next.
+	streamer, err := startSinks(cfg, logger.With("component", "sinks"))
+	if err != nil {
+		return err
+	}
+	var sinkReporter gateway.SinkReporter
+	if streamer != nil {
+		sinkReporter = streamer
+		defer func() {
+			closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := streamer.Close(closeCtx); err != nil {
+				logger.Error("close audit sinks", "err", err)
+			}
+		}()
+	}
 	// Runs share the trail's connection pool, which closes with it.
 	runs, err := runstore.New(store.DB(), runstore.Config{})
 	if err != nil {
@@ -280,6 +299,7 @@ func serve(ctx context.Context, a *app) error {
 		Volumes:    exec,
 		Artifacts:  runs,
 		Images:     builtImages,
+		Sinks:      sinkReporter,
 		Principals: principals,
 		Console:    consoleHandler,
 		Logger:     logger.With("component", "gateway"),

@@ -192,6 +192,9 @@ type Readiness struct {
 	Ready   bool         `json:"ready"`
 	Checks  []ReadyCheck `json:"checks"`
 	Reasons []string     `json:"reasons"`
+	// Warnings need an operator's attention but do not make the gateway
+	// unready: an audit sink that is failing or falling behind.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // ReadyCheck is one readiness check.
