@@ -53,6 +53,9 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventAdmissionAllowed:  {classAPIActivity, 1, "Create"},
 	sandgate.EventAdmissionDenied:   {classAPIActivity, 1, "Create"},
 	sandgate.EventAdmissionReviewed: {classAPIActivity, 2, "Read"},
+	// A replay evaluates recorded requests with a candidate bundle: a
+	// read of the trail, nothing admitted or run.
+	sandgate.EventPolicyReplayed:    {classAPIActivity, 2, "Read"},
 	sandgate.EventCallbackDelivered: {classAPIActivity, 99, "Callback"},
 	sandgate.EventCallbackFailed:    {classAPIActivity, 99, "Callback"},
 
