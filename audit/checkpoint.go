@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Checkpoints: signed statements of a chain's head. The writer signs its
@@ -60,6 +61,13 @@ func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []by
 	}
 }
 
+// committedRecs is committed for records just committed fresh, whose
+// hashes the tree's next growth takes from memory.
+func (w *writer) committedRecs(recs []*sealed) {
+	w.addLeaves(recs)
+	w.committed(int64(len(recs)))
+}
+
 func (w *writer) committed(n int64) {
 	w.sinceCP += n
 	if w.sinceCP >= int64(w.cfg.CheckpointEvery) {
@@ -98,20 +106,67 @@ func (w *writer) checkpoint(final bool) {
 	cp := signCheckpoint(w.key, w.chainID, w.headSeq, w.headHash, w.cfg.Clock(), final, w.lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)
 	pub := w.key.Public().(ed25519.PublicKey)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
-		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub))
+	tx, err := w.s.pool.Begin(ctx)
 	if err != nil {
-		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
 		return
+	}
+	var noteText *string
+	if !w.cfg.noTree {
+		root, err := w.growTree(ctx, tx)
+		if err != nil {
+			_ = tx.Rollback(ctx)
+			w.treeSize, w.leaves = -1, nil
+			if definitelyNotCommitted(err) && !isPgError(err) {
+				w.markDown(err)
+				return
+			}
+			// A tree that cannot be grown (rows missing) must not stop the
+			// checkpoints verify relies on: sign without a note.
+			w.logf("audit: checkpoint signed without a note", "chain_id", w.chainID, "err", err)
+			if tx, err = w.s.pool.Begin(ctx); err != nil {
+				w.markDown(err)
+				return
+			}
+		} else {
+			n, err := SignNote(w.key, Origin(w.cfg.Node, w.chainID), w.headSeq, root)
+			if err != nil {
+				w.logf("audit: checkpoint note not signed", "chain_id", w.chainID, "err", err)
+			} else {
+				noteText = &n
+			}
+		}
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO audit_checkpoints
+		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, note)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		w.treeSize, w.leaves = -1, nil
+		w.markDown(err)
+		return
+	}
+	if err := tx.Commit(ctx); err != nil {
+		w.cpUncertain = true
+		w.treeSize, w.leaves = -1, nil
+		w.markDown(err)
+		return
+	}
+	if noteText != nil {
+		w.treeSize, w.leaves = w.headSeq, nil
 	}
 	w.lastSig = sig
 	w.lastCP = cp.CreatedAt
 	w.sinceCP = 0
+}
+
+// isPgError reports whether the server answered err.
+func isPgError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 func nilIfEmpty(b []byte) []byte {

@@ -76,6 +76,8 @@ func (w *writer) deliver(force bool) {
 		return
 	}
 	var own int64
+	// Redelivered rows may be older than those the tree remembers.
+	w.leaves = nil
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
 		if err := w.insert(chunk, true); err != nil {

@@ -71,6 +71,12 @@ type writer struct {
 	lastCP      time.Time
 	lastSig     []byte
 	cpUncertain bool // the last checkpoint insert may or may not have landed
+	// treeSize is how many leaves of the chain's tree are stored (-1:
+	// unknown, read it); leaves are the hashes of the records committed
+	// since, from seq leavesFrom (see tree.go).
+	treeSize   int64
+	leaves     [][]byte
+	leavesFrom int64
 
 	broken            error // set when a commitWith outcome is unknown
 	ensuresPartitions bool  // this writer keeps the month partitions ahead
@@ -89,13 +95,14 @@ type writer struct {
 func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string, ensurePartitions bool) (*writer, error) {
 	cfg := s.cfg
 	w := &writer{
-		s:       s,
-		cfg:     cfg,
-		key:     s.key,
-		logf:    func(msg string, args ...any) { cfg.Logger.Warn(msg, args...) },
-		notify:  make(chan struct{}, 1),
-		closing: make(chan struct{}),
-		done:    make(chan struct{}),
+		s:        s,
+		cfg:      cfg,
+		key:      s.key,
+		logf:     func(msg string, args ...any) { cfg.Logger.Warn(msg, args...) },
+		notify:   make(chan struct{}, 1),
+		closing:  make(chan struct{}),
+		treeSize: -1,
+		done:     make(chan struct{}),
 	}
 	sp, recs, err := openSpool(spoolDir, cfg.SpoolMaxBytes, w.logf)
 	if err != nil {
