@@ -61,8 +61,8 @@ func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []by
 	}
 }
 
-// committedRecs is committed for records just committed fresh, whose
-// hashes the tree's next growth takes from memory.
+// committedRecs is committed for records just committed fresh, which
+// join the chain's tree.
 func (w *writer) committedRecs(recs []*sealed) {
 	w.addLeaves(recs)
 	w.committed(int64(len(recs)))
@@ -108,55 +108,29 @@ func (w *writer) checkpoint(final bool) {
 	pub := w.key.Public().(ed25519.PublicKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tx, err := w.s.pool.Begin(ctx)
-	if err != nil {
-		w.markDown(err)
-		return
-	}
 	var noteText *string
 	if !w.cfg.noTree {
-		root, err := w.growTree(ctx, tx)
+		root, err := w.treeRoot(ctx)
 		if err != nil {
-			_ = tx.Rollback(ctx)
-			w.treeSize, w.leaves = -1, nil
-			if definitelyNotCommitted(err) && !isPgError(err) {
-				w.markDown(err)
-				return
-			}
-			// A tree that cannot be grown (rows missing) must not stop the
-			// checkpoints verify relies on: sign without a note.
+			// A tree that cannot be grown (rows missing, Postgres away)
+			// must not stop the checkpoints verify relies on: sign
+			// without a note.
+			w.tree.size = -1
 			w.logf("audit: checkpoint signed without a note", "chain_id", w.chainID, "err", err)
-			if tx, err = w.s.pool.Begin(ctx); err != nil {
-				w.markDown(err)
-				return
-			}
+		} else if n, err := SignNote(w.key, Origin(w.cfg.Node, w.chainID), w.headSeq, root); err != nil {
+			w.logf("audit: checkpoint note not signed", "chain_id", w.chainID, "err", err)
 		} else {
-			n, err := SignNote(w.key, Origin(w.cfg.Node, w.chainID), w.headSeq, root)
-			if err != nil {
-				w.logf("audit: checkpoint note not signed", "chain_id", w.chainID, "err", err)
-			} else {
-				noteText = &n
-			}
+			noteText = &n
 		}
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO audit_checkpoints
+	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
 		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, note)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)
 	if err != nil {
-		_ = tx.Rollback(ctx)
-		w.treeSize, w.leaves = -1, nil
+		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
 		return
-	}
-	if err := tx.Commit(ctx); err != nil {
-		w.cpUncertain = true
-		w.treeSize, w.leaves = -1, nil
-		w.markDown(err)
-		return
-	}
-	if noteText != nil {
-		w.treeSize, w.leaves = w.headSeq, nil
 	}
 	w.lastSig = sig
 	w.lastCP = cp.CreatedAt

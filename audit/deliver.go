@@ -76,8 +76,6 @@ func (w *writer) deliver(force bool) {
 		return
 	}
 	var own int64
-	// Redelivered rows may be older than those the tree remembers.
-	w.leaves = nil
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
 		if err := w.insert(chunk, true); err != nil {
@@ -89,6 +87,7 @@ func (w *writer) deliver(force bool) {
 				own++
 			}
 		}
+		w.addLeaves(chunk)
 		w.pending = w.pending[len(chunk):]
 		w.pendingN.Store(int64(len(w.pending)))
 	}

@@ -28,16 +28,26 @@ func dbErr(err error, what string) error {
 // noteAt returns chainID's newest checkpoint note of tree size size (0:
 // of any size) with its cosignatures.
 func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgate.CheckpointNote, error) {
-	q := `SELECT seq, note, created_at FROM audit_checkpoints WHERE chain_id = $1 AND note IS NOT NULL`
-	args := []any{chainID}
+	var cp sandgate.CheckpointNote
+	cp.ChainID = chainID
+	// A note is signed before its tree's hashes are all stored (the
+	// writer's builder follows within milliseconds): only trees that are
+	// stored are served.
+	stored, err := storedTreeSize(ctx, s.pool, chainID)
+	if err != nil {
+		return cp, dbErr(err, "read tree size")
+	}
+	if size > stored {
+		return cp, sandgate.Errorf(sandgate.CodeNotFound, "chain %q has no stored tree of size %d (stored: %d); retry shortly", chainID, size, stored)
+	}
+	q := `SELECT seq, note, created_at FROM audit_checkpoints WHERE chain_id = $1 AND note IS NOT NULL AND seq <= $2`
+	args := []any{chainID, stored}
 	if size > 0 {
-		q += ` AND seq = $2`
+		q += ` AND seq = $3`
 		args = append(args, size)
 	}
 	q += ` ORDER BY id DESC LIMIT 1`
-	var cp sandgate.CheckpointNote
-	cp.ChainID = chainID
-	err := s.pool.QueryRow(ctx, q, args...).Scan(&cp.TreeSize, &cp.Note, &cp.CreatedAt)
+	err = s.pool.QueryRow(ctx, q, args...).Scan(&cp.TreeSize, &cp.Note, &cp.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if size > 0 {
 			return cp, sandgate.Errorf(sandgate.CodeNotFound, "chain %q has no checkpoint note at tree size %d", chainID, size)

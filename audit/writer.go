@@ -71,12 +71,10 @@ type writer struct {
 	lastCP      time.Time
 	lastSig     []byte
 	cpUncertain bool // the last checkpoint insert may or may not have landed
-	// treeSize is how many leaves of the chain's tree are stored (-1:
-	// unknown, read it); leaves are the hashes of the records committed
-	// since, from seq leavesFrom (see tree.go).
-	treeSize   int64
-	leaves     [][]byte
-	leavesFrom int64
+	// tree is the chain's Merkle tree (tree.go); treeBroken is set by its
+	// builder when hashes were lost and the tree must catch up.
+	tree       *treeState
+	treeBroken atomic.Bool
 
 	broken            error // set when a commitWith outcome is unknown
 	ensuresPartitions bool  // this writer keeps the month partitions ahead
@@ -95,14 +93,13 @@ type writer struct {
 func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix string, ensurePartitions bool) (*writer, error) {
 	cfg := s.cfg
 	w := &writer{
-		s:        s,
-		cfg:      cfg,
-		key:      s.key,
-		logf:     func(msg string, args ...any) { cfg.Logger.Warn(msg, args...) },
-		notify:   make(chan struct{}, 1),
-		closing:  make(chan struct{}),
-		treeSize: -1,
-		done:     make(chan struct{}),
+		s:       s,
+		cfg:     cfg,
+		key:     s.key,
+		logf:    func(msg string, args ...any) { cfg.Logger.Warn(msg, args...) },
+		notify:  make(chan struct{}, 1),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	sp, recs, err := openSpool(spoolDir, cfg.SpoolMaxBytes, w.logf)
 	if err != nil {
@@ -128,6 +125,9 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 	}
 	if w.ensuresPartitions = ensurePartitions; ensurePartitions {
 		w.ensurePartitions()
+	}
+	if !cfg.noTree {
+		w.startTree()
 	}
 	go w.run()
 	return w, nil
@@ -199,6 +199,7 @@ func (w *writer) close(ctx context.Context) error {
 func (w *writer) run() {
 	defer close(w.done)
 	defer w.sp.close()
+	defer w.stopTree()
 	tick := time.NewTicker(min(w.cfg.RetryInterval, w.cfg.CheckpointInterval))
 	defer tick.Stop()
 	for {

@@ -2,13 +2,17 @@
 --
 -- Each chain is also an RFC 6962 Merkle tree whose leaves are its events'
 -- hash values in seq order (leaf index = seq - 1). audit_tree_hashes keeps
--- the tree's stored hashes, indexed as golang.org/x/mod/sumdb/tlog
--- numbers them (StoredHashIndex): with them an inclusion or consistency
--- proof for a tree of millions of leaves is one indexed read of a few
--- dozen rows. They are derived data: anyone can recompute them from the
--- events, and a checkpoint note signs the root they give. The writer adds
--- them when it signs a checkpoint, in the checkpoint's transaction, for
--- the leaves committed since the last one.
+-- the tree's stored hashes, numbered as golang.org/x/mod/sumdb/tlog
+-- numbers them (StoredHashIndex). The stored hashes of consecutive leaves
+-- have consecutive indexes, so each row holds a run of them: indexes
+-- start_index to end_index - 1, 32 bytes each, concatenated (stored
+-- uncompressed out of line, so that one hash is read without the rest).
+-- A row per commit batch instead of a row per hash keeps the writer's
+-- throughput (docs/benchmarks.md); an inclusion or consistency proof for
+-- a tree of millions of leaves is still one query of a few dozen index
+-- probes. They are derived data: anyone can recompute them from the
+-- events, and a checkpoint note signs the root they give. A builder
+-- beside each writer stores them, in order, as events are committed.
 --
 -- audit_checkpoints.note is the checkpoint as a C2SP signed note
 -- (https://c2sp.org/tlog-checkpoint: origin, tree size, base64 root hash,
@@ -20,11 +24,13 @@
 
 -- +goose Up
 CREATE TABLE audit_tree_hashes (
-    chain_id text   NOT NULL,
-    index    bigint NOT NULL CHECK (index >= 0),
-    hash     bytea  NOT NULL CHECK (length(hash) = 32),
-    PRIMARY KEY (chain_id, index)
+    chain_id    text   NOT NULL,
+    start_index bigint NOT NULL CHECK (start_index >= 0),
+    end_index   bigint NOT NULL CHECK (end_index > start_index),
+    hashes      bytea  NOT NULL CHECK (length(hashes) = 32 * (end_index - start_index)),
+    PRIMARY KEY (chain_id, start_index)
 );
+ALTER TABLE audit_tree_hashes ALTER COLUMN hashes SET STORAGE EXTERNAL;
 
 ALTER TABLE audit_checkpoints ADD COLUMN note text;
 CREATE INDEX audit_checkpoints_note ON audit_checkpoints (chain_id, id) WHERE note IS NOT NULL;

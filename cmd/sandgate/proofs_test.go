@@ -113,7 +113,7 @@ func rewriteHistory(t *testing.T, dsn, chain, keyFile string) {
 	exec(`UPDATE audit_heads SET hash = $2 WHERE chain_id = $1`, chain, hashes[len(hashes)-1])
 	// The tree, rebuilt from the new hashes.
 	exec(`DELETE FROM audit_tree_hashes WHERE chain_id = $1`, chain)
-	stored := map[int64]tlog.Hash{}
+	var stored []tlog.Hash
 	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
 		out := make([]tlog.Hash, len(idx))
 		for i, x := range idx {
@@ -121,18 +121,18 @@ func rewriteHistory(t *testing.T, dsn, chain, keyFile string) {
 		}
 		return out, nil
 	})
+	var run []byte
 	for i, h := range hashes {
 		hs, err := tlog.StoredHashesForRecordHash(int64(i), audit.LeafHash(h), reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j, sh := range hs {
-			stored[tlog.StoredHashIndex(0, int64(i))+int64(j)] = sh
+		stored = append(stored, hs...)
+		for _, sh := range hs {
+			run = append(run, sh[:]...)
 		}
 	}
-	for x, h := range stored {
-		exec(`INSERT INTO audit_tree_hashes (chain_id, index, hash) VALUES ($1, $2, $3)`, chain, x, h[:])
-	}
+	exec(`INSERT INTO audit_tree_hashes (chain_id, start_index, end_index, hashes) VALUES ($1, 0, $2, $3)`, chain, len(stored), run)
 	// Every checkpoint, re-signed with the real key.
 	cps, err := tx.Query(`SELECT id, seq, created_at, final, note FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id`, chain)
 	if err != nil {
