@@ -184,4 +184,70 @@ func (w *Witness) Observe(msg string, prove ConsistencyFunc) (string, error) {
 	return string(cosigned), nil
 }
 
+// RecordAlarm keeps an alarm in the witness's directory
+// (ALARM-<origin>.json), so that it outlives the process that raised it;
+// the view is left as it was.
+func (w *Witness) RecordAlarm(a *WitnessAlarm, msg string) error {
+	data, err := json.MarshalIndent(map[string]any{
+		"kind": a.Kind, "origin": a.Origin, "detail": a.Detail, "note": msg, "at": w.nowFunc().UTC(),
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(w.dir, "ALARM-"+filepath.Base(w.viewPath(a.Origin)))
+	return os.WriteFile(path, append(data, '\n'), 0o600)
+}
+
+// WriteMetrics writes the witness's state as Prometheus text
+// (witness.prom in its directory, for node_exporter's textfile
+// collector): per origin the tree size and time of its view, and 1 for an
+// origin with an alarm recorded.
+func (w *Witness) WriteMetrics() error {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# HELP sandgate_witness_tree_size Tree size of the newest checkpoint the witness verified.\n")
+	b.WriteString("# TYPE sandgate_witness_tree_size gauge\n")
+	var seen, alarms strings.Builder
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(w.dir, name))
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, "ALARM-") {
+			var a struct {
+				Origin string `json:"origin"`
+				Kind   string `json:"kind"`
+			}
+			if json.Unmarshal(data, &a) == nil {
+				fmt.Fprintf(&alarms, "sandgate_witness_alarm{origin=%q,kind=%q} 1\n", a.Origin, a.Kind)
+			}
+			continue
+		}
+		var v WitnessView
+		if json.Unmarshal(data, &v) != nil || v.Origin == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "sandgate_witness_tree_size{origin=%q} %d\n", v.Origin, v.Size)
+		fmt.Fprintf(&seen, "sandgate_witness_seen_timestamp_seconds{origin=%q} %d\n", v.Origin, v.SeenAt.Unix())
+	}
+	b.WriteString("# HELP sandgate_witness_seen_timestamp_seconds When the witness verified that checkpoint.\n")
+	b.WriteString("# TYPE sandgate_witness_seen_timestamp_seconds gauge\n")
+	b.WriteString(seen.String())
+	b.WriteString("# HELP sandgate_witness_alarm 1 for each log the witness raised an alarm for.\n")
+	b.WriteString("# TYPE sandgate_witness_alarm gauge\n")
+	b.WriteString(alarms.String())
+	tmp := filepath.Join(w.dir, "witness.prom.tmp")
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(w.dir, "witness.prom"))
+}
+
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -289,6 +289,12 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 		t.Fatalf("witness on the rewritten log: %v\n%s", err, out)
 	}
 	t.Logf("witness: %v", err)
+	if _, err := os.Stat(filepath.Join(state, "ALARM-"+strings.NewReplacer("/", "_").Replace(cp.Origin)+".json")); err != nil {
+		t.Errorf("alarm not recorded: %v", err)
+	}
+	if prom, _ := os.ReadFile(filepath.Join(state, "witness.prom")); !strings.Contains(string(prom), `sandgate_witness_alarm{origin="`+cp.Origin+`",kind="inconsistent"} 1`) {
+		t.Errorf("witness.prom:\n%s", prom)
+	}
 	// Its view stays as it was: it refuses again.
 	if _, err := witness(t, s, state, wkey, gwKey); !errors.As(err, &exit) || exit.Code != exitAlarm {
 		t.Fatalf("second run after the alarm: %v", err)

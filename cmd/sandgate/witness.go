@@ -43,8 +43,11 @@ first use; C2SP tlog-cosignature/v1) and post the cosignature back (POST
 /v1/audit/checkpoint/cosignature). A checkpoint that is not signed by the
 pinned key, that is smaller than one seen, that has another root at a size
 seen, or that the proof does not show to extend the last one seen is an
-ALARM: the witness prints it and exits 2, and refuses the same checkpoint
-on every later start, since its view stays as it was.`,
+ALARM: the witness prints it, records it (ALARM-<origin>.json in --state)
+and exits 2, and refuses the same checkpoint on every later start, since
+its view stays as it was. --state/witness.prom holds its state as
+Prometheus metrics (tree size and time seen per origin,
+sandgate_witness_alarm) for node_exporter's textfile collector.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWitness(cmd.Context(), a, o) },
 	}
@@ -112,6 +115,12 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 				var alarm *audit.WitnessAlarm
 				if errors.As(err, &alarm) {
 					fmt.Fprintln(a.stderr, "sandgate witness:", alarm.Error())
+					if rerr := w.RecordAlarm(alarm, ""); rerr != nil {
+						fmt.Fprintln(a.stderr, "sandgate witness: record the alarm:", rerr)
+					}
+					if merr := w.WriteMetrics(); merr != nil {
+						fmt.Fprintln(a.stderr, "sandgate witness: metrics:", merr)
+					}
 					return &exitError{Code: exitAlarm, Message: alarm.Error()}
 				}
 				if o.once {
@@ -119,6 +128,9 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 				}
 				fmt.Fprintln(a.stderr, "sandgate witness:", err)
 			}
+		}
+		if err := w.WriteMetrics(); err != nil {
+			fmt.Fprintln(a.stderr, "sandgate witness: metrics:", err)
 		}
 		if o.once {
 			return nil
