@@ -16,11 +16,14 @@ import (
 // hash values in seq order: leaf i (from 0) is the event at seq i+1, and
 // its leaf hash is SHA-256(0x00 ‖ event hash) (tlog.RecordHash). The
 // tree's stored hashes (tlog.StoredHashIndex numbering) are kept in
-// audit_tree_hashes. The writer adds them when it signs a checkpoint, in
-// the checkpoint's transaction, for every leaf committed since the last
-// one: the events' own commits are left as they were (a decision's commit
-// is one statement), and a tree is only ever stored up to a size a
-// checkpoint note signs.
+// audit_tree_hashes, a run of consecutive ones per row. The writer
+// computes them from the tree's right edge, kept in memory, as it commits
+// events, and signs each checkpoint note with the root computed the same
+// way; a builder goroutine beside it stores the runs, in order (treeState).
+// The events' own commits are left as they were (a decision's commit is
+// one statement). After a restart, or when hashes were lost, the writer
+// catches the stored tree up from audit_events before its next note
+// (growTree).
 
 // LeafHash returns the tree leaf hash of an event hash.
 func LeafHash(eventHash []byte) tlog.Hash { return tlog.RecordHash(eventHash) }
