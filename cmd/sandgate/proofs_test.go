@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,6 +252,22 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 	}
 	if _, err := note.Open([]byte(cp.Note), note.VerifierList(wv)); err != nil {
 		t.Fatalf("served note's cosignature: %v\n%s", err, cp.Note)
+	}
+	// An inclusion proof through the Go client checks with tlog alone.
+	evs := s.auditEvents(t, s.Token, url.Values{"type": {"admission.reviewed"}})
+	p, err := s.Client.InclusionProof(context.Background(), evs[0].ID, cp.TreeSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path tlog.RecordProof
+	for _, h := range p.Hashes {
+		b, _ := base64.StdEncoding.DecodeString(h)
+		path = append(path, tlog.Hash(b))
+	}
+	root, _ := base64.StdEncoding.DecodeString(cp.RootHash)
+	leaf, _ := hex.DecodeString(p.EventHash)
+	if err := tlog.CheckRecord(path, p.TreeSize, tlog.Hash(root), p.LeafIndex, tlog.RecordHash(leaf)); err != nil {
+		t.Fatalf("tlog.CheckRecord of the client's proof: %v", err)
 	}
 	chain, seen := cp.ChainID, cp.TreeSize
 	reviews(t, s, 3)
