@@ -30,6 +30,9 @@ type Checkpoint struct {
 	Signature     string    `json:"signature"`
 	KeyID         string    `json:"key_id"`
 	PublicKey     string    `json:"public_key"`
+	// Note is the checkpoint as a signed note of the chain's Merkle tree
+	// (see note.go), when the writer kept the tree.
+	Note string `json:"note,omitempty"`
 }
 
 // CheckpointMessage returns the bytes a checkpoint's signature covers:

@@ -418,3 +418,26 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 	}
 	return out, nil
 }
+
+// push adds the leaf of an event hash to the frontier (pruned every 1024
+// leaves): how verify follows a chain's tree.
+func (t *treeState) push(eventHash []byte) error {
+	hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(eventHash), t)
+	if err != nil {
+		return err
+	}
+	x := tlog.StoredHashIndex(0, t.size)
+	for j, h := range hs {
+		t.frontier[x+int64(j)] = h
+	}
+	t.size++
+	if t.size%1024 == 0 {
+		keep := frontierIndexes(t.size)
+		for k := range t.frontier {
+			if !slices.Contains(keep, k) {
+				delete(t.frontier, k)
+			}
+		}
+	}
+	return nil
+}

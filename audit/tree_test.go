@@ -288,3 +288,48 @@ func TestNoteSignerMatchesXMod(t *testing.T) {
 		t.Fatal("a cosignature verified over changed text")
 	}
 }
+
+// TestVerifyChecksNotes: verify follows each chain's tree and reports a
+// note whose root is not the tree of the chain's rows, even when it is
+// signed with the node's real key, and a note signed by another key.
+func TestVerifyChecksNotes(t *testing.T) {
+	dsn, db := newDB(t)
+	s := testStore(t, dsn, func(c *Config) { c.CheckpointEvery = 5 })
+	for i := range 12 {
+		s.Emit(lifecycle(i, "r"))
+	}
+	chain, key := s.ChainID(), s.key
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() map[string]int {
+		t.Helper()
+		rep, err := readOnly(t, dsn, nil).Verify(context.Background(), sandgate.VerifyRange{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return problemKinds(rep)
+	}
+	if got := verify(); len(got) != 0 {
+		t.Fatalf("clean trail: %v", got)
+	}
+	var id, seq int64
+	if err := db.QueryRow(`SELECT id, seq FROM audit_checkpoints WHERE chain_id = $1 AND note IS NOT NULL ORDER BY id LIMIT 1`, chain).Scan(&id, &seq); err != nil {
+		t.Fatal(err)
+	}
+	wrong, err := SignNote(key, Origin("test-node", chain), seq, tlog.RecordHash([]byte("not the tree")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, wrong, id))
+	if got := verify(); got[ProblemNoteMismatch] != 1 {
+		t.Fatalf("a note with another root, signed with the real key: %v", got)
+	}
+	_, other, _ := ed25519.GenerateKey(nil)
+	leaves := chainHashes(t, db, chain)
+	forged, _ := SignNote(other, Origin("test-node", chain), seq, tlog.Hash(rfc6962Root(leaves[:seq])))
+	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, forged, id))
+	if got := verify(); got[ProblemNoteMismatch] != 1 {
+		t.Fatalf("a note signed by another key: %v", got)
+	}
+}
