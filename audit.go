@@ -113,3 +113,73 @@ type SinkStatus struct {
 	// failing, or further behind than its lag_warning.
 	Warning string `json:"warning,omitempty"`
 }
+
+// CheckpointNote is a chain's checkpoint as a C2SP signed note
+// (origin, tree size, root hash, signed with the node's checkpoint key),
+// with the witnesses' cosignatures stored for it.
+type CheckpointNote struct {
+	ChainID  string
+	Origin   string
+	TreeSize int64
+	RootHash []byte
+	// Note is the signed note as the gateway signed it.
+	Note      string
+	CreatedAt time.Time
+	// Cosignatures are witnesses' signature lines for this checkpoint
+	// (tlog-cosignature/v1), in the order they were stored.
+	Cosignatures []string
+}
+
+// InclusionProof proves that an event's hash is leaf LeafIndex of its
+// chain's tree of TreeSize leaves, whose root Checkpoint signs.
+type InclusionProof struct {
+	EventID    string
+	ChainID    string
+	Seq        int64
+	LeafIndex  int64
+	TreeSize   int64
+	EventHash  []byte
+	Hashes     [][]byte
+	Checkpoint CheckpointNote
+}
+
+// ConsistencyProof proves that a chain's tree of From leaves is a prefix
+// of its tree of To leaves, whose root Checkpoint signs.
+type ConsistencyProof struct {
+	ChainID    string
+	From       int64
+	To         int64
+	FromRoot   []byte
+	Hashes     [][]byte
+	Checkpoint CheckpointNote
+}
+
+// Cosignature is a witness's cosignature of a checkpoint note: the note
+// with the witness's signature line, and the witness's verifier key.
+type Cosignature struct {
+	Note       string
+	WitnessKey string
+}
+
+// AuditProofs answers transparency-log questions about the trail: each
+// chain is an RFC 6962 Merkle tree over its events' hashes.
+type AuditProofs interface {
+	// Checkpoint returns the newest checkpoint note of a chain ("" for
+	// the serving node's); NOT-FOUND when it has none.
+	Checkpoint(ctx context.Context, chainID string) (CheckpointNote, error)
+	// InclusionProof proves an event is in its chain's tree of treeSize
+	// leaves (0: the newest checkpoint's); NOT-FOUND for an unknown event
+	// or a size no checkpoint note signs, INVALID-REQUEST for a size
+	// smaller than the event's seq.
+	InclusionProof(ctx context.Context, eventID string, treeSize int64) (InclusionProof, error)
+	// ConsistencyProof proves the chain's tree of from leaves is a prefix
+	// of its tree of to leaves (0: the newest checkpoint's); NOT-FOUND
+	// when no checkpoint note signs to, INVALID-REQUEST when from is not
+	// in 1..to.
+	ConsistencyProof(ctx context.Context, chainID string, from, to int64) (ConsistencyProof, error)
+	// AddCosignature stores a witness's cosignature of one of the
+	// trail's checkpoint notes and returns that checkpoint with its
+	// cosignatures; INVALID-REQUEST when the note is not one of the
+	// trail's or the signature does not verify with the witness's key.
+	AddCosignature(ctx context.Context, c Cosignature) (CheckpointNote, error)
+}

@@ -23,6 +23,7 @@ var owners = map[string][]string{
 	"github.com/jackc/pgx":             {"audit", "runstore"},
 	"github.com/pressly/goose":         {"migrations"},
 	"github.com/bmatcuk/doublestar":    {"workspace"},
+	"golang.org/x/mod/sumdb":           {"audit", "cmd"}, // transparency-log proofs
 }
 
 // narrow are packages that link the standard library, the root package

@@ -135,6 +135,11 @@ type Config struct {
 	// key: the first time the new key is registered it is recorded as a
 	// rotation endorsed by this one (sandgate audit rotate-key).
 	PreviousSigningKeyFile string
+
+	// noTree leaves the chains' Merkle trees alone (no tree hashes, no
+	// checkpoint notes): for the benchmark that measures what the tree
+	// costs.
+	noTree bool
 }
 
 func (c *Config) setDefaults() {

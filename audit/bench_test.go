@@ -85,7 +85,7 @@ func decisionEvent(i int) sandgate.Event {
 // timed from its scheduled arrival, so a stall delays every decision
 // scheduled during it and none is left out of the figures. Knob:
 // SANDGATE_BENCH_MAX_BATCH (the lifecycle batch cap; default, as serve,
-// 1000).
+// 1000); SANDGATE_BENCH_NO_TREE=1 leaves the chains' Merkle trees out.
 func BenchmarkRecordLatencyUnderLoad(b *testing.B) {
 	const records = 5000
 	rate := envInt("SANDGATE_BENCH_DECISION_RATE", 250)
@@ -158,6 +158,7 @@ func underLifecycleLoad(b *testing.B, decide func(*Store) []time.Duration) {
 		s := testStore(b, dsn, func(c *Config) {
 			c.MaxBatch = envInt("SANDGATE_BENCH_MAX_BATCH", 0)
 			c.DecisionChain = os.Getenv("SANDGATE_BENCH_SHARED_CHAIN") == ""
+			c.noTree = os.Getenv("SANDGATE_BENCH_NO_TREE") != ""
 		})
 		stop := make(chan struct{})
 		var emitted atomic.Int64

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Checkpoints: signed statements of a chain's head. The writer signs its
@@ -29,6 +30,9 @@ type Checkpoint struct {
 	Signature     string    `json:"signature"`
 	KeyID         string    `json:"key_id"`
 	PublicKey     string    `json:"public_key"`
+	// Note is the checkpoint as a signed note of the chain's Merkle tree
+	// (see note.go), when the writer kept the tree.
+	Note string `json:"note,omitempty"`
 }
 
 // CheckpointMessage returns the bytes a checkpoint's signature covers:
@@ -58,6 +62,13 @@ func signCheckpoint(key ed25519.PrivateKey, chainID string, seq int64, head []by
 		KeyID:         KeyID(pub),
 		PublicKey:     hex.EncodeToString(pub),
 	}
+}
+
+// committedRecs is committed for records just committed fresh, which
+// join the chain's tree.
+func (w *writer) committedRecs(recs []*sealed) {
+	w.addLeaves(recs)
+	w.committed(int64(len(recs)))
 }
 
 func (w *writer) committed(n int64) {
@@ -98,12 +109,27 @@ func (w *writer) checkpoint(final bool) {
 	cp := signCheckpoint(w.key, w.chainID, w.headSeq, w.headHash, w.cfg.Clock(), final, w.lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)
 	pub := w.key.Public().(ed25519.PublicKey)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var noteText *string
+	if !w.cfg.noTree {
+		root, err := w.treeRoot(ctx)
+		if err != nil {
+			// A tree that cannot be grown (rows missing, Postgres away)
+			// must not stop the checkpoints verify relies on: sign
+			// without a note.
+			w.tree.size = -1
+			w.logf("audit: checkpoint signed without a note", "chain_id", w.chainID, "err", err)
+		} else if n, err := SignNote(w.key, Origin(w.cfg.Node, w.chainID), w.headSeq, root); err != nil {
+			w.logf("audit: checkpoint note not signed", "chain_id", w.chainID, "err", err)
+		} else {
+			noteText = &n
+		}
+	}
 	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
-		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub))
+		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, note)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)
 	if err != nil {
 		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
@@ -112,6 +138,12 @@ func (w *writer) checkpoint(final bool) {
 	w.lastSig = sig
 	w.lastCP = cp.CreatedAt
 	w.sinceCP = 0
+}
+
+// isPgError reports whether the server answered err.
+func isPgError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 func nilIfEmpty(b []byte) []byte {

@@ -96,7 +96,7 @@ func (w *writer) commit(batch []*request) bool {
 		for _, r := range syncs {
 			r.done <- nil
 		}
-		w.committed(int64(len(recs)))
+		w.committedRecs(recs)
 		return true
 	}
 	committed, known := false, definitelyNotCommitted(err)
@@ -110,7 +110,7 @@ func (w *writer) commit(batch []*request) bool {
 		for _, r := range syncs {
 			r.done <- nil
 		}
-		w.committed(int64(len(recs)))
+		w.committedRecs(recs)
 		return true
 	}
 	w.markDown(err)
@@ -145,7 +145,7 @@ func (w *writer) commitWith(r *request) {
 	err := w.insertWith(recs, false, r.also)
 	if err == nil {
 		r.done <- nil
-		w.committed(int64(len(recs)))
+		w.committedRecs(recs)
 		return
 	}
 	committed, known := false, definitelyNotCommitted(err)
@@ -155,7 +155,7 @@ func (w *writer) commitWith(r *request) {
 	switch {
 	case committed:
 		r.done <- nil
-		w.committed(int64(len(recs)))
+		w.committedRecs(recs)
 	case known:
 		w.headSeq, w.headHash = oldSeq, oldHash
 		var pgErr *pgconn.PgError

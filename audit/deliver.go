@@ -87,6 +87,7 @@ func (w *writer) deliver(force bool) {
 				own++
 			}
 		}
+		w.addLeaves(chunk)
 		w.pending = w.pending[len(chunk):]
 		w.pendingN.Store(int64(len(w.pending)))
 	}

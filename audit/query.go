@@ -286,6 +286,7 @@ type checkpointRow struct {
 	Signature     []byte
 	KeyID         string
 	PublicKey     []byte
+	Note          string
 }
 
 func (r *checkpointRow) checkpoint() Checkpoint {
@@ -299,6 +300,7 @@ func (r *checkpointRow) checkpoint() Checkpoint {
 		Signature:     hex.EncodeToString(r.Signature),
 		KeyID:         r.KeyID,
 		PublicKey:     hex.EncodeToString(r.PublicKey),
+		Note:          r.Note,
 	}
 }
 
@@ -306,7 +308,7 @@ func (r *checkpointRow) checkpoint() Checkpoint {
 // chain order (chain_id, seq, id).
 func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Checkpoint) error) error {
 	q := s.db.WithContext(ctx).Table("audit_checkpoints").
-		Select("chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key")
+		Select("chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, coalesce(note, '')")
 	if chainID != "" {
 		q = q.Where("chain_id = ?", chainID)
 	}
@@ -318,7 +320,7 @@ func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Chec
 	for rows.Next() {
 		var r checkpointRow
 		if err := rows.Scan(&r.ChainID, &r.Seq, &r.HeadHash, &r.CreatedAt, &r.Final, &r.PrevSignature,
-			&r.Signature, &r.KeyID, &r.PublicKey); err != nil {
+			&r.Signature, &r.KeyID, &r.PublicKey, &r.Note); err != nil {
 			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read checkpoints")
 		}
 		if err := fn(r.checkpoint()); err != nil {

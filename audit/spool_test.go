@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -114,6 +115,13 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(spoolDir, spoolFile)); err != nil || st.Size() != 0 {
 		t.Errorf("spool after delivery: %v, %v; want empty", st, err)
+	}
+	// The tree followed the redeliveries: the final note's root is the
+	// RFC 6962 root of the chain's hashes.
+	leaves := chainHashes(t, db, s.ChainID())
+	cp, err := readOnly(t, dsn, nil).Checkpoint(context.Background(), s.ChainID())
+	if err != nil || cp.TreeSize != int64(len(leaves)) || !bytes.Equal(cp.RootHash, rfc6962Root(leaves)) {
+		t.Errorf("tree after redelivery: size %d root %x (%v), want %d %x", cp.TreeSize, cp.RootHash, err, len(leaves), rfc6962Root(leaves))
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/sumdb/tlog"
+
 	"github.com/sandgate/sandgate"
 )
 
@@ -30,6 +32,7 @@ const (
 	ProblemUnendorsedKey      = "unendorsed_key"      // a key registered as a rotation its predecessor did not endorse
 	ProblemCheckpointChain    = "checkpoint_chain"    // a checkpoint does not sign its predecessor's signature
 	ProblemCheckpointMismatch = "checkpoint_mismatch" // the row at a checkpoint's seq has another hash
+	ProblemNoteMismatch       = "note_mismatch"       // a checkpoint note is not signed by its checkpoint's key, or does not state the chain's tree
 	ProblemMissingTail        = "missing_tail"        // a checkpoint covers rows that are gone
 	ProblemUnsignedTail       = "unsigned_tail"       // rows past a chain's last checkpoint by a known key are older than they may be
 	ProblemUnsignedChain      = "unsigned_chain"      // a chain with rows has no checkpoint by a known key
@@ -136,6 +139,11 @@ type chainState struct {
 	stretch  []stretch
 	late     []lateRow // rows recorded after futureAfter (the first maxLate)
 	lateMore int64     // and how many more
+
+	// tree is the chain's Merkle tree, built as rows are linked from
+	// seq 1, to check the checkpoint notes' roots; nil once a range or a
+	// gap makes it unknowable.
+	tree *treeState
 }
 
 func newVerifier(trusted map[string]ed25519.PublicKey, now time.Time, staleAfter time.Duration) *verifier {
@@ -160,7 +168,8 @@ func (v *verifier) chain(id string) *chainState {
 	c := v.chains[id]
 	if c == nil {
 		c = &chainState{id: id, next: 1, lastHash: make([]byte, HashSize), ahead: map[int64]*rowData{},
-			cps: map[int64][]Checkpoint{}, checkTail: true, stretch: make([]stretch, 1)}
+			cps: map[int64][]Checkpoint{}, checkTail: true, stretch: make([]stretch, 1),
+			tree: &treeState{frontier: map[int64]tlog.Hash{}}}
 		v.chains[id] = c
 	}
 	return c
@@ -228,9 +237,15 @@ func (v *verifier) link(c *chainState, r *rowData) {
 			v.problem(c.id, r.Seq, ProblemPrevHashMismatch, "prev_hash %x, previous row's hash %x", r.PrevHash, c.lastHash)
 		}
 	}
+	if c.tree != nil && (r.Seq != c.tree.size+1 || c.tree.push(r.Hash) != nil) {
+		c.tree = nil
+	}
 	for _, cp := range c.cps[r.Seq] {
 		if cp.HeadHash != hex.EncodeToString(r.Hash) {
 			v.problem(c.id, r.Seq, ProblemCheckpointMismatch, "checkpoint at %s signed hash %s, the row's hash is %x", cp.CreatedAt.Format(time.RFC3339), cp.HeadHash, r.Hash)
+		}
+		if cp.Note != "" {
+			v.checkNote(c, cp)
 		}
 	}
 	c.started = true
@@ -245,6 +260,9 @@ func (v *verifier) anchor(chain string, seq int64, prevHash []byte) {
 	c := v.chain(chain)
 	c.next = seq
 	c.lastSeq = seq - 1
+	if seq > 1 {
+		c.tree = nil
+	}
 	if prevHash != nil {
 		c.lastHash = prevHash
 		c.started = true

@@ -5,7 +5,10 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"slices"
+	"strings"
 	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
 )
 
 // What vouches for a chain's rows: checkpoints whose signatures verify, by
@@ -319,4 +322,29 @@ func (v *verifier) knownSeq(cps []Checkpoint) int64 {
 		}
 	}
 	return seq
+}
+
+// checkNote checks a checkpoint's note: signed by the checkpoint's key
+// under the chain's origin, stating the checkpoint's seq as its size, and,
+// when the chain was read from seq 1, the root of the tree of its rows.
+func (v *verifier) checkNote(c *chainState, cp Checkpoint) {
+	pub, _ := hex.DecodeString(cp.PublicKey)
+	origin := NoteOrigin(cp.Note)
+	vkey, err := NoteVerifierKey(origin, pub)
+	var stated NoteCheckpoint
+	if err == nil {
+		_, stated, err = OpenNote(cp.Note, vkey)
+	}
+	switch {
+	case err != nil:
+		v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note is not signed by the checkpoint's key: %v", cp.CreatedAt.Format(time.RFC3339), err)
+	case !strings.HasSuffix(stated.Origin, "/"+c.id) || stated.Size != cp.Seq:
+		v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note states %q at size %d", cp.CreatedAt.Format(time.RFC3339), stated.Origin, stated.Size)
+	case c.tree != nil && c.tree.size == cp.Seq:
+		root, err := tlog.TreeHash(cp.Seq, c.tree)
+		if err != nil || root != stated.Root {
+			v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note states root %s, the chain's rows make %s",
+				cp.CreatedAt.Format(time.RFC3339), b64(stated.Root[:]), b64(root[:]))
+		}
+	}
 }

@@ -71,6 +71,10 @@ type writer struct {
 	lastCP      time.Time
 	lastSig     []byte
 	cpUncertain bool // the last checkpoint insert may or may not have landed
+	// tree is the chain's Merkle tree (tree.go); treeBroken is set by its
+	// builder when hashes were lost and the tree must catch up.
+	tree       *treeState
+	treeBroken atomic.Bool
 
 	broken            error // set when a commitWith outcome is unknown
 	ensuresPartitions bool  // this writer keeps the month partitions ahead
@@ -121,6 +125,9 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 	}
 	if w.ensuresPartitions = ensurePartitions; ensurePartitions {
 		w.ensurePartitions()
+	}
+	if !cfg.noTree {
+		w.startTree()
 	}
 	go w.run()
 	return w, nil
@@ -192,6 +199,7 @@ func (w *writer) close(ctx context.Context) error {
 func (w *writer) run() {
 	defer close(w.done)
 	defer w.sp.close()
+	defer w.stopTree()
 	tick := time.NewTicker(min(w.cfg.RetryInterval, w.cfg.CheckpointInterval))
 	defer tick.Stop()
 	for {

@@ -142,6 +142,10 @@ type Deps struct {
 	Recorder sandgate.Recorder
 	// Audit answers audit queries, exports and verification (package audit).
 	Audit sandgate.AuditTrail
+	// Proofs answers checkpoint notes, inclusion and consistency proofs
+	// and stores witnesses' cosignatures (package audit). Optional:
+	// without it those routes answer NOT-FOUND.
+	Proofs sandgate.AuditProofs
 	// Runs stores runs (package audit or a store of its own).
 	Runs sandgate.RunStore
 	// Executor runs admitted jobs (package executor).

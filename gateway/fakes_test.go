@@ -405,3 +405,35 @@ func jsonMap(b []byte) map[string]any {
 	_ = json.Unmarshal(b, &m)
 	return m
 }
+
+var fakeNote = sandgate.CheckpointNote{
+	ChainID: "test-node-1", Origin: "sandgate.test-node/test-node-1", TreeSize: 3, RootHash: make([]byte, 32),
+	Note:      "sandgate.test-node/test-node-1\n3\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n— sandgate.test-node/test-node-1 AAAAAA==\n",
+	CreatedAt: time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC),
+}
+
+func (a *fakeAudit) Checkpoint(_ context.Context, chain string) (sandgate.CheckpointNote, error) {
+	if chain != "" && chain != fakeNote.ChainID {
+		return sandgate.CheckpointNote{}, sandgate.Errorf(sandgate.CodeNotFound, "no chain %q", chain)
+	}
+	return fakeNote, nil
+}
+
+func (a *fakeAudit) InclusionProof(_ context.Context, id string, size int64) (sandgate.InclusionProof, error) {
+	if id == "nope" {
+		return sandgate.InclusionProof{}, sandgate.FieldError("event_id", "event_id must be a UUID")
+	}
+	return sandgate.InclusionProof{EventID: id, ChainID: fakeNote.ChainID, Seq: 2, LeafIndex: 1, TreeSize: 3,
+		EventHash: make([]byte, 32), Hashes: [][]byte{make([]byte, 32), make([]byte, 32)}, Checkpoint: fakeNote}, nil
+}
+
+func (a *fakeAudit) ConsistencyProof(_ context.Context, chain string, from, to int64) (sandgate.ConsistencyProof, error) {
+	return sandgate.ConsistencyProof{ChainID: fakeNote.ChainID, From: from, To: 3, FromRoot: make([]byte, 32),
+		Hashes: [][]byte{make([]byte, 32)}, Checkpoint: fakeNote}, nil
+}
+
+func (a *fakeAudit) AddCosignature(_ context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
+	cp := fakeNote
+	cp.Cosignatures = []string{"— witness.example AAAAAA=="}
+	return cp, nil
+}

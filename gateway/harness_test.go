@@ -92,7 +92,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		consoleHandler = console.Handler()
 	}
 	e.srv, err = New(cfg, Deps{
-		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit,
+		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
 		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
 		Console: consoleHandler, Images: e.images, Sinks: e.sinks,
 	})

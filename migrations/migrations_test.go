@@ -108,6 +108,13 @@ func TestAppRolePrivileges(t *testing.T) {
 		{"DELETE FROM audit_checkpoints", false},
 		{"DELETE FROM runs", false},
 		{"ALTER TABLE audit_events DISABLE TRIGGER USER", false},
+		{`INSERT INTO audit_tree_hashes (chain_id, start_index, end_index, hashes) VALUES ('c', 0, 1, sha256(''))`, true},
+		{"SELECT count(*) FROM audit_tree_hashes", true},
+		{"DELETE FROM audit_tree_hashes", false},
+		{"UPDATE audit_tree_hashes SET chain_id = 'x'", false},
+		{`INSERT INTO audit_cosignatures (chain_id, tree_size, root_hash, witness, witness_key, signature) VALUES ('c', 1, sha256(''), 'w', 'w+0+AA==', 'x')`, true},
+		{"UPDATE audit_cosignatures SET witness = 'x'", false},
+		{"TRUNCATE audit_cosignatures", false},
 	}
 	for _, tt := range tests {
 		_, err := conn.ExecContext(ctx, tt.sql)

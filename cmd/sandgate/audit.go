@@ -19,8 +19,10 @@ import (
 	"github.com/sandgate/sandgate/audit"
 )
 
-// newAuditCmd builds `sandgate audit query|export|verify|public-key` and
-// the retention commands `partitions|archive|purge`. They work on the trail
+// newAuditCmd builds `sandgate audit query|export|verify|public-key`, the
+// retention commands `partitions|archive|purge`, and the proofs'
+// `receipt|verify-receipt|witness`. All but witness (which talks to a
+// gateway) and verify-receipt (which needs nothing) work on the trail
 // directly through SANDGATE_DATABASE_URL, not through a gateway: a
 // read-only role is enough for all but archive (which appends) and purge
 // (which needs the tables' owner).
@@ -31,7 +33,8 @@ func newAuditCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
-		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a))
+		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a),
+		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a))
 	return cmd
 }
 

@@ -143,7 +143,8 @@ func defaultConfig(getenv func(string) string) Config {
 	if v := getenv("SANDGATE_MOUNT_ROOTS"); v != "" {
 		c.MountRoots = splitRoots(v)
 	}
-	warm, concurrent, backlog := int64(c.WarmPool), int64(c.MaxConcurrent), int64(c.AuditBacklog)
+	warm, concurrent, backlog, every := int64(c.WarmPool), int64(c.MaxConcurrent), int64(c.AuditBacklog), int64(c.CheckpointEvery)
+	integer("SANDGATE_CHECKPOINT_EVERY", &every)
 	integer("SANDGATE_WARM_POOL", &warm)
 	integer("SANDGATE_MAX_CONCURRENT", &concurrent)
 	integer("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
@@ -161,6 +162,7 @@ func defaultConfig(getenv func(string) string) Config {
 	}
 	// Clamped into int range; Validate bounds them far tighter.
 	c.WarmPool, c.MaxConcurrent, c.AuditBacklog = clampInt(warm), clampInt(concurrent), clampInt(backlog)
+	c.CheckpointEvery = clampInt(every)
 	if c.SpoolDir == "" {
 		if state := getenv("XDG_STATE_HOME"); state != "" {
 			c.SpoolDir = filepath.Join(state, "sandgate", "spool")
@@ -228,6 +230,9 @@ func (c *Config) Validate() error {
 		if !filepath.IsAbs(r) {
 			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %q is not an absolute path", r)
 		}
+	}
+	if c.CheckpointEvery < 1 || c.CheckpointEvery > 1_000_000 {
+		return fmt.Errorf("SANDGATE_CHECKPOINT_EVERY must be between 1 and 1000000, not %d", c.CheckpointEvery)
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		return fmt.Errorf("SANDGATE_WARM_POOL must be between 0 and 64, not %d", c.WarmPool)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
@@ -32,7 +36,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 		}
 	})
 	s := startServer(t, withEnv("SANDGATE_TOKENS_FILE", tokens), withEnv("SANDGATE_DEV", "0"),
-		withEnv("SANDGATE_POLICY_DIR", policy))
+		withEnv("SANDGATE_POLICY_DIR", policy), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"))
 	alice := clientAs(t, s, tok["alice"])
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -164,6 +168,38 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	if err := json.Unmarshal(want(request{method: "GET", path: "/v1/audit/verify", token: tok["audrey"]}, 200), &rep); err != nil || !rep.OK {
 		t.Errorf("verify = %+v, %v", rep, err)
 	}
+	// Proofs: the run's first lifecycle event is under a checkpoint note
+	// by now (one every 2 events); its tree's hashes follow the note.
+	var evs api.AuditEventList
+	json.Unmarshal(want(request{method: "GET", path: "/v1/audit/events?type=container.created&" + q, token: tok["audrey"]}, 200), &evs)
+	if len(evs.Events) == 0 {
+		t.Fatal("no container.created event")
+	}
+	ev := evs.Events[0]
+	incl := "/v1/audit/proof/inclusion?event_id=" + ev.ID
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if got, _, _ := s.send(t, http.DefaultClient, request{method: "GET", path: incl, token: tok["audrey"]}); got == 200 {
+			break
+		}
+	}
+	want(request{method: "GET", path: incl, token: tok["audrey"]}, 200)
+	want(request{method: "GET", path: "/v1/audit/proof/consistency?from=1&chain=" + ev.ChainID, token: tok["adam"]}, 200)
+	want(request{method: "GET", path: "/v1/audit/checkpoint?chain=" + ev.ChainID, token: tok["audrey"]}, 200)
+	var cp api.CheckpointView
+	json.Unmarshal(want(request{method: "GET", path: "/v1/audit/checkpoint?chain=" + ev.ChainID, token: tok["audrey"],
+		header: map[string]string{"Accept": "application/json"}}, 200), &cp)
+	_, wkey, _ := ed25519.GenerateKey(nil)
+	signer := audit.NewCosigner("witness.e2e", wkey)
+	cosigned, err := note.Sign(&note.Note{Text: strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n"}, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cosignBody, _ := json.Marshal(api.CosignatureRequest{Note: string(cosigned), WitnessKey: signer.VerifierKey()})
+	want(request{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tok["audrey"], body: string(cosignBody)}, 200)
+	want(request{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tok["audrey"],
+		body: `{"note":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
+	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
+	want(request{method: "GET", path: "/v1/audit/checkpoint", token: tok["bob"]}, 403)
 
 	// Administration and the gateway itself.
 	want(request{method: "GET", path: "/v1/sandboxes", token: tok["adam"]}, 200)

@@ -292,6 +292,7 @@ func serve(ctx context.Context, a *app) error {
 		Policies:   engine,
 		Recorder:   store,
 		Audit:      store,
+		Proofs:     store,
 		Runs:       runs,
 		Executor:   exec,
 		Sandboxes:  exec.Reaper(),

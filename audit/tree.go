@@ -1,0 +1,443 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// Each chain is also an RFC 6962 Merkle tree whose leaves are its events'
+// hash values in seq order: leaf i (from 0) is the event at seq i+1, and
+// its leaf hash is SHA-256(0x00 ‖ event hash) (tlog.RecordHash). The
+// tree's stored hashes (tlog.StoredHashIndex numbering) are kept in
+// audit_tree_hashes, a run of consecutive ones per row. The writer
+// computes them from the tree's right edge, kept in memory, as it commits
+// events, and signs each checkpoint note with the root computed the same
+// way; a builder goroutine beside it stores the runs, in order (treeState).
+// The events' own commits are left as they were (a decision's commit is
+// one statement). After a restart, or when hashes were lost, the writer
+// catches the stored tree up from audit_events before its next note
+// (growTree).
+
+// LeafHash returns the tree leaf hash of an event hash.
+func LeafHash(eventHash []byte) tlog.Hash { return tlog.RecordHash(eventHash) }
+
+// querier is what a tree reader reads through: a pool or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// readHashesSQL reads stored hashes by index: for each, the row whose run
+// holds it, and its 32 bytes in the run.
+const readHashesSQL = `SELECT x, substring(t.hashes FROM ((x - t.start_index) * 32 + 1)::int FOR 32)
+FROM unnest($2::bigint[]) AS x
+CROSS JOIN LATERAL (SELECT start_index, end_index, hashes FROM audit_tree_hashes
+	WHERE chain_id = $1 AND start_index <= x ORDER BY start_index DESC LIMIT 1) t
+WHERE x < t.end_index`
+
+// treeRow is one audit_tree_hashes row: the run of stored hashes from
+// index start.
+func treeRow(chainID string, start int64, hs []tlog.Hash) []any {
+	b := make([]byte, 0, len(hs)*tlog.HashSize)
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	return []any{chainID, start, start + int64(len(hs)), b}
+}
+
+// treeColumns are the columns treeRow fills.
+var treeColumns = []string{"chain_id", "start_index", "end_index", "hashes"}
+
+// treeReader reads a chain's stored hashes (tlog.HashReader), first from
+// cache.
+type treeReader struct {
+	ctx     context.Context
+	q       querier
+	chainID string
+	cache   map[int64]tlog.Hash
+}
+
+// ReadHashes returns the stored hashes at indexes, in their order.
+func (r *treeReader) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	var miss []int64
+	for i, x := range indexes {
+		h, ok := r.cache[x]
+		if !ok {
+			miss = append(miss, x)
+			continue
+		}
+		out[i] = h
+	}
+	if len(miss) == 0 {
+		return out, nil
+	}
+	rows, err := r.q.Query(r.ctx, readHashesSQL, r.chainID, miss)
+	if err != nil {
+		return nil, fmt.Errorf("read tree hashes: %w", err)
+	}
+	got := make(map[int64]tlog.Hash, len(miss))
+	for rows.Next() {
+		var x int64
+		var h []byte
+		if err := rows.Scan(&x, &h); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read tree hashes: %w", err)
+		}
+		got[x] = tlog.Hash(h)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read tree hashes: %w", err)
+	}
+	for i, x := range indexes {
+		if _, ok := r.cache[x]; ok {
+			continue
+		}
+		h, ok := got[x]
+		if !ok {
+			return nil, fmt.Errorf("chain %s: tree hash %d is not stored", r.chainID, x)
+		}
+		out[i] = h
+		if r.cache != nil {
+			r.cache[x] = h
+		}
+	}
+	return out, nil
+}
+
+// storedTreeSize returns how many leaves of chainID's tree are stored: the
+// n whose StoredHashCount is the end of the last run stored.
+func storedTreeSize(ctx context.Context, q querier, chainID string) (int64, error) {
+	var end *int64
+	if err := q.QueryRow(ctx, `SELECT end_index FROM audit_tree_hashes WHERE chain_id = $1 ORDER BY start_index DESC LIMIT 1`, chainID).Scan(&end); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("read tree size: %w", err)
+	}
+	if end == nil {
+		return 0, nil
+	}
+	count := *end
+	lo, hi := int64(0), count // StoredHashCount(n) >= n
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if tlog.StoredHashCount(mid) < count {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if tlog.StoredHashCount(lo) != count {
+		return 0, fmt.Errorf("chain %s: %d stored tree hashes make no whole tree", chainID, count)
+	}
+	return lo, nil
+}
+
+// treeChunk is how many leaves one catch-up step reads and stores.
+const treeChunk = 50_000
+
+// treeState is a writer's view of its chain's tree: the stored hashes on
+// its right edge (the frontier: the roots of the complete subtrees that
+// make up the tree, all a new leaf or the root needs), in memory, and a
+// builder goroutine that stores every new stored hash in
+// audit_tree_hashes, in order, off the writer's path. A checkpoint note
+// is signed with the root computed from the frontier; the tree hashes it
+// covers follow within milliseconds, and proofs are only answered for
+// trees whose hashes are stored (see Store.noteAt).
+type treeState struct {
+	size     int64 // leaves in the frontier; -1: unknown, catch up from the database
+	frontier map[int64]tlog.Hash
+	rows     chan []any // to the builder, in order: one audit_tree_hashes row each
+	done     chan struct{}
+	pending  sync.WaitGroup // batches sent, not yet stored
+}
+
+// frontierIndexes are the stored hash indexes of the complete subtrees a
+// tree of n leaves is made of.
+func frontierIndexes(n int64) []int64 {
+	var out []int64
+	for l := 0; n>>l > 0; l++ {
+		if (n>>l)&1 == 1 {
+			out = append(out, tlog.StoredHashIndex(l, (n>>l)-1))
+		}
+	}
+	return out
+}
+
+// ReadHashes reads the frontier (tlog.HashReader).
+func (t *treeState) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, x := range indexes {
+		h, ok := t.frontier[x]
+		if !ok {
+			return nil, fmt.Errorf("tree hash %d is not on the frontier", x)
+		}
+		out[i] = h
+	}
+	return out, nil
+}
+
+// startTree starts the builder of w's tree.
+func (w *writer) startTree() {
+	w.tree = &treeState{size: -1, rows: make(chan []any, 1024), done: make(chan struct{})}
+	go w.buildTree()
+}
+
+// buildTree stores the rows the writer sends, in order, until the
+// channel closes: what has queued meanwhile in one COPY, committed
+// without waiting for the WAL flush (synchronous_commit off), since tree
+// hashes are derived data the writer recomputes from the events after a
+// crash. A batch that cannot be stored (Postgres away) is retried; past
+// that, the writer catches the tree up at its next checkpoint.
+func (w *writer) buildTree() {
+	defer close(w.tree.done)
+	for row := range w.tree.rows {
+		rows := [][]any{row}
+	drain:
+		for len(rows) < 256 {
+			select {
+			case r, ok := <-w.tree.rows:
+				if !ok {
+					break drain
+				}
+				rows = append(rows, r)
+			default:
+				break drain
+			}
+		}
+		// Once a batch is lost, the later ones would leave a hole: they
+		// are dropped too until the writer catches the tree up.
+		for attempt := 0; !w.treeBroken.Load(); attempt++ {
+			err := w.storeTreeRows(rows)
+			if err == nil {
+				break
+			}
+			if isPgError(err) || attempt >= 30 {
+				w.cfg.Logger.Warn("audit: tree hashes not stored; the tree catches up later", "chain_id", w.chainID, "err", err)
+				w.treeBroken.Store(true)
+				break
+			}
+			time.Sleep(w.cfg.RetryInterval)
+		}
+		for range rows {
+			w.tree.pending.Done()
+		}
+	}
+}
+
+func (w *writer) storeTreeRows(rows [][]any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tx, err := w.s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit TO off"); err != nil {
+		return err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_tree_hashes"}, treeColumns, pgx.CopyFromRows(rows)); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// stopTree stores what is queued and stops the builder.
+func (w *writer) stopTree() {
+	if w.tree == nil {
+		return
+	}
+	close(w.tree.rows)
+	<-w.tree.done
+}
+
+// addLeaves adds the records just committed (in chain order) to the
+// tree's frontier and hands their stored hashes to the builder. Records
+// that do not follow the tree's last leaf leave the tree to catch up from
+// the database at the next checkpoint.
+func (w *writer) addLeaves(recs []*sealed) {
+	t := w.tree
+	if w.cfg.noTree || t == nil || t.size < 0 {
+		return
+	}
+	start := tlog.StoredHashIndex(0, max(t.size, 0))
+	hashes := make([]tlog.Hash, 0, 2*len(recs))
+	for _, r := range recs {
+		if r.ChainID != w.chainID {
+			continue
+		}
+		if r.Seq != t.size+1 {
+			t.size = -1
+			return
+		}
+		hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(r.Hash), t)
+		if err != nil {
+			t.size = -1
+			return
+		}
+		x := tlog.StoredHashIndex(0, t.size)
+		for j, h := range hs {
+			t.frontier[x+int64(j)] = h
+		}
+		hashes = append(hashes, hs...)
+		t.size++
+	}
+	keep := frontierIndexes(t.size)
+	for k := range t.frontier {
+		if !slices.Contains(keep, k) {
+			delete(t.frontier, k)
+		}
+	}
+	if len(hashes) > 0 {
+		t.pending.Add(1)
+		t.rows <- treeRow(w.chainID, start, hashes)
+	}
+}
+
+// treeRoot returns the root of the chain's tree at headSeq for the next
+// checkpoint note: from the frontier, or, when the tree lost track,
+// caught up from audit_events (synchronously, after the builder stored
+// what it holds) and the frontier read back.
+func (w *writer) treeRoot(ctx context.Context) (tlog.Hash, error) {
+	t := w.tree
+	if w.treeBroken.Load() {
+		t.pending.Wait() // the builder drops what is queued
+		w.treeBroken.Store(false)
+		t.size = -1
+	}
+	if t.size == w.headSeq {
+		return tlog.TreeHash(t.size, t)
+	}
+	t.pending.Wait()
+	tx, err := w.s.pool.Begin(ctx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	defer tx.Rollback(ctx)
+	r, root, err := w.growTree(ctx, tx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	idx := frontierIndexes(w.headSeq)
+	hs, err := r.ReadHashes(idx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return tlog.Hash{}, err
+	}
+	t.frontier = make(map[int64]tlog.Hash, len(idx))
+	for i, x := range idx {
+		t.frontier[x] = hs[i]
+	}
+	t.size = w.headSeq
+	return root, nil
+}
+
+// growTree stores, in tx, the tree hashes of the chain's leaves from the
+// stored tree's size up to headSeq, read from audit_events, and returns
+// its reader and the tree's root.
+func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Hash, error) {
+	size, err := storedTreeSize(ctx, tx, w.chainID)
+	if err != nil {
+		return nil, tlog.Hash{}, err
+	}
+	r := &treeReader{ctx: ctx, q: tx, chainID: w.chainID, cache: map[int64]tlog.Hash{}}
+	if size > w.headSeq {
+		return nil, tlog.Hash{}, fmt.Errorf("chain %s: the stored tree has %d leaves, the chain %d", w.chainID, size, w.headSeq)
+	}
+	for size < w.headSeq {
+		leaves, err := readLeaves(ctx, tx, w.chainID, size, min(w.headSeq, size+treeChunk))
+		if err != nil {
+			return nil, tlog.Hash{}, err
+		}
+		start := tlog.StoredHashIndex(0, size)
+		hashes := make([]tlog.Hash, 0, 2*len(leaves))
+		for i, leaf := range leaves {
+			n := size + int64(i)
+			hs, err := tlog.StoredHashesForRecordHash(n, LeafHash(leaf), r)
+			if err != nil {
+				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", w.chainID, n, err)
+			}
+			x := tlog.StoredHashIndex(0, n)
+			for j, h := range hs {
+				r.cache[x+int64(j)] = h
+			}
+			hashes = append(hashes, hs...)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_tree_hashes (chain_id, start_index, end_index, hashes) VALUES ($1, $2, $3, $4)`,
+			treeRow(w.chainID, start, hashes)...); err != nil {
+			return nil, tlog.Hash{}, fmt.Errorf("store tree hashes: %w", err)
+		}
+		size += int64(len(leaves))
+		// A long catch-up keeps only what the next chunk may need.
+		keep := map[int64]tlog.Hash{}
+		for _, x := range frontierIndexes(size) {
+			if h, ok := r.cache[x]; ok {
+				keep[x] = h
+			}
+		}
+		r.cache = keep
+	}
+	root, err := tlog.TreeHash(size, r)
+	return r, root, err
+}
+
+// readLeaves returns the event hashes of seq from+1 to to of chainID.
+func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) ([][]byte, error) {
+	rows, err := q.Query(ctx, `SELECT seq, hash FROM audit_events WHERE chain_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq`, chainID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("read chain hashes: %w", err)
+	}
+	defer rows.Close()
+	out := make([][]byte, 0, to-from)
+	next := from + 1
+	for rows.Next() {
+		var seq int64
+		var h []byte
+		if err := rows.Scan(&seq, &h); err != nil {
+			return nil, fmt.Errorf("read chain hashes: %w", err)
+		}
+		if seq != next {
+			return nil, fmt.Errorf("chain %s: seq %d missing", chainID, next)
+		}
+		out = append(out, h)
+		next++
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read chain hashes: %w", err)
+	}
+	if next != to+1 {
+		return nil, fmt.Errorf("chain %s: rows after seq %d missing", chainID, next-1)
+	}
+	return out, nil
+}
+
+// push adds the leaf of an event hash to the frontier (pruned every 1024
+// leaves): how verify follows a chain's tree.
+func (t *treeState) push(eventHash []byte) error {
+	hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(eventHash), t)
+	if err != nil {
+		return err
+	}
+	x := tlog.StoredHashIndex(0, t.size)
+	for j, h := range hs {
+		t.frontier[x+int64(j)] = h
+	}
+	t.size++
+	if t.size%1024 == 0 {
+		keep := frontierIndexes(t.size)
+		for k := range t.frontier {
+			if !slices.Contains(keep, k) {
+				delete(t.frontier, k)
+			}
+		}
+	}
+	return nil
+}
