@@ -48,6 +48,11 @@ const (
 	// out of attempts, or cut short by shutdown).
 	EventCallbackDelivered EventType = "callback.delivered"
 	EventCallbackFailed    EventType = "callback.failed"
+	// EventEgressAllowed and EventEgressDenied record the connections of
+	// egress runs through the proxy: the first to each destination
+	// singly, the repeats aggregated with counts (docs/egress.md).
+	EventEgressAllowed EventType = "egress.allowed"
+	EventEgressDenied  EventType = "egress.denied"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -61,6 +66,7 @@ var EventTypes = []EventType{
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
 	EventArtifactsCollected,
 	EventCallbackDelivered, EventCallbackFailed,
+	EventEgressAllowed, EventEgressDenied,
 }
 
 // Known reports whether t is one of EventTypes.
