@@ -2,7 +2,6 @@ package egress_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -10,8 +9,6 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,47 +17,8 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/egress"
-	"github.com/sandgate/sandgate/policies"
+	"github.com/sandgate/sandgate/policies/policytest"
 )
-
-// Engine is the real policies engine over a copy of the bundle whose data
-// allows team "payments" the destinations given.
-func Engine(t testing.TB, dests ...string) *policies.Engine {
-	t.Helper()
-	dir := t.TempDir()
-	files, err := filepath.Glob("../policies/*.rego")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("bundle: %v", err)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile("../policies/data.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var data map[string]any
-	if err := json.Unmarshal(raw, &data); err != nil {
-		t.Fatal(err)
-	}
-	cfg := data["sandgate"].(map[string]any)["config"].(map[string]any)
-	cfg["egress_destinations"] = map[string]any{"default": []string{}, "teams": map[string]any{"payments": dests}}
-	raw, _ = json.Marshal(data)
-	if err := os.WriteFile(filepath.Join(dir, "data.json"), raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e, err := policies.New(context.Background(), policies.Options{Dir: dir})
-	if err != nil {
-		t.Fatalf("policies.New: %v", err)
-	}
-	return e
-}
 
 // events collects what the proxy emits.
 type events struct {
@@ -112,7 +70,7 @@ func newFixture(t *testing.T, lookup func(n int64, host string) []netip.Addr, li
 	_, f.port, _ = net.SplitHostPort(f.upstream.Listener.Addr().String())
 	dests := append([]string{"127.0.0.1:" + f.port, "upstream.test:" + f.port, "private.test:" + f.port,
 		"rebind.test:" + f.port, "169.254.169.254:80"}, extra...)
-	eng := Engine(t, dests...)
+	eng := policytest.Engine(t, policytest.EgressDestinations("payments", dests...))
 	f.proxy = egress.New(egress.Options{
 		Decider: eng, Events: f.events, Node: "n1", SourceWait: 50 * time.Millisecond, AggregateEvery: time.Hour,
 		Lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {

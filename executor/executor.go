@@ -72,6 +72,9 @@ type Executor struct {
 	// bridgeMu guards whether sandgate's bridge network is ready.
 	bridgeMu    sync.Mutex
 	bridgeReady bool
+	// egressMu guards the egress network and its proxy, once made.
+	egressMu sync.Mutex
+	egress   *egressNet
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
 	// workspaces makes the file systems of runs' workspaces.
@@ -369,6 +372,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 // running containers; Shutdown does.
 func (e *Executor) Close() error {
 	e.stopBackground()
+	e.closeEgress()
 	e.pool.shutdown()
 	if e.closer != nil {
 		return e.closer.Close()
