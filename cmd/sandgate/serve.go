@@ -226,6 +226,8 @@ func serve(ctx context.Context, a *app) error {
 		Blobs:         runs,
 		WarmPool:      cfg.WarmPool,
 		WarmProfiles:  warm,
+		EgressDecider: engine,
+		EgressMetrics: metrics.Egress(),
 		Logger:        logger.With("component", "executor"),
 	}, metrics.Sink(store))
 	if err != nil {
