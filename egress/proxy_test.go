@@ -55,7 +55,7 @@ type fixture struct {
 	lookups  atomic.Int64
 }
 
-func newFixture(t *testing.T, lookup func(n int64, host string) []netip.Addr, limits sandgate.EgressLimits, extra ...string) *fixture {
+func newFixture(t testing.TB, lookup func(n int64, host string) []netip.Addr, limits sandgate.EgressLimits, extra ...string) *fixture {
 	t.Helper()
 	f := &fixture{events: &events{}}
 	payload := strings.Repeat("x", 1<<20)

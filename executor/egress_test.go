@@ -32,6 +32,8 @@ type egressFixture struct {
 	port     int // the upstream's
 	dests    []string
 	upstream *http.Server
+	// served receives how long each /bytes/N answer took to write.
+	served chan time.Duration
 }
 
 // lookupNames is the test's resolver: upstream.test is the loopback
@@ -46,14 +48,20 @@ func lookupNames(_ context.Context, host string) ([]netip.Addr, error) {
 	return nil, fmt.Errorf("no such host %s", host)
 }
 
-func newEgressFixture(t *testing.T, tune func(*executor.Config)) *egressFixture {
+func newEgressFixture(t testing.TB, tune func(*executor.Config)) *egressFixture {
+	return newEgressFixtureOn(t, "127.0.0.1:0", tune)
+}
+
+// newEgressFixtureOn is newEgressFixture with the upstream listening on
+// listen.
+func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)) *egressFixture {
 	t.Helper()
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
 		t.Skip("the egress network's firewall rules need root (iptables)")
 	}
 	executortest.RequireDocker(t)
-	f := &egressFixture{}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	f := &egressFixture{served: make(chan time.Duration, 64)}
+	ln, err := net.Listen("tcp4", listen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +70,20 @@ func newEgressFixture(t *testing.T, tune func(*executor.Config)) *egressFixture 
 	f.upstream = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/bytes/")); err == nil {
 			w.Header().Set("Content-Length", strconv.Itoa(n))
+			start := time.Now()
 			for n > 0 {
 				k := min(n, len(big))
 				if _, err := w.Write(big[:k]); err != nil {
 					return
 				}
 				n -= k
+			}
+			if fl, ok := w.(http.Flusher); ok {
+				fl.Flush()
+			}
+			select {
+			case f.served <- time.Since(start):
+			default:
 			}
 			return
 		}
@@ -108,7 +124,7 @@ func newEgressFixture(t *testing.T, tune func(*executor.Config)) *egressFixture 
 
 // job is an egress run of command, admitted for the fixture's
 // destinations, with loopback allowed as the test's data says.
-func (f *egressFixture) job(t *testing.T, limits *sandgate.EgressLimits, command ...string) sandgate.Job {
+func (f *egressFixture) job(t testing.TB, limits *sandgate.EgressLimits, command ...string) sandgate.Job {
 	j := newJob(t, func(s *sandgate.RunSpec) {
 		s.Network = sandgate.NetworkEgress
 		s.Egress = f.dests
