@@ -33,6 +33,7 @@ const (
 	ReasonByteLimit       = "byte_limit"
 	ReasonResolve         = "resolve_failed"
 	ReasonConnect         = "connect_failed"
+	ReasonTooManyOpen     = "too_many_open"
 )
 
 // Defaults of Options.
@@ -45,6 +46,10 @@ const (
 	// each direction of a connection: what one connection holds.
 	MaxHeaderBytes = 32 << 10
 	copyBuffer     = 32 << 10
+	// MaxOpen is how many sockets (to the run and to its destinations)
+	// a run may hold open through the proxy at once: what bounds the
+	// proxy's memory for one run, whatever its limits.
+	MaxOpen = 512
 	// MaxDestinations is how many destinations a run's aggregates keep
 	// apart; the others are counted together under OtherHost.
 	MaxDestinations = 256
@@ -314,6 +319,8 @@ func (p *Proxy) handle(c net.Conn) {
 		return
 	}
 	if !st.enter(c) {
+		p.count("denied", ReasonTooManyOpen)
+		refuse(c, http.StatusTooManyRequests, "sandgate egress: too many open connections")
 		return
 	}
 	defer st.active.Done()
@@ -439,9 +446,6 @@ func (p *Proxy) admit(st *runState, rec *conn, hostport string) (net.Conn, int) 
 	if st.bytesLeft.Load() <= 0 {
 		return deny(http.StatusForbidden, ReasonByteLimit, "the run's egress byte limit (%d) is used up", st.run.Limits.Bytes)
 	}
-	if !st.takeConnection() {
-		return deny(http.StatusForbidden, ReasonConnectionLimit, "the run's egress connection limit (%d) is reached", st.run.Limits.Connections)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.opt.DialTimeout)
 	defer cancel()
 	addrs, _, err := Resolve(ctx, p.opt.Lookup, rec.host)
@@ -474,6 +478,11 @@ func (p *Proxy) admit(st *runState, rec *conn, hostport string) (net.Conn, int) 
 	if !d.Allow {
 		rec.addr = accepted[0]
 		return deny(http.StatusForbidden, ReasonPolicy, "%s", strings.Join(d.Reasons, "; "))
+	}
+	// Only connections the proxy is about to make count against the
+	// run's limit; refused ones are bounded by the events' aggregation.
+	if !st.takeConnection() {
+		return deny(http.StatusForbidden, ReasonConnectionLimit, "the run's egress connection limit (%d) is reached", st.run.Limits.Connections)
 	}
 	up, addr, err := DialChecked(ctx, &p.dialer, "tcp", accepted, uint16(rec.port), func(a netip.Addr) error {
 		return CheckPublic(a, st.run.Private)

@@ -57,11 +57,12 @@ type pending struct {
 	first, last     time.Time
 }
 
-// enter tracks a client connection as active; false once the run ended.
+// enter tracks a client connection as active; false once the run ended
+// or while it holds MaxOpen sockets.
 func (st *runState) enter(c net.Conn) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.ended {
+	if st.ended || len(st.conns) >= MaxOpen {
 		return false
 	}
 	st.active.Add(1)
