@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,10 +37,20 @@ type egressFixture struct {
 	served chan time.Duration
 }
 
+// rebindLookups counts rebind.test's lookups.
+var rebindLookups atomic.Int64
+
 // lookupNames is the test's resolver: upstream.test is the loopback
 // upstream, private.test a private address.
 func lookupNames(_ context.Context, host string) ([]netip.Addr, error) {
 	switch host {
+	case "rebind.test":
+		// A rebinding resolver: the loopback upstream on odd lookups,
+		// the metadata address on even ones.
+		if rebindLookups.Add(1)%2 == 1 {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
 	case "upstream.test":
 		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
 	case "private.test":
@@ -93,7 +104,7 @@ func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)
 	t.Cleanup(func() { f.upstream.Close() })
 
 	port := strconv.Itoa(f.port)
-	f.dests = []string{"upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80"}
+	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80"}
 	eng := policytest.Engine(t, policytest.EgressDestinations("payments", f.dests...))
 	suffix := randomHex(t, 3)
 	proxyPort := 20000 + int(time.Now().UnixNano()%20000)
@@ -240,5 +251,49 @@ func TestEgressLimits(t *testing.T) {
 	}
 	if limited == 0 {
 		t.Errorf("no egress.denied for the connection limit")
+	}
+}
+
+// TestEgressDNSRebindingAndBoundedEvents: inside the sandbox, a name whose
+// resolver answers the allowed upstream first and the metadata address
+// next is connected to the first, checked answer (one lookup per
+// connection); and a run that opens 500 connections to one destination
+// leaves two egress.allowed events, the second an aggregate counting 499.
+func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
+	// Aggregates are recorded at the run's end only, whatever its speed.
+	f := newEgressFixture(t, func(c *executor.Config) { c.EgressAggregate = time.Hour })
+	p := strconv.Itoa(f.port)
+	before := rebindLookups.Load()
+	job := f.job(t, &sandgate.EgressLimits{Connections: 600, Bytes: 64 << 20}, "sh", "-c",
+		`wget -q -O - http://rebind.test:`+p+`/ && echo OK-rebind; `+
+			`i=0; ok=0; while [ $i -lt 500 ]; do wget -q -O /dev/null http://upstream.test:`+p+`/ && ok=$((ok+1)); i=$((i+1)); done; echo ok=$ok`)
+	job.Spec.TimeoutSeconds = 240
+	res := execute(t, f.ex, job)
+	out := text(res.Stdout)
+	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || !strings.Contains(out, "ok=500") {
+		t.Fatalf("stdout %q stderr %q", out, text(res.Stderr))
+	}
+	if n := rebindLookups.Load() - before; n != 1 {
+		t.Errorf("rebind.test resolved %d times for one connection; want once", n)
+	}
+	var single, aggregated int
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type != sandgate.EventEgressAllowed || ev.Payload["host"] != "upstream.test" {
+			continue
+		}
+		if ev.Payload["aggregated"] == true {
+			aggregated++
+			if ev.Payload["connections"] != int64(499) {
+				t.Errorf("aggregate counts %v connections; want 499", ev.Payload["connections"])
+			}
+		} else {
+			single++
+		}
+	}
+	if single != 1 || aggregated != 1 {
+		t.Errorf("500 connections made %d single and %d aggregate events; want 1 and 1", single, aggregated)
+	}
+	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
+		t.Errorf("summary %+v", res.Egress)
 	}
 }
