@@ -82,3 +82,32 @@ func TestEgressDestinationMatches(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseEgressDestination: what parses has one spelling, which parses
+// to itself, and matches the names and addresses it names.
+func FuzzParseEgressDestination(f *testing.F) {
+	for _, s := range []string{"pypi.org:443", "*.npmjs.org:443", "10.2.0.0/16:5432", "[fd00::/8]:443", "[::1]:80",
+		"127.0.0.1:8080", "PyPI.ORG.:443", "::1:80", "127.1:80", "*.com:1", "a:0", "[::ffff:10.0.0.1]:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := sandgate.ParseEgressDestination(s)
+		if err != nil {
+			return
+		}
+		norm := d.String()
+		again, err := sandgate.ParseEgressDestination(norm)
+		if err != nil || again.String() != norm {
+			t.Fatalf("%q → %q → %q, %v", s, norm, again.String(), err)
+		}
+		if d.Port < 1 || d.Port > 65535 {
+			t.Fatalf("%q: port %d", s, d.Port)
+		}
+		if d.Host != "" && !d.Wildcard() && !d.Matches(d.Host, d.Port, netip.Addr{}) {
+			t.Fatalf("%q does not match its own host", s)
+		}
+		if d.Prefix.IsValid() && !d.Matches(d.Prefix.Addr().String(), d.Port, netip.Addr{}) {
+			t.Fatalf("%q does not match its own address", s)
+		}
+	})
+}
