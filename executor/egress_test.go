@@ -182,6 +182,7 @@ func TestEgressRun(t *testing.T) {
 		`gw=${HTTP_PROXY#http://}; gw=${gw%:*}`,
 		`timeout 5 wget -Y off -q -O - http://$gw:` + strconv.Itoa(hostPort) + `/ && echo LEAK-direct-wget`,
 		`nc -w 3 $gw ` + strconv.Itoa(hostPort) + ` </dev/null && echo LEAK-direct-nc`,
+		`timeout 8 nslookup upstream.test && echo LEAK-dns`,
 		`true`,
 	}, "; ")
 	job := f.job(t, nil, "sh", "-c", script)

@@ -150,6 +150,11 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 			return e.failed(r, err), err
 		}
 		set.config.Env = append(set.config.Env, eg.env...)
+		// Docker's embedded DNS server would forward the run's queries
+		// to the host's resolvers, a channel out that no proxy sees:
+		// its only upstream is the gateway address, where the firewall
+		// drops them. Names are resolved by the proxy.
+		set.host.DNS = []string{eg.gateway.String()}
 	}
 	var ws *runWorkspace
 	if r.job.Spec.HasWorkspace() {
