@@ -109,3 +109,17 @@ func TestEndToEndEgress(t *testing.T) {
 		t.Errorf("a destination the data does not allow: %d %s", status, body)
 	}
 }
+
+// TestRunEgressFlag: --egress lists the destinations and, without
+// --network, makes the run's network egress.
+func TestRunEgressFlag(t *testing.T) {
+	a := &app{getenv: func(string) string { return "" }}
+	spec, err := buildSpec(a, runOptions{egress: []string{"pypi.org:443", "*.npmjs.org:443"}}, []string{"true"})
+	if err != nil || spec.Network != sandgate.NetworkEgress || len(spec.Egress) != 2 {
+		t.Errorf("spec network %q egress %v, %v", spec.Network, spec.Egress, err)
+	}
+	spec, _ = buildSpec(a, runOptions{network: "bridge", egress: []string{"pypi.org:443"}}, []string{"true"})
+	if spec.Network != "bridge" {
+		t.Errorf("--network bridge --egress gave network %q; the policy judges what was asked", spec.Network)
+	}
+}
