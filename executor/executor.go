@@ -11,7 +11,8 @@
 //   - Executor (executor.go, run.go): runs jobs; the run path from slot to
 //     container, with the image resolved (resolve.go), the container's
 //     settings (container.go), its mounts pinned (mountstage.go), cache
-//     volumes (volumes.go), the bridge network (network.go), the image's
+//     volumes (volumes.go), the bridge network (network.go), the egress
+//     network and the egress proxy it owns (egress.go), the image's
 //     users checked (identity.go), created and started (lifecycle.go).
 //   - handle (handle.go): one container from create, claim or adoption to
 //     removal; every run is followed to its end by one. Its sampler
