@@ -132,6 +132,10 @@ type Enforcement struct {
 	// MaxVolumes is how many cache volumes the run's team may have
 	// (data.sandgate.config.max_volumes); 0 is the executor's default.
 	MaxVolumes int `json:"max_volumes"`
+	// EgressPrivateCIDRs are the loopback and private addresses the egress
+	// proxy may connect an egress run to; every other such address is
+	// refused (data.sandgate.config.egress_private_cidrs).
+	EgressPrivateCIDRs []string `json:"egress_private_cidrs"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's

@@ -52,6 +52,11 @@ const (
 	// against a candidate bundle: its revision, the filters and the
 	// counts of the decisions that would change.
 	EventPolicyReplayed EventType = "policy.replayed"
+	// EventEgressAllowed and EventEgressDenied record the connections of
+	// egress runs through the proxy: the first to each destination
+	// singly, the repeats aggregated with counts (docs/egress.md).
+	EventEgressAllowed EventType = "egress.allowed"
+	EventEgressDenied  EventType = "egress.denied"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -66,6 +71,7 @@ var EventTypes = []EventType{
 	EventArtifactsCollected,
 	EventCallbackDelivered, EventCallbackFailed,
 	EventPolicyReplayed,
+	EventEgressAllowed, EventEgressDenied,
 }
 
 // Known reports whether t is one of EventTypes.

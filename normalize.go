@@ -28,6 +28,8 @@ type Defaults struct {
 	// WorkspaceWorkdir is the workdir of a run that has a workspace and
 	// names no workdir.
 	WorkspaceWorkdir string `json:"workspace_workdir"`
+	// EgressLimits are the limits of an egress run that names none.
+	EgressLimits EgressLimits `json:"egress_limits"`
 }
 
 // BuiltinDefaults are used for any default the bundle's data leaves out.
@@ -41,6 +43,7 @@ var BuiltinDefaults = Defaults{
 	PullPolicy:         PullNever,
 	ArtifactLimitBytes: 64 << 20,
 	WorkspaceWorkdir:   "/workspace",
+	EgressLimits:       EgressLimits{Connections: 256, Bytes: 1 << 30},
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -70,6 +73,8 @@ func (d Defaults) merge() Defaults {
 	d.Resources.WorkspaceMB = pick64(d.Resources.WorkspaceMB, b.Resources.WorkspaceMB)
 	d.ArtifactLimitBytes = pick64(d.ArtifactLimitBytes, b.ArtifactLimitBytes)
 	d.WorkspaceWorkdir = pick(d.WorkspaceWorkdir, b.WorkspaceWorkdir)
+	d.EgressLimits.Connections = pick64(d.EgressLimits.Connections, b.EgressLimits.Connections)
+	d.EgressLimits.Bytes = pick64(d.EgressLimits.Bytes, b.EgressLimits.Bytes)
 	if d.Resources.CPUs <= 0 {
 		d.Resources.CPUs = b.Resources.CPUs
 	}
@@ -231,6 +236,9 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 			return Normalized{}, err
 		}
 	}
+	if err := normalizeEgress(&s, d); err != nil {
+		return Normalized{}, err
+	}
 	for k := range s.Labels {
 		if strings.HasPrefix(k, "sandgate.") {
 			return Normalized{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")
@@ -250,6 +258,11 @@ func (s RunSpec) clone() RunSpec {
 	c.Ports = append([]string(nil), s.Ports...)
 	c.Files = append([]File(nil), s.Files...)
 	c.Artifacts = append([]string(nil), s.Artifacts...)
+	c.Egress = append([]string(nil), s.Egress...)
+	if s.EgressLimits != nil {
+		l := *s.EgressLimits
+		c.EgressLimits = &l
+	}
 	if s.Workspace != nil {
 		w := *s.Workspace
 		c.Workspace = &w

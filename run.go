@@ -67,6 +67,9 @@ type Run struct {
 	// Usage is what the run's container used; nil until the run has
 	// finished, and for a run that never had a running container.
 	Usage *Usage `json:"usage"`
+	// Egress is what a run with network egress did through the proxy;
+	// nil for other runs.
+	Egress *EgressSummary `json:"egress,omitempty"`
 }
 
 // Job is an admitted run handed to an Executor: the normalised, mutated and
@@ -137,6 +140,8 @@ type Result struct {
 	// Usage is what the container used while the run had it; nil when the
 	// command never ran.
 	Usage *Usage
+	// Egress is what an egress run did through the proxy; nil otherwise.
+	Egress *EgressSummary
 }
 
 // Executor runs admitted jobs in fresh, locked-down sandboxes. The Docker

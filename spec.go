@@ -28,7 +28,11 @@ type RunSpec struct {
 	SessionID        string            `json:"session_id,omitempty"`
 	TaskID           string            `json:"task_id,omitempty"`
 	CallbackURL      string            `json:"callback_url,omitempty"` // where the finished run is POSTed, signed
-	Labels           map[string]string `json:"labels,omitempty"`
+	// Egress are the destinations a run with network "egress" may reach
+	// through sandgate's proxy: "host:port", "*.domain:port", "cidr:port".
+	Egress       []string          `json:"egress,omitempty"`
+	EgressLimits *EgressLimits     `json:"egress_limits,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 
 	// Files are small files written into the workdir before the command
 	// starts; a larger tree comes as a workspace archive (multipart).
@@ -258,6 +262,7 @@ func (s RunSpec) CheckBounds() error {
 		func() error { return strs("security_opt", s.SecurityOpt, MaxSecurityOpt, MaxOptionBytes) },
 		func() error { return strs("ports", s.Ports, MaxPorts, MaxOptionBytes) },
 		func() error { return strs("artifacts", s.Artifacts, MaxArtifacts, MaxPathBytes) },
+		func() error { return strs("egress", s.Egress, MaxEgress, MaxNameBytes) },
 		func() error {
 			if err := count("files", len(s.Files), MaxFiles); err != nil {
 				return err
@@ -382,6 +387,13 @@ func (s RunSpec) Document() map[string]any {
 	setString(d, "session_id", s.SessionID)
 	setString(d, "task_id", s.TaskID)
 	setString(d, "callback_url", s.CallbackURL)
+	setStrings(d, "egress", s.Egress)
+	if l := s.EgressLimits; l != nil {
+		ld := make(map[string]any, 2)
+		setInt(ld, "connections", l.Connections)
+		setInt(ld, "bytes", l.Bytes)
+		d["egress_limits"] = ld
+	}
 	if len(s.Labels) > 0 {
 		d["labels"] = stringMapDoc(s.Labels)
 	}

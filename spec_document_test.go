@@ -98,6 +98,7 @@ func fullSpec() RunSpec {
 		Workspace: &WorkspaceArchive{Format: "tar.gz", SHA256: "ab", ArchiveBytes: 10, Entries: 2, UnpackedBytes: 20},
 		UID:       &uid, GID: &gid,
 		CallbackURL: "https://hooks.example.com/sandgate?x=<&>",
-		Security:    &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
+		Egress:      []string{"*.npmjs.org:443"}, EgressLimits: &EgressLimits{Connections: 7},
+		Security: &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/egress"
 )
 
 // SandboxImage is the default sandbox image that BuildSandboxImage builds.
@@ -95,6 +96,26 @@ type Config struct {
 	// on the bridge's gateway address. By default the host's firewall drops
 	// what comes from the bridge for the host (which needs root).
 	BridgeHostAccess bool
+	// EgressNetwork is the Docker network of runs admitted with network
+	// "egress": internal, inter-container communication disabled, its
+	// one way out the egress proxy on its gateway address. Default
+	// DefaultEgressNetwork; EgressInterface is its host interface
+	// (DefaultEgressInterface) and EgressPort the proxy's port
+	// (DefaultEgressPort).
+	EgressNetwork   string
+	EgressInterface string
+	EgressPort      int
+	// EgressDecider judges each connection of an egress run (the policy
+	// engine); without it egress runs are refused.
+	EgressDecider sandgate.EgressDecider
+	// EgressLookup resolves the names egress runs connect to; default the
+	// system resolver. Tests inject theirs.
+	EgressLookup egress.Lookup
+	// EgressMetrics counts the proxy's connections and bytes; optional.
+	EgressMetrics egress.Metrics
+	// EgressAggregate is how often repeated connections are recorded as
+	// one event; default egress.DefaultAggregateEvery.
+	EgressAggregate time.Duration
 	// UsageInterval is how often, at most, a running container's
 	// resource counters are read (see usage.go): the CPU time and I/O a
 	// run reports can miss up to one interval of its end. Default 200ms;
@@ -179,6 +200,18 @@ func (c *Config) Validate() error {
 	}
 	if len(c.BridgeInterface) > 15 || !safeName.MatchString(c.BridgeInterface) {
 		return fmt.Errorf("executor: BridgeInterface %q is not an interface name", c.BridgeInterface)
+	}
+	if c.EgressNetwork == "" {
+		c.EgressNetwork = DefaultEgressNetwork
+	}
+	if c.EgressInterface == "" {
+		c.EgressInterface = DefaultEgressInterface
+	}
+	if c.EgressPort == 0 {
+		c.EgressPort = DefaultEgressPort
+	}
+	if !safeName.MatchString(c.EgressNetwork) || len(c.EgressInterface) > 15 || !safeName.MatchString(c.EgressInterface) || c.EgressPort < 1 || c.EgressPort > 65535 {
+		return fmt.Errorf("executor: EgressNetwork %q, EgressInterface %q or EgressPort %d is not usable", c.EgressNetwork, c.EgressInterface, c.EgressPort)
 	}
 	if c.UsageInterval == 0 {
 		c.UsageInterval = defaultUsageInterval

@@ -110,6 +110,10 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 		// Never Docker's default bridge: sandgate's own, where runs
 		// cannot reach each other.
 		network = ecfg.BridgeNetwork
+	case network == sandgate.NetworkEgress:
+		// The internal egress network: the proxy is the only way out
+		// (egress.go sets its address in the environment).
+		network = ecfg.EgressNetwork
 	}
 	image := s.Image
 

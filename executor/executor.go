@@ -11,7 +11,8 @@
 //   - Executor (executor.go, run.go): runs jobs; the run path from slot to
 //     container, with the image resolved (resolve.go), the container's
 //     settings (container.go), its mounts pinned (mountstage.go), cache
-//     volumes (volumes.go), the bridge network (network.go), the image's
+//     volumes (volumes.go), the bridge network (network.go), the egress
+//     network and the egress proxy it owns (egress.go), the image's
 //     users checked (identity.go), created and started (lifecycle.go).
 //   - handle (handle.go): one container from create, claim or adoption to
 //     removal; every run is followed to its end by one. Its sampler
@@ -72,6 +73,9 @@ type Executor struct {
 	// bridgeMu guards whether sandgate's bridge network is ready.
 	bridgeMu    sync.Mutex
 	bridgeReady bool
+	// egressMu guards the egress network and its proxy, once made.
+	egressMu sync.Mutex
+	egress   *egressNet
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
 	// workspaces makes the file systems of runs' workspaces.
@@ -369,6 +373,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 // running containers; Shutdown does.
 func (e *Executor) Close() error {
 	e.stopBackground()
+	e.closeEgress()
 	e.pool.shutdown()
 	if e.closer != nil {
 		return e.closer.Close()

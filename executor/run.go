@@ -117,7 +117,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	// A warm container has no workspace: a run with one is created.
-	if !r.job.Spec.HasWorkspace() {
+	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress {
 		if m := e.pool.claim(ctx, r, set, imageID); m != nil {
 			return e.executeWarm(ctx, r, set, imageID, m)
 		}
@@ -143,6 +143,18 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		if err := e.ensureBridge(ctx, r); err != nil {
 			return e.failed(r, err), err
 		}
+	}
+	if string(set.host.NetworkMode) == e.cfg.EgressNetwork && !r.job.AirGapped {
+		eg, err := e.ensureEgress(ctx, r)
+		if err != nil {
+			return e.failed(r, err), err
+		}
+		set.config.Env = append(set.config.Env, eg.env...)
+		// Docker's embedded DNS server would forward the run's queries
+		// to the host's resolvers, a channel out that no proxy sees:
+		// its only upstream is the gateway address, where the firewall
+		// drops them. Names are resolved by the proxy.
+		set.host.DNS = []string{eg.gateway.String()}
 	}
 	var ws *runWorkspace
 	if r.job.Spec.HasWorkspace() {
@@ -187,7 +199,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 // startAndSupervise starts a created container and follows it to its
 // end: attached to and waited on first, so no output and no exit is
 // missed, then started exactly once.
-func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (sandgate.Result, error) {
+func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (res sandgate.Result, err error) {
 	stdin := h.r.job.Spec.Stdin
 	if err := h.attach(ctx, stdin != "", container.WaitConditionNextExit); err != nil {
 		if ctx.Err() != nil {
@@ -203,6 +215,15 @@ func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (sandgate.R
 		return h.failed(err), err
 	}
 	h.started(e.now(), nil, true)
+	if string(h.r.job.Spec.Network) == sandgate.NetworkEgress && !h.r.job.AirGapped {
+		if p, addr, err := e.registerEgress(ctx, h); err != nil {
+			// Fail closed: the proxy refuses every connection of an
+			// address it does not know.
+			e.log.Warn("egress run not registered with the proxy; its connections are refused", "run_id", h.r.job.RunID, "err", err)
+		} else {
+			defer func() { res.Egress = p.Unregister(addr) }()
+		}
+	}
 	if stdin != "" {
 		h.writeStdin(stdin)
 	}

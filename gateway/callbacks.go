@@ -20,6 +20,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/egress"
 )
 
 // The headers of a completion callback. The signature is
@@ -279,60 +280,45 @@ func (c *callbacks) attempt(ctx context.Context, target *url.URL, cb callback) (
 	}
 }
 
-// dial resolves the host itself and connects to the first address it
-// accepts, so that the address checked is the address connected to: a
-// second lookup (DNS rebinding) never comes into it.
+// dial resolves the host itself, once, and connects to the first address
+// it accepts (egress.Resolve, egress.DialChecked), so that the address
+// checked is the address connected to: a second lookup (DNS rebinding)
+// never comes into it.
 func (c *callbacks) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-	host, port, err := net.SplitHostPort(addr)
+	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
-	var addrs []netip.Addr
-	literal := false
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs, literal = []netip.Addr{a}, true
-	} else if addrs, err = c.opt.lookup(ctx, host); err != nil {
-		return nil, fmt.Errorf("resolve %s: %w", host, err)
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", portStr, err)
 	}
-	var firstErr error
-	for _, a := range addrs {
-		a = a.Unmap()
-		err := checkCallbackAddr(a)
-		if err == nil && a.IsLoopback() && !literal && host != "localhost" {
+	addrs, literal, err := egress.Resolve(ctx, egress.Lookup(c.opt.lookup), host)
+	if err != nil {
+		return nil, err
+	}
+	conn, _, err := egress.DialChecked(ctx, d, network, addrs, uint16(port), func(a netip.Addr) error {
+		if err := checkCallbackAddr(a); err != nil {
+			return err
+		}
+		if a.IsLoopback() && !literal && host != "localhost" {
 			// A name that policy judged as a remote host must not lead to
 			// this host's own services.
-			err = &refusedError{fmt.Sprintf("host %s resolves to the loopback address %s; name a loopback receiver by its address", host, a)}
+			return &refusedError{fmt.Sprintf("host %s resolves to the loopback address %s; name a loopback receiver by its address", host, a)}
 		}
-		if err == nil {
-			conn, derr := d.DialContext(ctx, network, net.JoinHostPort(a.String(), port))
-			if derr == nil {
-				return conn, nil
-			}
-			err = derr
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	if firstErr == nil {
-		firstErr = fmt.Errorf("resolve %s: no addresses", host)
-	}
-	return nil, firstErr
+		return nil
+	})
+	return conn, err
 }
 
 // checkCallbackAddr refuses what a callback is never sent to, whatever
-// the policy allowed: link-local addresses (169.254.0.0/16 and fe80::/10,
-// where cloud metadata services answer), the unspecified address (which
-// reaches this host), multicast and broadcast.
+// the policy allowed (egress.CheckAlways): link-local addresses
+// (169.254.0.0/16 and fe80::/10, where cloud metadata services answer),
+// the unspecified address (which reaches this host), multicast and
+// broadcast.
 func checkCallbackAddr(a netip.Addr) error {
-	a = a.Unmap()
-	switch {
-	case a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast():
-		return &refusedError{fmt.Sprintf("address %s is link-local; callbacks are never sent there", a)}
-	case a.IsUnspecified():
-		return &refusedError{fmt.Sprintf("address %s is unspecified; callbacks are never sent there", a)}
-	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
-		return &refusedError{fmt.Sprintf("address %s is multicast or broadcast; callbacks are never sent there", a)}
+	if err := egress.CheckAlways(a); err != nil {
+		return &refusedError{err.Error() + "; callbacks are never sent there"}
 	}
 	return nil
 }

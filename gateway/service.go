@@ -512,6 +512,7 @@ func applyResult(run *sandgate.Run, res sandgate.Result, err error, now time.Tim
 	run.DurationMS = max(0, finished.Sub(from).Milliseconds())
 	run.Stdout, run.Stderr = res.Stdout, res.Stderr
 	run.Usage = res.Usage
+	run.Egress = res.Egress
 	run.Error = res.Error
 	if err != nil && run.Error == nil {
 		run.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(err), Message: sandgate.ErrorMessageOf(err)}

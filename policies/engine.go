@@ -74,6 +74,7 @@ type Options struct {
 // policy is one loaded, tested and prepared revision of a bundle.
 type policy struct {
 	query    rego.PreparedEvalQuery
+	egress   rego.PreparedEvalQuery // EgressQuery
 	revision string
 	modules  []sandgate.PolicyModule
 	loadedAt time.Time
@@ -348,6 +349,9 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err := b.checkCallbackHosts(); err != nil {
 		return nil, &loadError{[]string{err.Error()}}
 	}
+	if err := b.checkEgressData(); err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
 	store := b.store()
 	results, err := b.runTests(ctx, store, false)
 	if err != nil {
@@ -369,10 +373,15 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err != nil {
 		return nil, &loadError{astErrors(err)}
 	}
+	egress, err := prepareEgress(ctx, compiler, rego.Store(store))
+	if err != nil {
+		return nil, &loadError{astErrors(err)}
+	}
 	if mask == nil {
 		mask = []string{}
 	}
 	return &policy{
+		egress:   egress,
 		query:    query,
 		revision: b.revision,
 		modules:  b.modules,

@@ -72,7 +72,7 @@ var inputKeys = internedTerms(
 	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
-	"systempaths", "callback_url",
+	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -203,6 +203,15 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
 	str("callback_url", s.CallbackURL)
+	if len(s.Egress) > 0 {
+		add("egress", b.strings(s.Egress))
+	}
+	if l := s.EgressLimits; l != nil {
+		li := make([][2]*ast.Term, 0, 2)
+		addInt(&li, "connections", l.Connections)
+		addInt(&li, "bytes", l.Bytes)
+		add("egress_limits", b.term(ast.NewObject(li...)))
+	}
 	if len(s.Labels) > 0 {
 		add("labels", b.stringMap(s.Labels))
 	}

@@ -32,6 +32,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Artifacts: []string{"out/**"}, ArtifactLimitBytes: 1 << 20,
 		Workspace:   &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
 		CallbackURL: "https://hooks.example.com/done",
+		Egress:      []string{"pypi.org:443", "10.2.0.0/16:5432"}, EgressLimits: &sandgate.EgressLimits{Connections: 5, Bytes: 1 << 20},
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {

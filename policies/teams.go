@@ -19,6 +19,7 @@ type teamConfig struct {
 	volumeQuota    perTeam[int64]
 	maxVolumes     perTeam[int]
 	teamLimits     perTeam[sandgate.TeamLimits]
+	egressPrivate  perTeam[[]string]
 }
 
 // perTeam is a value with a default and per-team overrides, as data
@@ -41,10 +42,11 @@ func (c teamConfig) limits(team string) sandgate.TeamLimits { return c.teamLimit
 // enforcement is what the executor holds team's runs to.
 func (c teamConfig) enforcement(team string) sandgate.Enforcement {
 	return sandgate.Enforcement{
-		PrivilegedGIDs: slices.Clone(c.privilegedGIDs),
-		PullRegistries: slices.Clone(c.pullRegistries),
-		VolumeQuotaMB:  c.volumeQuota.of(team),
-		MaxVolumes:     c.maxVolumes.of(team),
+		PrivilegedGIDs:     slices.Clone(c.privilegedGIDs),
+		PullRegistries:     slices.Clone(c.pullRegistries),
+		VolumeQuotaMB:      c.volumeQuota.of(team),
+		MaxVolumes:         c.maxVolumes.of(team),
+		EgressPrivateCIDRs: slices.Clone(c.egressPrivate.of(team)),
 	}
 }
 
@@ -89,6 +91,9 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 		if n < 0 {
 			return c, fmt.Errorf("data.sandgate.config.max_volumes: %s: %d is negative", team, n)
 		}
+	}
+	if err := dataField(cfg, "egress_private_cidrs", &c.egressPrivate); err != nil {
+		return c, err
 	}
 	if err := dataField(cfg, "team_limits", &c.teamLimits); err != nil {
 		return c, err

@@ -48,6 +48,7 @@ type runRow struct {
 	Warnings       []byte     `gorm:"column:warnings"`
 	Artifacts      []byte     `gorm:"column:artifacts"`
 	Usage          []byte     `gorm:"column:usage"`
+	Egress         []byte     `gorm:"column:egress"`
 	IdempotencyKey *string    `gorm:"column:idempotency_key"`
 }
 
@@ -55,7 +56,7 @@ type runRow struct {
 // digests but not its data.
 const runColumnsWithoutOutput = "id, correlation_id, decision_id, policy_revision, principal, team, node, state, outcome, " +
 	"exit_code, oom_killed, error, container_id, session_id, task_id, created_at, started_at, finished_at, claimed_at, " +
-	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, usage, idempotency_key"
+	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, usage, egress, idempotency_key"
 
 // TableName tells gorm the table.
 func (runRow) TableName() string { return "runs" }
@@ -102,6 +103,11 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 	if r.Usage != nil {
 		if row.Usage, err = json.Marshal(r.Usage); err != nil {
 			return nil, fmt.Errorf("encode usage: %w", err)
+		}
+	}
+	if r.Egress != nil {
+		if row.Egress, err = json.Marshal(r.Egress); err != nil {
+			return nil, fmt.Errorf("encode egress: %w", err)
 		}
 	}
 	return row, nil
@@ -174,6 +180,12 @@ func (row *runRow) run() (*sandgate.Run, error) {
 	if len(row.Usage) > 0 && string(row.Usage) != "null" {
 		r.Usage = &sandgate.Usage{}
 		if err := json.Unmarshal(row.Usage, r.Usage); err != nil {
+			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
+		}
+	}
+	if len(row.Egress) > 0 && string(row.Egress) != "null" {
+		r.Egress = &sandgate.EgressSummary{}
+		if err := json.Unmarshal(row.Egress, r.Egress); err != nil {
 			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
 		}
 	}
@@ -275,7 +287,7 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
 		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
 		"warnings": row.Warnings, "artifacts": row.Artifacts, "usage": row.Usage,
-		"updated_at": pgTime(s.cfg.Clock()),
+		"egress": row.Egress, "updated_at": pgTime(s.cfg.Clock()),
 	})
 	if res.Error != nil {
 		return storeErr(res.Error, "update run")

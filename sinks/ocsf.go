@@ -18,6 +18,7 @@ const (
 	classProcessActivity      = 1007 // System Activity: a run's container, from creation to removal
 	classEventLogActivity     = 1008 // System Activity: the trail itself (export, archive, retention, keys)
 	classAuthentication       = 3002 // Identity & Access Management: a refused bearer token
+	classNetworkActivity      = 4001 // Network Activity: an egress run's connection through the proxy
 	classApplicationLifecycle = 6002 // Application Activity: the policy bundle loaded or refused
 	classAPIActivity          = 6003 // Application Activity: a run asked for and the decision on it
 )
@@ -26,6 +27,7 @@ var classNames = map[int]string{
 	classProcessActivity:      "Process Activity",
 	classEventLogActivity:     "Event Log Activity",
 	classAuthentication:       "Authentication",
+	classNetworkActivity:      "Network Activity",
 	classApplicationLifecycle: "Application Lifecycle",
 	classAPIActivity:          "API Activity",
 }
@@ -33,6 +35,7 @@ var classNames = map[int]string{
 var categoryNames = map[int]string{
 	1: "System Activity",
 	3: "Identity & Access Management",
+	4: "Network Activity",
 	6: "Application Activity",
 }
 
@@ -60,6 +63,9 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventCallbackFailed:    {classAPIActivity, 99, "Callback"},
 
 	sandgate.EventAuthDenied: {classAuthentication, 1, "Logon"},
+
+	sandgate.EventEgressAllowed: {classNetworkActivity, 1, "Open"},
+	sandgate.EventEgressDenied:  {classNetworkActivity, 5, "Refuse"},
 
 	sandgate.EventPolicyLoaded:     {classApplicationLifecycle, 8, "Update"},
 	sandgate.EventPolicyLoadFailed: {classApplicationLifecycle, 8, "Update"},
@@ -92,7 +98,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 func Severity(t sandgate.EventType) (ocsfID int, ocsfName string, syslog int) {
 	switch t {
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
-		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed:
+		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventEgressDenied:
 		return 3, "Medium", 4 // warning
 	case sandgate.EventRunFailed, sandgate.EventRunLost, sandgate.EventContainerOOMKilled,
 		sandgate.EventRunTimedOut, sandgate.EventExecutorRetry:
@@ -108,7 +114,7 @@ func failed(r sandgate.AuditRecord) bool {
 	switch r.Type {
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
 		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventRunFailed,
-		sandgate.EventRunLost, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut:
+		sandgate.EventRunLost, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventEgressDenied:
 		return true
 	case sandgate.EventAdmissionReviewed:
 		return r.Outcome == "denied"

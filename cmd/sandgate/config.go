@@ -55,8 +55,14 @@ type Config struct {
 	SinksFile string
 	Migrate   bool
 	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
-	Console         bool
-	WarmPool        int
+	Console  bool
+	WarmPool int
+	// EgressNetwork, EgressInterface and EgressPort place the egress
+	// network and its proxy (SANDGATE_EGRESS_NETWORK, _INTERFACE, _PORT);
+	// empty or zero, the executor's defaults.
+	EgressNetwork   string
+	EgressInterface string
+	EgressPort      int
 	MaxConcurrent   int
 	Node            string
 	DockerHost      string
@@ -109,6 +115,8 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
 	str("SANDGATE_SINKS_FILE", &c.SinksFile)
 	str("SANDGATE_NODE", &c.Node)
+	str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
+	str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	str("DOCKER_HOST", &c.DockerHost)
 	str("SANDGATE_URL", &c.URL)
 	str("SANDGATE_TOKEN", &c.Token)
@@ -146,6 +154,9 @@ func defaultConfig(getenv func(string) string) Config {
 	warm, concurrent, backlog, every := int64(c.WarmPool), int64(c.MaxConcurrent), int64(c.AuditBacklog), int64(c.CheckpointEvery)
 	integer("SANDGATE_CHECKPOINT_EVERY", &every)
 	integer("SANDGATE_WARM_POOL", &warm)
+	egressPort := int64(0)
+	integer("SANDGATE_EGRESS_PORT", &egressPort)
+	c.EgressPort = clampInt(egressPort)
 	integer("SANDGATE_MAX_CONCURRENT", &concurrent)
 	integer("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
 	integer("SANDGATE_MAX_WORKSPACE_BYTES", &c.MaxWorkspaceBytes)
@@ -236,6 +247,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		return fmt.Errorf("SANDGATE_WARM_POOL must be between 0 and 64, not %d", c.WarmPool)
+	}
+	if c.EgressPort < 0 || c.EgressPort > 65535 {
+		return fmt.Errorf("SANDGATE_EGRESS_PORT must be a port from 1 to 65535, not %d", c.EgressPort)
 	}
 	if c.MaxConcurrent < 1 || c.MaxConcurrent > 256 {
 		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)

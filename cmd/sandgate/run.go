@@ -56,6 +56,9 @@ type runOptions struct {
 	workspace, download string
 	artifacts           []string
 	workspaceMB         int64
+	// egress are the destinations of a run with network egress; --egress
+	// alone sets that network.
+	egress []string
 }
 
 // newRunCmd builds `sandgate run`.
@@ -78,7 +81,8 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 		Example: `  sandgate run -- sh -c 'echo hello'
   sandgate run --image sandgate/python:3 --workspace . --artifact 'out/**' --download ./out -- python3 main.py
   sandgate run --env TOKEN --mount /srv/work/proj:/workspace:ro -- make test
-  sandgate run --detach --timeout 10m -- ./long-job.sh`,
+  sandgate run --detach --timeout 10m -- ./long-job.sh
+  sandgate run --egress pypi.org:443 --egress files.pythonhosted.org:443 -- pip download requests`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd.Context(), a, o, args)
@@ -89,7 +93,8 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 	f.StringVar(&o.image, "image", "", "image to run (default: the policy's default image)")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable K=V, or K to pass the local value (repeatable)")
 	f.StringArrayVarP(&o.mounts, "mount", "m", nil, "bind mount SRC:DST[:ro] of a host directory under the mount roots (repeatable)")
-	f.StringVar(&o.network, "network", "", "network: none or bridge (default: the policy's default)")
+	f.StringVar(&o.network, "network", "", "network: none, bridge or egress (default: the policy's default)")
+	f.StringArrayVar(&o.egress, "egress", nil, "destination host:port, *.domain:port or cidr:port the run may reach through the egress proxy; implies --network egress (repeatable)")
 	f.Int64Var(&o.memoryMB, "memory", 0, "memory limit in MB")
 	f.Float64Var(&o.cpus, "cpus", 0, "CPU limit, such as 0.5 or 2")
 	f.DurationVar(&o.timeout, "timeout", 0, "run timeout, such as 30s or 10m")
@@ -115,7 +120,10 @@ func buildSpec(a *app, o runOptions, args []string) (sandgate.RunSpec, error) {
 		Image: o.image, Command: args, Network: o.network, Workdir: o.workdir, User: o.user,
 		SessionID: o.session, TaskID: o.task,
 		Resources: sandgate.Resources{MemoryMB: o.memoryMB, CPUs: o.cpus, WorkspaceMB: o.workspaceMB},
-		Artifacts: o.artifacts,
+		Artifacts: o.artifacts, Egress: o.egress,
+	}
+	if len(o.egress) > 0 && o.network == "" {
+		spec.Network = sandgate.NetworkEgress
 	}
 	if o.memoryMB < 0 {
 		return spec, fmt.Errorf("--memory must be positive")

@@ -237,15 +237,20 @@ func serve(ctx context.Context, a *app) error {
 		return err
 	}
 	exec, err := executor.New(executor.Config{
-		DockerHost:    cfg.DockerHost,
-		Node:          cfg.Node,
-		MaxConcurrent: cfg.MaxConcurrent,
-		VolumeDir:     cfg.VolumeDir,
-		WorkspaceDir:  cfg.WorkspaceDir,
-		Blobs:         runs,
-		WarmPool:      cfg.WarmPool,
-		WarmProfiles:  warm,
-		Logger:        logger.With("component", "executor"),
+		DockerHost:      cfg.DockerHost,
+		Node:            cfg.Node,
+		MaxConcurrent:   cfg.MaxConcurrent,
+		VolumeDir:       cfg.VolumeDir,
+		WorkspaceDir:    cfg.WorkspaceDir,
+		Blobs:           runs,
+		WarmPool:        cfg.WarmPool,
+		WarmProfiles:    warm,
+		EgressDecider:   engine,
+		EgressNetwork:   cfg.EgressNetwork,
+		EgressInterface: cfg.EgressInterface,
+		EgressPort:      cfg.EgressPort,
+		EgressMetrics:   metrics.Egress(),
+		Logger:          logger.With("component", "executor"),
 	}, metrics.Sink(store))
 	if err != nil {
 		return fmt.Errorf("docker executor: %w", err)

@@ -48,6 +48,8 @@ type RunView struct {
 	// Artifacts summarises the run's collected artifacts, when its spec
 	// asked for any.
 	Artifacts *sandgate.ArtifactSummary `json:"artifacts,omitempty"`
+	// Egress is what a run with network egress did through the proxy.
+	Egress *sandgate.EgressSummary `json:"egress,omitempty"`
 }
 
 // ArtifactList is GET /v1/runs/{id}/artifacts: the run's collected files

@@ -214,6 +214,9 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 	}{
 		{schema: "Run", typ: api.RunView{}},
 		{schema: "Usage", typ: sandgate.Usage{}},
+		{schema: "EgressSummary", typ: sandgate.EgressSummary{}},
+		{schema: "EgressDestinationSummary", typ: sandgate.EgressDestinationSummary{}},
+		{schema: "EgressLimits", typ: sandgate.EgressLimits{}},
 		{schema: "Output", typ: api.OutputView{}},
 		{schema: "RunList", typ: api.RunList{}},
 		{schema: "Decision", typ: api.DecisionView{}},

@@ -57,6 +57,24 @@ function usageSection(u) {
   return section('Resource usage', dl(pairs));
 }
 
+// egressSection shows what an egress run did through the proxy: totals,
+// then its busiest destinations.
+function egressSection(e) {
+  const totals = dl([
+    ['connections allowed', String(e.connections_allowed)],
+    ['connections denied', String(e.connections_denied)],
+    ['bytes sent', fmt.bytes(e.bytes_sent)],
+    ['bytes received', fmt.bytes(e.bytes_received)],
+  ]);
+  return section('Egress', totals, table(null, [
+    {label: 'Destination', cell: (d) => h('span', {class: 'mono'}, `${d.host}:${d.port}`)},
+    {label: 'Allowed', cell: (d) => String(d.allowed), class: 'num'},
+    {label: 'Denied', cell: (d) => String(d.denied), class: 'num'},
+    {label: 'Sent', cell: (d) => fmt.bytes(d.bytes_sent), class: 'num'},
+    {label: 'Received', cell: (d) => fmt.bytes(d.bytes_received), class: 'num'},
+  ], e.destinations || [], {empty: 'The run opened no connections.'}));
+}
+
 function artifactList(body) {
   if (Array.isArray(body)) return body;
   for (const v of Object.values(body || {})) if (Array.isArray(v)) return v;
@@ -195,6 +213,7 @@ export async function render(view, ctx) {
         [['created', r.created_at], ['started', r.started_at], ['finished', r.finished_at]].filter((x) => x[1]), {class: 'timeline'})));
     }
     if (r.usage) parts.push(usageSection(r.usage));
+    if (r.egress) parts.push(egressSection(r.egress));
     if (feats.artifacts && r.state === 'finished') parts.push(await artifactsSection(r, feats));
     const spec = section('Spec', h('p', {class: 'muted'}, 'The normalised spec as admitted; secrets are keyed hashes.'), json(r.spec));
     parts.push(spec);

@@ -1,0 +1,300 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/egress"
+	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/policies/policytest"
+)
+
+// egressFixture is an executor whose egress network, interface and proxy
+// port are the test's own, an upstream HTTP server on loopback that the
+// test's data allows explicitly, and a resolver with the test's names.
+type egressFixture struct {
+	ex       *executor.Executor
+	rec      *recorder
+	port     int // the upstream's
+	dests    []string
+	upstream *http.Server
+	// served receives how long each /bytes/N answer took to write.
+	served chan time.Duration
+}
+
+// rebindLookups counts rebind.test's lookups.
+var rebindLookups atomic.Int64
+
+// lookupNames is the test's resolver: upstream.test is the loopback
+// upstream, private.test a private address.
+func lookupNames(_ context.Context, host string) ([]netip.Addr, error) {
+	switch host {
+	case "rebind.test":
+		// A rebinding resolver: the loopback upstream on odd lookups,
+		// the metadata address on even ones.
+		if rebindLookups.Add(1)%2 == 1 {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return []netip.Addr{netip.MustParseAddr("169.254.169.254")}, nil
+	case "upstream.test":
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	case "private.test":
+		return []netip.Addr{netip.MustParseAddr("10.11.12.13")}, nil
+	}
+	return nil, fmt.Errorf("no such host %s", host)
+}
+
+func newEgressFixture(t testing.TB, tune func(*executor.Config)) *egressFixture {
+	return newEgressFixtureOn(t, "127.0.0.1:0", tune)
+}
+
+// newEgressFixtureOn is newEgressFixture with the upstream listening on
+// listen.
+func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)) *egressFixture {
+	t.Helper()
+	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
+		t.Skip("the egress network's firewall rules need root (iptables)")
+	}
+	executortest.RequireDocker(t)
+	f := &egressFixture{served: make(chan time.Duration, 64)}
+	ln, err := net.Listen("tcp4", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.port = ln.Addr().(*net.TCPAddr).Port
+	big := make([]byte, 1<<20)
+	f.upstream = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/bytes/")); err == nil {
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+			start := time.Now()
+			for n > 0 {
+				k := min(n, len(big))
+				if _, err := w.Write(big[:k]); err != nil {
+					return
+				}
+				n -= k
+			}
+			if fl, ok := w.(http.Flusher); ok {
+				fl.Flush()
+			}
+			select {
+			case f.served <- time.Since(start):
+			default:
+			}
+			return
+		}
+		fmt.Fprintf(w, "hello-from-upstream %s\n", r.Host)
+	})}
+	go f.upstream.Serve(ln)
+	t.Cleanup(func() { f.upstream.Close() })
+
+	port := strconv.Itoa(f.port)
+	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80"}
+	eng := policytest.Engine(t, policytest.EgressDestinations("payments", f.dests...))
+	suffix := randomHex(t, 3)
+	proxyPort := 20000 + int(time.Now().UnixNano()%20000)
+	name, iface := "sgtest-egress-"+suffix, "sgte"+suffix
+	f.ex, f.rec = newTestExecutor(t, func(c *executor.Config) {
+		c.EgressNetwork, c.EgressInterface, c.EgressPort = name, iface, proxyPort
+		c.EgressDecider = eng
+		c.EgressLookup = lookupNames
+		if tune != nil {
+			tune(c)
+		}
+	})
+	t.Cleanup(func() {
+		f.ex.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if nw, err := docker(t).NetworkInspect(ctx, name, network.InspectOptions{}); err == nil {
+			if len(nw.IPAM.Config) > 0 {
+				gw := nw.IPAM.Config[0].Gateway
+				_ = exec.Command("iptables", "-w", "-D", "INPUT", "-i", iface, "-p", "tcp", "-d", gw, "--dport", strconv.Itoa(proxyPort), "-j", "ACCEPT").Run()
+			}
+			_ = exec.Command("iptables", "-w", "-D", "INPUT", "-i", iface, "-j", "DROP").Run()
+			_ = docker(t).NetworkRemove(ctx, name)
+		}
+	})
+	return f
+}
+
+// job is an egress run of command, admitted for the fixture's
+// destinations, with loopback allowed as the test's data says.
+func (f *egressFixture) job(t testing.TB, limits *sandgate.EgressLimits, command ...string) sandgate.Job {
+	j := newJob(t, func(s *sandgate.RunSpec) {
+		s.Network = sandgate.NetworkEgress
+		s.Egress = f.dests
+		s.EgressLimits = limits
+	}, command...)
+	j.Enforcement.EgressPrivateCIDRs = []string{"127.0.0.1/32"}
+	return j
+}
+
+// TestEgressRun: from inside the sandbox, busybox wget reaches the
+// allowed upstream through the proxy variables; a host not in the list, a
+// raw IP not listed, the metadata address and a name resolving to a
+// private address are refused and recorded; a connection that ignores
+// the proxy reaches nothing (the network is internal, the host fenced).
+func TestEgressRun(t *testing.T) {
+	f := newEgressFixture(t, nil)
+	// A service of the host's on every address, which a run that ignores
+	// the proxy would try.
+	hostLn, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostLn.Close()
+	go func() {
+		for {
+			c, err := hostLn.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "host-service\n")
+			c.Close()
+		}
+	}()
+	hostPort := hostLn.Addr().(*net.TCPAddr).Port
+	p := strconv.Itoa(f.port)
+	script := strings.Join([]string{
+		`echo proxy=$HTTP_PROXY`,
+		`timeout 10 wget -q -O - http://upstream.test:` + p + `/ && echo OK-name`,
+		`timeout 10 wget -q -O - http://127.0.0.1:` + p + `/ && echo OK-ip`,
+		`timeout 10 wget -q -O - http://other.test:` + p + `/ && echo LEAK-other`,
+		`timeout 10 wget -q -O - http://127.0.0.2:` + p + `/ && echo LEAK-rawip`,
+		`timeout 10 wget -q -O - http://169.254.169.254/latest/meta-data/ && echo LEAK-metadata`,
+		`timeout 10 wget -q -O - http://private.test:` + p + `/ && echo LEAK-private`,
+		`gw=${HTTP_PROXY#http://}; gw=${gw%:*}`,
+		`timeout 5 wget -Y off -q -O - http://$gw:` + strconv.Itoa(hostPort) + `/ && echo LEAK-direct-wget`,
+		`nc -w 3 $gw ` + strconv.Itoa(hostPort) + ` </dev/null && echo LEAK-direct-nc`,
+		`timeout 8 nslookup upstream.test && echo LEAK-dns`,
+		`true`,
+	}, "; ")
+	job := f.job(t, nil, "sh", "-c", script)
+	res := execute(t, f.ex, job)
+	out := text(res.Stdout)
+	for _, want := range []string{"hello-from-upstream upstream.test", "OK-name", "OK-ip", "proxy=http://"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s\nstderr:\n%s", want, out, text(res.Stderr))
+		}
+	}
+	if strings.Contains(out, "LEAK") || strings.Contains(out, "host-service") {
+		t.Errorf("a refused connection went through:\n%s", out)
+	}
+	reasons := map[string]bool{}
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type == sandgate.EventEgressDenied {
+			reasons[fmt.Sprint(ev.Payload["reason"])] = true
+			if ev.CorrelationID != job.CorrelationID {
+				t.Errorf("egress.denied without the run's correlation id: %+v", ev)
+			}
+		}
+	}
+	for _, want := range []string{egress.ReasonNotAdmitted, egress.ReasonLinkLocal, egress.ReasonPrivate} {
+		if !reasons[want] {
+			t.Errorf("no egress.denied with reason %s; got %v", want, reasons)
+		}
+	}
+	if s := res.Egress; s == nil || s.ConnectionsAllowed != 2 || s.ConnectionsDenied < 4 || s.BytesReceived == 0 {
+		t.Errorf("egress summary = %+v", res.Egress)
+	}
+
+	// Python's urllib follows the same variables, when the image is here.
+	t.Run("python", func(t *testing.T) {
+		img := executortest.RequireRecipeImage(t, "python")
+		pj := f.job(t, nil, "python3", "-c", fmt.Sprintf(
+			"import urllib.request; print(urllib.request.urlopen('http://upstream.test:%d/', timeout=5).read().decode())", f.port))
+		pj.Spec.Image = img.Image
+		res := execute(t, f.ex, pj)
+		if !strings.Contains(text(res.Stdout), "hello-from-upstream") {
+			t.Errorf("python urllib: stdout %q stderr %q", text(res.Stdout), text(res.Stderr))
+		}
+	})
+}
+
+// TestEgressLimits: a run's connection count and byte budget hold inside
+// the sandbox.
+func TestEgressLimits(t *testing.T) {
+	f := newEgressFixture(t, nil)
+	p := strconv.Itoa(f.port)
+	job := f.job(t, &sandgate.EgressLimits{Connections: 3, Bytes: 256 << 10},
+		"sh", "-c", `for i in 1 2 3 4; do timeout 10 wget -q -O /dev/null http://upstream.test:`+p+`/ && echo ok$i; done; `+
+			`timeout 10 wget -q -O - http://127.0.0.1:`+p+`/bytes/1048576 | wc -c`)
+	res := execute(t, f.ex, job)
+	out := text(res.Stdout)
+	if !strings.Contains(out, "ok3") || strings.Contains(out, "ok4") {
+		t.Errorf("connection limit 3: %q", out)
+	}
+	s := res.Egress
+	if s == nil || s.ConnectionsAllowed != 3 || s.BytesSent+s.BytesReceived > 256<<10 {
+		t.Errorf("summary = %+v", s)
+	}
+	limited := 0
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type == sandgate.EventEgressDenied && ev.Payload["reason"] == egress.ReasonConnectionLimit {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Errorf("no egress.denied for the connection limit")
+	}
+}
+
+// TestEgressDNSRebindingAndBoundedEvents: inside the sandbox, a name whose
+// resolver answers the allowed upstream first and the metadata address
+// next is connected to the first, checked answer (one lookup per
+// connection); and a run that opens 500 connections to one destination
+// leaves two egress.allowed events, the second an aggregate counting 499.
+func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
+	// Aggregates are recorded at the run's end only, whatever its speed.
+	f := newEgressFixture(t, func(c *executor.Config) { c.EgressAggregate = time.Hour })
+	p := strconv.Itoa(f.port)
+	before := rebindLookups.Load()
+	job := f.job(t, &sandgate.EgressLimits{Connections: 600, Bytes: 64 << 20}, "sh", "-c",
+		`wget -q -O - http://rebind.test:`+p+`/ && echo OK-rebind; `+
+			`i=0; ok=0; while [ $i -lt 500 ]; do wget -q -O /dev/null http://upstream.test:`+p+`/ && ok=$((ok+1)); i=$((i+1)); done; echo ok=$ok`)
+	job.Spec.TimeoutSeconds = 240
+	res := execute(t, f.ex, job)
+	out := text(res.Stdout)
+	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || !strings.Contains(out, "ok=500") {
+		t.Fatalf("stdout %q stderr %q", out, text(res.Stderr))
+	}
+	if n := rebindLookups.Load() - before; n != 1 {
+		t.Errorf("rebind.test resolved %d times for one connection; want once", n)
+	}
+	var single, aggregated int
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type != sandgate.EventEgressAllowed || ev.Payload["host"] != "upstream.test" {
+			continue
+		}
+		if ev.Payload["aggregated"] == true {
+			aggregated++
+			if ev.Payload["connections"] != int64(499) {
+				t.Errorf("aggregate counts %v connections; want 499", ev.Payload["connections"])
+			}
+		} else {
+			single++
+		}
+	}
+	if single != 1 || aggregated != 1 {
+		t.Errorf("500 connections made %d single and %d aggregate events; want 1 and 1", single, aggregated)
+	}
+	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
+		t.Errorf("summary %+v", res.Egress)
+	}
+}
