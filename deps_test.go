@@ -35,7 +35,7 @@ var owners = map[string][]string{
 var narrow = map[string][]string{
 	"workspace": {"github.com/bmatcuk/doublestar/v4"},
 	"sinks":     {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},
-	"egress":    {},
+	"egress":    {"golang.org/x/time/rate"},
 }
 
 // boundaries may not import each other, except where allowed.

@@ -24,6 +24,9 @@ type EgressLimits struct {
 	Connections int64 `json:"connections,omitempty"`
 	// Bytes is how many bytes, both ways together, the run may move.
 	Bytes int64 `json:"bytes,omitempty"`
+	// BytesPerSecond is the run's bandwidth through the proxy, both ways
+	// and all its connections together.
+	BytesPerSecond int64 `json:"bytes_per_second,omitempty"`
 }
 
 // EgressDestination is one parsed entry of a run's egress list or of the
@@ -174,6 +177,9 @@ func normalizeEgress(s *RunSpec, d Defaults) error {
 		if l.Bytes < 0 {
 			return FieldError("egress_limits.bytes", "must not be negative")
 		}
+		if l.BytesPerSecond < 0 {
+			return FieldError("egress_limits.bytes_per_second", "must not be negative")
+		}
 	}
 	if s.Network != NetworkEgress {
 		return nil
@@ -187,6 +193,9 @@ func normalizeEgress(s *RunSpec, d Defaults) error {
 	}
 	if l.Bytes == 0 {
 		l.Bytes = d.EgressLimits.Bytes
+	}
+	if l.BytesPerSecond == 0 {
+		l.BytesPerSecond = d.EgressLimits.BytesPerSecond
 	}
 	s.EgressLimits = &l
 	return nil

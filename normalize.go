@@ -43,7 +43,7 @@ var BuiltinDefaults = Defaults{
 	PullPolicy:         PullNever,
 	ArtifactLimitBytes: 64 << 20,
 	WorkspaceWorkdir:   "/workspace",
-	EgressLimits:       EgressLimits{Connections: 256, Bytes: 1 << 30},
+	EgressLimits:       EgressLimits{Connections: 256, Bytes: 1 << 30, BytesPerSecond: 64 << 20},
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -75,6 +75,7 @@ func (d Defaults) merge() Defaults {
 	d.WorkspaceWorkdir = pick(d.WorkspaceWorkdir, b.WorkspaceWorkdir)
 	d.EgressLimits.Connections = pick64(d.EgressLimits.Connections, b.EgressLimits.Connections)
 	d.EgressLimits.Bytes = pick64(d.EgressLimits.Bytes, b.EgressLimits.Bytes)
+	d.EgressLimits.BytesPerSecond = pick64(d.EgressLimits.BytesPerSecond, b.EgressLimits.BytesPerSecond)
 	if d.Resources.CPUs <= 0 {
 		d.Resources.CPUs = b.Resources.CPUs
 	}

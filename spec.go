@@ -392,6 +392,7 @@ func (s RunSpec) Document() map[string]any {
 		ld := make(map[string]any, 2)
 		setInt(ld, "connections", l.Connections)
 		setInt(ld, "bytes", l.Bytes)
+		setInt(ld, "bytes_per_second", l.BytesPerSecond)
 		d["egress_limits"] = ld
 	}
 	if len(s.Labels) > 0 {

@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/sandgate/sandgate"
 )
 
@@ -181,6 +183,11 @@ func (p *Proxy) Register(src netip.Addr, r Run) error {
 	st.bytesLeft.Store(r.Limits.Bytes)
 	if r.Limits.Bytes <= 0 {
 		st.bytesLeft.Store(math.MaxInt64)
+	}
+	if bps := r.Limits.BytesPerSecond; bps > 0 {
+		// A burst of one copy buffer (or one second's worth, when that is
+		// more) lets every write through whole, at the run's rate.
+		st.bandwidth = rate.NewLimiter(rate.Limit(bps), int(max(bps, copyBuffer)))
 	}
 	p.runs[src] = st
 	close(p.changed)
@@ -547,6 +554,11 @@ type counted struct {
 }
 
 func (w *counted) Write(b []byte) (int, error) {
+	if w.st.bandwidth != nil {
+		// Waits at most len(b)/rate; a run being ended closes the
+		// connection under the write that follows.
+		_ = w.st.bandwidth.WaitN(context.Background(), len(b))
+	}
 	left := w.st.bytesLeft.Add(-int64(len(b)))
 	if left < 0 {
 		allowed := int64(len(b)) + left

@@ -281,3 +281,20 @@ func TestProxyEventsBounded(t *testing.T) {
 		t.Errorf("summary = %+v", sum)
 	}
 }
+
+// TestProxyBandwidth: a run's bytes per second hold across its
+// connections: 3 MiB at 1 MiB/s take about two seconds past the burst.
+func TestProxyBandwidth(t *testing.T) {
+	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 10, Bytes: 100 << 20, BytesPerSecond: 1 << 20})
+	start := time.Now()
+	total := 0
+	for range 3 {
+		_, body := f.get(t, "http://127.0.0.1:"+f.port+"/big")
+		total += len(body)
+	}
+	elapsed := time.Since(start)
+	// The limiter lets a second's worth through at once; the rest waits.
+	if want := time.Duration(float64(total-(1<<20))/float64(1<<20)*float64(time.Second)) * 9 / 10; elapsed < want {
+		t.Errorf("%d bytes in %v at 1 MiB/s: want at least %v", total, elapsed, want)
+	}
+}

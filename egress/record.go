@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/sandgate/sandgate"
 )
 
@@ -19,6 +21,9 @@ type runState struct {
 	run       Run
 	dests     []sandgate.EgressDestination
 	bytesLeft atomic.Int64
+	// bandwidth paces the run's bytes, both ways and all connections
+	// together; nil when the run has no bandwidth limit.
+	bandwidth *rate.Limiter
 	active    sync.WaitGroup
 
 	mu        sync.Mutex

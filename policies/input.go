@@ -72,7 +72,7 @@ var inputKeys = internedTerms(
 	"read_only_rootfs", "ports", "uid", "gid", "security", "seccomp", "apparmor", "no_new_privileges", "label",
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
-	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes",
+	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes", "bytes_per_second",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -210,6 +210,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 		li := make([][2]*ast.Term, 0, 2)
 		addInt(&li, "connections", l.Connections)
 		addInt(&li, "bytes", l.Bytes)
+		addInt(&li, "bytes_per_second", l.BytesPerSecond)
 		add("egress_limits", b.term(ast.NewObject(li...)))
 	}
 	if len(s.Labels) > 0 {
