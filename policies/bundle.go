@@ -42,8 +42,11 @@ const DecisionQuery = "data.sandgate.admission.decision"
 // EmbeddedSource is the Source a status reports for the embedded bundle.
 const EmbeddedSource = "embedded"
 
-// testTimeout bounds each Rego unit test while a bundle loads.
-const testTimeout = 5 * time.Second
+// testTimeout bounds each Rego unit test while a bundle loads. A test
+// takes milliseconds; the bound is for a test that never ends, and is
+// wide enough that a loaded node (the race detector, other builds) does
+// not refuse a good bundle at start.
+const testTimeout = 30 * time.Second
 
 var decisionRef = ast.MustParseRef(DecisionQuery)
 
