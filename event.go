@@ -48,6 +48,16 @@ const (
 	// out of attempts, or cut short by shutdown).
 	EventCallbackDelivered EventType = "callback.delivered"
 	EventCallbackFailed    EventType = "callback.failed"
+	// EventSessionCreated records that a session's container runs and
+	// takes commands; EventSessionEnded that it ended, with the reason
+	// (deleted, idle, lifetime, oom, exited, lost, error, shutdown).
+	EventSessionCreated EventType = "session.created"
+	EventSessionEnded   EventType = "session.ended"
+	// EventSessionFilePut and EventSessionFileGet record a file or an
+	// archive written into or read out of a session's workspace, with its
+	// path, size and SHA-256.
+	EventSessionFilePut EventType = "session.file_put"
+	EventSessionFileGet EventType = "session.file_get"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -61,6 +71,7 @@ var EventTypes = []EventType{
 	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
 	EventArtifactsCollected,
 	EventCallbackDelivered, EventCallbackFailed,
+	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 }
 
 // Known reports whether t is one of EventTypes.

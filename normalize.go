@@ -28,6 +28,14 @@ type Defaults struct {
 	// WorkspaceWorkdir is the workdir of a run that has a workspace and
 	// names no workdir.
 	WorkspaceWorkdir string `json:"workspace_workdir"`
+	// SessionIdleTimeoutSeconds and SessionMaxLifetimeSeconds are a
+	// session's limits when its request names none.
+	SessionIdleTimeoutSeconds int `json:"session_idle_timeout_seconds"`
+	SessionMaxLifetimeSeconds int `json:"session_max_lifetime_seconds"`
+	// SessionKeepalive is the command that keeps a session's container
+	// alive, by normalised image name, "*" for any image not named; a
+	// session request may name its own.
+	SessionKeepalive map[string][]string `json:"session_keepalive"`
 }
 
 // BuiltinDefaults are used for any default the bundle's data leaves out.
@@ -41,6 +49,10 @@ var BuiltinDefaults = Defaults{
 	PullPolicy:         PullNever,
 	ArtifactLimitBytes: 64 << 20,
 	WorkspaceWorkdir:   "/workspace",
+
+	SessionIdleTimeoutSeconds: 600,
+	SessionMaxLifetimeSeconds: 3600,
+	SessionKeepalive:          map[string][]string{"*": {"sleep", "infinity"}},
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -77,6 +89,15 @@ func (d Defaults) merge() Defaults {
 		d.TimeoutSeconds = b.TimeoutSeconds
 	}
 	d.OutputLimitBytes = pick64(d.OutputLimitBytes, b.OutputLimitBytes)
+	if d.SessionIdleTimeoutSeconds <= 0 {
+		d.SessionIdleTimeoutSeconds = b.SessionIdleTimeoutSeconds
+	}
+	if d.SessionMaxLifetimeSeconds <= 0 {
+		d.SessionMaxLifetimeSeconds = b.SessionMaxLifetimeSeconds
+	}
+	if len(d.SessionKeepalive) == 0 {
+		d.SessionKeepalive = b.SessionKeepalive
+	}
 	return d
 }
 

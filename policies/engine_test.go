@@ -117,6 +117,12 @@ func TestDefaultsFromData(t *testing.T) {
 		Resources:      sandgate.Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
 		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
 		ArtifactLimitBytes: 64 << 20, WorkspaceWorkdir: "/workspace",
+		SessionIdleTimeoutSeconds: 600, SessionMaxLifetimeSeconds: 3600,
+		SessionKeepalive: map[string][]string{
+			"*":                 {"sleep", "infinity"},
+			"sandgate/python:3": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
+			"sandgate/node:18":  {"node", "-e", "setInterval(() => {}, 1 << 30)"},
+		},
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
 		t.Errorf("Defaults (-want +got):\n%s", diff)
