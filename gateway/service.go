@@ -46,6 +46,10 @@ type service struct {
 	teams   *teamLoad
 	// callbacks delivers the completion callbacks of finished runs.
 	callbacks *callbacks
+	// sessions are the sessions open on this node; swg waits for their
+	// goroutines, which outlive any run's.
+	sessions *sessionHub
+	swg      sync.WaitGroup
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -350,7 +354,17 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		},
 	}
 	log.Info("run starting", "image", run.Spec.Image)
-	res, err := safely(log, func() (sandgate.Result, error) { return s.d.Executor.Execute(ctx, job) })
+	res, err := safely(log, func() (sandgate.Result, error) {
+		if lr.session != "" {
+			// A command in a session: the session's container runs it.
+			x, err := s.sessionExecutor()
+			if err != nil {
+				return sandgate.Result{}, err
+			}
+			return x.Exec(ctx, lr.session, job)
+		}
+		return s.d.Executor.Execute(ctx, job)
+	})
 	s.complete(lr, res, err, log, "run finished")
 }
 
@@ -673,6 +687,9 @@ func auditFilterPayload(f sandgate.AuditFilter) map[string]any {
 // finish or ShutdownGrace passes. It waits for every run's final store.
 func (s *service) shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	// Sessions end once the runs have had their chance: a command in a
+	// session needs its session to finish.
+	defer s.endSessions(ctx)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	if !s.cfg.CancelOnShutdown {
