@@ -48,6 +48,9 @@ func (s *Server) listSessions(c echo.Context) error {
 		return err
 	}
 	f := sandgate.SessionFilter{State: sandgate.SessionState(c.QueryParam("state"))}
+	if f.State != "" && f.State != sandgate.SessionOpen && f.State != sandgate.SessionEnded {
+		return sandgate.FieldError("state", "must be open or ended")
+	}
 	if v := c.QueryParam("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > maxPageSize {

@@ -272,6 +272,7 @@ func serve(ctx context.Context, a *app) error {
 		Recorder:   store,
 		Audit:      store,
 		Runs:       runs,
+		Sessions:   runs,
 		Executor:   exec,
 		Sandboxes:  exec.Reaper(),
 		Reconciler: exec.Reconciler(),
