@@ -264,16 +264,23 @@ func (x *execution) stop(pumped <-chan struct{}) {
 	e := x.e
 	ictx, cancel := e.cleanupContext(x.r.ctx)
 	defer cancel()
-	if x.pid == 0 {
-		_, _ = x.inspect(ictx)
+	// The daemon knows the PID a moment after the exec starts.
+	for i := 0; x.pid == 0 && i < 50; i++ {
+		if in, err := x.inspect(ictx); err != nil || (!in.Running && in.Pid == 0 && i > 10) {
+			break
+		}
+		if x.pid == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
-	if x.pid == 0 || e.cgroups.version == 0 {
-		e.log.Warn("a command in a session cannot be signalled here; ending the session", "run_id", x.r.job.RunID, "session_id", x.r.job.SessionID)
+	if !e.inContainer(x.pid, x.cid) {
+		e.log.Warn("a command in a session cannot be signalled from here; ending the session",
+			"run_id", x.r.job.RunID, "session_id", x.r.job.SessionID, "pid", x.pid)
 		x.session.cancel(errExecStop)
 		<-pumped
 		return
 	}
-	proc := e.cgroups.proc
+	proc := hostProc
 	signalTree(proc, x.pid, syscall.SIGTERM)
 	grace := time.NewTimer(e.cfg.StopGrace)
 	defer grace.Stop()
@@ -292,6 +299,20 @@ func (x *execution) stop(pumped <-chan struct{}) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// hostProc is the daemon host's /proc, when the daemon is local.
+const hostProc = "/proc"
+
+// inContainer reports whether pid, a PID the daemon gave, is a process
+// of container id as this process sees it: the daemon is local and
+// shares this PID namespace, and the PID was not reused by another.
+func (e *Executor) inContainer(pid int, id string) bool {
+	if pid <= 0 || !localDaemon(e.cfg.DockerHost) {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(hostProc, strconv.Itoa(pid), "cgroup"))
+	return err == nil && strings.Contains(string(b), id)
 }
 
 // signalTree sends sig to pid and every process descended from it, read
