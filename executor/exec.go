@@ -208,6 +208,14 @@ func (x *execution) finish(reason stopReason, oomsBefore int64) (sandgate.Result
 		return res, nil
 	}
 	code := in.ExitCode
+	if reason == notStopped && code != 0 && x.sessionEnding(ictx) {
+		// Stopped with its session's container, not by its own doing.
+		res.Outcome = sandgate.OutcomeLost
+		res.ExitCode = &code
+		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "the session ended while the command ran"}
+		e.emitExit(r, sandgate.EventRunLost, res, outputPayload(res, map[string]any{"exec_id": x.execID, "error_code": string(res.Error.Code)}))
+		return res, nil
+	}
 	res.ExitCode = &code
 	res.OOMKilled = x.oomKills() > oomsBefore && code != 0
 	switch {
@@ -242,6 +250,16 @@ func (x *execution) finish(reason stopReason, oomsBefore int64) (sandgate.Result
 		e.emitExit(r, sandgate.EventRunCancelled, res, map[string]any{"reason": why})
 	}
 	return res, nil
+}
+
+// sessionEnding reports whether the session's container is being
+// stopped or no longer runs.
+func (x *execution) sessionEnding(ctx context.Context) bool {
+	if x.session.ending.Load() || x.session.ctx.Err() != nil {
+		return true
+	}
+	c, err := x.e.docker.ContainerInspect(ctx, x.cid)
+	return err != nil || c.State == nil || !c.State.Running
 }
 
 func (x *execution) inspect(ctx context.Context) (container.ExecInspect, error) {

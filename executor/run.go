@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,6 +23,10 @@ type run struct {
 	// workspacePayload says what was written into the run's workspace,
 	// for its container.created event.
 	workspacePayload map[string]any
+
+	// ending is set once the run's container is being stopped or has
+	// exited: commands of a session that end then ended with it.
+	ending atomic.Bool
 
 	mu          sync.Mutex
 	containerID string
