@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -274,5 +275,65 @@ func TestEndToEndSession(t *testing.T) {
 	}
 	if status, _, body := s.do(t, http.MethodGet, "/v1/audit/verify", ""); status != http.StatusOK || !strings.Contains(string(body), `"ok":true`) {
 		t.Errorf("verify: %d %s", status, body)
+	}
+}
+
+// sessionCLI runs the sandgate command line against s with stdin, and
+// returns its stdout, stderr and exit code.
+func sessionCLI(t *testing.T, s *testServer, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := map[string]string{"SANDGATE_URL": s.URL, "SANDGATE_TOKEN": s.Token}
+	a := &app{getenv: func(k string) string { return env[k] }, stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb}
+	if err := runWithApp(context.Background(), a, args); err != nil {
+		code := exitCode(err, &errb)
+		return out.String(), errb.String(), code
+	}
+	return out.String(), errb.String(), 0
+}
+
+// TestSessionCLI runs the agent loop of docs/sessions.md with the CLI:
+// create, copy a directory in, run commands (their exit codes are the
+// CLI's), copy a file out, list, remove.
+func TestSessionCLI(t *testing.T) {
+	s := startServer(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/src", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/src/main.sh", []byte("echo built > out.txt\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := sessionCLI(t, s, "", "session", "create", "--idle", "5m", "--env", "MODE=test")
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 36 {
+		t.Fatalf("session create: %d %q %q", code, out, errs)
+	}
+	if _, errs, code := sessionCLI(t, s, "", "session", "cp", dir+"/src", id+":"); code != 0 {
+		t.Fatalf("session cp in: %d %s", code, errs)
+	}
+	if out, errs, code := sessionCLI(t, s, "", "session", "exec", id, "--", "sh", "-c", "sh main.sh && echo $MODE"); code != 0 || out != "test\n" {
+		t.Errorf("session exec: %d %q %q", code, out, errs)
+	}
+	if _, _, code := sessionCLI(t, s, "", "session", "exec", id, "--", "sh", "-c", "exit 4"); code != 4 {
+		t.Errorf("session exec exit 4: code %d", code)
+	}
+	if out, _, code := sessionCLI(t, s, "line\n", "session", "exec", "-i", id, "--", "cat"); code != 0 || out != "line\n" {
+		t.Errorf("session exec -i: %d %q", code, out)
+	}
+	if _, errs, code := sessionCLI(t, s, "", "session", "cp", id+":out.txt", dir+"/out.txt"); code != 0 {
+		t.Fatalf("session cp out: %d %s", code, errs)
+	}
+	if b, err := os.ReadFile(dir + "/out.txt"); err != nil || string(b) != "built\n" {
+		t.Errorf("copied out: %q %v", b, err)
+	}
+	if out, _, code := sessionCLI(t, s, "", "session", "ls", "--state", "open"); code != 0 || !strings.Contains(out, id) {
+		t.Errorf("session ls: %d %q", code, out)
+	}
+	if out, _, code := sessionCLI(t, s, "", "runs", "list", "--session", id); code != 0 || strings.Count(out, "\n") != 4 {
+		t.Errorf("runs list --session: %d %q, want 3 runs", code, out)
+	}
+	if out, _, code := sessionCLI(t, s, "", "session", "rm", id); code != 0 || out != id+" ended\n" {
+		t.Errorf("session rm: %d %q", code, out)
 	}
 }
