@@ -334,11 +334,17 @@ func (e *Executor) inContainer(pid int, id string) bool {
 }
 
 // signalTree sends sig to pid and every process descended from it, read
-// from proc (/proc of the daemon's host), children first found.
+// from proc (/proc of the daemon's host).
 func signalTree(proc string, pid int, sig syscall.Signal) {
+	for _, p := range descendants(proc, pid) {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// descendants is pid and every process under it, parents first.
+func descendants(proc string, pid int) []int {
 	children := map[int][]int{}
-	ents, err := os.ReadDir(proc)
-	if err == nil {
+	if ents, err := os.ReadDir(proc); err == nil {
 		for _, ent := range ents {
 			p, err := strconv.Atoi(ent.Name())
 			if err != nil {
@@ -353,9 +359,7 @@ func signalTree(proc string, pid int, sig syscall.Signal) {
 	for i := 0; i < len(tree) && len(tree) < 1<<16; i++ {
 		tree = append(tree, children[tree[i]]...)
 	}
-	for _, p := range tree {
-		_ = syscall.Kill(p, sig)
-	}
+	return tree
 }
 
 // parentOf reads a process's parent PID from its stat file: the field

@@ -27,10 +27,28 @@ type fakeAdmitter struct {
 	panics bool
 	// limits are the teams' limits; read-only once the server runs.
 	limits map[string]sandgate.TeamLimits
+
+	mu     sync.Mutex
+	inputs []sandgate.AdmissionInput
+}
+
+// last returns the last input of operation op.
+func (a *fakeAdmitter) last(op sandgate.Operation) (sandgate.AdmissionInput, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.inputs) - 1; i >= 0; i-- {
+		if a.inputs[i].Operation == op {
+			return a.inputs[i], true
+		}
+	}
+	return sandgate.AdmissionInput{}, false
 }
 
 func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
 	n := a.calls.Add(1)
+	a.mu.Lock()
+	a.inputs = append(a.inputs, in)
+	a.mu.Unlock()
 	if a.panics {
 		panic("admitter exploded")
 	}
@@ -43,6 +61,10 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 		d.Violations = append(d.Violations, sandgate.Violation{
 			Rule: "no_privileged", Message: "privileged mode is forbidden", Controls: []string{"CIS-5.5"}, Action: "deny",
 		})
+	}
+	if in.Operation == sandgate.OperationExec && in.Request.Command[0] == "forbidden" {
+		d.Allow = false
+		d.Violations = append(d.Violations, sandgate.Violation{Rule: "denied_exec_command", Message: "not in a session", Action: "deny"})
 	}
 	if strings.HasPrefix(in.Request.Image, "evil/") {
 		d.Allow = false
