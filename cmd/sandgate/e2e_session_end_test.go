@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
 )
@@ -147,5 +148,37 @@ func TestFaultGatewaySIGKILLSession(t *testing.T) {
 	waitFor(t, 30*time.Second, "no container of the node", func() bool { return p2.nodeContainers(t) == 0 })
 	if ev := p2.sessionEndEvent(t, gone.ID); ev.Outcome != "lost" {
 		t.Errorf("session.ended of the lost session: %q", ev.Outcome)
+	}
+}
+
+// TestSessionKeepaliveLanguageImages: the language images have no shell
+// and no sleep; a session in each stays open on the keepalive the
+// bundle's data names for it, and runs the language's commands.
+func TestSessionKeepaliveLanguageImages(t *testing.T) {
+	executortest.RequireRecipeImage(t, "python")
+	executortest.RequireRecipeImage(t, "node")
+	s := startServer(t)
+	c := s.Client
+	for _, tc := range []struct {
+		image, keepalive string
+		command          []string
+	}{
+		{"sandgate/python:3", "python3", []string{"python3", "-c", "open('f','w').write('4'); print(2+2)"}},
+		{"sandgate/node:18", "node", []string{"node", "-e", "console.log(require('fs').readFileSync('f','utf8'))"}},
+	} {
+		ss := openSession(t, c, api.SessionRequest{RunSpec: sandgate.RunSpec{Image: tc.image}})
+		if ss.Spec.Command[0] != tc.keepalive {
+			t.Errorf("%s: keepalive %q", tc.image, ss.Spec.Command)
+		}
+		if _, err := c.PutFile(context.Background(), ss.ID, "f", 0, strings.NewReader("4")); err != nil {
+			t.Fatal(err)
+		}
+		r := execWait(t, c, ss.ID, api.ExecRequest{Command: tc.command})
+		if outcomeOf(r) != sandgate.OutcomeSucceeded || r.Stdout.Data != "4\n" {
+			t.Errorf("%s: %s %q %q", tc.image, outcomeOf(r), r.Stdout.Data, r.Stderr.Data)
+		}
+		if got, err := c.DeleteSession(context.Background(), ss.ID); err != nil || got.EndReason != sandgate.SessionDeleted {
+			t.Errorf("%s: delete %+v %v", tc.image, got, err)
+		}
 	}
 }
