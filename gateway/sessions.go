@@ -36,6 +36,14 @@ type liveSession struct {
 	cancel context.CancelFunc
 	// touched wakes the idle timer when the session was used.
 	touched chan struct{}
+	// saved is when its last use was last stored; saving is set while a
+	// save is under way (a restart starts the idle timer again from the
+	// stored last use).
+	saved  time.Time
+	saving bool
+	// storeMu orders the session's saves: a save of its last use never
+	// lands after the save of its end.
+	storeMu sync.Mutex
 	opened  chan struct{}
 	done    chan struct{}
 	openErr error
@@ -285,7 +293,9 @@ func (s *service) runSession(ctx context.Context, l *liveSession, enforce sandga
 			}
 			snap := l.ss
 			l.mu.Unlock()
-			s.storeSession(snap, log)
+			l.storeMu.Lock()
+			s.storeSession(l.snapshot(), log)
+			l.storeMu.Unlock()
 			if !first {
 				return
 			}
@@ -402,7 +412,9 @@ func (s *service) endSession(l *liveSession, res sandgate.Result, err error, log
 		Actor: ss.Principal, Team: ss.Team, Node: s.cfg.Node, PolicyRevision: ss.PolicyRevision, Payload: payload,
 	})
 	log.Info("session ended", "reason", reason, "runs", ss.Runs)
+	l.storeMu.Lock()
 	s.storeSession(ss, log)
+	l.storeMu.Unlock()
 }
 
 // storeSession saves the session, retrying a little while the store does
@@ -576,6 +588,7 @@ func (s *service) execInSession(ctx context.Context, p sandgate.Principal, corr,
 		return nil, unavailable(err, "the run store")
 	}
 	l.touch(now, 1)
+	s.saveActivity(l)
 	s.startInSession(*run, dec.Spec, dec.Enforcement, l)
 	return s.overlay(run), nil
 }
@@ -595,6 +608,7 @@ func (s *service) startInSession(run sandgate.Run, spec sandgate.Normalized, enf
 		s.execute(ctx, lr)
 		final := lr.snapshot()
 		l.touch(s.now(), -1)
+		s.saveActivity(l)
 		// An OOM kill in the session's memory leaves it in no known state:
 		// the session ends with it.
 		if final.Outcome == sandgate.OutcomeOOMKilled {
@@ -615,6 +629,7 @@ func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id s
 		return sandgate.FileDigest{}, err
 	}
 	l.touch(s.now(), 0)
+	s.saveActivity(l)
 	d, err := x.PutFiles(ctx, id, l.spec, up)
 	s.fileEvent(sandgate.EventSessionFilePut, p, corr, l.snapshot(), up.Path, up.Format, d, err)
 	return d, err
@@ -632,6 +647,7 @@ func (s *service) getFiles(ctx context.Context, p sandgate.Principal, corr, id, 
 		return sandgate.FileDigest{}, err
 	}
 	l.touch(s.now(), 0)
+	s.saveActivity(l)
 	var out writer
 	var werr error
 	d, err := x.GetFiles(ctx, id, path, writerFunc(func(b []byte) (int, error) {
@@ -667,6 +683,38 @@ func (s *service) fileEvent(t sandgate.EventType, p sandgate.Principal, corr str
 		Type: t, Time: s.now(), Outcome: outcome, CorrelationID: corr, RunID: ss.ID, DecisionID: ss.DecisionID,
 		ContainerID: ss.ContainerID, Actor: p.Name, Team: p.Team, Node: s.cfg.Node, Payload: payload,
 	})
+}
+
+// activitySaveEvery bounds how often a session's last use is stored.
+const activitySaveEvery = time.Second
+
+// saveActivity stores the session's last use and command count in the
+// background, at most once per activitySaveEvery (the last use within
+// that second is stored by the next save, or the session's end).
+func (s *service) saveActivity(l *liveSession) {
+	l.mu.Lock()
+	now := s.now()
+	if l.saving || now.Sub(l.saved) < activitySaveEvery || l.ss.State != sandgate.SessionOpen {
+		l.mu.Unlock()
+		return
+	}
+	l.saving, l.saved = true, now
+	l.mu.Unlock()
+	go func() {
+		l.storeMu.Lock()
+		defer l.storeMu.Unlock()
+		ss := l.snapshot()
+		if ss.State == sandgate.SessionOpen {
+			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+			if err := s.d.Sessions.UpdateSession(ctx, &ss); err != nil {
+				s.log.Warn("store session activity", "session_id", ss.ID, "error", err)
+			}
+			cancel()
+		}
+		l.mu.Lock()
+		l.saving = false
+		l.mu.Unlock()
+	}()
 }
 
 // endSessions ends every open session of this node (shutdown) and waits
