@@ -182,3 +182,30 @@ func TestSessionKeepaliveLanguageImages(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionHoldsSlot: a session holds one of the node's MAX_CONCURRENT
+// container slots for its life. With one slot, a run submitted while the
+// session is open waits for it (the session's commands need no slot and
+// go on), and runs once the session ends.
+func TestSessionHoldsSlot(t *testing.T) {
+	s := startServer(t, withEnv("SANDGATE_MAX_CONCURRENT", "1"))
+	c := s.Client
+	ss := openSession(t, c, api.SessionRequest{})
+	queued, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "after"}}, client.SubmitOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"echo", "inside"}})
+	if r.Stdout.Data != "inside\n" {
+		t.Errorf("command in the session: %q", r.Stdout.Data)
+	}
+	if v, ok := s.runState(t, queued.ID); !ok || v.State != sandgate.StateCreating && v.State != sandgate.StatePending || v.ContainerID != "" {
+		t.Errorf("run beside the session: %s container %q, want waiting for the slot", v.State, v.ContainerID)
+	}
+	if _, err := c.DeleteSession(context.Background(), ss.ID); err != nil {
+		t.Fatal(err)
+	}
+	if v := s.waitFinished(t, queued.ID, 60*time.Second); outcomeOf(v) != sandgate.OutcomeSucceeded || v.Stdout.Data != "after\n" {
+		t.Errorf("the waiting run: %s %q", outcomeOf(v), v.Stdout.Data)
+	}
+}

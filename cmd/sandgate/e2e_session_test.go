@@ -151,6 +151,25 @@ func TestEndToEndSession(t *testing.T) {
 	if outcomeOf(cancelled) != sandgate.OutcomeCancelled || strings.Contains(cancelled.Stdout.Data, "never") {
 		t.Errorf("cancelled command: %s %q", outcomeOf(cancelled), cancelled.Stdout.Data)
 	}
+	// The other command's output, followed live as Server-Sent Events.
+	var streamed strings.Builder
+	var exit *api.ExitData
+	err = c.Logs(ctx, other.ID, true, func(ev api.LogEvent) error {
+		switch ev.Event {
+		case api.EventStdout:
+			b, err := ev.Chunk()
+			streamed.Write(b)
+			return err
+		case api.EventExit:
+			x, err := ev.Exit()
+			exit = &x
+			return err
+		}
+		return nil
+	})
+	if err != nil || streamed.String() != "other\n" || exit == nil || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Errorf("logs of the other command: %q exit %+v %v", streamed.String(), exit, err)
+	}
 	if v := s.waitFinished(t, other.ID, 60*time.Second); outcomeOf(v) != sandgate.OutcomeSucceeded || v.Stdout.Data != "other\n" {
 		t.Errorf("the other command: %s %q", outcomeOf(v), v.Stdout.Data)
 	}
