@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -184,7 +185,8 @@ func TestSessionKeepaliveLanguageImages(t *testing.T) {
 }
 
 // TestSessionHoldsSlot: a session holds one of the node's MAX_CONCURRENT
-// container slots for its life. With one slot, a run submitted while the
+// container slots for its life, and the orphan cleanup leaves its
+// container alone. With one slot, a run submitted while the
 // session is open waits for it (the session's commands need no slot and
 // go on), and runs once the session ends.
 func TestSessionHoldsSlot(t *testing.T) {
@@ -194,6 +196,10 @@ func TestSessionHoldsSlot(t *testing.T) {
 	queued, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "after"}}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The reaper leaves a live session's container alone.
+	if status, _, body := s.do(t, http.MethodPost, "/v1/sandboxes/cleanup", ""); status != http.StatusOK || !strings.Contains(string(body), `"count":0`) {
+		t.Errorf("cleanup with a session open: %d %s", status, body)
 	}
 	r := execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"echo", "inside"}})
 	if r.Stdout.Data != "inside\n" {
