@@ -33,8 +33,9 @@ type Defaults struct {
 	SessionIdleTimeoutSeconds int `json:"session_idle_timeout_seconds"`
 	SessionMaxLifetimeSeconds int `json:"session_max_lifetime_seconds"`
 	// SessionKeepalive is the command that keeps a session's container
-	// alive, by normalised image name, "*" for any image not named; a
-	// session request may name its own.
+	// alive, by image (as written, without its digest, or its repository
+	// alone), "*" for any image not named; a session request may name
+	// its own.
 	SessionKeepalive map[string][]string `json:"session_keepalive"`
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 )
 
@@ -133,10 +134,7 @@ func NormalizeSession(in SessionSpec, id string, d Defaults) (Normalized, Sessio
 	}
 	rs.Command = in.Keepalive
 	if len(rs.Command) == 0 {
-		rs.Command = d.SessionKeepalive[rs.Image]
-		if len(rs.Command) == 0 {
-			rs.Command = d.SessionKeepalive["*"]
-		}
+		rs.Command = keepaliveFor(d.SessionKeepalive, rs.Image)
 	}
 	if len(rs.Command) == 0 {
 		return Normalized{}, SessionLimits{}, FieldError("keepalive", "is required: the policy names no keepalive command for image %s", rs.Image)
@@ -159,6 +157,23 @@ func NormalizeSession(in SessionSpec, id string, d Defaults) (Normalized, Sessio
 		lim.MaxLifetimeSeconds = d.SessionMaxLifetimeSeconds
 	}
 	return n, lim, nil
+}
+
+// keepaliveFor is the keepalive the data names for image: by the image as
+// written, then without its digest, then by its repository alone (so a
+// repository's entry covers its tags and digests), else "*".
+func keepaliveFor(m map[string][]string, image string) []string {
+	name, _, _ := strings.Cut(image, "@")
+	repo := name
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		repo = name[:i]
+	}
+	for _, k := range []string{image, name, repo, "*"} {
+		if c := m[k]; len(c) > 0 {
+			return c
+		}
+	}
+	return nil
 }
 
 // ExecSpec is the body of POST /v1/sessions/{id}/runs: a command in a

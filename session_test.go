@@ -46,7 +46,7 @@ func TestDecodeSessionSpec(t *testing.T) {
 
 func TestNormalizeSession(t *testing.T) {
 	d := BuiltinDefaults
-	d.SessionKeepalive = map[string][]string{"*": {"sleep", "infinity"}, "sandgate/python:3": {"python3", "-c", "pause"}}
+	d.SessionKeepalive = map[string][]string{"*": {"sleep", "infinity"}, "sandgate/python": {"python3", "-c", "pause"}, "reg:5000/x:1": {"x1"}}
 	tests := []struct {
 		name      string
 		in        SessionSpec
@@ -56,6 +56,9 @@ func TestNormalizeSession(t *testing.T) {
 	}{
 		{"defaults", SessionSpec{}, []string{"sleep", "infinity"}, "/workspace", SessionLimits{600, 3600}},
 		{"image default keepalive", SessionSpec{RunSpec: RunSpec{Image: "sandgate/python:3"}}, []string{"python3", "-c", "pause"}, "/workspace", SessionLimits{600, 3600}},
+		{"by repository, pinned", SessionSpec{RunSpec: RunSpec{Image: "sandgate/python@sha256:" + strings.Repeat("a", 64)}}, []string{"python3", "-c", "pause"}, "/workspace", SessionLimits{600, 3600}},
+		{"by name without digest, registry port", SessionSpec{RunSpec: RunSpec{Image: "reg:5000/x:1@sha256:" + strings.Repeat("b", 64)}}, []string{"x1"}, "/workspace", SessionLimits{600, 3600}},
+		{"registry port, no tag: not the tag's entry", SessionSpec{RunSpec: RunSpec{Image: "reg:5000/x"}}, []string{"sleep", "infinity"}, "/workspace", SessionLimits{600, 3600}},
 		{"request keepalive, workdir, limits", SessionSpec{RunSpec: RunSpec{Workdir: "/w"}, Keepalive: []string{"tail", "-f", "/dev/null"}, IdleTimeoutSeconds: 5, MaxLifetimeSeconds: 9},
 			[]string{"tail", "-f", "/dev/null"}, "/w", SessionLimits{5, 9}},
 	}
@@ -73,7 +76,7 @@ func TestNormalizeSession(t *testing.T) {
 			}
 		})
 	}
-	d.SessionKeepalive = map[string][]string{"sandgate/python:3": {"python3"}}
+	d.SessionKeepalive = map[string][]string{"sandgate/python": {"python3"}}
 	if _, _, err := NormalizeSession(SessionSpec{}, "sid", d); err == nil || err.(*Error).Field != "keepalive" {
 		t.Errorf("no keepalive for the image: %v, want an error naming keepalive", err)
 	}

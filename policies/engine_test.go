@@ -120,8 +120,8 @@ func TestDefaultsFromData(t *testing.T) {
 		SessionIdleTimeoutSeconds: 600, SessionMaxLifetimeSeconds: 3600,
 		SessionKeepalive: map[string][]string{
 			"*":                 {"sleep", "infinity"},
-			"sandgate/python:3": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
-			"sandgate/node:18":  {"node", "-e", "setInterval(() => {}, 1 << 30)"},
+			"sandgate/python": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
+			"sandgate/node":    {"node", "-e", "setInterval(() => {}, 1 << 30)"},
 		},
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
