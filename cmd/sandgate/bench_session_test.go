@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -37,10 +38,13 @@ func BenchmarkSessionExec(b *testing.B) {
 
 	ss := benchOpenSession(b, client, s)
 	defer benchDelete(b, client, s, "/v1/sessions/"+ss.ID)
+	var measured []string // run IDs
 	viaSandgate := func() time.Duration {
 		start := time.Now()
-		benchExecTrue(b, client, s, ss.ID)
-		return time.Since(start)
+		id := benchExecTrue(b, client, s, ss.ID)
+		elapsed := time.Since(start)
+		measured = append(measured, id)
+		return elapsed
 	}
 	viaDocker := func() time.Duration {
 		start := time.Now()
@@ -55,6 +59,7 @@ func BenchmarkSessionExec(b *testing.B) {
 		viaSandgate()
 		viaDocker()
 	}
+	measured = nil
 	b.ResetTimer()
 	sg := make([]time.Duration, 0, pairs)
 	de := make([]time.Duration, 0, pairs)
@@ -79,6 +84,20 @@ func BenchmarkSessionExec(b *testing.B) {
 	b.ReportMetric(ratio, "ratio-of-medians")
 	b.Logf("pairs=%d session exec median %.1f ms, docker exec median %.1f ms, ratio %.3f (goal <= 0.25); load %s",
 		pairs, ms(sgMed), ms(deMed), ratio, loadAverage())
+	// Where a command's time goes, by the trail's clock.
+	var admit, run []time.Duration
+	for _, id := range measured {
+		at := map[sandgate.EventType]time.Time{}
+		for _, ev := range benchCommandEvents(b, client, s, id) {
+			at[ev.Type] = ev.Time
+		}
+		admit = append(admit, at[sandgate.EventContainerStarted].Sub(at[sandgate.EventRunRequested]))
+		run = append(run, at[sandgate.EventContainerExited].Sub(at[sandgate.EventContainerStarted]))
+	}
+	b.ReportMetric(ms(median(admit)), "requested-to-started-p50-ms")
+	b.ReportMetric(ms(median(run)), "started-to-exited-p50-ms")
+	b.Logf("command phases (medians, trail clock): requested->started %.1f ms (decision, commit, store, exec create and start), started->exited %.1f ms (the command, its end seen, exec inspect)",
+		ms(median(admit)), ms(median(run)))
 
 	// 16 at once: runs per second through sandgate, and docker exec's.
 	const workers = 16
@@ -122,15 +141,38 @@ func benchOpenSession(b *testing.B, client *http.Client, s *testServer) api.Sess
 	return ss
 }
 
-// benchExecTrue runs `true` in the session and waits for its end.
-func benchExecTrue(b *testing.B, client *http.Client, s *testServer, id string) {
+// benchCommandEvents returns a command's audit events once its
+// container.exited is in the trail.
+func benchCommandEvents(b *testing.B, client *http.Client, s *testServer, runID string) []sandgate.AuditRecord {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var page api.AuditEventList
+		if err := getJSON(client, s, "/v1/audit/events?"+url.Values{"run_id": {runID}, "limit": {"100"}}.Encode(), &page); err != nil {
+			b.Fatal(err)
+		}
+		for _, ev := range page.Events {
+			if ev.Type == sandgate.EventContainerExited {
+				return page.Events
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("command %s: no container.exited in the trail", runID)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// benchExecTrue runs `true` in the session, waits for its end and
+// returns its run ID.
+func benchExecTrue(b *testing.B, client *http.Client, s *testServer, id string) string {
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/sessions/"+id+"/runs?wait=60s", strings.NewReader(`{"command":["true"]}`))
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
 		b.Error(err)
-		return
+		return ""
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -139,6 +181,7 @@ func benchExecTrue(b *testing.B, client *http.Client, s *testServer, id string) 
 		run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded {
 		b.Errorf("session exec: %d %s", resp.StatusCode, body)
 	}
+	return run.ID
 }
 
 // benchDelete sends DELETE path.
