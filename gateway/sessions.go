@@ -618,8 +618,9 @@ func (s *service) startInSession(run sandgate.Run, spec sandgate.Normalized, enf
 }
 
 // putFiles writes a file or an archive into an open session's workspace
-// and records it (session.file_put).
-func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id string, up sandgate.FileUpload) (sandgate.FileDigest, error) {
+// and records it (session.file_put). fileSHA, for a single file, is the
+// SHA-256 of its content, which is reported instead of its tar's.
+func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id string, up sandgate.FileUpload, fileSHA string) (sandgate.FileDigest, error) {
 	x, err := s.sessionExecutor()
 	if err != nil {
 		return sandgate.FileDigest{}, err
@@ -631,6 +632,9 @@ func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id s
 	l.touch(s.now(), 0)
 	s.saveActivity(l)
 	d, err := x.PutFiles(ctx, id, l.spec, up)
+	if err == nil && fileSHA != "" {
+		d.SHA256 = fileSHA
+	}
 	s.fileEvent(sandgate.EventSessionFilePut, p, corr, l.snapshot(), up.Path, up.Format, d, err)
 	return d, err
 }

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"mime"
@@ -173,7 +175,7 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 			return err
 		}
 	}
-	f, size, err := s.spoolBody(c.Request().Body, path, format, mode)
+	f, size, sum, err := s.spoolBody(c.Request().Body, path, format, mode)
 	if err != nil {
 		return err
 	}
@@ -182,7 +184,7 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 		os.Remove(f.Name())
 	}()
 	d, err := s.svc.putFiles(c.Request().Context(), principal(c), correlationID(c), c.Param("id"),
-		sandgate.FileUpload{Path: path, Format: format, Body: f, Size: size})
+		sandgate.FileUpload{Path: path, Format: format, Body: f, Size: size}, sum)
 	if err != nil {
 		return err
 	}
@@ -190,19 +192,20 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 }
 
 // spoolBody writes the body to a temporary file: as it is for an
-// archive, as a tar of the one entry path for a file.
-func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os.File, int64, error) {
+// archive, as a tar of the one entry path for a file, whose content's
+// SHA-256 it returns as well (the digest the trail records for it).
+func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os.File, int64, string, error) {
 	if err := os.MkdirAll(s.cfg.UploadDir, 0o700); err != nil {
-		return nil, 0, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
+		return nil, 0, "", sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
 	}
 	f, err := os.CreateTemp(s.cfg.UploadDir, "session-*.upload")
 	if err != nil {
-		return nil, 0, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
+		return nil, 0, "", sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
 	}
-	fail := func(err error) (*os.File, int64, error) {
+	fail := func(err error) (*os.File, int64, string, error) {
 		f.Close()
 		os.Remove(f.Name())
-		return nil, 0, err
+		return nil, 0, "", err
 	}
 	limit := s.cfg.MaxWorkspaceBytes
 	if format != sandgate.FileFormatFile {
@@ -213,7 +216,7 @@ func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os
 		if n > limit {
 			return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the archive exceeds %d bytes", limit))
 		}
-		return f, n, nil
+		return f, n, "", nil
 	}
 	// The file's size is needed before its bytes in a tar header: the
 	// bytes go to the file first, after room for the header.
@@ -221,13 +224,15 @@ func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os
 	if _, err := f.Seek(hdrRoom, io.SeekStart); err != nil {
 		return fail(err)
 	}
-	n, err := io.Copy(f, io.LimitReader(body, limit+1))
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, limit+1))
 	if err != nil {
 		return fail(bodyError(err, "body"))
 	}
 	if n > limit {
 		return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the file exceeds %d bytes", limit))
 	}
+	sum := hex.EncodeToString(h.Sum(nil))
 	out, err := os.CreateTemp(s.cfg.UploadDir, "session-*.upload")
 	if err != nil {
 		return fail(sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now"))
@@ -255,9 +260,9 @@ func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os
 	if err != nil {
 		out.Close()
 		os.Remove(out.Name())
-		return nil, 0, err
+		return nil, 0, "", err
 	}
-	return out, st.Size(), nil
+	return out, st.Size(), sum, nil
 }
 
 // getSessionFiles is GET /v1/sessions/{id}/files?path=: the file, or the

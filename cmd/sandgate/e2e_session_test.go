@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/url"
@@ -183,8 +185,9 @@ func TestEndToEndSession(t *testing.T) {
 	}
 
 	// Files in: a file, an archive; a hostile archive is refused whole.
-	if _, err := c.PutFile(ctx, ss.ID, "in/data.txt", 0o644, strings.NewReader("from the agent\n")); err != nil {
-		t.Fatalf("put file: %v", err)
+	putOne, err := c.PutFile(ctx, ss.ID, "in/data.txt", 0o644, strings.NewReader("from the agent\n"))
+	if sum := sha256.Sum256([]byte("from the agent\n")); err != nil || putOne.SHA256 != hex.EncodeToString(sum[:]) || putOne.Bytes != 15 {
+		t.Fatalf("put file: %+v %v, want the content's size and SHA-256", putOne, err)
 	}
 	put, err := c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(tarOf(t, map[string]string{"src/a.py": "print(1)\n", "src/b.txt": "b\n"})))
 	if err != nil || put.Entries != 2 {
