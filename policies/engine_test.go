@@ -119,9 +119,9 @@ func TestDefaultsFromData(t *testing.T) {
 		ArtifactLimitBytes: 64 << 20, WorkspaceWorkdir: "/workspace",
 		SessionIdleTimeoutSeconds: 600, SessionMaxLifetimeSeconds: 3600,
 		SessionKeepalive: map[string][]string{
-			"*":                 {"sleep", "infinity"},
+			"*":               {"sleep", "infinity"},
 			"sandgate/python": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
-			"sandgate/node":    {"node", "-e", "setInterval(() => {}, 1 << 30)"},
+			"sandgate/node":   {"node", "-e", "setInterval(() => {}, 1 << 30)"},
 		},
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
