@@ -39,8 +39,8 @@ type liveSession struct {
 	// saved is when its last use was last stored; saving is set while a
 	// save is under way (a restart starts the idle timer again from the
 	// stored last use).
-	saved  time.Time
-	saving bool
+	saved           time.Time
+	saving, pending bool
 	// storeMu orders the session's saves: a save of its last use never
 	// lands after the save of its end.
 	storeMu sync.Mutex
@@ -693,12 +693,27 @@ func (s *service) fileEvent(t sandgate.EventType, p sandgate.Principal, corr str
 const activitySaveEvery = time.Second
 
 // saveActivity stores the session's last use and command count in the
-// background, at most once per activitySaveEvery (the last use within
-// that second is stored by the next save, or the session's end).
+// background, at most about once per activitySaveEvery: a use within that
+// time is stored by a save queued for its end.
 func (s *service) saveActivity(l *liveSession) {
 	l.mu.Lock()
 	now := s.now()
-	if l.saving || now.Sub(l.saved) < activitySaveEvery || l.ss.State != sandgate.SessionOpen {
+	if l.ss.State != sandgate.SessionOpen {
+		l.mu.Unlock()
+		return
+	}
+	if l.saving || now.Sub(l.saved) < activitySaveEvery {
+		// A save later stores this use: one is queued at most.
+		if !l.pending {
+			l.pending = true
+			time.AfterFunc(activitySaveEvery, func() {
+				l.mu.Lock()
+				l.pending = false
+				l.saved = time.Time{}
+				l.mu.Unlock()
+				s.saveActivity(l)
+			})
+		}
 		l.mu.Unlock()
 		return
 	}

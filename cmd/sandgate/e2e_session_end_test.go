@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
@@ -120,6 +121,17 @@ func TestFaultGatewaySIGKILLSession(t *testing.T) {
 		return ok && v.State == sandgate.StateRunning
 	})
 
+	// The last use is stored (within about a second) for the restart.
+	before, err := p1.Client.Session(ctx, kept.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := audittest.OpenDB(t, env["SANDGATE_DATABASE_URL"])
+	waitFor(t, 30*time.Second, "the session's last use to be stored", func() bool {
+		var stored time.Time
+		row := db.QueryRow(`SELECT last_active_at FROM sessions WHERE id = $1`, kept.ID)
+		return row.Scan(&stored) == nil && !stored.Before(before.LastActiveAt.Truncate(time.Microsecond))
+	})
 	p1.Kill(t)
 	dockerCLI(t, "", "rm", "-f", gone.ContainerID)
 
@@ -139,7 +151,7 @@ func TestFaultGatewaySIGKILLSession(t *testing.T) {
 		t.Errorf("adopted session: %s %q", outcomeOf(r), r.Stdout.Data)
 	}
 	ss, err := p2.Client.Session(ctx, kept.ID)
-	if err != nil || ss.State != sandgate.SessionOpen || ss.ContainerID != kept.ContainerID {
+	if err != nil || ss.State != sandgate.SessionOpen || ss.ContainerID != kept.ContainerID || ss.Runs != 2 {
 		t.Errorf("adopted session: %+v %v", ss, err)
 	}
 	ended, err := p2.Client.DeleteSession(ctx, kept.ID)
