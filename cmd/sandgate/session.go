@@ -102,7 +102,7 @@ func newSessionExecCmd(a *app) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "exec SESSION -- COMMAND [ARG...]",
-		Short: "Run a command in a session; print its output and exit with its code",
+		Short: "Run a command in a session; stream its output and exit with its code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			x := api.ExecRequest{Command: args[1:], Workdir: workdir}
@@ -133,11 +133,7 @@ func newSessionExecCmd(a *app) *cobra.Command {
 			if err != nil {
 				return &exitError{Code: exitPlatform, Message: err.Error()}
 			}
-			wait := time.Hour // the gateway caps it at its MaxWait
-			if detach {
-				wait = 0
-			}
-			run, err := c.Exec(cmd.Context(), args[0], x, wait)
+			run, err := c.Exec(cmd.Context(), args[0], x, 0)
 			if err != nil {
 				return submitError(a, err)
 			}
@@ -145,17 +141,7 @@ func newSessionExecCmd(a *app) *cobra.Command {
 				_, err := fmt.Fprintln(a.stdout, run.ID)
 				return err
 			}
-			final, err := waitFinished(cmd.Context(), c, run)
-			if err != nil {
-				return &exitError{Code: exitPlatform, Message: err.Error()}
-			}
-			if err := writeOutput(a.stdout, final.Stdout); err != nil {
-				return err
-			}
-			if err := writeOutput(a.stderr, final.Stderr); err != nil {
-				return err
-			}
-			return exitFor(a, final.ID, exitFromRun(final))
+			return followRun(cmd.Context(), a, c, run, false)
 		},
 	}
 	f := cmd.Flags()
