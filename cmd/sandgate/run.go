@@ -256,7 +256,6 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 	return followRun(ctx, a, c, run, o.wait)
 }
 
-
 // followRun streams a started run's output live (stdout to stdout, stderr
 // to stderr), or with wait prints it once the run has ended, and returns
 // the exit the run ended with; Ctrl-C cancels the run. A command in a
