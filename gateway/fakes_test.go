@@ -298,13 +298,7 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	start := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
 	end := start.Add(1500 * time.Millisecond)
 	res := sandgate.Result{ContainerID: "c-" + job.RunID[:8], StartedAt: start, FinishedAt: end}
-	if job.SessionContainer {
-		// A session's container runs until the session ends.
-		job.Started(res.ContainerID, start)
-		<-ctx.Done()
-		res.Outcome = sandgate.OutcomeCancelled
-		return res, nil
-	}
+
 	cmd := job.Spec.Command
 	// As the Docker executor does: into the run's buffers, then tell.
 	emit := func(stream sandgate.Stream, p []byte) {
@@ -326,6 +320,13 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 		res.Outcome = sandgate.OutcomeError
 		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeImageUnavailable, Message: "image not present"}
 		return res, sandgate.Errorf(sandgate.CodeImageUnavailable, "image not present")
+	}
+	if job.SessionContainer {
+		// A session's container runs until the session ends.
+		job.Started(res.ContainerID, start)
+		<-ctx.Done()
+		res.Outcome = sandgate.OutcomeCancelled
+		return res, nil
 	}
 	if job.Started != nil {
 		job.Started(res.ContainerID, start)

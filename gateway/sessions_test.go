@@ -55,6 +55,21 @@ func TestSessionAdmission(t *testing.T) {
 	if len(denied) == 0 || denied[len(denied)-1].Payload["session_id"] != ss.ID || denied[len(denied)-1].Payload["operation"] != "exec" {
 		t.Errorf("admission.denied of the command: %+v", denied)
 	}
+	// A session whose container cannot be made answers the executor's
+	// error and is recorded as ended.
+	r = e.do("POST", "/v1/sessions", tokAlice, `{"keepalive":["unavailable"]}`)
+	if r.errorCode() != string(sandgate.CodeImageUnavailable) {
+		t.Errorf("session without its image: %d %s", r.status, r.body)
+	}
+	var failed []sandgate.Event
+	for _, ev := range e.recorder.ofType(sandgate.EventSessionEnded) {
+		if ev.Outcome == string(sandgate.SessionError) && ev.Payload["error_code"] == string(sandgate.CodeImageUnavailable) {
+			failed = append(failed, ev)
+		}
+	}
+	if len(failed) != 1 {
+		t.Errorf("session.ended of the failed session: %+v", e.recorder.ofType(sandgate.EventSessionEnded))
+	}
 	if got := e.do("GET", "/v1/sessions/"+ss.ID, tokAlice, "").session(t); got.Runs != 1 {
 		t.Errorf("session runs = %d, want 1 (a denied command is no run)", got.Runs)
 	}
