@@ -66,6 +66,8 @@ type Metrics struct {
 
 	mu         sync.Mutex
 	runsActive func() int
+	// sessionsOpen counts the sessions open on this node.
+	sessionsOpen func() int
 	counter    ActiveContainerCounter
 	queue      QueueDepther
 	spool      SpoolSizer
@@ -88,7 +90,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "status"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandgate_admission_decisions_total", Help: "Admission decisions by operation (run, review) and result (allowed, denied).",
+			Name: "sandgate_admission_decisions_total", Help: "Admission decisions by operation (run, review, session, exec) and result (allowed, denied).",
 		}, []string{"operation", "result"}),
 		ruleHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_admission_rule_hits_total", Help: "Policy violations by rule, action (deny, warn) and decision result.",
@@ -139,6 +141,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
 		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
 		m.runCPU, m.runMemoryPeak, m.runWall,
+		gauge("sandgate_sessions_open", "Sessions open on this node.", func() float64 {
+			m.mu.Lock()
+			f := m.sessionsOpen
+			m.mu.Unlock()
+			if f == nil {
+				return 0
+			}
+			return float64(f())
+		}),
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive
@@ -213,10 +224,10 @@ func (m *Metrics) observeRequest(method, route string, status int, d time.Durati
 }
 
 // attach connects the gauges that read from the gateway's parts.
-func (m *Metrics) attach(d Deps, runsActive func() int) {
+func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.runsActive = runsActive
+	m.runsActive, m.sessionsOpen = runsActive, sessionsOpen
 	if c, ok := d.Executor.(ActiveContainerCounter); ok {
 		m.counter = c
 	}

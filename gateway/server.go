@@ -111,7 +111,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log:       deps.Logger.With("component", "callbacks"),
 		delivered: func(result string) { m.callbacks.WithLabelValues(result).Inc() },
 	})
-	m.attach(deps, s.svc.live.count)
+	m.attach(deps, s.svc.live.count, s.svc.sessions.count)
 	s.echo = s.routes()
 	return s, nil
 }

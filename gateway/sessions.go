@@ -113,6 +113,12 @@ func (h *sessionHub) remove(id string) {
 	h.mu.Unlock()
 }
 
+func (h *sessionHub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
 func (h *sessionHub) all() []*liveSession {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,6 +93,9 @@ func TestSessionTeamLimits(t *testing.T) {
 	// A command in the session is inside the session's place.
 	if r := e.do("POST", "/v1/sessions/"+ss.ID+"/runs?wait=2s", tokAlice, echoBody); r.status != 200 {
 		t.Errorf("command in the session: %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/metrics", "", ""); !strings.Contains(string(r.body), "sandgate_sessions_open 1") {
+		t.Errorf("metrics do not count the open session")
 	}
 	if r := e.do("DELETE", "/v1/sessions/"+ss.ID, tokBob, ""); r.status != 404 {
 		t.Errorf("another team's delete: %d, want 404", r.status)
