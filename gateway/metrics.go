@@ -68,9 +68,9 @@ type Metrics struct {
 	runsActive func() int
 	// sessionsOpen counts the sessions open on this node.
 	sessionsOpen func() int
-	counter    ActiveContainerCounter
-	queue      QueueDepther
-	spool      SpoolSizer
+	counter      ActiveContainerCounter
+	queue        QueueDepther
+	spool        SpoolSizer
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
