@@ -137,7 +137,11 @@ func (s *service) loseSessionCommands(ctx context.Context, runs []sandgate.Run) 
 			out = append(out, run)
 			continue
 		}
-		if _, err := s.d.Sessions.GetSession(ctx, sid); err != nil {
+		// A command ran in its session's container; a run that merely
+		// names the session in its spec has a container of its own (or
+		// none yet, and is then lost by Adopt all the same).
+		ss, err := s.d.Sessions.GetSession(ctx, sid)
+		if err != nil || ss.ContainerID == "" || run.ContainerID != ss.ContainerID {
 			out = append(out, run)
 			continue
 		}
