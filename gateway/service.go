@@ -91,6 +91,9 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	if err != nil {
 		return nil, false, err
 	}
+	if err := s.refuseSessionLabel(ctx, spec.SessionID); err != nil {
+		return nil, false, err
+	}
 	if spec.CallbackURL != "" && len(s.cfg.CallbackKey) == 0 {
 		return nil, false, sandgate.FieldError("callback_url", "completion callbacks are not configured on this gateway (it has no callback key)")
 	}

@@ -4,11 +4,29 @@ import (
 	"context"
 	"errors"
 
+	"github.com/google/uuid"
+
 	"github.com/sandgate/sandgate"
 )
 
 // The commands and files of a session: each command a run decided with
 // operation exec, each file operation recorded.
+
+// refuseSessionLabel refuses a run whose session_id names a session of
+// sandgate's: its commands are the session's own runs, made by
+// POST /v1/sessions/{id}/runs, and a run of its own would pass for one.
+func (s *service) refuseSessionLabel(ctx context.Context, sid string) error {
+	if s.d.Sessions == nil || len(sid) != 36 {
+		return nil
+	}
+	if _, err := uuid.Parse(sid); err != nil {
+		return nil
+	}
+	if _, err := s.d.Sessions.GetSession(ctx, sid); err == nil {
+		return sandgate.FieldError("session_id", "names a session: run commands in it with POST /v1/sessions/%s/runs", sid)
+	}
+	return nil
+}
 
 // execInSession admits a command in an open session and starts it as a
 // run of the session. input.request is the session's admitted spec with

@@ -48,6 +48,9 @@ func TestSessionAdmission(t *testing.T) {
 	if job := e.exec.lastJob(); job.SessionID != "" && job.SessionID != ss.ID {
 		t.Errorf("job session %q", job.SessionID)
 	}
+	if r := e.do("POST", "/v1/runs", tokAlice, `{"command":["true"],"session_id":"`+ss.ID+`"}`); r.status != 400 || !strings.Contains(string(r.body), "session_id") {
+		t.Errorf("a run naming the session: %d %s", r.status, r.body)
+	}
 	r = e.do("POST", "/v1/sessions/"+ss.ID+"/runs", tokAlice, `{"command":["forbidden"]}`)
 	if r.status != 403 || r.errorCode() != string(sandgate.CodePolicyDenied) {
 		t.Errorf("denied command: %d %s", r.status, r.body)
