@@ -41,6 +41,13 @@ type Operation string
 const (
 	OperationRun    Operation = "run"
 	OperationReview Operation = "review"
+	// OperationSession admits a session: its spec (the keepalive command
+	// as its command) and its idle and lifetime limits in input.session.
+	OperationSession Operation = "session"
+	// OperationExec admits a command in an open session: input.request is
+	// the session's admitted spec with the command's fields, and
+	// input.session names the session.
+	OperationExec Operation = "exec"
 )
 
 // APIVersion is the api_version of every policy input.
@@ -59,6 +66,16 @@ type AdmissionInput struct {
 	Principal  Principal  `json:"principal"`
 	Request    Normalized `json:"request"`
 	Settings   Settings   `json:"settings"`
+	// Session is set for the operations session and exec.
+	Session *SessionInput `json:"session,omitempty"`
+}
+
+// SessionInput is input.session: the session a spec is decided for.
+type SessionInput struct {
+	// ID is empty while the session is being admitted.
+	ID                 string `json:"id"`
+	IdleTimeoutSeconds int    `json:"idle_timeout_seconds"`
+	MaxLifetimeSeconds int    `json:"max_lifetime_seconds"`
 }
 
 // Violation is one rule's finding. A decision carries each rule once,

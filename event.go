@@ -57,6 +57,16 @@ const (
 	// singly, the repeats aggregated with counts (docs/egress.md).
 	EventEgressAllowed EventType = "egress.allowed"
 	EventEgressDenied  EventType = "egress.denied"
+	// EventSessionCreated records that a session's container runs and
+	// takes commands; EventSessionEnded that it ended, with the reason
+	// (deleted, idle, lifetime, oom, exited, lost, error, shutdown).
+	EventSessionCreated EventType = "session.created"
+	EventSessionEnded   EventType = "session.ended"
+	// EventSessionFilePut and EventSessionFileGet record a file or an
+	// archive written into or read out of a session's workspace, with its
+	// path, size and SHA-256.
+	EventSessionFilePut EventType = "session.file_put"
+	EventSessionFileGet EventType = "session.file_get"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -72,6 +82,7 @@ var EventTypes = []EventType{
 	EventCallbackDelivered, EventCallbackFailed,
 	EventPolicyReplayed,
 	EventEgressAllowed, EventEgressDenied,
+	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 }
 
 // Known reports whether t is one of EventTypes.

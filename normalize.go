@@ -30,6 +30,15 @@ type Defaults struct {
 	WorkspaceWorkdir string `json:"workspace_workdir"`
 	// EgressLimits are the limits of an egress run that names none.
 	EgressLimits EgressLimits `json:"egress_limits"`
+	// SessionIdleTimeoutSeconds and SessionMaxLifetimeSeconds are a
+	// session's limits when its request names none.
+	SessionIdleTimeoutSeconds int `json:"session_idle_timeout_seconds"`
+	SessionMaxLifetimeSeconds int `json:"session_max_lifetime_seconds"`
+	// SessionKeepalive is the command that keeps a session's container
+	// alive, by image (as written, without its digest, or its repository
+	// alone), "*" for any image not named; a session request may name
+	// its own.
+	SessionKeepalive map[string][]string `json:"session_keepalive"`
 }
 
 // BuiltinDefaults are used for any default the bundle's data leaves out.
@@ -44,6 +53,10 @@ var BuiltinDefaults = Defaults{
 	ArtifactLimitBytes: 64 << 20,
 	WorkspaceWorkdir:   "/workspace",
 	EgressLimits:       EgressLimits{Connections: 256, Bytes: 1 << 30, BytesPerSecond: 64 << 20},
+
+	SessionIdleTimeoutSeconds: 600,
+	SessionMaxLifetimeSeconds: 3600,
+	SessionKeepalive:          map[string][]string{"*": {"sleep", "infinity"}},
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -83,6 +96,15 @@ func (d Defaults) merge() Defaults {
 		d.TimeoutSeconds = b.TimeoutSeconds
 	}
 	d.OutputLimitBytes = pick64(d.OutputLimitBytes, b.OutputLimitBytes)
+	if d.SessionIdleTimeoutSeconds <= 0 {
+		d.SessionIdleTimeoutSeconds = b.SessionIdleTimeoutSeconds
+	}
+	if d.SessionMaxLifetimeSeconds <= 0 {
+		d.SessionMaxLifetimeSeconds = b.SessionMaxLifetimeSeconds
+	}
+	if len(d.SessionKeepalive) == 0 {
+		d.SessionKeepalive = b.SessionKeepalive
+	}
 	return d
 }
 

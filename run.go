@@ -109,6 +109,13 @@ type Job struct {
 	// was started in, when known. A run served from a warm pool runs in a
 	// container made before the run, which does not carry the run's ID.
 	ContainerID string
+	// SessionContainer marks the job of a session's container: RunID is
+	// the session's ID, the command is its keepalive, the timeout its
+	// lifetime; it always has a workspace and never a warm container.
+	SessionContainer bool
+	// SessionID names the session a command runs in (a job given to
+	// Exec); its events carry it.
+	SessionID string
 }
 
 // Stream names an output stream.

@@ -39,6 +39,10 @@ type dockerAPI interface {
 	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
 	CopyFromContainer(ctx context.Context, id, srcPath string) (io.ReadCloser, container.PathStat, error)
+	// A command in a session (exec.go).
+	ContainerExecCreate(ctx context.Context, id string, opts container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, opts container.ExecAttachOptions) (types.HijackedResponse, error)
+	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
 	VolumeInspect(ctx context.Context, id string) (volume.Volume, error)
 	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
 	VolumeRemove(ctx context.Context, id string, force bool) error

@@ -388,3 +388,17 @@ func text(o sandgate.Output) string {
 	b, _ := o.Content()
 	return string(b)
 }
+
+// The fake has no sessions: exec calls fail as a daemon without the
+// container would.
+func (f *fakeDocker) ContainerExecCreate(_ context.Context, id string, _ container.ExecOptions) (container.ExecCreateResponse, error) {
+	return container.ExecCreateResponse{}, errNotFound("no such container " + id)
+}
+
+func (f *fakeDocker) ContainerExecAttach(_ context.Context, id string, _ container.ExecAttachOptions) (types.HijackedResponse, error) {
+	return types.HijackedResponse{}, errNotFound("no such exec " + id)
+}
+
+func (f *fakeDocker) ContainerExecInspect(_ context.Context, id string) (container.ExecInspect, error) {
+	return container.ExecInspect{}, errNotFound("no such exec " + id)
+}

@@ -165,6 +165,7 @@ func (h *handle) supervise(ctx context.Context) (sandgate.Result, error) {
 	case <-ctx.Done():
 		reason = reasonOf(ctx)
 	}
+	h.r.ending.Store(true)
 	switch reason {
 	case stoppedTimeout, stoppedCancel:
 		exit = h.stop(exitC)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,6 +23,10 @@ type run struct {
 	// workspacePayload says what was written into the run's workspace,
 	// for its container.created event.
 	workspacePayload map[string]any
+
+	// ending is set once the run's container is being stopped or has
+	// exited: commands of a session that end then ended with it.
+	ending atomic.Bool
 
 	mu          sync.Mutex
 	containerID string
@@ -117,7 +122,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	// A warm container has no workspace: a run with one is created.
-	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress {
+	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress && !r.job.SessionContainer {
 		if m := e.pool.claim(ctx, r, set, imageID); m != nil {
 			return e.executeWarm(ctx, r, set, imageID, m)
 		}
@@ -157,7 +162,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		set.host.DNS = []string{eg.gateway.String()}
 	}
 	var ws *runWorkspace
-	if r.job.Spec.HasWorkspace() {
+	if r.job.Spec.HasWorkspace() || r.job.SessionContainer {
 		if ws, err = e.prepareWorkspace(ctx, r, &set); err != nil {
 			return e.failed(r, err), err
 		}
@@ -314,9 +319,27 @@ func (e *Executor) removeByName(r *run, name string) {
 	e.remove(r, id)
 }
 
+// sessionPayload adds the session the run belongs to, if any: a session's
+// container (whose run ID is the session's) or a command in one.
+func sessionPayload(r *run, payload map[string]any) map[string]any {
+	sid := r.job.SessionID
+	if r.job.SessionContainer {
+		sid = r.job.RunID
+	}
+	if sid == "" {
+		return payload
+	}
+	if payload == nil {
+		payload = map[string]any{}
+	}
+	payload["session_id"] = sid
+	return payload
+}
+
 // emit sends one lifecycle event about r.
 func (e *Executor) emit(r *run, t sandgate.EventType, payload map[string]any) {
 	id, _, _ := r.snapshot()
+	payload = sessionPayload(r, payload)
 	e.events.Emit(sandgate.Event{
 		Type:          t,
 		Time:          e.now(),
@@ -334,6 +357,7 @@ func (e *Executor) emit(r *run, t sandgate.EventType, payload map[string]any) {
 // emitExit sends an event that carries the run's exit code and outcome.
 func (e *Executor) emitExit(r *run, t sandgate.EventType, res sandgate.Result, payload map[string]any) {
 	id, _, _ := r.snapshot()
+	payload = sessionPayload(r, payload)
 	var exit *int
 	if res.ExitCode != nil {
 		c := *res.ExitCode

@@ -150,6 +150,10 @@ type Deps struct {
 	Runs sandgate.RunStore
 	// Executor runs admitted jobs (package executor).
 	Executor sandgate.Executor
+	// Sessions stores sessions (package runstore). Optional: without it
+	// (or with an Executor that is no sandgate.SessionExecutor), the
+	// session routes answer NOT-FOUND.
+	Sessions sandgate.SessionStore
 	// Sandboxes lists and cleans up managed containers (package executor).
 	Sandboxes sandgate.SandboxAdmin
 	// Reconciler takes over the runs a previous process of this node left

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,10 +27,28 @@ type fakeAdmitter struct {
 	panics bool
 	// limits are the teams' limits; read-only once the server runs.
 	limits map[string]sandgate.TeamLimits
+
+	mu     sync.Mutex
+	inputs []sandgate.AdmissionInput
+}
+
+// last returns the last input of operation op.
+func (a *fakeAdmitter) last(op sandgate.Operation) (sandgate.AdmissionInput, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.inputs) - 1; i >= 0; i-- {
+		if a.inputs[i].Operation == op {
+			return a.inputs[i], true
+		}
+	}
+	return sandgate.AdmissionInput{}, false
 }
 
 func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sandgate.Decision, error) {
 	n := a.calls.Add(1)
+	a.mu.Lock()
+	a.inputs = append(a.inputs, in)
+	a.mu.Unlock()
 	if a.panics {
 		panic("admitter exploded")
 	}
@@ -41,6 +61,10 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 		d.Violations = append(d.Violations, sandgate.Violation{
 			Rule: "no_privileged", Message: "privileged mode is forbidden", Controls: []string{"CIS-5.5"}, Action: "deny",
 		})
+	}
+	if in.Operation == sandgate.OperationExec && in.Request.Command[0] == "forbidden" {
+		d.Allow = false
+		d.Violations = append(d.Violations, sandgate.Violation{Rule: "denied_exec_command", Message: "not in a session", Action: "deny"})
 	}
 	if strings.HasPrefix(in.Request.Image, "evil/") {
 		d.Allow = false
@@ -280,6 +304,7 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 	start := time.Date(2026, 1, 1, 0, 0, 1, 0, time.UTC)
 	end := start.Add(1500 * time.Millisecond)
 	res := sandgate.Result{ContainerID: "c-" + job.RunID[:8], StartedAt: start, FinishedAt: end}
+
 	cmd := job.Spec.Command
 	// As the Docker executor does: into the run's buffers, then tell.
 	emit := func(stream sandgate.Stream, p []byte) {
@@ -301,6 +326,13 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 		res.Outcome = sandgate.OutcomeError
 		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeImageUnavailable, Message: "image not present"}
 		return res, sandgate.Errorf(sandgate.CodeImageUnavailable, "image not present")
+	}
+	if job.SessionContainer {
+		// A session's container runs until the session ends.
+		job.Started(res.ContainerID, start)
+		<-ctx.Done()
+		res.Outcome = sandgate.OutcomeCancelled
+		return res, nil
 	}
 	if job.Started != nil {
 		job.Started(res.ContainerID, start)
@@ -436,4 +468,76 @@ func (a *fakeAudit) AddCosignature(_ context.Context, c sandgate.Cosignature) (s
 	cp := fakeNote
 	cp.Cosignatures = []string{"— witness.example AAAAAA=="}
 	return cp, nil
+}
+
+// Exec runs a command of a session as Execute runs a run.
+func (e *fakeExecutor) Exec(ctx context.Context, _ string, job sandgate.Job) (sandgate.Result, error) {
+	return e.Execute(ctx, job)
+}
+
+// PutFiles reads what it is given and reports its size.
+func (e *fakeExecutor) PutFiles(_ context.Context, _ string, _ sandgate.Normalized, up sandgate.FileUpload) (sandgate.FileDigest, error) {
+	b, err := io.ReadAll(io.NewSectionReader(up.Body, 0, up.Size))
+	if err != nil {
+		return sandgate.FileDigest{}, err
+	}
+	sum := sha256.Sum256(b)
+	return sandgate.FileDigest{Path: up.Path, Kind: up.Format, Bytes: int64(len(b)), SHA256: hex.EncodeToString(sum[:]), Entries: 1}, nil
+}
+
+// GetFiles answers every path with the same file.
+func (e *fakeExecutor) GetFiles(_ context.Context, _ string, path string, w io.Writer, begin func(string)) (sandgate.FileDigest, error) {
+	if path == "missing" {
+		return sandgate.FileDigest{}, sandgate.Errorf(sandgate.CodeNotFound, "%s: no such file", path)
+	}
+	begin(sandgate.FileFormatFile)
+	n, err := io.WriteString(w, "content\n")
+	return sandgate.FileDigest{Path: path, Kind: sandgate.FileFormatFile, Bytes: int64(n)}, err
+}
+
+// fakeSessions keeps sessions in memory.
+type fakeSessions struct {
+	mu sync.Mutex
+	m  map[string]sandgate.Session
+}
+
+func newFakeSessions() *fakeSessions { return &fakeSessions{m: map[string]sandgate.Session{}} }
+
+func (f *fakeSessions) CreateSession(_ context.Context, ss *sandgate.Session) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[ss.ID] = *ss
+	return nil
+}
+
+func (f *fakeSessions) UpdateSession(_ context.Context, ss *sandgate.Session) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.m[ss.ID]; !ok {
+		return sandgate.Errorf(sandgate.CodeNotFound, "session %s not found", ss.ID)
+	}
+	f.m[ss.ID] = *ss
+	return nil
+}
+
+func (f *fakeSessions) GetSession(_ context.Context, id string) (*sandgate.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ss, ok := f.m[id]
+	if !ok {
+		return nil, sandgate.Errorf(sandgate.CodeNotFound, "session %s not found", id)
+	}
+	return &ss, nil
+}
+
+func (f *fakeSessions) ListSessions(_ context.Context, flt sandgate.SessionFilter) ([]sandgate.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []sandgate.Session{}
+	for _, ss := range f.m {
+		if (flt.Team == "" || ss.Team == flt.Team) && (flt.State == "" || ss.State == flt.State) && (flt.Node == "" || ss.Node == flt.Node) {
+			out = append(out, ss)
+		}
+	}
+	return out, nil
 }

@@ -37,6 +37,7 @@ type testEnv struct {
 	audit    *fakeAudit
 	store    *fakeStore
 	exec     *fakeExecutor
+	sessions *fakeSessions
 	boxes    *fakeSandboxes
 	arts     *fakeArtifacts
 	images   sandgate.ImageCatalog
@@ -74,6 +75,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		audit:    &fakeAudit{},
 		store:    newFakeStore(),
 		exec:     newFakeExecutor(),
+		sessions: newFakeSessions(),
 		boxes:    &fakeSandboxes{},
 		arts:     newFakeArtifacts(),
 		reg:      prometheus.NewRegistry(),
@@ -93,7 +95,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
-		Runs: e.store, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
+		Runs: e.store, Sessions: e.sessions, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
 		Console: consoleHandler, Images: e.images, Sinks: e.sinks,
 	})
 	if err != nil {

@@ -113,7 +113,9 @@ type liveRun struct {
 	// teamConcurrency is the team's limit of runs holding a container.
 	teamConcurrency int
 	// upload is the run's workspace archive, removed when the run ends.
-	upload  *upload
+	upload *upload
+	// session is the session a command runs in; empty for other runs.
+	session string
 	entries []logEntry
 	changed chan struct{}
 	done    chan struct{}

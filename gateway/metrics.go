@@ -72,10 +72,12 @@ type Metrics struct {
 
 	mu         sync.Mutex
 	runsActive func() int
-	counter    ActiveContainerCounter
-	queue      QueueDepther
-	spool      SpoolSizer
-	sinks      SinkReporter
+	// sessionsOpen counts the sessions open on this node.
+	sessionsOpen func() int
+	counter      ActiveContainerCounter
+	queue        QueueDepther
+	spool        SpoolSizer
+	sinks        SinkReporter
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
@@ -95,7 +97,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"method", "route", "status"}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sandgate_admission_decisions_total", Help: "Admission decisions by operation (run, review) and result (allowed, denied).",
+			Name: "sandgate_admission_decisions_total", Help: "Admission decisions by operation (run, review, session, exec) and result (allowed, denied).",
 		}, []string{"operation", "result"}),
 		ruleHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_admission_rule_hits_total", Help: "Policy violations by rule, action (deny, warn) and decision result.",
@@ -147,6 +149,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
 		m.runCPU, m.runMemoryPeak, m.runWall,
 		sinkCollector{m},
+		gauge("sandgate_sessions_open", "Sessions open on this node.", func() float64 {
+			m.mu.Lock()
+			f := m.sessionsOpen
+			m.mu.Unlock()
+			if f == nil {
+				return 0
+			}
+			return float64(f())
+		}),
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive
@@ -221,10 +232,10 @@ func (m *Metrics) observeRequest(method, route string, status int, d time.Durati
 }
 
 // attach connects the gauges that read from the gateway's parts.
-func (m *Metrics) attach(d Deps, runsActive func() int) {
+func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.runsActive = runsActive
+	m.runsActive, m.sessionsOpen = runsActive, sessionsOpen
 	if c, ok := d.Executor.(ActiveContainerCounter); ok {
 		m.counter = c
 	}

@@ -144,6 +144,14 @@ func TestOpenAPIContract(t *testing.T) {
 	e.addArtifact(done.ID, "out/a.txt", []byte("artifact"))
 	live := e.submit(tokAlice, "block")
 	e.waitRunning(live.ID)
+	opened := e.do("POST", "/v1/sessions", tokAlice, `{"idle_timeout_seconds":60}`)
+	if opened.status != 201 {
+		t.Fatalf("POST /v1/sessions: %d %s", opened.status, opened.body)
+	}
+	session := jsonMap(opened.body)["id"].(string)
+	ended := e.do("POST", "/v1/sessions", tokAlice, `{}`)
+	endedID := jsonMap(ended.body)["id"].(string)
+	octets := "Content-Type: application/octet-stream"
 	idem := "Idempotency-Key: contract-1"
 	steps := []contractRequest{
 		{method: "POST", path: "/v1/runs?wait=2s", token: tokAlice, body: echoBody, status: 200},
@@ -209,12 +217,30 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "GET", path: "/healthz", status: 200},
 		{method: "GET", path: "/readyz", status: 200},
 		{method: "GET", path: "/metrics", status: 200},
+		{method: "GET", path: "/v1/sessions", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/sessions?state=open&limit=5", token: tokAuditor, status: 200},
+		{method: "GET", path: "/v1/sessions?state=nope", token: tokAlice, status: 400},
+		{method: "GET", path: "/v1/sessions/{session}", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/sessions/{session}", token: tokBob, status: 404},
+		{method: "POST", path: "/v1/sessions", token: tokAlice, body: `{"command":["sh"]}`, status: 400},
+		{method: "POST", path: "/v1/sessions", token: tokAuditor, body: `{}`, status: 403},
+		{method: "POST", path: "/v1/sessions/{session}/runs?wait=2s", token: tokAlice, body: echoBody, status: 200},
+		{method: "POST", path: "/v1/sessions/{session}/runs", token: tokAlice, body: `{"command":["echo","x"]}`, status: 202},
+		{method: "POST", path: "/v1/sessions/{session}/runs", token: tokAlice, body: `{"command":[]}`, status: 400},
+		{method: "POST", path: "/v1/sessions/{session}/runs", token: tokBob, body: echoBody, status: 404},
+		{method: "PUT", path: "/v1/sessions/{session}/files?path=a/b.txt&mode=0755", token: tokAlice, body: "hello", header: []string{octets}, status: 200},
+		{method: "PUT", path: "/v1/sessions/{session}/files", token: tokAlice, body: "hello", header: []string{octets}, status: 400},
+		{method: "GET", path: "/v1/sessions/{session}/files?path=a/b.txt", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/sessions/{session}/files?path=missing", token: tokAlice, status: 404},
+		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAdmin, status: 200},
+		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAlice, status: 409},
+		{method: "POST", path: "/v1/sessions/{ended}/runs", token: tokAlice, body: echoBody, status: 409},
 		{method: "PUT", path: "/v1/runs", token: tokAlice, status: 405},
 		{method: "GET", path: "/v1/nope", token: tokAlice, status: 404},
 	}
 	run := func(st contractRequest) {
 		t.Helper()
-		path := strings.NewReplacer("{run}", done.ID, "{live}", live.ID).Replace(st.path)
+		path := strings.NewReplacer("{run}", done.ID, "{live}", live.ID, "{session}", session, "{ended}", endedID).Replace(st.path)
 		r := e.do(st.method, path, st.token, st.body, st.header...)
 		if st.status != 0 && r.status != st.status {
 			t.Errorf("%s %s: %d, want %d: %.300s", st.method, st.path, r.status, st.status, r.body)

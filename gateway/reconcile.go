@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/sandgate/sandgate"
 )
 
@@ -33,16 +35,21 @@ func (s *Server) Reconcile(ctx context.Context) (int, error) {
 }
 
 func (s *service) reconcile(ctx context.Context) (int, error) {
-	runs, err := s.unfinishedRuns(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if len(runs) == 0 {
-		return 0, nil
-	}
 	rec := s.d.Reconciler
 	if rec == nil {
 		rec, _ = s.d.Executor.(sandgate.Reconciler)
+	}
+	sessions, err := s.reconcileSessions(ctx, rec)
+	if err != nil {
+		return 0, err
+	}
+	runs, err := s.unfinishedRuns(ctx)
+	if err != nil {
+		return sessions, err
+	}
+	runs = s.loseSessionCommands(ctx, runs)
+	if len(runs) == 0 {
+		return sessions, nil
 	}
 	if rec != nil {
 		ids := make([]string, len(runs))
@@ -64,7 +71,94 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 	for _, run := range runs {
 		s.adopt(run, rec)
 	}
-	return len(runs), nil
+	return sessions + len(runs), nil
+}
+
+// reconcileSessions takes over the sessions a previous process of this
+// node left open: each is held from the reaper and adopted, its container
+// followed again by the executor with what is left of its lifetime, its
+// idle timer started again from the last use the store knows. A session
+// whose container is gone ends with reason lost. It returns how many it
+// took over.
+func (s *service) reconcileSessions(ctx context.Context, rec sandgate.Reconciler) (int, error) {
+	if s.d.Sessions == nil {
+		return 0, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, reconcileListTimeout)
+	list, err := s.d.Sessions.ListSessions(lctx, sandgate.SessionFilter{Node: s.cfg.Node, State: sandgate.SessionOpen, Limit: 1000})
+	cancel()
+	if err != nil {
+		return 0, unavailable(err, "the session store")
+	}
+	n := 0
+	for _, ss := range list {
+		if ss.Node != s.cfg.Node {
+			continue
+		}
+		n++
+		l := newLiveSession(ss, sandgate.Normalized{RunSpec: ss.Spec})
+		log := s.log.With("session_id", ss.ID, "correlation_id", ss.CorrelationID)
+		if rec == nil || ss.ContainerID == "" {
+			// Never started, or nothing can follow it: it is lost.
+			msg := "the gateway restarted and cannot take the session over"
+			if ss.ContainerID == "" {
+				msg = "the gateway restarted before the session's container ran"
+			}
+			s.endSession(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+				Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, log)
+			continue
+		}
+		rec.Hold(ss.ID)
+		rec.HoldContainers(ss.ContainerID)
+		release := s.teams.hold(ss.Team, ss.Spec.Resources)
+		s.openSession(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
+	}
+	if n > 0 {
+		s.log.Info("reconciling open sessions of this node", "count", n)
+	}
+	return n, nil
+}
+
+// loseSessionCommands ends as lost the unfinished runs that were commands
+// in a session: their process is not followed after a restart (the
+// session, when adopted, goes on). It returns the other runs.
+func (s *service) loseSessionCommands(ctx context.Context, runs []sandgate.Run) []sandgate.Run {
+	if s.d.Sessions == nil {
+		return runs
+	}
+	out := runs[:0]
+	for _, run := range runs {
+		sid := run.Spec.SessionID
+		if sid == "" || sid == run.ID {
+			out = append(out, run)
+			continue
+		}
+		if _, err := uuid.Parse(sid); err != nil {
+			out = append(out, run)
+			continue
+		}
+		// A command ran in its session's container; a run that merely
+		// names the session in its spec has a container of its own (or
+		// none yet, and is then lost by Adopt all the same).
+		ss, err := s.d.Sessions.GetSession(ctx, sid)
+		if err != nil || ss.ContainerID == "" || run.ContainerID != ss.ContainerID {
+			out = append(out, run)
+			continue
+		}
+		msg := "the gateway restarted while the command ran in its session; its process was not followed"
+		final := run
+		applyResult(&final, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+			Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, s.now())
+		s.d.Recorder.Emit(sandgate.Event{
+			Type: sandgate.EventRunLost, Time: s.now(), Outcome: string(sandgate.OutcomeLost),
+			CorrelationID: run.CorrelationID, RunID: run.ID, DecisionID: run.DecisionID,
+			ContainerID: run.ContainerID, Actor: run.Principal, Team: run.Team, Node: s.cfg.Node,
+			Payload: map[string]any{"reason": msg, "reconciled": true, "session_id": sid},
+		})
+		lr := newLiveRun(run, run.Spec.OutputLimitBytes)
+		s.store(lr, final, s.log.With("run_id", run.ID))
+	}
+	return out
 }
 
 // unfinishedRuns lists every run of this node that is not finished.

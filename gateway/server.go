@@ -104,7 +104,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	removeStaleUploads(cfg.UploadDir, deps.Logger)
 	s.svc = &service{
 		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: sec,
-		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(),
+		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(), sessions: newSessionHub(),
 		runCtx: runCtx, stopRuns: stopRuns,
 	}
 	s.svc.callbacks = newCallbacks(callbackOptions{
@@ -114,7 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		log:       deps.Logger.With("component", "callbacks"),
 		delivered: func(result string) { m.callbacks.WithLabelValues(result).Inc() },
 	})
-	m.attach(deps, s.svc.live.count)
+	m.attach(deps, s.svc.live.count, s.svc.sessions.count)
 	s.echo = s.routes()
 	return s, nil
 }
@@ -284,6 +284,13 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sandboxes/cleanup", s.sandboxCleanup, s.require(admins...))
 	v1.GET("/volumes", s.volumes, s.require(admins...))
 	v1.DELETE("/volumes/:team/:name", s.removeVolume, s.require(admins...))
+	v1.POST("/sessions", s.createSession, s.require(sub...))
+	v1.GET("/sessions", s.listSessions, s.require(readers...))
+	v1.GET("/sessions/:id", s.getSession, s.require(readers...))
+	v1.DELETE("/sessions/:id", s.deleteSession, s.require(cancellers...))
+	v1.POST("/sessions/:id/runs", s.execInSession, s.require(sub...))
+	v1.PUT("/sessions/:id/files", s.putSessionFiles, s.require(sub...))
+	v1.GET("/sessions/:id/files", s.getSessionFiles, s.require(readers...))
 	v1.GET("/config", s.config)
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/openapi.json", s.openAPI)
@@ -342,6 +349,11 @@ func (a *authedRoutes) GET(path string, h echo.HandlerFunc, m ...echo.Middleware
 // POST registers a POST route.
 func (a *authedRoutes) POST(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
 	a.add(http.MethodPost, path, h, m...)
+}
+
+// PUT registers a PUT route.
+func (a *authedRoutes) PUT(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+	a.add(http.MethodPut, path, h, m...)
 }
 
 // DELETE registers a DELETE route.
@@ -427,6 +439,10 @@ func (s *Server) limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 		if req.Method == http.MethodPost && req.URL.Path == "/v1/policies/replay" {
 			// A candidate bundle: every file of a policy directory.
 			limit = api.MaxReplayBodyBytes
+		}
+		if req.Method == http.MethodPut && strings.HasPrefix(req.URL.Path, "/v1/sessions/") && strings.HasSuffix(req.URL.Path, "/files") {
+			// A file or an archive into a session's workspace.
+			limit = s.cfg.MaxWorkspaceBytes
 		}
 		if req.ContentLength > limit {
 			return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", limit)

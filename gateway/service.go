@@ -49,6 +49,10 @@ type service struct {
 	callbacks *callbacks
 	// replaying holds the one policy replay this gateway runs at a time.
 	replaying sync.Mutex
+	// sessions are the sessions open on this node; swg waits for their
+	// goroutines, which outlive any run's.
+	sessions *sessionHub
+	swg      sync.WaitGroup
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -88,6 +92,9 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	}
 	spec, err := sandgate.Normalize(in, s.d.Admitter.Defaults())
 	if err != nil {
+		return nil, false, err
+	}
+	if err := s.refuseSessionLabel(ctx, spec.SessionID); err != nil {
 		return nil, false, err
 	}
 	if spec.CallbackURL != "" && len(s.cfg.CallbackKey) == 0 {
@@ -391,7 +398,17 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		},
 	}
 	log.Info("run starting", "image", run.Spec.Image)
-	res, err := safely(log, func() (sandgate.Result, error) { return s.d.Executor.Execute(ctx, job) })
+	res, err := safely(log, func() (sandgate.Result, error) {
+		if lr.session != "" {
+			// A command in a session: the session's container runs it.
+			x, err := s.sessionExecutor()
+			if err != nil {
+				return sandgate.Result{}, err
+			}
+			return x.Exec(ctx, lr.session, job)
+		}
+		return s.d.Executor.Execute(ctx, job)
+	})
 	s.complete(lr, res, err, log, "run finished")
 }
 
@@ -716,6 +733,9 @@ func auditFilterPayload(f sandgate.AuditFilter) map[string]any {
 // finish or ShutdownGrace passes. It waits for every run's final store.
 func (s *service) shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	// Sessions end once the runs have had their chance: a command in a
+	// session needs its session to finish.
+	defer s.endSessions(ctx)
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	if !s.cfg.CancelOnShutdown {

@@ -524,7 +524,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 
 	spec := in.Request
 	for pass := 1; ; pass++ {
-		input := inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings)
+		input := withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session)
 		rs, err := p.eval(ctx, input, now)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {

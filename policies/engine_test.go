@@ -118,6 +118,12 @@ func TestDefaultsFromData(t *testing.T) {
 		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
 		ArtifactLimitBytes: 64 << 20, WorkspaceWorkdir: "/workspace",
 		EgressLimits: sandgate.EgressLimits{Connections: 256, Bytes: 1 << 30, BytesPerSecond: 64 << 20},
+		SessionIdleTimeoutSeconds: 600, SessionMaxLifetimeSeconds: 3600,
+		SessionKeepalive: map[string][]string{
+			"*":               {"sleep", "infinity"},
+			"sandgate/python": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
+			"sandgate/node":   {"node", "-e", "setInterval(() => {}, 1 << 30)"},
+		},
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
 		t.Errorf("Defaults (-want +got):\n%s", diff)

@@ -44,6 +44,21 @@ func inputValue(apiVersion string, op sandgate.Operation, pr sandgate.Principal,
 	)
 }
 
+// withSession adds the "session" member of a session's or a command's
+// input (operations session and exec); other inputs have none.
+func withSession(v ast.Value, s *sandgate.SessionInput) ast.Value {
+	obj, ok := v.(ast.Object)
+	if s == nil || !ok {
+		return v
+	}
+	obj.Insert(ast.StringTerm("session"), ast.ObjectTerm(
+		item("id", ast.StringTerm(s.ID)),
+		item("idle_timeout_seconds", ast.InternedTerm(s.IdleTimeoutSeconds)),
+		item("max_lifetime_seconds", ast.InternedTerm(s.MaxLifetimeSeconds)),
+	))
+	return obj
+}
+
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf

@@ -43,16 +43,19 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		spec     sandgate.RunSpec
 		pr       sandgate.Principal
 		settings sandgate.Settings
+		session  *sandgate.SessionInput
 	}{
-		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}},
+		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}, nil},
 		{"empty lists", sandgate.RunSpec{Command: []string{}, CapAdd: []string{}, Env: map[string]string{}},
-			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}},
-		{"normalised", normalized.RunSpec, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}},
-		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}},
+			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}, nil},
+		{"normalised", normalized.RunSpec, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}, nil},
+		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}, nil},
+		{"session", normalized.RunSpec, sandgate.Principal{Name: "a"}, sandgate.Settings{},
+			&sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 60, MaxLifetimeSeconds: 600}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings}
+			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings, Session: tt.session}
 			raw, err := json.Marshal(in)
 			if err != nil {
 				t.Fatal(err)
@@ -67,7 +70,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings))
+			got := withSession(inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings)), in.Session)
 			if ast.Compare(want, got) != 0 {
 				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
 			}

@@ -201,6 +201,24 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
 	want(request{method: "GET", path: "/v1/audit/checkpoint", token: tok["bob"]}, 403)
 
+	// Sessions: open, a command, files in and out, list, read, end.
+	var ss api.SessionView
+	if err := json.Unmarshal(want(request{method: "POST", path: "/v1/sessions", token: tok["alice"],
+		body: `{"idle_timeout_seconds":120}`}, 201), &ss); err != nil || ss.State != sandgate.SessionOpen {
+		t.Fatalf("session = %+v, %v", ss, err)
+	}
+	want(request{method: "POST", path: "/v1/sessions", token: tok["alice"], body: `{"command":["sh"]}`}, 400)
+	want(request{method: "POST", path: "/v1/sessions", token: tok["alice"], body: `{"idle_timeout_seconds":999999}`}, 403)
+	want(request{method: "PUT", path: "/v1/sessions/" + ss.ID + "/files?path=in.txt", token: tok["alice"], body: "data\n",
+		header: map[string]string{"Content-Type": "application/octet-stream"}}, 200)
+	want(request{method: "POST", path: "/v1/sessions/" + ss.ID + "/runs?wait=60s", token: tok["alice"], body: `{"command":["cat","in.txt"]}`}, 200)
+	want(request{method: "POST", path: "/v1/sessions/" + ss.ID + "/runs", token: tok["bob"], body: `{"command":["true"]}`}, 404)
+	want(request{method: "GET", path: "/v1/sessions/" + ss.ID + "/files?path=in.txt", token: tok["audrey"]}, 200)
+	want(request{method: "GET", path: "/v1/sessions?state=open", token: tok["alice"]}, 200)
+	want(request{method: "GET", path: "/v1/sessions/" + ss.ID, token: tok["adam"]}, 200)
+	want(request{method: "DELETE", path: "/v1/sessions/" + ss.ID, token: tok["alice"]}, 200)
+	want(request{method: "DELETE", path: "/v1/sessions/" + ss.ID, token: tok["alice"]}, 409)
+
 	// Administration and the gateway itself.
 	want(request{method: "GET", path: "/v1/sandboxes", token: tok["adam"]}, 200)
 	want(request{method: "POST", path: "/v1/sandboxes/cleanup", token: tok["adam"]}, 200)

@@ -63,6 +63,7 @@ func runWithApp(ctx context.Context, a *app, args []string) error {
 		newServeCmd(a),
 		newRunCmd(a),
 		newRunsCmd(a),
+		newSessionCmd(a),
 		newPolicyCmd(a),
 		newAuditCmd(a),
 		newMigrateCmd(a),

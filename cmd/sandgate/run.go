@@ -261,6 +261,14 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 		_, err := fmt.Fprintln(a.stdout, run.ID)
 		return err
 	}
+	return followRun(ctx, a, c, run, o.wait)
+}
+
+// followRun streams a started run's output live (stdout to stdout, stderr
+// to stderr), or with wait prints it once the run has ended, and returns
+// the exit the run ended with; Ctrl-C cancels the run. A command in a
+// session is followed the same way.
+func followRun(ctx context.Context, a *app, c *client.Client, run api.RunView, wait bool) error {
 	// Ctrl-C cancels the run; the stream then carries on until the exit
 	// event, or cancelGrace after the interrupt.
 	streamCtx, stopStream := context.WithCancel(context.WithoutCancel(ctx))
@@ -295,7 +303,7 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 		}
 	}()
 
-	if o.wait {
+	if wait {
 		final, err := waitFinished(streamCtx, c, run)
 		if err != nil {
 			return &exitError{Code: exitPlatform, Message: err.Error()}
@@ -346,7 +354,7 @@ func runRun(ctx context.Context, a *app, o runOptions, args []string) error {
 			case <-streamCtx.Done():
 			}
 		}
-		err = c.LogsFrom(streamCtx, run.ID, true, lastID, onEvent)
+		err := c.LogsFrom(streamCtx, run.ID, true, lastID, onEvent)
 		if exit != nil || streamCtx.Err() != nil {
 			break
 		}

@@ -299,6 +299,7 @@ func serve(ctx context.Context, a *app) error {
 		Audit:      store,
 		Proofs:     store,
 		Runs:       runs,
+		Sessions:   runs,
 		Executor:   exec,
 		Sandboxes:  exec.Reaper(),
 		Reconciler: exec.Reconciler(),

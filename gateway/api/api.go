@@ -205,3 +205,22 @@ type ReadyCheck struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
 }
+
+// SessionRequest is the body of POST /v1/sessions.
+type SessionRequest = sandgate.SessionSpec
+
+// SessionView is a session as the API answers it: POST /v1/sessions, GET
+// and DELETE /v1/sessions/{id}, and each element of a SessionList.
+type SessionView = sandgate.Session
+
+// SessionList is GET /v1/sessions.
+type SessionList struct {
+	Sessions []SessionView `json:"sessions"`
+}
+
+// ExecRequest is the body of POST /v1/sessions/{id}/runs: a command in
+// the session, answered with the RunView of its run.
+type ExecRequest = sandgate.ExecSpec
+
+// FileResult is PUT /v1/sessions/{id}/files: what was written.
+type FileResult = sandgate.FileDigest

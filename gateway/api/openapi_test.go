@@ -186,6 +186,9 @@ func TestOpenAPIEnums(t *testing.T) {
 		{"Outcome", strs(sandgate.OutcomeSucceeded, sandgate.OutcomeFailed, sandgate.OutcomeOOMKilled, sandgate.OutcomeTimedOut,
 			sandgate.OutcomeCancelled, sandgate.OutcomeError, sandgate.OutcomeLost)},
 		{"Role", strs(sandgate.RoleSubmitter, sandgate.RoleSecurity, sandgate.RoleAuditor, sandgate.RoleAdmin)},
+		{"SessionState", strs(sandgate.SessionOpen, sandgate.SessionEnded)},
+		{"SessionEndReason", strs(sandgate.SessionDeleted, sandgate.SessionIdle, sandgate.SessionLifetime, sandgate.SessionOOM,
+			sandgate.SessionExited, sandgate.SessionLost, sandgate.SessionError, sandgate.SessionShutdown)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {
@@ -267,6 +270,12 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "ReplayRuleGroup", typ: api.ReplayRuleGroup{}},
 		{schema: "ReplayExample", typ: api.ReplayExample{}},
 		{schema: "ReplayDrift", typ: api.ReplayDrift{}},
+		{schema: "Session", typ: api.SessionView{}},
+		{schema: "SessionLimits", typ: sandgate.SessionLimits{}},
+		{schema: "SessionList", typ: api.SessionList{}},
+		{schema: "FileResult", typ: api.FileResult{}},
+		{schema: "SessionRequest", typ: api.SessionRequest{}, request: true, skip: []string{"uid", "gid", "security", "workspace"}},
+		{schema: "ExecRequest", typ: api.ExecRequest{}, request: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {
