@@ -15,6 +15,7 @@ const OCSFVersion = "1.3.0"
 // The OCSF classes sandgate's events map to. docs/audit.md ("Streaming to
 // a SIEM") gives the table and the reasons.
 const (
+	classFileSystemActivity   = 1001 // System Activity: files put into or read out of a session's workspace
 	classProcessActivity      = 1007 // System Activity: a run's container, from creation to removal
 	classEventLogActivity     = 1008 // System Activity: the trail itself (export, archive, retention, keys)
 	classAuthentication       = 3002 // Identity & Access Management: a refused bearer token
@@ -24,6 +25,7 @@ const (
 )
 
 var classNames = map[int]string{
+	classFileSystemActivity:   "File System Activity",
 	classProcessActivity:      "Process Activity",
 	classEventLogActivity:     "Event Log Activity",
 	classAuthentication:       "Authentication",
@@ -85,6 +87,11 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventOrphanRemoved:      {classProcessActivity, 99, "Remove"},
 	sandgate.EventVolumeRemoved:      {classProcessActivity, 99, "Volume Removed"},
 	sandgate.EventArtifactsCollected: {classProcessActivity, 99, "Artifacts Collected"},
+	sandgate.EventSessionCreated:     {classProcessActivity, 1, "Launch"},
+	sandgate.EventSessionEnded:       {classProcessActivity, 2, "Terminate"},
+
+	sandgate.EventSessionFilePut: {classFileSystemActivity, 1, "Create"},
+	sandgate.EventSessionFileGet: {classFileSystemActivity, 2, "Read"},
 
 	sandgate.EventAuditExported:      {classEventLogActivity, 3, "Export"},
 	sandgate.EventAuditArchived:      {classEventLogActivity, 4, "Archive"},
