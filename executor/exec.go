@@ -218,37 +218,13 @@ func (x *execution) finish(reason stopReason, oomsBefore int64) (sandgate.Result
 	}
 	res.ExitCode = &code
 	res.OOMKilled = x.oomKills() > oomsBefore && code != 0
-	switch {
-	case reason == stoppedCancel:
-		res.Outcome = sandgate.OutcomeCancelled
-	case reason == stoppedTimeout:
-		res.Outcome = sandgate.OutcomeTimedOut
-	case reason == stoppedLost:
-		res.Outcome = sandgate.OutcomeLost
-	case res.OOMKilled:
-		res.Outcome = sandgate.OutcomeOOMKilled
-	case code == 0:
-		res.Outcome = sandgate.OutcomeSucceeded
-	default:
-		res.Outcome = sandgate.OutcomeFailed
-	}
+	res.Outcome = outcomeOf(reason, res.OOMKilled, code)
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"exec_id":     x.execID,
 		"oom_killed":  res.OOMKilled,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
 	}))
-	switch res.Outcome {
-	case sandgate.OutcomeOOMKilled:
-		e.emitExit(r, sandgate.EventContainerOOMKilled, res, map[string]any{"memory_mb": r.job.Spec.Resources.MemoryMB})
-	case sandgate.OutcomeTimedOut:
-		e.emitExit(r, sandgate.EventRunTimedOut, res, map[string]any{"timeout_seconds": r.job.Spec.TimeoutSeconds})
-	case sandgate.OutcomeCancelled:
-		why := "cancelled"
-		if errors.Is(context.Cause(r.ctx), errShutdown) {
-			why = "shutdown"
-		}
-		e.emitExit(r, sandgate.EventRunCancelled, res, map[string]any{"reason": why})
-	}
+	e.emitEnd(r, res)
 	return res, nil
 }
 

@@ -339,23 +339,39 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 	res.Usage = h.usage.usage(res, h.memoryLimit())
 	c := int(code)
 	res.ExitCode = &c
-	switch {
-	case reason == stoppedCancel:
-		res.Outcome = sandgate.OutcomeCancelled
-	case reason == stoppedTimeout:
-		res.Outcome = sandgate.OutcomeTimedOut
-	case res.OOMKilled:
-		res.Outcome = sandgate.OutcomeOOMKilled
-	case c == 0:
-		res.Outcome = sandgate.OutcomeSucceeded
-	default:
-		res.Outcome = sandgate.OutcomeFailed
-	}
+	res.Outcome = outcomeOf(reason, res.OOMKilled, c)
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"oom_killed":  res.OOMKilled,
 		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
 		"usage":       res.Usage.Payload(),
 	}))
+	e.emitEnd(r, res)
+	h.collect(&res)
+	return res
+}
+
+// outcomeOf classifies the end of a command that exited with code: a
+// stop sandgate made (cancel, timeout, loss) says it first, then an OOM
+// kill, then the code. Containers and session commands end the same way.
+func outcomeOf(reason stopReason, oom bool, code int) sandgate.Outcome {
+	switch {
+	case reason == stoppedCancel:
+		return sandgate.OutcomeCancelled
+	case reason == stoppedTimeout:
+		return sandgate.OutcomeTimedOut
+	case reason == stoppedLost:
+		return sandgate.OutcomeLost
+	case oom:
+		return sandgate.OutcomeOOMKilled
+	case code == 0:
+		return sandgate.OutcomeSucceeded
+	}
+	return sandgate.OutcomeFailed
+}
+
+// emitEnd records what ended a run that exited, besides its exit: the OOM
+// kill, the timeout or the cancellation (by a caller, or by shutdown).
+func (e *Executor) emitEnd(r *run, res sandgate.Result) {
 	switch res.Outcome {
 	case sandgate.OutcomeOOMKilled:
 		e.emitExit(r, sandgate.EventContainerOOMKilled, res, map[string]any{"memory_mb": r.job.Spec.Resources.MemoryMB})
@@ -368,8 +384,6 @@ func (h *handle) finish(reason stopReason, exit exitStatus, state container.Insp
 		}
 		e.emitExit(r, sandgate.EventRunCancelled, res, map[string]any{"reason": why})
 	}
-	h.collect(&res)
-	return res
 }
 
 // collect gathers the run's artifacts from its workspace, once its
