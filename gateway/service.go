@@ -486,19 +486,28 @@ func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	if run.State == sandgate.StateFinished {
 		until = time.Now().Add(finalStoreFor)
 	}
-	wait := 500 * time.Millisecond
+	saveRetrying("store run", until, 500*time.Millisecond, log.With("state", run.State), func(ctx context.Context) error {
+		return s.d.Runs.UpdateRun(ctx, &run)
+	})
+}
+
+// saveRetrying calls save until it succeeds, fails for good (NOT-FOUND,
+// INVALID-REQUEST) or until has passed, waiting first and then twice as
+// long each time, at most 5 s; each call gets storeTimeout.
+func saveRetrying(what string, until time.Time, first time.Duration, log *slog.Logger, save func(context.Context) error) {
+	wait := first
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err := s.d.Runs.UpdateRun(ctx, &run)
+		err := save(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
 		if code := sandgate.ErrorCodeOf(err); time.Now().After(until) || code == sandgate.CodeNotFound || code == sandgate.CodeInvalidRequest {
-			log.Error("store run", "state", run.State, "attempts", i, "error", err)
+			log.Error(what, "attempts", i, "error", err)
 			return
 		}
-		log.Warn("store run, retrying", "state", run.State, "attempt", i, "error", err)
+		log.Warn(what+", retrying", "attempt", i, "error", err)
 		time.Sleep(wait)
 		wait = min(2*wait, 5*time.Second)
 	}

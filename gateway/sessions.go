@@ -425,22 +425,9 @@ func (s *service) endSession(l *liveSession, res sandgate.Result, err error, log
 // storeSession saves the session, retrying a little while the store does
 // not answer: a session left open in the store would be adopted again.
 func (s *service) storeSession(ss sandgate.Session, log *slog.Logger) {
-	wait := 200 * time.Millisecond
-	until := time.Now().Add(finalStoreFor)
-	for i := 1; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err := s.d.Sessions.UpdateSession(ctx, &ss)
-		cancel()
-		if err == nil {
-			return
-		}
-		if code := sandgate.ErrorCodeOf(err); time.Now().After(until) || code == sandgate.CodeNotFound || code == sandgate.CodeInvalidRequest {
-			log.Error("store session", "state", ss.State, "attempts", i, "error", err)
-			return
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 5*time.Second)
-	}
+	saveRetrying("store session", time.Now().Add(finalStoreFor), 200*time.Millisecond, log.With("state", ss.State), func(ctx context.Context) error {
+		return s.d.Sessions.UpdateSession(ctx, &ss)
+	})
 }
 
 // visibleSession returns the session when p may see it (another team's
