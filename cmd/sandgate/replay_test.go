@@ -20,21 +20,22 @@ import (
 	"github.com/sandgate/sandgate/policies"
 )
 
-// noCurlRule is a rule a candidate bundle adds: curl is denied.
-const noCurlRule = `package sandgate.admission
+// noTelnetRule is a rule a candidate bundle adds: telnet is denied (a
+// program no test of the bundle itself runs, so the candidate passes them).
+const noTelnetRule = `package sandgate.admission
 
 # METADATA
-# title: No curl
-# description: curl is not to be run.
+# title: No telnet
+# description: telnet is not to be run.
 # custom:
 #   severity: low
 #   controls: []
 finding contains {
-	"rule": "no_curl",
-	"message": "curl is forbidden",
+	"rule": "no_telnet",
+	"message": "telnet is forbidden",
 	"action": "deny",
 } if {
-	input.request.command[0] == "curl"
+	input.request.command[0] == "telnet"
 }
 `
 
@@ -76,12 +77,12 @@ func TestPolicyReplay(t *testing.T) {
 		}
 		return d
 	}
-	curl := review(`{"command":["curl","-s","https://example.com"]}`)
+	telnet := review(`{"command":["telnet","example.com","23"]}`)
 	review(`{"command":["true"],"resources":{"memory_mb":512}}`)
 	privBig := review(`{"command":["true"],"privileged":true,"resources":{"memory_mb":3000}}`)
 	huge := review(`{"command":["true"],"resources":{"memory_mb":5000}}`)
-	if bigRun.ID == "" || !curl.Allow || privBig.Allow || huge.Allow {
-		t.Fatalf("the default bundle decided otherwise than this test expects: %+v %+v %+v %+v", bigRun, curl, privBig, huge)
+	if bigRun.ID == "" || !telnet.Allow || privBig.Allow || huge.Allow {
+		t.Fatalf("the default bundle decided otherwise than this test expects: %+v %+v %+v %+v", bigRun, telnet, privBig, huge)
 	}
 	s.waitEvents(t, "type=admission.reviewed", 4)
 
@@ -89,7 +90,7 @@ func TestPolicyReplay(t *testing.T) {
 	strict := bundleWith(t, func(cfg map[string]any) {
 		cfg["maxima"].(map[string]any)["memory_mb"] = 1024
 	})
-	if err := os.WriteFile(filepath.Join(strict, "no_curl.rego"), []byte(noCurlRule), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(strict, "no_telnet.rego"), []byte(noTelnetRule), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	files, err := policies.BundleFiles(strict)
@@ -114,7 +115,7 @@ func TestPolicyReplay(t *testing.T) {
 		t.Errorf("report %s replayed %d unchanged %d skipped %d approximate %d truncated %v; want %s 7 4 0 0 false",
 			rep.CandidateRevision, rep.Replayed, rep.Unchanged, rep.Skipped, rep.Approximate, rep.Truncated, sum.Revision)
 	}
-	if diff := cmp.Diff([]string{"memory_limit added 1", "no_curl added 1"}, replayGroups(rep.NewlyDenied)); diff != "" {
+	if diff := cmp.Diff([]string{"memory_limit added 1", "no_telnet added 1"}, replayGroups(rep.NewlyDenied)); diff != "" {
 		t.Errorf("newly denied (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff([]string{"memory_limit added 1"}, replayGroups(rep.Changed)); diff != "" {
@@ -133,8 +134,8 @@ func TestPolicyReplay(t *testing.T) {
 		bigRun.DecisionID: {DecisionID: bigRun.DecisionID, RunID: bigRun.ID, CorrelationID: bigRun.CorrelationID,
 			Principal: "dev", Team: "dev", Operation: "run", RecordedRevision: bigRun.PolicyRevision, RecordedAllow: true,
 			RecordedRules: []string{}, CandidateRules: []string{"memory_limit"}},
-		curl.DecisionID: {DecisionID: curl.DecisionID, Principal: "dev", Team: "dev", Operation: "review",
-			RecordedRevision: curl.PolicyRevision, RecordedAllow: true, RecordedRules: []string{}, CandidateRules: []string{"no_curl"}},
+		telnet.DecisionID: {DecisionID: telnet.DecisionID, Principal: "dev", Team: "dev", Operation: "review",
+			RecordedRevision: telnet.PolicyRevision, RecordedAllow: true, RecordedRules: []string{}, CandidateRules: []string{"no_telnet"}},
 		privBig.DecisionID: {DecisionID: privBig.DecisionID, Principal: "dev", Team: "dev", Operation: "review",
 			RecordedRevision: privBig.PolicyRevision, RecordedRules: []string{"no_privileged"},
 			CandidateRules: []string{"memory_limit", "no_privileged"}},
@@ -202,7 +203,7 @@ func TestPolicyReplay(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandgate policy replay: %v\n%s", err, out)
 	}
-	for _, want := range []string{"replayed 7 decisions", "NEWLY DENIED (2)", "memory_limit added", "no_curl added", "DENIED BY OTHER RULES (1)", "run " + bigRun.ID} {
+	for _, want := range []string{"replayed 7 decisions", "NEWLY DENIED (2)", "memory_limit added", "no_telnet added", "DENIED BY OTHER RULES (1)", "run " + bigRun.ID} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the CLI's report lacks %q:\n%s", want, out)
 		}
