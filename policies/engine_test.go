@@ -117,7 +117,7 @@ func TestDefaultsFromData(t *testing.T) {
 		Resources:      sandgate.Resources{MemoryMB: 512, CPUs: 1, Pids: 256, TmpfsMB: 64, Nofile: 1024, WorkspaceMB: 256},
 		TimeoutSeconds: 300, OutputLimitBytes: 1 << 20, PullPolicy: sandgate.PullNever,
 		ArtifactLimitBytes: 64 << 20, WorkspaceWorkdir: "/workspace",
-		EgressLimits: sandgate.EgressLimits{Connections: 256, Bytes: 1 << 30, BytesPerSecond: 64 << 20},
+		EgressLimits:              sandgate.EgressLimits{Connections: 256, Bytes: 1 << 30, BytesPerSecond: 64 << 20},
 		SessionIdleTimeoutSeconds: 600, SessionMaxLifetimeSeconds: 3600,
 		SessionKeepalive: map[string][]string{
 			"*":               {"sleep", "infinity"},
