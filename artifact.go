@@ -17,8 +17,11 @@ type Artifact struct {
 }
 
 // SkippedArtifact is a path the artifacts matched that was not collected,
-// and why: "symlink", "not_regular", "limit" (the artifact limit was
-// reached), "count" (too many files), "unreadable".
+// or a pattern that matched nothing, and why: "symlink", "not regular
+// file", "limit" (the artifact limit was reached), "count" (too many
+// files), "changed" (replaced while it was read), "unreadable", "name" (a
+// path sandgate refuses), "walk limit" (too many entries looked at) or "no
+// match" (Path is the pattern). The workspace package defines them.
 type SkippedArtifact struct {
 	Path   string `json:"path"`
 	Reason string `json:"reason"`

@@ -142,7 +142,7 @@ func (e *Executor) GetFiles(ctx context.Context, sessionID, p string, w io.Write
 		}
 		begin(sandgate.FileFormatTar)
 		tw := tar.NewWriter(io.MultiWriter(w, h))
-		c, err := workspace.Collect(ctx, sub, []string{"."}, e.sessionReadLimit(sessionID), func(a workspace.Artifact, r io.Reader) (string, error) {
+		c, err := workspace.Collect(ctx, sub, []string{"."}, e.sessionReadLimit(sessionID), func(a sandgate.Artifact, r io.Reader) (string, error) {
 			fh := sha256.New()
 			hdr := &tar.Header{Name: a.Path, Mode: int64(a.Mode), Size: a.Size, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
 			if err := tw.WriteHeader(hdr); err != nil {
@@ -164,7 +164,7 @@ func (e *Executor) GetFiles(ctx context.Context, sessionID, p string, w io.Write
 		if err == nil {
 			err = tw.Close()
 		}
-		return sandgate.FileDigest{Path: p, Kind: sandgate.FileFormatTar, Bytes: c.Bytes, SHA256: hex.EncodeToString(h.Sum(nil)), Entries: len(c.Artifacts)}, err
+		return sandgate.FileDigest{Path: p, Kind: sandgate.FileFormatTar, Bytes: c.Bytes, SHA256: hex.EncodeToString(h.Sum(nil)), Entries: len(c.Files)}, err
 	default:
 		return sandgate.FileDigest{}, sandgate.FieldError("path", "%q is not a regular file or a directory", p)
 	}

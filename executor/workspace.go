@@ -241,11 +241,14 @@ func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspac
 	// whatever ended it.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), artifactTimeout)
 	defer cancel()
-	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ workspace.Artifact, rd io.Reader) (string, error) {
+	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ sandgate.Artifact, rd io.Reader) (string, error) {
 		sum, _, err := e.cfg.Blobs.PutBlob(cctx, rd)
 		return sum, err
 	})
-	*out = artifactsOf(c)
+	if c.Files == nil {
+		c.Files = []sandgate.Artifact{}
+	}
+	*out = c
 	if err != nil {
 		out.Error = err.Error()
 		e.log.Warn("artifact collection stopped", "run_id", r.job.RunID, "err", err)
@@ -271,16 +274,4 @@ func (ws *runWorkspace) remove(e *Executor) {
 	if err := os.Remove(ws.img); err != nil && !errors.Is(err, os.ErrNotExist) {
 		e.log.Warn("remove a workspace's image", "run_id", ws.runID, "err", err)
 	}
-}
-
-// artifactsOf is a collection as the run reports it.
-func artifactsOf(c workspace.Collection) sandgate.Artifacts {
-	out := sandgate.Artifacts{Files: make([]sandgate.Artifact, len(c.Artifacts)), Bytes: c.Bytes, Truncated: c.Truncated, SkippedCount: c.SkippedTotal}
-	for i, a := range c.Artifacts {
-		out.Files[i] = sandgate.Artifact{Path: a.Path, Size: a.Size, SHA256: a.SHA256, Mode: a.Mode}
-	}
-	for _, s := range c.Skipped {
-		out.Skipped = append(out.Skipped, sandgate.SkippedArtifact{Path: s.Path, Reason: s.Reason})
-	}
-	return out
 }

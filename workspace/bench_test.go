@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/sandgate/sandgate"
 )
 
 // benchTree is 10 MB in 100 files of 100,000 bytes in 10 directories,
@@ -67,7 +69,7 @@ func BenchmarkCollect10MB(b *testing.B) {
 	if _, err := Unpack(b.Context(), bytes.NewReader(archive), int64(len(archive)), src, Owner{-1, -1}, Limits{}); err != nil {
 		b.Fatal(err)
 	}
-	put := func(a Artifact, r io.Reader) (string, error) {
+	put := func(a sandgate.Artifact, r io.Reader) (string, error) {
 		h := sha256.New()
 		_, err := io.Copy(h, r)
 		return hex.EncodeToString(h.Sum(nil)), err
@@ -76,8 +78,8 @@ func BenchmarkCollect10MB(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		c, err := Collect(b.Context(), src, []string{"**"}, 20<<20, put)
-		if err != nil || len(c.Artifacts) != 100 {
-			b.Fatal(len(c.Artifacts), err)
+		if err != nil || len(c.Files) != 100 {
+			b.Fatal(len(c.Files), err)
 		}
 	}
 }

@@ -18,21 +18,6 @@ import (
 	"github.com/sandgate/sandgate"
 )
 
-// Artifact is one collected file.
-type Artifact struct {
-	Path   string `json:"path"`   // relative slash path under the workdir
-	Size   int64  `json:"size"`   // bytes collected
-	Mode   uint32 `json:"mode"`   // permission bits
-	SHA256 string `json:"sha256"` // hex SHA-256 of exactly those bytes
-}
-
-// Skipped is a path a pattern matched that was not collected, or a
-// pattern that matched nothing.
-type Skipped struct {
-	Path   string `json:"path"`
-	Reason string `json:"reason"`
-}
-
 // The reasons a path is skipped.
 const (
 	SkipSymlink    = "symlink"          // never read, never descended
@@ -46,23 +31,10 @@ const (
 	SkipNoMatch    = "no match"         // a pattern that matched nothing (Path is the pattern)
 )
 
-// Collection is what Collect collected.
-type Collection struct {
-	Artifacts []Artifact `json:"artifacts"`
-	Bytes     int64      `json:"bytes"`
-	// Truncated is set when collection stopped early: at the first file
-	// that did not fit the byte budget, past MaxArtifacts files or past
-	// MaxCollectVisits directory entries. The reason is the last Skipped.
-	Truncated bool `json:"truncated"`
-	// Skipped lists at most MaxSkippedListed paths; SkippedTotal counts all.
-	Skipped      []Skipped `json:"skipped,omitempty"`
-	SkippedTotal int       `json:"skipped_total"`
-}
-
 // The bounds of one collection.
 const (
-	MaxArtifacts     = 1000
-	MaxSkippedListed = 100
+	MaxArtifacts     = sandgate.MaxArtifactFiles
+	MaxSkippedListed = sandgate.MaxSkippedListed
 	// MaxCollectVisits bounds the directory entries looked at, matched or not.
 	MaxCollectVisits = 100_000
 )
@@ -90,12 +62,12 @@ const (
 //
 // Errors: INVALID-REQUEST for a bad pattern, what put returned, the
 // context's error; files that cannot be read are skipped, not errors.
-func Collect(ctx context.Context, src *os.Root, patterns []string, limit int64, put func(a Artifact, r io.Reader) (sha256hex string, err error)) (Collection, error) {
+func Collect(ctx context.Context, src *os.Root, patterns []string, limit int64, put func(a sandgate.Artifact, r io.Reader) (sha256hex string, err error)) (sandgate.Artifacts, error) {
 	c := &collector{ctx: ctx, put: put, remaining: max(limit, 0)}
 	covered := false
 	for i, p := range patterns {
 		if err := CheckPattern(fmt.Sprintf("artifacts[%d]", i), p); err != nil {
-			return Collection{}, err
+			return sandgate.Artifacts{}, err
 		}
 		p = cleanPattern(p)
 		if p == "." {
@@ -104,7 +76,7 @@ func Collect(ctx context.Context, src *os.Root, patterns []string, limit int64, 
 		c.patterns = append(c.patterns, pattern{glob: p, parts: strings.Split(p, "/"), matched: p == "."})
 	}
 	if len(c.patterns) == 0 {
-		return Collection{Artifacts: []Artifact{}}, nil
+		return sandgate.Artifacts{Files: []sandgate.Artifact{}}, nil
 	}
 	if err := c.walk(src, ".", 0, covered); err != nil {
 		return c.out, err
@@ -116,8 +88,8 @@ func Collect(ctx context.Context, src *os.Root, patterns []string, limit int64, 
 			}
 		}
 	}
-	if c.out.Artifacts == nil {
-		c.out.Artifacts = []Artifact{}
+	if c.out.Files == nil {
+		c.out.Files = []sandgate.Artifact{}
 	}
 	return c.out, nil
 }
@@ -130,11 +102,11 @@ type pattern struct {
 
 type collector struct {
 	ctx       context.Context
-	put       func(Artifact, io.Reader) (string, error)
+	put       func(sandgate.Artifact, io.Reader) (string, error)
 	patterns  []pattern
 	remaining int64
 	visits    int
-	out       Collection
+	out       sandgate.Artifacts
 	h         hash.Hash
 }
 
@@ -281,9 +253,9 @@ func prefixMayMatch(parts, dir []string) bool {
 }
 
 func (c *collector) skip(p, reason string) {
-	c.out.SkippedTotal++
+	c.out.SkippedCount++
 	if len(c.out.Skipped) < MaxSkippedListed {
-		c.out.Skipped = append(c.out.Skipped, Skipped{Path: p, Reason: reason})
+		c.out.Skipped = append(c.out.Skipped, sandgate.SkippedArtifact{Path: p, Reason: reason})
 	}
 }
 
@@ -299,7 +271,7 @@ func (c *collector) take(d *os.Root, name, p string, fi fs.FileInfo) error {
 		c.skip(p, SkipName)
 		return nil
 	}
-	if len(c.out.Artifacts) >= MaxArtifacts {
+	if len(c.out.Files) >= MaxArtifacts {
 		return c.stop(p, SkipCount)
 	}
 	if fi.Size() > c.remaining {
@@ -327,7 +299,7 @@ func (c *collector) take(d *os.Root, name, p string, fi fs.FileInfo) error {
 	}
 	c.h.Reset()
 	r := &hashReader{ctx: c.ctx, r: io.LimitReader(f, st.Size()), h: c.h}
-	a := Artifact{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm())}
+	a := sandgate.Artifact{Path: p, Size: st.Size(), Mode: uint32(st.Mode().Perm())}
 	sum, err := c.put(a, r)
 	if r.err != nil {
 		if cerr := c.ctx.Err(); cerr != nil {
@@ -349,7 +321,7 @@ func (c *collector) take(d *os.Root, name, p string, fi fs.FileInfo) error {
 	}
 	c.remaining -= r.n
 	c.out.Bytes += r.n
-	c.out.Artifacts = append(c.out.Artifacts, a)
+	c.out.Files = append(c.out.Files, a)
 	return nil
 }
 

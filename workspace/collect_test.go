@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sandgate/sandgate"
 )
 
 const secretText = "TOP-SECRET-OUTSIDE-THE-WORKDIR"
@@ -45,7 +47,7 @@ func collectTree(t *testing.T) (*os.Root, string) {
 // store is a put that keeps what it is handed.
 type store map[string]string
 
-func (s store) put(a Artifact, r io.Reader) (string, error) {
+func (s store) put(a sandgate.Artifact, r io.Reader) (string, error) {
 	var buf bytes.Buffer
 	h := sha256.New()
 	if _, err := io.Copy(io.MultiWriter(&buf, h), r); err != nil {
@@ -61,23 +63,23 @@ func TestCollect(t *testing.T) {
 		patterns  []string
 		limit     int64
 		want      []string // path=content
-		skipped   []Skipped
+		skipped   []sandgate.SkippedArtifact
 		truncated bool
 	}{
 		{
 			name: "glob", patterns: []string{"out/*.txt"}, limit: 1 << 20,
 			want:    []string{"out/a.txt=aaaa"},
-			skipped: []Skipped{{"out/fifo.txt", SkipNotRegular}, {"out/inside.txt", SkipSymlink}, {"out/secret.txt", SkipSymlink}},
+			skipped: []sandgate.SkippedArtifact{{Path: "out/fifo.txt", Reason: SkipNotRegular}, {Path: "out/inside.txt", Reason: SkipSymlink}, {Path: "out/secret.txt", Reason: SkipSymlink}},
 		},
 		{
 			name: "doublestar", patterns: []string{"**/*.txt"}, limit: 1 << 20,
 			want:    []string{"out/a.txt=aaaa", "out/sub/c.txt=c", "top.txt=top"},
-			skipped: []Skipped{{"out/fifo.txt", SkipNotRegular}, {"out/inside.txt", SkipSymlink}, {"out/secret.txt", SkipSymlink}},
+			skipped: []sandgate.SkippedArtifact{{Path: "out/fifo.txt", Reason: SkipNotRegular}, {Path: "out/inside.txt", Reason: SkipSymlink}, {Path: "out/secret.txt", Reason: SkipSymlink}},
 		},
 		{
 			name: "directory", patterns: []string{"out"}, limit: 1 << 20,
 			want:    []string{"out/a.txt=aaaa", "out/b.bin=bb", "out/sub/c.txt=c"},
-			skipped: []Skipped{{"out/fifo.txt", SkipNotRegular}, {"out/inside.txt", SkipSymlink}, {"out/linkdir", SkipSymlink}, {"out/secret.txt", SkipSymlink}},
+			skipped: []sandgate.SkippedArtifact{{Path: "out/fifo.txt", Reason: SkipNotRegular}, {Path: "out/inside.txt", Reason: SkipSymlink}, {Path: "out/linkdir", Reason: SkipSymlink}, {Path: "out/secret.txt", Reason: SkipSymlink}},
 		},
 		{
 			name: "directory glob and trailing slash", patterns: []string{"./out/sub/", "logs/**"}, limit: 1 << 20,
@@ -85,27 +87,27 @@ func TestCollect(t *testing.T) {
 		},
 		{
 			name: "symlinked directory named", patterns: []string{"escape", "escape/**", "out/linkdir/secret.txt"}, limit: 1 << 20,
-			skipped: []Skipped{{"escape", SkipSymlink}, {"out/linkdir/secret.txt", SkipNoMatch}},
+			skipped: []sandgate.SkippedArtifact{{Path: "escape", Reason: SkipSymlink}, {Path: "out/linkdir/secret.txt", Reason: SkipNoMatch}},
 		},
 		{
 			name: "everything", patterns: []string{"."}, limit: 1 << 20,
 			want:    []string{"logs/x.log=log", "node_modules/m/index.js=js", "out/a.txt=aaaa", "out/b.bin=bb", "out/sub/c.txt=c", "top.txt=top"},
-			skipped: []Skipped{{"escape", SkipSymlink}, {"out/fifo.txt", SkipNotRegular}, {"out/inside.txt", SkipSymlink}, {"out/linkdir", SkipSymlink}, {"out/secret.txt", SkipSymlink}},
+			skipped: []sandgate.SkippedArtifact{{Path: "escape", Reason: SkipSymlink}, {Path: "out/fifo.txt", Reason: SkipNotRegular}, {Path: "out/inside.txt", Reason: SkipSymlink}, {Path: "out/linkdir", Reason: SkipSymlink}, {Path: "out/secret.txt", Reason: SkipSymlink}},
 		},
 		{
 			name: "no match", patterns: []string{"dist/*.whl", "top.txt"}, limit: 1 << 20,
 			want:    []string{"top.txt=top"},
-			skipped: []Skipped{{"dist/*.whl", SkipNoMatch}},
+			skipped: []sandgate.SkippedArtifact{{Path: "dist/*.whl", Reason: SkipNoMatch}},
 		},
 		{
 			name: "byte cap stops at the first file that does not fit", patterns: []string{"out/*.bin", "out/*.txt", "top.txt"}, limit: 5,
 			want:      []string{"out/a.txt=aaaa"},
-			skipped:   []Skipped{{"out/b.bin", SkipLimit}},
+			skipped:   []sandgate.SkippedArtifact{{Path: "out/b.bin", Reason: SkipLimit}},
 			truncated: true,
 		},
 		{
 			name: "zero budget", patterns: []string{"top.txt"}, limit: 0,
-			skipped: []Skipped{{"top.txt", SkipLimit}}, truncated: true,
+			skipped: []sandgate.SkippedArtifact{{Path: "top.txt", Reason: SkipLimit}}, truncated: true,
 		},
 	}
 	for _, c := range cases {
@@ -113,7 +115,7 @@ func TestCollect(t *testing.T) {
 			src, _ := collectTree(t)
 			s := store{}
 			done := make(chan struct{})
-			var got Collection
+			var got sandgate.Artifacts
 			var err error
 			go func() {
 				defer close(done)
@@ -129,7 +131,7 @@ func TestCollect(t *testing.T) {
 			}
 			var paths []string
 			var bytes int64
-			for _, a := range got.Artifacts {
+			for _, a := range got.Files {
 				paths = append(paths, a.Path+"="+s[a.Path])
 				sum := sha256.Sum256([]byte(s[a.Path]))
 				if a.SHA256 != hex.EncodeToString(sum[:]) || a.Size != int64(len(s[a.Path])) || a.Mode != 0o644 {
@@ -143,8 +145,8 @@ func TestCollect(t *testing.T) {
 			if diff := cmp.Diff(c.skipped, got.Skipped); diff != "" {
 				t.Errorf("skipped (-want +got):\n%s", diff)
 			}
-			if got.Truncated != c.truncated || got.Bytes != bytes || got.SkippedTotal != len(got.Skipped) {
-				t.Errorf("truncated %v bytes %d skipped_total %d; want %v %d %d", got.Truncated, got.Bytes, got.SkippedTotal, c.truncated, bytes, len(got.Skipped))
+			if got.Truncated != c.truncated || got.Bytes != bytes || got.SkippedCount != len(got.Skipped) {
+				t.Errorf("truncated %v bytes %d skipped_total %d; want %v %d %d", got.Truncated, got.Bytes, got.SkippedCount, c.truncated, bytes, len(got.Skipped))
 			}
 			for p, content := range s {
 				if strings.Contains(content, secretText) {
@@ -169,7 +171,7 @@ func TestCollectGrowingFile(t *testing.T) {
 	p := filepath.Join(dir, "grow.log")
 	mkfile(t, p, strings.Repeat("a", 100_000))
 	var handed []byte
-	got, err := Collect(t.Context(), src, []string{"*.log"}, 1<<20, func(a Artifact, r io.Reader) (string, error) {
+	got, err := Collect(t.Context(), src, []string{"*.log"}, 1<<20, func(a sandgate.Artifact, r io.Reader) (string, error) {
 		half := make([]byte, 50_000)
 		io.ReadFull(r, half)
 		f, _ := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
@@ -184,8 +186,8 @@ func TestCollectGrowingFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(handed)
-	if len(handed) != 100_000 || got.Artifacts[0].Size != 100_000 || got.Artifacts[0].SHA256 != hex.EncodeToString(sum[:]) {
-		t.Errorf("read %d bytes, artifact %+v", len(handed), got.Artifacts[0])
+	if len(handed) != 100_000 || got.Files[0].Size != 100_000 || got.Files[0].SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("read %d bytes, artifact %+v", len(handed), got.Files[0])
 	}
 }
 
@@ -193,13 +195,13 @@ func TestCollectGrowingFile(t *testing.T) {
 func TestCollectPutMustBeHonest(t *testing.T) {
 	src, dir := openRoot(t)
 	mkfile(t, filepath.Join(dir, "a"), "content")
-	for name, put := range map[string]func(Artifact, io.Reader) (string, error){
-		"short read": func(a Artifact, r io.Reader) (string, error) { return "", nil },
-		"wrong hash": func(a Artifact, r io.Reader) (string, error) {
+	for name, put := range map[string]func(sandgate.Artifact, io.Reader) (string, error){
+		"short read": func(a sandgate.Artifact, r io.Reader) (string, error) { return "", nil },
+		"wrong hash": func(a sandgate.Artifact, r io.Reader) (string, error) {
 			io.Copy(io.Discard, r)
 			return strings.Repeat("0", 64), nil
 		},
-		"error": func(a Artifact, r io.Reader) (string, error) { return "", errors.New("store down") },
+		"error": func(a sandgate.Artifact, r io.Reader) (string, error) { return "", errors.New("store down") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Collect(t.Context(), src, []string{"a"}, 100, put); err == nil {
@@ -223,7 +225,7 @@ func TestCollectBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Artifacts) != MaxArtifacts || !got.Truncated || len(got.Skipped) != MaxSkippedListed || got.SkippedTotal != MaxSkippedListed+21 {
-		t.Errorf("%d artifacts, truncated %v, %d skipped listed of %d", len(got.Artifacts), got.Truncated, len(got.Skipped), got.SkippedTotal)
+	if len(got.Files) != MaxArtifacts || !got.Truncated || len(got.Skipped) != MaxSkippedListed || got.SkippedCount != MaxSkippedListed+21 {
+		t.Errorf("%d artifacts, truncated %v, %d skipped listed of %d", len(got.Files), got.Truncated, len(got.Skipped), got.SkippedCount)
 	}
 }
