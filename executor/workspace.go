@@ -152,7 +152,11 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 	lim.MaxBytes = spec.Resources.WorkspaceMB << 20
 	payload := map[string]any{"workspace_mb": spec.Resources.WorkspaceMB}
 	if path := r.job.Workspace; path != "" {
-		m, err := unpackArchive(ctx, path, root, owner, lim)
+		checked := ""
+		if spec.Workspace != nil {
+			checked = spec.Workspace.SHA256
+		}
+		m, err := unpackArchive(ctx, path, checked, root, owner, lim)
 		if err != nil {
 			return nil, workspaceError("workspace", err)
 		}
@@ -178,8 +182,12 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 	return ws, nil
 }
 
-// unpackArchive unpacks the checked archive at path into root.
-func unpackArchive(ctx context.Context, path string, root *os.Root, owner workspace.Owner, lim workspace.Limits) (workspace.Manifest, error) {
+// unpackArchive unpacks the archive at path into root. checked is the
+// SHA-256 the gateway's Inspect of it gave (Job.Workspace is an upload the
+// gateway wrote where only it can write): the archive is then read once,
+// each entry still checked as it is written, and refused whole unless its
+// bytes hash to checked. Without it, the archive is checked whole first.
+func unpackArchive(ctx context.Context, path, checked string, root *os.Root, owner workspace.Owner, lim workspace.Limits) (workspace.Manifest, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return workspace.Manifest{}, err
@@ -189,7 +197,7 @@ func unpackArchive(ctx context.Context, path string, root *os.Root, owner worksp
 	if err != nil {
 		return workspace.Manifest{}, err
 	}
-	return workspace.Unpack(ctx, f, st.Size(), root, owner, lim)
+	return workspace.UnpackWith(ctx, f, st.Size(), root, workspace.Options{Owner: owner, Limits: lim, Checked: checked})
 }
 
 // workspaceError is an error of the workspace package as the run's error:

@@ -24,7 +24,8 @@ func Unpack(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, owner 
 // UnpackWith checks the whole archive first (nothing is written for an
 // archive Inspect refuses), then reads it again and checks every entry
 // again as it writes it: the bytes behind r are never trusted to be those
-// checked. It writes only directories (mode 0755) and regular files (0755
+// checked. With opt.Checked the first pass is skipped and the bytes read
+// must hash to it. It writes only directories (mode 0755) and regular files (0755
 // when the entry has any execute bit, else 0644), each made new with
 // O_CREATE|O_EXCL in a parent directory it has verified is a real
 // directory, so no symlink already under dst is ever followed. On any
@@ -32,14 +33,17 @@ func Unpack(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, owner 
 // INVALID-REQUEST for a refused archive, CONFLICT for a path that exists
 // already under dst, TOO-LARGE for a full file system, INTERNAL otherwise.
 func UnpackWith(ctx context.Context, r io.ReaderAt, size int64, dst *os.Root, opt Options) (Manifest, error) {
-	checked, err := scan(ctx, r, size, opt.Limits, discard{})
-	if err != nil {
-		return Manifest{}, err
+	var checked Manifest
+	if opt.Checked == "" {
+		var err error
+		if checked, err = scan(ctx, r, size, opt.Limits, discard{}); err != nil {
+			return Manifest{}, err
+		}
 	}
 	w := newWriter(dst, opt)
 	defer w.close()
 	m, err := scan(ctx, r, size, opt.Limits, w)
-	if err == nil && m != checked {
+	if err == nil && (opt.Checked == "" && m != checked || opt.Checked != "" && m.SHA256 != opt.Checked) {
 		err = sandgate.FieldError(field, "the archive changed while it was unpacked")
 	}
 	if err == nil {

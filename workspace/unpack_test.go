@@ -220,6 +220,55 @@ func TestUnpackRechecksWhileWriting(t *testing.T) {
 	}
 }
 
+// TestUnpackChecked reads an archive Inspect already accepted once: it
+// unpacks as the two-pass path does, and an archive whose bytes are not
+// the checked ones (a hash that differs, or a hostile archive passed off
+// with a clean one's hash) is refused with nothing left behind.
+func TestUnpackChecked(t *testing.T) {
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			b := f.build(t, realistic...)
+			m, err := Inspect(bytes.NewReader(b), int64(len(b)), Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counter := &countingReaderAt{r: bytes.NewReader(b)}
+			dst, dir := openRoot(t)
+			got, err := UnpackWith(t.Context(), counter, int64(len(b)), dst, Options{Owner: Owner{-1, -1}, Checked: m.SHA256})
+			if err != nil || got != m {
+				t.Fatalf("UnpackWith = %+v, %v; Inspect gave %+v", got, err, m)
+			}
+			if len(listTree(t, dir)) != len(realisticTree) {
+				t.Errorf("unpacked %q", listTree(t, dir))
+			}
+			two := &countingReaderAt{r: bytes.NewReader(b)}
+			dst2, _ := openRoot(t)
+			if _, err := UnpackWith(t.Context(), two, int64(len(b)), dst2, Options{Owner: Owner{-1, -1}}); err != nil {
+				t.Fatal(err)
+			}
+			if counter.n >= two.n {
+				t.Errorf("read %d bytes with Checked, %d without: the first pass was not skipped", counter.n, two.n)
+			}
+
+			other := f.build(t, ent{name: "a/one", body: "1"})
+			dst, dir = openRoot(t)
+			_, err = UnpackWith(t.Context(), bytes.NewReader(other), int64(len(other)), dst, Options{Owner: Owner{-1, -1}, Checked: m.SHA256})
+			wantRefused(t, err, "the archive changed while it was unpacked")
+			if got := listTree(t, dir); len(got) != 0 {
+				t.Errorf("left %q behind", got)
+			}
+
+			hostile := f.build(t, ent{name: "a/one", body: "1"}, ent{name: "b", typ: tar.TypeSymlink, link: "/etc/passwd"})
+			dst, dir = openRoot(t)
+			_, err = UnpackWith(t.Context(), bytes.NewReader(hostile), int64(len(hostile)), dst, Options{Owner: Owner{-1, -1}, Checked: m.SHA256})
+			wantRefused(t, err, `entry "b": symbolic links are refused`)
+			if got := listTree(t, dir); len(got) != 0 {
+				t.Errorf("left %q behind", got)
+			}
+		})
+	}
+}
+
 // TestUnpackCancelled stops at a cancelled context and leaves nothing.
 func TestUnpackCancelled(t *testing.T) {
 	b := tarOf(t, realistic...)

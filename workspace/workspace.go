@@ -87,6 +87,13 @@ type Options struct {
 	// the path is still an error. Without Replace, any existing file,
 	// symlink or other non-directory at an entry's path is an error.
 	Replace bool
+	// Checked is the hex SHA-256 of an archive the caller has already had
+	// Inspect accept (the gateway's check of an upload it keeps where only
+	// sandgate can write). UnpackWith then skips its own first pass: it
+	// still checks every entry as it writes it, and unless the bytes it
+	// read hash to Checked it removes everything it wrote and refuses the
+	// archive, so what it leaves is always an archive Inspect accepted.
+	Checked string
 }
 
 // entryError is the INVALID-REQUEST error for a refused entry.

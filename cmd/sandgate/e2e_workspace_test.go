@@ -322,20 +322,30 @@ func TestEndToEndHostileArchives(t *testing.T) {
 		zw.Close()
 		return buf.Bytes()
 	}
+	// bomb is a tar.gz of one 5 GiB file of zeros in about 5 MB: gzip
+	// members concatenated (a valid gzip stream), the 1 MiB of zeros
+	// compressed once and repeated, so the test does not spend minutes
+	// compressing 5 GiB.
 	bomb := func() []byte {
-		var buf bytes.Buffer
-		gz := gzip.NewWriter(&buf)
-		tw := tar.NewWriter(gz)
-		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "zeros", Size: 5 << 30, Mode: 0o644})
-		chunk := make([]byte, 1<<20)
-		for i := 0; i < 5<<10; i++ {
-			if _, err := tw.Write(chunk); err != nil {
-				t.Fatal(err)
-			}
+		member := func(p []byte) []byte {
+			var buf bytes.Buffer
+			gz := gzip.NewWriter(&buf)
+			gz.Write(p)
+			gz.Close()
+			return buf.Bytes()
 		}
-		tw.Close()
-		gz.Close()
-		return buf.Bytes()
+		var hdr bytes.Buffer
+		tw := tar.NewWriter(&hdr)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "zeros", Size: 5 << 30, Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Flush()
+		out := member(hdr.Bytes())
+		zeros := member(make([]byte, 1<<20))
+		for i := 0; i < 5<<10; i++ {
+			out = append(out, zeros...)
+		}
+		return append(out, member(make([]byte, 1024))...) // the end of the tar
 	}
 	cases := []struct {
 		name    string
