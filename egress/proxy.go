@@ -99,6 +99,11 @@ type Options struct {
 // Run is what the proxy knows of a registered run.
 type Run struct {
 	RunID, CorrelationID, DecisionID, Principal, Team, PolicyRevision string
+	// SessionID is set for a session's container: its ID is RunID, and
+	// every command of the session connects from its one address, so the
+	// session, not a command, is what its connections are recorded
+	// against (docs/egress.md).
+	SessionID string
 	// Egress is the run's admitted list, normalised.
 	Egress []string
 	Limits sandgate.EgressLimits

@@ -235,6 +235,9 @@ func (p *Proxy) emit(st *runState, typ sandgate.EventType, outcome, revision str
 	if revision == "" {
 		revision = r.PolicyRevision
 	}
+	if r.SessionID != "" {
+		payload["session_id"] = r.SessionID
+	}
 	p.opt.Events.Emit(sandgate.Event{
 		Type: typ, Time: p.opt.Now(), Outcome: outcome, CorrelationID: r.CorrelationID, RunID: r.RunID,
 		DecisionID: r.DecisionID, Actor: r.Principal, Team: r.Team, Node: p.opt.Node,

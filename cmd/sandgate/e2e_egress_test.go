@@ -123,3 +123,72 @@ func TestRunEgressFlag(t *testing.T) {
 		t.Errorf("--network bridge --egress gave network %q; the policy judges what was asked", spec.Network)
 	}
 }
+
+// TestEndToEndEgressSession: a session opened with network egress gives
+// its commands the proxy variables; a command reaches the loopback
+// upstream the data allows and nothing else (the metadata address, a
+// destination not admitted, a connection that ignores the proxy), each
+// connection recorded against the session (its ID as run_id and
+// session_id, its correlation ID), and the ended session carries the
+// summary of all its commands.
+func TestEndToEndEgressSession(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "hello-to-the-session")
+	})}
+	go upstream.Serve(ln)
+	defer upstream.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	s := egressServer(t, port)
+	p := strconv.Itoa(port)
+
+	ss, err := s.Client.CreateSession(t.Context(), api.SessionRequest{RunSpec: sandgate.RunSpec{
+		Network: sandgate.NetworkEgress, Egress: []string{"127.0.0.1:" + p},
+	}})
+	if err != nil || ss.State != sandgate.SessionOpen {
+		t.Fatalf("create session: %+v %v", ss, err)
+	}
+	ok := execWait(t, s.Client, ss.ID, api.ExecRequest{Command: []string{"wget", "-q", "-O", "-", "http://127.0.0.1:" + p + "/"}})
+	if outcomeOf(ok) != sandgate.OutcomeSucceeded || !strings.Contains(ok.Stdout.Data, "hello-to-the-session") {
+		t.Errorf("allowed destination from a command: %s %q %q", outcomeOf(ok), ok.Stdout.Data, ok.Stderr.Data)
+	}
+	refused := execWait(t, s.Client, ss.ID, api.ExecRequest{Command: []string{"sh", "-c",
+		"timeout 10 wget -q -O - http://169.254.169.254/ && echo LEAK-metadata; " +
+			"timeout 10 wget -q -O - http://127.0.0.1:" + strconv.Itoa(port+1) + "/ && echo LEAK-port; " +
+			"gw=${HTTP_PROXY#http://}; timeout 5 wget -Y off -q -O - http://${gw%:*}:" + p + "/ && echo LEAK-direct; true"}})
+	if strings.Contains(refused.Stdout.Data, "LEAK") {
+		t.Errorf("a refused destination was reached from a command: %q", refused.Stdout.Data)
+	}
+	allowed := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {ss.ID}, "type": {string(sandgate.EventEgressAllowed)}},
+		func(ev []sandgate.AuditRecord) bool { return len(ev) == 1 })
+	if ev := allowed[0]; ev.CorrelationID != ss.CorrelationID || ev.Payload["session_id"] != ss.ID || ev.Payload["address"] != "127.0.0.1" {
+		t.Errorf("egress.allowed %+v", ev)
+	}
+	denied := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {ss.ID}, "type": {string(sandgate.EventEgressDenied)}},
+		func(ev []sandgate.AuditRecord) bool { return len(ev) == 2 })
+	hosts := map[any]bool{}
+	for _, ev := range denied {
+		hosts[ev.Payload["host"]] = true
+		if ev.CorrelationID != ss.CorrelationID || ev.Payload["session_id"] != ss.ID || ev.Payload["reason"] != "not_admitted" {
+			t.Errorf("egress.denied %+v", ev)
+		}
+	}
+	if !hosts["169.254.169.254"] || !hosts["127.0.0.1"] {
+		t.Errorf("denied hosts %v, want the metadata address and the port not admitted", hosts)
+	}
+
+	ended, err := s.Client.DeleteSession(t.Context(), ss.ID)
+	if err != nil || ended.State != sandgate.SessionEnded {
+		t.Fatalf("delete session: %+v %v", ended, err)
+	}
+	if e := ended.Egress; e == nil || e.ConnectionsAllowed != 1 || e.ConnectionsDenied != 2 || e.BytesReceived == 0 {
+		t.Errorf("ended session's egress %+v", ended.Egress)
+	}
+	again, err := s.Client.Session(t.Context(), ss.ID)
+	if err != nil || again.Egress == nil || again.Egress.ConnectionsAllowed != 1 {
+		t.Errorf("stored session's egress %+v %v", again.Egress, err)
+	}
+}
