@@ -22,6 +22,19 @@ import (
 // egress network, interface and proxy port of the test's own.
 func egressServer(t *testing.T, upstreamPort int) *testServer {
 	t.Helper()
+	var opts []serverOption
+	for k, v := range egressEnv(t, upstreamPort) {
+		opts = append(opts, withEnv(k, v))
+	}
+	return startServer(t, opts...)
+}
+
+// egressEnv is the environment of a gateway whose data allows egress to
+// 127.0.0.1:upstreamPort, with an egress network, interface and proxy
+// port of the test's own, removed (with their firewall rules) when the
+// test ends.
+func egressEnv(t *testing.T, upstreamPort int) map[string]string {
+	t.Helper()
 	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
 		t.Skip("the egress network's firewall rules need root (iptables)")
 	}
@@ -41,8 +54,8 @@ func egressServer(t *testing.T, upstreamPort int) *testServer {
 		_ = exec.Command("iptables", "-w", "-D", "INPUT", "-i", iface, "-j", "DROP").Run()
 		_ = exec.Command("docker", "network", "rm", name).Run()
 	})
-	return startServer(t, withEnv("SANDGATE_POLICY_DIR", policy), withEnv("SANDGATE_EGRESS_NETWORK", name),
-		withEnv("SANDGATE_EGRESS_INTERFACE", iface), withEnv("SANDGATE_EGRESS_PORT", port))
+	return map[string]string{"SANDGATE_POLICY_DIR": policy, "SANDGATE_EGRESS_NETWORK": name,
+		"SANDGATE_EGRESS_INTERFACE": iface, "SANDGATE_EGRESS_PORT": port}
 }
 
 // TestEndToEndEgress: through a real gateway, Docker and Postgres, a run
