@@ -340,9 +340,11 @@ func (p *Proxy) handle(c net.Conn) {
 
 	rec := &conn{start: p.opt.Now()}
 	_ = c.SetReadDeadline(time.Now().Add(DefaultHeaderTimeout))
-	head := &io.LimitedReader{R: c, N: MaxHeaderBytes}
+	raw := &headRecorder{max: MaxHeaderBytes + 4096}
+	head := &io.LimitedReader{R: io.TeeReader(c, raw), N: MaxHeaderBytes}
 	br := bufio.NewReaderSize(head, 4096)
 	req, err := http.ReadRequest(br)
+	raw.stopped = true
 	if err != nil {
 		rec.reason, rec.msg = ReasonBadRequest, "no proxy request could be read"
 		p.denied(st, rec)
@@ -358,6 +360,15 @@ func (p *Proxy) handle(c net.Conn) {
 		p.denied(st, rec)
 		refuse(c, http.StatusBadRequest, "sandgate egress: "+err.Error())
 		return
+	}
+	if req.Method != http.MethodConnect {
+		if err := checkHost(raw.hostHeader(), hostport); err != nil {
+			rec.host, rec.port = hostPortOf(hostport)
+			rec.reason, rec.msg = ReasonHostMismatch, err.Error()
+			p.denied(st, rec)
+			refuse(c, http.StatusForbidden, fmt.Sprintf("sandgate egress: %s refused: %s", hostport, rec.msg))
+			return
+		}
 	}
 	upstream, status := p.admit(st, rec, hostport)
 	if upstream == nil {
@@ -379,6 +390,14 @@ func (p *Proxy) handle(c net.Conn) {
 		}
 		go func() {
 			defer close(done)
+			// A TLS ClientHello naming another server than the target
+			// ends the tunnel before a byte of it is sent on.
+			if reason, msg := checkTunnel(c, br, up, rec.host); reason != "" {
+				rec.reason, rec.msg = reason, msg
+				upstream.Close()
+				c.Close()
+				return
+			}
 			copyBuf(up, br)
 			closeWrite(upstream)
 		}()
@@ -402,10 +421,25 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close()
 		<-done
 	}
+	if rec.reason == ReasonSNIMismatch || rec.reason == ReasonBadClientHello {
+		p.denied(st, rec)
+		return
+	}
 	if st.bytesLeft.Load() <= 0 && rec.reason == "" {
 		rec.reason = ReasonByteLimit
 	}
 	p.allowed(st, rec)
+}
+
+// hostPortOf is hostport's host, as events name it, and port; for a
+// request refused before admit parsed it.
+func hostPortOf(hostport string) (string, int) {
+	h, ps, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport, 0
+	}
+	port, _ := strconv.Atoi(ps)
+	return strings.ToLower(h), port
 }
 
 // target is the host:port a proxy request asks for: a CONNECT's
