@@ -2,10 +2,12 @@ package executor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -28,9 +30,13 @@ import (
 // port are the test's own, an upstream HTTP server on loopback that the
 // test's data allows explicitly, and a resolver with the test's names.
 type egressFixture struct {
-	ex       *executor.Executor
-	rec      *recorder
-	port     int // the upstream's
+	ex   *executor.Executor
+	rec  *recorder
+	port int // the upstream's
+	// tlsPort is an HTTPS upstream's on loopback, which notes the server
+	// name of each ClientHello in snis.
+	tlsPort  int
+	snis     chan string
 	dests    []string
 	upstream *http.Server
 	// served receives how long each /bytes/N answer took to write.
@@ -103,8 +109,24 @@ func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)
 	go f.upstream.Serve(ln)
 	t.Cleanup(func() { f.upstream.Close() })
 
+	f.snis = make(chan string, 64)
+	tlsUp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello-over-tls %s\n", r.Host)
+	}))
+	tlsUp.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		select {
+		case f.snis <- h.ServerName:
+		default:
+		}
+		return nil, nil
+	}}
+	tlsUp.StartTLS()
+	t.Cleanup(tlsUp.Close)
+	f.tlsPort = tlsUp.Listener.Addr().(*net.TCPAddr).Port
+
 	port := strconv.Itoa(f.port)
-	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80"}
+	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80",
+		"upstream.test:" + strconv.Itoa(f.tlsPort)}
 	eng := policytest.Engine(t, policytest.EgressDestinations("payments", f.dests...))
 	suffix := randomHex(t, 3)
 	proxyPort := 20000 + int(time.Now().UnixNano()%20000)
@@ -223,6 +245,53 @@ func TestEgressRun(t *testing.T) {
 		res := execute(t, f.ex, pj)
 		if !strings.Contains(text(res.Stdout), "hello-from-upstream") {
 			t.Errorf("python urllib: stdout %q stderr %q", text(res.Stdout), text(res.Stderr))
+		}
+	})
+
+	// HTTPS through the proxy from Python: urllib's CONNECT with the
+	// target's name in the ClientHello reaches the TLS upstream; a
+	// tunnel to the same admitted target whose ClientHello names
+	// another server (domain fronting) is cut before the upstream sees
+	// it, and recorded.
+	t.Run("python tls", func(t *testing.T) {
+		img := executortest.RequireRecipeImage(t, "python")
+		tp := strconv.Itoa(f.tlsPort)
+		pj := f.job(t, nil, "python3", "-c", `
+import os, socket, ssl, urllib.request
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE  # the test's own upstream
+print(urllib.request.urlopen('https://upstream.test:`+tp+`/', timeout=10, context=ctx).read().decode().strip(), 'OK-urllib')
+host, port = os.environ['HTTPS_PROXY'][len('http://'):].rsplit(':', 1)
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(b'CONNECT upstream.test:`+tp+` HTTP/1.1\r\nHost: upstream.test:`+tp+`\r\n\r\n')
+print(s.recv(200).split(b'\r\n')[0].decode())
+try:
+    t = ctx.wrap_socket(s, server_hostname='fronted.example')
+    t.sendall(b'GET / HTTP/1.1\r\nHost: fronted.example\r\nConnection: close\r\n\r\n')
+    print('LEAK-fronted', t.recv(200))
+except Exception as e:
+    print('fronted refused', type(e).__name__)
+`)
+		pj.Spec.Image = img.Image
+		res := execute(t, f.ex, pj)
+		out := text(res.Stdout)
+		if !strings.Contains(out, "hello-over-tls upstream.test") || !strings.Contains(out, "OK-urllib") ||
+			!strings.Contains(out, "fronted refused") || strings.Contains(out, "LEAK") {
+			t.Errorf("python tls: stdout %q stderr %q", out, text(res.Stderr))
+		}
+		close(f.snis)
+		for sni := range f.snis {
+			if sni != "upstream.test" {
+				t.Errorf("the TLS upstream was sent a ClientHello naming %q", sni)
+			}
+		}
+		var fronted bool
+		for _, ev := range f.rec.of(pj.RunID) {
+			if ev.Type == sandgate.EventEgressDenied && ev.Payload["reason"] == egress.ReasonSNIMismatch && ev.CorrelationID == pj.CorrelationID {
+				fronted = true
+			}
+		}
+		if !fronted {
+			t.Errorf("no egress.denied with reason sni_mismatch for the fronted tunnel")
 		}
 	})
 }
