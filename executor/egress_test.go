@@ -239,12 +239,36 @@ func TestEgressRun(t *testing.T) {
 	// Python's urllib follows the same variables, when the image is here.
 	t.Run("python", func(t *testing.T) {
 		img := executortest.RequireRecipeImage(t, "python")
-		pj := f.job(t, nil, "python3", "-c", fmt.Sprintf(
-			"import urllib.request; print(urllib.request.urlopen('http://upstream.test:%d/', timeout=5).read().decode())", f.port))
+		pj := f.job(t, nil, "python3", "-c", fmt.Sprintf(`
+import os, socket, urllib.request, urllib.error
+print(urllib.request.urlopen('http://upstream.test:%[1]d/', timeout=5).read().decode())
+for url in ['http://169.254.169.254/latest/meta-data/', 'http://127.0.0.2:%[1]d/', 'http://private.test:%[1]d/']:
+    try:
+        urllib.request.urlopen(url, timeout=5); print('LEAK', url)
+    except urllib.error.HTTPError as e:
+        print('refused', e.code, url)
+gw = os.environ['HTTP_PROXY'][len('http://'):].rsplit(':', 1)[0]
+try:
+    socket.create_connection((gw, %[2]d), timeout=3); print('LEAK-direct')
+except OSError as e:
+    print('direct refused', type(e).__name__)
+`, f.port, hostPort))
 		pj.Spec.Image = img.Image
 		res := execute(t, f.ex, pj)
-		if !strings.Contains(text(res.Stdout), "hello-from-upstream") {
-			t.Errorf("python urllib: stdout %q stderr %q", text(res.Stdout), text(res.Stderr))
+		out := text(res.Stdout)
+		if !strings.Contains(out, "hello-from-upstream") || strings.Count(out, "refused 403") != 3 || !strings.Contains(out, "direct refused") || strings.Contains(out, "LEAK") {
+			t.Errorf("python urllib: stdout %q stderr %q", out, text(res.Stderr))
+		}
+		reasons := map[any]bool{}
+		for _, ev := range f.rec.of(pj.RunID) {
+			if ev.Type == sandgate.EventEgressDenied {
+				reasons[ev.Payload["reason"]] = true
+			}
+		}
+		for _, want := range []string{egress.ReasonLinkLocal, egress.ReasonNotAdmitted, egress.ReasonPrivate} {
+			if !reasons[want] {
+				t.Errorf("python: no egress.denied with reason %s; got %v", want, reasons)
+			}
 		}
 	})
 
@@ -336,15 +360,26 @@ func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
 	before := rebindLookups.Load()
 	job := f.job(t, &sandgate.EgressLimits{Connections: 600, Bytes: 64 << 20}, "sh", "-c",
 		`wget -q -O - http://rebind.test:`+p+`/ && echo OK-rebind; `+
+			`wget -q -O - http://rebind.test:`+p+`/ && echo LEAK-rebind; `+
 			`i=0; ok=0; while [ $i -lt 500 ]; do wget -q -O /dev/null http://upstream.test:`+p+`/ && ok=$((ok+1)); i=$((i+1)); done; echo ok=$ok`)
 	job.Spec.TimeoutSeconds = 240
 	res := execute(t, f.ex, job)
 	out := text(res.Stdout)
-	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || !strings.Contains(out, "ok=500") {
+	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || strings.Contains(out, "LEAK") || !strings.Contains(out, "ok=500") {
 		t.Fatalf("stdout %q stderr %q", out, text(res.Stderr))
 	}
-	if n := rebindLookups.Load() - before; n != 1 {
-		t.Errorf("rebind.test resolved %d times for one connection; want once", n)
+	if n := rebindLookups.Load() - before; n != 2 {
+		t.Errorf("rebind.test resolved %d times for two connections; want once each", n)
+	}
+	rebound := false
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type == sandgate.EventEgressDenied && ev.Payload["host"] == "rebind.test" && ev.Payload["reason"] == egress.ReasonLinkLocal &&
+			ev.Payload["address"] == "169.254.169.254" && ev.CorrelationID == job.CorrelationID {
+			rebound = true
+		}
+	}
+	if !rebound {
+		t.Errorf("the connection whose lookup answered the metadata address was not refused and recorded as link_local")
 	}
 	var single, aggregated int
 	for _, ev := range f.rec.of(job.RunID) {
@@ -363,7 +398,7 @@ func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
 	if single != 1 || aggregated != 1 {
 		t.Errorf("500 connections made %d single and %d aggregate events; want 1 and 1", single, aggregated)
 	}
-	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
+	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.ConnectionsDenied != 1 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
 		t.Errorf("summary %+v", res.Egress)
 	}
 }
