@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,5 +204,20 @@ func TestEndToEndEgressSession(t *testing.T) {
 	again, err := s.Client.Session(t.Context(), ss.ID)
 	if err != nil || again.Egress == nil || again.Egress.ConnectionsAllowed != 1 {
 		t.Errorf("stored session's egress %+v %v", again.Egress, err)
+	}
+
+	// The gateway's metrics count them: connections by result and reason,
+	// bytes by direction.
+	_, _, metrics := s.do(t, http.MethodGet, "/metrics", "")
+	for _, want := range []string{
+		`sandgate_egress_connections_total{reason="",result="allowed"} 1`,
+		`sandgate_egress_connections_total{reason="not_admitted",result="denied"} 2`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if m := regexp.MustCompile(`sandgate_egress_bytes_total\{direction="received"\} (\d+)`).FindSubmatch(metrics); m == nil || string(m[1]) == "0" {
+		t.Errorf("/metrics counts no bytes received through the proxy")
 	}
 }
