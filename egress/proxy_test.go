@@ -323,7 +323,9 @@ func TestProxyDecisionCached(t *testing.T) {
 	dests := []string{"127.0.0.1:" + port, "upstream.test:" + port}
 	dec := &countingDecider{EgressDecider: policytest.Engine(t, policytest.EgressDestinations("payments", dests...)), calls: map[string]int{}}
 	p := egress.New(egress.Options{Decider: dec, Events: &events{}, SourceWait: 50 * time.Millisecond,
-		Lookup: func(context.Context, string) ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil }})
+		Lookup: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}})
 	defer p.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
