@@ -398,7 +398,17 @@ func (p *Proxy) handle(c net.Conn) {
 				c.Close()
 				return
 			}
-			copyBuf(up, br)
+			// What the request's reader holds already goes first;
+			// the rest straight from the connection.
+			if n := br.Buffered(); n > 0 {
+				b, _ := br.Peek(n)
+				if _, err := up.Write(b); err != nil {
+					closeWrite(upstream)
+					return
+				}
+				_, _ = br.Discard(n)
+			}
+			up.relay(c)
 			closeWrite(upstream)
 		}()
 	} else {
@@ -408,7 +418,7 @@ func (p *Proxy) handle(c net.Conn) {
 			closeWrite(upstream)
 		}()
 	}
-	copyBuf(down, upstream)
+	down.relay(upstream)
 	closeWrite(c)
 	// The client's side ends when it closes, or when this connection is
 	// over: the upstream answered in full (plain HTTP asks it to close).
@@ -569,11 +579,6 @@ func refuse(c net.Conn, status int, msg string) {
 		status, http.StatusText(status), len(body), body)
 }
 
-func copyBuf(dst io.Writer, src io.Reader) {
-	buf := make([]byte, copyBuffer)
-	_, _ = io.CopyBuffer(dst, src, buf)
-}
-
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
@@ -598,19 +603,73 @@ func (w *counted) Write(b []byte) (int, error) {
 		// connection under the write that follows.
 		_ = w.st.bandwidth.WaitN(context.Background(), len(b))
 	}
-	left := w.st.bytesLeft.Add(-int64(len(b)))
-	if left < 0 {
-		allowed := int64(len(b)) + left
-		if allowed > 0 {
-			n, _ := w.Conn.Write(b[:allowed])
+	want := int64(len(b))
+	got := w.st.take(want, want)
+	if got < want {
+		if got > 0 {
+			n, _ := w.Conn.Write(b[:got])
 			w.add(int64(n))
+			w.st.bytesLeft.Add(got - int64(n))
 		}
 		w.st.closeAll()
 		return 0, errors.New("egress byte limit reached")
 	}
 	n, err := w.Conn.Write(b)
 	w.add(int64(n))
+	w.st.bytesLeft.Add(want - int64(n))
 	return n, err
+}
+
+// relayChunk is the most relay moves between two looks at the run's
+// budget and bandwidth; relayMinTake the least it takes of the budget
+// while some is left (it takes an eighth of what is left, so that the
+// run's other connections find some too).
+const (
+	relayChunk   = 1 << 20
+	relayMinTake = 16 << 10
+)
+
+// relay copies src to the connection until src ends or either fails,
+// through the kernel (splice(2), no copy into the proxy) when both are
+// TCP connections, in chunks: each is taken from the run's byte budget
+// before it moves (so the budget is never exceeded; none left cuts the
+// run's connections), what it did not use given back, and paced by the
+// run's bandwidth after (at most one chunk, no more than one second's
+// worth, goes ahead of the rate).
+func (w *counted) relay(src net.Conn) {
+	chunk := int64(relayChunk)
+	if w.st.bandwidth != nil {
+		chunk = min(chunk, int64(w.st.bandwidth.Burst()))
+	}
+	rf, ok := w.Conn.(io.ReaderFrom)
+	if !ok {
+		rf = plainCopy{w.Conn}
+	}
+	for {
+		take := w.st.take(chunk, relayMinTake)
+		if take == 0 {
+			w.st.closeAll()
+			return
+		}
+		n, err := rf.ReadFrom(&io.LimitedReader{R: src, N: take})
+		w.add(n)
+		if n < take {
+			w.st.bytesLeft.Add(take - n)
+		}
+		if w.st.bandwidth != nil && n > 0 {
+			_ = w.st.bandwidth.WaitN(context.Background(), int(n))
+		}
+		if err != nil || n < take {
+			return
+		}
+	}
+}
+
+// plainCopy copies into a connection that cannot splice.
+type plainCopy struct{ io.Writer }
+
+func (p plainCopy) ReadFrom(r io.Reader) (int64, error) {
+	return io.CopyBuffer(p.Writer, r, make([]byte, copyBuffer))
 }
 
 // ReadFrom keeps io.CopyBuffer on Write, where the counting is.
