@@ -1,6 +1,7 @@
 package executor_test
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -23,7 +24,9 @@ func BenchmarkEgressThroughput(b *testing.B) {
 		// that the plain side reaches the upstream directly.
 		c.BridgeNetwork, c.BridgeInterface, c.BridgeHostAccess = "sgbench-br-"+suffix, "sgbb"+suffix, true
 	})
-	b.Cleanup(func() { _ = docker(b).NetworkRemove(b.Context(), "sgbench-br-"+suffix) })
+	// Not b.Context(): it is cancelled before the cleanups run, which
+	// left the network behind (and the daemon out of address pools).
+	b.Cleanup(func() { _ = docker(b).NetworkRemove(context.Background(), "sgbench-br-"+suffix) })
 	port := strconv.Itoa(f.port)
 	// A bandwidth far above what the machine moves: the proxy's pacing
 	// is in the path, as for every run, and never waits. Left out,
