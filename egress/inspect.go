@@ -32,8 +32,12 @@ const (
 // hundred bytes to a few KiB, with post-quantum key shares).
 const maxClientHello = 64 << 10
 
-// recordTypeHandshake starts every TLS record of a handshake.
-const recordTypeHandshake = 0x16
+// The TLS record types (RFC 8446 5.1): a record starts with one, then
+// the major version 3.
+const (
+	recordTypeChangeCipherSpec = 0x14
+	recordTypeApplicationData  = 0x17
+)
 
 // headRecorder keeps the first bytes read from a client, up to max, until
 // stopped: the request head as the client wrote it, whose Host header
@@ -88,8 +92,8 @@ func sameHost(a, b string) bool {
 }
 
 // checkTunnel looks at the first bytes a client sends into a CONNECT
-// tunnel to host. When they begin a TLS handshake, the ClientHello is
-// read whole (within DefaultHeaderTimeout) and its server name checked:
+// tunnel to host. When they begin a TLS record, it must be a
+// ClientHello, which is read whole (within DefaultHeaderTimeout) and its server name checked:
 // none, or host itself, and every byte read is sent on to up; another
 // name (domain fronting: an admitted address, another site's
 // certificate and virtual host) is refused with its reason, nothing sent
@@ -98,7 +102,13 @@ func sameHost(a, b string) bool {
 // speaks first is answered meanwhile by the other direction.
 func checkTunnel(c net.Conn, br *bufio.Reader, up io.Writer, host string) (reason, msg string) {
 	first, err := br.Peek(1)
-	if err != nil || first[0] != recordTypeHandshake {
+	if err != nil || first[0] < recordTypeChangeCipherSpec || first[0] > recordTypeApplicationData {
+		return "", ""
+	}
+	// Any TLS record first (an alert or a change-cipher-spec before the
+	// hello would slip a lenient server a ClientHello unread) must be
+	// the ClientHello; another protocol's first bytes pass.
+	if head, err := br.Peek(2); err != nil || head[1] != 3 {
 		return "", ""
 	}
 	_ = c.SetReadDeadline(time.Now().Add(DefaultHeaderTimeout))

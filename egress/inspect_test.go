@@ -118,14 +118,28 @@ func TestProxySNIAndHost(t *testing.T) {
 		}
 	}
 
-	// Not a ClientHello: a handshake record of nonsense.
-	c := f.tunnel(t, "upstream.test:"+up.port)
-	c.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5})
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if n, _ := c.Read(make([]byte, 1)); n != 0 {
-		t.Errorf("an unreadable ClientHello was answered")
+	// Not a ClientHello: a handshake record of nonsense, and a warning
+	// alert before a fronted hello.
+	for _, first := range [][]byte{
+		{0x16, 0x03, 0x01, 0x00, 0x05, 1, 2, 3, 4, 5},
+		{0x15, 0x03, 0x03, 0x00, 0x02, 1, 0},
+	} {
+		c := f.tunnel(t, "upstream.test:"+up.port)
+		c.Write(first)
+		c.(*net.TCPConn).CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if n, _ := c.Read(make([]byte, 1)); n != 0 {
+			t.Errorf("a tunnel beginning % x was answered", first[:1])
+		}
+		c.Close()
 	}
-	c.Close()
+	// Another protocol passes unread, in both directions.
+	echo := f.tunnel(t, "127.0.0.1:"+f.port)
+	io.WriteString(echo, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+	if b, _ := io.ReadAll(echo); !strings.Contains(string(b), "hello from upstream") {
+		t.Errorf("plain HTTP in a tunnel: %q", b)
+	}
+	echo.Close()
 
 	// Plain HTTP: the Host header must name the URL's host and port.
 	raw := func(head string) string {
@@ -162,7 +176,7 @@ func TestProxySNIAndHost(t *testing.T) {
 		}
 		reasons[fmt.Sprint(ev.Payload["reason"])]++
 	}
-	want := map[string]int{egress.ReasonSNIMismatch: 2, egress.ReasonBadClientHello: 1, egress.ReasonHostMismatch: 2}
+	want := map[string]int{egress.ReasonSNIMismatch: 2, egress.ReasonBadClientHello: 2, egress.ReasonHostMismatch: 2}
 	for r, n := range want {
 		if reasons[r] != n {
 			t.Errorf("%d egress.denied with reason %s, want %d (all: %v)", reasons[r], r, n, reasons)
