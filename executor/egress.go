@@ -230,7 +230,7 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 	}
 	run := egress.Run{
 		RunID: j.RunID, CorrelationID: j.CorrelationID, DecisionID: j.DecisionID, Principal: j.Principal,
-		Team: j.Team, Egress: j.Spec.Egress, Limits: limits, Private: private,
+		Team: j.Team, PolicyRevision: j.PolicyRevision, Egress: j.Spec.Egress, Limits: limits, Private: private,
 	}
 	if j.SessionContainer {
 		run.SessionID = j.RunID

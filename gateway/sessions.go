@@ -285,7 +285,7 @@ func (s *service) runSession(ctx context.Context, l *liveSession, enforce sandga
 	spec.OutputLimitBytes = min(spec.OutputLimitBytes, 64<<10)
 	job := sandgate.Job{
 		RunID: ss.ID, CorrelationID: ss.CorrelationID, DecisionID: ss.DecisionID,
-		Principal: ss.Principal, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped,
+		Principal: ss.Principal, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped, PolicyRevision: ss.PolicyRevision,
 		Enforcement: enforce, TeamConcurrency: teamConcurrency, SessionContainer: true,
 		ContainerID: ss.ContainerID,
 		Started: func(containerID string, at time.Time) {

@@ -186,7 +186,9 @@ func TestEndToEndEgressSession(t *testing.T) {
 	hosts := map[any]bool{}
 	for _, ev := range denied {
 		hosts[ev.Payload["host"]] = true
-		if ev.CorrelationID != ss.CorrelationID || ev.Payload["session_id"] != ss.ID || ev.Payload["reason"] != "not_admitted" {
+		// Refused before any per-connection decision: the revision that
+		// admitted the session.
+		if ev.CorrelationID != ss.CorrelationID || ev.Payload["session_id"] != ss.ID || ev.Payload["reason"] != "not_admitted" || ev.PolicyRevision != ss.PolicyRevision {
 			t.Errorf("egress.denied %+v", ev)
 		}
 	}
