@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -401,4 +402,42 @@ func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
 	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.ConnectionsDenied != 1 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
 		t.Errorf("summary %+v", res.Egress)
 	}
+}
+
+// TestEgressRunsCannotReachEachOther: run A, on the egress network,
+// listens on a port; run B, on the same network, cannot connect to it
+// (inter-container communication is off), nor through the proxy (A's
+// address is not among B's destinations).
+func TestEgressRunsCannotReachEachOther(t *testing.T) {
+	f := newEgressFixture(t, nil)
+	listener := f.job(t, nil, "sh", "-c", "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1; nc -l -p 8080 -e echo reached-A")
+	addr := make(chan string, 1)
+	var out strings.Builder
+	var once sync.Once
+	listener.Output = func(_ sandgate.Stream, p []byte) {
+		out.Write(p)
+		if s := out.String(); strings.HasSuffix(s, "\n") {
+			once.Do(func() { addr <- strings.TrimSpace(s) })
+		}
+	}
+	done := executeAsync(t, f.ex, listener)
+	ip := await(t, addr, done, "run A's address")
+	if net.ParseIP(ip) == nil {
+		t.Fatalf("run A printed %q, not an address", ip)
+	}
+	probe := f.job(t, nil, "sh", "-c", fmt.Sprintf(
+		"nc -w 3 %[1]s 8080 && echo A-REACHED; timeout 10 wget -q -O - http://%[1]s:8080/ && echo A-PROXIED; true", ip))
+	res := execute(t, f.ex, probe)
+	if strings.Contains(text(res.Stdout), "reached-A") || strings.Contains(text(res.Stdout), "A-REACHED") || strings.Contains(text(res.Stdout), "A-PROXIED") {
+		t.Errorf("run B reached run A: %q", text(res.Stdout))
+	}
+	if s := res.Egress; s == nil || s.ConnectionsDenied != 1 {
+		t.Errorf("run B's egress summary %+v, want its proxied attempt refused", res.Egress)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := f.ex.Cancel(ctx, listener.RunID); err != nil {
+		t.Fatal(err)
+	}
+	<-done
 }
