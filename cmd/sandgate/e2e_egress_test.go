@@ -125,8 +125,11 @@ func TestEndToEndEgress(t *testing.T) {
 }
 
 // TestRunEgressFlag: --egress lists the destinations and, without
-// --network, makes the run's network egress.
+// --network, makes the run's network egress; session create has it too.
 func TestRunEgressFlag(t *testing.T) {
+	if newSessionCreateCmd(&app{}).Flags().Lookup("egress") == nil {
+		t.Errorf("sandgate session create has no --egress")
+	}
 	a := &app{getenv: func(string) string { return "" }}
 	spec, err := buildSpec(a, runOptions{egress: []string{"pypi.org:443", "*.npmjs.org:443"}}, []string{"true"})
 	if err != nil || spec.Network != sandgate.NetworkEgress || len(spec.Egress) != 2 {
