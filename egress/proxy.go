@@ -44,8 +44,9 @@ const (
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultHeaderTimeout  = 10 * time.Second
 	DefaultSourceWait     = 2 * time.Second
-	// MaxHeaderBytes bounds a request's head; copyBuffer the buffer of
-	// each direction of a connection: what one connection holds.
+	// MaxHeaderBytes bounds a request's head. Bytes are relayed through
+	// the kernel (splice); copyBuffer is the buffer of a copy where they
+	// cannot be, and the least burst of a run's bandwidth.
 	MaxHeaderBytes = 32 << 10
 	copyBuffer     = 32 << 10
 	// MaxOpen is how many sockets (to the run and to its destinations)
