@@ -80,7 +80,11 @@ type Job struct {
 	DecisionID    string
 	Principal     string
 	Team          string
-	Spec          Normalized
+	// PolicyRevision is the revision of the policy that admitted the
+	// run; its egress events that no per-connection decision judged (a
+	// destination not admitted, a refused address) carry it.
+	PolicyRevision string
+	Spec           Normalized
 	// AirGapped forbids any image pull, whatever the spec's pull policy.
 	AirGapped bool
 	// Enforcement is what the decision that admitted the run tells the

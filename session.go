@@ -265,6 +265,10 @@ type Session struct {
 	EndedAt      *time.Time       `json:"ended_at"`
 	// Runs counts the commands run in the session.
 	Runs int64 `json:"runs"`
+	// Egress is what an ended session with network egress did through
+	// the egress proxy, all its commands together (since the gateway
+	// last took it over, after a restart).
+	Egress *EgressSummary `json:"egress,omitempty"`
 	// Spec is the admitted spec, the keepalive as its command, secrets as
 	// keyed hashes.
 	Spec     RunSpec  `json:"spec"`

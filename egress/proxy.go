@@ -44,8 +44,9 @@ const (
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultHeaderTimeout  = 10 * time.Second
 	DefaultSourceWait     = 2 * time.Second
-	// MaxHeaderBytes bounds a request's head; copyBuffer the buffer of
-	// each direction of a connection: what one connection holds.
+	// MaxHeaderBytes bounds a request's head. Bytes are relayed through
+	// the kernel (splice); copyBuffer is the buffer of a copy where they
+	// cannot be, and the least burst of a run's bandwidth.
 	MaxHeaderBytes = 32 << 10
 	copyBuffer     = 32 << 10
 	// MaxOpen is how many sockets (to the run and to its destinations)
@@ -99,6 +100,11 @@ type Options struct {
 // Run is what the proxy knows of a registered run.
 type Run struct {
 	RunID, CorrelationID, DecisionID, Principal, Team, PolicyRevision string
+	// SessionID is set for a session's container: its ID is RunID, and
+	// every command of the session connects from its one address, so the
+	// session, not a command, is what its connections are recorded
+	// against (docs/egress.md).
+	SessionID string
 	// Egress is the run's admitted list, normalised.
 	Egress []string
 	Limits sandgate.EgressLimits
@@ -335,9 +341,11 @@ func (p *Proxy) handle(c net.Conn) {
 
 	rec := &conn{start: p.opt.Now()}
 	_ = c.SetReadDeadline(time.Now().Add(DefaultHeaderTimeout))
-	head := &io.LimitedReader{R: c, N: MaxHeaderBytes}
+	raw := &headRecorder{max: MaxHeaderBytes + 4096}
+	head := &io.LimitedReader{R: io.TeeReader(c, raw), N: MaxHeaderBytes}
 	br := bufio.NewReaderSize(head, 4096)
 	req, err := http.ReadRequest(br)
+	raw.stopped = true
 	if err != nil {
 		rec.reason, rec.msg = ReasonBadRequest, "no proxy request could be read"
 		p.denied(st, rec)
@@ -353,6 +361,15 @@ func (p *Proxy) handle(c net.Conn) {
 		p.denied(st, rec)
 		refuse(c, http.StatusBadRequest, "sandgate egress: "+err.Error())
 		return
+	}
+	if req.Method != http.MethodConnect {
+		if err := checkHost(raw.hostHeader(), hostport); err != nil {
+			rec.host, rec.port = hostPortOf(hostport)
+			rec.reason, rec.msg = ReasonHostMismatch, err.Error()
+			p.denied(st, rec)
+			refuse(c, http.StatusForbidden, fmt.Sprintf("sandgate egress: %s refused: %s", hostport, rec.msg))
+			return
+		}
 	}
 	upstream, status := p.admit(st, rec, hostport)
 	if upstream == nil {
@@ -374,7 +391,25 @@ func (p *Proxy) handle(c net.Conn) {
 		}
 		go func() {
 			defer close(done)
-			copyBuf(up, br)
+			// A TLS ClientHello naming another server than the target
+			// ends the tunnel before a byte of it is sent on.
+			if reason, msg := checkTunnel(c, br, up, rec.host); reason != "" {
+				rec.reason, rec.msg = reason, msg
+				upstream.Close()
+				c.Close()
+				return
+			}
+			// What the request's reader holds already goes first;
+			// the rest straight from the connection.
+			if n := br.Buffered(); n > 0 {
+				b, _ := br.Peek(n)
+				if _, err := up.Write(b); err != nil {
+					closeWrite(upstream)
+					return
+				}
+				_, _ = br.Discard(n)
+			}
+			up.relay(c)
 			closeWrite(upstream)
 		}()
 	} else {
@@ -384,7 +419,7 @@ func (p *Proxy) handle(c net.Conn) {
 			closeWrite(upstream)
 		}()
 	}
-	copyBuf(down, upstream)
+	down.relay(upstream)
 	closeWrite(c)
 	// The client's side ends when it closes, or when this connection is
 	// over: the upstream answered in full (plain HTTP asks it to close).
@@ -397,10 +432,25 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close()
 		<-done
 	}
+	if rec.reason == ReasonSNIMismatch || rec.reason == ReasonBadClientHello {
+		p.denied(st, rec)
+		return
+	}
 	if st.bytesLeft.Load() <= 0 && rec.reason == "" {
 		rec.reason = ReasonByteLimit
 	}
 	p.allowed(st, rec)
+}
+
+// hostPortOf is hostport's host, as events name it, and port; for a
+// request refused before admit parsed it.
+func hostPortOf(hostport string) (string, int) {
+	h, ps, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport, 0
+	}
+	port, _ := strconv.Atoi(ps)
+	return strings.ToLower(h), port
 }
 
 // target is the host:port a proxy request asks for: a CONNECT's
@@ -530,11 +580,6 @@ func refuse(c net.Conn, status int, msg string) {
 		status, http.StatusText(status), len(body), body)
 }
 
-func copyBuf(dst io.Writer, src io.Reader) {
-	buf := make([]byte, copyBuffer)
-	_, _ = io.CopyBuffer(dst, src, buf)
-}
-
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
@@ -559,19 +604,73 @@ func (w *counted) Write(b []byte) (int, error) {
 		// connection under the write that follows.
 		_ = w.st.bandwidth.WaitN(context.Background(), len(b))
 	}
-	left := w.st.bytesLeft.Add(-int64(len(b)))
-	if left < 0 {
-		allowed := int64(len(b)) + left
-		if allowed > 0 {
-			n, _ := w.Conn.Write(b[:allowed])
+	want := int64(len(b))
+	got := w.st.take(want, want)
+	if got < want {
+		if got > 0 {
+			n, _ := w.Conn.Write(b[:got])
 			w.add(int64(n))
+			w.st.bytesLeft.Add(got - int64(n))
 		}
 		w.st.closeAll()
 		return 0, errors.New("egress byte limit reached")
 	}
 	n, err := w.Conn.Write(b)
 	w.add(int64(n))
+	w.st.bytesLeft.Add(want - int64(n))
 	return n, err
+}
+
+// relayChunk is the most relay moves between two looks at the run's
+// budget and bandwidth; relayMinTake the least it takes of the budget
+// while some is left (it takes an eighth of what is left, so that the
+// run's other connections find some too).
+const (
+	relayChunk   = 1 << 20
+	relayMinTake = 16 << 10
+)
+
+// relay copies src to the connection until src ends or either fails,
+// through the kernel (splice(2), no copy into the proxy) when both are
+// TCP connections, in chunks: each is taken from the run's byte budget
+// before it moves (so the budget is never exceeded; none left cuts the
+// run's connections), what it did not use given back, and paced by the
+// run's bandwidth after (at most one chunk, no more than one second's
+// worth, goes ahead of the rate).
+func (w *counted) relay(src net.Conn) {
+	chunk := int64(relayChunk)
+	if w.st.bandwidth != nil {
+		chunk = min(chunk, int64(w.st.bandwidth.Burst()))
+	}
+	rf, ok := w.Conn.(io.ReaderFrom)
+	if !ok {
+		rf = plainCopy{w.Conn}
+	}
+	for {
+		take := w.st.take(chunk, relayMinTake)
+		if take == 0 {
+			w.st.closeAll()
+			return
+		}
+		n, err := rf.ReadFrom(&io.LimitedReader{R: src, N: take})
+		w.add(n)
+		if n < take {
+			w.st.bytesLeft.Add(take - n)
+		}
+		if w.st.bandwidth != nil && n > 0 {
+			_ = w.st.bandwidth.WaitN(context.Background(), int(n))
+		}
+		if err != nil || n < take {
+			return
+		}
+	}
+}
+
+// plainCopy copies into a connection that cannot splice.
+type plainCopy struct{ io.Writer }
+
+func (p plainCopy) ReadFrom(r io.Reader) (int64, error) {
+	return io.CopyBuffer(p.Writer, r, make([]byte, copyBuffer))
 }
 
 // ReadFrom keeps io.CopyBuffer on Write, where the counting is.

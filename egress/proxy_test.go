@@ -298,3 +298,71 @@ func TestProxyBandwidth(t *testing.T) {
 		t.Errorf("%d bytes in %v at 1 MiB/s: want at least %v", total, elapsed, want)
 	}
 }
+
+// countingDecider counts the policy's egress decisions.
+type countingDecider struct {
+	sandgate.EgressDecider
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (d *countingDecider) DecideEgress(ctx context.Context, in sandgate.EgressInput) sandgate.EgressDecision {
+	d.mu.Lock()
+	d.calls[fmt.Sprintf("%s:%d", in.Host, in.Port)]++
+	d.mu.Unlock()
+	return d.EgressDecider.DecideEgress(ctx, in)
+}
+
+// TestProxyDecisionCached: the policy is asked once per run and
+// destination, however many connections the run makes to it; another
+// run asks again.
+func TestProxyDecisionCached(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(up.Listener.Addr().String())
+	dests := []string{"127.0.0.1:" + port, "upstream.test:" + port}
+	dec := &countingDecider{EgressDecider: policytest.Engine(t, policytest.EgressDestinations("payments", dests...)), calls: map[string]int{}}
+	p := egress.New(egress.Options{Decider: dec, Events: &events{}, SourceWait: 50 * time.Millisecond,
+		Lookup: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}})
+	defer p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	register := func(id string) {
+		err := p.Register(netip.MustParseAddr("127.0.0.1"), egress.Run{RunID: id, Team: "payments", Egress: dests,
+			Private: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(target string) {
+		resp, err := client.Get(target)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v %v", target, resp, err)
+		}
+		resp.Body.Close()
+	}
+	register("run-1")
+	for range 5 {
+		get("http://upstream.test:" + port + "/")
+		get("http://127.0.0.1:" + port + "/")
+	}
+	p.Unregister(netip.MustParseAddr("127.0.0.1"))
+	register("run-2")
+	get("http://upstream.test:" + port + "/")
+	p.Unregister(netip.MustParseAddr("127.0.0.1"))
+	want := map[string]int{"upstream.test:" + port: 2, "127.0.0.1:" + port: 1}
+	dec.mu.Lock()
+	defer dec.mu.Unlock()
+	for k, n := range want {
+		if dec.calls[k] != n {
+			t.Errorf("decisions for %s: %d, want %d (one per run)", k, dec.calls[k], n)
+		}
+	}
+}

@@ -113,6 +113,23 @@ func (st *runState) closeAll() {
 	}
 }
 
+// take reserves up to n bytes of the run's byte budget, and no more than
+// an eighth of what is left unless that is under least: 0 once it is
+// used up (or held by the run's other connections). The caller gives
+// back what it did not use.
+func (st *runState) take(n, least int64) int64 {
+	for {
+		left := st.bytesLeft.Load()
+		if left <= 0 {
+			return 0
+		}
+		t := min(n, left, max(left/8, least))
+		if st.bytesLeft.CompareAndSwap(left, left-t) {
+			return t
+		}
+	}
+}
+
 // takeConnection counts a connection against the run's limit.
 func (st *runState) takeConnection() bool {
 	st.mu.Lock()
@@ -234,6 +251,9 @@ func (p *Proxy) emit(st *runState, typ sandgate.EventType, outcome, revision str
 	r := st.run
 	if revision == "" {
 		revision = r.PolicyRevision
+	}
+	if r.SessionID != "" {
+		payload["session_id"] = r.SessionID
 	}
 	p.opt.Events.Emit(sandgate.Event{
 		Type: typ, Time: p.opt.Now(), Outcome: outcome, CorrelationID: r.CorrelationID, RunID: r.RunID,

@@ -170,18 +170,36 @@ func fenceEgress(iface string, gw netip.Addr, port int) error {
 	return nil
 }
 
+// egressFor registers an egress run's started container with the proxy,
+// and returns what unregisters it and answers its summary; nil for a run
+// of another network, or one that could not be registered, whose
+// connections the proxy then refuses (fail closed). A container started
+// by a previous process and adopted after a restart is registered the
+// same way, with the proxy this process starts: its connections are
+// allowed again, and recorded, from then on.
+func (e *Executor) egressFor(ctx context.Context, h *handle) func() *sandgate.EgressSummary {
+	if string(h.r.job.Spec.Network) != sandgate.NetworkEgress || h.r.job.AirGapped {
+		return nil
+	}
+	p, addr, err := e.registerEgress(ctx, h)
+	if err != nil {
+		e.log.Warn("egress run not registered with the proxy; its connections are refused", "run_id", h.r.job.RunID, "err", err)
+		return nil
+	}
+	return func() *sandgate.EgressSummary { return p.Unregister(addr) }
+}
+
 // registerEgress tells the proxy the address of an egress run's started
 // container; until then its connections wait (egress.Options.SourceWait)
-// and are refused.
+// and are refused. The network and proxy are made when this process has
+// not made them yet (an adopted run's container is older than they).
 func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy, netip.Addr, error) {
-	e.egressMu.Lock()
-	eg := e.egress
-	e.egressMu.Unlock()
-	if eg == nil {
-		return nil, netip.Addr{}, fmt.Errorf("no egress proxy")
+	eg, err := e.ensureEgress(ctx, h.r)
+	if err != nil {
+		return nil, netip.Addr{}, err
 	}
 	var addr netip.Addr
-	err := e.call(ctx, h.r, "inspect", func(ctx context.Context) error {
+	err = e.call(ctx, h.r, "inspect", func(ctx context.Context) error {
 		st, err := e.docker.ContainerInspect(ctx, h.id)
 		if err != nil {
 			return err
@@ -210,10 +228,14 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 	if j.Spec.EgressLimits != nil {
 		limits = *j.Spec.EgressLimits
 	}
-	err = eg.proxy.Register(addr, egress.Run{
+	run := egress.Run{
 		RunID: j.RunID, CorrelationID: j.CorrelationID, DecisionID: j.DecisionID, Principal: j.Principal,
-		Team: j.Team, Egress: j.Spec.Egress, Limits: limits, Private: private,
-	})
+		Team: j.Team, PolicyRevision: j.PolicyRevision, Egress: j.Spec.Egress, Limits: limits, Private: private,
+	}
+	if j.SessionContainer {
+		run.SessionID = j.RunID
+	}
+	err = eg.proxy.Register(addr, run)
 	if err != nil {
 		return nil, netip.Addr{}, sandgate.WrapError(sandgate.CodeContainerCreate, err, "register the run with the egress proxy")
 	}

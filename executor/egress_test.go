@@ -2,15 +2,18 @@ package executor_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,9 +31,13 @@ import (
 // port are the test's own, an upstream HTTP server on loopback that the
 // test's data allows explicitly, and a resolver with the test's names.
 type egressFixture struct {
-	ex       *executor.Executor
-	rec      *recorder
-	port     int // the upstream's
+	ex   *executor.Executor
+	rec  *recorder
+	port int // the upstream's
+	// tlsPort is an HTTPS upstream's on loopback, which notes the server
+	// name of each ClientHello in snis.
+	tlsPort  int
+	snis     chan string
 	dests    []string
 	upstream *http.Server
 	// served receives how long each /bytes/N answer took to write.
@@ -103,8 +110,24 @@ func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)
 	go f.upstream.Serve(ln)
 	t.Cleanup(func() { f.upstream.Close() })
 
+	f.snis = make(chan string, 64)
+	tlsUp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello-over-tls %s\n", r.Host)
+	}))
+	tlsUp.TLS = &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		select {
+		case f.snis <- h.ServerName:
+		default:
+		}
+		return nil, nil
+	}}
+	tlsUp.StartTLS()
+	t.Cleanup(tlsUp.Close)
+	f.tlsPort = tlsUp.Listener.Addr().(*net.TCPAddr).Port
+
 	port := strconv.Itoa(f.port)
-	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80"}
+	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80",
+		"upstream.test:" + strconv.Itoa(f.tlsPort)}
 	eng := policytest.Engine(t, policytest.EgressDestinations("payments", f.dests...))
 	suffix := randomHex(t, 3)
 	proxyPort := 20000 + int(time.Now().UnixNano()%20000)
@@ -217,12 +240,83 @@ func TestEgressRun(t *testing.T) {
 	// Python's urllib follows the same variables, when the image is here.
 	t.Run("python", func(t *testing.T) {
 		img := executortest.RequireRecipeImage(t, "python")
-		pj := f.job(t, nil, "python3", "-c", fmt.Sprintf(
-			"import urllib.request; print(urllib.request.urlopen('http://upstream.test:%d/', timeout=5).read().decode())", f.port))
+		pj := f.job(t, nil, "python3", "-c", fmt.Sprintf(`
+import os, socket, urllib.request, urllib.error
+print(urllib.request.urlopen('http://upstream.test:%[1]d/', timeout=5).read().decode())
+for url in ['http://169.254.169.254/latest/meta-data/', 'http://127.0.0.2:%[1]d/', 'http://private.test:%[1]d/']:
+    try:
+        urllib.request.urlopen(url, timeout=5); print('LEAK', url)
+    except urllib.error.HTTPError as e:
+        print('refused', e.code, url)
+gw = os.environ['HTTP_PROXY'][len('http://'):].rsplit(':', 1)[0]
+try:
+    socket.create_connection((gw, %[2]d), timeout=3); print('LEAK-direct')
+except OSError as e:
+    print('direct refused', type(e).__name__)
+`, f.port, hostPort))
 		pj.Spec.Image = img.Image
 		res := execute(t, f.ex, pj)
-		if !strings.Contains(text(res.Stdout), "hello-from-upstream") {
-			t.Errorf("python urllib: stdout %q stderr %q", text(res.Stdout), text(res.Stderr))
+		out := text(res.Stdout)
+		if !strings.Contains(out, "hello-from-upstream") || strings.Count(out, "refused 403") != 3 || !strings.Contains(out, "direct refused") || strings.Contains(out, "LEAK") {
+			t.Errorf("python urllib: stdout %q stderr %q", out, text(res.Stderr))
+		}
+		reasons := map[any]bool{}
+		for _, ev := range f.rec.of(pj.RunID) {
+			if ev.Type == sandgate.EventEgressDenied {
+				reasons[ev.Payload["reason"]] = true
+			}
+		}
+		for _, want := range []string{egress.ReasonLinkLocal, egress.ReasonNotAdmitted, egress.ReasonPrivate} {
+			if !reasons[want] {
+				t.Errorf("python: no egress.denied with reason %s; got %v", want, reasons)
+			}
+		}
+	})
+
+	// HTTPS through the proxy from Python: urllib's CONNECT with the
+	// target's name in the ClientHello reaches the TLS upstream; a
+	// tunnel to the same admitted target whose ClientHello names
+	// another server (domain fronting) is cut before the upstream sees
+	// it, and recorded.
+	t.Run("python tls", func(t *testing.T) {
+		img := executortest.RequireRecipeImage(t, "python")
+		tp := strconv.Itoa(f.tlsPort)
+		pj := f.job(t, nil, "python3", "-c", `
+import os, socket, ssl, urllib.request
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE  # the test's own upstream
+print(urllib.request.urlopen('https://upstream.test:`+tp+`/', timeout=10, context=ctx).read().decode().strip(), 'OK-urllib')
+host, port = os.environ['HTTPS_PROXY'][len('http://'):].rsplit(':', 1)
+s = socket.create_connection((host, int(port)), timeout=10)
+s.sendall(b'CONNECT upstream.test:`+tp+` HTTP/1.1\r\nHost: upstream.test:`+tp+`\r\n\r\n')
+print(s.recv(200).split(b'\r\n')[0].decode())
+try:
+    t = ctx.wrap_socket(s, server_hostname='fronted.example')
+    t.sendall(b'GET / HTTP/1.1\r\nHost: fronted.example\r\nConnection: close\r\n\r\n')
+    print('LEAK-fronted', t.recv(200))
+except Exception as e:
+    print('fronted refused', type(e).__name__)
+`)
+		pj.Spec.Image = img.Image
+		res := execute(t, f.ex, pj)
+		out := text(res.Stdout)
+		if !strings.Contains(out, "hello-over-tls upstream.test") || !strings.Contains(out, "OK-urllib") ||
+			!strings.Contains(out, "fronted refused") || strings.Contains(out, "LEAK") {
+			t.Errorf("python tls: stdout %q stderr %q", out, text(res.Stderr))
+		}
+		close(f.snis)
+		for sni := range f.snis {
+			if sni != "upstream.test" {
+				t.Errorf("the TLS upstream was sent a ClientHello naming %q", sni)
+			}
+		}
+		var fronted bool
+		for _, ev := range f.rec.of(pj.RunID) {
+			if ev.Type == sandgate.EventEgressDenied && ev.Payload["reason"] == egress.ReasonSNIMismatch && ev.CorrelationID == pj.CorrelationID {
+				fronted = true
+			}
+		}
+		if !fronted {
+			t.Errorf("no egress.denied with reason sni_mismatch for the fronted tunnel")
 		}
 	})
 }
@@ -267,15 +361,26 @@ func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
 	before := rebindLookups.Load()
 	job := f.job(t, &sandgate.EgressLimits{Connections: 600, Bytes: 64 << 20}, "sh", "-c",
 		`wget -q -O - http://rebind.test:`+p+`/ && echo OK-rebind; `+
+			`wget -q -O - http://rebind.test:`+p+`/ && echo LEAK-rebind; `+
 			`i=0; ok=0; while [ $i -lt 500 ]; do wget -q -O /dev/null http://upstream.test:`+p+`/ && ok=$((ok+1)); i=$((i+1)); done; echo ok=$ok`)
 	job.Spec.TimeoutSeconds = 240
 	res := execute(t, f.ex, job)
 	out := text(res.Stdout)
-	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || !strings.Contains(out, "ok=500") {
+	if !strings.Contains(out, "hello-from-upstream rebind.test") || !strings.Contains(out, "OK-rebind") || strings.Contains(out, "LEAK") || !strings.Contains(out, "ok=500") {
 		t.Fatalf("stdout %q stderr %q", out, text(res.Stderr))
 	}
-	if n := rebindLookups.Load() - before; n != 1 {
-		t.Errorf("rebind.test resolved %d times for one connection; want once", n)
+	if n := rebindLookups.Load() - before; n != 2 {
+		t.Errorf("rebind.test resolved %d times for two connections; want once each", n)
+	}
+	rebound := false
+	for _, ev := range f.rec.of(job.RunID) {
+		if ev.Type == sandgate.EventEgressDenied && ev.Payload["host"] == "rebind.test" && ev.Payload["reason"] == egress.ReasonLinkLocal &&
+			ev.Payload["address"] == "169.254.169.254" && ev.CorrelationID == job.CorrelationID {
+			rebound = true
+		}
+	}
+	if !rebound {
+		t.Errorf("the connection whose lookup answered the metadata address was not refused and recorded as link_local")
 	}
 	var single, aggregated int
 	for _, ev := range f.rec.of(job.RunID) {
@@ -294,7 +399,45 @@ func TestEgressDNSRebindingAndBoundedEvents(t *testing.T) {
 	if single != 1 || aggregated != 1 {
 		t.Errorf("500 connections made %d single and %d aggregate events; want 1 and 1", single, aggregated)
 	}
-	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
+	if s := res.Egress; s == nil || s.ConnectionsAllowed != 501 || s.ConnectionsDenied != 1 || s.Destinations[0].Host != "upstream.test" || s.Destinations[0].Allowed != 500 {
 		t.Errorf("summary %+v", res.Egress)
 	}
+}
+
+// TestEgressRunsCannotReachEachOther: run A, on the egress network,
+// listens on a port; run B, on the same network, cannot connect to it
+// (inter-container communication is off), nor through the proxy (A's
+// address is not among B's destinations).
+func TestEgressRunsCannotReachEachOther(t *testing.T) {
+	f := newEgressFixture(t, nil)
+	listener := f.job(t, nil, "sh", "-c", "ip -4 -o addr show eth0 | awk '{print $4}' | cut -d/ -f1; nc -l -p 8080 -e echo reached-A")
+	addr := make(chan string, 1)
+	var out strings.Builder
+	var once sync.Once
+	listener.Output = func(_ sandgate.Stream, p []byte) {
+		out.Write(p)
+		if s := out.String(); strings.HasSuffix(s, "\n") {
+			once.Do(func() { addr <- strings.TrimSpace(s) })
+		}
+	}
+	done := executeAsync(t, f.ex, listener)
+	ip := await(t, addr, done, "run A's address")
+	if net.ParseIP(ip) == nil {
+		t.Fatalf("run A printed %q, not an address", ip)
+	}
+	probe := f.job(t, nil, "sh", "-c", fmt.Sprintf(
+		"nc -w 3 %[1]s 8080 && echo A-REACHED; timeout 10 wget -q -O - http://%[1]s:8080/ && echo A-PROXIED; true", ip))
+	res := execute(t, f.ex, probe)
+	if strings.Contains(text(res.Stdout), "reached-A") || strings.Contains(text(res.Stdout), "A-REACHED") || strings.Contains(text(res.Stdout), "A-PROXIED") {
+		t.Errorf("run B reached run A: %q", text(res.Stdout))
+	}
+	if s := res.Egress; s == nil || s.ConnectionsDenied != 1 {
+		t.Errorf("run B's egress summary %+v, want its proxied attempt refused", res.Egress)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := f.ex.Cancel(ctx, listener.RunID); err != nil {
+		t.Fatal(err)
+	}
+	<-done
 }

@@ -223,7 +223,7 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 // now on (without it, the run can still be seen to its end), waits for its
 // exit with what is left of the run's timeout (or stops it when the run is
 // cancelled), and reports the end as any run's.
-func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State) (sandgate.Result, error) {
+func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State) (res sandgate.Result, err error) {
 	e := rc.e
 	at := e.now()
 	if t, ok := parseDockerTime(s.StartedAt); ok {
@@ -231,6 +231,11 @@ func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State)
 	}
 	// Its container.started was recorded by the process that started it.
 	h.started(at, nil, false)
+	// The proxy of the process that started it is gone with it: this
+	// process's proxy takes the run's address over.
+	if end := e.egressFor(ctx, h); end != nil {
+		defer func() { res.Egress = end() }()
+	}
 	// Not-running answers at once for a container that exited since it
 	// was inspected; next-exit would wait forever for it.
 	if err := h.attach(ctx, false, container.WaitConditionNotRunning); err != nil && ctx.Err() == nil {

@@ -220,14 +220,8 @@ func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (res sandga
 		return h.failed(err), err
 	}
 	h.started(e.now(), nil, true)
-	if string(h.r.job.Spec.Network) == sandgate.NetworkEgress && !h.r.job.AirGapped {
-		if p, addr, err := e.registerEgress(ctx, h); err != nil {
-			// Fail closed: the proxy refuses every connection of an
-			// address it does not know.
-			e.log.Warn("egress run not registered with the proxy; its connections are refused", "run_id", h.r.job.RunID, "err", err)
-		} else {
-			defer func() { res.Egress = p.Unregister(addr) }()
-		}
+	if end := e.egressFor(ctx, h); end != nil {
+		defer func() { res.Egress = end() }()
 	}
 	if stdin != "" {
 		h.writeStdin(stdin)

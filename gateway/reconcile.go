@@ -215,7 +215,7 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
-		Principal: run.Principal, Team: run.Team, AirGapped: s.cfg.AirGapped,
+		Principal: run.Principal, Team: run.Team, AirGapped: s.cfg.AirGapped, PolicyRevision: run.PolicyRevision,
 		// The stored spec is the admitted one (normalised before it was
 		// stored), with its secrets as keyed hashes: a run adopted after
 		// a restart needs no more than its container.

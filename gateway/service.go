@@ -385,6 +385,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
 		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: s.cfg.AirGapped,
+		PolicyRevision:  run.PolicyRevision,
 		Enforcement:     lr.enforce,
 		TeamConcurrency: lr.teamConcurrency,
 		Stdout:          lr.out[sandgate.Stdout],

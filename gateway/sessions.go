@@ -285,7 +285,7 @@ func (s *service) runSession(ctx context.Context, l *liveSession, enforce sandga
 	spec.OutputLimitBytes = min(spec.OutputLimitBytes, 64<<10)
 	job := sandgate.Job{
 		RunID: ss.ID, CorrelationID: ss.CorrelationID, DecisionID: ss.DecisionID,
-		Principal: ss.Principal, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped,
+		Principal: ss.Principal, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped, PolicyRevision: ss.PolicyRevision,
 		Enforcement: enforce, TeamConcurrency: teamConcurrency, SessionContainer: true,
 		ContainerID: ss.ContainerID,
 		Started: func(containerID string, at time.Time) {
@@ -396,6 +396,7 @@ func (s *service) endSession(l *liveSession, res sandgate.Result, err error, log
 	}
 	l.ss.State, l.ss.EndReason, l.ss.EndedAt = sandgate.SessionEnded, reason, &now
 	l.ss.Error = res.Error
+	l.ss.Egress = res.Egress
 	if err != nil && l.ss.Error == nil {
 		l.ss.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(err), Message: sandgate.ErrorMessageOf(err)}
 	}
@@ -410,6 +411,12 @@ func (s *service) endSession(l *liveSession, res sandgate.Result, err error, log
 	}
 	if ss.Error != nil {
 		payload["error_code"], payload["error"] = string(ss.Error.Code), ss.Error.Message
+	}
+	if ss.Egress != nil {
+		payload["egress"] = map[string]any{
+			"connections_allowed": ss.Egress.ConnectionsAllowed, "connections_denied": ss.Egress.ConnectionsDenied,
+			"bytes_sent": ss.Egress.BytesSent, "bytes_received": ss.Egress.BytesReceived,
+		}
 	}
 	s.d.Recorder.Emit(sandgate.Event{
 		Type: sandgate.EventSessionEnded, Time: s.now(), Outcome: string(reason),
