@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
@@ -232,9 +231,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	ownClock := cfg.Clock != nil
 	cfg.setDefaults()
-	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	pcfg, err := parsePoolConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("audit: parse DSN: %w", err)
+		return nil, err
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if pcfg.ConnConfig.RuntimeParams == nil {
@@ -490,6 +489,11 @@ func (s *Store) Ready(ctx context.Context) error {
 		if s.w.isClosed() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
 		}
+		for _, w := range []*writer{s.w, s.dw} {
+			if err := w.behind.Load(); err != nil {
+				return sandgate.WrapError(sandgate.CodeAuditUnavailable, *err, "the audit trail in Postgres is missing acknowledged events")
+			}
+		}
 		if s.w.spoolFull.Load() || s.dw.spoolFull.Load() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)
 		}
@@ -515,9 +519,9 @@ func newChainID(node string) string {
 // OpenDB opens dsn as a database/sql handle (pgx driver) and checks that
 // it answers: what migrations.Up and migrations.Status take.
 func OpenDB(ctx context.Context, dsn string) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parse DSN: %w", err)
+		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg)
 	if err := db.PingContext(ctx); err != nil {

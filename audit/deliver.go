@@ -79,6 +79,12 @@ func (w *writer) deliver(force bool) {
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
 		if err := w.insert(chunk, true); err != nil {
+			if errors.Is(err, errTrailBehind) {
+				if w.behind.Load() == nil {
+					w.cfg.Logger.Error("audit: the trail in Postgres is behind this writer; spooled events are held and admissions refused until an operator acts (docs/operations.md)", "err", err)
+				}
+				w.behind.Store(&err)
+			}
 			w.markDown(err)
 			return
 		}
@@ -93,6 +99,7 @@ func (w *writer) deliver(force bool) {
 	}
 	w.pending = nil
 	w.pendingN.Store(0)
+	w.behind.Store(nil)
 	if err := w.sp.reset(); err != nil {
 		w.cfg.Logger.Error("audit: cannot empty the delivered spool; it will be redelivered (idempotently)", "err", err)
 	} else {

@@ -57,6 +57,9 @@ type writer struct {
 	done     chan struct{}
 
 	spoolFull atomic.Bool
+	// behind is set when Postgres's head of a chain is behind records
+	// committed before (errTrailBehind): readiness reports it.
+	behind atomic.Pointer[error]
 	pendingN  atomic.Int64 // len(pending), for QueueDepth
 
 	// Owned by the writer goroutine.
