@@ -59,8 +59,8 @@ type writer struct {
 	spoolFull atomic.Bool
 	// behind is set when Postgres's head of a chain is behind records
 	// committed before (errTrailBehind): readiness reports it.
-	behind atomic.Pointer[error]
-	pendingN  atomic.Int64 // len(pending), for QueueDepth
+	behind   atomic.Pointer[error]
+	pendingN atomic.Int64 // len(pending), for QueueDepth
 
 	// Owned by the writer goroutine.
 	headSeq     int64
