@@ -115,8 +115,10 @@ func (s *Store) Database(ctx context.Context) (DatabaseState, error) {
 	defer cancel()
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
+		// pgx says why each server was refused, one per line.
+		why := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ; ")), " ")
 		return st, sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
-			"no writable Postgres among %s", strings.Join(st.Servers, ", "))
+			"no writable Postgres among %s (%s)", strings.Join(st.Servers, ", "), why)
 	}
 	defer conn.Close(context.Background())
 	st.Primary = conn.PgConn().Conn().RemoteAddr().String()
@@ -126,4 +128,13 @@ func (s *Store) Database(ctx context.Context) (DatabaseState, error) {
 	}
 	st.ReadOnly = recovery
 	return st, nil
+}
+
+// DatabaseStatus is Database in one line, for readiness.
+func (s *Store) DatabaseStatus(ctx context.Context) (string, error) {
+	st, err := s.Database(ctx)
+	if err != nil {
+		return "", err
+	}
+	return st.String(), nil
 }

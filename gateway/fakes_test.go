@@ -159,6 +159,7 @@ func (r *fakeRecorder) all() []sandgate.Event {
 
 type fakeAudit struct {
 	readyErr  error
+	dbErr     error // DatabaseStatus's error: no writable primary
 	exportErr error
 	lastQuery sandgate.AuditFilter
 	mu        sync.Mutex
@@ -201,6 +202,13 @@ func (a *fakeAudit) Verify(context.Context, sandgate.VerifyRange) (sandgate.Veri
 }
 
 func (a *fakeAudit) Ready(context.Context) error { return a.readyErr }
+
+func (a *fakeAudit) DatabaseStatus(context.Context) (string, error) {
+	if a.dbErr != nil {
+		return "", a.dbErr
+	}
+	return "primary 127.0.0.1:5433 of 127.0.0.1:5432, 127.0.0.1:5433", nil
+}
 
 // fakeStore is an in-memory RunStore.
 type fakeStore struct {
