@@ -482,6 +482,29 @@ func (s *Store) SpoolBytes() int64 {
 	return n
 }
 
+// SpoolCounts returns, since the Store opened (both chains): the events
+// sealed into the spool (Postgres away, or a commit's outcome unknown),
+// those a redelivery inserted into the trail, and those it found there
+// already (a commit whose outcome was unknown had landed; they are not
+// inserted twice). The gateway exports them as
+// sandgate_audit_spooled_events_total,
+// sandgate_audit_redelivered_events_total and
+// sandgate_audit_redelivered_present_total.
+func (s *Store) SpoolCounts() (spooled, redelivered, present int64) {
+	if s.w == nil {
+		return 0, 0, 0
+	}
+	for _, w := range []*writer{s.w, s.dw} {
+		spooled += w.spooledN.Load()
+		redelivered += w.redeliveredN.Load()
+		present += w.alreadyN.Load()
+		if s.dw == s.w {
+			break
+		}
+	}
+	return spooled, redelivered, present
+}
+
 // Ready reports whether a Record can commit now: Postgres answers and the
 // spool has room. Otherwise it returns AUDIT-UNAVAILABLE with the reason.
 func (s *Store) Ready(ctx context.Context) error {

@@ -34,12 +34,14 @@ func (w *writer) spoolEvents(events []canonical, reqs []*request) bool {
 	}
 	w.pending = append(w.pending, recs...)
 	w.pendingN.Store(int64(len(w.pending)))
+	w.spooledN.Add(int64(len(recs)))
 	return true
 }
 
 // addPending keeps sealed records for delivery, in the spool when it has
 // room and in memory otherwise.
 func (w *writer) addPending(recs []*sealed) {
+	w.spooledN.Add(int64(len(recs)))
 	if !w.memOnly && !w.spoolFull.Load() {
 		if err := w.sp.append(recs); err == nil {
 			w.pending = append(w.pending, recs...)
@@ -88,6 +90,8 @@ func (w *writer) deliver(force bool) {
 			w.markDown(err)
 			return
 		}
+		w.redeliveredN.Add(w.moved)
+		w.alreadyN.Add(int64(len(chunk)) - w.moved)
 		for _, r := range chunk {
 			if r.ChainID == w.chainID {
 				own++

@@ -189,9 +189,14 @@ func TestFailoverSynchronousReplica(t *testing.T) {
 			if err := s.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("primary crashed → promoted %v, promoted → first decision committed %v (decisions refused for %v); emitted %d, decisions committed %d, refused %d",
+			spooled, redelivered, present := s.SpoolCounts()
+			t.Logf("primary crashed → promoted %v, promoted → first decision committed %v (decisions refused for %v); emitted %d, decisions committed %d, refused %d; spooled %d, redelivered %d, found present %d",
 				promoted.Sub(crashed).Round(time.Millisecond), d.okAt.Sub(promoted).Round(time.Millisecond),
-				d.okAt.Sub(d.refusedAt).Round(time.Millisecond), d.emitted.Load(), d.committed.Load(), d.refused.Load())
+				d.okAt.Sub(d.refusedAt).Round(time.Millisecond), d.emitted.Load(), d.committed.Load(), d.refused.Load(),
+				spooled, redelivered, present)
+			if spooled == 0 || redelivered+present != spooled {
+				t.Errorf("spooled %d, redelivered %d + found present %d: want every spooled event delivered", spooled, redelivered, present)
+			}
 
 			db := audittest.OpenDB(t, r.Replica.DSN("sandgate"))
 			var stored, distinct int64

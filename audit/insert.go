@@ -99,10 +99,12 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		if err := checkContinuity(ctx, tx); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, moveSQL(w.cols)); err != nil {
+		tag, err := tx.Exec(ctx, moveSQL(w.cols))
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
+		w.moved = tag.RowsAffected()
+		_, err = tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
 			SELECT DISTINCT ON (chain_id) chain_id, seq, hash FROM audit_stage ORDER BY chain_id, seq DESC
 			ON CONFLICT (chain_id) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash WHERE h.seq < EXCLUDED.seq`)
 		return err
