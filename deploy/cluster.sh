@@ -106,7 +106,10 @@ pg_exists() { pg_lsclusters -h 2>/dev/null | awk -v v="$PG_VERSION" -v c="$1" '$
 
 pg_drop() {
   if pg_exists "$1"; then
-    pg_dropcluster --stop "$PG_VERSION" "$1"
+    # Test data: no need for a clean shutdown, which waits for backends
+    # that may wait for a standby that is gone.
+    pg_ctlcluster "$PG_VERSION" "$1" stop -m immediate 2>/dev/null || true
+    pg_dropcluster "$PG_VERSION" "$1"
   fi
   # A cluster half made by a run that crashed: pg_dropcluster no longer
   # knows it, its directories may still be there.
@@ -123,10 +126,12 @@ wait_pg() {
   die "PostgreSQL on port $1 did not accept connections within 30s"
 }
 
-# pg_settings are the settings both servers get: loopback only, trust on
-# loopback, replication, and commits that wait for the replica's flush
-# (synchronous_standby_names), so that a promoted replica holds every
-# commit the gateways were told about.
+# pg_configure gives a server its settings: loopback only, trust on
+# loopback, replication. The primary's commits wait for the replica's flush
+# (synchronous_standby_names, set once the replica streams), so that a
+# promoted replica holds every commit the gateways were told about. The
+# replica has no synchronous standby of its own: promoted, it would
+# otherwise wait for one that does not exist, and every commit would hang.
 pg_configure() {
   local name=$1 port=$2 conf=/etc/postgresql/$PG_VERSION/$1
   cat >"$conf/conf.d/sandgate-cluster.conf" <<EOF
@@ -137,7 +142,7 @@ max_wal_senders = 4
 hot_standby = on
 fsync = off
 full_page_writes = off
-synchronous_standby_names = '*'
+synchronous_standby_names = ''
 max_connections = 60
 shared_buffers = 32MB
 log_line_prefix = '%m [%p] $name '
@@ -154,9 +159,6 @@ pg_up() {
   say "creating PostgreSQL $PG_VERSION primary $PRIMARY on 127.0.0.1:$PRIMARY_PORT"
   pg_createcluster -q --start-conf=manual -p "$PRIMARY_PORT" "$PG_VERSION" "$PRIMARY" >/dev/null
   pg_configure "$PRIMARY" "$PRIMARY_PORT"
-  # Until the replica streams, synchronous commits would wait for it.
-  sed -i "s/^synchronous_standby_names.*/synchronous_standby_names = ''/" \
-    "/etc/postgresql/$PG_VERSION/$PRIMARY/conf.d/sandgate-cluster.conf"
   pg_ctlcluster "$PG_VERSION" "$PRIMARY" start
   wait_pg "$PRIMARY_PORT"
   psql_at "$PRIMARY_PORT" -c "CREATE DATABASE $DB_NAME"

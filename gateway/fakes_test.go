@@ -111,6 +111,9 @@ type fakeRecorder struct {
 	mu      sync.Mutex
 	events  []sandgate.Event
 	failing atomic.Bool
+	// uncertain makes Record fail as a commit cut by a failover does: its
+	// outcome unknown.
+	uncertain atomic.Bool
 }
 
 func (r *fakeRecorder) Emit(ev sandgate.Event) {
@@ -130,6 +133,9 @@ func (r *fakeRecorder) Queue(_ context.Context, ev sandgate.Event) error {
 func (r *fakeRecorder) Record(_ context.Context, evs ...sandgate.Event) error {
 	if r.failing.Load() {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "postgres is away")
+	}
+	if r.uncertain.Load() {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, fmt.Errorf("%w: unexpected EOF", sandgate.ErrCommitUncertain), "audit trail cannot commit")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
