@@ -66,6 +66,25 @@ docker_stop() {
   rm -f "$DOCKER_PID"
 }
 
+# kill_leftovers ends what a daemon that crashed (or was killed) left
+# running: its containers' processes, all in this daemon's cgroup parent,
+# and their containerd shims, which name this daemon's exec root. Nothing
+# else is touched.
+kill_leftovers() {
+  local f p
+  for f in /sys/fs/cgroup/*/sandgate-cluster/*/cgroup.procs /sys/fs/cgroup/sandgate-cluster/*/cgroup.procs; do
+    [ -f "$f" ] && xargs -r kill -9 <"$f" 2>/dev/null || true
+  done
+  for p in /proc/[0-9]*; do
+    if { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -q -- "-address $DOCKER_EXEC/"; then
+      kill -9 "${p#/proc/}" 2>/dev/null || true
+    fi
+  done
+  for f in /sys/fs/cgroup/*/sandgate-cluster/*/ /sys/fs/cgroup/sandgate-cluster/*/; do
+    [ -d "$f" ] && rmdir "$f" 2>/dev/null || true
+  done
+}
+
 # unmount_under unmounts whatever a crashed daemon left mounted under $1,
 # deepest first.
 unmount_under() {
@@ -197,6 +216,7 @@ print_env() {
 
 down() {
   docker_stop
+  kill_leftovers
   unmount_under "$DOCKER_EXEC"
   unmount_under "$DOCKER_DATA"
   rm -rf "$DOCKER_DATA" "$DOCKER_EXEC" "$DOCKER_SOCK" "$STATE/daemon.json"
