@@ -295,7 +295,16 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatalf("sandgate audit verify: %v\n%s", err, out)
 	}
-	t.Logf("sandgate audit verify: %s", strings.TrimSpace(string(out)))
+	var rep struct {
+		OK       bool  `json:"ok"`
+		Checked  int   `json:"checked"`
+		Problems []any `json:"problems"`
+		Keys     []any `json:"keys"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || !rep.OK {
+		t.Fatalf("sandgate audit verify: %v\n%s", err, out)
+	}
+	t.Logf("sandgate audit verify: ok, %d events checked, %d problems, %d keys", rep.Checked, len(rep.Problems), len(rep.Keys))
 }
 
 // readyzBody returns /readyz's status and body.
