@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test lint bench soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
+.PHONY: all build run test test-cluster cluster-drills lint bench soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
 
 all: build
 
@@ -44,6 +44,25 @@ test: bootstrap image language-images
 	@if [ "$$(id -u)" = 0 ]; then bash deploy/test-bundle.sh; \
 	elif [ "$$CI" = true ]; then echo "make test: the bundle test needs root (CI=true)"; exit 1; \
 	else echo "make test: skipping deploy/test-bundle.sh (needs root: sudo make test-bundle)"; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory cluster-drills CLUSTER_SHORT=1; \
+	elif [ "$$CI" = true ]; then echo "make test: the cluster drills need root (CI=true)"; exit 1; \
+	else echo "make test: skipping the cluster drills (need root: sudo make test-cluster)"; fi
+
+# make test-cluster: the cluster drills on this machine (deploy/cluster.sh:
+# a second Docker daemon, a Postgres 15 primary with a synchronous streaming
+# replica; needs root). Two gateways under load: the primary is killed and
+# the replica promoted, then one node's Docker daemon is stopped. Each
+# drill logs its counts. make test runs the short form (CLUSTER_SHORT=1,
+# about 50 s). SANDGATE_CLUSTER_KEEP=1 leaves the cluster up afterwards
+# (deploy/cluster.sh down removes it).
+test-cluster: bootstrap image
+	@$(MAKE) --no-print-directory cluster-drills
+
+cluster-drills:
+	@log=$$(mktemp /tmp/sandgate-cluster.XXXXXX.log); \
+	SANDGATE_CLUSTER_SHORT=$(CLUSTER_SHORT) $(GO) test -tags cluster -run TestCluster -count=1 -timeout 15m -v ./cmd/sandgate >$$log 2>&1; rc=$$?; \
+	grep -E '^ *(--- |PASS|FAIL|ok )|cluster_test.go' $$log | cut -c1-400; \
+	if [ $$rc = 0 ]; then rm -f $$log; else echo "make: the cluster drills failed; full log (with each gateway's): $$log"; fi; exit $$rc
 
 lint:
 	$(GO) vet $(PKGS)

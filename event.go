@@ -2,6 +2,7 @@ package sandgate
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 )
@@ -132,6 +133,15 @@ type Recorder interface {
 	Queue(ctx context.Context, ev Event) error
 	// Record commits the events durably (synchronous commit) before it
 	// returns, in order. It returns AUDIT-UNAVAILABLE when it cannot; the
-	// caller must then not act on what the events describe.
+	// caller must then not act on what the events describe. When the
+	// connection broke with the commit in flight (the database crashed
+	// or failed over), the error also matches ErrCommitUncertain: the
+	// events may be in the trail, or reach it later, so the caller
+	// records that it did not act.
 	Record(ctx context.Context, events ...Event) error
 }
+
+// ErrCommitUncertain marks a Record that failed with its commit's outcome
+// unknown: the events are kept as sealed and delivered when the database
+// answers again, unless they had landed already.
+var ErrCommitUncertain = errors.New("the commit's outcome is unknown; the events may be in the trail")

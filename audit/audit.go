@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
@@ -232,9 +231,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	ownClock := cfg.Clock != nil
 	cfg.setDefaults()
-	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	pcfg, err := parsePoolConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("audit: parse DSN: %w", err)
+		return nil, err
 	}
 	pcfg.MaxConns = cfg.MaxConns
 	if pcfg.ConnConfig.RuntimeParams == nil {
@@ -483,12 +482,40 @@ func (s *Store) SpoolBytes() int64 {
 	return n
 }
 
+// SpoolCounts returns, since the Store opened (both chains): the events
+// sealed into the spool (Postgres away, or a commit's outcome unknown),
+// those a redelivery inserted into the trail, and those it found there
+// already (a commit whose outcome was unknown had landed; they are not
+// inserted twice). The gateway exports them as
+// sandgate_audit_spooled_events_total,
+// sandgate_audit_redelivered_events_total and
+// sandgate_audit_redelivered_present_total.
+func (s *Store) SpoolCounts() (spooled, redelivered, present int64) {
+	if s.w == nil {
+		return 0, 0, 0
+	}
+	for _, w := range []*writer{s.w, s.dw} {
+		spooled += w.spooledN.Load()
+		redelivered += w.redeliveredN.Load()
+		present += w.alreadyN.Load()
+		if s.dw == s.w {
+			break
+		}
+	}
+	return spooled, redelivered, present
+}
+
 // Ready reports whether a Record can commit now: Postgres answers and the
 // spool has room. Otherwise it returns AUDIT-UNAVAILABLE with the reason.
 func (s *Store) Ready(ctx context.Context) error {
 	if s.w != nil {
 		if s.w.isClosed() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is closed")
+		}
+		for _, w := range []*writer{s.w, s.dw} {
+			if err := w.behind.Load(); err != nil {
+				return sandgate.WrapError(sandgate.CodeAuditUnavailable, *err, "the audit trail in Postgres is missing acknowledged events")
+			}
 		}
 		if s.w.spoolFull.Load() || s.dw.spoolFull.Load() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)
@@ -515,9 +542,9 @@ func newChainID(node string) string {
 // OpenDB opens dsn as a database/sql handle (pgx driver) and checks that
 // it answers: what migrations.Up and migrations.Status take.
 func OpenDB(ctx context.Context, dsn string) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(dsn)
+	cfg, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parse DSN: %w", err)
+		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg)
 	if err := db.PingContext(ctx); err != nil {

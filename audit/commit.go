@@ -114,7 +114,11 @@ func (w *writer) commit(batch []*request) bool {
 		return true
 	}
 	w.markDown(err)
-	failSyncs(err)
+	if known {
+		failSyncs(err)
+	} else {
+		failSyncs(fmt.Errorf("%w: %w", sandgate.ErrCommitUncertain, err))
+	}
 	if known {
 		w.headSeq, w.headHash = oldSeq, oldHash
 		return w.spoolEvents(emits, rest)

@@ -34,12 +34,14 @@ func (w *writer) spoolEvents(events []canonical, reqs []*request) bool {
 	}
 	w.pending = append(w.pending, recs...)
 	w.pendingN.Store(int64(len(w.pending)))
+	w.spooledN.Add(int64(len(recs)))
 	return true
 }
 
 // addPending keeps sealed records for delivery, in the spool when it has
 // room and in memory otherwise.
 func (w *writer) addPending(recs []*sealed) {
+	w.spooledN.Add(int64(len(recs)))
 	if !w.memOnly && !w.spoolFull.Load() {
 		if err := w.sp.append(recs); err == nil {
 			w.pending = append(w.pending, recs...)
@@ -79,9 +81,17 @@ func (w *writer) deliver(force bool) {
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
 		if err := w.insert(chunk, true); err != nil {
+			if errors.Is(err, errTrailBehind) {
+				if w.behind.Load() == nil {
+					w.cfg.Logger.Error("audit: the trail in Postgres is behind this writer; spooled events are held and admissions refused until an operator acts (docs/operations.md)", "err", err)
+				}
+				w.behind.Store(&err)
+			}
 			w.markDown(err)
 			return
 		}
+		w.redeliveredN.Add(w.moved)
+		w.alreadyN.Add(int64(len(chunk)) - w.moved)
 		for _, r := range chunk {
 			if r.ChainID == w.chainID {
 				own++
@@ -93,6 +103,7 @@ func (w *writer) deliver(force bool) {
 	}
 	w.pending = nil
 	w.pendingN.Store(0)
+	w.behind.Store(nil)
 	if err := w.sp.reset(); err != nil {
 		w.cfg.Logger.Error("audit: cannot empty the delivered spool; it will be redelivered (idempotently)", "err", err)
 	} else {

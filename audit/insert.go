@@ -96,10 +96,15 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"audit_stage"}, w.cols, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, moveSQL(w.cols)); err != nil {
+		if err := checkContinuity(ctx, tx); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
+		tag, err := tx.Exec(ctx, moveSQL(w.cols))
+		if err != nil {
+			return err
+		}
+		w.moved = tag.RowsAffected()
+		_, err = tx.Exec(ctx, `INSERT INTO audit_heads AS h (chain_id, seq, hash)
 			SELECT DISTINCT ON (chain_id) chain_id, seq, hash FROM audit_stage ORDER BY chain_id, seq DESC
 			ON CONFLICT (chain_id) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash WHERE h.seq < EXCLUDED.seq`)
 		return err
@@ -235,4 +240,35 @@ func advanceHead(ctx context.Context, tx pgx.Tx, recs []*sealed) error {
 		return fmt.Errorf("chain %s at seq %d: %w", last.ChainID, first.Seq-1, errChainAdvanced)
 	}
 	return nil
+}
+
+// gapSQL finds a chain whose staged records do not follow on from its
+// head in Postgres: the first staged record's predecessor was never
+// stored, or was stored and then lost.
+const gapSQL = `SELECT s.chain_id, s.seq, coalesce(h.seq, 0)
+FROM (SELECT DISTINCT ON (chain_id) chain_id, seq FROM audit_stage ORDER BY chain_id, seq) s
+LEFT JOIN audit_heads h ON h.chain_id = s.chain_id
+WHERE coalesce(h.seq, 0) < s.seq - 1
+LIMIT 1`
+
+// errTrailBehind is a redelivery refused because the database's head of a
+// chain is behind records this writer knows were committed before: the
+// database lost commits it had acknowledged. That happens when a replica
+// that had not received them was promoted (asynchronous replication), or
+// when a backup was restored. Delivering would leave a gap in the chain.
+var errTrailBehind = errors.New("the database lost audit events it had acknowledged")
+
+// checkContinuity refuses a staged redelivery that would leave a gap.
+func checkContinuity(ctx context.Context, tx pgx.Tx) error {
+	var chain string
+	var first, head int64
+	err := tx.QueryRow(ctx, gapSQL).Scan(&chain, &first, &head)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("chain %s: Postgres holds it up to seq %d, the next record to deliver is seq %d (%w: a failover to a replica that was behind, or a restored backup; the events between are not in the trail)",
+		chain, head, first, errTrailBehind)
 }

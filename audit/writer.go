@@ -57,7 +57,16 @@ type writer struct {
 	done     chan struct{}
 
 	spoolFull atomic.Bool
-	pendingN  atomic.Int64 // len(pending), for QueueDepth
+	// behind is set when Postgres's head of a chain is behind records
+	// committed before (errTrailBehind): readiness reports it.
+	behind   atomic.Pointer[error]
+	pendingN atomic.Int64 // len(pending), for QueueDepth
+	// Counts since start, for SpoolCounts: records sealed into the spool
+	// (or kept in memory for it), records a redelivery inserted, and
+	// records it found stored already (a commit whose outcome was unknown
+	// had landed).
+	spooledN, redeliveredN, alreadyN atomic.Int64
+	moved                            int64 // rows the last redelivery inserted; the writer goroutine's
 
 	// Owned by the writer goroutine.
 	headSeq     int64

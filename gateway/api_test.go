@@ -295,6 +295,32 @@ func TestAuditUnavailable(t *testing.T) {
 	}
 }
 
+// TestAuditCommitUncertain: a decision whose commit was cut mid-flight
+// (a failover) is refused like any other, and the trail is told that
+// nothing ran, in case the admission lands after all; a plain refusal
+// records nothing more.
+func TestAuditCommitUncertain(t *testing.T) {
+	e := newEnv(t)
+	e.recorder.uncertain.Store(true)
+	r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+	if r.status != http.StatusServiceUnavailable || r.errorCode() != string(sandgate.CodeAuditUnavailable) {
+		t.Fatalf("status %d code %q", r.status, r.errorCode())
+	}
+	if e.exec.calls.Load() != 0 || len(e.store.runs) != 0 {
+		t.Errorf("the run was executed or stored")
+	}
+	failed := e.recorder.ofType(sandgate.EventRunFailed)
+	if len(failed) != 1 || failed[0].RunID == "" || failed[0].Outcome != string(sandgate.OutcomeError) {
+		t.Fatalf("run.failed events = %+v, want one for the refused run", failed)
+	}
+	e.recorder.uncertain.Store(false)
+	e.recorder.failing.Store(true)
+	e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+	if n := len(e.recorder.ofType(sandgate.EventRunFailed)); n != 1 {
+		t.Errorf("%d run.failed events after a refusal whose commit certainly failed, want still 1", n)
+	}
+}
+
 // TestReviewAuditBehind checks that a review the trail cannot take (its
 // backlog full past the wait) answers 503 with Retry-After and records
 // nothing, rather than answering unaudited.

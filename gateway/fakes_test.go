@@ -111,6 +111,9 @@ type fakeRecorder struct {
 	mu      sync.Mutex
 	events  []sandgate.Event
 	failing atomic.Bool
+	// uncertain makes Record fail as a commit cut by a failover does: its
+	// outcome unknown.
+	uncertain atomic.Bool
 }
 
 func (r *fakeRecorder) Emit(ev sandgate.Event) {
@@ -130,6 +133,9 @@ func (r *fakeRecorder) Queue(_ context.Context, ev sandgate.Event) error {
 func (r *fakeRecorder) Record(_ context.Context, evs ...sandgate.Event) error {
 	if r.failing.Load() {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "postgres is away")
+	}
+	if r.uncertain.Load() {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, fmt.Errorf("%w: unexpected EOF", sandgate.ErrCommitUncertain), "audit trail cannot commit")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -159,6 +165,7 @@ func (r *fakeRecorder) all() []sandgate.Event {
 
 type fakeAudit struct {
 	readyErr  error
+	dbErr     error // DatabaseStatus's error: no writable primary
 	exportErr error
 	lastQuery sandgate.AuditFilter
 	mu        sync.Mutex
@@ -201,6 +208,13 @@ func (a *fakeAudit) Verify(context.Context, sandgate.VerifyRange) (sandgate.Veri
 }
 
 func (a *fakeAudit) Ready(context.Context) error { return a.readyErr }
+
+func (a *fakeAudit) DatabaseStatus(context.Context) (string, error) {
+	if a.dbErr != nil {
+		return "", a.dbErr
+	}
+	return "primary 127.0.0.1:5433 of 127.0.0.1:5432, 127.0.0.1:5433", nil
+}
 
 // fakeStore is an in-memory RunStore.
 type fakeStore struct {

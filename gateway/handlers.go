@@ -695,12 +695,25 @@ func (s *Server) healthz(c echo.Context) error {
 // readyTimeout bounds each readiness check.
 const readyTimeout = 2 * time.Second
 
+// DatabaseReporter is implemented by an audit trail that can say which
+// Postgres server takes its writes (audit.Store): with a multi-host DSN,
+// readiness then shows where a failover stands.
+type DatabaseReporter interface {
+	// DatabaseStatus names the server that takes writes now, or returns
+	// AUDIT-UNAVAILABLE naming every server and why none does.
+	DatabaseStatus(ctx context.Context) (string, error)
+}
+
 // readyz is GET /readyz: Docker answers, the audit trail can commit, a
 // policy is loaded, and the gateway is not stopping.
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), readyTimeout)
 	defer cancel()
 	checks := []api.ReadyCheck{{Name: "docker"}, {Name: "audit"}, {Name: "policy"}, {Name: "gateway"}}
+	db, hasDB := s.d.Audit.(DatabaseReporter)
+	if hasDB {
+		checks = append(checks, api.ReadyCheck{Name: "database"})
+	}
 	var wg sync.WaitGroup
 	run := func(i int, f func() error) {
 		wg.Add(1)
@@ -734,6 +747,12 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 		return nil
 	})
+	if hasDB {
+		run(4, func() (err error) {
+			checks[4].Detail, err = db.DatabaseStatus(ctx)
+			return err
+		})
+	}
 	wg.Wait()
 	rd := api.Readiness{Ready: true, Checks: checks, Reasons: []string{}}
 	for _, ch := range checks {

@@ -257,6 +257,10 @@ func TestReadiness(t *testing.T) {
 			e.policies.status = sandgate.PolicyStatus{LastError: "compile error"}
 		}, []string{"audit: spool full", "policy: no policy loaded: compile error"}},
 		{"uncoded error", func(e *testEnv) { e.audit.readyErr = errors.New("dial tcp: refused") }, []string{"audit: dial tcp: refused"}},
+		{"no writable primary", func(e *testEnv) {
+			e.audit.readyErr = sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit database unreachable")
+			e.audit.dbErr = sandgate.Errorf(sandgate.CodeAuditUnavailable, "no writable Postgres among 127.0.0.1:5432, 127.0.0.1:5433")
+		}, []string{"audit: audit database unreachable", "database: no writable Postgres among 127.0.0.1:5432, 127.0.0.1:5433"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -269,8 +273,11 @@ func TestReadiness(t *testing.T) {
 				}
 				var rd api.Readiness
 				_ = json.Unmarshal(r.body, &rd)
-				if !rd.Ready || len(rd.Checks) != 4 {
+				if !rd.Ready || len(rd.Checks) != 5 {
 					t.Errorf("readiness = %+v", rd)
+				}
+				if db := rd.Checks[4]; db.Name != "database" || !db.OK || db.Detail != "primary 127.0.0.1:5433 of 127.0.0.1:5432, 127.0.0.1:5433" {
+					t.Errorf("database check = %+v", db)
 				}
 				return
 			}

@@ -27,6 +27,15 @@ type SpoolSizer interface {
 	SpoolBytes() int64
 }
 
+// SpoolCounter is implemented by a Recorder with a local spool: what it
+// spooled and redelivered since it started, exported as
+// sandgate_audit_spooled_events_total,
+// sandgate_audit_redelivered_events_total and
+// sandgate_audit_redelivered_present_total.
+type SpoolCounter interface {
+	SpoolCounts() (spooled, redelivered, present int64)
+}
+
 // SinkReporter reports where each audit sink stands: exported as the
 // sandgate_audit_sink_* metrics, and its warnings listed by /readyz.
 type SinkReporter interface {
@@ -77,6 +86,7 @@ type Metrics struct {
 	counter      ActiveContainerCounter
 	queue        QueueDepther
 	spool        SpoolSizer
+	spoolCounts  SpoolCounter
 	sinks        SinkReporter
 }
 
@@ -185,6 +195,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			}
 			return float64(q.QueueDepth())
 		}),
+		spoolCounter("sandgate_audit_spooled_events_total", "Audit events sealed into the local spool (Postgres away, or a commit's outcome unknown).", m, 0),
+		spoolCounter("sandgate_audit_redelivered_events_total", "Spooled audit events delivered to Postgres.", m, 1),
+		spoolCounter("sandgate_audit_redelivered_present_total", "Spooled audit events found in Postgres already when redelivered (a commit whose outcome was unknown had landed), not inserted again.", m, 2),
 		gauge("sandgate_audit_spool_bytes", "Size of the local audit spool.", func() float64 {
 			m.mu.Lock()
 			s := m.spool
@@ -244,6 +257,9 @@ func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int) {
 	}
 	if s, ok := d.Recorder.(SpoolSizer); ok {
 		m.spool = s
+	}
+	if s, ok := d.Recorder.(SpoolCounter); ok {
+		m.spoolCounts = s
 	}
 	m.sinks = d.Sinks
 }
@@ -449,4 +465,19 @@ func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
 	for _, v := range d.Warnings {
 		m.ruleHits.WithLabelValues(v.Rule, "warn", result).Inc()
 	}
+}
+
+// spoolCounter exports the i-th of SpoolCounts as a counter.
+func spoolCounter(name, help string, m *Metrics, i int) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+		m.mu.Lock()
+		c := m.spoolCounts
+		m.mu.Unlock()
+		if c == nil {
+			return 0
+		}
+		n := [3]int64{}
+		n[0], n[1], n[2] = c.SpoolCounts()
+		return float64(n[i])
+	})
 }

@@ -166,6 +166,15 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	cancel()
 	if err != nil {
 		s.log.Error("audit commit failed; run refused", "correlation_id", sub.CorrelationID, "error", err)
+		if dec.Allow && errors.Is(err, sandgate.ErrCommitUncertain) {
+			// The admission may reach the trail after all (the database
+			// failed over mid-commit): the trail must then also say that
+			// this run never ran.
+			failed := base
+			failed.Type, failed.Outcome, failed.Time = sandgate.EventRunFailed, string(sandgate.OutcomeError), s.now()
+			failed.Payload = map[string]any{"error": "the admission's commit could not be confirmed; the request was refused and nothing was run"}
+			s.d.Recorder.Emit(failed)
+		}
 		return nil, false, sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
 			"the audit trail cannot commit the decision now; nothing was run, retry later")
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -247,6 +248,14 @@ func (s *service) recordDecision(ctx context.Context, p sandgate.Principal, corr
 	cancel()
 	if err != nil {
 		s.log.Error("audit commit failed; refused", "correlation_id", corr, "error", err)
+		if dec.Allow && errors.Is(err, sandgate.ErrCommitUncertain) {
+			// As for a run (service.submit): the admission may reach the
+			// trail after all, so the trail says nothing ran.
+			failed := admission
+			failed.Type, failed.Outcome, failed.Time = sandgate.EventRunFailed, string(sandgate.OutcomeError), s.now()
+			failed.ID, failed.Payload = "", map[string]any{"error": "the admission's commit could not be confirmed; the request was refused and nothing was run"}
+			s.d.Recorder.Emit(failed)
+		}
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
 			"the audit trail cannot commit the decision now; nothing was run, retry later")
 	}

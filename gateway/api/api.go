@@ -204,6 +204,9 @@ type ReadyCheck struct {
 	Name  string `json:"name"`
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Detail says what a passing check found (the database check: the
+	// server that takes writes, of those the DSN names).
+	Detail string `json:"detail,omitempty"`
 }
 
 // SessionRequest is the body of POST /v1/sessions.
