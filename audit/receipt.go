@@ -24,45 +24,17 @@ import (
 // nothing else: no database, no network.
 
 // ReceiptFormat names the receipt format.
-const ReceiptFormat = "sandgate-receipt-v1"
+const ReceiptFormat = sandgate.ReceiptFormat
 
-// Receipt is one run's proof of record.
-type Receipt struct {
-	Format    string    `json:"format"`
-	RunID     string    `json:"run_id"`
-	CreatedAt time.Time `json:"created_at"`
-	// Events are the run's events in the order they were recorded.
-	Events []ReceiptEvent `json:"events"`
-	// Checkpoints are the signed notes the proofs are relative to, one per
-	// chain the events are on.
-	Checkpoints []ReceiptCheckpoint `json:"checkpoints"`
-	// Keys are the note verifier keys ("name+hash+base64(0x01‖key)") of
-	// the keys that signed the notes.
-	Keys []string `json:"keys"`
-}
+// Receipt is one run's proof of record (sandgate.Receipt: the CLI and the
+// API hand out the same document).
+type Receipt = sandgate.Receipt
 
-// ReceiptEvent is one event of a receipt: its canonical body (the bytes
-// hashed) and its place in its chain and tree.
-type ReceiptEvent struct {
-	EventID  string `json:"event_id"`
-	Type     string `json:"type"`
-	ChainID  string `json:"chain_id"`
-	Seq      int64  `json:"seq"`
-	Body     string `json:"body"`
-	PrevHash string `json:"prev_hash"`
-	Hash     string `json:"hash"`
-	// LeafIndex is seq - 1; TreeSize is the size of the checkpoint's tree.
-	LeafIndex int64 `json:"leaf_index"`
-	TreeSize  int64 `json:"tree_size"`
-	// Proof is the RFC 6962 audit path, base64.
-	Proof []string `json:"proof"`
-}
+// ReceiptEvent is one event of a receipt.
+type ReceiptEvent = sandgate.ReceiptEvent
 
 // ReceiptCheckpoint is a chain's checkpoint note in a receipt.
-type ReceiptCheckpoint struct {
-	ChainID string `json:"chain_id"`
-	Note    string `json:"note"`
-}
+type ReceiptCheckpoint = sandgate.ReceiptCheckpoint
 
 // Receipt builds the receipt of runID from the trail: each of its events
 // with an inclusion proof in its chain's newest checkpointed tree.

@@ -470,6 +470,15 @@ func (a *fakeAudit) AddCosignature(_ context.Context, c sandgate.Cosignature) (s
 	return cp, nil
 }
 
+func (a *fakeAudit) Receipt(_ context.Context, runID string) (sandgate.Receipt, error) {
+	return sandgate.Receipt{Format: sandgate.ReceiptFormat, RunID: runID, CreatedAt: fakeNote.CreatedAt,
+		Events: []sandgate.ReceiptEvent{{EventID: "0193a000-0000-7000-8000-000000000001", Type: "run.requested", ChainID: fakeNote.ChainID,
+			Seq: 2, Body: `{"run_id":"` + runID + `"}`, PrevHash: strings.Repeat("0", 64), Hash: strings.Repeat("1", 64),
+			LeafIndex: 1, TreeSize: 3, Proof: []string{"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}}},
+		Checkpoints: []sandgate.ReceiptCheckpoint{{ChainID: fakeNote.ChainID, Note: fakeNote.Note}},
+		Keys:        []string{"sandgate.test-node/test-node-1+00000000+AQ=="}}, nil
+}
+
 // Exec runs a command of a session as Execute runs a run.
 func (e *fakeExecutor) Exec(ctx context.Context, _ string, job sandgate.Job) (sandgate.Result, error) {
 	return e.Execute(ctx, job)

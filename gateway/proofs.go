@@ -181,3 +181,28 @@ func (s *Server) auditCosign(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, api.NewCheckpointView(cp))
 }
+
+// runReceipt is GET /v1/runs/{id}/receipt: the receipt `sandgate audit
+// receipt` builds, as a file. A submitter gets their team's runs only;
+// auditors and admins any run the trail holds, also one whose record
+// the run store no longer keeps.
+func (s *Server) runReceipt(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	ctx, who, id := c.Request().Context(), principal(c), c.Param("id")
+	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+		return err
+	}
+	p, err := s.proofs()
+	if err != nil {
+		return err
+	}
+	rec, err := p.Receipt(ctx, id)
+	if err != nil {
+		return unavailable(err, "the audit trail")
+	}
+	c.Response().Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": "receipt-" + id + ".json"}))
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, rec)
+}

@@ -268,6 +268,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/runs/:id/artifacts", s.listArtifacts, s.require(readers...))
 	v1.GET(strings.TrimPrefix(artifactRoute, "/v1"), s.getArtifact, s.require(readers...))
 	v1.GET("/runs/:id/artifacts.tar", s.artifactsTar, s.require(readers...))
+	v1.GET("/runs/:id/receipt", s.runReceipt, s.require(readers...))
 	v1.DELETE("/runs/:id", s.cancelRun, s.require(cancellers...))
 	v1.POST("/admission/review", s.review)
 	v1.GET("/policies", s.policyStatus, s.require(policyReaders...))

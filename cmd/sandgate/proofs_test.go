@@ -20,6 +20,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/audit/audittest"
 )
@@ -334,11 +335,26 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 func TestReceiptCLI(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "checkpoint.key")
-	s := startServer(t, withEnv("SANDGATE_SIGNING_KEY_FILE", keyFile))
+	s := startServer(t, withEnv("SANDGATE_SIGNING_KEY_FILE", keyFile), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"))
 	run := s.submitWait(t, s.Token, `{"command":["sh","-c","exit 3"]}`)
 	if run.ExitCode == nil || *run.ExitCode != 3 {
 		t.Fatalf("run: %+v", run)
 	}
+	// The same receipt over the API (GET /v1/runs/{id}/receipt), once
+	// every event of the run is under a checkpoint note.
+	var fromAPI sandgate.Receipt
+	var apiErr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if fromAPI, apiErr = s.Client.Receipt(context.Background(), run.ID); apiErr == nil {
+			break
+		}
+	}
+	if apiErr != nil {
+		t.Fatalf("GET /v1/runs/%s/receipt: %v", run.ID, apiErr)
+	}
+	apiFile := filepath.Join(dir, "receipt-api.json")
+	apiRaw, _ := json.Marshal(fromAPI)
+	os.WriteFile(apiFile, apiRaw, 0o600)
 	if err := s.Stop(); err != nil { // the final checkpoints cover the run
 		t.Fatal(err)
 	}
@@ -361,6 +377,15 @@ func TestReceiptCLI(t *testing.T) {
 	var rep audit.ReceiptReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
+	}
+	out, err = auditCLI(offline, "audit", "verify-receipt", apiFile, "--key", pubFile)
+	if err != nil {
+		t.Fatalf("verify-receipt of the API's receipt: %v\n%s", err, out)
+	}
+	var apiRep audit.ReceiptReport
+	// The CLI's, made later, may hold events recorded since.
+	if err := json.Unmarshal([]byte(out), &apiRep); err != nil || apiRep.Events == 0 || !strings.HasPrefix(strings.Join(rep.Types, ","), strings.Join(apiRep.Types, ",")) {
+		t.Errorf("the API's receipt has events %v, the CLI's %v (%v)", apiRep.Types, rep.Types, err)
 	}
 	types := strings.Join(rep.Types, ",")
 	for _, want := range []string{"run.requested", "admission.allowed", "container.created", "container.started", "container.exited"} {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -50,6 +51,15 @@ func (c *Client) ConsistencyProof(ctx context.Context, chain string, from, to in
 	var p api.ConsistencyProofView
 	err := c.do(ctx, http.MethodGet, "/v1/audit/proof/consistency", q, nil, nil, &p)
 	return p, err
+}
+
+// Receipt returns a run's receipt, the document `sandgate audit receipt`
+// writes (submitter of the run's team, auditor, admin). Check it with
+// audit.VerifyReceipt or `sandgate audit verify-receipt`.
+func (c *Client) Receipt(ctx context.Context, runID string) (sandgate.Receipt, error) {
+	var r sandgate.Receipt
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/receipt", nil, nil, nil, &r)
+	return r, err
 }
 
 // Cosign posts a witness's cosignature of a checkpoint note and returns
