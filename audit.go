@@ -72,6 +72,10 @@ type VerifyReport struct {
 	OK       bool            `json:"ok"`
 	Checked  int64           `json:"checked"`
 	Problems []VerifyProblem `json:"problems"`
+	// Purged lists the ranges retention dropped, as signed
+	// retention.applied events record them: verify starts each chain
+	// after them, so they are known-absent, not missing.
+	Purged []PurgedRange `json:"purged,omitempty"`
 }
 
 // AuditTrail is the audit trail as auditors read it.

@@ -65,6 +65,9 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		return r, dbErr(err, "read the run's events")
 	}
 	if len(r.Events) == 0 {
+		if gone := s.purgedError(ctx, "event of run", runID); gone != nil {
+			return r, gone
+		}
 		return r, sandgate.Errorf(sandgate.CodeNotFound, "no events of run %q in the trail", runID)
 	}
 	notes := map[string]sandgate.CheckpointNote{}
@@ -107,6 +110,15 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		r.Keys = append(r.Keys, k)
 	}
 	sort.Strings(r.Keys)
+	chains := map[string]bool{}
+	for c := range notes {
+		chains[c] = true
+	}
+	// What retention dropped of these chains: events of the run recorded
+	// there (a run that spans a month's end) are known-absent.
+	if r.Purged, err = s.purgedOf(ctx, chains); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -129,6 +141,9 @@ type ReceiptReport struct {
 	Problems []ReceiptProblem `json:"problems"`
 	// Keys are the verifier keys that signed the checkpoints.
 	Keys []string `json:"keys"`
+	// Purged repeats the ranges of the run's chains the receipt says
+	// retention dropped: the gateway's word, which no proof backs.
+	Purged []sandgate.PurgedRange `json:"purged,omitempty"`
 }
 
 // Receipt problem kinds.
@@ -149,7 +164,7 @@ const (
 // inclusion proof; every note is signed by a key of the receipt, or, when
 // pinned is not empty, by one of the pinned verifier keys.
 func VerifyReceipt(r Receipt, pinned []string) ReceiptReport {
-	rep := ReceiptReport{RunID: r.RunID, Events: len(r.Events), Problems: []ReceiptProblem{}}
+	rep := ReceiptReport{RunID: r.RunID, Events: len(r.Events), Problems: []ReceiptProblem{}, Purged: r.Purged}
 	add := func(e *ReceiptEvent, kind, format string, args ...any) {
 		p := ReceiptProblem{Kind: kind, Detail: fmt.Sprintf(format, args...)}
 		if e != nil {

@@ -344,16 +344,27 @@ func (w *writer) treeRoot(ctx context.Context) (tlog.Hash, error) {
 // stored tree's size up to headSeq, read from audit_events, and returns
 // its reader and the tree's root.
 func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Hash, error) {
-	size, err := storedTreeSize(ctx, tx, w.chainID)
+	return growTreeTo(ctx, tx, w.chainID, w.headSeq)
+}
+
+// errLeavesGone means a chain's rows a tree needs are no longer in
+// audit_events (retention dropped them before the tree was stored).
+var errLeavesGone = errors.New("the chain's rows are gone")
+
+// growTreeTo stores, in tx, the tree hashes of chainID's leaves from the
+// stored tree's size up to target, read from audit_events, and returns
+// its reader and the tree's root.
+func growTreeTo(ctx context.Context, tx pgx.Tx, chainID string, target int64) (*treeReader, tlog.Hash, error) {
+	size, err := storedTreeSize(ctx, tx, chainID)
 	if err != nil {
 		return nil, tlog.Hash{}, err
 	}
-	r := &treeReader{ctx: ctx, q: tx, chainID: w.chainID, cache: map[int64]tlog.Hash{}}
-	if size > w.headSeq {
-		return nil, tlog.Hash{}, fmt.Errorf("chain %s: the stored tree has %d leaves, the chain %d", w.chainID, size, w.headSeq)
+	r := &treeReader{ctx: ctx, q: tx, chainID: chainID, cache: map[int64]tlog.Hash{}}
+	if size > target {
+		return nil, tlog.Hash{}, fmt.Errorf("chain %s: the stored tree has %d leaves, the chain %d", chainID, size, target)
 	}
-	for size < w.headSeq {
-		leaves, err := readLeaves(ctx, tx, w.chainID, size, min(w.headSeq, size+treeChunk))
+	for size < target {
+		leaves, err := readLeaves(ctx, tx, chainID, size, min(target, size+treeChunk))
 		if err != nil {
 			return nil, tlog.Hash{}, err
 		}
@@ -363,7 +374,7 @@ func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Has
 			n := size + int64(i)
 			hs, err := tlog.StoredHashesForRecordHash(n, LeafHash(leaf), r)
 			if err != nil {
-				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", w.chainID, n, err)
+				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", chainID, n, err)
 			}
 			x := tlog.StoredHashIndex(0, n)
 			for j, h := range hs {
@@ -372,7 +383,7 @@ func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Has
 			hashes = append(hashes, hs...)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO audit_tree_hashes (chain_id, start_index, end_index, hashes) VALUES ($1, $2, $3, $4)`,
-			treeRow(w.chainID, start, hashes)...); err != nil {
+			treeRow(chainID, start, hashes)...); err != nil {
 			return nil, tlog.Hash{}, fmt.Errorf("store tree hashes: %w", err)
 		}
 		size += int64(len(leaves))
@@ -405,7 +416,7 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 			return nil, fmt.Errorf("read chain hashes: %w", err)
 		}
 		if seq != next {
-			return nil, fmt.Errorf("chain %s: seq %d missing", chainID, next)
+			return nil, fmt.Errorf("chain %s: seq %d missing: %w", chainID, next, errLeavesGone)
 		}
 		out = append(out, h)
 		next++
@@ -414,7 +425,7 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 		return nil, fmt.Errorf("read chain hashes: %w", err)
 	}
 	if next != to+1 {
-		return nil, fmt.Errorf("chain %s: rows after seq %d missing", chainID, next-1)
+		return nil, fmt.Errorf("chain %s: rows after seq %d missing: %w", chainID, next-1, errLeavesGone)
 	}
 	return out, nil
 }
