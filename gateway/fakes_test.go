@@ -438,6 +438,9 @@ func jsonMap(b []byte) map[string]any {
 	return m
 }
 
+// purgedEventID is an event the fake trail's retention dropped.
+const purgedEventID = "0193a000-0000-7000-8000-00000000dead"
+
 var fakeNote = sandgate.CheckpointNote{
 	ChainID: "test-node-1", Origin: "sandgate.test-node/test-node-1", TreeSize: 3, RootHash: make([]byte, 32),
 	Note:      "sandgate.test-node/test-node-1\n3\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n— sandgate.test-node/test-node-1 AAAAAA==\n",
@@ -454,6 +457,10 @@ func (a *fakeAudit) Checkpoint(_ context.Context, chain string) (sandgate.Checkp
 func (a *fakeAudit) InclusionProof(_ context.Context, id string, size int64) (sandgate.InclusionProof, error) {
 	if id == "nope" {
 		return sandgate.InclusionProof{}, sandgate.FieldError("event_id", "event_id must be a UUID")
+	}
+	if id == purgedEventID {
+		return sandgate.InclusionProof{}, &sandgate.Error{Code: sandgate.CodePurged, Message: "retention dropped audit_events_2025_01",
+			Details: map[string]any{"partition": "audit_events_2025_01"}}
 	}
 	return sandgate.InclusionProof{EventID: id, ChainID: fakeNote.ChainID, Seq: 2, LeafIndex: 1, TreeSize: 3,
 		EventHash: make([]byte, 32), Hashes: [][]byte{make([]byte, 32), make([]byte, 32)}, Checkpoint: fakeNote}, nil

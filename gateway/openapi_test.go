@@ -201,6 +201,7 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "GET", path: "/v1/audit/checkpoint", token: tokAuditor, status: 200},
 		{method: "GET", path: "/v1/audit/checkpoint?chain=test-node-1", token: tokAdmin, header: []string{"Accept: application/json"}, status: 200},
 		{method: "GET", path: "/v1/audit/checkpoint?chain=nope", token: tokAuditor, status: 404},
+		{method: "GET", path: "/v1/audit/proof/inclusion?event_id=" + purgedEventID, token: tokAuditor, status: 410},
 		{method: "GET", path: "/v1/audit/checkpoint?chian=x", token: tokAuditor, status: 400},
 		{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tokAuditor, body: `{"note":"x\n","witness_key":"w+00000000+AA=="}`, status: 200},
 		{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tokAuditor, body: `{"note":"x\n","witness_key":"w","extra":1}`, status: 400},
@@ -284,7 +285,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, want := range []string{
 		"submitRun 200", "submitRun 202", "submitRun 400", "submitRun 401", "submitRun 403", "submitRun 409",
 		"submitRun 413", "submitRun 429", "submitRun 503", "listRuns 400", "getRun 404", "runLogs 400", "cancelRun 409",
-		"auditEvents 400", "policyReload 422", "policyReplay 422", "policyReplay 400", "readyz 503", "sandboxes 503", "removeVolume 404", "unrouted 404", "unrouted 405",
+		"auditEvents 400", "policyReload 422", "policyReplay 422", "policyReplay 400", "readyz 503", "sandboxes 503", "auditInclusionProof 410", "removeVolume 404", "unrouted 404", "unrouted 405",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %s answer validated", want)

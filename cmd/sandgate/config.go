@@ -289,8 +289,8 @@ func (c *Config) Validate() error {
 	if c.ReplayMaxDecisions < 0 || c.ReplayMaxDecisions > 1_000_000 {
 		return fmt.Errorf("SANDGATE_REPLAY_MAX_DECISIONS must be between 0 (the default, 10000) and 1000000, not %d", c.ReplayMaxDecisions)
 	}
-	if c.AuditRetentionInterval < time.Minute || c.AuditRetentionInterval > 31*24*time.Hour {
-		return fmt.Errorf("SANDGATE_AUDIT_RETENTION_INTERVAL must be between 1m and 744h, not %s", c.AuditRetentionInterval)
+	if c.AuditRetentionInterval < time.Second || c.AuditRetentionInterval > 31*24*time.Hour {
+		return fmt.Errorf("SANDGATE_AUDIT_RETENTION_INTERVAL must be between 1s and 744h, not %s", c.AuditRetentionInterval)
 	}
 	if c.AuditArchiveDir != "" && !filepath.IsAbs(c.AuditArchiveDir) {
 		return fmt.Errorf("SANDGATE_AUDIT_ARCHIVE_DIR: %q is not an absolute path", c.AuditArchiveDir)
