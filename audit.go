@@ -228,6 +228,33 @@ type PurgedRange struct {
 	EventID   string    `json:"event_id"`
 }
 
+// WitnessAlarmReport is an alarm a witness raised, as it posts it: the
+// alarm as a note signed with the witness's key (tlog-cosignature/v1),
+// and that key's verifier key.
+type WitnessAlarmReport struct {
+	Note       string
+	WitnessKey string
+}
+
+// WitnessAlarm is a witness's alarm as the trail checked it: which log,
+// what kind of inconsistency, the tree the witness had seen and the one
+// it was offered, signed by Witness at RaisedAt. KnownWitness says
+// whether that key has cosigned one of the trail's checkpoints before.
+type WitnessAlarm struct {
+	Witness      string
+	WitnessKey   string
+	Origin       string
+	ChainID      string
+	Kind         string
+	Detail       string
+	SeenSize     int64
+	SeenRoot     string
+	OfferedSize  int64
+	OfferedRoot  string
+	RaisedAt     time.Time
+	KnownWitness bool
+}
+
 // AuditProofs answers transparency-log questions about the trail: each
 // chain is an RFC 6962 Merkle tree over its events' hashes.
 type AuditProofs interface {
@@ -253,4 +280,8 @@ type AuditProofs interface {
 	// event of the run or one is not yet under a checkpoint note, GONE
 	// when retention dropped the month its events were in.
 	Receipt(ctx context.Context, runID string) (Receipt, error)
+	// CheckWitnessAlarm checks a witness's signed alarm and returns what
+	// it says; INVALID-REQUEST when it is malformed or its signature does
+	// not verify with the key posted with it.
+	CheckWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
 }

@@ -486,6 +486,15 @@ func (a *fakeAudit) Receipt(_ context.Context, runID string) (sandgate.Receipt, 
 		Keys:        []string{"sandgate.test-node/test-node-1+00000000+AQ=="}}, nil
 }
 
+func (a *fakeAudit) CheckWitnessAlarm(_ context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
+	if r.WitnessKey == "bad" {
+		return sandgate.WitnessAlarm{}, sandgate.FieldError("witness_key", "not a witness key")
+	}
+	return sandgate.WitnessAlarm{Witness: "witness.example", WitnessKey: r.WitnessKey, Origin: fakeNote.Origin, ChainID: fakeNote.ChainID,
+		Kind: "inconsistent", Detail: "the tree of 5 does not extend the tree of 3", SeenSize: 3, SeenRoot: "AAAA", OfferedSize: 5,
+		OfferedRoot: "AAAB", RaisedAt: fakeNote.CreatedAt}, nil
+}
+
 // Exec runs a command of a session as Execute runs a run.
 func (e *fakeExecutor) Exec(ctx context.Context, _ string, job sandgate.Job) (sandgate.Result, error) {
 	return e.Execute(ctx, job)

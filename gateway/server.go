@@ -279,6 +279,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/audit/verify", s.auditVerify, s.require(auditors...))
 	v1.GET("/audit/checkpoint", s.auditCheckpoint, s.require(auditors...))
 	v1.POST("/audit/checkpoint/cosignature", s.auditCosign, s.require(sandgate.RoleAuditor))
+	v1.POST("/audit/witness/alarm", s.auditWitnessAlarm, s.require(sandgate.RoleAuditor))
 	v1.GET("/audit/proof/inclusion", s.auditInclusion, s.require(auditors...))
 	v1.GET("/audit/proof/consistency", s.auditConsistency, s.require(auditors...))
 	v1.GET("/sandboxes", s.sandboxes, s.require(admins...))

@@ -314,6 +314,16 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 	if prom, _ := os.ReadFile(filepath.Join(state, "witness.prom")); !strings.Contains(string(prom), `sandgate_witness_alarm{origin="`+cp.Origin+`",kind="inconsistent"} 1`) {
 		t.Errorf("witness.prom:\n%s", prom)
 	}
+	// The gateway recorded the alarm, signed by the witness, in the trail
+	// and counts it.
+	alarms := s.auditEvents(t, s.Token, url.Values{"type": {"audit.witness_alarm"}})
+	if len(alarms) != 1 || alarms[0].Outcome != "inconsistent" || alarms[0].Payload["witness"] != "witness.test" ||
+		alarms[0].Payload["origin"] != cp.Origin || alarms[0].Payload["known_witness"] != true {
+		t.Errorf("audit.witness_alarm events: %+v", alarms)
+	}
+	if _, _, body := s.do(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(body), `sandgate_audit_witness_alarms_total{kind="inconsistent",known_witness="true"} 1`) {
+		t.Errorf("/metrics has no witness alarm")
+	}
 	// Its view stays as it was: it refuses again.
 	if _, err := witness(t, s, state, wkey, gwKey); !errors.As(err, &exit) || exit.Code != exitAlarm {
 		t.Fatalf("second run after the alarm: %v", err)

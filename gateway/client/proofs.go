@@ -73,3 +73,15 @@ func (c *Client) Cosign(ctx context.Context, req api.CosignatureRequest) (api.Ch
 	err = c.do(ctx, http.MethodPost, "/v1/audit/checkpoint/cosignature", nil, nil, bytes.NewReader(body), &cp)
 	return cp, err
 }
+
+// WitnessAlarm posts an alarm a witness raised, signed with its key, and
+// returns it as the trail recorded it (auditor).
+func (c *Client) WitnessAlarm(ctx context.Context, req api.WitnessAlarmRequest) (api.WitnessAlarmView, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.WitnessAlarmView{}, fmt.Errorf("encode alarm: %w", err)
+	}
+	var v api.WitnessAlarmView
+	err = c.do(ctx, http.MethodPost, "/v1/audit/witness/alarm", nil, nil, bytes.NewReader(body), &v)
+	return v, err
+}
