@@ -181,7 +181,7 @@ func (w *Witness) Observe(msg string, prove ConsistencyFunc) (string, error) {
 			}
 			if err := tlog.CheckTree(proof, c.Size, c.Root, old.Size, tlog.Hash(oldRoot)); err != nil {
 				return "", alarm(AlarmInconsistent, fmt.Sprintf("the tree of %d leaves (root %s) does not extend the tree of %d leaves seen at %s (root %s): %v; the log's history was rewritten",
-						c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err))
+					c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err))
 			}
 		}
 	}
