@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
@@ -192,6 +193,9 @@ func (s *Server) runReceipt(c echo.Context) error {
 		return err
 	}
 	ctx, who, id := c.Request().Context(), principal(c), c.Param("id")
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
+	}
 	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
 		return err
 	}
