@@ -272,7 +272,7 @@ func BenchmarkTreeAddLeaves(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64((b.Elapsed() - handing).Nanoseconds())/float64(seq), "ns/event")
+	b.ReportMetric(float64((b.Elapsed()-handing).Nanoseconds())/float64(seq), "ns/event")
 	b.ReportMetric(float64(handing.Nanoseconds())/float64(seq), "writer-ns/event")
 }
 
