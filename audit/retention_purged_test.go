@@ -269,3 +269,43 @@ func mustVerifierKey(t *testing.T, note string, pub ed25519.PublicKey) string {
 	}
 	return k
 }
+
+// TestRetentionLoop: a gateway's retention loop drops an expired month
+// on its own, archiving it first, and stops with its context.
+func TestRetentionLoop(t *testing.T) {
+	dsn, db := newDB(t)
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2025, 1, 10, 12, 0, 0, 0, time.UTC)}
+	open := func() *Store {
+		return testStore(t, dsn, func(c *Config) {
+			c.Clock, c.IDs = clock.Now, v7At(clock.Now)
+			c.CheckpointInterval = 24 * time.Hour
+		})
+	}
+	gw := open()
+	for i := range 5 {
+		if err := gw.Record(ctx, lifecycle(i, "run-jan")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Set(time.Date(2025, 2, 10, 12, 0, 0, 0, time.UTC))
+	if err := gw.Record(ctx, lifecycle(5, "run-feb")); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Close(ctx); err != nil { // a final checkpoint over both months
+		t.Fatal(err)
+	}
+	clock.Set(time.Date(2025, 4, 10, 12, 0, 0, 0, time.UTC))
+	loop := open()
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond) }()
+	waitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
+		return count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND actor = 'sandgate:retention'") == 1
+	})
+	stop()
+	<-done
+	if got := count(t, db, "SELECT count(*) FROM pg_class WHERE relname IN ('audit_events_2025_01', 'audit_events_2025_02')"); got != 1 {
+		t.Fatalf("%d of January and February remain, want February alone", got)
+	}
+}
