@@ -299,7 +299,10 @@ func TestRetentionLoop(t *testing.T) {
 	loop := open()
 	lctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond) }()
+	go func() {
+		defer close(done)
+		loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
+	}()
 	waitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND actor = 'sandgate:retention'") == 1
 	})
