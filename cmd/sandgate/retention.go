@@ -226,8 +226,9 @@ without one, only months archived before are dropped, and the first that
 was not stops it. A period of "forever" drops nothing. Gateways apply
 the same every SANDGATE_AUDIT_RETENTION_INTERVAL (1h), one at a time.
 
-The database role must own audit_events. --dry-run reports what would be
-dropped and changes nothing.`,
+The database role must own audit_events. --dry-run archives and drops
+nothing: it reports what would be dropped of the months as they are
+archived now, stopping at the first expired month never archived.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p := a.cfg.AuditRetention
