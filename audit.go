@@ -72,6 +72,10 @@ type VerifyReport struct {
 	OK       bool            `json:"ok"`
 	Checked  int64           `json:"checked"`
 	Problems []VerifyProblem `json:"problems"`
+	// Purged lists the ranges retention dropped, as signed
+	// retention.applied events record them: verify starts each chain
+	// after them, so they are known-absent, not missing.
+	Purged []PurgedRange `json:"purged,omitempty"`
 }
 
 // AuditTrail is the audit trail as auditors read it.
@@ -161,6 +165,96 @@ type Cosignature struct {
 	WitnessKey string
 }
 
+// ReceiptFormat names the run receipt format.
+const ReceiptFormat = "sandgate-receipt-v1"
+
+// Receipt is one run's proof of record: its events with their canonical
+// bodies, each with an inclusion proof in its chain's checkpointed tree,
+// the signed checkpoint notes and the keys that signed them. It is a
+// document, checked offline by `sandgate audit verify-receipt`, so the
+// CLI and the API (GET /v1/runs/{id}/receipt) hand out the same bytes.
+type Receipt struct {
+	Format    string    `json:"format"`
+	RunID     string    `json:"run_id"`
+	CreatedAt time.Time `json:"created_at"`
+	// Events are the run's events in the order they were recorded.
+	Events []ReceiptEvent `json:"events"`
+	// Checkpoints are the signed notes the proofs are relative to, one per
+	// chain the events are on.
+	Checkpoints []ReceiptCheckpoint `json:"checkpoints"`
+	// Keys are the note verifier keys ("name+hash+base64(0x01‖key)") of
+	// the keys that signed the notes.
+	Keys []string `json:"keys"`
+	// Purged names the ranges of the run's chains that retention dropped
+	// before the run's first event on them, when there are any: events
+	// of the run recorded there are known-absent, not missing.
+	Purged []PurgedRange `json:"purged,omitempty"`
+}
+
+// ReceiptEvent is one event of a receipt: its canonical body (the bytes
+// hashed) and its place in its chain and tree.
+type ReceiptEvent struct {
+	EventID  string `json:"event_id"`
+	Type     string `json:"type"`
+	ChainID  string `json:"chain_id"`
+	Seq      int64  `json:"seq"`
+	Body     string `json:"body"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
+	// LeafIndex is seq - 1; TreeSize is the size of the checkpoint's tree.
+	LeafIndex int64 `json:"leaf_index"`
+	TreeSize  int64 `json:"tree_size"`
+	// Proof is the RFC 6962 audit path, base64.
+	Proof []string `json:"proof"`
+}
+
+// ReceiptCheckpoint is a chain's checkpoint note in a receipt.
+type ReceiptCheckpoint struct {
+	ChainID string `json:"chain_id"`
+	Note    string `json:"note"`
+}
+
+// PurgedRange is a range of a chain that retention dropped: seq 1 (or the
+// previous purge's end) to LastSeq, whose last event hashed to LastHash,
+// recorded by the retention.applied event EventID.
+type PurgedRange struct {
+	ChainID   string    `json:"chain_id"`
+	Partition string    `json:"partition"`
+	FirstSeq  int64     `json:"first_seq"`
+	LastSeq   int64     `json:"last_seq"`
+	LastHash  string    `json:"last_hash"`
+	From      time.Time `json:"from"`
+	To        time.Time `json:"to"`
+	EventID   string    `json:"event_id"`
+}
+
+// WitnessAlarmReport is an alarm a witness raised, as it posts it: the
+// alarm as a note signed with the witness's key (tlog-cosignature/v1),
+// and that key's verifier key.
+type WitnessAlarmReport struct {
+	Note       string
+	WitnessKey string
+}
+
+// WitnessAlarm is a witness's alarm as the trail checked it: which log,
+// what kind of inconsistency, the tree the witness had seen and the one
+// it was offered, signed by Witness at RaisedAt. KnownWitness says
+// whether that key has cosigned one of the trail's checkpoints before.
+type WitnessAlarm struct {
+	Witness      string
+	WitnessKey   string
+	Origin       string
+	ChainID      string
+	Kind         string
+	Detail       string
+	SeenSize     int64
+	SeenRoot     string
+	OfferedSize  int64
+	OfferedRoot  string
+	RaisedAt     time.Time
+	KnownWitness bool
+}
+
 // AuditProofs answers transparency-log questions about the trail: each
 // chain is an RFC 6962 Merkle tree over its events' hashes.
 type AuditProofs interface {
@@ -182,4 +276,12 @@ type AuditProofs interface {
 	// cosignatures; INVALID-REQUEST when the note is not one of the
 	// trail's or the signature does not verify with the witness's key.
 	AddCosignature(ctx context.Context, c Cosignature) (CheckpointNote, error)
+	// Receipt builds a run's receipt; NOT-FOUND when the trail holds no
+	// event of the run or one is not yet under a checkpoint note, GONE
+	// when retention dropped the month its events were in.
+	Receipt(ctx context.Context, runID string) (Receipt, error)
+	// CheckWitnessAlarm checks a witness's signed alarm and returns what
+	// it says; INVALID-REQUEST when it is malformed or its signature does
+	// not verify with the key posted with it.
+	CheckWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
 }

@@ -27,6 +27,10 @@ const (
 	// CodeRangeNotSatisfiable means a Range header asked for bytes past
 	// the end of a file (HTTP 416).
 	CodeRangeNotSatisfiable ErrorCode = "SANDGATE-RANGE-NOT-SATISFIABLE"
+	// CodePurged means what was asked for was in a month of the audit
+	// trail that retention dropped, as a signed retention.applied event
+	// records: it is known to be gone, not missing (HTTP 410).
+	CodePurged ErrorCode = "SANDGATE-PURGED"
 
 	// CodeContainerCreate means the container could not be created.
 	CodeContainerCreate ErrorCode = "SANDGATE-SBX-001"

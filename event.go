@@ -68,6 +68,11 @@ const (
 	// path, size and SHA-256.
 	EventSessionFilePut EventType = "session.file_put"
 	EventSessionFileGet EventType = "session.file_get"
+	// EventAuditWitnessAlarm records a witness's alarm, posted with its
+	// signature: a checkpoint that does not extend the one it saw (a
+	// rewritten or forked history), a smaller tree, or a note not signed
+	// by the gateway's key.
+	EventAuditWitnessAlarm EventType = "audit.witness_alarm"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -84,6 +89,7 @@ var EventTypes = []EventType{
 	EventPolicyReplayed,
 	EventEgressAllowed, EventEgressDenied,
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
+	EventAuditWitnessAlarm,
 }
 
 // Known reports whether t is one of EventTypes.

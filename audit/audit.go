@@ -139,6 +139,10 @@ type Config struct {
 	// checkpoint notes): for the benchmark that measures what the tree
 	// costs.
 	noTree bool
+	// treeUnstored computes the trees and signs the notes but stores no
+	// tree hashes: for the benchmark that tells the writer's share of the
+	// cost from Postgres's.
+	treeUnstored bool
 }
 
 func (c *Config) setDefaults() {

@@ -117,8 +117,7 @@ func (w *writer) checkpoint(final bool) {
 		if err != nil {
 			// A tree that cannot be grown (rows missing, Postgres away)
 			// must not stop the checkpoints verify relies on: sign
-			// without a note.
-			w.tree.size = -1
+			// without a note (the builder catches up next time).
 			w.logf("audit: checkpoint signed without a note", "chain_id", w.chainID, "err", err)
 		} else if n, err := SignNote(w.key, Origin(w.cfg.Node, w.chainID), w.headSeq, root); err != nil {
 			w.logf("audit: checkpoint note not signed", "chain_id", w.chainID, "err", err)

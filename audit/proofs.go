@@ -118,6 +118,9 @@ func (s *Store) InclusionProof(ctx context.Context, eventID string, treeSize int
 	err = s.pool.QueryRow(ctx, `SELECT chain_id, seq, hash FROM audit_events WHERE event_id = $1 LIMIT 1`, [16]byte(id)).
 		Scan(&p.ChainID, &p.Seq, &p.EventHash)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if gone := s.purgedError(ctx, "event", id.String()); gone != nil {
+			return p, gone
+		}
 		return p, sandgate.Errorf(sandgate.CodeNotFound, "no event %s in the trail", eventID)
 	}
 	if err != nil {

@@ -18,9 +18,14 @@ import (
 // emitRun is BenchmarkEmitThroughput's measure: 8 producers emit total
 // events into a fresh database; the rate at which the last is committed.
 func emitRun(b *testing.B, total int, noTree bool) float64 {
+	return emitRunWith(b, total, func(c *Config) { c.noTree = noTree })
+}
+
+// emitRunWith is emitRun with the store's config adjusted by mod.
+func emitRunWith(b *testing.B, total int, mod func(*Config)) float64 {
 	const producers = 8
 	dsn, _ := newDB(b)
-	s := testStore(b, dsn, func(c *Config) { c.noTree = noTree })
+	s := testStore(b, dsn, mod)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for p := range producers {
@@ -67,6 +72,46 @@ func BenchmarkEmitThroughputTree(b *testing.B) {
 		b.ReportMetric(med(with), "tree-events/s")
 		b.ReportMetric(med(without), "no-tree-events/s")
 		b.ReportMetric(med(ratios), "ratio")
+	}
+}
+
+// BenchmarkEmitThroughputTreeParts tells where the tree's cost lies:
+// rounds of 100,000 events with the tree maintained whole, with the tree
+// computed and its notes signed but no hash stored (the writer's share),
+// and without a tree, in rotating order. It reports each way's median rate
+// and the medians of the two ratios to the rate without a tree.
+func BenchmarkEmitThroughputTreeParts(b *testing.B) {
+	rounds := envInt("SANDGATE_BENCH_ROUNDS", 7)
+	const total = 100_000
+	modes := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"tree", func(*Config) {}},
+		{"unstored", func(c *Config) { c.treeUnstored = true }},
+		{"none", func(c *Config) { c.noTree = true }},
+	}
+	for b.Loop() {
+		rates := map[string][]float64{}
+		var whole, writer []float64
+		for r := range rounds {
+			got := map[string]float64{}
+			for i := range modes {
+				m := modes[(i+r)%len(modes)]
+				got[m.name] = emitRunWith(b, total, m.mod)
+				rates[m.name] = append(rates[m.name], got[m.name])
+			}
+			whole = append(whole, got["tree"]/got["none"])
+			writer = append(writer, got["unstored"]/got["none"])
+			b.Logf("round %d: tree %.0f, unstored %.0f, none %.0f events/s: %.3f %.3f", r+1,
+				got["tree"], got["unstored"], got["none"], got["tree"]/got["none"], got["unstored"]/got["none"])
+		}
+		med := func(x []float64) float64 { slices.Sort(x); return x[len(x)/2] }
+		b.ReportMetric(med(rates["tree"]), "tree-events/s")
+		b.ReportMetric(med(rates["unstored"]), "unstored-events/s")
+		b.ReportMetric(med(rates["none"]), "no-tree-events/s")
+		b.ReportMetric(med(whole), "tree-ratio")
+		b.ReportMetric(med(writer), "unstored-ratio")
 	}
 }
 
@@ -188,16 +233,19 @@ func BenchmarkProofLatency1M(b *testing.B) {
 	}
 }
 
-// BenchmarkTreeAddLeaves is the writer's own share of the tree, per event:
-// a leaf's stored hashes from the in-memory frontier, the frontier kept
-// small, and the run handed to the builder (here a goroutine that drops
-// it), in batches of 1000 as under load; plus one note root per batch.
+// BenchmarkTreeAddLeaves is the tree builder's hasher per event, which
+// used to be the writer's own share of the tree: a leaf's stored hashes
+// from the in-memory frontier, the frontier kept small, and the run
+// handed to the storer (here a goroutine that drops it), in batches of
+// 1000 as under load; plus one note root per batch. The writer itself
+// now only hands each batch's hashes over (writer-ns/event).
 func BenchmarkTreeAddLeaves(b *testing.B) {
 	w := &writer{chainID: "bench-chain"}
-	w.tree = &treeState{size: 0, frontier: map[int64]tlog.Hash{}, rows: make(chan []any, 1024), done: make(chan struct{})}
+	tb := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), st: treeState{size: 0, frontier: map[int64]tlog.Hash{}}}
+	w.tree = tb
 	go func() {
-		for range w.tree.rows {
-			w.tree.pending.Done()
+		for range tb.rows {
+			tb.pending.Done()
 		}
 	}()
 	const batch = 1000
@@ -206,6 +254,7 @@ func BenchmarkTreeAddLeaves(b *testing.B) {
 		h := sha256.Sum256([]byte{byte(i), byte(i >> 8)})
 		recs[i] = &sealed{ChainID: w.chainID, Hash: h[:]}
 	}
+	var handing time.Duration
 	b.ResetTimer()
 	seq := int64(0)
 	for i := 0; i < b.N; i += batch {
@@ -213,13 +262,18 @@ func BenchmarkTreeAddLeaves(b *testing.B) {
 			seq++
 			r.Seq = seq
 		}
+		t0 := time.Now()
 		w.addLeaves(recs)
-		if _, err := tlog.TreeHash(w.tree.size, w.tree); err != nil {
+		m := <-tb.in
+		handing += time.Since(t0)
+		tb.add(m.first, m.hashes)
+		if _, err := tlog.TreeHash(tb.st.size, &tb.st); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(seq), "ns/event")
+	b.ReportMetric(float64((b.Elapsed()-handing).Nanoseconds())/float64(seq), "ns/event")
+	b.ReportMetric(float64(handing.Nanoseconds())/float64(seq), "writer-ns/event")
 }
 
 // BenchmarkTreeCatchUp measures how fast a writer builds the tree of a

@@ -24,45 +24,17 @@ import (
 // nothing else: no database, no network.
 
 // ReceiptFormat names the receipt format.
-const ReceiptFormat = "sandgate-receipt-v1"
+const ReceiptFormat = sandgate.ReceiptFormat
 
-// Receipt is one run's proof of record.
-type Receipt struct {
-	Format    string    `json:"format"`
-	RunID     string    `json:"run_id"`
-	CreatedAt time.Time `json:"created_at"`
-	// Events are the run's events in the order they were recorded.
-	Events []ReceiptEvent `json:"events"`
-	// Checkpoints are the signed notes the proofs are relative to, one per
-	// chain the events are on.
-	Checkpoints []ReceiptCheckpoint `json:"checkpoints"`
-	// Keys are the note verifier keys ("name+hash+base64(0x01‖key)") of
-	// the keys that signed the notes.
-	Keys []string `json:"keys"`
-}
+// Receipt is one run's proof of record (sandgate.Receipt: the CLI and the
+// API hand out the same document).
+type Receipt = sandgate.Receipt
 
-// ReceiptEvent is one event of a receipt: its canonical body (the bytes
-// hashed) and its place in its chain and tree.
-type ReceiptEvent struct {
-	EventID  string `json:"event_id"`
-	Type     string `json:"type"`
-	ChainID  string `json:"chain_id"`
-	Seq      int64  `json:"seq"`
-	Body     string `json:"body"`
-	PrevHash string `json:"prev_hash"`
-	Hash     string `json:"hash"`
-	// LeafIndex is seq - 1; TreeSize is the size of the checkpoint's tree.
-	LeafIndex int64 `json:"leaf_index"`
-	TreeSize  int64 `json:"tree_size"`
-	// Proof is the RFC 6962 audit path, base64.
-	Proof []string `json:"proof"`
-}
+// ReceiptEvent is one event of a receipt.
+type ReceiptEvent = sandgate.ReceiptEvent
 
 // ReceiptCheckpoint is a chain's checkpoint note in a receipt.
-type ReceiptCheckpoint struct {
-	ChainID string `json:"chain_id"`
-	Note    string `json:"note"`
-}
+type ReceiptCheckpoint = sandgate.ReceiptCheckpoint
 
 // Receipt builds the receipt of runID from the trail: each of its events
 // with an inclusion proof in its chain's newest checkpointed tree.
@@ -93,6 +65,9 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		return r, dbErr(err, "read the run's events")
 	}
 	if len(r.Events) == 0 {
+		if gone := s.purgedError(ctx, "event of run", runID); gone != nil {
+			return r, gone
+		}
 		return r, sandgate.Errorf(sandgate.CodeNotFound, "no events of run %q in the trail", runID)
 	}
 	notes := map[string]sandgate.CheckpointNote{}
@@ -135,6 +110,15 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		r.Keys = append(r.Keys, k)
 	}
 	sort.Strings(r.Keys)
+	chains := map[string]bool{}
+	for c := range notes {
+		chains[c] = true
+	}
+	// What retention dropped of these chains: events of the run recorded
+	// there (a run that spans a month's end) are known-absent.
+	if r.Purged, err = s.purgedOf(ctx, chains); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -157,6 +141,9 @@ type ReceiptReport struct {
 	Problems []ReceiptProblem `json:"problems"`
 	// Keys are the verifier keys that signed the checkpoints.
 	Keys []string `json:"keys"`
+	// Purged repeats the ranges of the run's chains the receipt says
+	// retention dropped: the gateway's word, which no proof backs.
+	Purged []sandgate.PurgedRange `json:"purged,omitempty"`
 }
 
 // Receipt problem kinds.
@@ -177,7 +164,7 @@ const (
 // inclusion proof; every note is signed by a key of the receipt, or, when
 // pinned is not empty, by one of the pinned verifier keys.
 func VerifyReceipt(r Receipt, pinned []string) ReceiptReport {
-	rep := ReceiptReport{RunID: r.RunID, Events: len(r.Events), Problems: []ReceiptProblem{}}
+	rep := ReceiptReport{RunID: r.RunID, Events: len(r.Events), Problems: []ReceiptProblem{}, Purged: r.Purged}
 	add := func(e *ReceiptEvent, kind, format string, args ...any) {
 		p := ReceiptProblem{Kind: kind, Detail: fmt.Sprintf(format, args...)}
 		if e != nil {

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -45,6 +44,9 @@ type archivedPayload struct {
 	ManifestSHA256 string            `json:"manifest_sha256,omitempty"`
 	Location       string            `json:"location,omitempty"`
 	ArchiveEventID string            `json:"archive_event_id,omitempty"`
+	// Trees are, in retention.applied, each chain's tree at its last
+	// purged seq: what proofs and verify need of the dropped leaves.
+	Trees []purgedTree `json:"trees,omitempty"`
 }
 
 func (p archivedPayload) asMap() map[string]any {
@@ -184,10 +186,16 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 			out = append(out, res)
 			continue
 		}
+		// The trees of the dropped rows, stored first where they are not
+		// yet: audit_tree_hashes is never purged.
+		trees, err := s.purgeTrees(ctx, p)
+		if err != nil {
+			return out, err
+		}
 		ev := sandgate.Event{
 			ID: s.cfg.IDs(), Type: sandgate.EventRetentionApplied, Actor: actor, Outcome: "dropped",
 			Payload: archivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
-				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID}.asMap(),
+				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.asMap(),
 		}
 		table := pgx.Identifier{p.Name}.Sanitize()
 		err = s.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
@@ -238,31 +246,14 @@ func (s *Store) recordWith(ctx context.Context, ev sandgate.Event, also func(con
 }
 
 // retentionAnchors reads, from retention.applied events, where each
-// purged chain now begins: the last purged seq and its hash. Only events
-// that a checkpoint by a key v knows covers count: anyone with the
-// application role can insert a row that claims a purge.
+// purged chain now begins: the last purged seq, its hash and its tree.
+// Only events that a checkpoint by a key v knows covers count: anyone with
+// the application role can insert a row that claims a purge. Those that
+// count are listed in v's report.
 func (s *Store) retentionAnchors(ctx context.Context, v *verifier) (map[string]anchorPoint, error) {
-	rows, err := s.db.WithContext(ctx).Raw(`SELECT chain_id, seq, payload FROM audit_events WHERE type = ?`, string(sandgate.EventRetentionApplied)).Rows()
+	refs, err := s.retentionRecords(ctx)
 	if err != nil {
-		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
-	}
-	var refs []retentionRef
-	for rows.Next() {
-		var r retentionRef
-		var raw []byte
-		if err := rows.Scan(&r.chain, &r.seq, &raw); err != nil {
-			rows.Close()
-			return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
-		}
-		if json.Unmarshal(raw, &r.p) != nil {
-			continue // verify reports the row itself if it is damaged
-		}
-		refs = append(refs, r)
-	}
-	err = rows.Err()
-	rows.Close()
-	if err != nil {
-		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read retention events")
+		return nil, err
 	}
 	out := map[string]anchorPoint{}
 	covered := map[string]int64{}
@@ -282,25 +273,38 @@ func (s *Store) retentionAnchors(ctx context.Context, v *verifier) (map[string]a
 		}
 		if seq >= r.seq {
 			addAnchors(out, r.p)
+			v.notePurged(r.p, r.id)
 		}
 	}
 	return out, nil
 }
 
-// anchorPoint is where a purged chain's kept rows link to.
+// anchorPoint is where a purged chain's kept rows link to, and the tree
+// of the dropped rows when the purge recorded it.
 type anchorPoint struct {
 	Seq  int64
 	Hash []byte
+	Tree *treeState
 }
 
 func addAnchors(into map[string]anchorPoint, p archivedPayload) {
+	trees := map[string]purgedTree{}
+	for _, t := range p.Trees {
+		trees[t.ChainID] = t
+	}
 	for _, c := range p.Chains {
-		h, err := hex.DecodeString(c.LastHash)
-		if err != nil || len(h) != HashSize {
+		h := hexHash(c.LastHash)
+		if h == nil {
 			continue
 		}
 		if a, ok := into[c.ChainID]; !ok || c.LastSeq > a.Seq {
-			into[c.ChainID] = anchorPoint{Seq: c.LastSeq, Hash: h}
+			a = anchorPoint{Seq: c.LastSeq, Hash: h}
+			if t, ok := trees[c.ChainID]; ok && t.Size == c.LastSeq {
+				// A tree that does not make its own root is left out:
+				// later notes are then not checked, as without one.
+				a.Tree, _ = t.state()
+			}
+			into[c.ChainID] = a
 		}
 	}
 }

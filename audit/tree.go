@@ -142,20 +142,13 @@ func storedTreeSize(ctx context.Context, q querier, chainID string) (int64, erro
 // treeChunk is how many leaves one catch-up step reads and stores.
 const treeChunk = 50_000
 
-// treeState is a writer's view of its chain's tree: the stored hashes on
-// its right edge (the frontier: the roots of the complete subtrees that
-// make up the tree, all a new leaf or the root needs), in memory, and a
-// builder goroutine that stores every new stored hash in
-// audit_tree_hashes, in order, off the writer's path. A checkpoint note
-// is signed with the root computed from the frontier; the tree hashes it
-// covers follow within milliseconds, and proofs are only answered for
-// trees whose hashes are stored (see Store.noteAt).
+// treeState is a tree of size leaves known by its frontier: the stored
+// hashes on its right edge (the roots of the complete subtrees that make
+// up the tree), all a new leaf or the root needs. A writer's tree builder
+// keeps one for its chain; verify follows a chain's tree with one.
 type treeState struct {
 	size     int64 // leaves in the frontier; -1: unknown, catch up from the database
 	frontier map[int64]tlog.Hash
-	rows     chan []any // to the builder, in order: one audit_tree_hashes row each
-	done     chan struct{}
-	pending  sync.WaitGroup // batches sent, not yet stored
 }
 
 // frontierIndexes are the stored hash indexes of the complete subtrees a
@@ -183,26 +176,175 @@ func (t *treeState) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
 	return out, nil
 }
 
-// startTree starts the builder of w's tree.
-func (w *writer) startTree() {
-	w.tree = &treeState{size: -1, rows: make(chan []any, 1024), done: make(chan struct{})}
-	go w.buildTree()
+// prune drops what the frontier no longer needs.
+func (t *treeState) prune() {
+	keep := frontierIndexes(t.size)
+	for k := range t.frontier {
+		if !slices.Contains(keep, k) {
+			delete(t.frontier, k)
+		}
+	}
 }
 
-// buildTree stores the rows the writer sends, in order, until the
-// channel closes: what has queued meanwhile in one COPY, committed
-// without waiting for the WAL flush (synchronous_commit off), since tree
-// hashes are derived data the writer recomputes from the events after a
-// crash. A batch that cannot be stored (Postgres away) is retried; past
-// that, the writer catches the tree up at its next checkpoint.
-func (w *writer) buildTree() {
-	defer close(w.tree.done)
-	for row := range w.tree.rows {
+// treeBuilder owns a writer's tree, off the writer's goroutine, which
+// only hands it the hashes of the events it committed: a hasher goroutine
+// keeps the tree's frontier, computes each event's stored hashes, answers
+// the root a checkpoint note signs and, when it lost track, catches the
+// stored tree up from audit_events; a storer goroutine stores the runs of
+// stored hashes in audit_tree_hashes, in order. A checkpoint note is
+// signed with the root the hasher answers; the tree hashes it covers
+// follow within milliseconds, and proofs are only answered for trees
+// whose hashes are stored (see Store.noteAt).
+type treeBuilder struct {
+	w       *writer
+	in      chan treeMsg // from the writer, in chain order
+	rows    chan []any   // to the storer, in order: one audit_tree_hashes row each
+	done    chan struct{}
+	pending sync.WaitGroup // rows sent to the storer, not yet stored
+	st      treeState      // the hasher's alone
+}
+
+// treeMsg is the writer's word to its tree: the hashes of events from
+// seq first on, or (gap) that events were committed that do not follow,
+// or a request for the root of the tree of root.size leaves.
+type treeMsg struct {
+	first  int64
+	hashes [][]byte
+	gap    bool
+	root   *rootRequest
+}
+
+type rootRequest struct {
+	ctx   context.Context
+	size  int64
+	reply chan rootReply
+}
+
+type rootReply struct {
+	root tlog.Hash
+	err  error
+}
+
+// startTree starts the builder of w's tree.
+func (w *writer) startTree() {
+	b := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), done: make(chan struct{}),
+		st: treeState{size: -1}}
+	w.tree = b
+	stored := make(chan struct{})
+	go func() { defer close(stored); b.store() }()
+	go func() {
+		defer close(b.done)
+		b.hash()
+		close(b.rows)
+		<-stored
+	}()
+}
+
+// hash follows the writer's messages until the channel closes.
+func (b *treeBuilder) hash() {
+	for m := range b.in {
+		switch {
+		case m.root != nil:
+			root, err := b.root(m.root.ctx, m.root.size)
+			if err != nil {
+				b.st.size = -1
+			}
+			m.root.reply <- rootReply{root, err}
+		case m.gap:
+			b.st.size = -1
+		default:
+			b.add(m.first, m.hashes)
+		}
+	}
+}
+
+// add adds the leaves of event hashes from seq first on to the frontier
+// and hands their stored hashes to the storer. Leaves that do not follow
+// the tree's last leave it to catch up from the database at the next
+// checkpoint.
+func (b *treeBuilder) add(first int64, hashes [][]byte) {
+	t := &b.st
+	if t.size < 0 || len(hashes) == 0 {
+		return
+	}
+	if first != t.size+1 {
+		t.size = -1
+		return
+	}
+	start := tlog.StoredHashIndex(0, t.size)
+	out := make([]tlog.Hash, 0, 2*len(hashes))
+	for _, h := range hashes {
+		hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(h), t)
+		if err != nil {
+			t.size = -1
+			return
+		}
+		x := tlog.StoredHashIndex(0, t.size)
+		for j, h := range hs {
+			t.frontier[x+int64(j)] = h
+		}
+		out = append(out, hs...)
+		t.size++
+	}
+	t.prune()
+	b.pending.Add(1)
+	b.rows <- treeRow(b.w.chainID, start, out)
+}
+
+// root returns the root of the tree of size leaves: from the frontier,
+// or, when the tree lost track (or the storer lost hashes), caught up
+// from audit_events (synchronously, after the storer stored what it
+// holds) and the frontier read back.
+func (b *treeBuilder) root(ctx context.Context, size int64) (tlog.Hash, error) {
+	w, t := b.w, &b.st
+	if w.treeBroken.Load() {
+		b.pending.Wait() // the storer drops what is queued
+		w.treeBroken.Store(false)
+		t.size = -1
+	}
+	if t.size == size {
+		return tlog.TreeHash(t.size, t)
+	}
+	b.pending.Wait()
+	tx, err := w.s.pool.Begin(ctx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	defer tx.Rollback(ctx)
+	r, root, err := growTreeTo(ctx, tx, w.chainID, size)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	idx := frontierIndexes(size)
+	hs, err := r.ReadHashes(idx)
+	if err != nil {
+		return tlog.Hash{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return tlog.Hash{}, err
+	}
+	t.frontier = make(map[int64]tlog.Hash, len(idx))
+	for i, x := range idx {
+		t.frontier[x] = hs[i]
+	}
+	t.size = size
+	return root, nil
+}
+
+// store stores the rows the hasher sends, in order, until the channel
+// closes: what has queued meanwhile in one COPY, committed without
+// waiting for the WAL flush (synchronous_commit off), since tree hashes
+// are derived data the hasher recomputes from the events after a crash.
+// A batch that cannot be stored (Postgres away) is retried; past that,
+// the tree catches up at the next checkpoint.
+func (b *treeBuilder) store() {
+	w := b.w
+	for row := range b.rows {
 		rows := [][]any{row}
 	drain:
 		for len(rows) < 256 {
 			select {
-			case r, ok := <-w.tree.rows:
+			case r, ok := <-b.rows:
 				if !ok {
 					break drain
 				}
@@ -212,8 +354,8 @@ func (w *writer) buildTree() {
 			}
 		}
 		// Once a batch is lost, the later ones would leave a hole: they
-		// are dropped too until the writer catches the tree up.
-		for attempt := 0; !w.treeBroken.Load(); attempt++ {
+		// are dropped too until the tree catches up.
+		for attempt := 0; !w.treeBroken.Load() && !w.cfg.treeUnstored; attempt++ {
 			err := w.storeTreeRows(rows)
 			if err == nil {
 				break
@@ -226,7 +368,7 @@ func (w *writer) buildTree() {
 			time.Sleep(w.cfg.RetryInterval)
 		}
 		for range rows {
-			w.tree.pending.Done()
+			b.pending.Done()
 		}
 	}
 }
@@ -253,107 +395,75 @@ func (w *writer) stopTree() {
 	if w.tree == nil {
 		return
 	}
-	close(w.tree.rows)
+	close(w.tree.in)
 	<-w.tree.done
 }
 
-// addLeaves adds the records just committed (in chain order) to the
-// tree's frontier and hands their stored hashes to the builder. Records
-// that do not follow the tree's last leaf leave the tree to catch up from
-// the database at the next checkpoint.
+// addLeaves hands the records just committed (in chain order) to the
+// tree builder: the hashes of this chain's, or word of a gap when they do
+// not follow each other.
 func (w *writer) addLeaves(recs []*sealed) {
-	t := w.tree
-	if w.cfg.noTree || t == nil || t.size < 0 {
+	b := w.tree
+	if w.cfg.noTree || b == nil {
 		return
 	}
-	start := tlog.StoredHashIndex(0, max(t.size, 0))
-	hashes := make([]tlog.Hash, 0, 2*len(recs))
+	var first int64
+	hashes := make([][]byte, 0, len(recs))
 	for _, r := range recs {
 		if r.ChainID != w.chainID {
 			continue
 		}
-		if r.Seq != t.size+1 {
-			t.size = -1
+		if len(hashes) == 0 {
+			first = r.Seq
+		} else if r.Seq != first+int64(len(hashes)) {
+			b.in <- treeMsg{gap: true}
 			return
 		}
-		hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(r.Hash), t)
-		if err != nil {
-			t.size = -1
-			return
-		}
-		x := tlog.StoredHashIndex(0, t.size)
-		for j, h := range hs {
-			t.frontier[x+int64(j)] = h
-		}
-		hashes = append(hashes, hs...)
-		t.size++
-	}
-	keep := frontierIndexes(t.size)
-	for k := range t.frontier {
-		if !slices.Contains(keep, k) {
-			delete(t.frontier, k)
-		}
+		hashes = append(hashes, r.Hash)
 	}
 	if len(hashes) > 0 {
-		t.pending.Add(1)
-		t.rows <- treeRow(w.chainID, start, hashes)
+		b.in <- treeMsg{first: first, hashes: hashes}
 	}
 }
 
 // treeRoot returns the root of the chain's tree at headSeq for the next
-// checkpoint note: from the frontier, or, when the tree lost track,
-// caught up from audit_events (synchronously, after the builder stored
-// what it holds) and the frontier read back.
+// checkpoint note, as the tree builder answers it.
 func (w *writer) treeRoot(ctx context.Context) (tlog.Hash, error) {
-	t := w.tree
-	if w.treeBroken.Load() {
-		t.pending.Wait() // the builder drops what is queued
-		w.treeBroken.Store(false)
-		t.size = -1
+	req := &rootRequest{ctx: ctx, size: w.headSeq, reply: make(chan rootReply, 1)}
+	w.tree.in <- treeMsg{root: req}
+	select {
+	case r := <-req.reply:
+		return r.root, r.err
+	case <-ctx.Done():
+		return tlog.Hash{}, ctx.Err()
 	}
-	if t.size == w.headSeq {
-		return tlog.TreeHash(t.size, t)
-	}
-	t.pending.Wait()
-	tx, err := w.s.pool.Begin(ctx)
-	if err != nil {
-		return tlog.Hash{}, err
-	}
-	defer tx.Rollback(ctx)
-	r, root, err := w.growTree(ctx, tx)
-	if err != nil {
-		return tlog.Hash{}, err
-	}
-	idx := frontierIndexes(w.headSeq)
-	hs, err := r.ReadHashes(idx)
-	if err != nil {
-		return tlog.Hash{}, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return tlog.Hash{}, err
-	}
-	t.frontier = make(map[int64]tlog.Hash, len(idx))
-	for i, x := range idx {
-		t.frontier[x] = hs[i]
-	}
-	t.size = w.headSeq
-	return root, nil
 }
 
 // growTree stores, in tx, the tree hashes of the chain's leaves from the
 // stored tree's size up to headSeq, read from audit_events, and returns
 // its reader and the tree's root.
 func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Hash, error) {
-	size, err := storedTreeSize(ctx, tx, w.chainID)
+	return growTreeTo(ctx, tx, w.chainID, w.headSeq)
+}
+
+// errLeavesGone means a chain's rows a tree needs are no longer in
+// audit_events (retention dropped them before the tree was stored).
+var errLeavesGone = errors.New("the chain's rows are gone")
+
+// growTreeTo stores, in tx, the tree hashes of chainID's leaves from the
+// stored tree's size up to target, read from audit_events, and returns
+// its reader and the tree's root.
+func growTreeTo(ctx context.Context, tx pgx.Tx, chainID string, target int64) (*treeReader, tlog.Hash, error) {
+	size, err := storedTreeSize(ctx, tx, chainID)
 	if err != nil {
 		return nil, tlog.Hash{}, err
 	}
-	r := &treeReader{ctx: ctx, q: tx, chainID: w.chainID, cache: map[int64]tlog.Hash{}}
-	if size > w.headSeq {
-		return nil, tlog.Hash{}, fmt.Errorf("chain %s: the stored tree has %d leaves, the chain %d", w.chainID, size, w.headSeq)
+	r := &treeReader{ctx: ctx, q: tx, chainID: chainID, cache: map[int64]tlog.Hash{}}
+	if size > target {
+		return nil, tlog.Hash{}, fmt.Errorf("chain %s: the stored tree has %d leaves, the chain %d", chainID, size, target)
 	}
-	for size < w.headSeq {
-		leaves, err := readLeaves(ctx, tx, w.chainID, size, min(w.headSeq, size+treeChunk))
+	for size < target {
+		leaves, err := readLeaves(ctx, tx, chainID, size, min(target, size+treeChunk))
 		if err != nil {
 			return nil, tlog.Hash{}, err
 		}
@@ -363,7 +473,7 @@ func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Has
 			n := size + int64(i)
 			hs, err := tlog.StoredHashesForRecordHash(n, LeafHash(leaf), r)
 			if err != nil {
-				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", w.chainID, n, err)
+				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", chainID, n, err)
 			}
 			x := tlog.StoredHashIndex(0, n)
 			for j, h := range hs {
@@ -372,7 +482,7 @@ func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Has
 			hashes = append(hashes, hs...)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO audit_tree_hashes (chain_id, start_index, end_index, hashes) VALUES ($1, $2, $3, $4)`,
-			treeRow(w.chainID, start, hashes)...); err != nil {
+			treeRow(chainID, start, hashes)...); err != nil {
 			return nil, tlog.Hash{}, fmt.Errorf("store tree hashes: %w", err)
 		}
 		size += int64(len(leaves))
@@ -405,7 +515,7 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 			return nil, fmt.Errorf("read chain hashes: %w", err)
 		}
 		if seq != next {
-			return nil, fmt.Errorf("chain %s: seq %d missing", chainID, next)
+			return nil, fmt.Errorf("chain %s: seq %d missing: %w", chainID, next, errLeavesGone)
 		}
 		out = append(out, h)
 		next++
@@ -414,7 +524,7 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 		return nil, fmt.Errorf("read chain hashes: %w", err)
 	}
 	if next != to+1 {
-		return nil, fmt.Errorf("chain %s: rows after seq %d missing", chainID, next-1)
+		return nil, fmt.Errorf("chain %s: rows after seq %d missing: %w", chainID, next-1, errLeavesGone)
 	}
 	return out, nil
 }
@@ -432,12 +542,7 @@ func (t *treeState) push(eventHash []byte) error {
 	}
 	t.size++
 	if t.size%1024 == 0 {
-		keep := frontierIndexes(t.size)
-		for k := range t.frontier {
-			if !slices.Contains(keep, k) {
-				delete(t.frontier, k)
-			}
-		}
+		t.prune()
 	}
 	return nil
 }

@@ -109,12 +109,15 @@ type verifier struct {
 	// chain's kept rows begin, honoured only when a checkpoint by a known
 	// key covers the row that says so.
 	retention []retentionRef
-	// purged holds the retention boundaries honoured.
-	purged map[string]anchorPoint
+	// purged holds the retention boundaries honoured; purgedSeen the
+	// ranges already reported.
+	purged     map[string]anchorPoint
+	purgedSeen map[string]bool
 }
 
 // retentionRef is a retention.applied row and what it recorded.
 type retentionRef struct {
+	id    string // the event's
 	chain string
 	seq   int64
 	p     archivedPayload
@@ -185,7 +188,7 @@ func (v *verifier) row(r *rowData) {
 	v.checkBody(r)
 	if r.Event.Type == sandgate.EventRetentionApplied {
 		if p, err := decodeArchived(r.Event.Payload); err == nil {
-			v.retention = append(v.retention, retentionRef{chain: r.ChainID, seq: r.Seq, p: p})
+			v.retention = append(v.retention, retentionRef{id: r.Event.ID, chain: r.ChainID, seq: r.Seq, p: p})
 		}
 	}
 	if v.keysFromRows {
@@ -368,6 +371,7 @@ func (v *verifier) finish() sandgate.VerifyReport {
 			// Retention dropped the rows up to a.Seq: the kept ones link
 			// to the hash it recorded.
 			v.anchor(id, a.Seq+1, a.Hash)
+			v.seedTree(id, a)
 			for s := range c.ahead {
 				if s <= a.Seq {
 					delete(c.ahead, s)

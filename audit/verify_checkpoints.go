@@ -188,6 +188,7 @@ func (v *verifier) honourRetention() {
 		if c := v.chains[r.chain]; c != nil {
 			if seq, _ := v.covered(c); seq >= r.seq {
 				addAnchors(v.purged, r.p)
+				v.notePurged(r.p, r.id)
 			}
 		}
 	}

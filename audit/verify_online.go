@@ -91,6 +91,7 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 			// Retention dropped the chain's rows up to a.Seq.
 			from = a.Seq + 1
 			v.anchor(chain, from, a.Hash)
+			v.seedTree(chain, a)
 		} else if from > 1 {
 			var prev []byte
 			err := s.db.WithContext(ctx).Table("audit_events").Select("hash").

@@ -39,11 +39,17 @@ const (
 	AlarmInconsistent = "inconsistent"  // no valid consistency proof from the old tree to the new
 )
 
-// WitnessAlarm is a checkpoint a witness refuses.
+// WitnessAlarm is a checkpoint a witness refuses: the tree it last saw
+// of the log (SeenSize 0 when none) and the one it was offered.
 type WitnessAlarm struct {
 	Kind   string
 	Origin string
 	Detail string
+
+	SeenSize    int64
+	SeenRoot    string // base64
+	OfferedSize int64
+	OfferedRoot string // base64
 }
 
 func (a *WitnessAlarm) Error() string {
@@ -136,17 +142,27 @@ type ConsistencyFunc func(origin string, from, to int64) ([]tlog.Hash, error)
 // checkpoint is a *WitnessAlarm and leaves the view as it was.
 func (w *Witness) Observe(msg string, prove ConsistencyFunc) (string, error) {
 	origin := NoteOrigin(msg)
-	vkey, err := NoteVerifierKey(origin, w.logKey)
-	if err != nil {
-		return "", &WitnessAlarm{Kind: AlarmBadSignature, Origin: origin, Detail: err.Error()}
-	}
-	n, c, err := OpenNote(msg, vkey)
-	if err != nil {
-		return "", &WitnessAlarm{Kind: AlarmBadSignature, Origin: origin, Detail: fmt.Sprintf("not signed by the pinned gateway key: %v", err)}
-	}
 	old, seen, err := w.View(origin)
 	if err != nil {
 		return "", err
+	}
+	// What the alarm says was offered, before the signature is checked.
+	body, _, _ := strings.Cut(msg, "\n\n")
+	offered, _ := ParseNoteText(body + "\n")
+	alarm := func(kind, detail string) *WitnessAlarm {
+		a := &WitnessAlarm{Kind: kind, Origin: origin, Detail: detail, OfferedSize: offered.Size, OfferedRoot: b64(offered.Root[:])}
+		if seen {
+			a.SeenSize, a.SeenRoot = old.Size, old.Root
+		}
+		return a
+	}
+	vkey, err := NoteVerifierKey(origin, w.logKey)
+	if err != nil {
+		return "", alarm(AlarmBadSignature, err.Error())
+	}
+	n, c, err := OpenNote(msg, vkey)
+	if err != nil {
+		return "", alarm(AlarmBadSignature, fmt.Sprintf("not signed by the pinned gateway key: %v", err))
 	}
 	if seen {
 		oldRoot, err := base64.StdEncoding.DecodeString(old.Root)
@@ -155,20 +171,17 @@ func (w *Witness) Observe(msg string, prove ConsistencyFunc) (string, error) {
 		}
 		switch {
 		case c.Size < old.Size:
-			return "", &WitnessAlarm{Kind: AlarmRollback, Origin: origin,
-				Detail: fmt.Sprintf("tree size %d is smaller than the %d seen at %s", c.Size, old.Size, old.SeenAt.Format(time.RFC3339))}
+			return "", alarm(AlarmRollback, fmt.Sprintf("tree size %d is smaller than the %d seen at %s", c.Size, old.Size, old.SeenAt.Format(time.RFC3339)))
 		case c.Size == old.Size && tlog.Hash(oldRoot) != c.Root:
-			return "", &WitnessAlarm{Kind: AlarmFork, Origin: origin,
-				Detail: fmt.Sprintf("tree size %d has root %s, but %s was seen at %s", c.Size, b64(c.Root[:]), old.Root, old.SeenAt.Format(time.RFC3339))}
+			return "", alarm(AlarmFork, fmt.Sprintf("tree size %d has root %s, but %s was seen at %s", c.Size, b64(c.Root[:]), old.Root, old.SeenAt.Format(time.RFC3339)))
 		case c.Size > old.Size && old.Size > 0:
 			proof, err := prove(origin, old.Size, c.Size)
 			if err != nil {
 				return "", fmt.Errorf("consistency proof %d→%d of %s: %w", old.Size, c.Size, origin, err)
 			}
 			if err := tlog.CheckTree(proof, c.Size, c.Root, old.Size, tlog.Hash(oldRoot)); err != nil {
-				return "", &WitnessAlarm{Kind: AlarmInconsistent, Origin: origin,
-					Detail: fmt.Sprintf("the tree of %d leaves (root %s) does not extend the tree of %d leaves seen at %s (root %s): %v; the log's history was rewritten",
-						c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err)}
+				return "", alarm(AlarmInconsistent, fmt.Sprintf("the tree of %d leaves (root %s) does not extend the tree of %d leaves seen at %s (root %s): %v; the log's history was rewritten",
+					c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err))
 			}
 		}
 	}

@@ -82,7 +82,7 @@ type writer struct {
 	cpUncertain bool // the last checkpoint insert may or may not have landed
 	// tree is the chain's Merkle tree (tree.go); treeBroken is set by its
 	// builder when hashes were lost and the tree must catch up.
-	tree       *treeState
+	tree       *treeBuilder
 	treeBroken atomic.Bool
 
 	broken            error // set when a commitWith outcome is unknown

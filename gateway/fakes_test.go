@@ -452,6 +452,9 @@ func jsonMap(b []byte) map[string]any {
 	return m
 }
 
+// purgedEventID is an event the fake trail's retention dropped.
+const purgedEventID = "0193a000-0000-7000-8000-00000000dead"
+
 var fakeNote = sandgate.CheckpointNote{
 	ChainID: "test-node-1", Origin: "sandgate.test-node/test-node-1", TreeSize: 3, RootHash: make([]byte, 32),
 	Note:      "sandgate.test-node/test-node-1\n3\nAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n\n— sandgate.test-node/test-node-1 AAAAAA==\n",
@@ -469,6 +472,10 @@ func (a *fakeAudit) InclusionProof(_ context.Context, id string, size int64) (sa
 	if id == "nope" {
 		return sandgate.InclusionProof{}, sandgate.FieldError("event_id", "event_id must be a UUID")
 	}
+	if id == purgedEventID {
+		return sandgate.InclusionProof{}, &sandgate.Error{Code: sandgate.CodePurged, Message: "retention dropped audit_events_2025_01",
+			Details: map[string]any{"partition": "audit_events_2025_01"}}
+	}
 	return sandgate.InclusionProof{EventID: id, ChainID: fakeNote.ChainID, Seq: 2, LeafIndex: 1, TreeSize: 3,
 		EventHash: make([]byte, 32), Hashes: [][]byte{make([]byte, 32), make([]byte, 32)}, Checkpoint: fakeNote}, nil
 }
@@ -482,6 +489,24 @@ func (a *fakeAudit) AddCosignature(_ context.Context, c sandgate.Cosignature) (s
 	cp := fakeNote
 	cp.Cosignatures = []string{"— witness.example AAAAAA=="}
 	return cp, nil
+}
+
+func (a *fakeAudit) Receipt(_ context.Context, runID string) (sandgate.Receipt, error) {
+	return sandgate.Receipt{Format: sandgate.ReceiptFormat, RunID: runID, CreatedAt: fakeNote.CreatedAt,
+		Events: []sandgate.ReceiptEvent{{EventID: "0193a000-0000-7000-8000-000000000001", Type: "run.requested", ChainID: fakeNote.ChainID,
+			Seq: 2, Body: `{"run_id":"` + runID + `"}`, PrevHash: strings.Repeat("0", 64), Hash: strings.Repeat("1", 64),
+			LeafIndex: 1, TreeSize: 3, Proof: []string{"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}}},
+		Checkpoints: []sandgate.ReceiptCheckpoint{{ChainID: fakeNote.ChainID, Note: fakeNote.Note}},
+		Keys:        []string{"sandgate.test-node/test-node-1+00000000+AQ=="}}, nil
+}
+
+func (a *fakeAudit) CheckWitnessAlarm(_ context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
+	if r.WitnessKey == "bad" {
+		return sandgate.WitnessAlarm{}, sandgate.FieldError("witness_key", "not a witness key")
+	}
+	return sandgate.WitnessAlarm{Witness: "witness.example", WitnessKey: r.WitnessKey, Origin: fakeNote.Origin, ChainID: fakeNote.ChainID,
+		Kind: "inconsistent", Detail: "the tree of 5 does not extend the tree of 3", SeenSize: 3, SeenRoot: "AAAA", OfferedSize: 5,
+		OfferedRoot: "AAAB", RaisedAt: fakeNote.CreatedAt}, nil
 }
 
 // Exec runs a command of a session as Execute runs a run.

@@ -66,6 +66,7 @@ type Metrics struct {
 	containerCleanup prometheus.Histogram
 	orphansRemoved   prometheus.Counter
 	callbacks        *prometheus.CounterVec
+	witnessAlarms    *prometheus.CounterVec
 	// What finished runs used (sandgate.Usage), by outcome.
 	runCPU        *prometheus.HistogramVec
 	runMemoryPeak *prometheus.HistogramVec
@@ -136,6 +137,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_callbacks_total", Help: "Completion callbacks by result (delivered, refused, exhausted, shutdown, overflow).",
 		}, []string{"result"}),
+		witnessAlarms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_audit_witness_alarms_total",
+			Help: "Witness alarms recorded (audit.witness_alarm), by kind (inconsistent, fork, rollback, bad_signature) and whether the witness had cosigned before.",
+		}, []string{"kind", "known_witness"}),
 		// Runs last from milliseconds to the maximum timeout (hours), and
 		// use from a few MB to the node's memory: wide, coarse buckets.
 		runCPU: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -156,7 +161,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	collectors := []prometheus.Collector{
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
-		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks,
+		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks, m.witnessAlarms,
 		m.runCPU, m.runMemoryPeak, m.runWall,
 		sinkCollector{m},
 		gauge("sandgate_sessions_open", "Sessions open on this node.", func() float64 {
@@ -350,6 +355,11 @@ func (m *Metrics) Observe(ev sandgate.Event) {
 	case sandgate.EventOrphanRemoved:
 		m.orphansRemoved.Inc()
 	}
+}
+
+// witnessAlarm counts one recorded witness alarm.
+func (m *Metrics) witnessAlarm(kind string, known bool) {
+	m.witnessAlarms.WithLabelValues(kind, strconv.FormatBool(known)).Inc()
 }
 
 // runTimes are the times of one run's container steps so far.

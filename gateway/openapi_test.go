@@ -182,6 +182,9 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "GET", path: "/v1/runs/{run}/artifacts/out/a.txt", token: tokAlice, header: []string{"Range: bytes=9-"}, status: 416},
 		{method: "GET", path: "/v1/runs/{run}/artifacts/nope", token: tokAlice, status: 404},
 		{method: "GET", path: "/v1/runs/{run}/artifacts.tar", token: tokAdmin, status: 200},
+		{method: "GET", path: "/v1/runs/{run}/receipt", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/runs/{run}/receipt", token: tokBob, status: 404},
+		{method: "GET", path: "/v1/runs/{run}/receipt?x=1", token: tokAuditor, status: 400},
 		{method: "DELETE", path: "/v1/runs/{run}", token: tokAlice, status: 409},
 		{method: "DELETE", path: "/v1/runs/{live}", token: tokAdmin, status: 200},
 		{method: "POST", path: "/v1/admission/review", token: tokSec, body: `{"command":["sh"],"privileged":true,"network":"bridge"}`, status: 200},
@@ -198,10 +201,15 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "GET", path: "/v1/audit/checkpoint", token: tokAuditor, status: 200},
 		{method: "GET", path: "/v1/audit/checkpoint?chain=test-node-1", token: tokAdmin, header: []string{"Accept: application/json"}, status: 200},
 		{method: "GET", path: "/v1/audit/checkpoint?chain=nope", token: tokAuditor, status: 404},
+		{method: "GET", path: "/v1/audit/proof/inclusion?event_id=" + purgedEventID, token: tokAuditor, status: 410},
 		{method: "GET", path: "/v1/audit/checkpoint?chian=x", token: tokAuditor, status: 400},
 		{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tokAuditor, body: `{"note":"x\n","witness_key":"w+00000000+AA=="}`, status: 200},
 		{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tokAuditor, body: `{"note":"x\n","witness_key":"w","extra":1}`, status: 400},
 		{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tokAdmin, body: `{"note":"x\n","witness_key":"w"}`, status: 403},
+		{method: "POST", path: "/v1/audit/witness/alarm", token: tokAuditor, body: `{"alarm":"a\n","witness_key":"w+00000000+BA=="}`, status: 201},
+		{method: "POST", path: "/v1/audit/witness/alarm", token: tokAuditor, body: `{"alarm":"a\n","witness_key":"bad"}`, status: 400},
+		{method: "POST", path: "/v1/audit/witness/alarm", token: tokAuditor, body: `{"alarm":"a\n"}`, status: 400},
+		{method: "POST", path: "/v1/audit/witness/alarm", token: tokAdmin, body: `{"alarm":"a\n","witness_key":"w"}`, status: 403},
 		{method: "GET", path: "/v1/audit/proof/inclusion?event_id=0193a000-0000-7000-8000-000000000000", token: tokAuditor, status: 200},
 		{method: "GET", path: "/v1/audit/proof/inclusion?event_id=0193a000-0000-7000-8000-000000000000&tree_size=-1", token: tokAuditor, status: 400},
 		{method: "GET", path: "/v1/audit/proof/consistency?from=1&to=3", token: tokAuditor, status: 200},
@@ -281,7 +289,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, want := range []string{
 		"submitRun 200", "submitRun 202", "submitRun 400", "submitRun 401", "submitRun 403", "submitRun 409",
 		"submitRun 413", "submitRun 429", "submitRun 503", "listRuns 400", "getRun 404", "runLogs 400", "cancelRun 409",
-		"auditEvents 400", "policyReload 422", "policyReplay 422", "policyReplay 400", "readyz 503", "sandboxes 503", "removeVolume 404", "unrouted 404", "unrouted 405",
+		"auditEvents 400", "policyReload 422", "policyReplay 422", "policyReplay 400", "readyz 503", "sandboxes 503", "auditInclusionProof 410", "removeVolume 404", "unrouted 404", "unrouted 405",
 	} {
 		if seen[want] == 0 {
 			t.Errorf("no %s answer validated", want)

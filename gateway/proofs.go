@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
@@ -180,4 +182,115 @@ func (s *Server) auditCosign(c echo.Context) error {
 		return unavailable(err, "the audit trail")
 	}
 	return c.JSON(http.StatusOK, api.NewCheckpointView(cp))
+}
+
+// runReceipt is GET /v1/runs/{id}/receipt: the receipt `sandgate audit
+// receipt` builds, as a file. A submitter gets their team's runs only;
+// auditors and admins any run the trail holds, also one whose record
+// the run store no longer keeps.
+func (s *Server) runReceipt(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	ctx, who, id := c.Request().Context(), principal(c), c.Param("id")
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
+	}
+	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+		return err
+	}
+	p, err := s.proofs()
+	if err != nil {
+		return err
+	}
+	rec, err := p.Receipt(ctx, id)
+	if err != nil {
+		return unavailable(err, "the audit trail")
+	}
+	c.Response().Header().Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": "receipt-" + id + ".json"}))
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, rec)
+}
+
+// maxWitnessAlarmBody caps POST /v1/audit/witness/alarm.
+const maxWitnessAlarmBody = 16 << 10
+
+// auditWitnessAlarm is POST /v1/audit/witness/alarm: a witness reports a
+// checkpoint it refused. The alarm must be signed by the key posted with
+// it; it is recorded as audit.witness_alarm (actor: the token's
+// principal) and counted in sandgate_audit_witness_alarms_total.
+func (s *Server) auditWitnessAlarm(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, maxWitnessAlarmBody+1))
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "read body")
+	}
+	if len(raw) > maxWitnessAlarmBody {
+		return sandgate.Errorf(sandgate.CodeTooLarge, "the body is larger than %d bytes", maxWitnessAlarmBody)
+	}
+	var req api.WitnessAlarmRequest
+	if err := decodeStrict(raw, &req); err != nil {
+		return err
+	}
+	if req.Alarm == "" {
+		return sandgate.FieldError("alarm", "alarm is required")
+	}
+	if req.WitnessKey == "" {
+		return sandgate.FieldError("witness_key", "witness_key is required")
+	}
+	p, err := s.proofs()
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	a, err := p.CheckWitnessAlarm(ctx, sandgate.WitnessAlarmReport{Note: req.Alarm, WitnessKey: req.WitnessKey})
+	if err != nil {
+		return unavailable(err, "the audit trail")
+	}
+	who := principal(c)
+	ev := sandgate.Event{
+		ID: s.d.IDs(), Type: sandgate.EventAuditWitnessAlarm, Time: s.svc.now(), Outcome: a.Kind,
+		CorrelationID: correlationID(c), Actor: who.Name, Team: who.Team, Node: s.cfg.Node,
+		Payload: map[string]any{
+			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
+			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
+			"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
+			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": req.Alarm,
+		},
+	}
+	if err := s.d.Recorder.Record(ctx, ev); err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
+	}
+	s.metrics.witnessAlarm(a.Kind, a.KnownWitness)
+	s.log.Error("witness alarm recorded", "witness", a.Witness, "origin", a.Origin, "kind", a.Kind, "detail", a.Detail,
+		"known_witness", a.KnownWitness, "event_id", ev.ID)
+	return c.JSON(http.StatusCreated, api.WitnessAlarmView{EventID: ev.ID, Witness: a.Witness, WitnessKey: a.WitnessKey,
+		Origin: a.Origin, ChainID: a.ChainID, Kind: a.Kind, Detail: a.Detail, SeenSize: a.SeenSize, SeenRoot: a.SeenRoot,
+		OfferedSize: a.OfferedSize, OfferedRoot: a.OfferedRoot, RaisedAt: a.RaisedAt.UTC(), KnownWitness: a.KnownWitness})
+}
+
+// decodeStrict decodes one JSON object, refusing unknown fields, naming
+// the field at fault.
+func decodeStrict(raw []byte, into any) error {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		var ute *json.UnmarshalTypeError
+		if errors.As(err, &ute) {
+			return sandgate.FieldError(ute.Field, "wrong type")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return sandgate.FieldError(strings.Trim(f, `"`), "unknown field")
+		}
+		return sandgate.FieldError("body", "not a JSON object: %v", err)
+	}
+	if dec.More() {
+		return sandgate.FieldError("body", "one JSON object expected")
+	}
+	return nil
 }

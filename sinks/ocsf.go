@@ -98,12 +98,17 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventRetentionApplied:   {classEventLogActivity, 2, "Delete"},
 	sandgate.EventAuditKeyRegistered: {classEventLogActivity, 99, "Key Registered"},
 	sandgate.EventAuditKeyRotated:    {classEventLogActivity, 99, "Key Rotated"},
+	// A witness found the log's history rewritten or forked: about the
+	// log itself, of High severity and a Failure.
+	sandgate.EventAuditWitnessAlarm: {classEventLogActivity, 99, "Witness Alarm"},
 }
 
 // Severity is how much an event matters, as OCSF's severity_id and as a
 // syslog severity.
 func Severity(t sandgate.EventType) (ocsfID int, ocsfName string, syslog int) {
 	switch t {
+	case sandgate.EventAuditWitnessAlarm:
+		return 4, "High", 2 // critical
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
 		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventEgressDenied:
 		return 3, "Medium", 4 // warning
@@ -121,7 +126,8 @@ func failed(r sandgate.AuditRecord) bool {
 	switch r.Type {
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
 		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventRunFailed,
-		sandgate.EventRunLost, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventEgressDenied:
+		sandgate.EventRunLost, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventEgressDenied,
+		sandgate.EventAuditWitnessAlarm:
 		return true
 	case sandgate.EventAdmissionReviewed:
 		return r.Outcome == "denied"

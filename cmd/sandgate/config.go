@@ -53,7 +53,15 @@ type Config struct {
 	// SinksFile names the audit sinks (SIEM streams) to deliver the
 	// trail to (SANDGATE_SINKS_FILE); none without it.
 	SinksFile string
-	Migrate   bool
+	// AuditRetention is how long the trail keeps a month
+	// (SANDGATE_AUDIT_RETENTION, default audit.DefaultRetention); each
+	// gateway applies it every AuditRetentionInterval
+	// (SANDGATE_AUDIT_RETENTION_INTERVAL, 1h), archiving expired months
+	// into AuditArchiveDir (SANDGATE_AUDIT_ARCHIVE_DIR) first when set.
+	AuditRetention         audit.RetentionPeriod
+	AuditRetentionInterval time.Duration
+	AuditArchiveDir        string
+	Migrate                bool
 	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
 	Console  bool
 	WarmPool int
@@ -94,7 +102,10 @@ func defaultConfig(getenv func(string) string) Config {
 		CheckpointEvery: 1000,
 		CheckpointAfter: 10 * time.Second,
 		URL:             "http://127.0.0.1:8080",
+
+		AuditRetentionInterval: time.Hour,
 	}
+	c.AuditRetention, _ = audit.ParseRetentionPeriod(audit.DefaultRetention)
 	c.Node, _ = os.Hostname()
 	str := func(key string, dst *string) {
 		if v := getenv(key); v != "" {
@@ -114,6 +125,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
 	str("SANDGATE_SINKS_FILE", &c.SinksFile)
+	str("SANDGATE_AUDIT_ARCHIVE_DIR", &c.AuditArchiveDir)
 	str("SANDGATE_NODE", &c.Node)
 	str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
@@ -170,6 +182,20 @@ func defaultConfig(getenv func(string) string) Config {
 			c.invalid = append(c.invalid, fmt.Sprintf("SANDGATE_REPLAY_TIMEOUT=%q is not a duration (such as 30s or 2m)", v))
 		}
 		c.ReplayTimeout = d
+	}
+	if v := getenv("SANDGATE_AUDIT_RETENTION"); v != "" {
+		p, err := audit.ParseRetentionPeriod(v)
+		if err != nil {
+			c.invalid = append(c.invalid, "SANDGATE_AUDIT_RETENTION: "+err.Error())
+		}
+		c.AuditRetention = p
+	}
+	if v := getenv("SANDGATE_AUDIT_RETENTION_INTERVAL"); v != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			c.invalid = append(c.invalid, fmt.Sprintf("SANDGATE_AUDIT_RETENTION_INTERVAL=%q is not a duration (such as 1h or 24h)", v))
+		}
+		c.AuditRetentionInterval = d
 	}
 	// Clamped into int range; Validate bounds them far tighter.
 	c.WarmPool, c.MaxConcurrent, c.AuditBacklog = clampInt(warm), clampInt(concurrent), clampInt(backlog)
@@ -262,6 +288,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ReplayMaxDecisions < 0 || c.ReplayMaxDecisions > 1_000_000 {
 		return fmt.Errorf("SANDGATE_REPLAY_MAX_DECISIONS must be between 0 (the default, 10000) and 1000000, not %d", c.ReplayMaxDecisions)
+	}
+	if c.AuditRetentionInterval < time.Second || c.AuditRetentionInterval > 31*24*time.Hour {
+		return fmt.Errorf("SANDGATE_AUDIT_RETENTION_INTERVAL must be between 1s and 744h, not %s", c.AuditRetentionInterval)
+	}
+	if c.AuditArchiveDir != "" && !filepath.IsAbs(c.AuditArchiveDir) {
+		return fmt.Errorf("SANDGATE_AUDIT_ARCHIVE_DIR: %q is not an absolute path", c.AuditArchiveDir)
 	}
 	if c.ReplayTimeout < 0 || c.ReplayTimeout > time.Hour {
 		return fmt.Errorf("SANDGATE_REPLAY_TIMEOUT must be between 0 (the default, 1m) and 1h, not %s", c.ReplayTimeout)

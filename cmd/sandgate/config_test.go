@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestConfigFromEnvironment: values are read from the environment, and a
@@ -31,6 +32,27 @@ func TestConfigFromEnvironment(t *testing.T) {
 				t.Errorf("values not applied: %+v", c)
 			}
 		}},
+		{name: "retention defaults", check: func(t *testing.T, c Config) {
+			if c.AuditRetention.String() != "13mo" || c.AuditRetentionInterval != time.Hour || c.AuditArchiveDir != "" {
+				t.Errorf("retention defaults: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
+			}
+		}},
+		{name: "retention values", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "400d", "SANDGATE_AUDIT_RETENTION_INTERVAL": "24h",
+			"SANDGATE_AUDIT_ARCHIVE_DIR": "/srv/audit-archive"}, check: func(t *testing.T, c Config) {
+			if c.AuditRetention.String() != "400d" || c.AuditRetentionInterval != 24*time.Hour || c.AuditArchiveDir != "/srv/audit-archive" {
+				t.Errorf("retention values: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
+			}
+		}},
+		{name: "retention forever", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "forever"}, check: func(t *testing.T, c Config) {
+			if !c.AuditRetention.Forever() {
+				t.Errorf("retention forever: %v", c.AuditRetention)
+			}
+		}},
+		{name: "retention without a unit", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "13"}, wantErr: "SANDGATE_AUDIT_RETENTION"},
+		{name: "retention of no months", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "0mo"}, wantErr: "SANDGATE_AUDIT_RETENTION"},
+		{name: "retention interval not a duration", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "hourly"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL"},
+		{name: "retention interval too short", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "10ms"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL must be between"},
+		{name: "archive dir relative", env: map[string]string{"SANDGATE_AUDIT_ARCHIVE_DIR": "archive"}, wantErr: "SANDGATE_AUDIT_ARCHIVE_DIR"},
 		{name: "air-gapped not a boolean", env: map[string]string{"SANDGATE_AIR_GAPPED": "yes"}, wantErr: `SANDGATE_AIR_GAPPED="yes" is not a boolean`},
 		{name: "dev not a boolean", env: map[string]string{"SANDGATE_DEV": "on"}, wantErr: `SANDGATE_DEV="on" is not a boolean`},
 		{name: "concurrency not a number", env: map[string]string{"SANDGATE_MAX_CONCURRENT": "many"}, wantErr: `SANDGATE_MAX_CONCURRENT="many" is not a whole number`},

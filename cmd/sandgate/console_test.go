@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -315,6 +317,23 @@ func TestConsoleEndToEnd(t *testing.T) {
 		if !evalIn[bool](b, c.expr) {
 			t.Errorf("%s: %s is false", c.name, c.expr)
 		}
+	}
+
+	// The receipt button downloads the run's receipt from
+	// GET /v1/runs/{id}/receipt (once every event of the run is under a
+	// checkpoint note), which verifies offline.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if status, _, _ := s.doAs(t, tok["casey"], http.MethodGet, "/v1/runs/"+run.ID+"/receipt", ""); status == http.StatusOK {
+			break
+		}
+	}
+	b.do("download the receipt", chromedp.Click(chromedp.CSS("#receipt")))
+	var rec sandgate.Receipt
+	if err := json.Unmarshal([]byte(waitFile(t, filepath.Join(downloads, "receipt-"+run.ID+".json"))), &rec); err != nil {
+		t.Fatalf("the downloaded receipt: %v", err)
+	}
+	if rep := audit.VerifyReceipt(rec, nil); !rep.OK || !slices.Contains(rep.Types, "container.exited") {
+		t.Errorf("the downloaded receipt does not verify: %+v", rep)
 	}
 
 	// The decoder behind every output view, on the bytes a hostile run

@@ -199,6 +199,30 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	want(request{method: "POST", path: "/v1/audit/checkpoint/cosignature", token: tok["audrey"],
 		body: `{"note":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
 	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
+	// A witness's alarm, signed with its key.
+	wit, err := audit.NewWitness(t.TempDir(), wkey.Public().(ed25519.PublicKey), signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarm, err := wit.AlarmNote(&audit.WitnessAlarm{Kind: audit.AlarmInconsistent, Origin: cp.Origin, Detail: "a test alarm",
+		SeenSize: 1, SeenRoot: cp.RootHash, OfferedSize: cp.TreeSize, OfferedRoot: cp.RootHash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alarmBody, _ := json.Marshal(api.WitnessAlarmRequest{Alarm: alarm, WitnessKey: signer.VerifierKey()})
+	want(request{method: "POST", path: "/v1/audit/witness/alarm", token: tok["audrey"], body: string(alarmBody)}, 201)
+	want(request{method: "POST", path: "/v1/audit/witness/alarm", token: tok["audrey"],
+		body: `{"alarm":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
+	// The run's receipt, once every event of it is under a checkpoint note.
+	receipt := "/v1/runs/" + done.ID + "/receipt"
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got, _, _ := s.send(t, http.DefaultClient, request{method: "GET", path: receipt, token: tok["alice"]}); got == 200 {
+			break
+		}
+	}
+	want(request{method: "GET", path: receipt, token: tok["alice"]}, 200)
+	want(request{method: "GET", path: receipt, token: tok["audrey"]}, 200)
+	want(request{method: "GET", path: receipt, token: tok["bob"]}, 404)
 	want(request{method: "GET", path: "/v1/audit/checkpoint", token: tok["bob"]}, 403)
 
 	// Sessions: open, a command, files in and out, list, read, end.

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/audit/audittest"
 )
@@ -313,6 +314,16 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 	if prom, _ := os.ReadFile(filepath.Join(state, "witness.prom")); !strings.Contains(string(prom), `sandgate_witness_alarm{origin="`+cp.Origin+`",kind="inconsistent"} 1`) {
 		t.Errorf("witness.prom:\n%s", prom)
 	}
+	// The gateway recorded the alarm, signed by the witness, in the trail
+	// and counts it.
+	alarms := s.auditEvents(t, s.Token, url.Values{"type": {"audit.witness_alarm"}})
+	if len(alarms) != 1 || alarms[0].Outcome != "inconsistent" || alarms[0].Payload["witness"] != "witness.test" ||
+		alarms[0].Payload["origin"] != cp.Origin || alarms[0].Payload["known_witness"] != true {
+		t.Errorf("audit.witness_alarm events: %+v", alarms)
+	}
+	if _, _, body := s.do(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(body), `sandgate_audit_witness_alarms_total{kind="inconsistent",known_witness="true"} 1`) {
+		t.Errorf("/metrics has no witness alarm")
+	}
 	// Its view stays as it was: it refuses again.
 	if _, err := witness(t, s, state, wkey, gwKey); !errors.As(err, &exit) || exit.Code != exitAlarm {
 		t.Fatalf("second run after the alarm: %v", err)
@@ -334,11 +345,26 @@ func TestWitnessCatchesRewrittenHistory(t *testing.T) {
 func TestReceiptCLI(t *testing.T) {
 	dir := t.TempDir()
 	keyFile := filepath.Join(dir, "checkpoint.key")
-	s := startServer(t, withEnv("SANDGATE_SIGNING_KEY_FILE", keyFile))
+	s := startServer(t, withEnv("SANDGATE_SIGNING_KEY_FILE", keyFile), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"))
 	run := s.submitWait(t, s.Token, `{"command":["sh","-c","exit 3"]}`)
 	if run.ExitCode == nil || *run.ExitCode != 3 {
 		t.Fatalf("run: %+v", run)
 	}
+	// The same receipt over the API (GET /v1/runs/{id}/receipt), once
+	// every event of the run is under a checkpoint note.
+	var fromAPI sandgate.Receipt
+	var apiErr error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if fromAPI, apiErr = s.Client.Receipt(context.Background(), run.ID); apiErr == nil {
+			break
+		}
+	}
+	if apiErr != nil {
+		t.Fatalf("GET /v1/runs/%s/receipt: %v", run.ID, apiErr)
+	}
+	apiFile := filepath.Join(dir, "receipt-api.json")
+	apiRaw, _ := json.Marshal(fromAPI)
+	os.WriteFile(apiFile, apiRaw, 0o600)
 	if err := s.Stop(); err != nil { // the final checkpoints cover the run
 		t.Fatal(err)
 	}
@@ -361,6 +387,15 @@ func TestReceiptCLI(t *testing.T) {
 	var rep audit.ReceiptReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
+	}
+	out, err = auditCLI(offline, "audit", "verify-receipt", apiFile, "--key", pubFile)
+	if err != nil {
+		t.Fatalf("verify-receipt of the API's receipt: %v\n%s", err, out)
+	}
+	var apiRep audit.ReceiptReport
+	// The CLI's, made later, may hold events recorded since.
+	if err := json.Unmarshal([]byte(out), &apiRep); err != nil || apiRep.Events == 0 || !strings.HasPrefix(strings.Join(rep.Types, ","), strings.Join(apiRep.Types, ",")) {
+		t.Errorf("the API's receipt has events %v, the CLI's %v (%v)", apiRep.Types, rep.Types, err)
 	}
 	types := strings.Join(rep.Types, ",")
 	for _, want := range []string{"run.requested", "admission.allowed", "container.created", "container.started", "container.exited"} {

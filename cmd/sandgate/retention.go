@@ -208,3 +208,62 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the key registry's); repeatable")
 	return cmd
 }
+
+func newAuditRetentionCmd(a *app) *cobra.Command {
+	var period, dir, actor string
+	var dryRun bool
+	var keyFiles []string
+	cmd := &cobra.Command{
+		Use:   "retention [--period 13mo] [--archive-dir DIR] [--dry-run]",
+		Short: "Apply the retention period: archive and drop the months it has expired, each recorded as retention.applied",
+		Long: `Retention applies the retention period (SANDGATE_AUDIT_RETENTION, default
+` + audit.DefaultRetention + `; --period overrides it): every month partition that ends
+before now minus the period is dropped, oldest first, as purge drops it
+(retention.applied in the same transaction). With an archive directory
+(SANDGATE_AUDIT_ARCHIVE_DIR or --archive-dir), an expired month not yet
+archived, or changed since, is archived there first (audit.archived);
+without one, only months archived before are dropped, and the first that
+was not stops it. A period of "forever" drops nothing. Gateways apply
+the same every SANDGATE_AUDIT_RETENTION_INTERVAL (1h), one at a time.
+
+The database role must own audit_events. --dry-run archives and drops
+nothing: it reports what would be dropped of the months as they are
+archived now, stopping at the first expired month never archived.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p := a.cfg.AuditRetention
+			if period != "" {
+				var err error
+				if p, err = audit.ParseRetentionPeriod(period); err != nil {
+					return sandgate.FieldError("period", "%v", err)
+				}
+			}
+			if dir == "" {
+				dir = a.cfg.AuditArchiveDir
+			}
+			s, err := openAdminTrail(cmd.Context(), a, keyFiles)
+			if err != nil {
+				return err
+			}
+			defer s.Close(context.Background())
+			res, err := s.ApplyRetention(cmd.Context(), p, dir, dryRun, actor)
+			if werr := writeJSON(a, res); err == nil {
+				err = werr
+			}
+			if err != nil {
+				return err
+			}
+			if res.Busy {
+				fmt.Fprintln(a.stderr, "audit retention: another process is applying retention; nothing done")
+			}
+			return s.Close(cmd.Context())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&period, "period", "", "retention period: months (13mo), days (400d) or forever (default: SANDGATE_AUDIT_RETENTION, "+audit.DefaultRetention+")")
+	fl.StringVar(&dir, "archive-dir", "", "archive expired months here before dropping them (default: SANDGATE_AUDIT_ARCHIVE_DIR)")
+	fl.BoolVar(&dryRun, "dry-run", false, "report what would be dropped, change nothing")
+	fl.StringVar(&actor, "actor", operator(), "who applies retention, as recorded in audit.archived and retention.applied")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to verify archives (default: the key registry's); repeatable")
+	return cmd
+}

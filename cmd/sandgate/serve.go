@@ -162,6 +162,15 @@ func serve(ctx context.Context, a *app) error {
 			logger.Error("close audit trail", "err", err)
 		}
 	}()
+	// Retention: expired months are archived (with an archive directory)
+	// and dropped, by one gateway at a time.
+	retentionCtx, stopRetention := context.WithCancel(ctx)
+	retentionDone := make(chan struct{})
+	go func() {
+		defer close(retentionDone)
+		store.RetentionLoop(retentionCtx, cfg.AuditRetention, cfg.AuditArchiveDir, cfg.AuditRetentionInterval)
+	}()
+	defer func() { stopRetention(); <-retentionDone }()
 	// The sinks read the trail from Postgres on connections of their own;
 	// they stop before the trail closes, and a batch in flight is sent
 	// again by whichever gateway delivers the sink next.

@@ -118,6 +118,7 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 					if rerr := w.RecordAlarm(alarm, ""); rerr != nil {
 						fmt.Fprintln(a.stderr, "sandgate witness: record the alarm:", rerr)
 					}
+					reportAlarm(ctx, a, c, w, alarm)
 					if merr := w.WriteMetrics(); merr != nil {
 						fmt.Fprintln(a.stderr, "sandgate witness: metrics:", merr)
 					}
@@ -141,6 +142,24 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 		case <-time.After(o.interval):
 		}
 	}
+}
+
+// reportAlarm posts the alarm, signed with the witness's key, to the
+// gateway, which records it as an audit.witness_alarm event where
+// operators and SIEMs see it. A gateway that rewrote its history may
+// refuse it; the exit status, ALARM file and metric stand regardless.
+func reportAlarm(ctx context.Context, a *app, c *client.Client, w *audit.Witness, alarm *audit.WitnessAlarm) {
+	signed, err := w.AlarmNote(alarm)
+	if err == nil {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+		defer cancel()
+		var v api.WitnessAlarmView
+		if v, err = c.WitnessAlarm(pctx, api.WitnessAlarmRequest{Alarm: signed, WitnessKey: w.VerifierKey()}); err == nil {
+			fmt.Fprintf(a.stderr, "sandgate witness: alarm recorded by the gateway as audit event %s\n", v.EventID)
+			return
+		}
+	}
+	fmt.Fprintln(a.stderr, "sandgate witness: could not report the alarm to the gateway:", err)
 }
 
 // witnessOnce checks and cosigns one chain's newest checkpoint.

@@ -51,6 +51,7 @@ var Codes = []sandgate.ErrorCode{
 	sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit,
 	sandgate.CodeRateLimited, sandgate.CodeContainerCreate, sandgate.CodeAuditUnavailable,
 	sandgate.CodeDockerUnavailable, sandgate.CodeUnavailable, sandgate.CodeInternal, sandgate.CodeRangeNotSatisfiable,
+	sandgate.CodePurged,
 }
 
 // StatusOf maps every error code to its one HTTP status. The sandbox codes
@@ -75,6 +76,8 @@ func StatusOf(code sandgate.ErrorCode) int {
 		return http.StatusRequestEntityTooLarge
 	case sandgate.CodeRangeNotSatisfiable:
 		return http.StatusRequestedRangeNotSatisfiable
+	case sandgate.CodePurged:
+		return http.StatusGone
 	case sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit:
 		return http.StatusUnprocessableEntity
 	case sandgate.CodeRateLimited:
@@ -111,6 +114,8 @@ func CodeForStatus(status int) sandgate.ErrorCode {
 		return sandgate.CodeRateLimited
 	case http.StatusRequestedRangeNotSatisfiable:
 		return sandgate.CodeRangeNotSatisfiable
+	case http.StatusGone:
+		return sandgate.CodePurged
 	}
 	if status >= 500 {
 		return sandgate.CodeUnavailable

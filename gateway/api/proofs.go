@@ -102,3 +102,32 @@ func NewConsistencyProofView(p sandgate.ConsistencyProof) ConsistencyProofView {
 	return ConsistencyProofView{ChainID: p.ChainID, From: p.From, To: p.To, FromRoot: b64(p.FromRoot),
 		Hashes: b64s(p.Hashes), Checkpoint: withCosignatures(p.Checkpoint)}
 }
+
+// WitnessAlarmRequest is the body of POST /v1/audit/witness/alarm: a
+// witness's alarm, signed with its key.
+type WitnessAlarmRequest struct {
+	// Alarm is the alarm as a note signed by the witness
+	// (sandgate-witness-alarm/v1; docs/audit.md, "Witness").
+	Alarm string `json:"alarm"`
+	// WitnessKey is the witness's verifier key,
+	// "name+hash+base64(0x04‖Ed25519 public key)".
+	WitnessKey string `json:"witness_key"`
+}
+
+// WitnessAlarmView answers POST /v1/audit/witness/alarm: the alarm as the
+// trail recorded it (event audit.witness_alarm).
+type WitnessAlarmView struct {
+	EventID      string    `json:"event_id"`
+	Witness      string    `json:"witness"`
+	WitnessKey   string    `json:"witness_key"`
+	Origin       string    `json:"origin"`
+	ChainID      string    `json:"chain_id"`
+	Kind         string    `json:"kind"`
+	Detail       string    `json:"detail"`
+	SeenSize     int64     `json:"seen_size"`
+	SeenRoot     string    `json:"seen_root,omitempty"`
+	OfferedSize  int64     `json:"offered_size"`
+	OfferedRoot  string    `json:"offered_root,omitempty"`
+	RaisedAt     time.Time `json:"raised_at"`
+	KnownWitness bool      `json:"known_witness"`
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -52,6 +53,15 @@ func (c *Client) ConsistencyProof(ctx context.Context, chain string, from, to in
 	return p, err
 }
 
+// Receipt returns a run's receipt, the document `sandgate audit receipt`
+// writes (submitter of the run's team, auditor, admin). Check it with
+// audit.VerifyReceipt or `sandgate audit verify-receipt`.
+func (c *Client) Receipt(ctx context.Context, runID string) (sandgate.Receipt, error) {
+	var r sandgate.Receipt
+	err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(runID)+"/receipt", nil, nil, nil, &r)
+	return r, err
+}
+
 // Cosign posts a witness's cosignature of a checkpoint note and returns
 // the checkpoint with the cosignatures the gateway keeps (auditor).
 func (c *Client) Cosign(ctx context.Context, req api.CosignatureRequest) (api.CheckpointView, error) {
@@ -62,4 +72,16 @@ func (c *Client) Cosign(ctx context.Context, req api.CosignatureRequest) (api.Ch
 	var cp api.CheckpointView
 	err = c.do(ctx, http.MethodPost, "/v1/audit/checkpoint/cosignature", nil, nil, bytes.NewReader(body), &cp)
 	return cp, err
+}
+
+// WitnessAlarm posts an alarm a witness raised, signed with its key, and
+// returns it as the trail recorded it (auditor).
+func (c *Client) WitnessAlarm(ctx context.Context, req api.WitnessAlarmRequest) (api.WitnessAlarmView, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.WitnessAlarmView{}, fmt.Errorf("encode alarm: %w", err)
+	}
+	var v api.WitnessAlarmView
+	err = c.do(ctx, http.MethodPost, "/v1/audit/witness/alarm", nil, nil, bytes.NewReader(body), &v)
+	return v, err
 }
