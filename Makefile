@@ -60,8 +60,8 @@ test-cluster: bootstrap image
 
 cluster-drills:
 	@log=$$(mktemp /tmp/sandgate-cluster.XXXXXX.log); \
-	SANDGATE_CLUSTER_SHORT=$(CLUSTER_SHORT) $(GO) test -tags cluster -run TestCluster -count=1 -timeout 15m -v ./cmd/sandgate >$$log 2>&1; rc=$$?; \
-	grep -E '^ *(--- |PASS|FAIL|ok )|cluster_test.go' $$log | cut -c1-400; \
+	SANDGATE_CLUSTER_SHORT=$(CLUSTER_SHORT) $(GO) test -tags cluster -run '^TestClusterDrills$$' -count=1 -timeout 15m -v ./cmd/sandgate >$$log 2>&1; rc=$$?; \
+	grep -E '^ *(--- |PASS|FAIL|ok )|drills_test.go' $$log | cut -c1-400; \
 	if [ $$rc = 0 ]; then rm -f $$log; else echo "make: the cluster drills failed; full log (with each gateway's): $$log"; fi; exit $$rc
 
 lint:

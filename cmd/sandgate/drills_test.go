@@ -264,9 +264,9 @@ func (r drillReport) String() string {
 		r.submitted, r.admitted, r.refused, r.uncertain, r.limited, r.finished, len(r.lost), r.lost, r.spooled, r.redelivered, r.present, r.duplicates)
 }
 
-// TestCluster runs the drills on one cluster: the database fails over
+// TestClusterDrills runs the drills on one cluster: the database fails over
 // under load, then one node's Docker daemon stops.
-func TestCluster(t *testing.T) {
+func TestClusterDrills(t *testing.T) {
 	short := os.Getenv("SANDGATE_CLUSTER_SHORT") == "1"
 	c := clusterUp(t)
 	nodeA := c.startNode(t, "node-a", executortest.DockerHost())
