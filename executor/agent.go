@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -174,4 +175,84 @@ func (e *Executor) superviseAgent(ctx context.Context, r *run, p *agent.Process,
 	}
 	ex, err := p.Exit()
 	return agentEnd{reason: reason, exit: ex, err: err}
+}
+
+// executeWarmAgent runs the job in a claimed warm member whose agent is
+// authenticated already: the command is started by the agent, its exit
+// comes back over the stream, and the container is removed after the
+// run has answered. The trail is the same as a warm run's: created,
+// started, exited with its code (and OOM, timeout or cancellation), then
+// removed.
+func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
+	h := e.warmHandle(r, m)
+	h.agent = m.agent
+	// Removal is off the run's path: the pool and the run own the
+	// container until it is gone, so the reaper leaves it alone.
+	e.removing.Add(1)
+	defer func() {
+		go func() {
+			defer e.removing.Done()
+			h.close()
+		}()
+	}()
+	e.emit(r, sandgate.EventContainerCreated, map[string]any{
+		"name": m.name, "image": set.config.Image, "image_id": imageID,
+		"warm_pool": m.prof.key, "pooled_at": m.created.UTC().Format(time.RFC3339Nano), "agent": true,
+	})
+	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
+		return h.failed(err), err
+	}
+	spec := r.job.Spec
+	ooms := e.oomKills(m.id)
+	p, err := m.agent.conn.Start(agentCommand(spec, m.entrypoint), h.stdout, h.stderr, []byte(spec.Stdin))
+	if err == nil {
+		select {
+		case <-p.Started():
+		case <-p.Done():
+		}
+		select {
+		case <-p.Started():
+		default:
+			_, err = p.Exit()
+		}
+	}
+	if err != nil {
+		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in warm container %s", m.name)
+		return h.failed(err), err
+	}
+	h.started(e.now(), map[string]any{"warm_pool": m.prof.key, "agent": true, "pid": p.PID()}, true)
+	end := e.superviseAgent(ctx, r, p, h.timeout())
+	h.r.ending.Store(true)
+	if end.err != nil {
+		// The agent ended first (killed, out of memory): the container
+		// ends with it, and is judged as any container's end.
+		exit := h.stop(h.exitC())
+		h.res.FinishedAt = e.now()
+		h.usage.stop()
+		var state container.InspectResponse
+		if !exit.lost {
+			ictx, cancel := e.cleanupContext(ctx)
+			state, _ = e.docker.ContainerInspect(ictx, h.id)
+			cancel()
+		}
+		return h.finish(end.reason, exit, state), nil
+	}
+	h.res.FinishedAt = e.now()
+	h.usage.stop()
+	res := h.res
+	res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
+	code := end.exit.Code
+	res.ExitCode = &code
+	res.OOMKilled = end.exit.Signal == 9 && e.oomKills(m.id) > ooms
+	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
+	res.Usage = h.usage.usage(res, h.memoryLimit())
+	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
+		"agent":       true,
+		"signal":      end.exit.Signal,
+		"oom_killed":  res.OOMKilled,
+		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+		"usage":       res.Usage.Payload(),
+	}))
+	e.emitEnd(r, res)
+	return res, nil
 }

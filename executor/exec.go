@@ -427,10 +427,14 @@ func parentOf(proc string, pid int) int {
 }
 
 // oomKills is how many processes the kernel's OOM killer has killed in
-// the session's container so far (memory.events on cgroup v2,
-// memory.oom_control on v1); 0 when it cannot be read.
-func (x *execution) oomKills() int64 {
-	dirs, ok := x.e.cgroups.find(x.cid)
+// the session's container so far.
+func (x *execution) oomKills() int64 { return x.e.oomKills(x.cid) }
+
+// oomKills is how many processes the kernel's OOM killer has killed in
+// container id so far (memory.events on cgroup v2, memory.oom_control on
+// v1); 0 when it cannot be read.
+func (e *Executor) oomKills(id string) int64 {
+	dirs, ok := e.cgroups.find(id)
 	if !ok {
 		return 0
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"io"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -125,6 +126,10 @@ type member struct {
 	died    bool
 
 	job *sandgate.Job // the run that claimed it
+
+	// agent is the connection to the container's agent, when its main
+	// process is one (Config.AgentBinary): it reads the attach stream.
+	agent *agentLink
 }
 
 // newPool makes the pool for cfg, nil when cfg.WarmPool is 0. cfg must be
@@ -422,6 +427,12 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		sandgate.LabelNode:    e.cfg.Node,
 		LabelPool:             prof.key,
 	}
+	hostCfg := prof.set.host
+	if e.cfg.AgentBinary != "" {
+		set := settings{config: &cfg, host: prof.set.host}
+		e.withAgent(&set)
+		cfg, hostCfg = *set.config, set.host
+	}
 
 	// Owned from before the create, so a reaper pass that lists the
 	// container before its ID is known leaves it alone.
@@ -438,7 +449,7 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	err = e.call(ctx, nil, "create warm container", func(ctx context.Context) error {
 		// The client normalises the capabilities in place: every create
 		// gets its own copy of the profile's.
-		host := *prof.set.host
+		host := *hostCfg
 		resp, err := e.docker.ContainerCreate(ctx, &cfg, &host, nil, nil, m.name)
 		if cerrdefs.IsConflict(err) {
 			// An earlier attempt made it after all.
@@ -473,6 +484,13 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", m.name, err)
+	}
+	if e.cfg.AgentBinary != "" {
+		// Authenticated now, off any run's path; the output of a run
+		// comes framed by the agent.
+		if m.agent, err = e.dialAgent(m.hj, io.Discard); err != nil {
+			return nil, fmt.Errorf("the agent of %s: %w", m.name, err)
+		}
 	}
 	ok = true
 	return m, nil
@@ -712,6 +730,9 @@ func shellQuote(s string) string {
 // already started, so the run hands its command in over the attached
 // stdin and from there on is followed exactly like a cold one.
 func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
+	if m.agent != nil {
+		return e.executeWarmAgent(ctx, r, set, imageID, m)
+	}
 	h := e.warmHandle(r, m)
 	defer h.close()
 	e.emit(r, sandgate.EventContainerCreated, map[string]any{

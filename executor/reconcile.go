@@ -189,6 +189,10 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 	switch {
 	case s == nil || s.Status == "removing" || s.Status == "dead":
 		return rc.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
+	case c.Labels[LabelPool] != "" && c.Labels[LabelAgent] != "" && !r.job.SessionContainer:
+		// The agent reported the command's end to the gateway that died;
+		// its key went with it, so the end cannot be read now.
+		return rc.lostOnRestart(r, h.res, "the gateway restarted while the warm container's agent ran the command: its end cannot be read"), nil
 	case s.Running || s.Paused || s.Restarting:
 		return rc.follow(ctx, h, s)
 	case !everStarted(st) && c.Labels[LabelPool] != "":
