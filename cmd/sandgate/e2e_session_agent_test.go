@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+)
+
+// findAgent is a shell snippet that sets $a to the PID of the session's
+// agent (the process whose command name is "agent").
+const findAgent = `a=; for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = agent ] && a=${p#/proc/}; done; `
+
+// TestSessionAgentKilledFromInside: code in the sandbox may kill the
+// agent (it runs as the same user); the session then ends with its
+// reason, and the command that was running is recorded as lost, never
+// left running or silently dropped.
+func TestSessionAgentKilledFromInside(t *testing.T) {
+	s := startServer(t)
+	c := s.Client
+	ss := openSession(t, c, api.SessionRequest{})
+	long, err := c.Exec(context.Background(), ss.ID, api.ExecRequest{Command: []string{"sleep", "60"}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killer, err := c.Exec(context.Background(), ss.ID, api.ExecRequest{Command: []string{"sh", "-c", findAgent + `sleep 0.3; kill -9 $a; sleep 30`}}, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := waitSessionEnded(t, c, ss.ID, 30*time.Second)
+	if ended.EndReason == sandgate.SessionDeleted || ended.EndReason == "" {
+		t.Errorf("session ended with %q", ended.EndReason)
+	}
+	for _, id := range []string{long.ID, killer.ID} {
+		v := s.waitFinished(t, id, 30*time.Second)
+		if outcomeOf(v) != sandgate.OutcomeLost {
+			t.Errorf("command %s: outcome %s, want lost", id, outcomeOf(v))
+		}
+		evs := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {id}}, func(evs []sandgate.AuditRecord) bool {
+			return hasEvent(evs, sandgate.EventRunLost)
+		})
+		if !hasEvent(evs, sandgate.EventContainerStarted) {
+			t.Errorf("command %s: no container.started (%s)", id, eventTypes(evs))
+		}
+	}
+	if ev := s.sessionEndEvent(t, ss.ID); ev.Outcome == "" {
+		t.Errorf("session.ended without a reason: %+v", ev)
+	}
+}
+
+// TestSessionAgentCannotBeDriven: code in the sandbox cannot read the
+// agent's memory, environment or file descriptors (it is not dumpable),
+// and what it writes into the container's stdio is not a frame the agent
+// takes: either the write is refused, or the agent refuses the stream and
+// the session ends. No command it tried to smuggle in runs.
+func TestSessionAgentCannotBeDriven(t *testing.T) {
+	s := startServer(t)
+	c := s.Client
+	ss := openSession(t, c, api.SessionRequest{})
+	r := execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"sh", "-c", findAgent +
+		`[ -n "$a" ] || echo no-agent; ls /proc/$a/fd/ >/dev/null 2>&1 && echo fds; cat /proc/$a/environ >/dev/null 2>&1 && echo environ; ` +
+		`head -c 1 /proc/$a/mem >/dev/null 2>&1 && echo mem; echo checked`}})
+	if r.Stdout.Data != "checked\n" {
+		t.Fatalf("the agent is open to the sandbox: %q", r.Stdout.Data)
+	}
+	// A start frame of a made-up key, and garbage, into the stdin of the
+	// container's init (the agent's stdin), then the same into stdout.
+	forged := `printf '\002\000\000\000\001\000\000\000\000\000\000\000\002\000\000\000\046{"argv":["touch","/workspace/pwned"]}' `
+	r = execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"sh", "-c",
+		forged + `>/proc/1/fd/0 2>/dev/null && echo wrote-stdin; ` + forged + `>/proc/1/fd/1 2>/dev/null && echo wrote-stdout; sleep 1; echo done`}, TimeoutSeconds: 20})
+	if outcomeOf(r) != sandgate.OutcomeLost {
+		// Nothing reached the agent: it runs on, and nothing ran.
+		if outcomeOf(r) != sandgate.OutcomeSucceeded || strings.Contains(r.Stdout.Data, "wrote") {
+			t.Errorf("the forging command: %s %q, yet the session is open", outcomeOf(r), r.Stdout.Data)
+		}
+		p := execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"sh", "-c", "ls /workspace/pwned 2>/dev/null; true"}})
+		if p.Stdout.Data != "" {
+			t.Errorf("a forged command ran: %q", p.Stdout.Data)
+		}
+		return
+	}
+	// The agent or the gateway refused the stream: the session fails
+	// closed, and the command is recorded as lost with it.
+	got := waitSessionEnded(t, c, ss.ID, 30*time.Second)
+	t.Logf("the forged frames ended the session (%s); the command: %s %q", got.EndReason, outcomeOf(r), r.Stdout.Data)
+	evs := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {r.ID}}, func(evs []sandgate.AuditRecord) bool {
+		return hasEvent(evs, sandgate.EventRunLost)
+	})
+	if !hasEvent(evs, sandgate.EventContainerStarted) {
+		t.Errorf("the forging command: no container.started (%s)", eventTypes(evs))
+	}
+}
