@@ -256,3 +256,26 @@ func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, i
 	e.emitEnd(r, res)
 	return res, nil
 }
+
+// executeWarmSession opens a session in a claimed warm session member:
+// its container runs, its agent is authenticated and its workspace is
+// mounted at its workdir already, so the session is open as soon as the
+// member is checked and recorded. From then on it is followed as a cold
+// session's container is.
+func (e *Executor) executeWarmSession(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
+	h := e.warmHandle(r, m)
+	h.agent, h.ws = m.agent, m.ws
+	r.setWorkspace(m.ws)
+	defer h.close()
+	e.emit(r, sandgate.EventContainerCreated, map[string]any{
+		"name": m.name, "image": set.config.Image, "image_id": imageID,
+		"warm_pool": m.prof.key, "pooled_at": m.created.UTC().Format(time.RFC3339Nano), "agent": true,
+		"workspace": map[string]any{"workspace_mb": r.job.Spec.Resources.WorkspaceMB},
+	})
+	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
+		return h.failed(err), err
+	}
+	r.setAgent(m.agent)
+	h.started(e.now(), map[string]any{"warm_pool": m.prof.key, "agent": true}, true)
+	return h.supervise(ctx)
+}

@@ -17,6 +17,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate"
 )
@@ -25,6 +26,10 @@ import (
 // reaper of the node that made it leaves it alone while its pool or the run
 // that claimed it owns it, and removes it as an orphan otherwise.
 const LabelPool = "sandgate.pool"
+
+// poolPrefix begins the name of every warm container (and of a warm
+// session's workspace).
+const poolPrefix = "sandgate-pool-"
 
 // poolFillers is how many warm containers are being made at once, over
 // all profiles: making one costs the daemon as much as a cold run, and the
@@ -95,6 +100,10 @@ type pool struct {
 type profile struct {
 	key string
 	set settings
+	// session profiles keep containers for sessions: each with a
+	// workspace of its own, of the spec's size, at the spec's workdir.
+	session bool
+	spec    sandgate.Normalized
 	// idle members, oldest first; filling counts those being made.
 	idle    []*member
 	filling int
@@ -126,6 +135,9 @@ type member struct {
 	died    bool
 
 	job *sandgate.Job // the run that claimed it
+
+	// ws is a session member's workspace, named after the member.
+	ws *runWorkspace
 
 	// agent is the connection to the container's agent, when its main
 	// process is one (Config.AgentBinary): it reads the attach stream.
@@ -163,17 +175,39 @@ func (p *pool) buildProfiles(specs []sandgate.Normalized) ([]*profile, map[strin
 			return nil, nil, fmt.Errorf("warm profile %d: %w", i, err)
 		}
 		key := profileKey(set)
+		session := spec.SessionID != ""
+		if session {
+			if p.e.cfg.AgentBinary == "" {
+				continue // a warm session needs its agent
+			}
+			key = sessionKey(key, spec)
+		}
 		if byKey[key] != nil {
 			continue
 		}
 		prof := p.byKey[key]
 		if prof == nil {
-			prof = &profile{key: key, set: set}
+			prof = &profile{key: key, set: set, session: session, spec: spec}
 		}
 		byKey[key] = prof
 		profiles = append(profiles, prof)
 	}
 	return profiles, byKey, nil
+}
+
+// sessionKey is the pool key of a session's container: its settings'
+// key, with the size and owner of the workspace a session member is made
+// with (neither is in the container's settings).
+func sessionKey(key string, spec sandgate.Normalized) string {
+	var uid, gid int64 = -1, -1
+	if spec.UID != nil {
+		uid = *spec.UID
+	}
+	if spec.GID != nil {
+		gid = *spec.GID
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "session|%s|%d|%d|%d|%s", key, spec.Resources.WorkspaceMB, uid, gid, spec.Workdir))
+	return hex.EncodeToString(sum[:8])
 }
 
 // warmSettings are the container settings of a warm profile's spec; a
@@ -403,7 +437,7 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	}
 	m := &member{
 		prof:    prof,
-		name:    "sandgate-pool-" + e.cfg.Node + "-" + prof.key[:8] + "-" + randomSuffix(),
+		name:    poolPrefix + e.cfg.Node + "-" + prof.key[:8] + "-" + randomSuffix(),
 		imageID: img.ID,
 		env:     map[string]bool{},
 		claimed: make(chan struct{}),
@@ -428,6 +462,21 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		LabelPool:             prof.key,
 	}
 	hostCfg := prof.set.host
+	if prof.session {
+		// The member's workspace, named after it, made now: a session that
+		// claims it finds its file system mounted at its workdir.
+		host := *hostCfg
+		host.Mounts = append([]mount.Mount(nil), host.Mounts...)
+		set := settings{config: &cfg, host: &host}
+		wr := &run{job: sandgate.Job{RunID: m.name, Spec: prof.spec}, ctx: ctx}
+		if m.ws, err = e.prepareWorkspace(ctx, wr, &set); err != nil {
+			p.mu.Lock()
+			delete(p.owned, m.name)
+			p.mu.Unlock()
+			return nil, fmt.Errorf("the workspace of %s: %w", m.name, err)
+		}
+		hostCfg = set.host
+	}
 	if e.cfg.AgentBinary != "" {
 		set := settings{config: &cfg, host: prof.set.host}
 		e.withAgent(&set)
@@ -565,6 +614,9 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 		return nil
 	}
 	key := profileKey(set)
+	if r.job.SessionContainer {
+		key = sessionKey(key, r.job.Spec)
+	}
 	p.mu.Lock()
 	prof := p.byKey[key]
 	p.mu.Unlock()
@@ -622,6 +674,9 @@ func (p *pool) discard(m *member) {
 	ref := m.id
 	if ref == "" {
 		ref = m.name
+	}
+	if m.ws != nil {
+		defer m.ws.remove(p.e)
 	}
 	e := p.e
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout*time.Duration(e.cfg.MaxRetries+1))
@@ -730,7 +785,10 @@ func shellQuote(s string) string {
 // already started, so the run hands its command in over the attached
 // stdin and from there on is followed exactly like a cold one.
 func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
-	if m.agent != nil {
+	switch {
+	case m.prof.session:
+		return e.executeWarmSession(ctx, r, set, imageID, m)
+	case m.agent != nil:
 		return e.executeWarmAgent(ctx, r, set, imageID, m)
 	}
 	h := e.warmHandle(r, m)

@@ -29,7 +29,8 @@ type run struct {
 	ending atomic.Bool
 
 	mu          sync.Mutex
-	agent       *agentLink // the container's agent, once authenticated
+	agent       *agentLink    // the container's agent, once authenticated
+	ws          *runWorkspace // a session's workspace
 	containerID string
 	state       sandgate.State
 	createdAt   time.Time
@@ -45,6 +46,18 @@ func (r *run) setAgent(l *agentLink) {
 	r.mu.Lock()
 	r.agent = l
 	r.mu.Unlock()
+}
+
+func (r *run) setWorkspace(ws *runWorkspace) {
+	r.mu.Lock()
+	r.ws = ws
+	r.mu.Unlock()
+}
+
+func (r *run) workspace() *runWorkspace {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ws
 }
 
 func (r *run) agentLink() *agentLink {
@@ -134,8 +147,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
-	// A warm container has no workspace: a run with one is created.
-	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress && !r.job.SessionContainer {
+	// A warm container has no workspace but a warm session's own: a run
+	// with one is created, and so is a session without an agent.
+	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress && (!r.job.SessionContainer || e.cfg.AgentBinary != "") {
 		if m := e.pool.claim(ctx, r, set, imageID); m != nil {
 			return e.executeWarm(ctx, r, set, imageID, m)
 		}
@@ -200,6 +214,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	h := e.newHandle(r, id, e.now())
 	h.useAgent = useAgent
 	h.ws = ws // the handle owns it from here: removed after the container
+	r.setWorkspace(ws)
 	defer h.close()
 	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
 	if len(staged) > 0 {

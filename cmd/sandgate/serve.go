@@ -86,10 +86,17 @@ func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.Normalized, e
 	if err != nil {
 		return nil, fmt.Errorf("warm pool profile: %w", err)
 	}
+	// And the default session's container (a spec with a session ID is
+	// a session's), served warm when the executor has its agent.
+	session, _, err := sandgate.NormalizeSession(sandgate.SessionSpec{}, "warm-pool", engine.Defaults())
+	if err != nil {
+		return nil, fmt.Errorf("warm pool session profile: %w", err)
+	}
 	if cfg.AirGapped {
 		spec.Network = "none"
+		session.Network = "none"
 	}
-	return []sandgate.Normalized{spec}, nil
+	return []sandgate.Normalized{spec, session}, nil
 }
 
 // reconcileWait is how long serve keeps trying to list the runs a

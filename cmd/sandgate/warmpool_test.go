@@ -27,7 +27,7 @@ func TestWarmPoolThroughServer(t *testing.T) {
 	waitWarm := func() {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
-		for warmIdle(t, s.Node) != 2 {
+		for warmIdle(t, s.Node) != 2*servedProfiles {
 			if time.Now().After(deadline) {
 				t.Fatalf("the warm pool did not fill within 2 minutes")
 			}
