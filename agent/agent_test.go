@@ -251,3 +251,13 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+// TestAgentCommandsAreTheOOMVictims: a command's OOM score is raised, so
+// a sandbox out of memory loses the command, not its agent.
+func TestAgentCommandsAreTheOOMVictims(t *testing.T) {
+	c, _ := startAgent(t)
+	_, out, _, err := run(t, c, Command{Argv: []string{"sh", "-c", "sleep 0.2; cat /proc/$$/oom_score_adj"}}, nil)
+	if err != nil || out != "1000\n" {
+		t.Errorf("oom_score_adj %q %v, want 1000", out, err)
+	}
+}

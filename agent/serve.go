@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -184,6 +185,7 @@ func (s *server) start(id uint32, c Command) {
 	_ = outW.Close()
 	_ = errW.Close()
 	pid := cmd.Process.Pid
+	preferVictim(pid)
 	s.mu.Lock()
 	s.cmds[id] = &command{pid: pid, stdin: queue}
 	s.mu.Unlock()
@@ -255,6 +257,16 @@ func (s *server) pump(id uint32, r *os.File, t Type) {
 			return
 		}
 	}
+}
+
+// preferVictim makes the OOM killer take the command (and what it
+// starts, which inherits the setting) before the agent: the agent's
+// binary is charged to the sandbox's memory, and a sandbox out of memory
+// should lose the command that filled it, not the agent that reports its
+// end. Raising one's score needs no privilege. A command that runs out of
+// memory in the instant before is the exception.
+func preferVictim(pid int) {
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("1000"), 0)
 }
 
 func exitOf(st *os.ProcessState) Exit {
