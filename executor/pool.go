@@ -478,7 +478,7 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		hostCfg = set.host
 	}
 	if e.cfg.AgentBinary != "" {
-		set := settings{config: &cfg, host: prof.set.host}
+		set := settings{config: &cfg, host: hostCfg}
 		e.withAgent(&set)
 		cfg, hostCfg = *set.config, set.host
 	}

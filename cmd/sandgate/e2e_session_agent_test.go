@@ -94,3 +94,56 @@ func TestSessionAgentCannotBeDriven(t *testing.T) {
 		t.Errorf("the forging command: no container.started (%s)", eventTypes(evs))
 	}
 }
+
+// TestWarmSession: with a warm pool, a session is opened in a warm
+// session container (its agent dialled, its workspace mounted): files go
+// in and out of its workspace, commands run, and deleting it removes the
+// container and its workspace like a cold session's.
+func TestWarmSession(t *testing.T) {
+	s := startServer(t, withEnv("SANDGATE_WARM_POOL", "1"))
+	c := s.Client
+	deadline := time.Now().Add(2 * time.Minute)
+	for warmIdle(t, s.Node) != servedProfiles {
+		if time.Now().After(deadline) {
+			t.Fatal("the warm pool did not fill within 2 minutes")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx := context.Background()
+	ss := openSession(t, c, api.SessionRequest{})
+	evs := s.waitAuditEvents(t, s.Token, url.Values{"run_id": {ss.ID}}, func(evs []sandgate.AuditRecord) bool {
+		return hasEvent(evs, sandgate.EventSessionCreated)
+	})
+	warm := false
+	for _, ev := range evs {
+		if ev.Type == sandgate.EventContainerCreated {
+			_, warm = ev.Payload["warm_pool"]
+		}
+	}
+	if !warm {
+		t.Fatalf("the session was not opened in a warm container (%s)", eventTypes(evs))
+	}
+	if _, err := c.PutFile(ctx, ss.ID, "in.txt", 0o644, strings.NewReader("warm\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := execWait(t, c, ss.ID, api.ExecRequest{Command: []string{"sh", "-c", "cat in.txt; pwd; id -u; echo out > out.txt"}})
+	if want := "warm\n" + ss.Spec.Workdir + "\n10001\n"; outcomeOf(r) != sandgate.OutcomeSucceeded || r.Stdout.Data != want {
+		t.Errorf("command: %s %q, want %q", outcomeOf(r), r.Stdout.Data, want)
+	}
+	var buf strings.Builder
+	if kind, err := c.GetFiles(ctx, ss.ID, "out.txt", &buf); err != nil || kind != "file" || buf.String() != "out\n" {
+		t.Errorf("get out.txt: %q %q %v", kind, buf.String(), err)
+	}
+	if _, err := c.DeleteSession(ctx, ss.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitSessionEnded(t, c, ss.ID, 30*time.Second); got.EndReason != sandgate.SessionDeleted {
+		t.Errorf("ended with %q", got.EndReason)
+	}
+	s.waitAuditEvents(t, s.Token, url.Values{"run_id": {ss.ID}}, func(evs []sandgate.AuditRecord) bool {
+		return hasEvent(evs, sandgate.EventContainerRemoved)
+	})
+	if n := countContainers(t, sandgate.LabelNode, s.Node); n != servedProfiles {
+		t.Errorf("%d containers of the node after the delete, want the %d warm ones", n, servedProfiles)
+	}
+}
