@@ -243,7 +243,7 @@ func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, i
 	res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
 	code := end.exit.Code
 	res.ExitCode = &code
-	res.OOMKilled = end.exit.Signal == 9 && e.oomKills(m.id) > ooms
+	res.OOMKilled = code != 0 && e.oomKills(m.id) > ooms
 	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
 	res.Usage = h.usage.usage(res, h.memoryLimit())
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{

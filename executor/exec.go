@@ -129,7 +129,7 @@ func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
 	}
 	code := end.exit.Code
 	res.ExitCode = &code
-	res.OOMKilled = end.exit.Signal == 9 && x.oomKills() > ooms
+	res.OOMKilled = code != 0 && x.oomKills() > ooms
 	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"agent":       true,
