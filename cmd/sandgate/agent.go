@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sandgate/sandgate/agent"
 )
@@ -27,12 +28,16 @@ func runAgent() int {
 // agentBinary is the binary to mount into sandboxes as their agent: the
 // configured one ("off": none), else this binary when it is statically
 // linked (a dynamically linked one would not run in an image without its
-// libraries), else none.
-func agentBinary(configured string) (string, error) {
+// libraries) and the daemon is local (it resolves the mount's source on
+// its own host), else none.
+func agentBinary(configured, dockerHost string) (string, error) {
 	switch configured {
 	case "off":
 		return "", nil
 	case "":
+		if dockerHost != "" && !strings.HasPrefix(dockerHost, "unix://") {
+			return "", nil
+		}
 		self, err := os.Executable()
 		if err != nil || !static(self) {
 			return "", nil

@@ -244,7 +244,7 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
-	agentBinary, err := agentBinary(cfg.AgentBinary)
+	agentBinary, err := agentBinary(cfg.AgentBinary, cfg.DockerHost)
 	if err != nil {
 		return err
 	}
