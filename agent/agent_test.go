@@ -91,11 +91,17 @@ func TestAgentRunsCommands(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ex != tt.want || out != tt.stdout || errOut != tt.stderr {
+			if ex.Code != tt.want.Code || ex.Signal != tt.want.Signal || out != tt.stdout || errOut != tt.stderr {
 				t.Errorf("got %+v %q %q, want %+v %q %q", ex, out, errOut, tt.want, tt.stdout, tt.stderr)
 			}
 		})
 	}
+	t.Run("usage", func(t *testing.T) {
+		ex, _, _, err := run(t, c, Command{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"}}, nil)
+		if err != nil || ex.Code != 0 || ex.UserMS+ex.SystemMS <= 0 {
+			t.Errorf("usage of a busy command: %+v %v", ex, err)
+		}
+	})
 	t.Run("not found", func(t *testing.T) {
 		_, _, _, err := run(t, c, Command{Argv: []string{"/no/such/program"}}, nil)
 		if err == nil || !strings.Contains(err.Error(), "start") {

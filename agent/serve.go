@@ -35,6 +35,12 @@ type Command struct {
 type Exit struct {
 	Code   int `json:"code"`
 	Signal int `json:"signal,omitempty"`
+	// UserMS and SystemMS are the CPU time of the command and of the
+	// descendants it waited for (the kernel's rusage at its exit). Its
+	// peak resident set is not reported: the kernel's counts the agent's
+	// memory, which the command shared between fork and exec.
+	UserMS   int64 `json:"user_ms"`
+	SystemMS int64 `json:"system_ms"`
 }
 
 // MaxCommands bounds the commands an agent runs at once.
@@ -273,11 +279,11 @@ func exitOf(st *os.ProcessState) Exit {
 	if st == nil {
 		return Exit{Code: -1}
 	}
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	if ok && ws.Signaled() {
-		return Exit{Code: 128 + int(ws.Signal()), Signal: int(ws.Signal())}
+	ex := Exit{Code: st.ExitCode(), UserMS: st.UserTime().Milliseconds(), SystemMS: st.SystemTime().Milliseconds()}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		ex.Code, ex.Signal = 128+int(ws.Signal()), int(ws.Signal())
 	}
-	return Exit{Code: st.ExitCode()}
+	return ex
 }
 
 // killAll kills every command's process group: a refused frame ends the

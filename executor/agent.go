@@ -126,6 +126,16 @@ func agentCommand(spec sandgate.Normalized, entrypoint []string) agent.Command {
 	}
 }
 
+// commandUsage is what a session command used, by the kernel's account
+// at its exit.
+func commandUsage(ex agent.Exit, res sandgate.Result) *sandgate.Usage {
+	cpu, user, sys := ex.UserMS+ex.SystemMS, ex.UserMS, ex.SystemMS
+	return &sandgate.Usage{
+		CPUMS: &cpu, CPUUserMS: &user, CPUSystemMS: &sys,
+		WallMS: res.FinishedAt.Sub(res.StartedAt).Milliseconds(), Source: sandgate.UsageRusage,
+	}
+}
+
 // agentEnd is how a command the agent ran ended, as far as the gateway
 // saw it.
 type agentEnd struct {

@@ -130,6 +130,10 @@ func TestWarmSession(t *testing.T) {
 	if want := "warm\n" + ss.Spec.Workdir + "\n10001\n"; outcomeOf(r) != sandgate.OutcomeSucceeded || r.Stdout.Data != want {
 		t.Errorf("command: %s %q, want %q", outcomeOf(r), r.Stdout.Data, want)
 	}
+	// A command's usage is the kernel's account of its processes.
+	if u := r.Usage; u == nil || u.Source != sandgate.UsageRusage || u.CPUMS == nil || u.CPUUserMS == nil {
+		t.Errorf("command usage %+v, want rusage with CPU time", u)
+	}
 	var buf strings.Builder
 	if kind, err := c.GetFiles(ctx, ss.ID, "out.txt", &buf); err != nil || kind != "file" || buf.String() != "out\n" {
 		t.Errorf("get out.txt: %q %q %v", kind, buf.String(), err)
