@@ -151,3 +151,27 @@ func TestWarmSession(t *testing.T) {
 		t.Errorf("%d containers of the node after the delete, want the %d warm ones", n, servedProfiles)
 	}
 }
+
+// TestSessionAgentExitsAtOnce: a session whose agent exits at once (here
+// a static binary that is not sandgate's agent) is refused by
+// POST /v1/sessions with the executor's error, never answered 201 and
+// ended afterwards; the session is recorded as ended with its reason.
+func TestSessionAgentExitsAtOnce(t *testing.T) {
+	busybox := "/bin/busybox"
+	if !static(busybox) {
+		t.Skip("no static busybox on this host to stand for an agent that exits at once")
+	}
+	s := startServer(t, withEnv("SANDGATE_AGENT_BINARY", busybox))
+	c := s.Client
+	_, err := c.CreateSession(context.Background(), api.SessionRequest{})
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeContainerCreate {
+		t.Fatalf("create = %v, want %s", err, sandgate.CodeContainerCreate)
+	}
+	list, err := c.Sessions(context.Background(), "", 10)
+	if err != nil || len(list.Sessions) != 1 {
+		t.Fatalf("sessions %+v %v", list, err)
+	}
+	if ss := list.Sessions[0]; ss.State != sandgate.SessionEnded || ss.EndReason != sandgate.SessionError {
+		t.Errorf("the session: %s %s, want ended with reason error", ss.State, ss.EndReason)
+	}
+}
