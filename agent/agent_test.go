@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -265,5 +266,35 @@ func TestAgentCommandsAreTheOOMVictims(t *testing.T) {
 	_, out, _, err := run(t, c, Command{Argv: []string{"sh", "-c", "sleep 0.2; cat /proc/$$/oom_score_adj"}}, nil)
 	if err != nil || out != "1000\n" {
 		t.Errorf("oom_score_adj %q %v, want 1000", out, err)
+	}
+}
+
+// TestAgentSignalReachesNewSessions: a signal to a command reaches the
+// processes it started in a session of their own.
+func TestAgentSignalReachesNewSessions(t *testing.T) {
+	c, _ := startAgent(t)
+	var out syncBuffer
+	// setsid makes a new session (and group); the parent waits on it.
+	p, err := c.Start(Command{Argv: []string{"sh", "-c", "setsid sh -c 'echo started; sleep 60' & wait"}}, &out, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for out.String() != "started\n" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end")
+	}
+	// The setsid'd sleep was killed too: nothing holds the output, so the
+	// exit came without the drain's wait, and no sleep 60 of ours is left.
+	b, _ := exec.Command("sh", "-c", "ps -eo args | grep -c '^sleep 60$' || true").Output()
+	if strings.TrimSpace(string(b)) != "0" {
+		t.Errorf("sleep 60 processes left: %s", b)
 	}
 }

@@ -87,10 +87,12 @@ func (c *Conn) read() {
 		}
 		switch f.Type {
 		case TypeStarted:
-			if len(f.Payload) == 4 {
-				p.pid = int(binary.BigEndian.Uint32(f.Payload))
-			}
-			close(p.started)
+			p.startOnce.Do(func() {
+				if len(f.Payload) == 4 {
+					p.pid = int(binary.BigEndian.Uint32(f.Payload))
+				}
+				close(p.started)
+			})
 		case TypeStdout:
 			_, _ = p.stdout.Write(f.Payload)
 		case TypeStderr:
@@ -135,6 +137,7 @@ type Process struct {
 	stdout, stderr io.Writer
 	pid            int
 	started        chan struct{}
+	startOnce      sync.Once
 	once           sync.Once
 	done           chan struct{}
 	exit           Exit

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -139,7 +140,7 @@ func (s *server) handle(f Frame) {
 		c := s.cmds[f.ID]
 		s.mu.Unlock()
 		if c != nil && len(f.Payload) == 1 {
-			_ = syscall.Kill(-c.pid, syscall.Signal(f.Payload[0]))
+			signalCommand(c.pid, syscall.Signal(f.Payload[0]))
 		}
 	}
 }
@@ -286,13 +287,67 @@ func exitOf(st *os.ProcessState) Exit {
 	return ex
 }
 
+// signalCommand sends sig to the command's process group and to every
+// process descended from it (one that made a group or a session of its
+// own included), as far as /proc shows them now.
+func signalCommand(pid int, sig syscall.Signal) {
+	// Listed first: a process whose parent dies is moved under the init
+	// and would no longer be found.
+	tree := descendants(pid)
+	_ = syscall.Kill(-pid, sig)
+	for _, p := range tree {
+		_ = syscall.Kill(p, sig)
+	}
+}
+
+// descendants lists the processes under pid, read from /proc.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, ent := range ents {
+		p, err := strconv.Atoi(ent.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The parent is the second field after the command's name, which
+		// is in parentheses and may hold anything.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 && len(out) < 1<<16 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
+}
+
 // killAll kills every command's process group: a refused frame ends the
 // agent, and nothing it started outlives it unrecorded.
 func (s *server) killAll() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.cmds {
-		_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+		signalCommand(c.pid, syscall.SIGKILL)
 	}
 }
 

@@ -92,7 +92,7 @@ func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
 	ooms := x.oomKills()
 	stdout, stderr := captures(r.job)
 	p, err := l.conn.Start(agentCommand(spec, nil), stdout, stderr, []byte(spec.Stdin))
-	if err != nil && p == nil {
+	if err != nil {
 		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
 		return e.failed(r, err, x.res), err
 	}

@@ -636,7 +636,7 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 
 		close(m.claimed)
 		<-m.watched
-		if m.died || m.imageID != imageID {
+		if m.died || m.imageID != imageID || m.agentGone() {
 			p.discard(m)
 			continue
 		}
@@ -645,6 +645,19 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 		m.job = &job
 		p.mu.Unlock()
 		return m
+	}
+}
+
+// agentGone reports whether the member's agent has stopped answering.
+func (m *member) agentGone() bool {
+	if m.agent == nil {
+		return false
+	}
+	select {
+	case <-m.agent.conn.Done():
+		return true
+	default:
+		return false
 	}
 }
 
