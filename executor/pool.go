@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"io"
 	"sort"
 	"strings"
@@ -177,8 +178,8 @@ func (p *pool) buildProfiles(specs []sandgate.Normalized) ([]*profile, map[strin
 		key := profileKey(set)
 		session := spec.SessionID != ""
 		if session {
-			if p.e.cfg.AgentBinary == "" {
-				continue // a warm session needs its agent
+			if p.e.cfg.AgentBinary == "" || os.Geteuid() != 0 {
+				continue // a warm session needs its agent, and its workspace root
 			}
 			key = sessionKey(key, spec)
 		}
