@@ -39,7 +39,7 @@ func agentBinary(configured, dockerHost string) (string, error) {
 			return "", nil
 		}
 		self, err := os.Executable()
-		if err != nil || !static(self) {
+		if err != nil || !static(self) || !everyoneExecutes(self) {
 			return "", nil
 		}
 		return self, nil
@@ -51,7 +51,16 @@ func agentBinary(configured, dockerHost string) (string, error) {
 	if !static(p) {
 		return "", fmt.Errorf("SANDGATE_AGENT_BINARY=%s is not a statically linked executable (build it with CGO_ENABLED=0)", configured)
 	}
+	if !everyoneExecutes(p) {
+		return "", fmt.Errorf("SANDGATE_AGENT_BINARY=%s must be readable and executable by every user (mode 0755): the sandboxes' users run it", configured)
+	}
 	return p, nil
+}
+
+// everyoneExecutes reports whether any user may read and run path.
+func everyoneExecutes(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o005 == 0o005
 }
 
 // static reports whether path is an ELF executable with no interpreter.
