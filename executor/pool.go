@@ -462,30 +462,9 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		sandgate.LabelNode:    e.cfg.Node,
 		LabelPool:             prof.key,
 	}
-	hostCfg := prof.set.host
-	if prof.session {
-		// The member's workspace, named after it, made now: a session that
-		// claims it finds its file system mounted at its workdir.
-		host := *hostCfg
-		host.Mounts = append([]mount.Mount(nil), host.Mounts...)
-		set := settings{config: &cfg, host: &host}
-		wr := &run{job: sandgate.Job{RunID: m.name, Spec: prof.spec}, ctx: ctx}
-		if m.ws, err = e.prepareWorkspace(ctx, wr, &set); err != nil {
-			p.mu.Lock()
-			delete(p.owned, m.name)
-			p.mu.Unlock()
-			return nil, fmt.Errorf("the workspace of %s: %w", m.name, err)
-		}
-		hostCfg = set.host
-	}
-	if e.cfg.AgentBinary != "" {
-		set := settings{config: &cfg, host: hostCfg}
-		e.withAgent(&set)
-		cfg, hostCfg = *set.config, set.host
-	}
-
-	// Owned from before the create, so a reaper pass that lists the
-	// container before its ID is known leaves it alone.
+	// Owned from before the create (and the workspace), so a reaper pass
+	// that lists the container before its ID is known, or the workspace,
+	// leaves them alone.
 	p.mu.Lock()
 	p.owned[m.name] = m
 	p.mu.Unlock()
@@ -495,6 +474,25 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 			p.discard(m)
 		}
 	}()
+
+	hostCfg := prof.set.host
+	if prof.session {
+		// The member's workspace, named after it, made now: a session that
+		// claims it finds its file system mounted at its workdir.
+		host := *hostCfg
+		host.Mounts = append([]mount.Mount(nil), host.Mounts...)
+		set := settings{config: &cfg, host: &host}
+		wr := &run{job: sandgate.Job{RunID: m.name, Spec: prof.spec}, ctx: ctx}
+		if m.ws, err = e.prepareWorkspace(ctx, wr, &set); err != nil {
+			return nil, fmt.Errorf("the workspace of %s: %w", m.name, err)
+		}
+		hostCfg = set.host
+	}
+	if e.cfg.AgentBinary != "" {
+		set := settings{config: &cfg, host: hostCfg}
+		e.withAgent(&set)
+		cfg, hostCfg = *set.config, set.host
+	}
 
 	err = e.call(ctx, nil, "create warm container", func(ctx context.Context) error {
 		// The client normalises the capabilities in place: every create
