@@ -15,8 +15,10 @@ all: build
 bootstrap:
 	@bash deploy/bootstrap.sh
 
+# The binary is linked statically: it is also the sandboxes' agent
+# (docs/sessions.md), mounted into images that have no C library.
 build:
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sandgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sandgate
 
 image: build bootstrap
 	@./$(BIN) image build

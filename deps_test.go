@@ -51,7 +51,7 @@ var wireOnly = map[string]bool{"gateway/api": true, "gateway/client": true}
 
 // stdlibOnly are packages that link the standard library alone: the web
 // console is static files and a handler, which any server could mount.
-var stdlibOnly = map[string]bool{"console": true}
+var stdlibOnly = map[string]bool{"console": true, "agent": true}
 
 // TestPackageBoundaries enforces that each boundary package wraps its one
 // dependency and that the root package depends on the standard library alone.

@@ -14,6 +14,11 @@ const (
 	// UsageDockerStats is the Docker stats API, for a daemon whose cgroup
 	// files the gateway cannot read (a remote daemon).
 	UsageDockerStats UsageSource = "docker-stats"
+	// UsageRusage is what the kernel reported at a command's exit
+	// (wait4): the CPU time of the command and of the descendants it
+	// waited for, and the wall time. A command in a session has it: the
+	// session's cgroup, shared by its commands, cannot tell them apart.
+	UsageRusage UsageSource = "rusage"
 	// UsageNone means nothing but the wall time is known: the container
 	// ended before its counters could be read, or was not watched at all
 	// (it exited while no gateway ran).

@@ -17,6 +17,11 @@ const SandboxImage = "sandgate/sandbox:latest"
 // Config configures an Executor. The zero value of every field but Node has
 // a usable default; Validate fills the defaults in.
 type Config struct {
+	// AgentBinary is a statically linked sandgate binary that session and
+	// warm containers run as their in-sandbox agent, bind-mounted
+	// read-only (agent.go); empty, sessions' commands are docker execs
+	// and warm containers wait in a shell.
+	AgentBinary string
 	// DockerHost is the daemon to talk to ("unix:///var/run/docker.sock",
 	// "tcp://…"); empty means the local socket.
 	DockerHost string

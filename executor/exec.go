@@ -73,8 +73,78 @@ func (e *Executor) Exec(ctx context.Context, sessionID string, job sandgate.Job)
 	}
 	defer e.unregister(r)
 	x := &execution{e: e, r: r, session: s, cid: cid}
+	if l := s.agentLink(); l != nil {
+		return x.runAgent(l)
+	}
 	return x.run()
 }
+
+// runAgent runs the command through the session's agent: no daemon call
+// on its path. Its end is the agent's exit frame; a command whose agent
+// ended first (killed, its stream broken) is lost, and the session ends
+// with its container.
+func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
+	e, r := x.e, x.r
+	ctx := r.ctx
+	spec := r.job.Spec
+	r.setContainer(x.cid, e.now())
+	x.res = sandgate.Result{ContainerID: x.cid, CreatedAt: e.now()}
+	ooms := x.oomKills()
+	stdout, stderr := captures(r.job)
+	p, err := l.conn.Start(agentCommand(spec, nil), stdout, stderr, []byte(spec.Stdin))
+	if err != nil {
+		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
+		return e.failed(r, err, x.res), err
+	}
+	select {
+	case <-p.Started():
+	case <-p.Done():
+	}
+	select {
+	case <-p.Started():
+	default:
+		// Refused by the agent (no such program, say), or the agent ended.
+		_, err := p.Exit()
+		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
+		return e.failed(r, err, x.res), err
+	}
+	x.pid = p.PID()
+	x.res.StartedAt = e.now()
+	r.setState(sandgate.StateRunning)
+	e.emit(r, sandgate.EventContainerStarted, map[string]any{"agent": true, "pid": x.pid})
+	if r.job.Started != nil {
+		r.job.Started(x.cid, x.res.StartedAt)
+	}
+	end := e.superviseAgent(ctx, r, p, time.Duration(spec.TimeoutSeconds)*time.Second)
+	x.res.FinishedAt = e.now()
+	x.res.Stdout, x.res.Stderr = stdout.output(), stderr.output()
+	res := x.res
+	if end.err != nil {
+		res.Outcome = sandgate.OutcomeLost
+		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "the session's agent ended while the command ran: " + end.err.Error()}
+		e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"agent": true, "error_code": string(res.Error.Code), "error": res.Error.Message}))
+		// Fail closed: a session whose agent is gone is ended.
+		x.session.cancel(errAgentGone)
+		return res, nil
+	}
+	code := end.exit.Code
+	res.ExitCode = &code
+	res.OOMKilled = code != 0 && x.oomKills() > ooms
+	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
+	res.Usage = commandUsage(end.exit, res)
+	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
+		"agent":       true,
+		"signal":      end.exit.Signal,
+		"oom_killed":  res.OOMKilled,
+		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
+		"usage":       res.Usage.Payload(),
+	}))
+	e.emitEnd(r, res)
+	return res, nil
+}
+
+// errAgentGone ends a session whose agent stopped answering.
+var errAgentGone = errors.New("the session's agent ended")
 
 func (x *execution) run() (sandgate.Result, error) {
 	e, r := x.e, x.r
@@ -359,10 +429,14 @@ func parentOf(proc string, pid int) int {
 }
 
 // oomKills is how many processes the kernel's OOM killer has killed in
-// the session's container so far (memory.events on cgroup v2,
-// memory.oom_control on v1); 0 when it cannot be read.
-func (x *execution) oomKills() int64 {
-	dirs, ok := x.e.cgroups.find(x.cid)
+// the session's container so far.
+func (x *execution) oomKills() int64 { return x.e.oomKills(x.cid) }
+
+// oomKills is how many processes the kernel's OOM killer has killed in
+// container id so far (memory.events on cgroup v2, memory.oom_control on
+// v1); 0 when it cannot be read.
+func (e *Executor) oomKills(id string) int64 {
+	dirs, ok := e.cgroups.find(id)
 	if !ok {
 		return 0
 	}

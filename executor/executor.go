@@ -64,6 +64,9 @@ type Executor struct {
 	runs    map[string]*run
 	closing bool
 	active  sync.WaitGroup
+	// removing counts the containers being removed after their runs
+	// have answered (warm runs through the agent); Shutdown waits for them.
+	removing sync.WaitGroup
 
 	imgMu    sync.Mutex
 	imgCache map[string]cachedImage
@@ -349,6 +352,7 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		e.active.Wait()
+		e.removing.Wait()
 		close(done)
 	}()
 	var waitErr error

@@ -55,6 +55,12 @@ type handle struct {
 	// after the container.
 	ws *runWorkspace
 
+	// useAgent says the container's main process is the agent; agent is
+	// the connection to it once authenticated, which reads the attach
+	// stream in place of the output pump.
+	useAgent bool
+	agent    *agentLink
+
 	// usage reads the container's resource counters from the start of
 	// its command until its end is seen; nil before the command starts.
 	usage *sampler
@@ -141,7 +147,9 @@ func (h *handle) timeout() time.Duration {
 // with its lifecycle events.
 func (h *handle) supervise(ctx context.Context) (sandgate.Result, error) {
 	pumped := make(chan struct{})
-	if h.hj.Reader != nil {
+	if h.agent != nil {
+		pumped = h.agent.pumped
+	} else if h.hj.Reader != nil {
 		go func() {
 			defer close(pumped)
 			if _, err := stdcopy.StdCopy(h.stdout, h.stderr, h.hj.Reader); err != nil && !errors.Is(err, io.EOF) {
@@ -273,6 +281,13 @@ func (h *handle) waitExit() exitStatus {
 		return exitStatus{lost: true, err: err}
 	}
 	return exitStatus{code: code}
+}
+
+// exitC waits for the container's exit in the background.
+func (h *handle) exitC() <-chan exitStatus {
+	c := make(chan exitStatus, 1)
+	go func() { c <- h.waitExit() }()
+	return c
 }
 
 // stop ends a container that is still running: SIGTERM, then StopGrace for

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate"
 )
@@ -24,6 +27,10 @@ import (
 // reaper of the node that made it leaves it alone while its pool or the run
 // that claimed it owns it, and removes it as an orphan otherwise.
 const LabelPool = "sandgate.pool"
+
+// poolPrefix begins the name of every warm container (and of a warm
+// session's workspace).
+const poolPrefix = "sandgate-pool-"
 
 // poolFillers is how many warm containers are being made at once, over
 // all profiles: making one costs the daemon as much as a cold run, and the
@@ -94,6 +101,10 @@ type pool struct {
 type profile struct {
 	key string
 	set settings
+	// session profiles keep containers for sessions: each with a
+	// workspace of its own, of the spec's size, at the spec's workdir.
+	session bool
+	spec    sandgate.Normalized
 	// idle members, oldest first; filling counts those being made.
 	idle    []*member
 	filling int
@@ -125,6 +136,13 @@ type member struct {
 	died    bool
 
 	job *sandgate.Job // the run that claimed it
+
+	// ws is a session member's workspace, named after the member.
+	ws *runWorkspace
+
+	// agent is the connection to the container's agent, when its main
+	// process is one (Config.AgentBinary): it reads the attach stream.
+	agent *agentLink
 }
 
 // newPool makes the pool for cfg, nil when cfg.WarmPool is 0. cfg must be
@@ -158,17 +176,39 @@ func (p *pool) buildProfiles(specs []sandgate.Normalized) ([]*profile, map[strin
 			return nil, nil, fmt.Errorf("warm profile %d: %w", i, err)
 		}
 		key := profileKey(set)
+		session := spec.SessionID != ""
+		if session {
+			if p.e.cfg.AgentBinary == "" || os.Geteuid() != 0 {
+				continue // a warm session needs its agent, and its workspace root
+			}
+			key = sessionKey(key, spec)
+		}
 		if byKey[key] != nil {
 			continue
 		}
 		prof := p.byKey[key]
 		if prof == nil {
-			prof = &profile{key: key, set: set}
+			prof = &profile{key: key, set: set, session: session, spec: spec}
 		}
 		byKey[key] = prof
 		profiles = append(profiles, prof)
 	}
 	return profiles, byKey, nil
+}
+
+// sessionKey is the pool key of a session's container: its settings'
+// key, with the size and owner of the workspace a session member is made
+// with (neither is in the container's settings).
+func sessionKey(key string, spec sandgate.Normalized) string {
+	var uid, gid int64 = -1, -1
+	if spec.UID != nil {
+		uid = *spec.UID
+	}
+	if spec.GID != nil {
+		gid = *spec.GID
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "session|%s|%d|%d|%d|%s", key, spec.Resources.WorkspaceMB, uid, gid, spec.Workdir))
+	return hex.EncodeToString(sum[:8])
 }
 
 // warmSettings are the container settings of a warm profile's spec; a
@@ -398,7 +438,7 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	}
 	m := &member{
 		prof:    prof,
-		name:    "sandgate-pool-" + e.cfg.Node + "-" + prof.key[:8] + "-" + randomSuffix(),
+		name:    poolPrefix + e.cfg.Node + "-" + prof.key[:8] + "-" + randomSuffix(),
 		imageID: img.ID,
 		env:     map[string]bool{},
 		claimed: make(chan struct{}),
@@ -422,9 +462,9 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		sandgate.LabelNode:    e.cfg.Node,
 		LabelPool:             prof.key,
 	}
-
-	// Owned from before the create, so a reaper pass that lists the
-	// container before its ID is known leaves it alone.
+	// Owned from before the create (and the workspace), so a reaper pass
+	// that lists the container before its ID is known, or the workspace,
+	// leaves them alone.
 	p.mu.Lock()
 	p.owned[m.name] = m
 	p.mu.Unlock()
@@ -435,10 +475,29 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 		}
 	}()
 
+	hostCfg := prof.set.host
+	if prof.session {
+		// The member's workspace, named after it, made now: a session that
+		// claims it finds its file system mounted at its workdir.
+		host := *hostCfg
+		host.Mounts = append([]mount.Mount(nil), host.Mounts...)
+		set := settings{config: &cfg, host: &host}
+		wr := &run{job: sandgate.Job{RunID: m.name, Spec: prof.spec}, ctx: ctx}
+		if m.ws, err = e.prepareWorkspace(ctx, wr, &set); err != nil {
+			return nil, fmt.Errorf("the workspace of %s: %w", m.name, err)
+		}
+		hostCfg = set.host
+	}
+	if e.cfg.AgentBinary != "" {
+		set := settings{config: &cfg, host: hostCfg}
+		e.withAgent(&set)
+		cfg, hostCfg = *set.config, set.host
+	}
+
 	err = e.call(ctx, nil, "create warm container", func(ctx context.Context) error {
 		// The client normalises the capabilities in place: every create
 		// gets its own copy of the profile's.
-		host := *prof.set.host
+		host := *hostCfg
 		resp, err := e.docker.ContainerCreate(ctx, &cfg, &host, nil, nil, m.name)
 		if cerrdefs.IsConflict(err) {
 			// An earlier attempt made it after all.
@@ -473,6 +532,13 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", m.name, err)
+	}
+	if e.cfg.AgentBinary != "" {
+		// Authenticated now, off any run's path; the output of a run
+		// comes framed by the agent.
+		if m.agent, err = e.dialAgent(m.hj, io.Discard); err != nil {
+			return nil, fmt.Errorf("the agent of %s: %w", m.name, err)
+		}
 	}
 	ok = true
 	return m, nil
@@ -547,6 +613,9 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 		return nil
 	}
 	key := profileKey(set)
+	if r.job.SessionContainer {
+		key = sessionKey(key, r.job.Spec)
+	}
 	p.mu.Lock()
 	prof := p.byKey[key]
 	p.mu.Unlock()
@@ -566,7 +635,7 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 
 		close(m.claimed)
 		<-m.watched
-		if m.died || m.imageID != imageID {
+		if m.died || m.imageID != imageID || m.agentGone() {
 			p.discard(m)
 			continue
 		}
@@ -575,6 +644,19 @@ func (p *pool) claim(ctx context.Context, r *run, set settings, imageID string) 
 		m.job = &job
 		p.mu.Unlock()
 		return m
+	}
+}
+
+// agentGone reports whether the member's agent has stopped answering.
+func (m *member) agentGone() bool {
+	if m.agent == nil {
+		return false
+	}
+	select {
+	case <-m.agent.conn.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -604,6 +686,9 @@ func (p *pool) discard(m *member) {
 	ref := m.id
 	if ref == "" {
 		ref = m.name
+	}
+	if m.ws != nil {
+		defer m.ws.remove(p.e)
 	}
 	e := p.e
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout*time.Duration(e.cfg.MaxRetries+1))
@@ -712,6 +797,12 @@ func shellQuote(s string) string {
 // already started, so the run hands its command in over the attached
 // stdin and from there on is followed exactly like a cold one.
 func (e *Executor) executeWarm(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
+	switch {
+	case m.prof.session:
+		return e.executeWarmSession(ctx, r, set, imageID, m)
+	case m.agent != nil:
+		return e.executeWarmAgent(ctx, r, set, imageID, m)
+	}
 	h := e.warmHandle(r, m)
 	defer h.close()
 	e.emit(r, sandgate.EventContainerCreated, map[string]any{

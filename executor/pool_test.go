@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/executortest"
 )
 
 // newWarmExecutor is an executor with a warm pool of size for the given
@@ -24,6 +25,8 @@ func newWarmExecutor(t *testing.T, size int, tune func(*executor.Config), profil
 	ex, rec := newTestExecutor(t, func(c *executor.Config) {
 		c.WarmPool = size
 		c.WarmProfiles = profiles
+		// Warm containers run the agent, as serve's do.
+		c.AgentBinary = executortest.AgentBinary(t)
 		if tune != nil {
 			tune(c)
 		}
@@ -238,6 +241,11 @@ func TestWarmHardening(t *testing.T) {
 	}
 	w := inspect(ex, newJob(t, nil, "sleep", "60"))
 	c := inspect(cold, newJob(t, nil, "sleep", "60"))
+	// The one difference: the agent's binary, mounted read-only.
+	if n := len(w.HostConfig.Mounts); n != 1 || !w.HostConfig.Mounts[0].ReadOnly || w.HostConfig.Mounts[0].Target != "/.sandgate/agent" {
+		t.Errorf("warm mounts = %+v, want the agent's binary alone, read-only", w.HostConfig.Mounts)
+	}
+	w.HostConfig.Mounts = nil
 	if diff := cmp.Diff(c.HostConfig, w.HostConfig); diff != "" {
 		t.Errorf("host config (-cold +warm):\n%s", diff)
 	}
@@ -351,10 +359,21 @@ func TestWarmNeverReused(t *testing.T) {
 		}
 		seen[res.ContainerID] = true
 	}
-	for _, c := range managed(t, ex.Node()) {
-		if seen[c.ID] {
-			t.Errorf("container %s of a finished run is still there", c.ID)
+	// Removed after each run answered: gone within a little while.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		left := 0
+		for _, c := range managed(t, ex.Node()) {
+			if seen[c.ID] {
+				left++
+			}
 		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d containers of finished runs are still there", left)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	waitIdle(t, ex, 2)
 	if n := len(managed(t, ex.Node())); n != 2 {

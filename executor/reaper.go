@@ -225,7 +225,18 @@ func (rp *Reaper) removeStaleWorkspaces() {
 	for _, runID := range e.workspaces.runs() {
 		e.mu.Lock()
 		live := e.runs[runID] != nil
+		for _, r := range e.runs {
+			if ws := r.workspace(); ws != nil && ws.runID == runID {
+				live = true // a warm session's, named after its container
+			}
+		}
 		e.mu.Unlock()
+		if owned, _ := e.pool.owner(runID); owned {
+			live = true
+		}
+		if strings.HasPrefix(runID, poolPrefix) && e.reconciler.holding() {
+			live = true // perhaps an open session's, not adopted yet
+		}
 		if !live && !e.reconciler.isHeld(runID, "") {
 			e.log.Info("removing the workspace of a run that is not live", "run_id", runID)
 			e.workspaces.of(runID).remove(e)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,6 +109,13 @@ func (rc *Reconciler) ReleaseContainers(containerIDs ...string) {
 
 // isHeld reports whether the run, or the container, is held for
 // reconciliation.
+// holding reports whether any run is held for adoption.
+func (rc *Reconciler) holding() bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.held) > 0
+}
+
 func (rc *Reconciler) isHeld(runID, containerID string) bool {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
@@ -184,11 +192,20 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 	e.log.Info("adopting the container of an unfinished run", "run_id", r.job.RunID, "container_id", c.ID, "status", statusOf(s))
 	h := e.newHandle(r, c.ID, created)
 	h.ws = e.workspaces.find(r.job.RunID)
+	if h.ws == nil && c.Labels[LabelPool] != "" && len(c.Names) > 0 {
+		// A warm session's workspace is named after its container.
+		h.ws = e.workspaces.find(strings.TrimPrefix(c.Names[0], "/"))
+	}
+	r.setWorkspace(h.ws)
 	defer h.close()
 
 	switch {
 	case s == nil || s.Status == "removing" || s.Status == "dead":
 		return rc.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
+	case c.Labels[LabelPool] != "" && c.Labels[LabelAgent] != "" && !r.job.SessionContainer:
+		// The agent reported the command's end to the gateway that died;
+		// its key went with it, so the end cannot be read now.
+		return rc.lostOnRestart(r, h.res, "the gateway restarted while the warm container's agent ran the command: its end cannot be read"), nil
 	case s.Running || s.Paused || s.Restarting:
 		return rc.follow(ctx, h, s)
 	case !everStarted(st) && c.Labels[LabelPool] != "":

@@ -29,6 +29,8 @@ type run struct {
 	ending atomic.Bool
 
 	mu          sync.Mutex
+	agent       *agentLink    // the container's agent, once authenticated
+	ws          *runWorkspace // a session's workspace
 	containerID string
 	state       sandgate.State
 	createdAt   time.Time
@@ -38,6 +40,30 @@ func (r *run) setContainer(id string, at time.Time) {
 	r.mu.Lock()
 	r.containerID, r.createdAt, r.state = id, at, sandgate.StateCreating
 	r.mu.Unlock()
+}
+
+func (r *run) setAgent(l *agentLink) {
+	r.mu.Lock()
+	r.agent = l
+	r.mu.Unlock()
+}
+
+func (r *run) setWorkspace(ws *runWorkspace) {
+	r.mu.Lock()
+	r.ws = ws
+	r.mu.Unlock()
+}
+
+func (r *run) workspace() *runWorkspace {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ws
+}
+
+func (r *run) agentLink() *agentLink {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.agent
 }
 
 func (r *run) setState(s sandgate.State) {
@@ -121,8 +147,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 		return e.failed(r, err), err
 	}
-	// A warm container has no workspace: a run with one is created.
-	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress && !r.job.SessionContainer {
+	// A warm container has no workspace but a warm session's own: a run
+	// with one is created, and so is a session without an agent.
+	if !r.job.Spec.HasWorkspace() && r.job.Spec.Network != sandgate.NetworkEgress && (!r.job.SessionContainer || e.cfg.AgentBinary != "") {
 		if m := e.pool.claim(ctx, r, set, imageID); m != nil {
 			return e.executeWarm(ctx, r, set, imageID, m)
 		}
@@ -168,6 +195,10 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		}
 	}
 
+	useAgent := r.job.SessionContainer && e.cfg.AgentBinary != ""
+	if useAgent {
+		e.withAgent(&set)
+	}
 	id, err := e.create(ctx, r, set)
 	if err != nil {
 		if ws != nil {
@@ -181,7 +212,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		return e.failed(r, err), err
 	}
 	h := e.newHandle(r, id, e.now())
+	h.useAgent = useAgent
 	h.ws = ws // the handle owns it from here: removed after the container
+	r.setWorkspace(ws)
 	defer h.close()
 	payload := map[string]any{"name": set.name, "image": set.config.Image, "image_id": imageID}
 	if len(staged) > 0 {
@@ -206,7 +239,7 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 // missed, then started exactly once.
 func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (res sandgate.Result, err error) {
 	stdin := h.r.job.Spec.Stdin
-	if err := h.attach(ctx, stdin != "", container.WaitConditionNextExit); err != nil {
+	if err := h.attach(ctx, stdin != "" || h.useAgent, container.WaitConditionNextExit); err != nil {
 		if ctx.Err() != nil {
 			return h.cancelled(), nil
 		}
@@ -218,6 +251,19 @@ func (e *Executor) startAndSupervise(ctx context.Context, h *handle) (res sandga
 		}
 		h.res.ExitCode = code
 		return h.failed(err), err
+	}
+	if h.useAgent {
+		// An agent that does not answer (it exited at once, the binary
+		// does not run in the image) fails the run before it is started:
+		// a session is not open until its agent is.
+		l, err := e.dialAgent(h.hj, h.stderr)
+		if err != nil {
+			err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "the sandbox agent of container %s", h.id)
+			h.stop(h.exitC())
+			return h.failed(err), err
+		}
+		h.agent = l
+		h.r.setAgent(l)
 	}
 	h.started(e.now(), nil, true)
 	if end := e.egressFor(ctx, h); end != nil {

@@ -29,7 +29,10 @@ func (e *Executor) sessionWorkspace(id string) (*runWorkspace, error) {
 	if s == nil || !s.job.SessionContainer {
 		return nil, sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", id, e.cfg.Node)
 	}
-	ws := e.workspaces.find(id)
+	ws := s.workspace()
+	if ws == nil {
+		ws = e.workspaces.find(id)
+	}
 	if ws == nil {
 		return nil, sandgate.Errorf(sandgate.CodeConflict, "session %s has no workspace on node %s", id, e.cfg.Node)
 	}

@@ -126,8 +126,15 @@ type liveRun struct {
 	// executor that saw only its context cancelled is reported as cancelled.
 	cancelRequested bool
 	cancel          context.CancelFunc
-	// storeMu orders the run's store updates.
-	storeMu sync.Mutex
+	// storeMu orders the run's store updates; finalStored, under it, says
+	// the end is stored, after which no earlier state is.
+	storeMu     sync.Mutex
+	finalStored bool
+	// pending is the latest state not yet stored that storeLater was
+	// given; storing says a goroutine is storing them (under pendingMu).
+	pendingMu sync.Mutex
+	pending   *sandgate.Run
+	storing   bool
 }
 
 // newLiveRun makes the live state of run, whose streams each keep at most

@@ -389,7 +389,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	defer lr.upload.remove()
 	run, _ := lr.setState(sandgate.StateCreating, "", s.now())
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
-	s.store(lr, run, log)
+	s.storeLater(lr, run, log)
 
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
@@ -403,7 +403,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 		Workspace:       lr.upload.localPath(),
 		Started: func(containerID string, at time.Time) {
 			if r, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {
-				s.store(lr, r, log)
+				s.storeLater(lr, r, log)
 			}
 		},
 	}
@@ -490,6 +490,10 @@ func safely(log *slog.Logger, call func() (sandgate.Result, error)) (res sandgat
 func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	lr.storeMu.Lock()
 	defer lr.storeMu.Unlock()
+	if lr.finalStored {
+		return // an earlier state, overtaken by the end
+	}
+	lr.finalStored = run.State == sandgate.StateFinished
 	// The final save outlasts a Postgres restart: a run whose end was not
 	// stored would read as running for ever.
 	var until time.Time
@@ -499,6 +503,36 @@ func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	saveRetrying("store run", until, 500*time.Millisecond, log.With("state", run.State), func(ctx context.Context) error {
 		return s.d.Runs.UpdateRun(ctx, &run)
 	})
+}
+
+// storeLater stores a state of a live run that is not its end, off the
+// run's path: while the run is live the API answers from the live run,
+// and the store has the state a moment later. Only the latest state
+// waiting is stored, and never after the end (store).
+func (s *service) storeLater(lr *liveRun, run sandgate.Run, log *slog.Logger) {
+	lr.pendingMu.Lock()
+	defer lr.pendingMu.Unlock()
+	lr.pending = &run
+	if lr.storing {
+		return
+	}
+	lr.storing = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			lr.pendingMu.Lock()
+			p := lr.pending
+			lr.pending = nil
+			if p == nil {
+				lr.storing = false
+				lr.pendingMu.Unlock()
+				return
+			}
+			lr.pendingMu.Unlock()
+			s.store(lr, *p, log)
+		}
+	}()
 }
 
 // saveRetrying calls save until it succeeds, fails for good (NOT-FOUND,

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -58,10 +59,10 @@ func (s *service) execInSession(ctx context.Context, p sandgate.Principal, corr,
 		runID = s.newID()
 	}
 	extra := map[string]any{"operation": string(sandgate.OperationExec), "session_id": ss.ID}
-	if err := s.recordDecision(ctx, p, corr, runID, spec, dec, extra); err != nil {
-		return nil, err
-	}
 	if !dec.Allow {
+		if err := s.recordDecision(ctx, p, corr, runID, spec, dec, extra); err != nil {
+			return nil, err
+		}
 		return nil, denial(dec)
 	}
 	now := s.now()
@@ -71,11 +72,34 @@ func (s *service) execInSession(ctx context.Context, p sandgate.Principal, corr,
 		State: sandgate.StatePending, CreatedAt: now,
 		Spec: s.storedSpec(dec.Spec, dec.Mask), Warnings: warningMessages(dec),
 	}
-	if _, _, err := s.d.Runs.CreateRun(ctx, run); err != nil {
+	// The run is stored while its decision is committed: two round trips
+	// to Postgres at once instead of one after the other. Nothing runs
+	// until both are done.
+	stored := make(chan error, 1)
+	go func() {
+		_, _, err := s.d.Runs.CreateRun(ctx, run)
+		stored <- err
+	}()
+	commitErr := s.recordDecision(ctx, p, corr, runID, spec, dec, extra)
+	storeErr := <-stored
+	if commitErr != nil {
+		if storeErr == nil {
+			// Stored, never run: it ends as the request did.
+			ended := *run
+			ended.State, ended.Outcome = sandgate.StateFinished, sandgate.OutcomeError
+			ended.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(commitErr), Message: sandgate.ErrorMessageOf(commitErr)}
+			ended.FinishedAt = &now
+			saveRetrying("store a run refused for the trail", time.Now().Add(finalStoreFor), 200*time.Millisecond, s.log.With("run_id", runID), func(ctx context.Context) error {
+				return s.d.Runs.UpdateRun(ctx, &ended)
+			})
+		}
+		return nil, commitErr
+	}
+	if storeErr != nil {
 		s.d.Recorder.Emit(sandgate.Event{Type: sandgate.EventRunFailed, Time: s.now(), Outcome: string(sandgate.OutcomeError),
 			CorrelationID: corr, RunID: runID, DecisionID: dec.DecisionID, Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
 			Payload: map[string]any{"session_id": ss.ID, "error": "the run could not be stored; nothing was run"}})
-		return nil, unavailable(err, "the run store")
+		return nil, unavailable(storeErr, "the run store")
 	}
 	l.touch(now, 1)
 	s.saveActivity(l)

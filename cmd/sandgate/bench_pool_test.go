@@ -21,10 +21,11 @@ import (
 // BenchmarkWarmRunVsDockerRun compares an end-to-end run of `true` through
 // sandgate with a warm pool (SANDGATE_WARM_POOL=2; POST /v1/runs?wait=60s
 // over HTTP: decision, committed audit events, a warm container claimed,
-// the command handed in, wait, inspect, remove, stored run) with
+// the command started by its agent and its exit read from the agent's
+// stream, stored run; the container is removed after the answer) with
 // `docker run --rm` of the same container on the same daemon, in
 // interleaved pairs (alternating which goes first), and reports the ratio
-// of the medians (goal <= 0.5).
+// of the medians (the issue's goal is <= 0.10).
 //
 // Before every measured sandgate run, outside the timed section, it waits
 // until the pool is full again (the pool's containers of the node are all
@@ -49,7 +50,7 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 
 	waitFull := func() {
 		deadline := time.Now().Add(2 * time.Minute)
-		for warmIdle(b, s.Node) != poolSize {
+		for warmIdle(b, s.Node) != poolSize*servedProfiles {
 			if time.Now().After(deadline) {
 				b.Fatalf("the warm pool did not refill to %d within 2 minutes", poolSize)
 			}
@@ -84,6 +85,11 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 	dr := make([]time.Duration, 0, pairs)
 	for i := range pairs {
 		b.StopTimer()
+		if len(measured) > 0 {
+			// The container of a warm run is removed after its answer:
+			// gone before the pool is counted.
+			benchRunEvents(b, client, s, measured[len(measured)-1])
+		}
 		waitFull()
 		b.StartTimer()
 		if i%2 == 0 {
@@ -122,7 +128,7 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "warm-p90-ms")
 	b.ReportMetric(ms(percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
 	b.ReportMetric(ratio, "ratio-of-medians")
-	b.Logf("pairs=%d warm sandgate median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 0.5); load %s",
+	b.Logf("pairs=%d warm sandgate median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 0.10); load %s",
 		pairs, ms(sgMed), ms(drMed), ratio, loadAverage())
 	b.Logf("warm run phases (medians, trail clock): requested->created %.1f ms, started->exited %.1f ms, exited->removed %.1f ms",
 		ms(median(admit)), ms(median(run)), ms(median(remove)))
@@ -130,6 +136,10 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 		b.Errorf("%d docker run containers left", n)
 	}
 }
+
+// servedProfiles is how many warm profiles serve keeps: the default
+// run's and the default session's.
+const servedProfiles = 2
 
 // warmIdle counts the running warm pool containers of node. Between runs
 // (every run's container is removed before its answer) these are the

@@ -65,6 +65,12 @@ type Config struct {
 	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
 	Console  bool
 	WarmPool int
+	// AgentBinary is the statically linked sandgate binary bind-mounted
+	// read-only into session and warm containers as their in-sandbox
+	// agent (SANDGATE_AGENT_BINARY); empty takes this binary when it is
+	// statically linked, "off" turns the agent off (commands in sessions
+	// then go through docker exec).
+	AgentBinary string
 	// EgressNetwork, EgressInterface and EgressPort place the egress
 	// network and its proxy (SANDGATE_EGRESS_NETWORK, _INTERFACE, _PORT);
 	// empty or zero, the executor's defaults.
@@ -127,6 +133,7 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_SINKS_FILE", &c.SinksFile)
 	str("SANDGATE_AUDIT_ARCHIVE_DIR", &c.AuditArchiveDir)
 	str("SANDGATE_NODE", &c.Node)
+	str("SANDGATE_AGENT_BINARY", &c.AgentBinary)
 	str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	str("DOCKER_HOST", &c.DockerHost)

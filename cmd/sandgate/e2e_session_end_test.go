@@ -103,11 +103,34 @@ func TestSessionOOM(t *testing.T) {
 // runs is adopted (its files and state kept, new commands run, it can be
 // deleted), the command that ran across the crash is lost, and the
 // session whose container vanished meanwhile ends with reason lost.
+//
+// With a warm pool, the session kept is opened in a warm session
+// container (its workspace named after the container, its agent's key
+// gone with the first process): it is adopted the same way, its new
+// commands going through docker exec.
 func TestFaultGatewaySIGKILLSession(t *testing.T) {
+	t.Run("cold", func(t *testing.T) { testGatewaySIGKILLSession(t, false) })
+	t.Run("warm", func(t *testing.T) { testGatewaySIGKILLSession(t, true) })
+}
+
+func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 	env := processEnv(t)
+	pooled := 0
+	if warm {
+		env["SANDGATE_WARM_POOL"] = "1"
+		pooled = servedProfiles
+	}
 	p1 := startProcess(t, env)
 	ctx := context.Background()
+	if warm {
+		waitFor(t, 2*time.Minute, "the warm pool to fill", func() bool { return warmIdle(t, env["SANDGATE_NODE"]) == pooled })
+	}
 	kept := openSession(t, p1.Client, api.SessionRequest{IdleTimeoutSeconds: 300})
+	if warm {
+		if out := dockerCLI(t, "", "inspect", "-f", "{{index .Config.Labels \"sandgate.pool\"}}", kept.ContainerID); strings.TrimSpace(out) == "" {
+			t.Fatalf("the session was not opened warm")
+		}
+	}
 	gone := openSession(t, p1.Client, api.SessionRequest{IdleTimeoutSeconds: 300})
 	if _, err := p1.Client.PutFile(ctx, kept.ID, "state.txt", 0, strings.NewReader("before the crash\n")); err != nil {
 		t.Fatal(err)
@@ -158,7 +181,7 @@ func TestFaultGatewaySIGKILLSession(t *testing.T) {
 	if err != nil || ended.EndReason != sandgate.SessionDeleted {
 		t.Fatalf("delete adopted session: %+v %v", ended, err)
 	}
-	waitFor(t, 30*time.Second, "no container of the node", func() bool { return p2.nodeContainers(t) == 0 })
+	waitFor(t, 2*time.Minute, "no container of the node but the warm pool's", func() bool { return p2.nodeContainers(t) == pooled })
 	if ev := p2.sessionEndEvent(t, gone.ID); ev.Outcome != "lost" {
 		t.Errorf("session.ended of the lost session: %q", ev.Outcome)
 	}

@@ -96,6 +96,7 @@ func processEnv(t testing.TB) map[string]string {
 		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
 		"SANDGATE_NODE":          "proc-" + randomHex(t, 4),
 		"DOCKER_HOST":            executortest.DockerHost(),
+		"SANDGATE_AGENT_BINARY":  executortest.AgentBinary(t),
 	}
 }
 

@@ -73,6 +73,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
 		"SANDGATE_NODE":          node,
 		"DOCKER_HOST":            executortest.DockerHost(),
+		"SANDGATE_AGENT_BINARY":  executortest.AgentBinary(t),
 	}
 	for _, o := range opts {
 		o(env)

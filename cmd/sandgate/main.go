@@ -16,6 +16,11 @@ import (
 )
 
 func main() {
+	// The in-sandbox agent (hidden): it runs inside a container as the
+	// sandbox user, reads nothing but its stdin and needs no configuration.
+	if len(os.Args) == 2 && os.Args[1] == agentCommand {
+		os.Exit(runAgent())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {

@@ -67,6 +67,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.StringVar(&c.SinksFile, "sinks-file", c.SinksFile, "audit sinks to stream the trail to: syslog (RFC 5424, TCP or TLS) or signed webhooks, OCSF or sandgate JSON; YAML or JSON (SANDGATE_SINKS_FILE; default: none)")
 	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
 	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
+	f.StringVar(&c.AgentBinary, "agent-binary", c.AgentBinary, "statically linked sandgate binary mounted into sandboxes as their agent; off to use docker exec (SANDGATE_AGENT_BINARY; default: this binary when static)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
@@ -85,10 +86,17 @@ func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.Normalized, e
 	if err != nil {
 		return nil, fmt.Errorf("warm pool profile: %w", err)
 	}
+	// And the default session's container (a spec with a session ID is
+	// a session's), served warm when the executor has its agent.
+	session, _, err := sandgate.NormalizeSession(sandgate.SessionSpec{}, "warm-pool", engine.Defaults())
+	if err != nil {
+		return nil, fmt.Errorf("warm pool session profile: %w", err)
+	}
 	if cfg.AirGapped {
 		spec.Network = "none"
+		session.Network = "none"
 	}
-	return []sandgate.Normalized{spec}, nil
+	return []sandgate.Normalized{spec, session}, nil
 }
 
 // reconcileWait is how long serve keeps trying to list the runs a
@@ -245,7 +253,15 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	agentBinary, err := agentBinary(cfg.AgentBinary, cfg.DockerHost)
+	if err != nil {
+		return err
+	}
+	if agentBinary == "" {
+		logger.Warn("no in-sandbox agent: this binary is not statically linked and SANDGATE_AGENT_BINARY names none; commands in sessions use docker exec")
+	}
 	exec, err := executor.New(executor.Config{
+		AgentBinary:     agentBinary,
 		DockerHost:      cfg.DockerHost,
 		Node:            cfg.Node,
 		MaxConcurrent:   cfg.MaxConcurrent,

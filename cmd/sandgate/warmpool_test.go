@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestWarmPoolThroughServer(t *testing.T) {
 	waitWarm := func() {
 		t.Helper()
 		deadline := time.Now().Add(2 * time.Minute)
-		for warmIdle(t, s.Node) != 2 {
+		for warmIdle(t, s.Node) != 2*servedProfiles {
 			if time.Now().After(deadline) {
 				t.Fatalf("the warm pool did not fill within 2 minutes")
 			}
@@ -144,7 +145,9 @@ func TestWarmPoolFollowsPolicyReload(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	first := waitPool("the pool to fill", func(ids []string) bool { return len(ids) == 1 })
+	// One container of the default run's profile, one of the default
+	// session's.
+	first := waitPool("the pool to fill", func(ids []string) bool { return len(ids) == servedProfiles })
 
 	data := filepath.Join(dir, "data.json")
 	raw, err := os.ReadFile(data)
@@ -157,7 +160,9 @@ func TestWarmPoolFollowsPolicyReload(t *testing.T) {
 	if err := os.WriteFile(data, []byte(strings.Replace(string(raw), `"memory_mb": 512`, `"memory_mb": 256`, 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitPool("the pool to replace its container", func(ids []string) bool { return len(ids) == 1 && ids[0] != first[0] })
+	waitPool("the pool to replace its containers", func(ids []string) bool {
+		return len(ids) == servedProfiles && !slices.Contains(ids, first[0]) && !slices.Contains(ids, first[1])
+	})
 
 	run := s.submitWait(t, s.Token, `{"command":["sh","-c","echo warm"]}`)
 	if run.Spec.Resources.MemoryMB != 256 {

@@ -3,10 +3,14 @@
 package executortest
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -121,4 +125,40 @@ func buildRecipe(name string) (executor.RecipeBuild, error) {
 	}
 	defer im.Close()
 	return im.BuildRecipeImage(ctx, r, executor.RecipeBuildOptions{Reuse: true})
+}
+
+var (
+	agentOnce sync.Once
+	agentPath string
+	agentErr  error
+)
+
+// AgentBinary is a statically linked build of the sandgate binary of this
+// module, to mount into sandboxes as their agent (the test binaries are
+// linked dynamically, for the race detector). It is built once per test
+// process, into a file of the system's temporary directory named after
+// the module's directory, and replaced atomically.
+func AgentBinary(t testing.TB) string {
+	t.Helper()
+	agentOnce.Do(func() { agentPath, agentErr = buildAgent() })
+	if agentErr != nil {
+		t.Fatalf("build the agent binary: %v", agentErr)
+	}
+	return agentPath
+}
+
+func buildAgent() (string, error) {
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m: %w", err)
+	}
+	sum := sha256.Sum256(bytes.TrimSpace(dir))
+	out := filepath.Join(os.TempDir(), "sandgate-agent-"+hex.EncodeToString(sum[:6]))
+	tmp := fmt.Sprintf("%s.%d", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp, "github.com/sandgate/sandgate/cmd/sandgate")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v: %s", err, b)
+	}
+	return out, os.Rename(tmp, out)
 }
