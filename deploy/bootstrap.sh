@@ -67,7 +67,9 @@ if ! docker_ok; then
     if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
       rm -f /var/run/docker.pid
     fi
-    nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    # In a session of its own: the daemon outlives the shell, job or test
+    # run that started it (a process-group kill of that job included).
+    setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
   fi
   for _ in $(seq 1 60); do docker_ok && break; sleep 0.5; done
   docker_ok || die "dockerd did not answer within 30s; see $DOCKERD_LOG"

@@ -99,7 +99,7 @@ docker_start() {
   # Its own (empty) config file: nothing of /etc/docker/daemon.json.
   echo '{}' >"$STATE/daemon.json"
   say "starting the second dockerd on unix://$DOCKER_SOCK (log: $DOCKER_LOG)"
-  nohup dockerd \
+  setsid nohup dockerd \
     --config-file "$STATE/daemon.json" \
     --data-root "$DOCKER_DATA" \
     --exec-root "$DOCKER_EXEC" \
