@@ -136,6 +136,44 @@ func commandUsage(ex agent.Exit, res sandgate.Result) *sandgate.Usage {
 	}
 }
 
+// awaitStart waits for the agent's word on a command Start asked it to
+// run (p and err are what Start returned). It returns nil once the command
+// runs. Otherwise maybeRan says whether the command may have run without
+// the gateway hearing of it: the start was sent, then the agent or its
+// stream ended before the agent confirmed it. A command the agent refused
+// (with its reason), or one never sent, did not run.
+func awaitStart(p *agent.Process, err error) (maybeRan bool, _ error) {
+	if err != nil {
+		return p != nil, err
+	}
+	select {
+	case <-p.Started():
+	case <-p.Done():
+	}
+	select {
+	case <-p.Started():
+		return false, nil
+	default:
+	}
+	_, err = p.Exit()
+	if err == nil {
+		err = errors.New("the agent ended the command before it started")
+	}
+	return errors.Is(err, agent.ErrGone), err
+}
+
+// unconfirmedLoss is the end of a command that may have run without the
+// gateway hearing of it (awaitStart's maybeRan): it is recorded as lost,
+// never as a command that did not run.
+func (e *Executor) unconfirmedLoss(r *run, res sandgate.Result, err error) sandgate.Result {
+	res.FinishedAt = e.now()
+	res.Outcome = sandgate.OutcomeLost
+	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate,
+		Message: "the agent ended before it confirmed the command's start; the command may have run: " + err.Error()}
+	e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"agent": true, "error_code": string(res.Error.Code), "error": res.Error.Message}))
+	return res
+}
+
 // agentEnd is how a command the agent ran ended, as far as the gateway
 // saw it.
 type agentEnd struct {
@@ -215,18 +253,15 @@ func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, i
 	spec := r.job.Spec
 	ooms := e.oomKills(m.id)
 	p, err := m.agent.conn.Start(agentCommand(spec, m.entrypoint), h.stdout, h.stderr, []byte(spec.Stdin))
-	if err == nil {
-		select {
-		case <-p.Started():
-		case <-p.Done():
+	if maybeRan, err := awaitStart(p, err); err != nil {
+		if maybeRan {
+			// The container is removed (its processes killed) by close.
+			h.r.ending.Store(true)
+			h.usage.stop()
+			res := h.res
+			res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
+			return e.unconfirmedLoss(r, res, err), nil
 		}
-		select {
-		case <-p.Started():
-		default:
-			_, err = p.Exit()
-		}
-	}
-	if err != nil {
 		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in warm container %s", m.name)
 		return h.failed(err), err
 	}

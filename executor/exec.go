@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/agent"
 )
 
 // A command in a session is a run whose process is started in the
@@ -92,19 +94,18 @@ func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
 	ooms := x.oomKills()
 	stdout, stderr := captures(r.job)
 	p, err := l.conn.Start(agentCommand(spec, nil), stdout, stderr, []byte(spec.Stdin))
-	if err != nil {
-		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
-		return e.failed(r, err, x.res), err
-	}
-	select {
-	case <-p.Started():
-	case <-p.Done():
-	}
-	select {
-	case <-p.Started():
-	default:
-		// Refused by the agent (no such program, say), or the agent ended.
-		_, err := p.Exit()
+	if maybeRan, err := awaitStart(p, err); err != nil {
+		// Refused by the agent (no such program, say): the session goes
+		// on. Its agent ended: the session is ended (fail closed), and a
+		// command sent before that is lost, never one that did not run.
+		if maybeRan || errors.Is(err, agent.ErrGone) {
+			x.session.cancel(fmt.Errorf("%w: %v", errAgentGone, err))
+		}
+		if maybeRan {
+			res := x.res
+			res.Stdout, res.Stderr = stdout.output(), stderr.output()
+			return e.unconfirmedLoss(r, res, err), nil
+		}
 		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
 		return e.failed(r, err, x.res), err
 	}
@@ -124,7 +125,7 @@ func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
 		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "the session's agent ended while the command ran: " + end.err.Error()}
 		e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"agent": true, "error_code": string(res.Error.Code), "error": res.Error.Message}))
 		// Fail closed: a session whose agent is gone is ended.
-		x.session.cancel(errAgentGone)
+		x.session.cancel(fmt.Errorf("%w: %v", errAgentGone, end.err))
 		return res, nil
 	}
 	code := end.exit.Code

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/agent"
 )
 
 // drainTimeout bounds how long output may keep arriving after the
@@ -161,6 +162,11 @@ func (h *handle) supervise(ctx context.Context) (sandgate.Result, error) {
 	}
 	exitC := make(chan exitStatus, 1)
 	go func() { exitC <- h.waitExit() }()
+	if h.agent != nil && h.r.job.SessionContainer {
+		watched := make(chan struct{})
+		defer close(watched)
+		go h.watchAgent(watched)
+	}
 
 	timer := time.NewTimer(h.timeout())
 	defer timer.Stop()
@@ -216,7 +222,40 @@ func (h *handle) supervise(ctx context.Context) (sandgate.Result, error) {
 			exit = exitStatus{lost: true}
 		}
 	}
-	return h.finish(reason, exit, state), nil
+	res := h.finish(reason, exit, state)
+	if cause := context.Cause(h.r.ctx); errors.Is(cause, errAgentGone) && res.Error == nil {
+		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: cause.Error()}
+	}
+	return res, nil
+}
+
+// agentGoneGrace is how long a session's container has to exit by itself
+// once its agent's stream ended cleanly (the agent exited or was killed:
+// the container ends with it) before it is stopped.
+const agentGoneGrace = 5 * time.Second
+
+// watchAgent ends a session whose agent link ended while its container
+// runs on: a stream that broke (a frame that did not authenticate: bytes
+// the sandbox wrote into the container's stdio) leaves an agent no
+// command can reach, and a session that cannot run commands is ended, not
+// left open. An agent that exited is given agentGoneGrace for its
+// container to end first, so that the session's end is the container's.
+func (h *handle) watchAgent(done <-chan struct{}) {
+	c := h.agent.conn
+	select {
+	case <-done:
+		return
+	case <-c.Done():
+	}
+	if errors.Is(c.Err(), agent.ErrGone) {
+		select {
+		case <-done:
+			return
+		case <-time.After(agentGoneGrace):
+		}
+	}
+	h.e.log.Warn("a session's agent link ended; ending the session", "session_id", h.r.job.RunID, "err", c.Err())
+	h.r.cancel(fmt.Errorf("%w: %v", errAgentGone, c.Err()))
 }
 
 func (h *handle) closeStream() {
