@@ -191,6 +191,12 @@ func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
 
 // adopt finishes one unfinished run in its own goroutine.
 func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
+	s.adoptDone(run, rec, func() {})
+}
+
+// adoptDone is adopt, calling done once the run has ended and been
+// stored.
+func (s *service) adoptDone(run sandgate.Run, rec sandgate.Reconciler, done func()) {
 	// The stored spec is the admitted one: its output limit is set.
 	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
 	ctx, cancel := context.WithCancel(s.runCtx)
@@ -199,11 +205,14 @@ func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
 	// It holds its team's resources like any run, limits or not: it was
 	// admitted before the restart.
 	release := s.teams.hold(run.Team, run.Spec.Resources)
+	s.holdSlot(run)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer done()
 		defer cancel()
 		defer release()
+		defer s.releaseSlot(run.ID)
 		s.finishAdopted(ctx, lr, rec)
 	}()
 }

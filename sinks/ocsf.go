@@ -89,6 +89,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventArtifactsCollected: {classProcessActivity, 99, "Artifacts Collected"},
 	sandgate.EventSessionCreated:     {classProcessActivity, 1, "Launch"},
 	sandgate.EventSessionEnded:       {classProcessActivity, 2, "Terminate"},
+	sandgate.EventNodeTakenOver:      {classProcessActivity, 99, "Node Taken Over"},
 
 	sandgate.EventSessionFilePut: {classFileSystemActivity, 1, "Create"},
 	sandgate.EventSessionFileGet: {classFileSystemActivity, 2, "Read"},
@@ -98,6 +99,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventRetentionApplied:   {classEventLogActivity, 2, "Delete"},
 	sandgate.EventAuditKeyRegistered: {classEventLogActivity, 99, "Key Registered"},
 	sandgate.EventAuditKeyRotated:    {classEventLogActivity, 99, "Key Rotated"},
+	sandgate.EventAuditChainClosed:   {classEventLogActivity, 99, "Chain Closed"},
 }
 
 // Severity is how much an event matters, as OCSF's severity_id and as a

@@ -66,9 +66,21 @@ type Config struct {
 	MaxConcurrent   int
 	Node            string
 	DockerHost      string
-	ShutdownGrace   time.Duration
-	CheckpointEvery int
-	CheckpointAfter time.Duration
+	// The cluster: AdvertiseURL is where the other nodes reach this one
+	// (SANDGATE_ADVERTISE_URL; default http:// and the listen address);
+	// ClusterSecretFile holds the secret every node shares, which signs
+	// the requests one node forwards to another
+	// (SANDGATE_CLUSTER_SECRET_FILE; without it nothing is forwarded);
+	// NodeHeartbeat and NodeLapse are how often a node heartbeats and how
+	// old its heartbeat may be before a survivor takes it over
+	// (SANDGATE_NODE_HEARTBEAT, SANDGATE_NODE_LAPSE; 2s and 15s).
+	AdvertiseURL      string
+	ClusterSecretFile string
+	NodeHeartbeat     time.Duration
+	NodeLapse         time.Duration
+	ShutdownGrace     time.Duration
+	CheckpointEvery   int
+	CheckpointAfter   time.Duration
 
 	// Client settings, for `sandgate run` and `sandgate runs`.
 	URL   string
@@ -118,6 +130,8 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	str("DOCKER_HOST", &c.DockerHost)
+	str("SANDGATE_ADVERTISE_URL", &c.AdvertiseURL)
+	str("SANDGATE_CLUSTER_SECRET_FILE", &c.ClusterSecretFile)
 	str("SANDGATE_URL", &c.URL)
 	str("SANDGATE_TOKEN", &c.Token)
 	boolean := func(key string, dst *bool) {
@@ -164,6 +178,15 @@ func defaultConfig(getenv func(string) string) Config {
 	replayMax := int64(c.ReplayMaxDecisions)
 	integer("SANDGATE_REPLAY_MAX_DECISIONS", &replayMax)
 	c.ReplayMaxDecisions = clampInt(replayMax)
+	for key, dst := range map[string]*time.Duration{"SANDGATE_NODE_HEARTBEAT": &c.NodeHeartbeat, "SANDGATE_NODE_LAPSE": &c.NodeLapse} {
+		if v := getenv(key); v != "" {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || d <= 0 {
+				c.invalid = append(c.invalid, fmt.Sprintf("%s=%q is not a positive duration (such as 2s or 1m)", key, v))
+			}
+			*dst = d
+		}
+	}
 	if v := getenv("SANDGATE_REPLAY_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(v))
 		if err != nil {

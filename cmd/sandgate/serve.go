@@ -278,6 +278,11 @@ func serve(ctx context.Context, a *app) error {
 	}
 	defer builtImages.Close()
 
+	clusterSecret, err := loadClusterSecret(cfg.ClusterSecretFile)
+	if err != nil {
+		return err
+	}
+	keyID, publicKey := signingKey(store)
 	var consoleHandler http.Handler
 	if cfg.Console {
 		consoleHandler = console.Handler()
@@ -292,6 +297,15 @@ func serve(ctx context.Context, a *app) error {
 		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
 		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
 		ReplayTimeout:      cfg.ReplayTimeout,
+		AdvertiseURL:       cfg.AdvertiseURL,
+		ClusterSecret:      clusterSecret,
+		NodeHeartbeat:      cfg.NodeHeartbeat,
+		NodeLapse:          cfg.NodeLapse,
+		DockerHost:         cfg.DockerHost,
+		Capacity:           cfg.MaxConcurrent,
+		KeyID:              keyID,
+		PublicKey:          publicKey,
+		Version:            sandgate.Version,
 	}, gateway.Deps{
 		Admitter:   engine,
 		Policies:   engine,
@@ -313,6 +327,11 @@ func serve(ctx context.Context, a *app) error {
 		Registry:   registry,
 		Gatherer:   registry,
 		Metrics:    metrics,
+		Cluster:    runs,
+		// A dead node's containers are adopted through its daemon, their
+		// events recorded here.
+		RemoteReconcilers: remoteReconcilers(cfg, metrics.Sink(store), logger),
+		CloseChains:       chainCloser(store),
 	})
 	if err != nil {
 		return err
@@ -352,6 +371,10 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	addr := ln.Addr().String()
+	if err := srv.JoinCluster(ctx, "http://"+addr); err != nil {
+		ln.Close()
+		return fmt.Errorf("join the cluster (register this node): %w", err)
+	}
 	logger.Info("sandgate listening", "addr", addr, "node", cfg.Node, "air_gapped", cfg.AirGapped,
 		"policy_revision", engine.Status().Revision, "audit_chain", store.ChainID())
 	if devToken != "" {
