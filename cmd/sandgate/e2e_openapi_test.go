@@ -224,6 +224,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	want(request{method: "POST", path: "/v1/sandboxes/cleanup", token: tok["adam"]}, 200)
 	want(request{method: "GET", path: "/v1/volumes", token: tok["adam"]}, 200)
 	want(request{method: "DELETE", path: "/v1/volumes/alpha/none", token: tok["adam"]}, 404)
+	want(request{method: "GET", path: "/v1/nodes", token: tok["adam"]}, 200)
 	want(request{method: "GET", path: "/v1/config", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/v1/openapi.json", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/v1/whoami", token: tok["bob"]}, 200)

@@ -1,0 +1,463 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
+)
+
+// The cluster tests run several gateways on one database, each a node of
+// its own name, spool and directories, all on this machine's Docker
+// daemon (a node's daemon is what its DOCKER_HOST names, so a survivor
+// reaches it exactly as it would a remote one). The nodes share a tokens
+// file and a cluster secret, heartbeat every 300 ms and are taken over
+// after 3 s of silence.
+
+// clusterPrincipals: one principal with every role a test needs.
+var clusterPrincipals = []authPrincipal{
+	{"ops", "alpha", []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin, sandgate.RoleAuditor}},
+}
+
+// clusterBase is the environment every node of one test's cluster shares,
+// and the bearer token of its principal.
+func clusterBase(t *testing.T) (map[string]string, string) {
+	t.Helper()
+	executortest.RequireDocker(t)
+	tokens, tok := writeTokensFile(t, clusterPrincipals)
+	secret := filepath.Join(t.TempDir(), "cluster.secret")
+	if err := os.WriteFile(secret, []byte(randomHex(t, 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		"SANDGATE_DEV":                 "0",
+		"SANDGATE_TOKENS_FILE":         tokens,
+		"SANDGATE_CLUSTER_SECRET_FILE": secret,
+		"SANDGATE_DATABASE_URL":        audittest.NewDatabase(t),
+		"SANDGATE_NODE_HEARTBEAT":      "300ms",
+		"SANDGATE_NODE_LAPSE":          "3s",
+		"DOCKER_HOST":                  executortest.DockerHost(),
+	}, tok["ops"]
+}
+
+// nodeEnv is base with a node's own name and directories.
+func nodeEnv(t *testing.T, base map[string]string, name string) map[string]string {
+	t.Helper()
+	env := maps.Clone(base)
+	state := t.TempDir()
+	env["SANDGATE_LISTEN"] = "127.0.0.1:0"
+	env["SANDGATE_NODE"] = name
+	env["SANDGATE_SPOOL_DIR"] = state + "/spool"
+	env["SANDGATE_VOLUME_DIR"] = state + "/volumes"
+	env["SANDGATE_WORKSPACE_DIR"] = state + "/workspaces"
+	env["SANDGATE_UPLOAD_DIR"] = state + "/uploads"
+	return env
+}
+
+// withToken gives a server of the cluster the cluster principal's token.
+func withToken(t *testing.T, s *testServer, tok string) *testServer {
+	t.Helper()
+	s.Token = tok
+	s.Client = clientAs(t, s, tok)
+	return s
+}
+
+// startNode starts an in-process node of the cluster.
+func startNode(t *testing.T, base map[string]string, tok, name string) *testServer {
+	t.Helper()
+	return withToken(t, startServerWithEnv(t, nodeEnv(t, base, name)), tok)
+}
+
+// nodes reads GET /v1/nodes.
+func (s *testServer) nodes(t *testing.T) map[string]api.NodeView {
+	t.Helper()
+	status, _, body := s.do(t, http.MethodGet, "/v1/nodes", "")
+	if status != http.StatusOK {
+		t.Fatalf("GET /v1/nodes: %d %s", status, body)
+	}
+	var l api.NodeList
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]api.NodeView{}
+	for _, n := range l.Nodes {
+		out[n.Name] = n
+	}
+	return out
+}
+
+// auditOfType returns every event of a type.
+func (s *testServer) auditOfType(t *testing.T, typ sandgate.EventType) []sandgate.AuditRecord {
+	t.Helper()
+	return s.auditEvents(t, s.Token, url.Values{"type": {string(typ)}, "limit": {"1000"}})
+}
+
+// TestClusterAnyNodeAnswers runs two nodes on one database. Both list
+// each other as alive with their daemon and key; a run submitted to the
+// first is followed live through the second (each line arrives while the
+// run still runs, which no reading of the database could give: output is
+// stored when a run ends), then cancelled through the second; a session
+// opened on the first takes commands and files through the second; a
+// request that claims to be forwarded without the cluster's signature is
+// refused.
+func TestClusterAnyNodeAnswers(t *testing.T) {
+	base, tok := clusterBase(t)
+	a := startNode(t, base, tok, "clu-a-"+randomHex(t, 3))
+	b := startNode(t, base, tok, "clu-b-"+randomHex(t, 3))
+
+	waitFor(t, 10*time.Second, "both nodes alive in the registry", func() bool {
+		ns := a.nodes(t)
+		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
+	})
+	ns := b.nodes(t)
+	for _, n := range []api.NodeView{ns[a.Node], ns[b.Node]} {
+		if !n.DockerHealthy || n.Capacity != 4 || n.KeyID == "" || len(n.PublicKey) != 64 || !strings.HasPrefix(n.AdvertiseURL, "http://127.0.0.1:") {
+			t.Errorf("node %s = %+v, want a healthy daemon, capacity 4, its key and address", n.Name, n)
+		}
+	}
+	if !ns[b.Node].Self || ns[a.Node].Self {
+		t.Errorf("self flags: a=%v b=%v, want only b (it answered)", ns[a.Node].Self, ns[b.Node].Self)
+	}
+
+	t.Run("follow and cancel through another node", func(t *testing.T) {
+		id := a.submitNoWait(t, "clu-follow", "sh", "-c", "echo one; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo two; sleep 60")
+		a.waitRunning(t, id)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		lines := make(chan string, 16)
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			_ = b.Client.Logs(ctx, id, true, func(ev api.LogEvent) error {
+				if ev.Event == api.EventStdout {
+					p, _ := ev.Chunk()
+					for _, l := range strings.Fields(string(p)) {
+						lines <- l
+					}
+				}
+				return nil
+			})
+		}()
+		expect := func(want string) {
+			t.Helper()
+			select {
+			case l := <-lines:
+				if l != want {
+					t.Fatalf("followed line %q, want %q", l, want)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no line %q through the other node", want)
+			}
+		}
+		expect("one")
+		v, _ := a.runState(t, id)
+		dockerCLI(t, "", "exec", v.ContainerID, "touch", "/tmp/go")
+		expect("two")
+		if v, _ := a.runState(t, id); v.State != sandgate.StateRunning {
+			t.Fatalf("the run is %s once its second line arrived; the line did not come live", v.State)
+		}
+		got, err := b.Client.Cancel(ctx, id)
+		if err != nil {
+			t.Fatalf("cancel through %s: %v", b.Node, err)
+		}
+		if got.State != sandgate.StateFinished || got.Outcome == nil || *got.Outcome != sandgate.OutcomeCancelled {
+			t.Fatalf("cancel through the other node answered %+v, want finished and cancelled", got)
+		}
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the followed stream did not end with the run")
+		}
+		if v := a.waitFinished(t, id, 30*time.Second); v.Node != a.Node {
+			t.Errorf("the run's node is %q, want %q (it ran there)", v.Node, a.Node)
+		}
+	})
+
+	t.Run("session through another node", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		ss, err := a.Client.CreateSession(ctx, api.SessionRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, _, body := b.do(t, http.MethodPut, "/v1/sessions/"+ss.ID+"/files?path=in.txt", "from-b",
+			"Content-Type", "application/octet-stream")
+		if status != http.StatusOK {
+			t.Fatalf("PUT a file through %s: %d %s", b.Node, status, body)
+		}
+		status, _, body = b.do(t, http.MethodPost, "/v1/sessions/"+ss.ID+"/runs?wait=60s", `{"command":["cat","in.txt"]}`)
+		if status != http.StatusOK {
+			t.Fatalf("command through %s: %d %s", b.Node, status, body)
+		}
+		var run api.RunView
+		if err := json.Unmarshal(body, &run); err != nil {
+			t.Fatal(err)
+		}
+		if run.Stdout.Data != "from-b" || run.ExitCode == nil || *run.ExitCode != 0 {
+			t.Errorf("command = %q exit %v, want from-b exit 0", run.Stdout.Data, run.ExitCode)
+		}
+		status, _, body = b.do(t, http.MethodGet, "/v1/sessions/"+ss.ID+"/files?path=in.txt", "")
+		if status != http.StatusOK || string(body) != "from-b" {
+			t.Errorf("GET the file through %s: %d %q", b.Node, status, body)
+		}
+		if _, err := b.Client.DeleteSession(ctx, ss.ID); err != nil {
+			t.Fatalf("delete the session through %s: %v", b.Node, err)
+		}
+	})
+
+	t.Run("forged forward", func(t *testing.T) {
+		id := a.submitNoWait(t, "clu-forged", "sleep", "30")
+		defer func() { _, _ = a.Client.Cancel(context.Background(), id) }()
+		status, _, body := b.do(t, http.MethodDelete, "/v1/runs/"+id, "",
+			"X-Sandgate-Forwarded-By", a.Node, "X-Sandgate-Forwarded-At", fmt.Sprint(time.Now().Unix()),
+			"X-Sandgate-Forward-Signature", strings.Repeat("0", 64))
+		if status != http.StatusUnauthorized {
+			t.Errorf("a forged forward: %d %s, want 401", status, body)
+		}
+	})
+}
+
+// waitRunning waits until the run's container runs.
+func (s *testServer) waitRunning(t *testing.T, id string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "run "+id+" to run", func() bool {
+		v, ok := s.runState(t, id)
+		return ok && v.State == sandgate.StateRunning && v.ContainerID != ""
+	})
+}
+
+// TestClusterIdempotencyRace sends the same Idempotency-Key from the same
+// principal to two nodes at once, for several keys: each key yields one
+// run, both answers name it, and the trail holds one admission per key.
+func TestClusterIdempotencyRace(t *testing.T) {
+	base, tok := clusterBase(t)
+	a := startNode(t, base, tok, "idem-a-"+randomHex(t, 3))
+	b := startNode(t, base, tok, "idem-b-"+randomHex(t, 3))
+	const keys = 6
+	for i := range keys {
+		key := fmt.Sprintf("race-%d-%s", i, randomHex(t, 4))
+		ids := make([]string, 2)
+		var wg sync.WaitGroup
+		for j, s := range []*testServer{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				v, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "once"}},
+					client.SubmitOptions{IdempotencyKey: key})
+				if err != nil {
+					t.Errorf("submit to %s: %v", s.Node, err)
+					return
+				}
+				ids[j] = v.ID
+			}()
+		}
+		wg.Wait()
+		if ids[0] == "" || ids[0] != ids[1] {
+			t.Fatalf("key %s: the nodes answered runs %q and %q, want one", key, ids[0], ids[1])
+		}
+		a.waitFinished(t, ids[0], 60*time.Second)
+	}
+	for typ, want := range map[sandgate.EventType]int{sandgate.EventRunRequested: keys, sandgate.EventAdmissionAllowed: keys, sandgate.EventContainerCreated: keys} {
+		if got := len(a.auditOfType(t, typ)); got != want {
+			t.Errorf("%d %s events, want %d (one per key)", got, typ, want)
+		}
+	}
+	status, _, body := a.do(t, http.MethodGet, "/v1/runs?limit=100", "")
+	var l api.RunList
+	if status != http.StatusOK || json.Unmarshal(body, &l) != nil || len(l.Runs) != keys {
+		t.Errorf("GET /v1/runs: %d, %d runs, want %d", status, len(l.Runs), keys)
+	}
+}
+
+// TestClusterTakeoverAdopts SIGKILLs a node (its own process) while two of
+// its runs are in flight, with two survivors watching: exactly one takes
+// it over through the dead node's Docker daemon; the run still running is
+// adopted and ends with its real exit code (7) when let go, the one that
+// exited while no gateway watched is recorded with its (3); the dead
+// node's chain is closed by the survivor's signed checkpoint; nothing of
+// the dead node is left on the daemon, and the trail verifies.
+func TestClusterTakeoverAdopts(t *testing.T) {
+	base, tok := clusterBase(t)
+	dead := nodeEnv(t, base, "dead-"+randomHex(t, 3))
+	p := startProcess(t, dead)
+	withToken(t, p.testServer, tok)
+	a := startNode(t, base, tok, "surv-a-"+randomHex(t, 3))
+	b := startNode(t, base, tok, "surv-b-"+randomHex(t, 3))
+
+	const gate = "while [ ! -e /tmp/go ]; do sleep 0.1; done; "
+	running := p.submitNoWait(t, "takeover-running", "sh", "-c", "echo before; "+gate+"echo after; exit 7")
+	exited := p.submitNoWait(t, "takeover-exited", "sh", "-c", "sleep 2; exit 3")
+	p.waitRunning(t, running)
+	p.waitRunning(t, exited)
+	v, _ := p.runState(t, running)
+	container := v.ContainerID
+	p.Kill(t)
+
+	var taker string
+	waitFor(t, 60*time.Second, "a survivor to take the dead node over", func() bool {
+		n := a.nodes(t)[p.Node]
+		taker = n.TakenOverBy
+		return n.State == "gone" && taker != ""
+	})
+	if taker != a.Node && taker != b.Node {
+		t.Fatalf("taken over by %q, want one of the survivors", taker)
+	}
+	dockerCLI(t, "", "exec", container, "touch", "/tmp/go")
+	for id, code := range map[string]int{running: 7, exited: 3} {
+		v := a.waitFinished(t, id, 60*time.Second)
+		if v.Outcome == nil || *v.Outcome != sandgate.OutcomeFailed || v.ExitCode == nil || *v.ExitCode != code {
+			t.Errorf("run %s = %v exit %v, want failed with its real exit code %d", id, v.Outcome, v.ExitCode, code)
+		}
+		if v.Node != taker {
+			t.Errorf("run %s: node %q, want the survivor %q", id, v.Node, taker)
+		}
+		var evs []sandgate.AuditRecord
+		waitFor(t, 30*time.Second, "the end of run "+id+" in the trail", func() bool {
+			evs = a.runEvents(t, id)
+			return eventCounts(evs)[sandgate.EventContainerRemoved] > 0
+		})
+		ev, _ := findEvent(evs, sandgate.EventContainerExited)
+		if ev.ExitCode == nil || *ev.ExitCode != code || ev.Node != taker || ev.Payload["taken_over_from"] != p.Node {
+			t.Errorf("run %s: container.exited %+v, want exit %d recorded by %s, taken over from %s", id, ev, code, taker, p.Node)
+		}
+	}
+	taken := a.auditOfType(t, sandgate.EventNodeTakenOver)
+	if len(taken) != 1 || taken[0].Node != taker || taken[0].Payload["dead_node"] != p.Node ||
+		taken[0].Payload["docker_reachable"] != true || taken[0].Payload["adopted"] != float64(2) {
+		t.Fatalf("node.taken_over events = %+v, want one by %s adopting 2 runs", taken, taker)
+	}
+	closed := a.auditOfType(t, sandgate.EventAuditChainClosed)
+	if len(closed) == 0 {
+		t.Fatal("no audit.chain_closed event")
+	}
+	for _, ev := range closed {
+		if ev.Node != taker || ev.Payload["closed_node"] != p.Node || ev.Payload["signed_by_node"] != taker {
+			t.Errorf("audit.chain_closed = %+v, want %s closing %s's chain", ev.Payload, taker, p.Node)
+		}
+	}
+	assertNoContainers(t, p.Node)
+	a.verifyTrail(t)
+}
+
+// TestClusterTakeoverDaemonGone runs a node whose Docker daemon is reached
+// through a proxy the test closes when it SIGKILLs the node: the survivor
+// cannot reach the daemon the registry names, and records the node's run
+// lost with the reason.
+func TestClusterTakeoverDaemonGone(t *testing.T) {
+	base, tok := clusterBase(t)
+	proxy := startDockerProxy(t)
+	dead := nodeEnv(t, base, "gone-"+randomHex(t, 3))
+	dead["DOCKER_HOST"] = proxy.host
+	p := startProcess(t, dead)
+	withToken(t, p.testServer, tok)
+	a := startNode(t, base, tok, "surv-"+randomHex(t, 3))
+
+	id := p.submitNoWait(t, "daemon-gone", "sleep", "120")
+	p.waitRunning(t, id)
+	p.Kill(t)
+	proxy.Close()
+	t.Cleanup(func() { removeNodeContainers(t, p.Node) })
+
+	v := a.waitFinished(t, id, 60*time.Second)
+	if v.Outcome == nil || *v.Outcome != sandgate.OutcomeLost || v.Error == nil ||
+		!strings.Contains(v.Error.Message, "does not answer") || !strings.Contains(v.Error.Message, proxy.host) {
+		t.Fatalf("run = %v %+v, want lost with the unreachable daemon as its reason", v.Outcome, v.Error)
+	}
+	ev, ok := findEvent(a.runEvents(t, id), sandgate.EventRunLost)
+	if !ok || ev.Node != a.Node || ev.Payload["taken_over"] != true {
+		t.Errorf("run.lost = %+v (%v), want one recorded by %s", ev, ok, a.Node)
+	}
+	taken := a.auditOfType(t, sandgate.EventNodeTakenOver)
+	if len(taken) != 1 || taken[0].Payload["docker_reachable"] != false || taken[0].Payload["lost"] != float64(1) {
+		t.Fatalf("node.taken_over = %+v, want one with the daemon unreachable and 1 run lost", taken)
+	}
+	a.verifyTrail(t)
+}
+
+// dockerProxy is a TCP proxy in front of the test's Docker daemon that
+// the test can close, as a daemon that goes away.
+type dockerProxy struct {
+	host string
+	ln   net.Listener
+	mu   sync.Mutex
+	conn []net.Conn
+	once sync.Once
+}
+
+func startDockerProxy(t *testing.T) *dockerProxy {
+	t.Helper()
+	target := executortest.DockerHost()
+	if target == "" {
+		target = "unix:///var/run/docker.sock"
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, addr := "tcp", u.Host
+	if u.Scheme == "unix" {
+		network, addr = "unix", u.Path
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dockerProxy{host: "tcp://" + ln.Addr().String(), ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial(network, addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			d.mu.Lock()
+			d.conn = append(d.conn, c, up)
+			d.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	t.Cleanup(d.Close)
+	return d
+}
+
+// Close stops the proxy and cuts every connection through it.
+func (d *dockerProxy) Close() {
+	d.once.Do(func() {
+		d.ln.Close()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, c := range d.conn {
+			c.Close()
+		}
+	})
+}
+
+// removeNodeContainers removes what a node left on the daemon.
+func removeNodeContainers(t *testing.T, node string) {
+	t.Helper()
+	ids := dockerCLI(t, "", "ps", "-aq", "--filter", "label="+sandgate.LabelNode+"="+node)
+	for _, id := range strings.Fields(ids) {
+		dockerCLI(t, "", "rm", "-f", id)
+	}
+}
