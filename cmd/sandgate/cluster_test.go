@@ -233,6 +233,19 @@ func TestClusterAnyNodeAnswers(t *testing.T) {
 	})
 }
 
+// waitTakeover waits for the node.taken_over event, recorded once the
+// survivor has closed the dead node's chains (which waits for the
+// survivor's own key to be registered, at its first checkpoint), and a
+// moment more for a second one, which must not come.
+func (s *testServer) waitTakeover(t *testing.T) []sandgate.AuditRecord {
+	t.Helper()
+	waitFor(t, 60*time.Second, "node.taken_over in the trail", func() bool {
+		return len(s.auditOfType(t, sandgate.EventNodeTakenOver)) > 0
+	})
+	time.Sleep(2 * time.Second)
+	return s.auditOfType(t, sandgate.EventNodeTakenOver)
+}
+
 // waitRunning waits until the run's container runs.
 func (s *testServer) waitRunning(t *testing.T, id string) {
 	t.Helper()
@@ -337,7 +350,7 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 			t.Errorf("run %s: container.exited %+v, want exit %d recorded by %s, taken over from %s", id, ev, code, taker, p.Node)
 		}
 	}
-	taken := a.auditOfType(t, sandgate.EventNodeTakenOver)
+	taken := a.waitTakeover(t)
 	if len(taken) != 1 || taken[0].Node != taker || taken[0].Payload["dead_node"] != p.Node ||
 		taken[0].Payload["docker_reachable"] != true || taken[0].Payload["adopted"] != float64(2) {
 		t.Fatalf("node.taken_over events = %+v, want one by %s adopting 2 runs", taken, taker)
@@ -383,7 +396,7 @@ func TestClusterTakeoverDaemonGone(t *testing.T) {
 	if !ok || ev.Node != a.Node || ev.Payload["taken_over"] != true {
 		t.Errorf("run.lost = %+v (%v), want one recorded by %s", ev, ok, a.Node)
 	}
-	taken := a.auditOfType(t, sandgate.EventNodeTakenOver)
+	taken := a.waitTakeover(t)
 	if len(taken) != 1 || taken[0].Payload["docker_reachable"] != false || taken[0].Payload["lost"] != float64(1) {
 		t.Fatalf("node.taken_over = %+v, want one with the daemon unreachable and 1 run lost", taken)
 	}
