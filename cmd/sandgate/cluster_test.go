@@ -474,3 +474,48 @@ func removeNodeContainers(t *testing.T, node string) {
 		dockerCLI(t, "", "rm", "-f", id)
 	}
 }
+
+// TestClusterScheduling holds one team to 2 runs (1 running, 1 queued)
+// across two nodes, the first of which has a single container slot: a
+// second run sent to the first node goes to the second, which has room;
+// a third, sent to the second node (which holds only one of the team's
+// runs itself), is refused because the cluster holds two.
+func TestClusterScheduling(t *testing.T) {
+	base, tok := clusterBase(t)
+	base["SANDGATE_POLICY_DIR"] = bundleWith(t, func(c map[string]any) {
+		c["team_limits"] = map[string]any{"default": map[string]any{"concurrent": 1, "queued": 1, "memory_mb": 0, "cpus": 0}, "teams": map[string]any{}}
+	})
+	small := nodeEnv(t, base, "small-"+randomHex(t, 3))
+	small["SANDGATE_MAX_CONCURRENT"] = "1"
+	a := withToken(t, startServerWithEnv(t, small), tok)
+	b := startNode(t, base, tok, "roomy-"+randomHex(t, 3))
+	waitFor(t, 10*time.Second, "both nodes alive", func() bool {
+		ns := a.nodes(t)
+		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
+	})
+
+	first := a.submitNoWait(t, "sched-1", "sleep", "60")
+	a.waitRunning(t, first)
+	second := a.submitNoWait(t, "sched-2", "sleep", "60")
+	b.waitRunning(t, second)
+	for id, node := range map[string]string{first: a.Node, second: b.Node} {
+		if v, _ := b.runState(t, id); v.Node != node {
+			t.Errorf("run %s went to %q, want %q", id, v.Node, node)
+		}
+	}
+	status, _, body := b.do(t, http.MethodPost, "/v1/runs", `{"command":["true"]}`)
+	if status != http.StatusTooManyRequests || apiError(body).Error.Details["scope"] != "cluster" {
+		t.Errorf("a third run of the team: %d %s, want 429 for the cluster's count", status, body)
+	}
+	ctx := context.Background()
+	for _, id := range []string{first, second} {
+		if _, err := a.Client.Cancel(ctx, id); err != nil {
+			t.Errorf("cancel %s: %v", id, err)
+		}
+	}
+	// Their slots are given back: the team may run again.
+	waitFor(t, 30*time.Second, "the team's slots to be given back", func() bool {
+		status, _, _ := b.do(t, http.MethodPost, "/v1/runs?wait=30s", `{"command":["true"]}`)
+		return status == http.StatusOK
+	})
+}
