@@ -104,8 +104,10 @@ func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
 }
 
 // toCapacity sends a new run to another node when this one holds as many
-// runs as it has container slots and another has a free one; when none
-// has, the run is admitted here and waits for a slot.
+// runs as it has container slots, or its Docker daemon did not answer
+// its last heartbeat's ping, and another alive node with a healthy daemon
+// has a free slot; when none has, the run is answered here (it waits for
+// a slot, or fails DOCKER-UNAVAILABLE).
 func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		cl := s.svc.cluster
@@ -114,7 +116,12 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		load, err := cl.store.NodeSlots(ctx)
-		if err != nil || load[s.cfg.Node] < s.cfg.Capacity {
+		if err != nil {
+			return next(c)
+		}
+		self, known := cl.node(ctx, s.cfg.Node)
+		healthy := !known || self.DockerHealthy
+		if healthy && load[s.cfg.Node] < s.cfg.Capacity {
 			return next(c)
 		}
 		nodes, err := cl.all(ctx)
@@ -133,7 +140,7 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 		if free == 0 {
 			return next(c)
 		}
-		s.logger(c).Info("this node is at capacity; the run goes to another", "to", best.Name, "free", free)
+		s.logger(c).Info("this node is at capacity or its daemon is away; the run goes to another", "to", best.Name, "free", free, "docker_healthy", healthy)
 		return s.forwardTo(c, best)
 	}
 }

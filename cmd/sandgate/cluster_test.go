@@ -371,7 +371,8 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 // TestClusterTakeoverDaemonGone runs a node whose Docker daemon is reached
 // through a proxy the test closes when it SIGKILLs the node: the survivor
 // cannot reach the daemon the registry names, and records the node's run
-// lost with the reason.
+// lost with the reason. Then a node whose daemon goes away while it lives
+// sends a new run on to the node whose daemon answers.
 func TestClusterTakeoverDaemonGone(t *testing.T) {
 	base, tok := clusterBase(t)
 	proxy := startDockerProxy(t)
@@ -401,6 +402,22 @@ func TestClusterTakeoverDaemonGone(t *testing.T) {
 		t.Fatalf("node.taken_over = %+v, want one with the daemon unreachable and 1 run lost", taken)
 	}
 	a.verifyTrail(t)
+
+	// A node alive whose daemon went away sends new runs on to a node
+	// whose daemon answers.
+	sickProxy := startDockerProxy(t)
+	sickEnv := nodeEnv(t, base, "sick-"+randomHex(t, 3))
+	sickEnv["DOCKER_HOST"] = sickProxy.host
+	sick := withToken(t, startServerWithEnv(t, sickEnv), tok)
+	sickProxy.Close()
+	waitFor(t, 30*time.Second, "the registry to see the sick node's daemon gone", func() bool {
+		n := a.nodes(t)[sick.Node]
+		return n.State == "alive" && !n.DockerHealthy
+	})
+	v = sick.submitWait(t, tok, `{"command":["sh","-c","exit 4"]}`)
+	if v.Node != a.Node || v.ExitCode == nil || *v.ExitCode != 4 {
+		t.Errorf("a run sent to the node without a daemon ran on %q with exit %v, want on %s with 4", v.Node, v.ExitCode, a.Node)
+	}
 }
 
 // dockerProxy is a TCP proxy in front of the test's Docker daemon that
