@@ -65,10 +65,12 @@ type ClusterStore interface {
 
 // RemoteReconciler is a dead node's Docker daemon as a survivor reaches
 // it: the adoption of the containers it runs, labelled with the dead
-// node's name. Close lets go of the connection once every adopted run
-// has ended.
+// node's name, and the commands of the sessions adopted there. Close lets
+// go of the connection once every adopted run and session has ended.
 type RemoteReconciler interface {
 	sandgate.Reconciler
+	// Sessions runs commands in the sessions adopted through Adopt.
+	Sessions() sandgate.SessionExecutor
 	Close() error
 }
 
@@ -102,6 +104,10 @@ type cluster struct {
 	mu    sync.Mutex
 	nodes map[string]sandgate.Node
 	seen  time.Time
+	// taking are the takeovers under way, each in its own goroutine: the
+	// heartbeat must go on meanwhile, or this node would lapse too.
+	taking map[string]bool
+	twg    sync.WaitGroup
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -139,13 +145,22 @@ func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
 	return nil
 }
 
-// leave stops the heartbeat and marks the node gone.
-func (c *cluster) leave(ctx context.Context) {
+// halt stops the heartbeat and waits for the takeovers under way, before
+// the runs are shut down (a takeover starts runs).
+func (c *cluster) halt() {
 	if c.stop == nil {
 		return
 	}
 	c.stop()
 	<-c.done
+	c.twg.Wait()
+}
+
+// leave marks the node gone, once its runs have ended.
+func (c *cluster) leave(ctx context.Context) {
+	if c.stop == nil {
+		return
+	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := c.store.LeaveNode(lctx, c.s.cfg.Node); err != nil {
@@ -206,11 +221,39 @@ func (c *cluster) beat(ctx context.Context) {
 		return
 	}
 	c.remember(nodes)
+	if s.draining.Load() {
+		return // a node that stops takes nothing over
+	}
 	for _, n := range nodes {
-		if n.State == sandgate.NodeLapsed && n.Name != s.cfg.Node {
-			c.takeOver(ctx, n.Name)
+		if n.State == sandgate.NodeLapsed && n.Name != s.cfg.Node && c.begin(n.Name) {
+			c.twg.Add(1)
+			go func() {
+				defer c.twg.Done()
+				defer c.end(n.Name)
+				c.takeOver(ctx, n.Name)
+			}()
 		}
 	}
+}
+
+// begin marks a takeover of dead under way here; false when one is.
+func (c *cluster) begin(dead string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.taking == nil {
+		c.taking = map[string]bool{}
+	}
+	if c.taking[dead] {
+		return false
+	}
+	c.taking[dead] = true
+	return true
+}
+
+func (c *cluster) end(dead string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.taking, dead)
 }
 
 func (c *cluster) remember(nodes []sandgate.Node) {
@@ -302,10 +345,10 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 		r.Node = s.cfg.Node
 		runs = append(runs, *r)
 	}
-	sessionsLost := c.loseSessions(ctx, t, dockerErr, log)
 	runs = s.loseSessionCommands(ctx, runs)
-	adopted, lost := 0, 0
 	var wg sync.WaitGroup
+	sessionsAdopted, sessionsLost := c.takeSessions(ctx, t, rec, dockerErr, &wg, log)
+	adopted, lost := 0, 0
 	if dockerErr == nil && len(runs) > 0 {
 		ids := make([]string, 0, len(runs))
 		var containers []string
@@ -336,7 +379,8 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 			_ = rec.Close()
 		}()
 	}
-	summary["adopted"], summary["lost"], summary["sessions_lost"] = adopted, lost, sessionsLost
+	summary["adopted"], summary["lost"] = adopted, lost
+	summary["sessions_adopted"], summary["sessions_lost"] = sessionsAdopted, sessionsLost
 
 	chains := 0
 	if s.d.CloseChains != nil {
@@ -367,22 +411,25 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 		}
 		cancel()
 	}
-	log.Warn("took over a dead node", "adopted", adopted, "lost", lost, "sessions_lost", sessionsLost, "chains_closed", chains)
+	log.Warn("took over a dead node", "adopted", adopted, "lost", lost, "sessions_adopted", sessionsAdopted,
+		"sessions_lost", sessionsLost, "chains_closed", chains)
 }
 
-// loseSessions ends the dead node's open sessions as lost: a session's
-// commands run through its node's executor, which is gone with it. It
-// returns how many it ended.
-func (c *cluster) loseSessions(ctx context.Context, t sandgate.Takeover, dockerErr error, log *slog.Logger) int {
+// takeSessions takes the dead node's open sessions over. Through its
+// daemon (rec), each is adopted as a restarted node adopts its own: its
+// container followed again by the survivor, its commands run there
+// (wg counts it until it ends, for rec's Close); a session whose
+// container never ran, or all of them when the daemon does not answer,
+// ends lost with the reason. It returns how many it adopted and lost.
+func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec RemoteReconciler, dockerErr error, wg *sync.WaitGroup, log *slog.Logger) (adopted, lost int) {
 	s := c.s
 	if s.d.Sessions == nil {
-		return 0
+		return 0, 0
 	}
-	msg := fmt.Sprintf("node %s, which held the session, stopped heartbeating; %s took over and ended it", t.Dead.Name, s.cfg.Node)
+	msg := fmt.Sprintf("node %s, which held the session, stopped heartbeating; %s took over", t.Dead.Name, s.cfg.Node)
 	if dockerErr != nil {
-		msg += fmt.Sprintf(" (its Docker daemon does not answer: %v)", sandgate.ErrorMessageOf(dockerErr))
+		msg += fmt.Sprintf(" and cannot reach its Docker daemon (%v)", sandgate.ErrorMessageOf(dockerErr))
 	}
-	n := 0
 	for _, id := range t.Sessions {
 		gctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		ss, err := s.d.Sessions.GetSession(gctx, id)
@@ -393,11 +440,25 @@ func (c *cluster) loseSessions(ctx context.Context, t sandgate.Takeover, dockerE
 		}
 		ss.Node = s.cfg.Node
 		l := newLiveSession(*ss, sandgate.Normalized{RunSpec: ss.Spec})
-		s.endSession(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
-			Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, log.With("session_id", id))
-		n++
+		if dockerErr != nil || ss.ContainerID == "" {
+			s.endSession(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+				Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, log.With("session_id", id))
+			lost++
+			continue
+		}
+		l.exec = rec.Sessions()
+		rec.Hold(ss.ID)
+		rec.HoldContainers(ss.ContainerID)
+		release := s.teams.hold(ss.Team, ss.Spec.Resources)
+		wg.Add(1)
+		s.openSession(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
+		go func() {
+			<-l.done
+			wg.Done()
+		}()
+		adopted++
 	}
-	return n
+	return adopted, lost
 }
 
 // loseTakenOver ends a taken-over run as lost with reason.

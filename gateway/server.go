@@ -186,6 +186,9 @@ func (s *Server) beginStop() {
 // Handler call it themselves.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
+	if s.svc.cluster != nil {
+		s.svc.cluster.halt()
+	}
 	err := s.svc.shutdown(ctx)
 	if s.svc.cluster != nil {
 		s.svc.cluster.leave(ctx)

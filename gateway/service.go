@@ -450,7 +450,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	res, err := safely(log, func() (sandgate.Result, error) {
 		if lr.session != "" {
 			// A command in a session: the session's container runs it.
-			x, err := s.sessionExecutor()
+			x, err := s.executorOf(lr.session)
 			if err != nil {
 				return sandgate.Result{}, err
 			}

@@ -43,6 +43,10 @@ type remoteExecutor struct {
 
 func (r remoteExecutor) Close() error { return r.x.Close() }
 
+// Sessions runs the commands of the sessions adopted on the dead node's
+// daemon.
+func (r remoteExecutor) Sessions() sandgate.SessionExecutor { return r.x }
+
 // remoteReconcilers dials dead nodes' daemons for takeovers. The events
 // of what it does there are recorded by this node (node = this node's
 // name, taken_over_from = the dead node's) in this node's chain.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -302,12 +303,16 @@ func TestClusterIdempotencyRace(t *testing.T) {
 // its runs are in flight, with two survivors watching: exactly one takes
 // it over through the dead node's Docker daemon; the run still running is
 // adopted and ends with its real exit code (7) when let go, the one that
-// exited while no gateway watched is recorded with its (3); the dead
-// node's chain is closed by the survivor's signed checkpoint; nothing of
-// the dead node is left on the daemon, and the trail verifies.
+// exited while no gateway watched is recorded with its (3); its open
+// session is adopted too and takes commands through either survivor; the
+// dead node's chain is closed by the survivor's signed checkpoint;
+// nothing of the dead node is left on the daemon, and the trail verifies.
 func TestClusterTakeoverAdopts(t *testing.T) {
 	base, tok := clusterBase(t)
 	dead := nodeEnv(t, base, "dead-"+randomHex(t, 3))
+	// The dead node's session workspace stays mounted on its host (here,
+	// this one) until it starts again.
+	t.Cleanup(func() { unmountUnder(t, dead["SANDGATE_WORKSPACE_DIR"]) })
 	p := startProcess(t, dead)
 	withToken(t, p.testServer, tok)
 	a := startNode(t, base, tok, "surv-a-"+randomHex(t, 3))
@@ -320,6 +325,10 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 	p.waitRunning(t, exited)
 	v, _ := p.runState(t, running)
 	container := v.ContainerID
+	ss, err := p.Client.CreateSession(context.Background(), api.SessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	p.Kill(t)
 
 	var taker string
@@ -364,6 +373,24 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 			t.Errorf("audit.chain_closed = %+v, want %s closing %s's chain", ev.Payload, taker, p.Node)
 		}
 	}
+	// The session lives on through the survivor: a command sent to
+	// either survivor runs in its container on the dead node's daemon.
+	if taken[0].Payload["sessions_adopted"] != float64(1) {
+		t.Errorf("node.taken_over sessions_adopted = %v, want 1", taken[0].Payload["sessions_adopted"])
+	}
+	for _, s := range []*testServer{a, b} {
+		status, _, body := s.do(t, http.MethodPost, "/v1/sessions/"+ss.ID+"/runs?wait=60s", `{"command":["echo","still here"]}`)
+		var run api.RunView
+		if status != http.StatusOK || json.Unmarshal(body, &run) != nil || run.Stdout.Data != "still here\n" || run.Node != taker {
+			t.Errorf("a command in the adopted session through %s: %d %s", s.Node, status, body)
+		}
+	}
+	if _, err := b.Client.DeleteSession(context.Background(), ss.ID); err != nil {
+		t.Errorf("delete the adopted session: %v", err)
+	}
+	waitFor(t, 30*time.Second, "the adopted session's container to be removed", func() bool {
+		return countContainers(t, sandgate.LabelNode, p.Node) == 0
+	})
 	assertNoContainers(t, p.Node)
 	a.verifyTrail(t)
 }
@@ -535,4 +562,23 @@ func TestClusterScheduling(t *testing.T) {
 		status, _, _ := b.do(t, http.MethodPost, "/v1/runs?wait=30s", `{"command":["true"]}`)
 		return status == http.StatusOK
 	})
+}
+
+// unmountUnder unmounts every file system mounted under dir, newest
+// first, as root's tests leave the workspaces of a killed node.
+func unmountUnder(t *testing.T, dir string) {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		f := strings.Fields(lines[i])
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			if out, err := exec.Command("umount", "-l", f[4]).CombinedOutput(); err != nil {
+				t.Logf("umount %s: %v: %s", f[4], err, out)
+			}
+		}
+	}
 }
