@@ -26,6 +26,9 @@ const reconcileListTimeout = 30 * time.Second
 // like any other: they can be read, followed and cancelled, and Shutdown
 // waits for them.
 //
+// In a cluster it first registers this node with a fresh heartbeat, so
+// that no survivor takes over the runs it is about to adopt.
+//
 // Call it once, after New and before the executor's first reaper pass. It
 // returns how many runs it took over, once they are held; it does not wait
 // for them to end. When the executor cannot adopt, the runs are ended as
@@ -35,6 +38,14 @@ func (s *Server) Reconcile(ctx context.Context) (int, error) {
 }
 
 func (s *service) reconcile(ctx context.Context) (int, error) {
+	if s.cluster != nil {
+		// Registered (heartbeat fresh) before the runs are listed: a
+		// survivor that would take this node over now finds it alive, or
+		// has moved its runs already, so that no run is adopted twice.
+		if err := s.cluster.store.RegisterNode(ctx, s.nodeRecord(ctx)); err != nil {
+			return 0, unavailable(err, "the node registry")
+		}
+	}
 	rec := s.d.Reconciler
 	if rec == nil {
 		rec, _ = s.d.Executor.(sandgate.Reconciler)
