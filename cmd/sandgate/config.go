@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -264,6 +265,21 @@ func (c *Config) Validate() error {
 		if !filepath.IsAbs(r) {
 			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %q is not an absolute path", r)
 		}
+	}
+	if c.AdvertiseURL != "" {
+		if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("SANDGATE_ADVERTISE_URL %q must be http(s)://host:port", c.AdvertiseURL)
+		}
+	}
+	heartbeat, lapse := c.NodeHeartbeat, c.NodeLapse
+	if heartbeat == 0 {
+		heartbeat = 2 * time.Second
+	}
+	if lapse == 0 {
+		lapse = 15 * time.Second
+	}
+	if lapse < 2*heartbeat {
+		return fmt.Errorf("SANDGATE_NODE_LAPSE (%s) must be at least twice SANDGATE_NODE_HEARTBEAT (%s)", lapse, heartbeat)
 	}
 	if c.CheckpointEvery < 1 || c.CheckpointEvery > 1_000_000 {
 		return fmt.Errorf("SANDGATE_CHECKPOINT_EVERY must be between 1 and 1000000, not %d", c.CheckpointEvery)

@@ -70,6 +70,10 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
+	f.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "where the other nodes of a cluster reach this one (SANDGATE_ADVERTISE_URL; default http:// and the listen address)")
+	f.StringVar(&c.ClusterSecretFile, "cluster-secret-file", c.ClusterSecretFile, "the secret the nodes of a cluster share, which signs forwarded requests (SANDGATE_CLUSTER_SECRET_FILE; default none: nothing is forwarded)")
+	f.DurationVar(&c.NodeHeartbeat, "node-heartbeat", c.NodeHeartbeat, "how often this node heartbeats in the node registry (SANDGATE_NODE_HEARTBEAT; default 2s)")
+	f.DurationVar(&c.NodeLapse, "node-lapse", c.NodeLapse, "how late a node's heartbeat may be before a survivor takes it over (SANDGATE_NODE_LAPSE; default 15s)")
 	return cmd
 }
 
