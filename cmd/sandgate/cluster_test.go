@@ -340,7 +340,43 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 	if taker != a.Node && taker != b.Node {
 		t.Fatalf("taken over by %q, want one of the survivors", taker)
 	}
+	owner, other := a, b
+	if taker == b.Node {
+		owner, other = b, a
+	}
+	waitFor(t, 60*time.Second, "the survivor to follow the running container", func() bool {
+		for _, line := range strings.Split(owner.logs.String(), "\n") {
+			if strings.Contains(line, `"msg":"following an adopted container"`) && strings.Contains(line, running) {
+				return true
+			}
+		}
+		return false
+	})
+	// The adopted run is followed through the other survivor, forwarded
+	// to the one that holds it now: its output from the adoption on.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	followed := make(chan string, 1)
+	go func() {
+		var out strings.Builder
+		_ = other.Client.Logs(ctx, running, true, func(ev api.LogEvent) error {
+			if ev.Event == api.EventStdout {
+				p, _ := ev.Chunk()
+				out.Write(p)
+			}
+			return nil
+		})
+		followed <- out.String()
+	}()
 	dockerCLI(t, "", "exec", container, "touch", "/tmp/go")
+	select {
+	case out := <-followed:
+		if !strings.Contains(out, "after\n") {
+			t.Errorf("followed through %s: %q, want the line written after the takeover", other.Node, out)
+		}
+	case <-ctx.Done():
+		t.Fatal("the follow through the other survivor did not end with the run")
+	}
 	for id, code := range map[string]int{running: 7, exited: 3} {
 		v := a.waitFinished(t, id, 60*time.Second)
 		if v.Outcome == nil || *v.Outcome != sandgate.OutcomeFailed || v.ExitCode == nil || *v.ExitCode != code {
