@@ -108,6 +108,12 @@ type cluster struct {
 	// heartbeat must go on meanwhile, or this node would lapse too.
 	taking map[string]bool
 	twg    sync.WaitGroup
+	// healthySince is when this node's heartbeats last began to succeed
+	// without a failure; zero while they fail. Only a node that has seen
+	// the registry for a whole lapse takes others over: after the
+	// database was away, every node's heartbeat is old, and the others
+	// get a lapse to beat again before anyone is judged dead.
+	healthySince time.Time
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -213,7 +219,12 @@ func (c *cluster) beat(ctx context.Context) {
 	}
 	if err != nil {
 		s.log.Warn("node heartbeat", "error", err)
+		c.healthySince = time.Time{}
 		return
+	}
+	now := time.Now()
+	if c.healthySince.IsZero() {
+		c.healthySince = now
 	}
 	nodes, err := c.store.ListNodes(hctx, s.cfg.NodeLapse)
 	if err != nil {
@@ -221,8 +232,8 @@ func (c *cluster) beat(ctx context.Context) {
 		return
 	}
 	c.remember(nodes)
-	if s.draining.Load() {
-		return // a node that stops takes nothing over
+	if s.draining.Load() || now.Sub(c.healthySince) < s.cfg.NodeLapse {
+		return // a node that stops, or that has not watched for a lapse, takes nothing over
 	}
 	for _, n := range nodes {
 		if n.State == sandgate.NodeLapsed && n.Name != s.cfg.Node && c.begin(n.Name) {

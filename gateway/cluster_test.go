@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate"
 )
 
 // TestCheckForwarded holds a forwarded request's signature to the
@@ -53,4 +57,101 @@ func toUpper(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// fakeCluster is a node registry that lists what the test says and
+// records the takeovers asked of it (none succeeds).
+type fakeCluster struct {
+	mu        sync.Mutex
+	hbErr     error
+	nodes     []sandgate.Node
+	takeovers []string
+}
+
+func (f *fakeCluster) RegisterNode(context.Context, sandgate.Node) error { return nil }
+func (f *fakeCluster) Heartbeat(context.Context, sandgate.Node) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hbErr
+}
+func (f *fakeCluster) LeaveNode(context.Context, string) error { return nil }
+func (f *fakeCluster) ListNodes(context.Context, time.Duration) ([]sandgate.Node, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]sandgate.Node(nil), f.nodes...), nil
+}
+func (f *fakeCluster) TakeOver(_ context.Context, dead, _ string, _ time.Duration) (sandgate.Takeover, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.takeovers = append(f.takeovers, dead)
+	return sandgate.Takeover{}, false, nil
+}
+func (f *fakeCluster) RecordTakeover(context.Context, string, []byte) error { return nil }
+func (f *fakeCluster) ReserveSlot(context.Context, sandgate.Slot, sandgate.SlotLimits) (sandgate.SlotUse, bool, error) {
+	return sandgate.SlotUse{}, true, nil
+}
+func (f *fakeCluster) HoldSlot(context.Context, sandgate.Slot) error            { return nil }
+func (f *fakeCluster) ReleaseSlot(context.Context, string) error                { return nil }
+func (f *fakeCluster) ReleaseNodeSlots(context.Context, string, []string) error { return nil }
+func (f *fakeCluster) NodeSlots(context.Context) (map[string]int, error) {
+	return map[string]int{}, nil
+}
+func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string) (string, error) {
+	return "", nil
+}
+func (f *fakeCluster) ReleaseIdempotencyKey(context.Context, string, string, string) error {
+	return nil
+}
+
+func (f *fakeCluster) taken() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.takeovers...)
+}
+
+// TestTakeoverWaitsForAHealthyLapse: a node tries to take a lapsed node
+// over only once its own heartbeats have succeeded for a whole lapse,
+// after its start and again after the database was away (when every
+// node's heartbeat is old), and never while it stops.
+func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
+	fc := &fakeCluster{nodes: []sandgate.Node{
+		{Name: "test-node", State: sandgate.NodeAlive},
+		{Name: "other", State: sandgate.NodeLapsed},
+	}}
+	e := newEnv(t, func(c *Config, e *testEnv) {
+		c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
+		e.cluster = fc
+	})
+	c := e.srv.svc.cluster
+	ctx := context.Background()
+	beat := func() {
+		c.beat(ctx)
+		c.twg.Wait()
+	}
+	beat()
+	if got := fc.taken(); len(got) != 0 {
+		t.Fatalf("a node that just started took %v over", got)
+	}
+	c.healthySince = time.Now().Add(-3 * time.Hour)
+	beat()
+	if got := fc.taken(); len(got) != 1 || got[0] != "other" {
+		t.Fatalf("after a healthy lapse, takeovers = %v, want [other]", got)
+	}
+	fc.mu.Lock()
+	fc.hbErr = sandgate.Errorf(sandgate.CodeUnavailable, "database away")
+	fc.mu.Unlock()
+	beat()
+	fc.mu.Lock()
+	fc.hbErr = nil
+	fc.mu.Unlock()
+	beat()
+	if got := fc.taken(); len(got) != 1 {
+		t.Fatalf("right after the database came back, takeovers = %v, want none more", got)
+	}
+	c.healthySince = time.Now().Add(-3 * time.Hour)
+	e.srv.svc.draining.Store(true)
+	beat()
+	if got := fc.taken(); len(got) != 1 {
+		t.Fatalf("a stopping node took %v over", got)
+	}
 }

@@ -224,6 +224,7 @@ func TestClusterAnyNodeAnswers(t *testing.T) {
 
 	t.Run("forged forward", func(t *testing.T) {
 		id := a.submitNoWait(t, "clu-forged", "sleep", "30")
+		a.waitRunning(t, id)
 		defer func() { _, _ = a.Client.Cancel(context.Background(), id) }()
 		status, _, body := b.do(t, http.MethodDelete, "/v1/runs/"+id, "",
 			"X-Sandgate-Forwarded-By", a.Node, "X-Sandgate-Forwarded-At", fmt.Sprint(time.Now().Unix()),
