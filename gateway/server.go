@@ -496,7 +496,9 @@ func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		src := c.RealIP()
-		if s.requests != nil && !s.requests.allow(src) {
+		// A request another node forwarded was counted against its source
+		// there; here it would count against that node.
+		if s.requests != nil && !forwarded(c) && !s.requests.allow(src) {
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
 		}
 		token, hasToken := bearerToken(c.Request().Header.Get("Authorization"))
