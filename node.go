@@ -31,12 +31,16 @@ type Node struct {
 	Running  int `json:"running"`
 	Capacity int `json:"capacity"`
 	// KeyID and PublicKey (hex) are its audit checkpoint key.
-	KeyID       string    `json:"key_id"`
-	PublicKey   string    `json:"public_key"`
-	Version     string    `json:"version"`
-	State       NodeState `json:"state"`
-	StartedAt   time.Time `json:"started_at"`
-	HeartbeatAt time.Time `json:"heartbeat_at"`
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key"`
+	// KeyRegistered is true when the audit key registry (audit_keys)
+	// holds that key for this node: verify then trusts its checkpoints.
+	// A node's key is registered before its first checkpoint.
+	KeyRegistered bool      `json:"key_registered"`
+	Version       string    `json:"version"`
+	State         NodeState `json:"state"`
+	StartedAt     time.Time `json:"started_at"`
+	HeartbeatAt   time.Time `json:"heartbeat_at"`
 	// HeartbeatAge is how long ago its last heartbeat was, by the
 	// database's clock.
 	HeartbeatAge time.Duration `json:"-"`

@@ -201,7 +201,7 @@ func (s *Server) listNodes(c echo.Context) error {
 		out.Nodes = append(out.Nodes, api.NodeView{
 			Name: n.Name, State: string(n.State), AdvertiseURL: n.AdvertiseURL, DockerHost: n.DockerHost,
 			DockerHealthy: n.DockerHealthy, DockerError: n.DockerError, Running: n.Running, Capacity: n.Capacity,
-			KeyID: n.KeyID, PublicKey: n.PublicKey, Version: n.Version, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
+			KeyID: n.KeyID, PublicKey: n.PublicKey, KeyRegistered: n.KeyRegistered, Version: n.Version, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
 			HeartbeatAgeMS: n.HeartbeatAge.Milliseconds(), TakenOverBy: n.TakenOverBy, TakenOverAt: n.TakenOverAt,
 			Self: n.Name == s.cfg.Node,
 		})

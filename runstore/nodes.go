@@ -25,6 +25,7 @@ type nodeRow struct {
 	Capacity      int        `gorm:"column:capacity"`
 	KeyID         string     `gorm:"column:key_id"`
 	PublicKey     string     `gorm:"column:public_key"`
+	KeyRegistered bool       `gorm:"column:key_registered"`
 	Version       string     `gorm:"column:version"`
 	State         string     `gorm:"column:state"`
 	StartedAt     time.Time  `gorm:"column:started_at"`
@@ -38,7 +39,7 @@ func (r nodeRow) node(lapse time.Duration) sandgate.Node {
 	n := sandgate.Node{
 		Name: r.Name, AdvertiseURL: r.AdvertiseURL, DockerHost: r.DockerHost, DockerHealthy: r.DockerHealthy,
 		DockerError: r.DockerError, Running: r.Running, Capacity: r.Capacity, KeyID: r.KeyID, PublicKey: r.PublicKey,
-		Version: r.Version, StartedAt: r.StartedAt.UTC(), HeartbeatAt: r.HeartbeatAt.UTC(),
+		KeyRegistered: r.KeyRegistered, Version: r.Version, StartedAt: r.StartedAt.UTC(), HeartbeatAt: r.HeartbeatAt.UTC(),
 		HeartbeatAge: time.Duration(r.AgeSeconds * float64(time.Second)), TakenOverBy: r.TakenOverBy,
 		TakenOverAt: utcPtr(r.TakenOverAt),
 	}
@@ -55,7 +56,8 @@ func (r nodeRow) node(lapse time.Duration) sandgate.Node {
 
 const nodeColumns = `name, advertise_url, docker_host, docker_healthy, docker_error, running, capacity, key_id,
 	public_key, version, state, started_at, heartbeat_at, taken_over_by, taken_over_at,
-	extract(epoch FROM now() - heartbeat_at) AS age_seconds`
+	extract(epoch FROM now() - heartbeat_at) AS age_seconds,
+	EXISTS (SELECT 1 FROM audit_keys k WHERE k.node = nodes.name AND k.key_id = nodes.key_id) AS key_registered`
 
 // RegisterNode records n as active with a fresh heartbeat: a node that
 // starts (again) replaces what the registry said of it. Its load fields

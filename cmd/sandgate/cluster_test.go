@@ -233,6 +233,13 @@ func TestClusterAnyNodeAnswers(t *testing.T) {
 			t.Errorf("a forged forward: %d %s, want 401", status, body)
 		}
 	})
+
+	// Each node's key is in the audit key registry once it has signed
+	// its first checkpoint, and the registry says so.
+	waitFor(t, 60*time.Second, "both nodes' keys in the key registry", func() bool {
+		ns := a.nodes(t)
+		return ns[a.Node].KeyRegistered && ns[b.Node].KeyRegistered
+	})
 }
 
 // waitTakeover waits for the node.taken_over event, recorded once the

@@ -244,6 +244,7 @@ type NodeView struct {
 	Capacity       int        `json:"capacity"`
 	KeyID          string     `json:"key_id"`
 	PublicKey      string     `json:"public_key"`
+	KeyRegistered  bool       `json:"key_registered"`
 	Version        string     `json:"version"`
 	StartedAt      time.Time  `json:"started_at"`
 	HeartbeatAt    time.Time  `json:"heartbeat_at"`
