@@ -260,18 +260,25 @@ func (s *Store) NodeSlots(ctx context.Context) (map[string]int, error) {
 	return out, nil
 }
 
+// ClaimTimeout is how long a claimed idempotency key whose run was never
+// stored keeps its claim: the node that claimed it died, or lost the
+// database, in the middle of the admission. An admission takes seconds.
+const ClaimTimeout = time.Minute
+
 // ClaimIdempotencyKey claims key for principal and the run ID runID
 // before the request is decided. It returns "" when the claim is this
-// caller's (nothing held the key within IdempotencyWindow), otherwise the
-// run ID the key names: a run made by another request, or one still
-// being admitted on some node.
+// caller's (nothing held the key within IdempotencyWindow, or a claim
+// older than ClaimTimeout made no run), otherwise the run ID the key
+// names: a run made by another request, or one still being admitted on
+// some node.
 func (s *Store) ClaimIdempotencyKey(ctx context.Context, principal, key, runID string) (string, error) {
 	now := s.cfg.Clock()
 	var taken []string
 	err := s.db.WithContext(ctx).Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES (?, ?, ?, ?)
 		ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
 		WHERE idempotency_keys.created_at <= ?
-		RETURNING run_id`, principal, key, runID, now, now.Add(-IdempotencyWindow)).Scan(&taken).Error
+			OR (idempotency_keys.created_at <= ? AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = idempotency_keys.run_id))
+		RETURNING run_id`, principal, key, runID, now, now.Add(-IdempotencyWindow), now.Add(-ClaimTimeout)).Scan(&taken).Error
 	if err != nil {
 		return "", storeErr(err, "claim idempotency key")
 	}

@@ -189,3 +189,40 @@ func TestReserveSlotAcrossNodes(t *testing.T) {
 		t.Errorf("after ReleaseNodeSlots n0 holds %d slots, want 1 (the kept one)", load["n0"])
 	}
 }
+
+// TestClaimIdempotencyKeyAbandoned: a claim whose run was never stored
+// (its node died mid-admission) holds the key for ClaimTimeout, then the
+// next request takes it; a claim whose run exists holds it for the whole
+// window.
+func TestClaimIdempotencyKeyAbandoned(t *testing.T) {
+	dsn := audittest.NewMigratedDatabase(t)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 27, 4, 0, 0, 0, time.UTC)
+	s := testStore(t, dsn, func(c *Config) { c.Clock = func() time.Time { return now } })
+	for _, tc := range []struct {
+		key    string
+		stored bool
+	}{{"abandoned", false}, {"stored", true}} {
+		if held, err := s.ClaimIdempotencyKey(ctx, "alice", tc.key, tc.key+"-1"); err != nil || held != "" {
+			t.Fatalf("first claim of %s: %q, %v", tc.key, held, err)
+		}
+		if tc.stored {
+			if _, _, err := s.CreateRun(ctx, &sandgate.Run{ID: tc.key + "-1", Principal: "alice", IdempotencyKey: tc.key, Spec: sandgate.RunSpec{Image: "x"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	now = now.Add(ClaimTimeout / 2)
+	for _, key := range []string{"abandoned", "stored"} {
+		if held, _ := s.ClaimIdempotencyKey(ctx, "alice", key, key+"-2"); held != key+"-1" {
+			t.Errorf("claim of %s within the timeout: held %q, want %s-1", key, held, key)
+		}
+	}
+	now = now.Add(ClaimTimeout)
+	if held, _ := s.ClaimIdempotencyKey(ctx, "alice", "abandoned", "abandoned-3"); held != "" {
+		t.Errorf("an abandoned claim past the timeout still held by %q", held)
+	}
+	if held, _ := s.ClaimIdempotencyKey(ctx, "alice", "stored", "stored-3"); held != "stored-1" {
+		t.Errorf("a stored run's key past the claim timeout: held %q, want stored-1", held)
+	}
+}
