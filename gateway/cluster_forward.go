@@ -2,10 +2,16 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -207,4 +213,28 @@ func (s *Server) listNodes(c echo.Context) error {
 		})
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// forwardMAC is the signature of a forwarded request: HMAC-SHA256 with
+// the cluster's secret over the forwarding node, the time (Unix seconds),
+// the method and the request URI.
+func forwardMAC(secret []byte, node, at, method, uri string) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "sandgate-forward-v1\n%s\n%s\n%s\n%s", node, at, method, uri)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkForwarded verifies a forwarded request's signature and time.
+func checkForwarded(secret []byte, node, at, sig, method, uri string, now time.Time) bool {
+	if len(secret) == 0 || node == "" || sig == "" {
+		return false
+	}
+	sec, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > forwardSkew || d < -forwardSkew {
+		return false
+	}
+	return hmac.Equal([]byte(strings.ToLower(sig)), []byte(forwardMAC(secret, node, at, method, uri)))
 }
