@@ -42,7 +42,7 @@ func (s *Server) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		if !checkForwarded(s.cfg.ClusterSecret, from, h.Get(headerForwardTime), h.Get(headerForwardSig),
-			c.Request().Method, c.Request().RequestURI, s.d.Clock()) {
+			c.Request().Method, c.Request().URL.RequestURI(), s.d.Clock()) {
 			return sandgate.Errorf(sandgate.CodeUnauthenticated, "the forwarded request's node signature is not valid")
 		}
 		c.Set(keyForwarded, from)
