@@ -38,7 +38,7 @@ var clusterPrincipals = []authPrincipal{
 
 // clusterBase is the environment every node of one test's cluster shares,
 // and the bearer token of its principal.
-func clusterBase(t *testing.T) (map[string]string, string) {
+func clusterBase(t testing.TB) (map[string]string, string) {
 	t.Helper()
 	executortest.RequireDocker(t)
 	tokens, tok := writeTokensFile(t, clusterPrincipals)
@@ -58,7 +58,7 @@ func clusterBase(t *testing.T) (map[string]string, string) {
 }
 
 // nodeEnv is base with a node's own name and directories.
-func nodeEnv(t *testing.T, base map[string]string, name string) map[string]string {
+func nodeEnv(t testing.TB, base map[string]string, name string) map[string]string {
 	t.Helper()
 	env := maps.Clone(base)
 	state := t.TempDir()
@@ -72,7 +72,7 @@ func nodeEnv(t *testing.T, base map[string]string, name string) map[string]strin
 }
 
 // withToken gives a server of the cluster the cluster principal's token.
-func withToken(t *testing.T, s *testServer, tok string) *testServer {
+func withToken(t testing.TB, s *testServer, tok string) *testServer {
 	t.Helper()
 	s.Token = tok
 	s.Client = clientAs(t, s, tok)
@@ -80,7 +80,7 @@ func withToken(t *testing.T, s *testServer, tok string) *testServer {
 }
 
 // startNode starts an in-process node of the cluster.
-func startNode(t *testing.T, base map[string]string, tok, name string) *testServer {
+func startNode(t testing.TB, base map[string]string, tok, name string) *testServer {
 	t.Helper()
 	return withToken(t, startServerWithEnv(t, nodeEnv(t, base, name)), tok)
 }

@@ -266,7 +266,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 
 // clientAs returns a Go client of s that authenticates with token and
 // goes through the server's OpenAPI checker.
-func clientAs(t *testing.T, s *testServer, token string) *client.Client {
+func clientAs(t testing.TB, s *testServer, token string) *client.Client {
 	t.Helper()
 	c, err := client.New(s.URL, token)
 	if err != nil {
