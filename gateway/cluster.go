@@ -51,9 +51,11 @@ type ClusterStore interface {
 	ReleaseNodeSlots(ctx context.Context, node string, keep []string) error
 	// NodeSlots counts the slots each node holds.
 	NodeSlots(ctx context.Context) (map[string]int, error)
-	// ClaimIdempotencyKey claims a key for runID before its request is
-	// decided: "" when the claim is the caller's, else the run ID it names.
-	ClaimIdempotencyKey(ctx context.Context, principal, key, runID string) (string, error)
+	// ClaimIdempotencyKey claims a key for runID, with the request's
+	// digest, before its request is decided: "" when the claim is the
+	// caller's, else the run ID it names and the digest of the request
+	// that claimed it.
+	ClaimIdempotencyKey(ctx context.Context, principal, key, runID, digest string) (string, string, error)
 	// ReleaseIdempotencyKey gives up the claim of key for runID.
 	ReleaseIdempotencyKey(ctx context.Context, principal, key, runID string) error
 }

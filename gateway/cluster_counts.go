@@ -65,34 +65,35 @@ func (s *service) releaseSlot(runID string) {
 		func(ctx context.Context) error { return s.cluster.store.ReleaseSlot(ctx, runID) })
 }
 
-// claimKey claims an idempotency key across the cluster for runID. It
-// returns "" when this request is the one to decide, else the run the key
-// names once that run exists. A claim whose run does not appear (its
+// claimKey claims an idempotency key across the cluster for runID and
+// the request's digest. It returns "" when this request is the one to
+// decide, else the run the key names once that run exists, and the digest
+// of the request that made it. A claim whose run does not appear (its
 // request was being decided elsewhere and was refused) is taken again.
-func (s *service) claimKey(ctx context.Context, principal, key, runID string) (string, error) {
+func (s *service) claimKey(ctx context.Context, principal, key, runID, digest string) (string, string, error) {
 	if s.cluster == nil || key == "" {
-		return "", nil
+		return "", "", nil
 	}
 	deadline := time.Now().Add(storeTimeout)
 	for {
-		held, err := s.cluster.store.ClaimIdempotencyKey(ctx, principal, key, runID)
+		held, heldDigest, err := s.cluster.store.ClaimIdempotencyKey(ctx, principal, key, runID, digest)
 		if err != nil {
-			return "", unavailable(err, "the idempotency keys")
+			return "", "", unavailable(err, "the idempotency keys")
 		}
 		if held == "" {
-			return "", nil
+			return "", "", nil
 		}
 		if _, err := s.d.Runs.GetRun(ctx, held); err == nil {
-			return held, nil
+			return held, heldDigest, nil
 		}
 		if time.Now().After(deadline) {
-			return "", &sandgate.Error{Code: sandgate.CodeConflict,
+			return "", "", &sandgate.Error{Code: sandgate.CodeConflict,
 				Message: fmt.Sprintf("a request with Idempotency-Key %q is still being admitted; retry later", key),
 				Details: map[string]any{"run_id": held}}
 		}
 		select {
 		case <-ctx.Done():
-			return "", unavailable(ctx.Err(), "the idempotency keys")
+			return "", "", unavailable(ctx.Err(), "the idempotency keys")
 		case <-time.After(25 * time.Millisecond):
 		}
 	}

@@ -96,8 +96,8 @@ func (f *fakeCluster) ReleaseNodeSlots(context.Context, string, []string) error 
 func (f *fakeCluster) NodeSlots(context.Context) (map[string]int, error) {
 	return map[string]int{}, nil
 }
-func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string) (string, error) {
-	return "", nil
+func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string, string) (string, string, error) {
+	return "", "", nil
 }
 func (f *fakeCluster) ReleaseIdempotencyKey(context.Context, string, string, string) error {
 	return nil

@@ -119,12 +119,12 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	runID := s.newID()
 	stored := false
 	if sub.IdempotencyKey != "" {
-		held, err := s.claimKey(ctx, p.Name, sub.IdempotencyKey, runID)
+		held, heldDigest, err := s.claimKey(ctx, p.Name, sub.IdempotencyKey, runID, s.keyedDigest(requestDigest))
 		if err != nil {
 			return nil, false, err
 		}
 		if held != "" {
-			return s.idempotentRun(ctx, p, sub.IdempotencyKey, held, requestDigest)
+			return s.idempotentRun(ctx, p, sub.IdempotencyKey, held, heldDigest, spec, requestDigest)
 		}
 		defer func() {
 			if !stored {
@@ -241,15 +241,26 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	return s.overlay(run), true, nil
 }
 
+// keyedDigest is a request's digest as the idempotency keys keep it: a
+// keyed hash (the mask key every node shares), since the request it
+// identifies may hold secrets.
+func (s *service) keyedDigest(digest string) string { return fmt.Sprint(s.mask.value(digest)) }
+
 // idempotentRun answers a request whose idempotency key names run held
-// (made by an earlier request, here or on another node): that run, or
-// CONFLICT when the key came with another request.
-func (s *service) idempotentRun(ctx context.Context, p sandgate.Principal, key, held, digest string) (*sandgate.Run, bool, error) {
+// (made by an earlier request, here or on another node, whose digest
+// heldDigest the key recorded): that run, or CONFLICT when the key came
+// with another request. A key recorded without a digest is compared
+// through the stored spec.
+func (s *service) idempotentRun(ctx context.Context, p sandgate.Principal, key, held, heldDigest string, spec sandgate.Normalized, digest string) (*sandgate.Run, bool, error) {
 	existing, err := s.d.Runs.GetRun(ctx, held)
 	if err != nil {
 		return nil, false, unavailable(err, "the run store")
 	}
-	if specDigest(existing.Spec) != digest {
+	same := heldDigest == s.keyedDigest(digest)
+	if heldDigest == "" {
+		same = specDigest(existing.Spec) == specDigest(s.storedSpec(spec, nil))
+	}
+	if !same {
 		return nil, false, idempotencyConflict(key, existing.ID)
 	}
 	s.idem.put(p.Name, key, idemEntry{runID: existing.ID, digest: digest, at: s.now()})

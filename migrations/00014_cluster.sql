@@ -50,6 +50,9 @@ CREATE INDEX run_slots_team ON run_slots (team);
 CREATE INDEX run_slots_node ON run_slots (node);
 
 ALTER TABLE idempotency_keys DROP CONSTRAINT IF EXISTS idempotency_keys_run_id_fkey;
+-- The keyed digest of the request that claimed the key, so that a retry
+-- on another node is compared with the request, not with its run.
+ALTER TABLE idempotency_keys ADD COLUMN request_digest text NOT NULL DEFAULT '';
 
 REVOKE ALL ON nodes, run_slots FROM PUBLIC;
 -- +goose StatementBegin
@@ -66,5 +69,6 @@ $$;
 -- +goose Down
 DELETE FROM idempotency_keys k WHERE NOT EXISTS (SELECT FROM runs r WHERE r.id = k.run_id);
 ALTER TABLE idempotency_keys ADD CONSTRAINT idempotency_keys_run_id_fkey FOREIGN KEY (run_id) REFERENCES runs (id);
+ALTER TABLE idempotency_keys DROP COLUMN request_digest;
 DROP TABLE run_slots;
 DROP TABLE nodes;

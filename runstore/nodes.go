@@ -266,34 +266,37 @@ func (s *Store) NodeSlots(ctx context.Context) (map[string]int, error) {
 const ClaimTimeout = time.Minute
 
 // ClaimIdempotencyKey claims key for principal and the run ID runID
-// before the request is decided. It returns "" when the claim is this
-// caller's (nothing held the key within IdempotencyWindow, or a claim
-// older than ClaimTimeout made no run), otherwise the run ID the key
-// names: a run made by another request, or one still being admitted on
-// some node.
-func (s *Store) ClaimIdempotencyKey(ctx context.Context, principal, key, runID string) (string, error) {
+// before the request is decided, with digest, which identifies the
+// request (a keyed hash: it must not reveal the request's secrets). It
+// returns "" when the claim is this caller's (nothing held the key within
+// IdempotencyWindow, or a claim older than ClaimTimeout made no run),
+// otherwise the run ID the key names (a run made by another request, or
+// one still being admitted on some node) and the digest of the request
+// that claimed it ("" for a key stored without one).
+func (s *Store) ClaimIdempotencyKey(ctx context.Context, principal, key, runID, digest string) (string, string, error) {
 	now := s.cfg.Clock()
 	var taken []string
-	err := s.db.WithContext(ctx).Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES (?, ?, ?, ?)
-		ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
+	err := s.db.WithContext(ctx).Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at, request_digest) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at,
+			request_digest = EXCLUDED.request_digest
 		WHERE idempotency_keys.created_at <= ?
 			OR (idempotency_keys.created_at <= ? AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.id = idempotency_keys.run_id))
-		RETURNING run_id`, principal, key, runID, now, now.Add(-IdempotencyWindow), now.Add(-ClaimTimeout)).Scan(&taken).Error
+		RETURNING run_id`, principal, key, runID, now, digest, now.Add(-IdempotencyWindow), now.Add(-ClaimTimeout)).Scan(&taken).Error
 	if err != nil {
-		return "", storeErr(err, "claim idempotency key")
+		return "", "", storeErr(err, "claim idempotency key")
 	}
 	if len(taken) > 0 {
-		return "", nil
+		return "", "", nil
 	}
-	var held string
-	if err := s.db.WithContext(ctx).Raw(`SELECT run_id FROM idempotency_keys WHERE principal = ? AND key = ?`,
-		principal, key).Row().Scan(&held); err != nil {
-		return "", storeErr(err, "read idempotency key")
+	var held, heldDigest string
+	if err := s.db.WithContext(ctx).Raw(`SELECT run_id, request_digest FROM idempotency_keys WHERE principal = ? AND key = ?`,
+		principal, key).Row().Scan(&held, &heldDigest); err != nil {
+		return "", "", storeErr(err, "read idempotency key")
 	}
 	if held == runID {
-		return "", nil
+		return "", "", nil
 	}
-	return held, nil
+	return held, heldDigest, nil
 }
 
 // ReleaseIdempotencyKey gives up the claim of key for runID (its request

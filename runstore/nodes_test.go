@@ -107,7 +107,7 @@ func TestClaimIdempotencyKeyRace(t *testing.T) {
 			defer wg.Done()
 			st := testStore(t, dsn, nil)
 			id := fmt.Sprintf("run-%d", i)
-			held, err := st.ClaimIdempotencyKey(ctx, "alice", "k-1", id)
+			held, _, err := st.ClaimIdempotencyKey(ctx, "alice", "k-1", id, "d1")
 			if err != nil {
 				t.Error(err)
 				return
@@ -138,8 +138,8 @@ func TestClaimIdempotencyKeyRace(t *testing.T) {
 		if err := s.ReleaseIdempotencyKey(ctx, "alice", "k-1", "run-other"); err != nil {
 			t.Fatal(err)
 		}
-		if held, _ := s.ClaimIdempotencyKey(ctx, "alice", "k-1", "run-late"); held != id {
-			t.Errorf("a late claim was told %q, want %s", held, id)
+		if held, digest, _ := s.ClaimIdempotencyKey(ctx, "alice", "k-1", "run-late", "d2"); held != id || digest != "d1" {
+			t.Errorf("a late claim was told %q (digest %q), want %s and the winner's digest", held, digest, id)
 		}
 	}
 }
@@ -203,7 +203,7 @@ func TestClaimIdempotencyKeyAbandoned(t *testing.T) {
 		key    string
 		stored bool
 	}{{"abandoned", false}, {"stored", true}} {
-		if held, err := s.ClaimIdempotencyKey(ctx, "alice", tc.key, tc.key+"-1"); err != nil || held != "" {
+		if held, _, err := s.ClaimIdempotencyKey(ctx, "alice", tc.key, tc.key+"-1", ""); err != nil || held != "" {
 			t.Fatalf("first claim of %s: %q, %v", tc.key, held, err)
 		}
 		if tc.stored {
@@ -214,15 +214,15 @@ func TestClaimIdempotencyKeyAbandoned(t *testing.T) {
 	}
 	now = now.Add(ClaimTimeout / 2)
 	for _, key := range []string{"abandoned", "stored"} {
-		if held, _ := s.ClaimIdempotencyKey(ctx, "alice", key, key+"-2"); held != key+"-1" {
+		if held, _, _ := s.ClaimIdempotencyKey(ctx, "alice", key, key+"-2", ""); held != key+"-1" {
 			t.Errorf("claim of %s within the timeout: held %q, want %s-1", key, held, key)
 		}
 	}
 	now = now.Add(ClaimTimeout)
-	if held, _ := s.ClaimIdempotencyKey(ctx, "alice", "abandoned", "abandoned-3"); held != "" {
+	if held, _, _ := s.ClaimIdempotencyKey(ctx, "alice", "abandoned", "abandoned-3", ""); held != "" {
 		t.Errorf("an abandoned claim past the timeout still held by %q", held)
 	}
-	if held, _ := s.ClaimIdempotencyKey(ctx, "alice", "stored", "stored-3"); held != "stored-1" {
+	if held, _, _ := s.ClaimIdempotencyKey(ctx, "alice", "stored", "stored-3", ""); held != "stored-1" {
 		t.Errorf("a stored run's key past the claim timeout: held %q, want stored-1", held)
 	}
 }

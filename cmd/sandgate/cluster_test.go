@@ -28,7 +28,7 @@ import (
 // its own name, spool and directories, all on this machine's Docker
 // daemon (a node's daemon is what its DOCKER_HOST names, so a survivor
 // reaches it exactly as it would a remote one). The nodes share a tokens
-// file and a cluster secret, heartbeat every 300 ms and are taken over
+// file, a cluster secret and a mask key, heartbeat every 300 ms and are taken over
 // after 3 s of silence.
 
 // clusterPrincipals: one principal with every role a test needs.
@@ -42,14 +42,18 @@ func clusterBase(t testing.TB) (map[string]string, string) {
 	t.Helper()
 	executortest.RequireDocker(t)
 	tokens, tok := writeTokensFile(t, clusterPrincipals)
-	secret := filepath.Join(t.TempDir(), "cluster.secret")
-	if err := os.WriteFile(secret, []byte(randomHex(t, 32)), 0o600); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	secret, mask := filepath.Join(dir, "cluster.secret"), filepath.Join(dir, "mask.key")
+	for _, f := range []string{secret, mask} {
+		if err := os.WriteFile(f, []byte(randomHex(t, 32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return map[string]string{
 		"SANDGATE_DEV":                 "0",
 		"SANDGATE_TOKENS_FILE":         tokens,
 		"SANDGATE_CLUSTER_SECRET_FILE": secret,
+		"SANDGATE_MASK_KEY_FILE":       mask,
 		"SANDGATE_DATABASE_URL":        audittest.NewDatabase(t),
 		"SANDGATE_NODE_HEARTBEAT":      "300ms",
 		"SANDGATE_NODE_LAPSE":          "3s",
@@ -265,8 +269,10 @@ func (s *testServer) waitRunning(t *testing.T, id string) {
 }
 
 // TestClusterIdempotencyRace sends the same Idempotency-Key from the same
-// principal to two nodes at once, for several keys: each key yields one
-// run, both answers name it, and the trail holds one admission per key.
+// principal to two nodes at once, for several keys (the body holds a
+// secret, which the stored spec keeps only as a keyed hash): each key
+// yields one run, both answers name it, the trail holds one admission per
+// key, and the key reused with another body is refused on either node.
 func TestClusterIdempotencyRace(t *testing.T) {
 	base, tok := clusterBase(t)
 	a := startNode(t, base, tok, "idem-a-"+randomHex(t, 3))
@@ -280,8 +286,8 @@ func TestClusterIdempotencyRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				v, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "once"}},
-					client.SubmitOptions{IdempotencyKey: key})
+				v, err := s.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "once"},
+					Env: map[string]string{"TOKEN": "s3cret-" + key}}, client.SubmitOptions{IdempotencyKey: key})
 				if err != nil {
 					t.Errorf("submit to %s: %v", s.Node, err)
 					return
@@ -294,6 +300,12 @@ func TestClusterIdempotencyRace(t *testing.T) {
 			t.Fatalf("key %s: the nodes answered runs %q and %q, want one", key, ids[0], ids[1])
 		}
 		a.waitFinished(t, ids[0], 60*time.Second)
+		// The same key with another body, on the other node: refused.
+		_, err := b.Client.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "twice"},
+			Env: map[string]string{"TOKEN": "s3cret-" + key}}, client.SubmitOptions{IdempotencyKey: key})
+		if sandgate.ErrorCodeOf(err) != sandgate.CodeConflict {
+			t.Errorf("key %s reused with another body: %v, want CONFLICT", key, err)
+		}
 	}
 	for typ, want := range map[sandgate.EventType]int{sandgate.EventRunRequested: keys, sandgate.EventAdmissionAllowed: keys, sandgate.EventContainerCreated: keys} {
 		if got := len(a.auditOfType(t, typ)); got != want {
