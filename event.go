@@ -73,6 +73,14 @@ const (
 	// rewritten or forked history), a smaller tree, or a note not signed
 	// by the gateway's key.
 	EventAuditWitnessAlarm EventType = "audit.witness_alarm"
+	// EventNodeTakenOver records that a survivor took over a node whose
+	// heartbeat lapsed: how many of its runs it adopted and how many it
+	// recorded lost, and whether the dead node's Docker daemon answered.
+	EventNodeTakenOver EventType = "node.taken_over"
+	// EventAuditChainClosed records that a survivor closed a dead node's
+	// chain with a final checkpoint signed by the survivor's key: the
+	// chain, its node, the head it signed, and the signing node and key.
+	EventAuditChainClosed EventType = "audit.chain_closed"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -90,6 +98,7 @@ var EventTypes = []EventType{
 	EventEgressAllowed, EventEgressDenied,
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
+	EventNodeTakenOver, EventAuditChainClosed,
 }
 
 // Known reports whether t is one of EventTypes.

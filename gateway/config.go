@@ -112,6 +112,26 @@ type Config struct {
 	// ReplayTimeout bounds one policy replay; a replay out of time
 	// answers what it replayed so far, marked timed_out. Default 1 minute.
 	ReplayTimeout time.Duration
+
+	// The cluster (with Deps.Cluster): AdvertiseURL is where the other
+	// nodes reach this node's API; ClusterSecret (at least 16 bytes, the
+	// same on every node) signs the requests one node forwards to another,
+	// and without it nothing is forwarded. NodeHeartbeat is how often the
+	// node heartbeats (default 2 s); NodeLapse how old a heartbeat may be
+	// before a survivor takes the node over (default 15 s). DockerHost is
+	// this node's daemon as the registry records it, for a survivor to
+	// reach; Capacity how many runs may hold a container here at once
+	// (the executor's MaxConcurrent). KeyID and PublicKey (hex) are this
+	// node's audit checkpoint key, Version the build.
+	AdvertiseURL  string
+	ClusterSecret []byte
+	NodeHeartbeat time.Duration
+	NodeLapse     time.Duration
+	DockerHost    string
+	Capacity      int
+	KeyID         string
+	PublicKey     string
+	Version       string
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the
@@ -195,6 +215,17 @@ type Deps struct {
 	// Gatherer serves /metrics; defaults to the registry the metrics are
 	// registered on when it is a Gatherer, else prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
+	// Cluster is the node registry and the cluster's shared counts
+	// (package runstore). Optional: without it the gateway is a node
+	// alone, as before (no registry, no forwarding, limits per node).
+	Cluster ClusterStore
+	// RemoteReconcilers reaches a dead node's Docker daemon to adopt its
+	// containers (package executor). Optional: without it a dead node's
+	// runs are lost.
+	RemoteReconcilers RemoteReconcilers
+	// CloseChains closes a dead node's audit chains (package audit).
+	// Optional.
+	CloseChains ChainCloser
 	// Metrics, when set, is used instead of creating collectors on
 	// Registry; pass the one whose Sink wraps the executor's event sink.
 	Metrics *Metrics
@@ -262,6 +293,12 @@ func (c Config) withDefaults() Config {
 	if c.ReplayTimeout <= 0 {
 		c.ReplayTimeout = time.Minute
 	}
+	if c.NodeHeartbeat <= 0 {
+		c.NodeHeartbeat = defaultNodeHeartbeat
+	}
+	if c.NodeLapse <= 0 {
+		c.NodeLapse = defaultNodeLapse
+	}
 	return c
 }
 
@@ -277,6 +314,12 @@ func (c Config) Validate() error {
 		if !filepath.IsAbs(r) {
 			return fmt.Errorf("gateway: mount root %q is not an absolute path", r)
 		}
+	}
+	if len(c.ClusterSecret) > 0 && len(c.ClusterSecret) < 16 {
+		return errors.New("gateway: ClusterSecret must be at least 16 bytes")
+	}
+	if c.NodeLapse > 0 && c.NodeHeartbeat > 0 && c.NodeLapse < 2*c.NodeHeartbeat {
+		return errors.New("gateway: NodeLapse must be at least twice NodeHeartbeat")
 	}
 	if c.RateLimit < 0 || c.AuthFailureRate < 0 {
 		return errors.New("gateway: rate limits must not be negative")

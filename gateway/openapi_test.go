@@ -243,6 +243,8 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAdmin, status: 200},
 		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAlice, status: 409},
 		{method: "POST", path: "/v1/sessions/{ended}/runs", token: tokAlice, body: echoBody, status: 409},
+		{method: "GET", path: "/v1/nodes", token: tokAdmin, status: 200},
+		{method: "GET", path: "/v1/nodes", token: tokAlice, status: 403},
 		{method: "PUT", path: "/v1/runs", token: tokAlice, status: 405},
 		{method: "GET", path: "/v1/nope", token: tokAlice, status: 404},
 	}

@@ -26,6 +26,9 @@ const reconcileListTimeout = 30 * time.Second
 // like any other: they can be read, followed and cancelled, and Shutdown
 // waits for them.
 //
+// In a cluster it first registers this node with a fresh heartbeat, so
+// that no survivor takes over the runs it is about to adopt.
+//
 // Call it once, after New and before the executor's first reaper pass. It
 // returns how many runs it took over, once they are held; it does not wait
 // for them to end. When the executor cannot adopt, the runs are ended as
@@ -35,6 +38,14 @@ func (s *Server) Reconcile(ctx context.Context) (int, error) {
 }
 
 func (s *service) reconcile(ctx context.Context) (int, error) {
+	if s.cluster != nil {
+		// Registered (heartbeat fresh) before the runs are listed: a
+		// survivor that would take this node over now finds it alive, or
+		// has moved its runs already, so that no run is adopted twice.
+		if err := s.cluster.store.RegisterNode(ctx, s.nodeRecord(ctx)); err != nil {
+			return 0, unavailable(err, "the node registry")
+		}
+	}
 	rec := s.d.Reconciler
 	if rec == nil {
 		rec, _ = s.d.Executor.(sandgate.Reconciler)
@@ -191,6 +202,12 @@ func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
 
 // adopt finishes one unfinished run in its own goroutine.
 func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
+	s.adoptDone(run, rec, func() {})
+}
+
+// adoptDone is adopt, calling done once the run has ended and been
+// stored.
+func (s *service) adoptDone(run sandgate.Run, rec sandgate.Reconciler, done func()) {
 	// The stored spec is the admitted one: its output limit is set.
 	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
 	ctx, cancel := context.WithCancel(s.runCtx)
@@ -199,11 +216,14 @@ func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
 	// It holds its team's resources like any run, limits or not: it was
 	// admitted before the restart.
 	release := s.teams.hold(run.Team, run.Spec.Resources)
+	s.holdSlot(run)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer done()
 		defer cancel()
 		defer release()
+		defer s.releaseSlot(run.ID)
 		s.finishAdopted(ctx, lr, rec)
 	}()
 }

@@ -107,6 +107,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(), sessions: newSessionHub(),
 		runCtx: runCtx, stopRuns: stopRuns,
 	}
+	if deps.Cluster != nil {
+		s.svc.cluster = &cluster{s: s.svc, store: deps.Cluster, done: make(chan struct{})}
+	}
 	s.svc.callbacks = newCallbacks(callbackOptions{
 		key: cfg.CallbackKey, attempts: cfg.CallbackAttempts, timeout: cfg.CallbackTimeout,
 		backoff: cfg.CallbackBackoff, workers: cfg.CallbackWorkers, queue: cfg.CallbackQueue,
@@ -183,7 +186,13 @@ func (s *Server) beginStop() {
 // Handler call it themselves.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
+	if s.svc.cluster != nil {
+		s.svc.cluster.halt()
+	}
 	err := s.svc.shutdown(ctx)
+	if s.svc.cluster != nil {
+		s.svc.cluster.leave(ctx)
+	}
 	// Callbacks of the runs that just ended are delivered while the drain
 	// lasts; the rest are recorded as failed.
 	s.svc.callbacks.shutdown(ctx, s.cfg.CallbackDrain)
@@ -252,7 +261,7 @@ func (s *Server) routes() *echo.Echo {
 
 	// Authentication is per route, not group middleware: echo would
 	// otherwise answer a wrong method on a known path with 404, not 405.
-	v1 := &authedRoutes{e: e, auth: s.authenticate}
+	v1 := &authedRoutes{e: e, auth: s.authenticate, forwarded: s.acceptForwarded}
 	sub := []sandgate.Role{sandgate.RoleSubmitter}
 	readers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin, sandgate.RoleAuditor}
 	cancellers := []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleAdmin}
@@ -261,15 +270,15 @@ func (s *Server) routes() *echo.Echo {
 	auditors := []sandgate.Role{sandgate.RoleAuditor, sandgate.RoleAdmin}
 	admins := []sandgate.Role{sandgate.RoleAdmin}
 
-	v1.POST("/runs", s.submitRun, s.require(sub...))
+	v1.POST("/runs", s.submitRun, s.require(sub...), s.toCapacity)
 	v1.GET("/runs", s.listRuns, s.require(readers...))
 	v1.GET("/runs/:id", s.getRun, s.require(readers...))
-	v1.GET("/runs/:id/logs", s.runLogs, s.require(readers...))
+	v1.GET("/runs/:id/logs", s.runLogs, s.require(readers...), s.toOwner(runOwner))
 	v1.GET("/runs/:id/artifacts", s.listArtifacts, s.require(readers...))
 	v1.GET(strings.TrimPrefix(artifactRoute, "/v1"), s.getArtifact, s.require(readers...))
 	v1.GET("/runs/:id/artifacts.tar", s.artifactsTar, s.require(readers...))
 	v1.GET("/runs/:id/receipt", s.runReceipt, s.require(readers...))
-	v1.DELETE("/runs/:id", s.cancelRun, s.require(cancellers...))
+	v1.DELETE("/runs/:id", s.cancelRun, s.require(cancellers...), s.toOwner(runOwner))
 	v1.POST("/admission/review", s.review)
 	v1.GET("/policies", s.policyStatus, s.require(policyReaders...))
 	v1.POST("/policies/reload", s.policyReload, s.require(policyWriters...))
@@ -289,10 +298,11 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sessions", s.createSession, s.require(sub...))
 	v1.GET("/sessions", s.listSessions, s.require(readers...))
 	v1.GET("/sessions/:id", s.getSession, s.require(readers...))
-	v1.DELETE("/sessions/:id", s.deleteSession, s.require(cancellers...))
-	v1.POST("/sessions/:id/runs", s.execInSession, s.require(sub...))
-	v1.PUT("/sessions/:id/files", s.putSessionFiles, s.require(sub...))
-	v1.GET("/sessions/:id/files", s.getSessionFiles, s.require(readers...))
+	v1.DELETE("/sessions/:id", s.deleteSession, s.require(cancellers...), s.toOwner(sessionOwner))
+	v1.POST("/sessions/:id/runs", s.execInSession, s.require(sub...), s.toOwner(sessionOwner))
+	v1.PUT("/sessions/:id/files", s.putSessionFiles, s.require(sub...), s.toOwner(sessionOwner))
+	v1.GET("/sessions/:id/files", s.getSessionFiles, s.require(readers...), s.toOwner(sessionOwner))
+	v1.GET("/nodes", s.listNodes, s.require(admins...))
 	v1.GET("/config", s.config)
 	v1.GET("/whoami", s.whoami)
 	v1.GET("/openapi.json", s.openAPI)
@@ -337,10 +347,13 @@ func (s *Server) limitRate(next echo.HandlerFunc) echo.HandlerFunc {
 type authedRoutes struct {
 	e    *echo.Echo
 	auth echo.MiddlewareFunc
+	// forwarded checks the signature of a request another node of the
+	// cluster forwarded.
+	forwarded echo.MiddlewareFunc
 }
 
 func (a *authedRoutes) add(method, path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
-	a.e.Add(method, "/v1"+path, h, append([]echo.MiddlewareFunc{a.auth}, m...)...)
+	a.e.Add(method, "/v1"+path, h, append([]echo.MiddlewareFunc{a.forwarded, a.auth}, m...)...)
 }
 
 // GET registers a GET route.
@@ -485,7 +498,9 @@ func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		src := c.RealIP()
-		if s.requests != nil && !s.requests.allow(src) {
+		// A request another node forwarded was counted against its source
+		// there; here it would count against that node.
+		if s.requests != nil && !forwarded(c) && !s.requests.allow(src) {
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
 		}
 		token, hasToken := bearerToken(c.Request().Header.Get("Authorization"))

@@ -53,6 +53,8 @@ type service struct {
 	// goroutines, which outlive any run's.
 	sessions *sessionHub
 	swg      sync.WaitGroup
+	// cluster is this node's part in a cluster; nil for a node alone.
+	cluster *cluster
 
 	runCtx   context.Context
 	stopRuns context.CancelFunc
@@ -111,13 +113,44 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 			}
 		}
 	}
+	// The run's ID is chosen now: an idempotency key is claimed for it
+	// across the cluster before anything is decided, so that of two
+	// requests with one key on two nodes one alone is decided.
+	runID := s.newID()
+	stored := false
+	if sub.IdempotencyKey != "" {
+		held, heldDigest, err := s.claimKey(ctx, p.Name, sub.IdempotencyKey, runID, s.keyedDigest(requestDigest))
+		if err != nil {
+			return nil, false, err
+		}
+		if held != "" {
+			return s.idempotentRun(ctx, p, sub.IdempotencyKey, held, heldDigest, spec, requestDigest)
+		}
+		defer func() {
+			if !stored {
+				s.releaseKey(p.Name, sub.IdempotencyKey, runID)
+			}
+		}()
+	}
 	// The team's limits are checked before anything is decided or
-	// recorded: a flood is refused for its team alone, at once.
+	// recorded: a flood is refused for its team alone, at once; on this
+	// node, and across the cluster.
 	limits := s.d.Admitter.TeamLimits(p.Team)
-	release, err := s.teams.reserve(p.Team, limits, spec.Resources)
+	localRelease, err := s.teams.reserve(p.Team, limits, spec.Resources)
 	if err != nil {
 		s.metrics.teamLimited.WithLabelValues(p.Team).Inc()
 		return nil, false, err
+	}
+	if err := s.reserveSlot(ctx, runID, p.Team, limits, spec.Resources); err != nil {
+		localRelease()
+		if sandgate.ErrorCodeOf(err) == sandgate.CodeRateLimited {
+			s.metrics.teamLimited.WithLabelValues(p.Team).Inc()
+		}
+		return nil, false, err
+	}
+	release := func() {
+		localRelease()
+		s.releaseSlot(runID)
 	}
 	started := false
 	defer func() {
@@ -137,12 +170,12 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	}
 	s.metrics.decision(sandgate.OperationRun, dec)
 
-	runID := ""
+	eventRunID := ""
 	if dec.Allow {
-		runID = s.newID()
+		eventRunID = runID
 	}
 	base := sandgate.Event{
-		Time: s.now(), CorrelationID: sub.CorrelationID, RunID: runID, DecisionID: dec.DecisionID,
+		Time: s.now(), CorrelationID: sub.CorrelationID, RunID: eventRunID, DecisionID: dec.DecisionID,
 		Actor: p.Name, Team: p.Team, Node: s.cfg.Node, PolicyRevision: dec.PolicyRevision,
 	}
 	requested := base
@@ -190,6 +223,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		Spec: s.storedSpec(dec.Spec, dec.Mask), Warnings: warningMessages(dec),
 	}
 	existing, created, err := s.d.Runs.CreateRun(ctx, run)
+	stored = err == nil && created
 	if err != nil {
 		// The trail holds an admission for this run: say that it ended.
 		failed := base
@@ -214,6 +248,32 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 	started, handedOver = true, true
 	s.start(*run, dec.Spec, dec.Enforcement, limits.Concurrent, sub.Workspace, release)
 	return s.overlay(run), true, nil
+}
+
+// keyedDigest is a request's digest as the idempotency keys keep it: a
+// keyed hash (the mask key every node shares), since the request it
+// identifies may hold secrets.
+func (s *service) keyedDigest(digest string) string { return fmt.Sprint(s.mask.value(digest)) }
+
+// idempotentRun answers a request whose idempotency key names run held
+// (made by an earlier request, here or on another node, whose digest
+// heldDigest the key recorded): that run, or CONFLICT when the key came
+// with another request. A key recorded without a digest is compared
+// through the stored spec.
+func (s *service) idempotentRun(ctx context.Context, p sandgate.Principal, key, held, heldDigest string, spec sandgate.Normalized, digest string) (*sandgate.Run, bool, error) {
+	existing, err := s.d.Runs.GetRun(ctx, held)
+	if err != nil {
+		return nil, false, unavailable(err, "the run store")
+	}
+	same := heldDigest == s.keyedDigest(digest)
+	if heldDigest == "" {
+		same = specDigest(existing.Spec) == specDigest(s.storedSpec(spec, nil))
+	}
+	if !same {
+		return nil, false, idempotencyConflict(key, existing.ID)
+	}
+	s.idem.put(p.Name, key, idemEntry{runID: existing.ID, digest: digest, at: s.now()})
+	return s.overlay(existing), false, nil
 }
 
 func (s *service) settings() sandgate.Settings {
@@ -411,7 +471,7 @@ func (s *service) execute(ctx context.Context, lr *liveRun) {
 	res, err := safely(log, func() (sandgate.Result, error) {
 		if lr.session != "" {
 			// A command in a session: the session's container runs it.
-			x, err := s.sessionExecutor()
+			x, err := s.executorOf(lr.session)
 			if err != nil {
 				return sandgate.Result{}, err
 			}

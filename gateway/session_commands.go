@@ -135,7 +135,7 @@ func (s *service) startInSession(run sandgate.Run, spec sandgate.Normalized, enf
 // and records it (session.file_put). fileSHA, for a single file, is the
 // SHA-256 of its content, which is reported instead of its tar's.
 func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id string, up sandgate.FileUpload, fileSHA string) (sandgate.FileDigest, error) {
-	x, err := s.sessionExecutor()
+	x, err := s.executorOf(id)
 	if err != nil {
 		return sandgate.FileDigest{}, err
 	}
@@ -156,7 +156,7 @@ func (s *service) putFiles(ctx context.Context, p sandgate.Principal, corr, id s
 // getFiles streams a file or a directory of an open session's workspace
 // and records it (session.file_get) once it is sent.
 func (s *service) getFiles(ctx context.Context, p sandgate.Principal, corr, id, path string, w func(kind string) (writer, error)) (sandgate.FileDigest, error) {
-	x, err := s.sessionExecutor()
+	x, err := s.executorOf(id)
 	if err != nil {
 		return sandgate.FileDigest{}, err
 	}

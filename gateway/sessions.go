@@ -47,6 +47,10 @@ type liveSession struct {
 	opened  chan struct{}
 	done    chan struct{}
 	openErr error
+	// exec runs the session's commands and files when it is not this
+	// node's executor: a session taken over from a dead node lives on
+	// that node's Docker daemon.
+	exec sandgate.SessionExecutor
 }
 
 func newLiveSession(ss sandgate.Session, spec sandgate.Normalized) *liveSession {
@@ -134,6 +138,19 @@ func (s *service) sessionExecutor() (sandgate.SessionExecutor, error) {
 	x, ok := s.d.Executor.(sandgate.SessionExecutor)
 	if !ok || s.d.Sessions == nil {
 		return nil, sandgate.Errorf(sandgate.CodeNotFound, "this gateway has no sessions")
+	}
+	return x, nil
+}
+
+// executorOf is the executor that holds session id's container: the
+// node's own, or the dead node's daemon of a session taken over.
+func (s *service) executorOf(id string) (sandgate.SessionExecutor, error) {
+	x, err := s.sessionExecutor()
+	if err != nil {
+		return nil, err
+	}
+	if l := s.sessions.get(id); l != nil && l.exec != nil {
+		return l.exec, nil
 	}
 	return x, nil
 }

@@ -208,6 +208,7 @@ func (row *runRow) run() (*sandgate.Run, error) {
 // When run.IdempotencyKey is set and its principal used the key within
 // IdempotencyWindow, nothing is inserted and the earlier run is returned
 // with created=false; concurrent requests with one key create one run.
+// A key claimed for this very run (ClaimIdempotencyKey) is the run's.
 // Errors: INVALID-REQUEST (no ID or principal), CONFLICT (the ID exists),
 // UNAVAILABLE (database).
 func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run, bool, error) {
@@ -241,7 +242,7 @@ func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run
 		var taken []string
 		err := tx.Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
-			WHERE idempotency_keys.created_at <= ?
+			WHERE idempotency_keys.created_at <= ? OR idempotency_keys.run_id = EXCLUDED.run_id
 			RETURNING run_id`, run.Principal, run.IdempotencyKey, run.ID, now, now.Add(-IdempotencyWindow)).Scan(&taken).Error
 		if err != nil {
 			return err

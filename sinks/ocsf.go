@@ -89,6 +89,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventArtifactsCollected: {classProcessActivity, 99, "Artifacts Collected"},
 	sandgate.EventSessionCreated:     {classProcessActivity, 1, "Launch"},
 	sandgate.EventSessionEnded:       {classProcessActivity, 2, "Terminate"},
+	sandgate.EventNodeTakenOver:      {classProcessActivity, 99, "Node Taken Over"},
 
 	sandgate.EventSessionFilePut: {classFileSystemActivity, 1, "Create"},
 	sandgate.EventSessionFileGet: {classFileSystemActivity, 2, "Read"},
@@ -101,6 +102,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	// A witness found the log's history rewritten or forked: about the
 	// log itself, of High severity and a Failure.
 	sandgate.EventAuditWitnessAlarm: {classEventLogActivity, 99, "Witness Alarm"},
+	sandgate.EventAuditChainClosed:  {classEventLogActivity, 99, "Chain Closed"},
 }
 
 // Severity is how much an event matters, as OCSF's severity_id and as a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,9 +81,21 @@ type Config struct {
 	MaxConcurrent   int
 	Node            string
 	DockerHost      string
-	ShutdownGrace   time.Duration
-	CheckpointEvery int
-	CheckpointAfter time.Duration
+	// The cluster: AdvertiseURL is where the other nodes reach this one
+	// (SANDGATE_ADVERTISE_URL; default http:// and the listen address);
+	// ClusterSecretFile holds the secret every node shares, which signs
+	// the requests one node forwards to another
+	// (SANDGATE_CLUSTER_SECRET_FILE; without it nothing is forwarded);
+	// NodeHeartbeat and NodeLapse are how often a node heartbeats and how
+	// old its heartbeat may be before a survivor takes it over
+	// (SANDGATE_NODE_HEARTBEAT, SANDGATE_NODE_LAPSE; 2s and 15s).
+	AdvertiseURL      string
+	ClusterSecretFile string
+	NodeHeartbeat     time.Duration
+	NodeLapse         time.Duration
+	ShutdownGrace     time.Duration
+	CheckpointEvery   int
+	CheckpointAfter   time.Duration
 
 	// Client settings, for `sandgate run` and `sandgate runs`.
 	URL   string
@@ -137,6 +150,8 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	str("DOCKER_HOST", &c.DockerHost)
+	str("SANDGATE_ADVERTISE_URL", &c.AdvertiseURL)
+	str("SANDGATE_CLUSTER_SECRET_FILE", &c.ClusterSecretFile)
 	str("SANDGATE_URL", &c.URL)
 	str("SANDGATE_TOKEN", &c.Token)
 	boolean := func(key string, dst *bool) {
@@ -183,6 +198,15 @@ func defaultConfig(getenv func(string) string) Config {
 	replayMax := int64(c.ReplayMaxDecisions)
 	integer("SANDGATE_REPLAY_MAX_DECISIONS", &replayMax)
 	c.ReplayMaxDecisions = clampInt(replayMax)
+	for key, dst := range map[string]*time.Duration{"SANDGATE_NODE_HEARTBEAT": &c.NodeHeartbeat, "SANDGATE_NODE_LAPSE": &c.NodeLapse} {
+		if v := getenv(key); v != "" {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil || d <= 0 {
+				c.invalid = append(c.invalid, fmt.Sprintf("%s=%q is not a positive duration (such as 2s or 1m)", key, v))
+			}
+			*dst = d
+		}
+	}
 	if v := getenv("SANDGATE_REPLAY_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(strings.TrimSpace(v))
 		if err != nil {
@@ -274,6 +298,21 @@ func (c *Config) Validate() error {
 		if !filepath.IsAbs(r) {
 			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %q is not an absolute path", r)
 		}
+	}
+	if c.AdvertiseURL != "" {
+		if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("SANDGATE_ADVERTISE_URL %q must be http(s)://host:port", c.AdvertiseURL)
+		}
+	}
+	heartbeat, lapse := c.NodeHeartbeat, c.NodeLapse
+	if heartbeat == 0 {
+		heartbeat = 2 * time.Second
+	}
+	if lapse == 0 {
+		lapse = 15 * time.Second
+	}
+	if lapse < 2*heartbeat {
+		return fmt.Errorf("SANDGATE_NODE_LAPSE (%s) must be at least twice SANDGATE_NODE_HEARTBEAT (%s)", lapse, heartbeat)
 	}
 	if c.CheckpointEvery < 1 || c.CheckpointEvery > 1_000_000 {
 		return fmt.Errorf("SANDGATE_CHECKPOINT_EVERY must be between 1 and 1000000, not %d", c.CheckpointEvery)

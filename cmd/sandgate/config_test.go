@@ -53,6 +53,18 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{name: "retention interval not a duration", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "hourly"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL"},
 		{name: "retention interval too short", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "10ms"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL must be between"},
 		{name: "archive dir relative", env: map[string]string{"SANDGATE_AUDIT_ARCHIVE_DIR": "archive"}, wantErr: "SANDGATE_AUDIT_ARCHIVE_DIR"},
+		{name: "cluster", env: map[string]string{
+			"SANDGATE_ADVERTISE_URL": "http://10.0.0.11:8080", "SANDGATE_CLUSTER_SECRET_FILE": "/etc/sandgate/cluster.secret",
+			"SANDGATE_NODE_HEARTBEAT": "500ms", "SANDGATE_NODE_LAPSE": "5s",
+		}, check: func(t *testing.T, c Config) {
+			if c.AdvertiseURL != "http://10.0.0.11:8080" || c.ClusterSecretFile != "/etc/sandgate/cluster.secret" ||
+				c.NodeHeartbeat.Milliseconds() != 500 || c.NodeLapse.Seconds() != 5 {
+				t.Errorf("cluster settings not applied: %+v", c)
+			}
+		}},
+		{name: "lapse shorter than two heartbeats", env: map[string]string{"SANDGATE_NODE_LAPSE": "3s"}, wantErr: "SANDGATE_NODE_LAPSE (3s) must be at least twice SANDGATE_NODE_HEARTBEAT (2s)"},
+		{name: "heartbeat not a duration", env: map[string]string{"SANDGATE_NODE_HEARTBEAT": "often"}, wantErr: `SANDGATE_NODE_HEARTBEAT="often" is not a positive duration`},
+		{name: "advertise URL without a scheme", env: map[string]string{"SANDGATE_ADVERTISE_URL": "10.0.0.11:8080"}, wantErr: "SANDGATE_ADVERTISE_URL"},
 		{name: "air-gapped not a boolean", env: map[string]string{"SANDGATE_AIR_GAPPED": "yes"}, wantErr: `SANDGATE_AIR_GAPPED="yes" is not a boolean`},
 		{name: "dev not a boolean", env: map[string]string{"SANDGATE_DEV": "on"}, wantErr: `SANDGATE_DEV="on" is not a boolean`},
 		{name: "concurrency not a number", env: map[string]string{"SANDGATE_MAX_CONCURRENT": "many"}, wantErr: `SANDGATE_MAX_CONCURRENT="many" is not a whole number`},

@@ -33,7 +33,7 @@ var authPrincipals = []authPrincipal{
 
 // writeTokensFile writes a YAML tokens file for principals and returns its
 // path and each principal's bearer token by name.
-func writeTokensFile(t *testing.T, principals []authPrincipal) (string, map[string]string) {
+func writeTokensFile(t testing.TB, principals []authPrincipal) (string, map[string]string) {
 	t.Helper()
 	tokens := map[string]string{}
 	var b strings.Builder

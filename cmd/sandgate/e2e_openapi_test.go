@@ -248,6 +248,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	want(request{method: "POST", path: "/v1/sandboxes/cleanup", token: tok["adam"]}, 200)
 	want(request{method: "GET", path: "/v1/volumes", token: tok["adam"]}, 200)
 	want(request{method: "DELETE", path: "/v1/volumes/alpha/none", token: tok["adam"]}, 404)
+	want(request{method: "GET", path: "/v1/nodes", token: tok["adam"]}, 200)
 	want(request{method: "GET", path: "/v1/config", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/v1/openapi.json", token: tok["bob"]}, 200)
 	want(request{method: "GET", path: "/v1/whoami", token: tok["bob"]}, 200)
@@ -289,7 +290,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 
 // clientAs returns a Go client of s that authenticates with token and
 // goes through the server's OpenAPI checker.
-func clientAs(t *testing.T, s *testServer, token string) *client.Client {
+func clientAs(t testing.TB, s *testServer, token string) *client.Client {
 	t.Helper()
 	c, err := client.New(s.URL, token)
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,13 +37,22 @@ var (
 
 // sandgateBinary builds ./cmd/sandgate once per test binary, with the race
 // detector when the tests have it. The build lands in a fresh directory
-// and is then renamed to one fixed path per flavour, so that repeated test
-// runs leave one binary behind, not one each, and a process still running
-// an older build keeps its own file.
+// and is then renamed to one fixed path per flavour and source tree, so
+// that repeated test runs leave one binary behind, not one each, a process
+// still running an older build keeps its own file, and another checkout's
+// tests never replace it.
 func sandgateBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		root := filepath.Join(os.TempDir(), "sandgate-faults-bin")
+		// One directory per source tree: two checkouts testing at once
+		// must not run each other's build.
+		wd, err := os.Getwd()
+		if err != nil {
+			binErr = err
+			return
+		}
+		tree := sha256.Sum256([]byte(wd))
+		root := filepath.Join(os.TempDir(), "sandgate-faults-bin", hex.EncodeToString(tree[:6]))
 		if binErr = os.MkdirAll(root, 0o755); binErr != nil {
 			return
 		}
@@ -145,7 +156,7 @@ func startProcess(t testing.TB, env map[string]string) *procServer {
 	}
 	p := &procServer{cmd: cmd, exit: make(chan error, 1), logs: logs,
 		testServer: &testServer{Node: env["SANDGATE_NODE"], DSN: env["SANDGATE_DATABASE_URL"], Env: env, logs: logs}}
-	token := make(chan string, 1)
+	token := make(chan string, 2)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		sent := false
@@ -168,6 +179,10 @@ func startProcess(t testing.TB, env map[string]string) *procServer {
 			t.Logf("server logs (pid %d):\n%s", cmd.Process.Pid, logs.String())
 		}
 	})
+	if env["SANDGATE_TOKENS_FILE"] != "" {
+		// No development token: the caller sets the token it uses.
+		token <- ""
+	}
 	select {
 	case tok := <-token:
 		p.Token = tok

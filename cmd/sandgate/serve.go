@@ -71,6 +71,10 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
 	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
+	f.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "where the other nodes of a cluster reach this one (SANDGATE_ADVERTISE_URL; default http:// and the listen address)")
+	f.StringVar(&c.ClusterSecretFile, "cluster-secret-file", c.ClusterSecretFile, "the secret the nodes of a cluster share, which signs forwarded requests (SANDGATE_CLUSTER_SECRET_FILE; default none: nothing is forwarded)")
+	f.DurationVar(&c.NodeHeartbeat, "node-heartbeat", c.NodeHeartbeat, "how often this node heartbeats in the node registry (SANDGATE_NODE_HEARTBEAT; default 2s)")
+	f.DurationVar(&c.NodeLapse, "node-lapse", c.NodeLapse, "how late a node's heartbeat may be before a survivor takes it over (SANDGATE_NODE_LAPSE; default 15s)")
 	return cmd
 }
 
@@ -303,6 +307,11 @@ func serve(ctx context.Context, a *app) error {
 	}
 	defer builtImages.Close()
 
+	clusterSecret, err := loadClusterSecret(cfg.ClusterSecretFile)
+	if err != nil {
+		return err
+	}
+	keyID, publicKey := signingKey(store)
 	var consoleHandler http.Handler
 	if cfg.Console {
 		consoleHandler = console.Handler()
@@ -317,6 +326,15 @@ func serve(ctx context.Context, a *app) error {
 		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
 		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
 		ReplayTimeout:      cfg.ReplayTimeout,
+		AdvertiseURL:       cfg.AdvertiseURL,
+		ClusterSecret:      clusterSecret,
+		NodeHeartbeat:      cfg.NodeHeartbeat,
+		NodeLapse:          cfg.NodeLapse,
+		DockerHost:         cfg.DockerHost,
+		Capacity:           cfg.MaxConcurrent,
+		KeyID:              keyID,
+		PublicKey:          publicKey,
+		Version:            sandgate.Version,
 	}, gateway.Deps{
 		Admitter:   engine,
 		Policies:   engine,
@@ -338,6 +356,11 @@ func serve(ctx context.Context, a *app) error {
 		Registry:   registry,
 		Gatherer:   registry,
 		Metrics:    metrics,
+		Cluster:    runs,
+		// A dead node's containers are adopted through its daemon, their
+		// events recorded here.
+		RemoteReconcilers: remoteReconcilers(cfg, metrics.Sink(store), logger),
+		CloseChains:       chainCloser(store),
 	})
 	if err != nil {
 		return err
@@ -377,6 +400,10 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	addr := ln.Addr().String()
+	if err := srv.JoinCluster(ctx, "http://"+addr); err != nil {
+		ln.Close()
+		return fmt.Errorf("join the cluster (register this node): %w", err)
+	}
 	logger.Info("sandgate listening", "addr", addr, "node", cfg.Node, "air_gapped", cfg.AirGapped,
 		"policy_revision", engine.Status().Revision, "audit_chain", store.ChainID())
 	if devToken != "" {

@@ -227,3 +227,33 @@ type ExecRequest = sandgate.ExecSpec
 
 // FileResult is PUT /v1/sessions/{id}/files: what was written.
 type FileResult = sandgate.FileDigest
+
+// NodeList is GET /v1/nodes: the nodes of the cluster.
+type NodeList struct {
+	Nodes []NodeView `json:"nodes"`
+}
+
+// NodeView is one node of the cluster as the registry knows it.
+type NodeView struct {
+	Name string `json:"name"`
+	// State is alive, lapsed (its heartbeat is late; a survivor is about
+	// to take it over) or gone (it left, or was taken over).
+	State          string     `json:"state"`
+	AdvertiseURL   string     `json:"advertise_url"`
+	DockerHost     string     `json:"docker_host"`
+	DockerHealthy  bool       `json:"docker_healthy"`
+	DockerError    string     `json:"docker_error,omitempty"`
+	Running        int        `json:"running"`
+	Capacity       int        `json:"capacity"`
+	KeyID          string     `json:"key_id"`
+	PublicKey      string     `json:"public_key"`
+	KeyRegistered  bool       `json:"key_registered"`
+	Version        string     `json:"version"`
+	StartedAt      time.Time  `json:"started_at"`
+	HeartbeatAt    time.Time  `json:"heartbeat_at"`
+	HeartbeatAgeMS int64      `json:"heartbeat_age_ms"`
+	TakenOverBy    string     `json:"taken_over_by,omitempty"`
+	TakenOverAt    *time.Time `json:"taken_over_at,omitempty"`
+	// Self is true for the node that answered.
+	Self bool `json:"self"`
+}

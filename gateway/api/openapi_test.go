@@ -276,6 +276,8 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "FileResult", typ: api.FileResult{}},
 		{schema: "SessionRequest", typ: api.SessionRequest{}, request: true, skip: []string{"uid", "gid", "security", "workspace"}},
 		{schema: "ExecRequest", typ: api.ExecRequest{}, request: true},
+		{schema: "NodeList", typ: api.NodeList{}},
+		{schema: "Node", typ: api.NodeView{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {

@@ -1,0 +1,240 @@
+package gateway
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+)
+
+// Headers of a request one node forwards to another. The request keeps
+// its Authorization: the owner authenticates the caller itself (every
+// node reads the same tokens file); the signature proves the hop came
+// from a node of the cluster, and a forwarded request is never forwarded
+// again.
+const (
+	headerForwardNode = "X-Sandgate-Forwarded-By"
+	headerForwardTime = "X-Sandgate-Forwarded-At"
+	headerForwardSig  = "X-Sandgate-Forward-Signature"
+	keyForwarded      = "sandgate.forwarded"
+)
+
+// acceptForwarded marks a request another node forwarded, when its
+// signature holds; a request that claims to be forwarded and is not
+// signed by the cluster's secret is UNAUTHENTICATED.
+func (s *Server) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		from := h.Get(headerForwardNode)
+		if from == "" {
+			return next(c)
+		}
+		if !checkForwarded(s.cfg.ClusterSecret, from, h.Get(headerForwardTime), h.Get(headerForwardSig),
+			c.Request().Method, c.Request().URL.RequestURI(), s.d.Clock()) {
+			return sandgate.Errorf(sandgate.CodeUnauthenticated, "the forwarded request's node signature is not valid")
+		}
+		c.Set(keyForwarded, from)
+		return next(c)
+	}
+}
+
+func forwarded(c echo.Context) bool {
+	v, _ := c.Get(keyForwarded).(string)
+	return v != ""
+}
+
+// ownerOf finds the node a request's run or session executes on.
+type ownerOf func(ctx context.Context, s *Server, id string) (node string, active bool)
+
+func runOwner(ctx context.Context, s *Server, id string) (string, bool) {
+	if s.svc.live.get(id) != nil {
+		return s.cfg.Node, true
+	}
+	r, err := s.d.Runs.GetRun(ctx, id)
+	if err != nil || r == nil {
+		return "", false
+	}
+	return r.Node, r.State != sandgate.StateFinished
+}
+
+func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
+	if s.d.Sessions == nil {
+		return "", false
+	}
+	if s.svc.sessions.get(id) != nil {
+		return s.cfg.Node, true
+	}
+	ss, err := s.d.Sessions.GetSession(ctx, id)
+	if err != nil || ss == nil {
+		return "", false
+	}
+	return ss.Node, ss.State == sandgate.SessionOpen
+}
+
+// toOwner forwards a request for a run or session that executes on
+// another node of the cluster to that node, over the address it
+// advertises; the owner answers it as if it had been asked (cancel,
+// live logs, session commands and files). Anything else (a finished run,
+// an owner that is not alive, no cluster) is answered here.
+func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			cl := s.svc.cluster
+			if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 {
+				return next(c)
+			}
+			ctx := c.Request().Context()
+			node, active := owner(ctx, s, c.Param("id"))
+			if !active || node == "" || node == s.cfg.Node {
+				return next(c)
+			}
+			n, ok := cl.node(ctx, node)
+			if !ok || n.State != sandgate.NodeAlive || n.AdvertiseURL == "" {
+				return next(c)
+			}
+			return s.forwardTo(c, n)
+		}
+	}
+}
+
+// toCapacity sends a new run to another node when this one holds as many
+// runs as it has container slots, or its Docker daemon did not answer
+// its last heartbeat's ping, and another alive node with a healthy daemon
+// has a free slot; when none has, the run is answered here (it waits for
+// a slot, or fails DOCKER-UNAVAILABLE).
+func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		cl := s.svc.cluster
+		if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 || s.cfg.Capacity <= 0 {
+			return next(c)
+		}
+		ctx := c.Request().Context()
+		load, err := cl.store.NodeSlots(ctx)
+		if err != nil {
+			return next(c)
+		}
+		self, known := cl.node(ctx, s.cfg.Node)
+		healthy := !known || self.DockerHealthy
+		if healthy && load[s.cfg.Node] < s.cfg.Capacity {
+			return next(c)
+		}
+		nodes, err := cl.all(ctx)
+		if err != nil {
+			return next(c)
+		}
+		best, free := sandgate.Node{}, 0
+		for _, n := range nodes {
+			if n.Name == s.cfg.Node || n.State != sandgate.NodeAlive || n.AdvertiseURL == "" || !n.DockerHealthy {
+				continue
+			}
+			if f := n.Capacity - load[n.Name]; f > free {
+				best, free = n, f
+			}
+		}
+		if free == 0 {
+			return next(c)
+		}
+		s.logger(c).Info("this node is at capacity or its daemon is away; the run goes to another", "to", best.Name, "free", free, "docker_healthy", healthy)
+		return s.forwardTo(c, best)
+	}
+}
+
+// forwardTo proxies the request to node n, streaming its answer (SSE
+// events are flushed as they come).
+func (s *Server) forwardTo(c echo.Context, n sandgate.Node) error {
+	target, err := url.Parse(n.AdvertiseURL)
+	if err != nil {
+		return sandgate.Errorf(sandgate.CodeUnavailable, "node %s advertises an address that is no URL", n.Name)
+	}
+	req := c.Request()
+	at := strconv.FormatInt(s.d.Clock().Unix(), 10)
+	uri := req.URL.RequestURI()
+	sig := forwardMAC(s.cfg.ClusterSecret, s.cfg.Node, at, req.Method, uri)
+	failed := false
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path, pr.Out.URL.RawPath = req.URL.Path, req.URL.RawPath
+			pr.Out.URL.RawQuery = req.URL.RawQuery
+			pr.Out.Host = target.Host
+			pr.Out.Header.Set(headerForwardNode, s.cfg.Node)
+			pr.Out.Header.Set(headerForwardTime, at)
+			pr.Out.Header.Set(headerForwardSig, sig)
+			pr.Out.Header.Set("X-Correlation-ID", correlationID(c))
+		},
+		FlushInterval: -1,
+		ModifyResponse: func(r *http.Response) error {
+			r.Header.Del("X-Correlation-ID") // set here already
+			return nil
+		},
+		ErrorHandler: func(http.ResponseWriter, *http.Request, error) { failed = true },
+	}
+	s.logger(c).Info("forwarding to the owning node", "to", n.Name, "method", req.Method, "path", req.URL.Path)
+	p.ServeHTTP(c.Response(), req)
+	if failed && !c.Response().Committed {
+		return sandgate.Errorf(sandgate.CodeUnavailable, "node %s, which holds this, does not answer; retry later", n.Name)
+	}
+	return nil
+}
+
+// listNodes is GET /v1/nodes: the cluster's nodes, their state, load and
+// Docker daemon's health.
+func (s *Server) listNodes(c echo.Context) error {
+	if err := checkQuery(c); err != nil {
+		return err
+	}
+	out := api.NodeList{Nodes: []api.NodeView{}}
+	if s.svc.cluster == nil {
+		return c.JSON(http.StatusOK, out)
+	}
+	nodes, err := s.svc.cluster.all(c.Request().Context())
+	if err != nil {
+		return unavailable(err, "the node registry")
+	}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, api.NodeView{
+			Name: n.Name, State: string(n.State), AdvertiseURL: n.AdvertiseURL, DockerHost: n.DockerHost,
+			DockerHealthy: n.DockerHealthy, DockerError: n.DockerError, Running: n.Running, Capacity: n.Capacity,
+			KeyID: n.KeyID, PublicKey: n.PublicKey, KeyRegistered: n.KeyRegistered, Version: n.Version, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
+			HeartbeatAgeMS: n.HeartbeatAge.Milliseconds(), TakenOverBy: n.TakenOverBy, TakenOverAt: n.TakenOverAt,
+			Self: n.Name == s.cfg.Node,
+		})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// forwardMAC is the signature of a forwarded request: HMAC-SHA256 with
+// the cluster's secret over the forwarding node, the time (Unix seconds),
+// the method and the request URI.
+func forwardMAC(secret []byte, node, at, method, uri string) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "sandgate-forward-v1\n%s\n%s\n%s\n%s", node, at, method, uri)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// checkForwarded verifies a forwarded request's signature and time.
+func checkForwarded(secret []byte, node, at, sig, method, uri string, now time.Time) bool {
+	if len(secret) == 0 || node == "" || sig == "" {
+		return false
+	}
+	sec, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
+		return false
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > forwardSkew || d < -forwardSkew {
+		return false
+	}
+	return hmac.Equal([]byte(strings.ToLower(sig)), []byte(forwardMAC(secret, node, at, method, uri)))
+}
