@@ -102,6 +102,14 @@ func (e *Executor) dialAgent(hj types.HijackedResponse, diag io.Writer) (*agentL
 			return nil, d.err
 		}
 		l.conn = d.c
+		// Once the link has ended (the agent exited, or a frame did not
+		// authenticate), nothing reads the pipe: its next write fails,
+		// the pump stops and pumped closes, instead of the pump blocking
+		// for ever on a reader that is gone (and the run's end with it).
+		go func() {
+			<-d.c.Done()
+			pr.CloseWithError(d.c.Err())
+		}()
 		return l, nil
 	case <-time.After(agentDialTimeout):
 		hj.Close()

@@ -37,7 +37,19 @@ import (
 type cluster struct {
 	script string
 	env    map[string]string // SANDGATE_CLUSTER_* as the script prints them
+	// shared is what every node of the drills shares: a tokens file, the
+	// cluster secret, the mask key and the registry's timing.
+	shared map[string]string
+	token  string
 }
+
+// The registry's timing in the drills: a node is taken over after
+// drillLapse without a heartbeat, longer than the database failover's
+// gap, so that the failover drill takes no node over.
+const (
+	drillHeartbeat = "500ms"
+	drillLapse     = 6 * time.Second
+)
 
 // clusterUp runs deploy/cluster.sh up and, when the test ends, down
 // (unless SANDGATE_CLUSTER_KEEP=1).
@@ -55,6 +67,23 @@ func clusterUp(t *testing.T) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{script: script, env: map[string]string{}}
+	tokens, tok := writeTokensFile(t, clusterPrincipals)
+	dir := t.TempDir()
+	secret, mask := filepath.Join(dir, "cluster.secret"), filepath.Join(dir, "mask.key")
+	for _, f := range []string{secret, mask} {
+		if err := os.WriteFile(f, []byte(randomHex(t, 32)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.token = tok["ops"]
+	c.shared = map[string]string{
+		"SANDGATE_DEV":                 "0",
+		"SANDGATE_TOKENS_FILE":         tokens,
+		"SANDGATE_CLUSTER_SECRET_FILE": secret,
+		"SANDGATE_MASK_KEY_FILE":       mask,
+		"SANDGATE_NODE_HEARTBEAT":      drillHeartbeat,
+		"SANDGATE_NODE_LAPSE":          drillLapse.String(),
+	}
 	if os.Getenv("SANDGATE_CLUSTER_KEEP") != "1" {
 		t.Cleanup(func() {
 			if out, err := exec.Command("bash", script, "down").CombinedOutput(); err != nil {
@@ -96,8 +125,7 @@ func (c *cluster) sh(t *testing.T, args ...string) string {
 func (c *cluster) startNode(t *testing.T, name, dockerHost string) *procServer {
 	t.Helper()
 	state := t.TempDir()
-	return startProcess(t, map[string]string{
-		"SANDGATE_DEV":           "1",
+	env := map[string]string{
 		"SANDGATE_DATABASE_URL":  c.env["SANDGATE_CLUSTER_DSN"],
 		"SANDGATE_SPOOL_DIR":     state + "/spool",
 		"SANDGATE_VOLUME_DIR":    state + "/volumes",
@@ -105,7 +133,13 @@ func (c *cluster) startNode(t *testing.T, name, dockerHost string) *procServer {
 		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
 		"SANDGATE_NODE":          name,
 		"DOCKER_HOST":            dockerHost,
-	})
+	}
+	for k, v := range c.shared {
+		env[k] = v
+	}
+	p := startProcess(t, env)
+	withToken(t, p.testServer, c.token)
+	return p
 }
 
 // The load: runs that fail with a known code after a while, and runs that
@@ -281,6 +315,7 @@ func TestClusterDrills(t *testing.T) {
 
 	t.Run("DatabaseFailover", func(t *testing.T) { databaseFailover(t, c, nodes, short) })
 	t.Run("DockerDaemonDown", func(t *testing.T) { dockerDaemonDown(t, c, nodeA, nodeB) })
+	t.Run("GatewayKilled", func(t *testing.T) { gatewayKilled(t, nodeA, nodeB) })
 
 	// Clean stops (each writes its final checkpoint), then the trail is
 	// verified with the CLI, as an auditor would.
@@ -555,27 +590,24 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 	}
 	var rep drillReport
 	rep.lost = map[string]string{}
-	// New runs on node B fail clearly.
-	for range 3 {
-		s := submitRaw(nodeB, fastRun)
+	// The registry hears of it with node B's next heartbeat; from then on
+	// node B sends new runs on to node A, which has a daemon and room.
+	waitFor(t, time.Minute, "the registry to see node B's daemon down", func() bool {
+		n, ok := nodeA.nodes(t)["node-b"]
+		return ok && !n.DockerHealthy
+	})
+	for _, cmd := range [][]string{fastRun, {"sh", "-c", "exit 3"}, fastRun} {
+		s := submitRaw(nodeB, cmd)
 		rep.submitted++
-		switch s.status {
-		case http.StatusAccepted:
-			rep.admitted++
-			v := nodeB.waitFinished(t, s.runID, 3*time.Minute)
-			rep.finished++
-			if outcomeOf(v) != sandgate.OutcomeError || v.Error == nil || v.Error.Code != sandgate.CodeDockerUnavailable {
-				t.Errorf("run on node B with its daemon down: outcome %s error %+v, want error DOCKER-UNAVAILABLE", outcomeOf(v), v.Error)
-			} else {
-				rep.lost[s.runID] = "not run: " + v.Error.Message
-			}
-		case http.StatusServiceUnavailable:
-			rep.refused++
-			if s.code != string(sandgate.CodeDockerUnavailable) {
-				t.Errorf("refused on node B with code %s, want DOCKER-UNAVAILABLE", s.code)
-			}
-		default:
-			t.Errorf("run on node B with its daemon down: %+v", s)
+		if s.status != http.StatusAccepted {
+			t.Fatalf("run on node B with its daemon down: %+v, want it sent on to node A", s)
+		}
+		rep.admitted++
+		v := nodeB.waitFinished(t, s.runID, 3*time.Minute)
+		rep.finished++
+		if v.Node != "node-a" || v.ExitCode == nil || *v.ExitCode != s.wantExit() {
+			t.Errorf("run sent to node B with its daemon down: node %q outcome %s exit %v error %+v, want it run on node-a with exit %d",
+				v.Node, outcomeOf(v), v.ExitCode, v.Error, s.wantExit())
 		}
 	}
 	// Node A keeps working.
@@ -593,11 +625,10 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 		}
 	}
 
-	// The run that was in flight on node B when its daemon stopped.
-	// TEST STEP (node takeover, added with the node registry): a survivor
-	// takes node B's runs; this run must then be recorded as `lost` with
-	// the reason "docker daemon unreachable" by exactly one survivor, with
-	// a run.lost event in the trail. Until then it is only reported.
+	// The run that was in flight on node B when its daemon stopped: node
+	// B is alive and ends it itself (Docker stopped its container: an end
+	// that is not the program's, never recorded as its exit). Takeover is
+	// for a node that is gone (GatewayKilled).
 	v, _ := nodeB.runState(t, inflight.runID)
 	reason := string(v.State) + "/" + string(outcomeOf(v))
 	if v.Error != nil {
@@ -633,5 +664,63 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 		t.Errorf("run on node B with its daemon back: outcome %s exit %v, want exit 3", outcomeOf(v), v.ExitCode)
 	}
 	rep.finished++
+	if o := outcomeOf(v); o == sandgate.OutcomeSucceeded || o == sandgate.OutcomeFailed {
+		t.Errorf("the run in flight when node B's daemon stopped ended %s (%s): Docker's stop is not the program's exit", o, reason)
+	}
 	t.Logf("docker daemon drill: %s", rep)
+}
+
+// gatewayKilled SIGKILLs node B with runs in flight on its daemon: once
+// its heartbeat lapses, node A (the one survivor) takes it over, adopts
+// the containers through node B's Docker daemon (its DOCKER_HOST, the
+// second daemon's socket) and finishes the runs with their real exit
+// codes; node B's chain is closed by node A's key (verified at the end
+// of TestClusterDrills).
+func gatewayKilled(t *testing.T, nodeA, nodeB *procServer) {
+	var rep drillReport
+	rep.lost = map[string]string{}
+	cmds := [][]string{{"sh", "-c", "sleep 4; exit 7"}, {"sh", "-c", "sleep 4; exit 3"}, {"sh", "-c", "sleep 5"}}
+	var subs []submission
+	for _, cmd := range cmds {
+		s := submitRaw(nodeB, cmd)
+		rep.submitted++
+		if s.status != http.StatusAccepted {
+			t.Fatalf("run on node B: %+v", s)
+		}
+		rep.admitted++
+		subs = append(subs, s)
+	}
+	for _, s := range subs {
+		waitFor(t, time.Minute, "the runs on node B to start", func() bool {
+			v, ok := nodeB.runState(t, s.runID)
+			return ok && v.State == sandgate.StateRunning
+		})
+	}
+	killed := time.Now()
+	nodeB.Kill(t)
+	for _, s := range subs {
+		v := nodeA.waitFinished(t, s.runID, 2*time.Minute)
+		rep.finished++
+		want := map[string]int{"sleep 4; exit 7": 7, "sleep 4; exit 3": 3, "sleep 5": 0}[s.command[2]]
+		if v.ExitCode == nil || *v.ExitCode != want {
+			t.Errorf("run %q of the killed node: outcome %s exit %v error %+v, want its real exit %d", s.command[2], outcomeOf(v), v.ExitCode, v.Error, want)
+			if outcomeOf(v) == sandgate.OutcomeLost && v.Error != nil {
+				rep.lost[s.runID] = v.Error.Message
+			}
+		}
+	}
+	var taken []sandgate.AuditRecord
+	waitFor(t, time.Minute, "node.taken_over and audit.chain_closed", func() bool {
+		taken = nodeA.auditOfType(t, sandgate.EventNodeTakenOver)
+		return len(taken) > 0 && len(nodeA.auditOfType(t, sandgate.EventAuditChainClosed)) > 0
+	})
+	if len(taken) != 1 || taken[0].Payload["dead_node"] != "node-b" || taken[0].Node != "node-a" {
+		t.Errorf("node.taken_over = %+v, want one, of node-b by node-a", taken)
+	} else if adopted, _ := taken[0].Payload["adopted"].(float64); int(adopted) != len(subs) || taken[0].Payload["docker_reachable"] != true {
+		t.Errorf("node.taken_over payload %v, want %d adopted through a reachable daemon", taken[0].Payload, len(subs))
+	}
+	if n := nodeA.nodes(t)["node-b"]; n.State != "gone" || n.TakenOverBy != "node-a" {
+		t.Errorf("GET /v1/nodes: node-b %+v, want gone, taken over by node-a", n)
+	}
+	t.Logf("gateway killed drill: %s; node B taken over and its runs finished %v after the kill (lapse %v)", rep, time.Since(killed).Round(100*time.Millisecond), drillLapse)
 }
