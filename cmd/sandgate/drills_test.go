@@ -596,7 +596,7 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 		n, ok := nodeA.nodes(t)["node-b"]
 		return ok && !n.DockerHealthy
 	})
-	for _, cmd := range [][]string{fastRun, {"sh", "-c", "exit 3"}, fastRun} {
+	for _, cmd := range [][]string{fastRun, slowRun, fastRun} {
 		s := submitRaw(nodeB, cmd)
 		rep.submitted++
 		if s.status != http.StatusAccepted {
@@ -606,8 +606,8 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 		v := nodeB.waitFinished(t, s.runID, 3*time.Minute)
 		rep.finished++
 		if v.Node != "node-a" || v.ExitCode == nil || *v.ExitCode != s.wantExit() {
-			t.Errorf("run sent to node B with its daemon down: node %q outcome %s exit %v error %+v, want it run on node-a with exit %d",
-				v.Node, outcomeOf(v), v.ExitCode, v.Error, s.wantExit())
+			t.Errorf("run sent to node B with its daemon down: node %q outcome %s exit %s error %+v, want it run on node-a with exit %d",
+				v.Node, outcomeOf(v), exitText(v.ExitCode), v.Error, s.wantExit())
 		}
 	}
 	// Node A keeps working.
@@ -670,6 +670,14 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 	t.Logf("docker daemon drill: %s", rep)
 }
 
+// exitText is an exit code for a message.
+func exitText(code *int) string {
+	if code == nil {
+		return "none"
+	}
+	return strconv.Itoa(*code)
+}
+
 // gatewayKilled SIGKILLs node B with runs in flight on its daemon: once
 // its heartbeat lapses, node A (the one survivor) takes it over, adopts
 // the containers through node B's Docker daemon (its DOCKER_HOST, the
@@ -703,7 +711,7 @@ func gatewayKilled(t *testing.T, nodeA, nodeB *procServer) {
 		rep.finished++
 		want := map[string]int{"sleep 4; exit 7": 7, "sleep 4; exit 3": 3, "sleep 5": 0}[s.command[2]]
 		if v.ExitCode == nil || *v.ExitCode != want {
-			t.Errorf("run %q of the killed node: outcome %s exit %v error %+v, want its real exit %d", s.command[2], outcomeOf(v), v.ExitCode, v.Error, want)
+			t.Errorf("run %q of the killed node: outcome %s exit %s error %+v, want its real exit %d", s.command[2], outcomeOf(v), exitText(v.ExitCode), v.Error, want)
 			if outcomeOf(v) == sandgate.OutcomeLost && v.Error != nil {
 				rep.lost[s.runID] = v.Error.Message
 			}
