@@ -215,6 +215,9 @@ type Store struct {
 	w        *writer
 	dw       *writer // Record's writer: w, or its own with DecisionChain
 
+	// status is DatabaseStatus's last answer, shared for dbStatusTTL.
+	status dbStatus
+
 	closeOnce sync.Once
 	closeErr  error
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -130,11 +131,36 @@ func (s *Store) Database(ctx context.Context) (DatabaseState, error) {
 	return st, nil
 }
 
-// DatabaseStatus is Database in one line, for readiness.
+// dbStatusTTL is how long DatabaseStatus's answer is shared.
+const dbStatusTTL = time.Second
+
+// dbStatus is the last DatabaseStatus answer and when it was had.
+type dbStatus struct {
+	mu   sync.Mutex
+	at   time.Time
+	line string
+	err  error
+}
+
+// DatabaseStatus is Database in one line, for readiness. Readiness is
+// asked by anyone who can reach the gateway, and Database opens a
+// connection each time: the answer is shared for dbStatusTTL, and the
+// callers of one moment wait for the one connection it opens, so a flood
+// of probes opens at most one connection a second.
 func (s *Store) DatabaseStatus(ctx context.Context) (string, error) {
-	st, err := s.Database(ctx)
-	if err != nil {
-		return "", err
+	c := &s.status
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < dbStatusTTL {
+		return c.line, c.err
 	}
-	return st.String(), nil
+	st, err := s.Database(ctx)
+	if ctx.Err() != nil {
+		return "", err // this caller gave up; the next one asks again
+	}
+	c.at, c.line, c.err = time.Now(), "", err
+	if err == nil {
+		c.line = st.String()
+	}
+	return c.line, c.err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"io/fs"
 	"os"
@@ -39,6 +40,21 @@ func (e *Executor) sessionWorkspace(id string) (*runWorkspace, error) {
 	return ws, nil
 }
 
+// openSessionWorkspace opens the session's workspace. One that is gone
+// under an open session (removed from outside sandgate) is CONFLICT: the
+// session cannot take or give files any more, which is not the caller's
+// request failing inside sandgate.
+func openSessionWorkspace(ws *runWorkspace, id string) (*os.Root, error) {
+	root, err := os.OpenRoot(ws.data)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, sandgate.Errorf(sandgate.CodeConflict, "session %s: its workspace is gone", id)
+	}
+	if err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeInternal, err, "open the session's workspace")
+	}
+	return root, nil
+}
+
 // PutFiles writes up into the session's workspace (sandgate.SessionExecutor):
 // up.Body is a tar, tar.gz or zip archive unpacked in the directory
 // up.Path names (which must exist), or, with Format "file", a tar of the
@@ -51,9 +67,9 @@ func (e *Executor) PutFiles(ctx context.Context, sessionID string, spec sandgate
 	if spec.UID == nil || spec.GID == nil {
 		return sandgate.FileDigest{}, sandgate.FieldError("user", "a session needs a numeric uid:gid")
 	}
-	root, err := os.OpenRoot(ws.data)
+	root, err := openSessionWorkspace(ws, sessionID)
 	if err != nil {
-		return sandgate.FileDigest{}, sandgate.WrapError(sandgate.CodeInternal, err, "open the session's workspace")
+		return sandgate.FileDigest{}, err
 	}
 	defer root.Close()
 	dir := "."
@@ -102,9 +118,9 @@ func (e *Executor) GetFiles(ctx context.Context, sessionID, p string, w io.Write
 			return sandgate.FileDigest{}, err
 		}
 	}
-	root, err := os.OpenRoot(ws.data)
+	root, err := openSessionWorkspace(ws, sessionID)
 	if err != nil {
-		return sandgate.FileDigest{}, sandgate.WrapError(sandgate.CodeInternal, err, "open the session's workspace")
+		return sandgate.FileDigest{}, err
 	}
 	defer root.Close()
 	// Every parent is opened as a real directory, never through a link.
