@@ -294,11 +294,21 @@ func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, i
 	h.usage.stop()
 	res := h.res
 	res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
+	return e.agentExited(r, res, end, e.oomKills(m.id) > ooms, func(res sandgate.Result) *sandgate.Usage {
+		return h.usage.usage(res, h.memoryLimit())
+	}), nil
+}
+
+// agentExited records the exit the agent reported for a command: its
+// code, an OOM kill (a failing command while the container's OOM count
+// rose), its outcome and usage, container.exited and the run's end. Warm
+// runs and session commands end the same way.
+func (e *Executor) agentExited(r *run, res sandgate.Result, end agentEnd, oomRose bool, usage func(sandgate.Result) *sandgate.Usage) sandgate.Result {
 	code := end.exit.Code
 	res.ExitCode = &code
-	res.OOMKilled = code != 0 && e.oomKills(m.id) > ooms
+	res.OOMKilled = code != 0 && oomRose
 	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
-	res.Usage = h.usage.usage(res, h.memoryLimit())
+	res.Usage = usage(res)
 	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
 		"agent":       true,
 		"signal":      end.exit.Signal,
@@ -307,7 +317,7 @@ func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, i
 		"usage":       res.Usage.Payload(),
 	}))
 	e.emitEnd(r, res)
-	return res, nil
+	return res
 }
 
 // executeWarmSession opens a session in a claimed warm session member:

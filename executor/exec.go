@@ -128,20 +128,9 @@ func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
 		x.session.cancel(fmt.Errorf("%w: %v", errAgentGone, end.err))
 		return res, nil
 	}
-	code := end.exit.Code
-	res.ExitCode = &code
-	res.OOMKilled = code != 0 && x.oomKills() > ooms
-	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
-	res.Usage = commandUsage(end.exit, res)
-	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
-		"agent":       true,
-		"signal":      end.exit.Signal,
-		"oom_killed":  res.OOMKilled,
-		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-		"usage":       res.Usage.Payload(),
-	}))
-	e.emitEnd(r, res)
-	return res, nil
+	return e.agentExited(r, res, end, x.oomKills() > ooms, func(res sandgate.Result) *sandgate.Usage {
+		return commandUsage(end.exit, res)
+	}), nil
 }
 
 // errAgentGone ends a session whose agent stopped answering.

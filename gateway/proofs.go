@@ -141,31 +141,9 @@ func (s *Server) auditCosign(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	if err := requireJSON(c); err != nil {
-		return err
-	}
-	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, maxCosignatureBody+1))
-	if err != nil {
-		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "read body")
-	}
-	if len(raw) > maxCosignatureBody {
-		return sandgate.Errorf(sandgate.CodeTooLarge, "the body is larger than %d bytes", maxCosignatureBody)
-	}
 	var req api.CosignatureRequest
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var ute *json.UnmarshalTypeError
-		if errors.As(err, &ute) {
-			return sandgate.FieldError(ute.Field, "wrong type")
-		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return sandgate.FieldError(strings.Trim(f, `"`), "unknown field")
-		}
-		return sandgate.FieldError("body", "not a JSON object: %v", err)
-	}
-	if dec.More() {
-		return sandgate.FieldError("body", "one JSON object expected")
+	if err := readStrictJSON(c, maxCosignatureBody, &req); err != nil {
+		return err
 	}
 	if req.Note == "" {
 		return sandgate.FieldError("note", "note is required")
@@ -223,18 +201,8 @@ func (s *Server) auditWitnessAlarm(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	if err := requireJSON(c); err != nil {
-		return err
-	}
-	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, maxWitnessAlarmBody+1))
-	if err != nil {
-		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "read body")
-	}
-	if len(raw) > maxWitnessAlarmBody {
-		return sandgate.Errorf(sandgate.CodeTooLarge, "the body is larger than %d bytes", maxWitnessAlarmBody)
-	}
 	var req api.WitnessAlarmRequest
-	if err := decodeStrict(raw, &req); err != nil {
+	if err := readStrictJSON(c, maxWitnessAlarmBody, &req); err != nil {
 		return err
 	}
 	if req.Alarm == "" {
@@ -272,6 +240,22 @@ func (s *Server) auditWitnessAlarm(c echo.Context) error {
 	return c.JSON(http.StatusCreated, api.WitnessAlarmView{EventID: ev.ID, Witness: a.Witness, WitnessKey: a.WitnessKey,
 		Origin: a.Origin, ChainID: a.ChainID, Kind: a.Kind, Detail: a.Detail, SeenSize: a.SeenSize, SeenRoot: a.SeenRoot,
 		OfferedSize: a.OfferedSize, OfferedRoot: a.OfferedRoot, RaisedAt: a.RaisedAt.UTC(), KnownWitness: a.KnownWitness})
+}
+
+// readStrictJSON reads a JSON body of at most max bytes into into, as
+// decodeStrict does.
+func readStrictJSON(c echo.Context, max int64, into any) error {
+	if err := requireJSON(c); err != nil {
+		return err
+	}
+	raw, err := io.ReadAll(io.LimitReader(c.Request().Body, max+1))
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "read body")
+	}
+	if int64(len(raw)) > max {
+		return sandgate.Errorf(sandgate.CodeTooLarge, "the body is larger than %d bytes", max)
+	}
+	return decodeStrict(raw, into)
 }
 
 // decodeStrict decodes one JSON object, refusing unknown fields, naming
