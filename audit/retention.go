@@ -199,8 +199,13 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		}
 		table := pgx.Identifier{p.Name}.Sanitize()
 		err = s.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
-			// Nothing may land in the month between the checks and the drop.
-			if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+			// Nothing may land in the month between the checks and the
+			// drop: SHARE stops writes to it and lets readers go on. The
+			// drop needs audit_events itself exclusively, taken next,
+			// before the month's exclusive lock: a query of the trail
+			// holds audit_events and then each month, so taking the
+			// month exclusively first would deadlock with it.
+			if _, err := tx.Exec(ctx, `LOCK TABLE `+table+` IN SHARE MODE`); err != nil {
 				return err
 			}
 			var rows int64
@@ -209,6 +214,9 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 			}
 			if rows != p.Rows {
 				return fmt.Errorf("partition %s changed during purge (%d rows, now %d)", p.Name, p.Rows, rows)
+			}
+			if _, err := tx.Exec(ctx, `LOCK TABLE audit_events IN ACCESS EXCLUSIVE MODE`); err != nil {
+				return err
 			}
 			_, err := tx.Exec(ctx, `DROP TABLE `+table)
 			return err
