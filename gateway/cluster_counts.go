@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,7 +33,7 @@ func (s *service) reserveSlot(ctx context.Context, runID, team string, l sandgat
 	sl := slotLimits(l)
 	use, ok, err := s.cluster.store.ReserveSlot(rctx, sandgate.Slot{RunID: runID, Team: team, Node: s.cfg.Node, MemoryMB: r.MemoryMB, CPUs: r.CPUs}, sl)
 	if err != nil {
-		return unavailable(err, "the cluster's run slots")
+		return failClosed(err, "the cluster's run slots")
 	}
 	if ok {
 		return nil
@@ -41,6 +42,18 @@ func (s *service) reserveSlot(ctx context.Context, runID, team string, l sandgat
 		Message: fmt.Sprintf("team %s is at its limits across the cluster (%d runs, %d MB, %g CPUs held); retry later", team, use.TeamRuns, use.TeamMemoryMB, use.TeamCPUs),
 		Details: map[string]any{"team": team, "scope": "cluster", "runs": use.TeamRuns, "memory_mb": use.TeamMemoryMB, "cpus": use.TeamCPUs,
 			"limit_runs": sl.TeamRuns, "limit_memory_mb": sl.TeamMemoryMB, "limit_cpus": sl.TeamCPUs}}
+}
+
+// failClosed is the refusal of an admission whose cluster-wide count or
+// key claim the database could not answer: that database is the trail's,
+// so the admission fails closed as one the trail cannot record would
+// (AUDIT-UNAVAILABLE, 503 with Retry-After), whichever step met the
+// outage first.
+func failClosed(err error, what string) error {
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeUnavailable && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return unavailable(err, what)
+	}
+	return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "%s: the audit database is unavailable; nothing is admitted until it is back", what)
 }
 
 // holdSlot counts an adopted run whatever its team's limits.
@@ -78,7 +91,7 @@ func (s *service) claimKey(ctx context.Context, principal, key, runID, digest st
 	for {
 		held, heldDigest, err := s.cluster.store.ClaimIdempotencyKey(ctx, principal, key, runID, digest)
 		if err != nil {
-			return "", "", unavailable(err, "the idempotency keys")
+			return "", "", failClosed(err, "the idempotency keys")
 		}
 		if held == "" {
 			return "", "", nil
