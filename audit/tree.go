@@ -23,7 +23,7 @@ import (
 // The events' own commits are left as they were (a decision's commit is
 // one statement). After a restart, or when hashes were lost, the writer
 // catches the stored tree up from audit_events before its next note
-// (growTree).
+// (growTreeTo).
 
 // LeafHash returns the tree leaf hash of an event hash.
 func LeafHash(eventHash []byte) tlog.Hash { return tlog.RecordHash(eventHash) }
@@ -437,13 +437,6 @@ func (w *writer) treeRoot(ctx context.Context) (tlog.Hash, error) {
 	case <-ctx.Done():
 		return tlog.Hash{}, ctx.Err()
 	}
-}
-
-// growTree stores, in tx, the tree hashes of the chain's leaves from the
-// stored tree's size up to headSeq, read from audit_events, and returns
-// its reader and the tree's root.
-func (w *writer) growTree(ctx context.Context, tx pgx.Tx) (*treeReader, tlog.Hash, error) {
-	return growTreeTo(ctx, tx, w.chainID, w.headSeq)
 }
 
 // errLeavesGone means a chain's rows a tree needs are no longer in
