@@ -264,3 +264,45 @@ func TestFailoverReplicaBehind(t *testing.T) {
 		t.Errorf("%d events delivered over the gap, want 0", n)
 	}
 }
+
+// TestDatabaseStatusShared: readiness's database check is asked by anyone
+// who can reach a gateway, and each answer costs a connection of its own.
+// Many callers at once share one answer for dbStatusTTL: the connections
+// opened are at most one per TTL that passed, not one per caller. Once
+// the TTL is over, the next caller asks again and sees Postgres gone.
+func TestDatabaseStatusShared(t *testing.T) {
+	requirePGSocket(t)
+	_, db := newDB(t)
+	p := newProxy(t, pgSocket)
+	s := testStore(t, proxiedDSN(t, db, p), nil)
+	ctx := context.Background()
+	if _, err := s.DatabaseStatus(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before, start := p.connections(), time.Now()
+	var wg sync.WaitGroup
+	lines := make([]string, 64)
+	errs := make([]error, 64)
+	for i := range lines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lines[i], errs[i] = s.DatabaseStatus(ctx)
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for i := range lines {
+		if errs[i] != nil || !strings.HasPrefix(lines[i], "primary 127.0.0.1:") {
+			t.Fatalf("caller %d: %q %v", i, lines[i], errs[i])
+		}
+	}
+	if opened, most := p.connections()-before, 1+int(elapsed/dbStatusTTL); opened > most {
+		t.Errorf("64 callers in %v opened %d connections, want at most %d", elapsed, opened, most)
+	}
+	p.cut()
+	time.Sleep(dbStatusTTL + 100*time.Millisecond) // the shared answer is over
+	if _, err := s.DatabaseStatus(ctx); !isCode(err, sandgate.CodeAuditUnavailable) {
+		t.Errorf("with Postgres away: %v, want AUDIT-UNAVAILABLE", err)
+	}
+}

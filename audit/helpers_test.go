@@ -126,6 +126,7 @@ type proxy struct {
 	mu     sync.Mutex
 	up     bool
 	conns  map[net.Conn]bool
+	opened int // connections proxied since the start
 }
 
 func newProxy(t testing.TB, socket string) *proxy {
@@ -161,6 +162,7 @@ func (p *proxy) serve() {
 			continue
 		}
 		p.conns[c], p.conns[u] = true, true
+		p.opened++
 		p.mu.Unlock()
 		go p.pipe(c, u)
 		go p.pipe(u, c)
@@ -182,6 +184,13 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = map[net.Conn]bool{}
+}
+
+// connections is how many connections the proxy has passed on.
+func (p *proxy) connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.opened
 }
 
 // restore accepts connections again.
