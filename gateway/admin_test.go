@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -349,6 +350,44 @@ func TestFinalStoreRetried(t *testing.T) {
 	final := e.waitFinished(v.ID)
 	if final.Outcome != sandgate.OutcomeSucceeded {
 		t.Errorf("outcome = %q", final.Outcome)
+	}
+}
+
+// TestStoreCommitUnconfirmed: the store's commit of a new run landed but
+// its answer was lost (a failover cut the connection). The request is a
+// 503 and the trail says the run failed; the stored row must then say so
+// too, not stay pending for a run that never runs.
+func TestStoreCommitUnconfirmed(t *testing.T) {
+	e := newEnv(t)
+	e.store.mu.Lock()
+	e.store.lostAnswer = errors.New("conn closed")
+	e.store.mu.Unlock()
+	r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("got %d %s", r.status, r.body)
+	}
+	if e.exec.calls.Load() != 0 {
+		t.Errorf("a run whose store was not confirmed was executed")
+	}
+	failed := e.recorder.ofType(sandgate.EventRunFailed)
+	if len(failed) != 1 {
+		t.Fatalf("run.failed %+v", failed)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.store.mu.Lock()
+		row, ok := e.store.runs[failed[0].RunID]
+		e.store.mu.Unlock()
+		if ok && row.State == sandgate.StateFinished {
+			if row.Outcome != sandgate.OutcomeError || row.Error == nil {
+				t.Errorf("stored run ended %s %+v, want error", row.Outcome, row.Error)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stored run is still %s", row.State)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

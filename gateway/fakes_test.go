@@ -223,6 +223,9 @@ type fakeStore struct {
 	err  error
 	// updateFailures makes that many UpdateRun calls fail.
 	updateFailures int
+	// lostAnswer makes CreateRun store the run and answer with this error:
+	// a commit that landed while its answer was lost.
+	lostAnswer error
 }
 
 func newFakeStore() *fakeStore { return &fakeStore{runs: map[string]sandgate.Run{}} }
@@ -242,6 +245,9 @@ func (s *fakeStore) CreateRun(_ context.Context, run *sandgate.Run) (*sandgate.R
 		}
 	}
 	s.runs[run.ID] = *run
+	if s.lostAnswer != nil {
+		return nil, false, s.lostAnswer
+	}
 	return nil, true, nil
 }
 

@@ -230,6 +230,7 @@ func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bo
 		failed.Type, failed.Outcome, failed.Time = sandgate.EventRunFailed, string(sandgate.OutcomeError), s.now()
 		failed.Payload = map[string]any{"error": "the run could not be stored; nothing was run"}
 		s.d.Recorder.Emit(failed)
+		go s.endUnconfirmed(*run, "the run could not be stored; nothing was run")
 		return nil, false, unavailable(err, "the run store")
 	}
 	if !created {
@@ -563,6 +564,24 @@ func (s *service) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	saveRetrying("store run", until, 500*time.Millisecond, log.With("state", run.State), func(ctx context.Context) error {
 		return s.d.Runs.UpdateRun(ctx, &run)
 	})
+}
+
+// endUnconfirmed ends, in the store, a run whose CreateRun failed: a
+// commit can land though its answer is lost (a failover cut the
+// connection), which would leave a pending run that never runs beside a
+// trail that says it failed. The row, when it exists, ends as an error,
+// as the trail says; when it does not, there is nothing to end.
+func (s *service) endUnconfirmed(run sandgate.Run, msg string) {
+	now := s.now()
+	run.State, run.Outcome, run.FinishedAt = sandgate.StateFinished, sandgate.OutcomeError, &now
+	run.Error = &sandgate.ErrorInfo{Code: sandgate.CodeUnavailable, Message: msg}
+	saveRetrying("end a run whose store was not confirmed", time.Now().Add(finalStoreFor), 500*time.Millisecond, s.log.With("run_id", run.ID),
+		func(ctx context.Context) error {
+			if err := s.d.Runs.UpdateRun(ctx, &run); sandgate.ErrorCodeOf(err) != sandgate.CodeNotFound {
+				return err
+			}
+			return nil
+		})
 }
 
 // storeLater stores a state of a live run that is not its end, off the

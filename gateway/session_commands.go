@@ -99,6 +99,7 @@ func (s *service) execInSession(ctx context.Context, p sandgate.Principal, corr,
 		s.d.Recorder.Emit(sandgate.Event{Type: sandgate.EventRunFailed, Time: s.now(), Outcome: string(sandgate.OutcomeError),
 			CorrelationID: corr, RunID: runID, DecisionID: dec.DecisionID, Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
 			Payload: map[string]any{"session_id": ss.ID, "error": "the run could not be stored; nothing was run"}})
+		go s.endUnconfirmed(*run, "the run could not be stored; nothing was run")
 		return nil, unavailable(storeErr, "the run store")
 	}
 	l.touch(now, 1)
