@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 )
@@ -76,6 +78,9 @@ func clusterUp(t *testing.T) *cluster {
 		}
 	}
 	c.token = tok["ops"]
+	// Registered before cluster.sh down's cleanup, so it runs after it:
+	// the drills leave the host's interfaces as they found them.
+	keepsHostInterfaces(t)
 	c.shared = map[string]string{
 		"SANDGATE_DEV":                 "0",
 		"SANDGATE_TOKENS_FILE":         tokens,
@@ -738,4 +743,43 @@ func gatewayKilled(t *testing.T, nodeA, nodeB *procServer) {
 		t.Errorf("GET /v1/nodes: node-b %+v, want gone, taken over by node-a", n)
 	}
 	t.Logf("gateway killed drill: %s; node B taken over and its runs finished %v after the kill (lapse %v)", rep, time.Since(killed).Round(100*time.Millisecond), drillLapse)
+}
+
+// keepsHostInterfaces checks, when the test ends, that every network
+// interface of the host present now is still there, and that the main
+// Docker daemon can still start a container on its default bridge (a
+// daemon started with --bridge none in the host's namespace deletes
+// docker0, and every plain docker run then fails).
+func keepsHostInterfaces(t *testing.T) {
+	t.Helper()
+	before := hostInterfaces(t)
+	t.Cleanup(func() {
+		after := hostInterfaces(t)
+		for name := range before {
+			if !after[name] {
+				t.Errorf("the host's interface %s is gone after the drills (before: %v, after: %v)", name, before, after)
+			}
+		}
+		if before["docker0"] {
+			out, err := exec.Command("docker", "run", "--rm", "--network", "bridge", executor.SandboxImage, "true").CombinedOutput()
+			if err != nil {
+				t.Errorf("docker run on the main daemon's default bridge after the drills: %v\n%s", err, out)
+			}
+		}
+	})
+}
+
+// hostInterfaces returns the names of the network interfaces of this
+// process's namespace.
+func hostInterfaces(t *testing.T) map[string]bool {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatalf("list interfaces: %v", err)
+	}
+	names := map[string]bool{}
+	for _, i := range ifs {
+		names[i.Name] = true
+	}
+	return names
 }
