@@ -50,7 +50,7 @@ func (r remoteExecutor) Sessions() sandgate.SessionExecutor { return r.x }
 // remoteReconcilers dials dead nodes' daemons for takeovers. The events
 // of what it does there are recorded by this node (node = this node's
 // name, taken_over_from = the dead node's) in this node's chain.
-func remoteReconcilers(cfg Config, events sandgate.EventSink, logger *slog.Logger) gateway.RemoteReconcilers {
+func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logger) gateway.RemoteReconcilers {
 	return func(ctx context.Context, node, dockerHost string) (gateway.RemoteReconciler, error) {
 		sink := sandgate.EventSinkFunc(func(ev sandgate.Event) {
 			p := make(map[string]any, len(ev.Payload)+1)

@@ -49,32 +49,6 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 			return serve(cmd.Context(), a)
 		},
 	}
-	f := cmd.Flags()
-	c := &a.cfg
-	f.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address (SANDGATE_LISTEN)")
-	f.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "principals and token hashes, YAML or JSON (SANDGATE_TOKENS_FILE)")
-	f.BoolVar(&c.Dev, "dev", c.Dev, "generate and print a development token when no tokens file is given (SANDGATE_DEV)")
-	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
-	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
-	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
-	f.StringVar(&c.WorkspaceDir, "workspace-dir", c.WorkspaceDir, "where the file systems of runs' workspaces live (SANDGATE_WORKSPACE_DIR; default /var/lib/sandgate/workspaces)")
-	f.StringVar(&c.UploadDir, "upload-dir", c.UploadDir, "where workspace archives wait for their runs (SANDGATE_UPLOAD_DIR; default: the system's temporary directory)")
-	f.Int64Var(&c.MaxWorkspaceBytes, "max-workspace-bytes", c.MaxWorkspaceBytes, "the largest workspace archive a run may send (SANDGATE_MAX_WORKSPACE_BYTES; default 256 MiB)")
-	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
-	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
-	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
-	f.StringVar(&c.CallbackKeyFile, "callback-key-file", c.CallbackKeyFile, "key that signs completion callbacks, hex; give it to the receivers; generated when absent (SANDGATE_CALLBACK_KEY_FILE; default: callback.key next to the spool directory)")
-	f.StringVar(&c.SinksFile, "sinks-file", c.SinksFile, "audit sinks to stream the trail to: syslog (RFC 5424, TCP or TLS) or signed webhooks, OCSF or sandgate JSON; YAML or JSON (SANDGATE_SINKS_FILE; default: none)")
-	f.BoolVar(&c.Migrate, "migrate", c.Migrate, "apply database migrations at start (SANDGATE_MIGRATE)")
-	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
-	f.StringVar(&c.AgentBinary, "agent-binary", c.AgentBinary, "statically linked sandgate binary mounted into sandboxes as their agent; off to use docker exec (SANDGATE_AGENT_BINARY; default: this binary when static)")
-	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
-	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
-	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
-	f.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "where the other nodes of a cluster reach this one (SANDGATE_ADVERTISE_URL; default http:// and the listen address)")
-	f.StringVar(&c.ClusterSecretFile, "cluster-secret-file", c.ClusterSecretFile, "the secret the nodes of a cluster share, which signs forwarded requests (SANDGATE_CLUSTER_SECRET_FILE; default none: nothing is forwarded)")
-	f.DurationVar(&c.NodeHeartbeat, "node-heartbeat", c.NodeHeartbeat, "how often this node heartbeats in the node registry (SANDGATE_NODE_HEARTBEAT; default 2s)")
-	f.DurationVar(&c.NodeLapse, "node-lapse", c.NodeLapse, "how late a node's heartbeat may be before a survivor takes it over (SANDGATE_NODE_LAPSE; default 15s)")
 	return cmd
 }
 
@@ -82,7 +56,7 @@ flushes the audit trail before exit. SIGHUP reloads the policy.`,
 // default spec the policy in force fills in. A run is served from the
 // pool only when its admitted container would be configured exactly like
 // one of these. None without a warm pool.
-func warmProfiles(cfg Config, engine *policies.Engine) ([]sandgate.Normalized, error) {
+func warmProfiles(cfg *config, engine *policies.Engine) ([]sandgate.Normalized, error) {
 	if cfg.WarmPool == 0 {
 		return nil, nil
 	}
@@ -109,10 +83,7 @@ const reconcileWait = 30 * time.Second
 
 // serve runs the gateway until ctx is done.
 func serve(ctx context.Context, a *app) error {
-	cfg := a.cfg
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
+	cfg := &a.cfg
 	// Every request writes a log line under the handler's lock: a
 	// destination that stalls must not stall them all. Deferred first, so
 	// that it is written out last, after everything below has logged.
@@ -122,7 +93,7 @@ func serve(ctx context.Context, a *app) error {
 	tuneGC(logger)
 	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
 
-	principals, devToken, err := loadPrincipals(cfg)
+	principals, devToken, err := loadPrincipals(&cfg.gatewayConfig)
 	if err != nil {
 		return err
 	}
@@ -186,7 +157,7 @@ func serve(ctx context.Context, a *app) error {
 	// The sinks read the trail from Postgres on connections of their own;
 	// they stop before the trail closes, and a batch in flight is sent
 	// again by whichever gateway delivers the sink next.
-	streamer, err := startSinks(cfg, logger.With("component", "sinks"))
+	streamer, err := startSinks(&cfg.sinkConfig, cfg.DatabaseURL, logger.With("component", "sinks"))
 	if err != nil {
 		return err
 	}
@@ -417,7 +388,7 @@ func serve(ctx context.Context, a *app) error {
 
 // loadPrincipals reads the tokens file, or makes a development token when
 // there is none and development mode is on.
-func loadPrincipals(cfg Config) (*gateway.Principals, string, error) {
+func loadPrincipals(cfg *gatewayConfig) (*gateway.Principals, string, error) {
 	if cfg.TokensFile != "" {
 		p, err := gateway.LoadPrincipals(cfg.TokensFile)
 		return p, "", err

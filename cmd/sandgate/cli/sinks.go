@@ -14,7 +14,7 @@ import (
 // startSinks reads SANDGATE_SINKS_FILE and starts delivering the audit
 // trail to each sink it names; nil without a file. The delivery runs on
 // connections of its own and never holds up an admission.
-func startSinks(cfg Config, logger *slog.Logger) (*audit.Streamer, error) {
+func startSinks(cfg *sinkConfig, dsn string, logger *slog.Logger) (*audit.Streamer, error) {
 	if cfg.SinksFile == "" {
 		return nil, nil
 	}
@@ -50,7 +50,7 @@ func startSinks(cfg Config, logger *slog.Logger) (*audit.Streamer, error) {
 		targets = append(targets, t)
 	}
 	st, err := audit.StartStreamer(audit.StreamConfig{
-		DSN:          cfg.DatabaseURL,
+		DSN:          dsn,
 		Sinks:        targets,
 		PollInterval: time.Duration(f.PollInterval),
 		Logger:       logger,

@@ -24,7 +24,7 @@ func TestSinksFileRefused(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			st, err := startSinks(Config{SinksFile: path, DatabaseURL: "host=/nonexistent dbname=x"}, logger)
+			st, err := startSinks(&sinkConfig{SinksFile: path}, "host=/nonexistent dbname=x", logger)
 			if err == nil {
 				_ = st.Close(t.Context())
 				t.Fatal("startSinks accepted the file")
@@ -34,7 +34,7 @@ func TestSinksFileRefused(t *testing.T) {
 			}
 		})
 	}
-	if st, err := startSinks(Config{}, logger); st != nil || err != nil {
+	if st, err := startSinks(&sinkConfig{}, "", logger); st != nil || err != nil {
 		t.Errorf("no sinks file = %v, %v; want nothing", st, err)
 	}
 }
