@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // A serve that fails to start leaves no trace in the database that a
@@ -76,7 +77,7 @@ func TestServeFailedStartLeavesNoTrace(t *testing.T) {
 	db := audittest.OpenDB(t, first.DSN)
 	addr := strings.TrimPrefix(first.URL, "http://")
 
-	env := secondNodeEnv(t, first.Env, "second-"+randomHex(t, 4))
+	env := secondNodeEnv(t, first.Env, "second-"+sandgatetest.RandomHex(t, 4))
 	env["SANDGATE_LISTEN"] = addr
 	err, logs := secondServe(t, env)
 	if err == nil || !strings.Contains(err.Error(), "listen on "+addr) || !strings.Contains(err.Error(), "address already in use") {
@@ -137,7 +138,7 @@ func TestServeRefusesBeforeRegistering(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := secondNodeEnv(t, first.Env, "refused-"+randomHex(t, 4))
+			env := secondNodeEnv(t, first.Env, "refused-"+sandgatetest.RandomHex(t, 4))
 			maps.Copy(env, tt.env)
 			err, logs := secondServe(t, env)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
