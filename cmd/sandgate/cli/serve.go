@@ -63,7 +63,7 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
-	down.closeWith("listener", ln, logger)
+	down.push(func() { _ = ln.Close() }) // Serve closes it once it serves
 	p := &parts{logger: logger, advertise: cfg.advertised(ln.Addr())}
 	if err := checkServe(ctx, cfg, p, &down); err != nil {
 		return err
