@@ -92,6 +92,7 @@ func NewMigratedDatabase(t testing.TB) string {
 // test ends.
 func OpenDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
+	sandgatetest.SkipShort(t, "Postgres")
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatalf("audittest: open %s: %v", dsn, err)
