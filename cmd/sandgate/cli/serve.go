@@ -68,10 +68,6 @@ func serve(ctx context.Context, a *app) error {
 	if err := checkServe(ctx, cfg, p, &down); err != nil {
 		return err
 	}
-	settings := gatewaySettings(cfg, p)
-	if err := settings.Validate(); err != nil {
-		return err
-	}
 
 	// Registered last: the trail's chains and key, then the node, the
 	// runs it adopts, its reaper and its warm pool.
@@ -146,6 +142,9 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 		return err
 	}
 	down.closeWith("images", p.images, p.logger)
+	if err := gatewaySettings(cfg, p).Validate(); err != nil {
+		return err
+	}
 	return cfg.databaseConfig.prepare(ctx, p.logger)
 }
 
