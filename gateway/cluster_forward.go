@@ -55,32 +55,18 @@ func forwarded(c echo.Context) bool {
 	return v != ""
 }
 
-// ownerOf finds the node a request's run or session executes on.
-type ownerOf func(ctx context.Context, s *Server, id string) (node string, active bool)
+// ownerOf finds the node a request's run or session executes on, when
+// the caller may reach it: the gate resolves it, and another team's
+// object is not forwarded (it is answered here, exactly as one that does
+// not exist).
+type ownerOf func(ctx context.Context, s *Server, p sandgate.Principal, id string) (node string, active bool)
 
-func runOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.svc.live.get(id) != nil {
-		return s.cfg.Node, true
-	}
-	r, err := s.d.Runs.GetRun(ctx, id)
-	if err != nil || r == nil {
-		return "", false
-	}
-	return r.Node, r.State != sandgate.StateFinished
+func runOwner(ctx context.Context, s *Server, p sandgate.Principal, id string) (string, bool) {
+	return s.gate.RunOwner(ctx, p, id)
 }
 
-func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.d.Sessions == nil {
-		return "", false
-	}
-	if s.svc.sessions.get(id) != nil {
-		return s.cfg.Node, true
-	}
-	ss, err := s.d.Sessions.GetSession(ctx, id)
-	if err != nil || ss == nil {
-		return "", false
-	}
-	return ss.Node, ss.State == sandgate.SessionOpen
+func sessionOwner(ctx context.Context, s *Server, p sandgate.Principal, id string) (string, bool) {
+	return s.gate.SessionOwner(ctx, p, id)
 }
 
 // toOwner forwards a request for a run or session that executes on
@@ -91,12 +77,12 @@ func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
 func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			cl := s.svc.cluster
+			cl := s.node.cluster
 			if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 {
 				return next(c)
 			}
 			ctx := c.Request().Context()
-			node, active := owner(ctx, s, c.Param("id"))
+			node, active := owner(ctx, s, principal(c), c.Param("id"))
 			if !active || node == "" || node == s.cfg.Node {
 				return next(c)
 			}
@@ -116,7 +102,7 @@ func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
 // a slot, or fails DOCKER-UNAVAILABLE).
 func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		cl := s.svc.cluster
+		cl := s.node.cluster
 		if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 || s.cfg.Capacity <= 0 {
 			return next(c)
 		}
@@ -196,10 +182,10 @@ func (s *Server) listNodes(c echo.Context) error {
 		return err
 	}
 	out := api.NodeList{Nodes: []api.NodeView{}}
-	if s.svc.cluster == nil {
+	if s.node.cluster == nil {
 		return c.JSON(http.StatusOK, out)
 	}
-	nodes, err := s.svc.cluster.all(c.Request().Context())
+	nodes, err := s.node.cluster.all(c.Request().Context())
 	if err != nil {
 		return unavailable(err, "the node registry")
 	}

@@ -96,12 +96,6 @@ func (f *fakeCluster) ReleaseNodeSlots(context.Context, string, []string) error 
 func (f *fakeCluster) NodeSlots(context.Context) (map[string]int, error) {
 	return map[string]int{}, nil
 }
-func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string, string) (string, string, error) {
-	return "", "", nil
-}
-func (f *fakeCluster) ReleaseIdempotencyKey(context.Context, string, string, string) error {
-	return nil
-}
 
 func (f *fakeCluster) taken() []string {
 	f.mu.Lock()
@@ -122,7 +116,7 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 		e.cluster = fc
 	})
-	c := e.srv.svc.cluster
+	c := e.srv.node.cluster
 	ctx := context.Background()
 	beat := func() {
 		c.beat(ctx)
@@ -149,7 +143,7 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		t.Fatalf("right after the database came back, takeovers = %v, want none more", got)
 	}
 	c.healthySince = time.Now().Add(-3 * time.Hour)
-	e.srv.svc.draining.Store(true)
+	e.srv.node.draining.Store(true)
 	beat()
 	if got := fc.taken(); len(got) != 1 {
 		t.Fatalf("a stopping node took %v over", got)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -42,31 +44,16 @@ func (s *Server) submitRun(c echo.Context) error {
 	if key != "" && !validIdempotencyKey(key) {
 		return sandgate.FieldError("Idempotency-Key", "must be 1 to 255 printable ASCII characters")
 	}
-	var (
-		spec sandgate.RunSpec
-		up   *upload
-	)
-	if multipartRun {
-		spec, up, err = s.readMultipartRun(c)
-	} else {
-		spec, err = sandgate.DecodeRunSpec(c.Request().Body)
-	}
+	body, err := requestBody(c)
 	if err != nil {
-		return err
-	}
-	if err := checkWorkspaceSpec(spec); err != nil {
-		up.remove()
 		return err
 	}
 	ctx := c.Request().Context()
-	// submit owns the upload from here: it hands it to the run or
-	// removes it.
-	run, created, err := s.svc.submit(ctx, submission{
-		Principal: principal(c), CorrelationID: correlationID(c), Spec: spec, IdempotencyKey: key, Workspace: up,
-	})
+	ans, err := s.gate.Admit(ctx, caller(c), admission.Run{IdempotencyKey: key, Body: body})
 	if err != nil {
 		return err
 	}
+	run, created := ans.Run, !ans.Replayed
 	if !created {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
@@ -87,7 +74,7 @@ func (s *Server) submitRun(c echo.Context) error {
 // waitRun waits up to d for a live run to finish and returns it as it is
 // then.
 func (s *Server) waitRun(ctx context.Context, p sandgate.Principal, id string, d time.Duration) (*sandgate.Run, error) {
-	if lr := s.svc.live.get(id); lr != nil {
+	if lr := s.node.runs.live.get(id); lr != nil {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -97,7 +84,13 @@ func (s *Server) waitRun(ctx context.Context, p sandgate.Principal, id string, d
 		case <-s.stopping:
 		}
 	}
-	return s.svc.get(ctx, p, id)
+	return s.readRun(ctx, p, id)
+}
+
+// readRun is a run p may read, through the gate.
+func (s *Server) readRun(ctx context.Context, p sandgate.Principal, id string) (*sandgate.Run, error) {
+	ans, err := s.gate.Admit(ctx, admission.Caller{Principal: p, SignIn: sandgate.SignInToken}, admission.ReadRun{Run: id})
+	return ans.Run, err
 }
 
 func parseWait(v string, maxWait time.Duration) (time.Duration, error) {
@@ -169,11 +162,11 @@ func (s *Server) getRun(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	run, err := s.svc.get(c.Request().Context(), principal(c), c.Param("id"))
+	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.ReadRun{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
-	return renderRun(c, http.StatusOK, run)
+	return renderRun(c, http.StatusOK, ans.Run)
 }
 
 // listRuns is GET /v1/runs.
@@ -188,13 +181,13 @@ func (s *Server) listRuns(c echo.Context) error {
 	ctx, p := c.Request().Context(), principal(c)
 	withOutput := f.WithOutput
 	f.WithOutput = false
-	runs, next, err := s.svc.list(ctx, p, f)
+	runs, next, err := s.node.runs.list(ctx, p, f)
 	if err != nil {
 		return err
 	}
 	var load func(*sandgate.Run) (*sandgate.Run, error)
 	if withOutput {
-		load = func(r *sandgate.Run) (*sandgate.Run, error) { return s.svc.get(ctx, p, r.ID) }
+		load = func(r *sandgate.Run) (*sandgate.Run, error) { return s.readRun(ctx, p, r.ID) }
 	}
 	return renderRuns(c, runs, next, load)
 }
@@ -276,10 +269,11 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	run, err := s.svc.cancel(c.Request().Context(), principal(c), c.Param("id"))
+	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.Cancel{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
+	run := ans.Run
 	status := http.StatusAccepted
 	if run.State == sandgate.StateFinished {
 		status = http.StatusOK
@@ -295,15 +289,15 @@ func (s *Server) review(c echo.Context) error {
 	if err := requireJSON(c); err != nil {
 		return err
 	}
-	spec, err := sandgate.DecodeRunSpec(c.Request().Body)
+	body, err := requestBody(c)
 	if err != nil {
 		return err
 	}
-	dec, err := s.svc.review(c.Request().Context(), principal(c), correlationID(c), spec)
+	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.Review{Body: body})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, decisionView(dec, true))
+	return c.JSON(http.StatusOK, decisionView(*ans.Decision, true))
 }
 
 // policyStatus is GET /v1/policies.
@@ -369,7 +363,7 @@ func (s *Server) policyReplay(c echo.Context) error {
 	for name, text := range body.Files {
 		rq.files[name] = []byte(text)
 	}
-	rep, err := s.svc.replay(c.Request().Context(), principal(c), correlationID(c), rq)
+	rep, err := s.replays.replay(c.Request().Context(), principal(c), correlationID(c), rq)
 	if err != nil {
 		return err
 	}
@@ -457,7 +451,7 @@ func (s *Server) auditExport(c echo.Context) error {
 		h.Set("Cache-Control", "no-store")
 		c.Response().WriteHeader(http.StatusOK)
 	}
-	err = s.svc.exportAudit(c.Request().Context(), principal(c), correlationID(c), f, format, w, begin)
+	err = s.exportAudit(c.Request().Context(), principal(c), correlationID(c), f, format, w, begin)
 	if err != nil {
 		if c.Response().Committed {
 			// The status is sent; ending the body early tells the client
@@ -468,6 +462,40 @@ func (s *Server) auditExport(c echo.Context) error {
 		return unavailable(err, "the audit trail")
 	}
 	return nil
+}
+
+// exportAudit commits an audit.exported event, then streams the export.
+func (s *Server) exportAudit(ctx context.Context, p sandgate.Principal, corr string, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer, begin func()) error {
+	err := s.d.Recorder.Record(ctx, sandgate.NewAuditExported(sandgate.PrincipalSubject(p, corr, s.cfg.Node), s.d.Clock(),
+		map[string]any{"format": string(format), "filter": auditFilterPayload(f)}))
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the export now; retry later")
+	}
+	begin()
+	return s.d.Audit.Export(ctx, f, format, w)
+}
+
+func auditFilterPayload(f sandgate.AuditFilter) map[string]any {
+	m := map[string]any{}
+	add := func(k, v string) {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	add("correlation_id", f.CorrelationID)
+	add("run_id", f.RunID)
+	add("decision_id", f.DecisionID)
+	add("type", string(f.Type))
+	add("actor", f.Actor)
+	add("team", f.Team)
+	add("outcome", f.Outcome)
+	if !f.Since.IsZero() {
+		m["since"] = f.Since.UTC().Format(time.RFC3339Nano)
+	}
+	if !f.Until.IsZero() {
+		m["until"] = f.Until.UTC().Format(time.RFC3339Nano)
+	}
+	return m
 }
 
 // flushWriter writes to the response and flushes every write, so that a
@@ -588,10 +616,9 @@ func (s *Server) removeVolume(c echo.Context) error {
 	if err := s.d.Volumes.RemoveCacheVolume(c.Request().Context(), team, name); err != nil {
 		return err
 	}
-	s.d.Recorder.Emit(sandgate.Event{
-		Type: sandgate.EventVolumeRemoved, Time: s.d.Clock(), Outcome: "removed", CorrelationID: correlationID(c),
-		Actor: p.Name, Team: team, Node: s.cfg.Node, Payload: map[string]any{"volume": name},
-	})
+	subject := sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node)
+	subject.Team = team
+	s.d.Recorder.Emit(sandgate.NewVolumeRemoved(subject, s.d.Clock(), map[string]any{"volume": name}))
 	s.logger(c).Info("cache volume removed", "team", team, "volume", name, "actor", p.Name)
 	return c.NoContent(http.StatusNoContent)
 }
@@ -742,7 +769,7 @@ func (s *Server) readyz(c echo.Context) error {
 		return nil
 	})
 	run(3, func() error {
-		if s.svc.draining.Load() {
+		if s.node.draining.Load() {
 			return fmt.Errorf("shutting down")
 		}
 		return nil

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -113,7 +114,7 @@ type liveRun struct {
 	// teamConcurrency is the team's limit of runs holding a container.
 	teamConcurrency int
 	// upload is the run's workspace archive, removed when the run ends.
-	upload *upload
+	upload *admission.Upload
 	// session is the session a command runs in; empty for other runs.
 	session string
 	entries []logEntry

@@ -463,7 +463,8 @@ func (m *Metrics) observeUsage(outcome sandgate.Outcome, u *sandgate.Usage) {
 	}
 }
 
-func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
+// Decided counts a decision of the policy in force (admission.Observer).
+func (m *Metrics) Decided(op sandgate.Operation, d sandgate.Decision) {
 	result := "denied"
 	if d.Allow {
 		result = "allowed"
@@ -476,6 +477,10 @@ func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
 		m.ruleHits.WithLabelValues(v.Rule, "warn", result).Inc()
 	}
 }
+
+// TeamLimited counts a request refused for its team's limits
+// (admission.Observer).
+func (m *Metrics) TeamLimited(team string) { m.teamLimited.WithLabelValues(team).Inc() }
 
 // spoolCounter exports the i-th of SpoolCounts as a counter.
 func spoolCounter(name, help string, m *Metrics, i int) prometheus.Collector {

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -174,7 +175,7 @@ func (s *Server) runReceipt(c echo.Context) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
 		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
 	}
-	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+	if _, err := s.gate.Admit(ctx, caller(c), admission.ReadRun{Run: id}); err != nil && !(admission.SeesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
 		return err
 	}
 	p, err := s.proofs()
@@ -221,16 +222,14 @@ func (s *Server) auditWitnessAlarm(c echo.Context) error {
 		return unavailable(err, "the audit trail")
 	}
 	who := principal(c)
-	ev := sandgate.Event{
-		ID: s.d.IDs(), Type: sandgate.EventAuditWitnessAlarm, Time: s.svc.now(), Outcome: a.Kind,
-		CorrelationID: correlationID(c), Actor: who.Name, Team: who.Team, Node: s.cfg.Node,
-		Payload: map[string]any{
+	ev := sandgate.NewAuditWitnessAlarm(sandgate.PrincipalSubject(who, correlationID(c), s.cfg.Node), s.d.Clock(), a.Kind,
+		map[string]any{
 			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
 			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
 			"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
 			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": req.Alarm,
-		},
-	}
+		})
+	ev.ID = s.d.IDs()
 	if err := s.d.Recorder.Record(ctx, ev); err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
 	}

@@ -10,9 +10,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -58,12 +60,23 @@ type replayQuery struct {
 	drift bool
 }
 
+// replays runs policy replays: the trail's recorded decisions read back,
+// each re-evaluated through the gate (admission.Replay) with a candidate
+// bundle, and the changes reported.
+type replays struct {
+	base
+	gate *admission.Gate
+	mask sandgate.Masker
+	// replaying holds the one policy replay this gateway runs at a time.
+	replaying sync.Mutex
+}
+
 // replay evaluates the recorded admission inputs of the range with the
 // candidate bundle made of q.files and reports the decisions that would
 // change. Nothing runs and nothing but the replay's own policy.replayed
 // event is written. A candidate the engine refuses is POLICY-INVALID (or
 // INVALID-REQUEST for bad file names), recorded as a refused replay.
-func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
+func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
 	loader, ok := s.d.Policies.(sandgate.CandidateLoader)
 	if !ok {
 		if loader, ok = s.d.Admitter.(sandgate.CandidateLoader); !ok {
@@ -90,10 +103,11 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 		return api.ReplayReport{}, unavailable(err, "the policy engine")
 	}
 	r := &replayer{
+		gate:     s.gate,
 		cand:     cand,
 		examples: q.examples,
 		current:  s.d.Policies.Status().Revision,
-		fallback: s.policySettings(),
+		fallback: s.gate.Settings(),
 		rep: api.ReplayReport{
 			CandidateRevision: cand.Revision(),
 			CurrentRevision:   s.d.Policies.Status().Revision,
@@ -125,7 +139,7 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 // recordReplay commits the replay's policy.replayed event: the candidate's
 // revision and files, the filters and the counts (rep), or the reason the
 // candidate was refused (refused).
-func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
+func (s *replays) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
 	filter := map[string]any{"limit": q.limit}
 	if q.team != "" {
 		filter["team"] = q.team
@@ -156,11 +170,9 @@ func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	err := s.d.Recorder.Record(rctx, sandgate.Event{
-		Type: sandgate.EventPolicyReplayed, Time: s.now(), Outcome: outcome, CorrelationID: corr,
-		Actor: p.Name, Team: p.Team, Node: s.cfg.Node, PolicyRevision: s.d.Policies.Status().Revision,
-		Payload: payload,
-	})
+	subject := sandgate.PrincipalSubject(p, corr, s.cfg.Node)
+	subject.PolicyRevision = s.d.Policies.Status().Revision
+	err := s.d.Recorder.Record(rctx, sandgate.NewPolicyReplayed(subject, s.now(), outcome, payload))
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the replay now; retry later")
 	}
@@ -210,6 +222,7 @@ func timePtr(t time.Time) *time.Time {
 
 // replayer is one replay: the candidate, and the report it builds.
 type replayer struct {
+	gate     *admission.Gate
 	cand     sandgate.PolicyCandidate
 	examples int
 	// fallback are the settings a record without its own is replayed with.
@@ -230,7 +243,8 @@ const (
 )
 
 // run reads the range's records page by page and replays each decision,
-// until the range or the limit ends.
+// until the range or the limit ends. A decision's input is its request's
+// record (run.requested), or a review's own.
 func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQuery) error {
 	f := sandgate.AuditFilter{Types: replayTypes, Team: q.team, Since: q.since, Until: q.until, Limit: replayPage}
 	pending := map[string]sandgate.AuditRecord{}
@@ -259,9 +273,9 @@ func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQ
 					continue
 				}
 				delete(pending, rec.DecisionID)
-				err = r.one(ctx, req, rec, sandgate.OperationRun)
+				err = r.one(ctx, req, rec)
 			case sandgate.EventAdmissionReviewed:
-				err = r.one(ctx, rec, rec, sandgate.OperationReview)
+				err = r.one(ctx, rec, rec)
 			}
 			if err != nil {
 				return err
@@ -277,19 +291,13 @@ func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQ
 }
 
 // one replays the decision recorded in dec whose input req records.
-func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sandgate.Operation) error {
-	doc, ok := req.Payload["spec"].(map[string]any)
+func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord) error {
+	rec, exact, ok := r.record(req)
 	if !ok {
 		r.rep.Skipped++
 		return nil
 	}
-	spec, err := specFromDoc(doc)
-	if err != nil {
-		r.rep.Skipped++
-		return nil
-	}
-	in, exact := r.input(req, op, spec)
-	got, err := r.cand.Decide(ctx, in)
+	got, err := r.gate.Reevaluate(ctx, rec, r.cand)
 	if err != nil {
 		return err
 	}
@@ -300,9 +308,9 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 		r.rep.Approximate++
 	}
 	dependent := false
-	if hasMasked(doc) {
+	if doc, _ := req.Payload["spec"].(map[string]any); hasMasked(doc) {
 		r.rep.MaskedInputs++
-		if dependent, err = r.maskDependent(ctx, in, doc, got); err != nil {
+		if dependent, err = r.maskDependent(ctx, rec, doc, got); err != nil {
 			return err
 		}
 		if dependent {
@@ -314,12 +322,12 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 	newRules := denyRules(got.Violations)
 	ex := api.ReplayExample{
 		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
-		Principal: dec.Actor, Team: dec.Team, Operation: string(op), RecordedAt: at,
+		Principal: dec.Actor, Team: dec.Team, Operation: string(rec.Input.Operation), RecordedAt: at,
 		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
 		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
 	}
 	if r.inForce != nil {
-		if err := r.drift(ctx, in, ex); err != nil {
+		if err := r.drift(ctx, rec, ex); err != nil {
 			return err
 		}
 	}
@@ -340,11 +348,10 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 	return nil
 }
 
-// drift evaluates in with the policy in force and counts the decision
-// when it differs from the record ex describes. The policy in force puts
-// its own settings in the input.
-func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api.ReplayExample) error {
-	d, err := r.inForce.Decide(ctx, in)
+// drift evaluates the record with the policy in force and counts the
+// decision when it differs from the record ex describes.
+func (r *replayer) drift(ctx context.Context, rec sandgate.DecisionRecord, ex api.ReplayExample) error {
+	d, err := r.gate.Reevaluate(ctx, rec, r.inForce)
 	if err != nil {
 		return err
 	}
@@ -364,14 +371,32 @@ func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api
 	return nil
 }
 
-// input rebuilds the policy input a record holds, and reports whether it
-// is exact: records made before the trail kept the principal's roles and
-// the settings are replayed with the submitter role for runs (the role
-// POST /v1/runs requires), none for reviews, and the gateway's settings.
-func (r *replayer) input(rec sandgate.AuditRecord, op sandgate.Operation, spec sandgate.RunSpec) (sandgate.AdmissionInput, bool) {
+// record reads the decision record a request's event holds, and whether
+// it is exact. A record written in the one shape (sandgate.DecisionRecord)
+// is the input exactly as the engine saw it, whatever the operation.
+// Records written before are rebuilt as well as they can be: as operation
+// run (or review), with the submitter role for runs (the role POST
+// /v1/runs requires), none for reviews, and the settings they kept or
+// the gateway's; they are approximate.
+func (r *replayer) record(req sandgate.AuditRecord) (sandgate.DecisionRecord, bool, bool) {
+	if rec, ok := sandgate.ReadDecisionRecord(req.Payload); ok {
+		return rec, true, true
+	}
+	doc, ok := req.Payload["spec"].(map[string]any)
+	if !ok {
+		return sandgate.DecisionRecord{}, false, false
+	}
+	spec, err := specFromDoc(doc)
+	if err != nil {
+		return sandgate.DecisionRecord{}, false, false
+	}
+	op := sandgate.OperationRun
+	if req.Type == sandgate.EventAdmissionReviewed {
+		op = sandgate.OperationReview
+	}
 	exact := true
-	p := sandgate.Principal{Name: rec.Actor, Team: rec.Team, Roles: []sandgate.Role{}}
-	if raw, ok := rec.Payload["principal_roles"].([]any); ok {
+	p := sandgate.Principal{Name: req.Actor, Team: req.Team, Roles: []sandgate.Role{}}
+	if raw, ok := req.Payload["principal_roles"].([]any); ok {
 		for _, v := range raw {
 			if s, ok := v.(string); ok {
 				p.Roles = append(p.Roles, sandgate.Role(s))
@@ -383,19 +408,25 @@ func (r *replayer) input(rec sandgate.AuditRecord, op sandgate.Operation, spec s
 			p.Roles = append(p.Roles, sandgate.RoleSubmitter)
 		}
 	}
-	st, ok := recordedSettings(rec.Payload["settings"])
+	st, ok := recordedSettings(req.Payload["settings"])
 	if !ok {
 		exact = false
 		st = r.fallback
 		st.MountRoots = slices.Clone(st.MountRoots)
 	}
-	return sandgate.AdmissionInput{
+	// A session's and a command's decisions recorded before the one shape
+	// kept neither their operation nor their session in the input.
+	if o, _ := req.Payload["operation"].(string); o != "" && o != string(op) {
+		exact = false
+	}
+	return sandgate.DecisionRecord{Input: sandgate.AdmissionInput{
 		APIVersion: sandgate.APIVersion, Operation: op, Principal: p,
 		Request: sandgate.Normalized{RunSpec: spec}, Settings: st,
-	}, exact
+	}}, exact, true
 }
 
-// recordedSettings reads the settings recordInput wrote.
+// recordedSettings reads the settings a record written before the one
+// shape kept.
 func recordedSettings(v any) (sandgate.Settings, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -420,7 +451,7 @@ func recordedSettings(v any) (sandgate.Settings, bool) {
 // with every masked value replaced by "". The replay cannot know the
 // values themselves; a rule that treats a hash and "" alike but the real
 // value otherwise goes unseen.
-func (r *replayer) maskDependent(ctx context.Context, in sandgate.AdmissionInput, doc map[string]any, got sandgate.Decision) (bool, error) {
+func (r *replayer) maskDependent(ctx context.Context, rec sandgate.DecisionRecord, doc map[string]any, got sandgate.Decision) (bool, error) {
 	for _, v := range slices.Concat(got.Violations, got.Warnings) {
 		if strings.Contains(v.Message, sandgate.MaskPrefix) {
 			return true, nil
@@ -430,8 +461,8 @@ func (r *replayer) maskDependent(ctx context.Context, in sandgate.AdmissionInput
 	if err != nil {
 		return true, nil
 	}
-	in.Request = sandgate.Normalized{RunSpec: spec}
-	alt, err := r.cand.Decide(ctx, in)
+	rec.Input.Request = sandgate.Normalized{RunSpec: spec}
+	alt, err := r.gate.Reevaluate(ctx, rec, r.cand)
 	if err != nil {
 		return false, err
 	}

@@ -25,15 +25,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
-// Server is the gateway: an HTTP handler and the runs it started.
+// Server is the gateway: an HTTP handler, the gate every operation on
+// sandbox state passes, and this node's runs and sessions.
 type Server struct {
 	cfg      Config
 	d        Deps
 	echo     *echo.Echo
-	svc      *service
+	gate     *admission.Gate
+	node     *node
+	replays  *replays
 	metrics  *Metrics
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
@@ -81,15 +85,14 @@ func New(cfg Config, deps Deps) (*Server, error) {
 			deps.Gatherer = prometheus.DefaultGatherer
 		}
 	}
-	var sec secrets = masker{key: cfg.MaskKey}
+	mask := sandgate.NewMasker(cfg.MaskKey)
 	if len(cfg.MaskKey) == 0 {
-		r, ok := deps.Recorder.(Redactor)
+		r, ok := deps.Recorder.(MaskerSource)
 		if !ok {
-			return nil, errors.New("gateway: Config.MaskKey is required when the Recorder is not a Redactor")
+			return nil, errors.New("gateway: Config.MaskKey is required when the Recorder has no Masker")
 		}
-		sec = redactorSecrets{r: r}
+		mask = r.Masker()
 	}
-	runCtx, stopRuns := context.WithCancel(context.Background())
 	s := &Server{
 		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger,
 		authFailures: newLimiters(cfg.AuthFailureRate, cfg.AuthFailureBurst, deps.Clock),
@@ -99,25 +102,30 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit > 0 {
 		s.requests = newLimiters(cfg.RateLimit, cfg.RateBurst, deps.Clock)
 	}
-	// The archives a previous process of this node left: their runs either
+	// The uploads a previous process of this node left: their runs either
 	// ran already (their workspace was made from them) or are lost.
 	removeStaleUploads(cfg.UploadDir, deps.Logger)
-	s.svc = &service{
-		cfg: cfg, d: deps, now: deps.Clock, newID: deps.IDs, mask: sec,
-		metrics: m, log: deps.Logger, live: newHub(), idem: newIdemCache(), teams: newTeamLoad(), sessions: newSessionHub(),
-		runCtx: runCtx, stopRuns: stopRuns,
-	}
-	if deps.Cluster != nil {
-		s.svc.cluster = &cluster{s: s.svc, store: deps.Cluster, done: make(chan struct{})}
-	}
-	s.svc.callbacks = newCallbacks(callbackOptions{
+	b := base{cfg: cfg, d: deps, now: deps.Clock, log: deps.Logger, metrics: m}
+	n := &node{base: b, teams: admission.NewTeams()}
+	n.sessions = newSessions(b, &n.draining)
+	cb := newCallbacks(callbackOptions{
 		key: cfg.CallbackKey, attempts: cfg.CallbackAttempts, timeout: cfg.CallbackTimeout,
 		backoff: cfg.CallbackBackoff, workers: cfg.CallbackWorkers, queue: cfg.CallbackQueue,
 		lookup: cfg.callbackLookup, events: deps.Recorder, now: deps.Clock, node: cfg.Node,
 		log:       deps.Logger.With("component", "callbacks"),
 		delivered: func(result string) { m.callbacks.WithLabelValues(result).Inc() },
 	})
-	m.attach(deps, s.svc.live.count, s.svc.sessions.count)
+	n.runs = newRuns(b, n.sessions, cb)
+	if deps.Cluster != nil {
+		n.cluster = &cluster{n: n, store: deps.Cluster, done: make(chan struct{})}
+	}
+	s.node = n
+	var err error
+	if s.gate, err = newGate(cfg, deps, mask, m, n.teams, executorSide{runs: n.runs, sessions: n.sessions}); err != nil {
+		return nil, err
+	}
+	s.replays = &replays{base: b, gate: s.gate, mask: mask}
+	m.attach(deps, n.runs.live.count, n.sessions.live.count)
 	s.echo = s.routes()
 	return s, nil
 }
@@ -175,7 +183,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // are refused, waiting requests and log streams return.
 func (s *Server) beginStop() {
 	s.stopOnce.Do(func() {
-		s.svc.draining.Store(true)
+		s.node.draining.Store(true)
+		s.gate.Drain()
 		close(s.stopping)
 	})
 }
@@ -186,16 +195,16 @@ func (s *Server) beginStop() {
 // Handler call it themselves.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.beginStop()
-	if s.svc.cluster != nil {
-		s.svc.cluster.halt()
+	if s.node.cluster != nil {
+		s.node.cluster.halt()
 	}
-	err := s.svc.shutdown(ctx)
-	if s.svc.cluster != nil {
-		s.svc.cluster.leave(ctx)
+	err := s.node.shutdown(ctx)
+	if s.node.cluster != nil {
+		s.node.cluster.leave(ctx)
 	}
 	// Callbacks of the runs that just ended are delivered while the drain
 	// lasts; the rest are recorded as failed.
-	s.svc.callbacks.shutdown(ctx, s.cfg.CallbackDrain)
+	s.node.runs.callbacks.shutdown(ctx, s.cfg.CallbackDrain)
 	s.log.Info("gateway stopped", "error", err)
 	return err
 }
@@ -205,6 +214,7 @@ const (
 	keyCorrelation = "sandgate.correlation_id"
 	keyPrincipal   = "sandgate.principal"
 	keyLogger      = "sandgate.logger"
+	keySignIn      = "sandgate.sign_in"
 )
 
 var correlationPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -221,6 +231,12 @@ func correlationID(c echo.Context) string {
 func principal(c echo.Context) sandgate.Principal {
 	p, _ := c.Get(keyPrincipal).(sandgate.Principal)
 	return p
+}
+
+// signIn is how the request's principal authenticated.
+func signIn(c echo.Context) string {
+	v, _ := c.Get(keySignIn).(string)
+	return v
 }
 
 // logger returns the request's logger, which carries its correlation ID
@@ -525,6 +541,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many refused requests by %s; retry later", p.Name)
 		}
 		c.Set(keyPrincipal, p)
+		c.Set(keySignIn, sandgate.SignInToken)
 		if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
 			c.Set(keyLogger, l.With("principal", p.Name))
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -44,13 +45,14 @@ func (s *Server) runLogs(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	p := principal(c)
-	run, err := s.svc.get(ctx, p, c.Param("id"))
+	ans, err := s.gate.Admit(ctx, caller(c), admission.ReadRun{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
+	run := ans.Run
 	sw := &sseWriter{c: c}
 	sw.begin()
-	if lr := s.svc.live.get(run.ID); lr != nil {
+	if lr := s.node.runs.live.get(run.ID); lr != nil {
 		return s.streamLive(ctx, sw, lr, cur, follow)
 	}
 	return s.streamStored(ctx, sw, p, run, cur, follow)
@@ -109,12 +111,12 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 			case <-s.stopping:
 				return nil
 			}
-			r, err := s.svc.get(ctx, p, run.ID)
+			r, err := s.readRun(ctx, p, run.ID)
 			if err != nil {
 				s.logger(sw.c).Warn("poll run for logs", "error", err)
 				continue
 			}
-			if lr := s.svc.live.get(r.ID); lr != nil {
+			if lr := s.node.runs.live.get(r.ID); lr != nil {
 				return s.streamLive(ctx, sw, lr, logCursor{stdout: cur.stdout, stderr: cur.stderr}, follow)
 			}
 			run = r
