@@ -58,9 +58,9 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 // written before records had this shape, or one that does not parse.
 func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	var doc struct {
-		Record     int        `json:"record"`
-		APIVersion string     `json:"api_version"`
-		Operation  Operation  `json:"operation"`
+		Record     int       `json:"record"`
+		APIVersion string    `json:"api_version"`
+		Operation  Operation `json:"operation"`
 		Principal  *struct {
 			Name   string `json:"name"`
 			Team   string `json:"team"`

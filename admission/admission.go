@@ -237,8 +237,8 @@ type pass struct {
 	hold   *Hold
 	upload *uploadHold
 	// Step 4: the request as the policy judges it, and its body's upload.
-	id     string
-	input  sandgate.AdmissionInput
+	id      string
+	input   sandgate.AdmissionInput
 	spooled *Upload
 	// Step 5.
 	dec      sandgate.Decision

@@ -153,4 +153,4 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) Decided(sandgate.Operation, sandgate.Decision) {}
-func (nopObserver) TeamLimited(string)                           {}
+func (nopObserver) TeamLimited(string)                            {}

@@ -33,4 +33,3 @@ func TestSpecDigest(t *testing.T) {
 		}
 	}
 }
-

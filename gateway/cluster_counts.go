@@ -31,4 +31,3 @@ func (s *runs) releaseSlot(runID string) {
 	saveRetrying("release run slot", time.Now().Add(finalStoreFor), 500*time.Millisecond, s.log.With("run_id", runID),
 		func(ctx context.Context) error { return s.d.Cluster.ReleaseSlot(ctx, runID) })
 }
-

@@ -132,6 +132,6 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Admitter: d.Admitter, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions,
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x,
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
-		Masker: mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
+		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
 	}, teams)
 }
