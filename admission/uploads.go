@@ -336,9 +336,16 @@ func (p *pacedReader) arm() {
 	}
 }
 
-// stop lifts the read deadline once the upload has been read.
+// stop lifts the read deadline once the upload has been read, or, for
+// an upload that was cut, leaves it in the past: nothing more of the body
+// is read, not even to drain the connection for another request.
 func (p *pacedReader) stop() {
-	if p.deadline != nil {
-		_ = p.deadline(time.Time{})
+	if p.deadline == nil {
+		return
 	}
+	if p.err != nil {
+		_ = p.deadline(time.Now())
+		return
+	}
+	_ = p.deadline(time.Time{})
 }

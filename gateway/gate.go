@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,6 +19,25 @@ import (
 // body unread) and call Gate.Admit; the gate drives the gateway's live
 // runs and sessions through executorSide and its disk through spooler.
 
+// admit takes a request of c's through the gate. When the gate refuses
+// it before its body was read to the end, the rest of the body gets
+// drainWait at most: net/http reads up to 256 KiB of an unread body to
+// keep the connection for the next request, and a stalled client would
+// hold the handler for that read until the server's read timeout.
+func (s *Server) admit(c echo.Context, r admission.Request) (admission.Answer, error) {
+	ans, err := s.gate.Admit(c.Request().Context(), caller(c), r)
+	if err != nil {
+		if b, ok := c.Get(keyBody).(*bodyReader); ok && !b.eof {
+			_ = http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(drainWait))
+		}
+	}
+	return ans, err
+}
+
+// drainWait bounds how long the rest of a refused request's body may
+// take to arrive before the connection is closed.
+const drainWait = time.Second
+
 // caller is the request's caller as the gate takes it.
 func caller(c echo.Context) admission.Caller {
 	return admission.Caller{Principal: principal(c), SignIn: signIn(c), CorrelationID: correlationID(c)}
@@ -28,10 +48,12 @@ func caller(c echo.Context) admission.Caller {
 // for the uploads' minimum rate.
 func requestBody(c echo.Context) (admission.Body, error) {
 	req := c.Request()
-	b := admission.Body{R: bodyReader{req.Body}, Size: req.ContentLength}
+	br := &bodyReader{r: req.Body}
+	b := admission.Body{R: br, Size: req.ContentLength}
 	if req.Body == nil || req.Body == http.NoBody {
-		b.R = http.NoBody
+		b.R, br.eof = http.NoBody, true
 	}
+	c.Set(keyBody, br)
 	if isMultipart(req) {
 		_, params, _ := mime.ParseMediaType(req.Header.Get("Content-Type"))
 		if b.Boundary = params["boundary"]; b.Boundary == "" {
@@ -43,15 +65,25 @@ func requestBody(c echo.Context) (admission.Body, error) {
 	return b, nil
 }
 
-// bodyReader reads a request's body, a body past the gateway's limit
-// (http.MaxBytesReader's) as TOO-LARGE.
-type bodyReader struct{ r io.Reader }
+// keyBody is where requestBody leaves the body's reader for admit.
+const keyBody = "sandgate.body"
 
-func (b bodyReader) Read(p []byte) (int, error) {
+// bodyReader reads a request's body, a body past the gateway's limit
+// (http.MaxBytesReader's) as TOO-LARGE, and knows whether it was read to
+// its end.
+type bodyReader struct {
+	r   io.Reader
+	eof bool
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return n, sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", mbe.Limit-1)
+	}
+	if err == io.EOF {
+		b.eof = true
 	}
 	return n, err
 }

@@ -49,7 +49,7 @@ func (s *Server) submitRun(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	ans, err := s.gate.Admit(ctx, caller(c), admission.Run{IdempotencyKey: key, Body: body})
+	ans, err := s.admit(c, admission.Run{IdempotencyKey: key, Body: body})
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (s *Server) getRun(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.ReadRun{Run: c.Param("id")})
+	ans, err := s.admit(c, admission.ReadRun{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.Cancel{Run: c.Param("id")})
+	ans, err := s.admit(c, admission.Cancel{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
@@ -293,7 +293,7 @@ func (s *Server) review(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.Review{Body: body})
+	ans, err := s.admit(c, admission.Review{Body: body})
 	if err != nil {
 		return err
 	}

@@ -175,7 +175,7 @@ func (s *Server) runReceipt(c echo.Context) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
 		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
 	}
-	if _, err := s.gate.Admit(ctx, caller(c), admission.ReadRun{Run: id}); err != nil && !(admission.SeesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+	if _, err := s.admit(c, admission.ReadRun{Run: id}); err != nil && !(admission.SeesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
 		return err
 	}
 	p, err := s.proofs()

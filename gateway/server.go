@@ -125,7 +125,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, err
 	}
 	s.replays = &replays{base: b, gate: s.gate, mask: mask}
-	m.attach(deps, n.runs.live.count, n.sessions.live.count)
+	m.attach(deps, n.runs.live.count, n.sessions.live.count, s.gate.Uploads)
 	s.echo = s.routes()
 	return s, nil
 }

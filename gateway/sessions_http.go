@@ -28,7 +28,7 @@ func (s *Server) createSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.OpenSession{Body: body})
+	ans, err := s.admit(c, admission.OpenSession{Body: body})
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func (s *Server) getSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.ReadSession{Session: c.Param("id")})
+	ans, err := s.admit(c, admission.ReadSession{Session: c.Param("id")})
 	if err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (s *Server) deleteSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c), admission.EndSession{Session: c.Param("id")})
+	ans, err := s.admit(c, admission.EndSession{Session: c.Param("id")})
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (s *Server) execInSession(c echo.Context) error {
 		return err
 	}
 	ctx, p := c.Request().Context(), principal(c)
-	ans, err := s.gate.Admit(ctx, caller(c), admission.Command{Session: c.Param("id"), Body: body})
+	ans, err := s.admit(c, admission.Command{Session: c.Param("id"), Body: body})
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 	}
 	// The gate finds the session and checks whose it is before a byte of
 	// the body is read, and counts the upload before it reads it.
-	ans, err := s.gate.Admit(c.Request().Context(), caller(c),
+	ans, err := s.admit(c,
 		admission.PutFiles{Session: c.Param("id"), Path: path, Format: format, Mode: mode, Body: body})
 	if err != nil {
 		return err
@@ -197,7 +197,7 @@ func (s *Server) getSessionFiles(c echo.Context) error {
 	}
 	path := c.QueryParam("path")
 	w := c.Response()
-	_, err := s.gate.Admit(c.Request().Context(), caller(c), admission.GetFiles{Session: c.Param("id"), Path: path,
+	_, err := s.admit(c, admission.GetFiles{Session: c.Param("id"), Path: path,
 		Out: func(kind string) (io.Writer, error) {
 			ct := "application/octet-stream"
 			name := path

@@ -45,7 +45,7 @@ func (s *Server) runLogs(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	p := principal(c)
-	ans, err := s.gate.Admit(ctx, caller(c), admission.ReadRun{Run: c.Param("id")})
+	ans, err := s.admit(c, admission.ReadRun{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/executor"
@@ -311,6 +312,11 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	// The admission gate reads its own settings (uploads' quotas).
+	uploads, err := admission.UploadLimitsFromEnv(a.getenv, cfg.MaxWorkspaceBytes)
+	if err != nil {
+		return err
+	}
 	keyID, publicKey := signingKey(store)
 	var consoleHandler http.Handler
 	if cfg.Console {
@@ -324,6 +330,7 @@ func serve(ctx context.Context, a *app) error {
 		CallbackKey:        callbackKey,
 		UploadDir:          cfg.UploadDir,
 		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
+		Uploads:            uploads,
 		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
 		ReplayTimeout:      cfg.ReplayTimeout,
 		AdvertiseURL:       cfg.AdvertiseURL,
