@@ -56,7 +56,7 @@ func (r *runs) saveArtifacts(run *sandgate.Run, a sandgate.Artifacts, log *slog.
 
 // runArtifacts returns the artifacts of a run the principal may read,
 // through the gate.
-func (s *Server) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifact, error) {
+func (s artifactRoutes) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifact, error) {
 	ans, err := s.admit(c, admission.Artifacts{Run: c.Param("id")})
 	if err != nil {
 		return nil, nil, err
@@ -65,7 +65,7 @@ func (s *Server) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifac
 }
 
 // listArtifacts is GET /v1/runs/{id}/artifacts.
-func (s *Server) listArtifacts(c echo.Context) error {
+func (s artifactRoutes) listArtifacts(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (s *Server) listArtifacts(c echo.Context) error {
 
 // getArtifact is GET /v1/runs/{id}/artifacts/{path}: one file, with its
 // digest as ETag and Repr-Digest, and a single byte range when asked.
-func (s *Server) getArtifact(c echo.Context) error {
+func (s artifactRoutes) getArtifact(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (s *Server) getArtifact(c echo.Context) error {
 
 // artifactsTar is GET /v1/runs/{id}/artifacts.tar: every artifact of the
 // run in one tar stream, each file streamed from the blob store.
-func (s *Server) artifactsTar(c echo.Context) error {
+func (s artifactRoutes) artifactsTar(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func fromEchoError(he *echo.HTTPError) *sandgate.Error {
 // code to its status and writes the error shape, with Retry-After on 429,
 // 503 and 507 and WWW-Authenticate on 401. Internal causes are logged, never
 // sent.
-func (s *Server) handleError(err error, c echo.Context) {
+func (s edge) handleError(err error, c echo.Context) {
 	corr := correlationID(c)
 	if c.Response().Committed {
 		if !errors.Is(err, context.Canceled) {
@@ -111,7 +111,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 // recoverPanics turns a panic into a clean SANDGATE-INTERNAL answer, logging
 // the panic value but never sending a stack.
-func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			r := recover()

@@ -24,7 +24,7 @@ import (
 // drainWait at most: net/http reads up to 256 KiB of an unread body to
 // keep the connection for the next request, and a stalled client would
 // hold the handler for that read until the server's read timeout.
-func (s *Server) admit(c echo.Context, r admission.Request) (admission.Answer, error) {
+func (s *web) admit(c echo.Context, r admission.Request) (admission.Answer, error) {
 	ans, err := s.gate.Admit(c.Request().Context(), caller(c), r)
 	if err != nil {
 		if b, ok := c.Get(keyBody).(*bodyReader); ok && !b.eof {

@@ -85,12 +85,12 @@ type Metrics struct {
 	// sessionsOpen counts the sessions open on this node.
 	sessionsOpen func() int
 	// uploads reports the bytes uploads hold and how many are in flight.
-	uploads func() (int64, int)
-	counter      ActiveContainerCounter
-	queue        QueueDepther
-	spool        SpoolSizer
-	spoolCounts  SpoolCounter
-	sinks        SinkReporter
+	uploads     func() (int64, int)
+	counter     ActiveContainerCounter
+	queue       QueueDepther
+	spool       SpoolSizer
+	spoolCounts SpoolCounter
+	sinks       SinkReporter
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg

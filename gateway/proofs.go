@@ -24,7 +24,7 @@ import (
 
 // proofs returns the trail's proofs, or NOT-FOUND when this gateway was
 // wired without them.
-func (s *Server) proofs() (sandgate.AuditProofs, error) {
+func (s proofRoutes) proofs() (sandgate.AuditProofs, error) {
 	if s.d.Proofs == nil {
 		return nil, sandgate.Errorf(sandgate.CodeNotFound, "this gateway serves no audit proofs")
 	}
@@ -63,7 +63,7 @@ func wantsJSON(c echo.Context) bool {
 }
 
 // auditCheckpoint is GET /v1/audit/checkpoint.
-func (s *Server) auditCheckpoint(c echo.Context) error {
+func (s proofRoutes) auditCheckpoint(c echo.Context) error {
 	if err := checkQuery(c, "chain"); err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func (s *Server) auditCheckpoint(c echo.Context) error {
 }
 
 // auditInclusion is GET /v1/audit/proof/inclusion.
-func (s *Server) auditInclusion(c echo.Context) error {
+func (s proofRoutes) auditInclusion(c echo.Context) error {
 	if err := checkQuery(c, "event_id", "tree_size"); err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (s *Server) auditInclusion(c echo.Context) error {
 }
 
 // auditConsistency is GET /v1/audit/proof/consistency.
-func (s *Server) auditConsistency(c echo.Context) error {
+func (s proofRoutes) auditConsistency(c echo.Context) error {
 	if err := checkQuery(c, "chain", "from", "to"); err != nil {
 		return err
 	}
@@ -138,7 +138,7 @@ func (s *Server) auditConsistency(c echo.Context) error {
 const maxCosignatureBody = 32 << 10
 
 // auditCosign is POST /v1/audit/checkpoint/cosignature.
-func (s *Server) auditCosign(c echo.Context) error {
+func (s proofRoutes) auditCosign(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -167,7 +167,7 @@ func (s *Server) auditCosign(c echo.Context) error {
 // receipt` builds, as a file. A submitter gets their team's runs only;
 // auditors and admins any run the trail holds, also one whose record
 // the run store no longer keeps.
-func (s *Server) runReceipt(c echo.Context) error {
+func (s proofRoutes) runReceipt(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -198,7 +198,7 @@ const maxWitnessAlarmBody = 16 << 10
 // checkpoint it refused. The alarm must be signed by the key posted with
 // it; it is recorded as audit.witness_alarm (actor: the token's
 // principal) and counted in sandgate_audit_witness_alarms_total.
-func (s *Server) auditWitnessAlarm(c echo.Context) error {
+func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // createSession is POST /v1/sessions: 201 with the open session.
-func (s *Server) createSession(c echo.Context) error {
+func (s sessionRoutes) createSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (s *Server) createSession(c echo.Context) error {
 }
 
 // listSessions is GET /v1/sessions.
-func (s *Server) listSessions(c echo.Context) error {
+func (s sessionRoutes) listSessions(c echo.Context) error {
 	if err := checkQuery(c, "state", "limit"); err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (s *Server) listSessions(c echo.Context) error {
 }
 
 // getSession is GET /v1/sessions/{id}.
-func (s *Server) getSession(c echo.Context) error {
+func (s sessionRoutes) getSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (s *Server) getSession(c echo.Context) error {
 
 // deleteSession is DELETE /v1/sessions/{id}: 200 once the session has
 // ended, 202 while it is still stopping.
-func (s *Server) deleteSession(c echo.Context) error {
+func (s sessionRoutes) deleteSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (s *Server) deleteSession(c echo.Context) error {
 
 // execInSession is POST /v1/sessions/{id}/runs: the command's run, 202
 // with Location, or 200 when ?wait saw it finish.
-func (s *Server) execInSession(c echo.Context) error {
+func (s sessionRoutes) execInSession(c echo.Context) error {
 	if err := checkQuery(c, "wait"); err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ var archiveFormats = map[string]string{
 // path, or (by Content-Type) a tar, tar.gz or zip unpacked in the
 // directory path names. The gate spools the body to a file, at most
 // MaxWorkspaceBytes, once the session is found to be the caller's.
-func (s *Server) putSessionFiles(c echo.Context) error {
+func (s sessionRoutes) putSessionFiles(c echo.Context) error {
 	if err := checkQuery(c, "path", "mode"); err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 // getSessionFiles is GET /v1/sessions/{id}/files?path=: the file, or the
 // directory as a tar (application/x-tar). X-Content-SHA256 is not sent:
 // the digest is known only at the end, and the trail records it.
-func (s *Server) getSessionFiles(c echo.Context) error {
+func (s sessionRoutes) getSessionFiles(c echo.Context) error {
 	if err := checkQuery(c, "path"); err != nil {
 		return err
 	}

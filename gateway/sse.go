@@ -24,7 +24,7 @@ const storePoll = time.Second
 // exit event. A finished run replays its stored output. Each event's id is
 // the stream position after it ("entry.stdout_bytes.stderr_bytes"), so a
 // client may resume with Last-Event-ID, live or after the run ended.
-func (s *Server) runLogs(c echo.Context) error {
+func (s logRoutes) runLogs(c echo.Context) error {
 	if err := checkQuery(c, "follow"); err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (s *Server) runLogs(c echo.Context) error {
 	return s.streamStored(ctx, sw, p, run, cur, follow)
 }
 
-func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
+func (s logRoutes) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
 	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
 	for {
@@ -88,7 +88,7 @@ func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur
 // streamStored replays a run from the store, from the cursor's offsets. A
 // run that is not finished and not live here executes on another node: its
 // state is sent, and when following, the store is polled until it ends.
-func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
+func (s logRoutes) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
 	cur.next = 0
 	send := func(name string, v any) error {
 		data, err := marshal(v)
