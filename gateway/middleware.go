@@ -285,13 +285,8 @@ func (s edge) deny(c echo.Context, p sandgate.Principal, reason, detail string, 
 	}
 	s.metrics.authDenied.WithLabelValues(reason).Inc()
 	ctx, cancel := context.WithTimeout(c.Request().Context(), authAuditWait)
-	qerr := s.d.Recorder.Queue(ctx, sandgate.Event{
-		Type: sandgate.EventAuthDenied, Time: s.d.Clock(), Outcome: reason,
-		CorrelationID: correlationID(c), Actor: p.Name, Team: p.Team, Node: s.cfg.Node,
-		Payload: map[string]any{
-			"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail,
-		},
-	})
+	qerr := s.d.Recorder.Queue(ctx, sandgate.NewAuthDenied(sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node), s.d.Clock(), reason,
+		map[string]any{"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail}))
 	cancel()
 	if qerr != nil {
 		s.logger(c).Error("request refused; the audit trail cannot take its auth.denied event", "reason", reason,
