@@ -241,9 +241,8 @@ type pass struct {
 	input   sandgate.AdmissionInput
 	spooled *Upload
 	// Step 5.
-	dec      sandgate.Decision
-	key      string
-	keyClaim bool
+	dec sandgate.Decision
+	key string
 
 	answer Answer
 	// undo are what the pass gives back if it ends before its work was

@@ -12,7 +12,6 @@ import (
 // OpenSession is POST /v1/sessions: a session spec, admitted with
 // operation "session" and its limits in input.session.
 type OpenSession struct {
-	none
 	Body Body
 }
 
@@ -101,7 +100,6 @@ func (OpenSession) execute(ctx context.Context, p *pass) error {
 // admitted spec with the command's fields, input.session names the
 // session.
 type Command struct {
-	none
 	Session string
 	Body    Body
 }
