@@ -177,6 +177,8 @@ func (u *uploads) reserve(principal, team string, declared int64) (*uploadHold, 
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	p, t := u.use(u.byPrincipal, principal), u.use(u.byTeam, team)
+	defer u.drop(u.byPrincipal, principal)
+	defer u.drop(u.byTeam, team)
 	limited := func(scope, what string, held, max int64) error {
 		return &sandgate.Error{Code: sandgate.CodeRateLimited,
 			Message: fmt.Sprintf("%s is at its upload limit of %s (%d held); retry when an upload has ended", scope, what, held),
