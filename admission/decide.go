@@ -149,11 +149,11 @@ func denial(dec sandgate.Decision) error {
 	if len(msgs) > 0 {
 		msg += ": " + strings.Join(msgs, "; ")
 	}
-	return &sandgate.Error{Code: sandgate.CodePolicyDenied, Message: msg, Details: DecisionDetails(dec)}
+	return &sandgate.Error{Code: sandgate.CodePolicyDenied, Message: msg, Details: decisionDetails(dec)}
 }
 
-// DecisionDetails is a decision as an error's details, every list a list.
-func DecisionDetails(d sandgate.Decision) map[string]any {
+// decisionDetails is a decision as an error's details, every list a list.
+func decisionDetails(d sandgate.Decision) map[string]any {
 	orEmpty := func(vs []sandgate.Violation) []sandgate.Violation {
 		if vs == nil {
 			return []sandgate.Violation{}
