@@ -82,10 +82,10 @@ func (l UploadLimits) withDefaults() UploadLimits {
 // (SANDGATE_UPLOAD_PRINCIPAL_BYTES, SANDGATE_UPLOAD_PRINCIPAL_UPLOADS,
 // SANDGATE_UPLOAD_TEAM_BYTES, SANDGATE_UPLOAD_GLOBAL_BYTES,
 // SANDGATE_UPLOAD_GLOBAL_UPLOADS, SANDGATE_UPLOAD_MIN_RATE in bytes a
-// second, SANDGATE_UPLOAD_RATE_WINDOW a duration); unset ones take their
-// defaults. maxBytes is the gateway's largest upload.
-func UploadLimitsFromEnv(getenv func(string) string, maxBytes int64) (UploadLimits, error) {
-	l := UploadLimits{MaxBytes: maxBytes}
+// second, SANDGATE_UPLOAD_RATE_WINDOW a duration); unset ones stay zero,
+// for New to default (from the gateway's largest upload, MaxBytes).
+func UploadLimitsFromEnv(getenv func(string) string) (UploadLimits, error) {
+	var l UploadLimits
 	for _, f := range []struct {
 		name string
 		dst  *int64
@@ -122,7 +122,7 @@ func UploadLimitsFromEnv(getenv func(string) string, maxBytes int64) (UploadLimi
 		}
 		l.RateWindow = d
 	}
-	return l.withDefaults(), nil
+	return l, nil
 }
 
 // uploads counts the uploads under way and the bytes they hold.

@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // BenchmarkGateBeforeAfter measures two builds of sandgate side by side
@@ -130,7 +131,7 @@ func BenchmarkGateBeforeAfter(b *testing.B) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "\n| figure | samples each | before p50 | after p50 | after/before |\n|---|---|---|---|---|\n")
 	for _, f := range figures {
-		mb, ma := median(slices.Clone(f.before)), median(slices.Clone(f.after))
+		mb, ma := sandgatetest.Median(slices.Clone(f.before)), sandgatetest.Median(slices.Clone(f.after))
 		ratio := float64(ma) / float64(mb)
 		key := strings.ReplaceAll(f.name, " ", "-")
 		b.ReportMetric(ms(mb), key+"-before-p50-ms")
@@ -181,7 +182,7 @@ func startBinary(b *testing.B, bin, pool string) *binaryServer {
 	ln.Close()
 	tokens, tok := writeTokensFile(b, []authPrincipal{{"bench", "bench", []sandgate.Role{sandgate.RoleSubmitter}}})
 	state := b.TempDir()
-	node := "bench-" + randomHex(b, 4)
+	node := "bench-" + sandgatetest.RandomHex(b, 4)
 	env := map[string]string{
 		"SANDGATE_LISTEN": addr, "SANDGATE_DEV": "0", "SANDGATE_TOKENS_FILE": tokens,
 		"SANDGATE_DATABASE_URL": audittest.NewDatabase(b), "SANDGATE_SPOOL_DIR": state + "/spool",
