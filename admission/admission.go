@@ -243,6 +243,8 @@ type pass struct {
 	// Step 5.
 	dec sandgate.Decision
 	key string
+	// Step 7, begun beside step 6 (storeAlongside).
+	stored func() (sandgate.Run, error)
 
 	answer Answer
 	// undo are what the pass gives back if it ends before its work was

@@ -133,14 +133,30 @@ func (c Command) normalize(ctx context.Context, p *pass) error {
 
 func (Command) decide(ctx context.Context, p *pass) error { return p.decide(ctx) }
 
+// record commits the command's decision. An allowed command's run is
+// written to the store while its decision is committed: two round trips
+// to Postgres at once instead of one after the other, on the path of
+// every command. The store step waits for that write, and nothing runs
+// until both are done; a run stored beside a record that failed is ended
+// as the request was.
 func (c Command) record(ctx context.Context, p *pass) error {
-	return p.commit(ctx, nil, map[string]any{"operation": string(sandgate.OperationExec), "session_id": c.Session})
+	if p.dec.Allow {
+		p.storeAlongside(ctx)
+	}
+	err := p.commit(ctx, nil, map[string]any{"operation": string(sandgate.OperationExec), "session_id": c.Session})
+	if err != nil && p.dec.Allow {
+		p.unstore(err)
+	}
+	return err
 }
 
 func (c Command) store(ctx context.Context, p *pass) error {
-	run := p.storedRun()
-	if err := p.storeRun(ctx, &run, map[string]any{"session_id": c.Session}); err != nil {
-		return err
+	run, err := p.storedAlongside()
+	if err != nil {
+		const msg = "the run could not be stored; nothing was run"
+		p.failed(msg, map[string]any{"session_id": c.Session})
+		go p.g.endUnconfirmed(run, msg)
+		return unavailable(err, "the run store")
 	}
 	p.answer.Run = &run
 	return nil

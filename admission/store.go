@@ -30,6 +30,33 @@ func (p *pass) storeRun(ctx context.Context, run *sandgate.Run, extra map[string
 	return unavailable(err, "the run store")
 }
 
+// storeAlongside starts the store of the pass's admitted run while its
+// decision is committed (step 7 begun beside step 6); storedAlongside
+// waits for it.
+func (p *pass) storeAlongside(ctx context.Context) {
+	run := p.storedRun()
+	done := make(chan error, 1)
+	p.stored = func() (sandgate.Run, error) { return run, <-done }
+	go func() { done <- p.g.d.Runs.CreateRun(ctx, &run) }()
+}
+
+// storedAlongside waits for the store storeAlongside began.
+func (p *pass) storedAlongside() (sandgate.Run, error) { return p.stored() }
+
+// unstore ends, as the request ended (refused with err), a run stored
+// beside a record that failed: it never runs.
+func (p *pass) unstore(cause error) {
+	run, err := p.storedAlongside()
+	if err != nil {
+		return
+	}
+	now := p.now()
+	run.State, run.Outcome, run.FinishedAt = sandgate.StateFinished, sandgate.OutcomeError, &now
+	run.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(cause), Message: sandgate.ErrorMessageOf(cause)}
+	saveRetrying("store a run refused for the trail", time.Now().Add(finalStoreFor), 200*time.Millisecond, p.g.d.Logger.With("run_id", run.ID),
+		func(ctx context.Context) error { return p.g.d.Runs.UpdateRun(ctx, &run) })
+}
+
 // endUnconfirmed ends, in the store, a run whose CreateRun failed: a
 // commit can land though its answer is lost (a failover cut the
 // connection), which would leave a pending run that never runs beside a
