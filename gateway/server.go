@@ -1,10 +1,14 @@
 // Package gateway is sandgate's HTTP API on echo v4: authentication,
-// correlation IDs, strict decoding, the run service that ties the policy
-// decision, the audit trail and the executor together, Server-Sent Events
-// for live output and Prometheus metrics. Its wire types are package
-// gateway/api's; package gateway/client is the Go client.
+// correlation IDs, the routes, which hand every operation on sandbox state
+// to the one gate (package admission) with its body unread, what executes
+// on this node (its runs and sessions, their live output as Server-Sent
+// Events, their stored ends), the cluster, and Prometheus metrics. Its
+// wire types are package gateway/api's; package gateway/client is the Go
+// client.
 //
-// It meets the other parts only at the root package's interfaces.
+// It meets the other parts at the root package's interfaces, and the
+// gate at the narrow ones package admission declares, which it
+// implements (gate.go).
 package gateway
 
 import (
