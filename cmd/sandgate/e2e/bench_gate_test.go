@@ -47,10 +47,8 @@ func BenchmarkGateBeforeAfter(b *testing.B) {
 	reviews := benchInt("SANDGATE_BENCH_REVIEWS", 401)
 	client := &http.Client{Timeout: 2 * time.Minute}
 	type figure struct {
-		name            string
-		before, after   []time.Duration
-		unit            string
-		beforeN, afterN int
+		name          string
+		before, after []time.Duration
 	}
 	var figures []*figure
 	measure := func(name string, n int, b0, a0 func() time.Duration) {
