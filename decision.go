@@ -15,7 +15,13 @@ const (
 	RoleSecurity  Role = "security"
 	RoleAuditor   Role = "auditor"
 	RoleAdmin     Role = "admin"
+	// RoleApprover may grant or deny other principals' requests that a
+	// policy answered require_approval (data.sandgate.authz says whose).
+	RoleApprover Role = "approver"
 )
+
+// Roles are every role a principal can hold.
+var Roles = []Role{RoleSubmitter, RoleSecurity, RoleAuditor, RoleAdmin, RoleApprover}
 
 // Principal is an authenticated caller.
 type Principal struct {
@@ -68,6 +74,9 @@ type AdmissionInput struct {
 	Settings   Settings   `json:"settings"`
 	// Session is set for the operations session and exec.
 	Session *SessionInput `json:"session,omitempty"`
+	// Approval is set when a request that required approval is decided
+	// again after someone granted it.
+	Approval *ApprovalInput `json:"approval,omitempty"`
 }
 
 // SessionInput is input.session: the session a spec is decided for.
@@ -111,10 +120,14 @@ type Mutation struct {
 
 // Decision is the policy's answer for one input.
 type Decision struct {
-	Allow          bool        `json:"allow"`
-	Violations     []Violation `json:"violations"`
-	Warnings       []Violation `json:"warnings"`
-	Mutations      []Mutation  `json:"mutations"`
+	Allow      bool        `json:"allow"`
+	Violations []Violation `json:"violations"`
+	Warnings   []Violation `json:"warnings"`
+	Mutations  []Mutation  `json:"mutations"`
+	// Approvals are the findings whose action is require_approval and
+	// that no approval in the input covers: with no violation, the
+	// request waits for someone to approve it (NeedsApproval).
+	Approvals      []Violation `json:"approvals,omitempty"`
 	PolicyRevision string      `json:"policy_revision"`
 	DecisionID     string      `json:"decision_id"`
 	// Spec is the normalised spec with the mutations applied: what runs
@@ -127,6 +140,20 @@ type Decision struct {
 	// Enforcement is what the executor holds this run to beyond its spec,
 	// from the data of the revision that decided.
 	Enforcement Enforcement `json:"-"`
+}
+
+// NeedsApproval reports whether d neither allows nor denies: nothing but
+// require_approval findings stand in the way.
+func (d Decision) NeedsApproval() bool {
+	if d.Allow || len(d.Approvals) == 0 {
+		return false
+	}
+	for _, v := range d.Violations {
+		if v.Action != "warn" {
+			return false
+		}
+	}
+	return true
 }
 
 // Enforcement is what the policy bundle's data tells the executor to hold

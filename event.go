@@ -81,6 +81,16 @@ const (
 	// chain with a final checkpoint signed by the survivor's key: the
 	// chain, its node, the head it signed, and the signing node and key.
 	EventAuditChainClosed EventType = "audit.chain_closed"
+	// EventApprovalRequested records a request the policy answered
+	// require_approval, stored with no container, with the reasons and
+	// when the approval expires; EventApprovalGranted and
+	// EventApprovalDenied who decided it and their comment;
+	// EventApprovalExpired that nobody did in time. All four carry the
+	// request's correlation ID.
+	EventApprovalRequested EventType = "approval.requested"
+	EventApprovalGranted   EventType = "approval.granted"
+	EventApprovalDenied    EventType = "approval.denied"
+	EventApprovalExpired   EventType = "approval.expired"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -99,6 +109,7 @@ var EventTypes = []EventType{
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
+	EventApprovalRequested, EventApprovalGranted, EventApprovalDenied, EventApprovalExpired,
 }
 
 // Known reports whether t is one of EventTypes.

@@ -12,11 +12,15 @@ import "time"
 // Subject is who and what an event is about: the columns every event of
 // a run, a session or a request fills the same way.
 type Subject struct {
-	CorrelationID  string
-	RunID          string
-	DecisionID     string
-	ContainerID    string
-	Actor          string
+	CorrelationID string
+	RunID         string
+	DecisionID    string
+	ContainerID   string
+	Actor         string
+	// SignIn is how the actor signed in, as the trail keeps it (keyed
+	// hashes where the site masks them); every event of a request, and
+	// of the run or session it made, carries it in its payload's "actor".
+	SignIn         *SignIn
 	Team           string
 	Node           string
 	PolicyRevision string
@@ -26,20 +30,20 @@ type Subject struct {
 // decision and who asked for it.
 func JobSubject(job Job, node string) Subject {
 	return Subject{CorrelationID: job.CorrelationID, RunID: job.RunID, DecisionID: job.DecisionID,
-		Actor: job.Principal, Team: job.Team, Node: node, PolicyRevision: job.PolicyRevision}
+		Actor: job.Principal, SignIn: job.SignIn, Team: job.Team, Node: node, PolicyRevision: job.PolicyRevision}
 }
 
 // RunSubject is the subject of the events of a stored run on node.
 func RunSubject(r Run, node string) Subject {
 	return Subject{CorrelationID: r.CorrelationID, RunID: r.ID, DecisionID: r.DecisionID, ContainerID: r.ContainerID,
-		Actor: r.Principal, Team: r.Team, Node: node, PolicyRevision: r.PolicyRevision}
+		Actor: r.Principal, SignIn: r.SignIn, Team: r.Team, Node: node, PolicyRevision: r.PolicyRevision}
 }
 
 // SessionSubject is the subject of the events of a session on node: its
 // ID is the run ID of its container's events.
 func SessionSubject(s Session, node string) Subject {
 	return Subject{CorrelationID: s.CorrelationID, RunID: s.ID, DecisionID: s.DecisionID, ContainerID: s.ContainerID,
-		Actor: s.Principal, Team: s.Team, Node: node, PolicyRevision: s.PolicyRevision}
+		Actor: s.Principal, SignIn: s.SignIn, Team: s.Team, Node: node, PolicyRevision: s.PolicyRevision}
 }
 
 // PrincipalSubject is the subject of a request of p's that is about no
@@ -48,10 +52,28 @@ func PrincipalSubject(p Principal, correlationID, node string) Subject {
 	return Subject{CorrelationID: correlationID, Actor: p.Name, Team: p.Team, Node: node}
 }
 
+// By is s with the actor's sign-in (as the trail keeps it); an empty
+// method leaves s as it is.
+func (s Subject) By(in SignIn) Subject {
+	if in.Method != "" {
+		s.SignIn = &in
+	}
+	return s
+}
+
 // NodeSubject is the subject of what a node does of its own accord.
 func NodeSubject(node string) Subject { return Subject{Node: node} }
 
 func (s Subject) event(t EventType, at time.Time, outcome string, payload map[string]any) Event {
+	if s.SignIn != nil && s.Actor != "" {
+		// The caller's map is not changed: it may be shared by events.
+		withActor := make(map[string]any, len(payload)+1)
+		for k, v := range payload {
+			withActor[k] = v
+		}
+		withActor["actor"] = s.SignIn.Doc(s.Actor)
+		payload = withActor
+	}
 	return Event{Type: t, Time: at, Outcome: outcome, CorrelationID: s.CorrelationID, RunID: s.RunID,
 		DecisionID: s.DecisionID, ContainerID: s.ContainerID, Actor: s.Actor, Team: s.Team, Node: s.Node,
 		PolicyRevision: s.PolicyRevision, Payload: payload}
@@ -296,4 +318,27 @@ func NewNodeTakenOver(s Subject, at time.Time, payload map[string]any) Event {
 // NewAuditChainClosed records a dead node's chain closed by a survivor.
 func NewAuditChainClosed(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventAuditChainClosed, at, "closed", payload)
+}
+
+// NewApprovalRequested records a request stored pending_approval: the
+// approval's ID, the reasons, the decision's payload and the expiry.
+func NewApprovalRequested(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventApprovalRequested, at, "pending", payload)
+}
+
+// NewApprovalGranted records an approval granted; s's actor is the
+// approver.
+func NewApprovalGranted(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventApprovalGranted, at, "granted", payload)
+}
+
+// NewApprovalDenied records an approval denied; s's actor is the
+// approver who denied it.
+func NewApprovalDenied(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventApprovalDenied, at, "denied", payload)
+}
+
+// NewApprovalExpired records an approval nobody decided in time.
+func NewApprovalExpired(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventApprovalExpired, at, "expired", payload)
 }

@@ -5,10 +5,6 @@ import (
 	"slices"
 )
 
-// SignInToken is how a principal signed in with a bearer token of the
-// tokens file.
-const SignInToken = "token"
-
 // DecisionRecordVersion marks the payloads written in the shape of
 // DecisionRecord; a payload without it was written before, and replays
 // only approximately.
@@ -22,8 +18,8 @@ const DecisionRecordVersion = 2
 type DecisionRecord struct {
 	// Input is the policy input as the engine received it.
 	Input AdmissionInput
-	// SignIn is how the principal authenticated (SignInToken).
-	SignIn string
+	// SignIn is how the principal authenticated, as the trail keeps it.
+	SignIn SignIn
 }
 
 // Payload is the record as the trail keeps it (the payload of
@@ -43,14 +39,35 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 		"record":      DecisionRecordVersion,
 		"api_version": in.APIVersion,
 		"operation":   string(in.Operation),
-		"principal":   map[string]any{"name": in.Principal.Name, "team": in.Principal.Team, "roles": roles, "sign_in": r.SignIn},
+		"principal":   map[string]any{"name": in.Principal.Name, "team": in.Principal.Team, "roles": roles, "sign_in": r.SignIn.Doc("")},
 		"spec":        m.Spec(in.Request.RunSpec, mask),
 		"settings":    map[string]any{"air_gapped": in.Settings.AirGapped, "mount_roots": roots},
 	}
 	if s := in.Session; s != nil {
 		p["session"] = map[string]any{"id": s.ID, "idle_timeout_seconds": s.IdleTimeoutSeconds, "max_lifetime_seconds": s.MaxLifetimeSeconds}
 	}
+	if a := in.Approval; a != nil {
+		p["approval"] = approvalDoc(*a)
+	}
 	return p
+}
+
+// approvalDoc is input.approval as the record keeps it.
+func approvalDoc(a ApprovalInput) map[string]any {
+	roles := make([]any, len(a.Approver.Roles))
+	for i, role := range a.Approver.Roles {
+		roles[i] = string(role)
+	}
+	rules := make([]any, len(a.Rules))
+	for i, r := range a.Rules {
+		rules[i] = r
+	}
+	return map[string]any{
+		"id":       a.ID,
+		"approver": map[string]any{"name": a.Approver.Name, "team": a.Approver.Team, "roles": roles},
+		"rules":    rules,
+		"comment":  a.Comment,
+	}
 }
 
 // ReadDecisionRecord reads back a record that Payload wrote and the trail
@@ -62,14 +79,15 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 		APIVersion string    `json:"api_version"`
 		Operation  Operation `json:"operation"`
 		Principal  *struct {
-			Name   string `json:"name"`
-			Team   string `json:"team"`
-			Roles  []Role `json:"roles"`
-			SignIn string `json:"sign_in"`
+			Name   string          `json:"name"`
+			Team   string          `json:"team"`
+			Roles  []Role          `json:"roles"`
+			SignIn json.RawMessage `json:"sign_in"`
 		} `json:"principal"`
-		Spec     *RunSpec      `json:"spec"`
-		Settings *Settings     `json:"settings"`
-		Session  *SessionInput `json:"session"`
+		Spec     *RunSpec       `json:"spec"`
+		Settings *Settings      `json:"settings"`
+		Session  *SessionInput  `json:"session"`
+		Approval *ApprovalInput `json:"approval"`
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil || json.Unmarshal(raw, &doc) != nil {
@@ -88,9 +106,21 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session},
-		SignIn: doc.Principal.SignIn,
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Approval: doc.Approval},
+		SignIn: readSignIn(doc.Principal.SignIn),
 	}, true
+}
+
+// readSignIn reads a record's sign_in: an object, or the method alone as
+// records before sign-in methods had more to say wrote it.
+func readSignIn(raw json.RawMessage) SignIn {
+	var method string
+	if json.Unmarshal(raw, &method) == nil {
+		return SignIn{Method: method}
+	}
+	var s SignIn
+	_ = json.Unmarshal(raw, &s)
+	return s
 }
 
 // DecisionPayload is a decision as the trail records it (the payload of

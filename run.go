@@ -10,10 +10,15 @@ type State string
 
 // The run states, in order.
 const (
-	StatePending  State = "pending"
-	StateCreating State = "creating"
-	StateRunning  State = "running"
-	StateFinished State = "finished"
+	// StatePendingApproval is a run the policy answered
+	// require_approval: stored, with no container, until someone
+	// approves it (then pending) or it is denied or expires (then
+	// finished, rejected).
+	StatePendingApproval State = "pending_approval"
+	StatePending         State = "pending"
+	StateCreating        State = "creating"
+	StateRunning         State = "running"
+	StateFinished        State = "finished"
 )
 
 // Outcome is how a finished run ended.
@@ -28,6 +33,10 @@ const (
 	OutcomeCancelled Outcome = "cancelled"
 	OutcomeError     Outcome = "error"
 	OutcomeLost      Outcome = "lost"
+	// OutcomeRejected is a run that waited for approval and never ran:
+	// denied, expired, or refused by the policy in force when it was
+	// approved.
+	OutcomeRejected Outcome = "rejected"
 )
 
 // ErrorInfo is the client-facing form of a run's platform error.
@@ -39,28 +48,32 @@ type ErrorInfo struct {
 // Run is a submitted run and everything known about it; it is what
 // GET /v1/runs/{id} answers.
 type Run struct {
-	ID             string     `json:"id"`
-	CorrelationID  string     `json:"correlation_id"`
-	DecisionID     string     `json:"decision_id"`
-	PolicyRevision string     `json:"policy_revision,omitempty"`
-	Principal      string     `json:"principal"`
-	Team           string     `json:"team"`
-	Node           string     `json:"node,omitempty"`
-	IdempotencyKey string     `json:"-"`
-	State          State      `json:"state"`
-	Outcome        Outcome    `json:"outcome,omitempty"`
-	ExitCode       *int       `json:"exit_code"`
-	OOMKilled      bool       `json:"oom_killed"`
-	Error          *ErrorInfo `json:"error"`
-	ContainerID    string     `json:"container_id,omitempty"`
-	CreatedAt      time.Time  `json:"created_at"`
-	StartedAt      *time.Time `json:"started_at"`
-	FinishedAt     *time.Time `json:"finished_at"`
-	DurationMS     int64      `json:"duration_ms"`
-	Stdout         Output     `json:"stdout"`
-	Stderr         Output     `json:"stderr"`
-	Spec           RunSpec    `json:"spec"`
-	Warnings       []string   `json:"warnings"`
+	ID             string `json:"id"`
+	CorrelationID  string `json:"correlation_id"`
+	DecisionID     string `json:"decision_id"`
+	PolicyRevision string `json:"policy_revision,omitempty"`
+	Principal      string `json:"principal"`
+	Team           string `json:"team"`
+	// SignIn is how the principal signed in, as the trail keeps it.
+	SignIn         *SignIn `json:"sign_in,omitempty"`
+	Node           string  `json:"node,omitempty"`
+	IdempotencyKey string  `json:"-"`
+	// ApprovalID is the approval the run waited for, if it did.
+	ApprovalID  string     `json:"approval_id,omitempty"`
+	State       State      `json:"state"`
+	Outcome     Outcome    `json:"outcome,omitempty"`
+	ExitCode    *int       `json:"exit_code"`
+	OOMKilled   bool       `json:"oom_killed"`
+	Error       *ErrorInfo `json:"error"`
+	ContainerID string     `json:"container_id,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	FinishedAt  *time.Time `json:"finished_at"`
+	DurationMS  int64      `json:"duration_ms"`
+	Stdout      Output     `json:"stdout"`
+	Stderr      Output     `json:"stderr"`
+	Spec        RunSpec    `json:"spec"`
+	Warnings    []string   `json:"warnings"`
 	// Artifacts summarises the files collected after the command ended,
 	// for a run whose spec asked for artifacts.
 	Artifacts *ArtifactSummary `json:"artifacts,omitempty"`
@@ -79,7 +92,10 @@ type Job struct {
 	CorrelationID string
 	DecisionID    string
 	Principal     string
-	Team          string
+	// SignIn is how the principal signed in, as the trail keeps it: every
+	// event of the job names the person.
+	SignIn *SignIn
+	Team   string
 	// PolicyRevision is the revision of the policy that admitted the
 	// run; its egress events that no per-connection decision judged (a
 	// destination not admitted, a refused address) carry it.

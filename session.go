@@ -21,8 +21,13 @@ type SessionState string
 
 // The session states.
 const (
-	SessionOpen  SessionState = "open"
-	SessionEnded SessionState = "ended"
+	// SessionPendingApproval is a session the policy answered
+	// require_approval: stored with no container until someone approves
+	// it (then it opens) or it is denied or expires (then it ends,
+	// rejected).
+	SessionPendingApproval SessionState = "pending_approval"
+	SessionOpen            SessionState = "open"
+	SessionEnded           SessionState = "ended"
 )
 
 // SessionEndReason says why a session ended.
@@ -42,6 +47,9 @@ const (
 	SessionLost     SessionEndReason = "lost"
 	SessionError    SessionEndReason = "error"
 	SessionShutdown SessionEndReason = "shutdown"
+	// SessionRejected: it waited for approval and never opened (denied,
+	// expired, or refused when approved).
+	SessionRejected SessionEndReason = "rejected"
 )
 
 // SessionSpec is the body of POST /v1/sessions: a run spec without a
@@ -246,14 +254,18 @@ func ExecRunSpec(session RunSpec, x ExecSpec) RunSpec {
 // Session is a session and everything known about it; it is what
 // GET /v1/sessions/{id} answers.
 type Session struct {
-	ID             string       `json:"id"`
-	CorrelationID  string       `json:"correlation_id"`
-	DecisionID     string       `json:"decision_id"`
-	PolicyRevision string       `json:"policy_revision,omitempty"`
-	Principal      string       `json:"principal"`
-	Team           string       `json:"team"`
-	Node           string       `json:"node,omitempty"`
-	State          SessionState `json:"state"`
+	ID             string `json:"id"`
+	CorrelationID  string `json:"correlation_id"`
+	DecisionID     string `json:"decision_id"`
+	PolicyRevision string `json:"policy_revision,omitempty"`
+	Principal      string `json:"principal"`
+	Team           string `json:"team"`
+	// SignIn is how the principal signed in, as the trail keeps it.
+	SignIn *SignIn      `json:"sign_in,omitempty"`
+	Node   string       `json:"node,omitempty"`
+	State  SessionState `json:"state"`
+	// ApprovalID is the approval the session waited for, if it did.
+	ApprovalID string `json:"approval_id,omitempty"`
 	// EndReason says why an ended session ended.
 	EndReason    SessionEndReason `json:"end_reason,omitempty"`
 	Error        *ErrorInfo       `json:"error"`

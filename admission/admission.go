@@ -37,8 +37,10 @@ import (
 // Caller is who a request comes from, as the gateway authenticated it.
 type Caller struct {
 	Principal sandgate.Principal
-	// SignIn is how the principal authenticated (sandgate.SignInToken).
-	SignIn        string
+	// SignIn is how the principal authenticated, as the trail keeps it
+	// (keyed hashes where the site masks them): every event of the
+	// request, and of what it makes, names the person with it.
+	SignIn        sandgate.SignIn
 	CorrelationID string
 }
 

@@ -70,9 +70,10 @@ func principal(c echo.Context) sandgate.Principal {
 	return p
 }
 
-// signIn is how the request's principal authenticated.
-func signIn(c echo.Context) string {
-	v, _ := c.Get(keySignIn).(string)
+// signIn is how the request's principal authenticated, as the trail
+// keeps it.
+func signIn(c echo.Context) sandgate.SignIn {
+	v, _ := c.Get(keySignIn).(sandgate.SignIn)
 	return v
 }
 

@@ -16,7 +16,11 @@
 # The engine gives each violation the controls and severity of its rule's
 # annotation, so a finding does not repeat them (it may still name
 # controls of its own, which are added). Each finding says "action":
-# "deny" or "warn"; one that says neither is a deny. This file turns
+# "deny", "warn" or "require_approval"; one that says none of them is a
+# deny. A require_approval finding stops the request until someone the
+# authz rules let approve it does (approvals.rego has the examples); the
+# request is then decided again with input.approval, which covers the
+# rules it names, and their findings become warnings. This file turns
 # findings into the decision: data.sandgate.config.actions can change a
 # rule's action, and an active exemption turns a deny into a warn that
 # names the exemption. Mutations (JSON Patch "replace" operations on the
@@ -42,6 +46,7 @@ decision := {
 	"violations": [],
 	"warnings": [],
 	"mutations": [],
+	"approvals": [],
 } if {
 	# Nothing found and nothing to change, the common case: a constant
 	# decision, which OPA need not copy.
@@ -52,6 +57,7 @@ decision := {
 	"violations": [],
 	"warnings": [],
 	"mutations": mutations,
+	"approvals": [],
 } if {
 	# Nothing found: skip the assembly below.
 	count(finding) == 0
@@ -60,23 +66,45 @@ decision := {
 	"violations": sort(finding),
 	"warnings": [],
 	"mutations": mutations,
+	"approvals": [],
 } if {
 	# Denies only, none exempted or overridden: the findings are the
 	# violations as they are, without two passes over them.
 	_plain_denies
 } else := {
-	"allow": count(violations) == 0,
+	"allow": (count(violations) + count(approvals)) == 0,
 	"violations": violations,
 	"warnings": warnings,
 	"mutations": mutations,
+	"approvals": approvals,
 }
 
-# A finding is a deny unless its action says "warn"; so a finding that
-# forgets its action still blocks.
+# A finding is a deny unless its action says "warn" or
+# "require_approval"; so a finding that forgets its action still blocks.
 violations := array.concat(
-	[r | some r in _results; is_object(r); object.get(r, "action", "deny") != "warn"],
+	[r | some r in _results; is_object(r); not object.get(r, "action", "deny") in {"warn", "require_approval"}],
 	[_malformed(f) | some f in finding; not is_object(f)],
 )
+
+# approvals are the require_approval findings that no approval in the
+# input covers: the request waits for someone to approve them.
+approvals := [r | some r in _results; is_object(r); r.action == "require_approval"; not _approved(r)]
+
+# _approved: input.approval (a decision taken again after an approval)
+# names the finding's rule.
+_approved(r) if r.rule in object.get(input, ["approval", "rules"], [])
+
+# _approved_warnings are the approved findings, reported as warnings that
+# name the approver.
+_approved_warnings := [object.union(r, {
+	"message": sprintf("%s (approved by %s)", [r.message, input.approval.approver.name]),
+	"action": "warn",
+}) |
+	some r in _results
+	is_object(r)
+	r.action == "require_approval"
+	_approved(r)
+]
 
 # _malformed reports a finding that is not an object (a bug in a rule) as a
 # deny of its own, so that a broken rule blocks instead of vanishing.
@@ -87,7 +115,10 @@ _malformed(f) := {
 	"action": "deny",
 }
 
-warnings := [r | some r in _results; is_object(r); object.get(r, "action", "deny") == "warn"]
+warnings := array.concat(
+	[r | some r in _results; is_object(r); object.get(r, "action", "deny") == "warn"],
+	_approved_warnings,
+)
 
 mutations := [m | some m in mutation]
 
@@ -124,9 +155,9 @@ _result(f) := object.union(f, {
 } else := object.union(f, {"action": _action(f)})
 
 _action(f) := config.actions[f.rule] if {
-	config.actions[f.rule] in {"deny", "warn"}
-} else := "warn" if {
-	f.action == "warn"
+	config.actions[f.rule] in {"deny", "warn", "require_approval"}
+} else := f.action if {
+	f.action in {"warn", "require_approval"}
 } else := "deny"
 
 # _active_exemptions are the exemptions that name this principal or team

@@ -214,11 +214,11 @@ test_data_capabilities_are_linux_capabilities if {
 	}
 }
 
-test_data_actions_are_deny_or_warn if {
+test_data_actions_are_deny_warn_or_require_approval if {
 	is_object(config.actions)
 	every rule, action in config.actions {
 		is_string(rule)
-		action in {"deny", "warn"}
+		action in {"deny", "warn", "require_approval"}
 	}
 }
 

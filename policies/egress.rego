@@ -27,6 +27,7 @@ finding contains {
 	some d in input.request.egress
 	team := input.principal.team
 	not egress.allowed_for_team(d, team)
+	not egress.approvable_for_team(d, team)
 }
 
 # METADATA

@@ -17,6 +17,10 @@
 #   egress_destinations   {"default": [...], "teams": {"payments": [...]}}:
 #                         what a run of the team may be admitted for; a
 #                         team listed under "teams" gets its list only
+#   egress_approvable     the same shape: what a run of the team may be
+#                         admitted for once someone approves it; a
+#                         connection reaches one only when the run's
+#                         admitted list names it (so it was approved)
 #   egress_blocked_cidrs  addresses no connection may reach, whatever
 #                         resolves to them
 package sandgate.egress
@@ -31,6 +35,15 @@ _reasons contains "air-gapped: egress is denied" if input.air_gapped == true
 
 _reasons contains sprintf("%s is not among the egress destinations of team %s", [_dest, input.team]) if {
 	not allowed_for_team(_dest, input.team)
+	not _approved_destination
+}
+
+# _approved_destination: a destination the team may reach with approval,
+# which the run's admitted list names; admission stores such a run only
+# once its approval is granted.
+_approved_destination if {
+	approvable_for_team(_dest, input.team)
+	_admitted
 }
 
 _reasons contains sprintf("%s is not in the run's admitted egress list", [_dest]) if {
@@ -57,6 +70,18 @@ else := sprintf("%s:%d", [input.host, input.port])
 team_destinations(team) := d if {
 	d := config.egress_destinations.teams[team]
 } else := object.get(config, ["egress_destinations", "default"], [])
+
+# team_approvable are the destinations the team may reach with approval.
+team_approvable(team) := d if {
+	d := config.egress_approvable.teams[team]
+} else := object.get(config, ["egress_approvable", "default"], [])
+
+# approvable_for_team: some approvable destination of the team's covers
+# dest.
+approvable_for_team(dest, team) if {
+	some p in team_approvable(team)
+	covers(p, dest)
+}
 
 # allowed_for_team: some destination of the team's covers dest.
 allowed_for_team(dest, team) if {

@@ -73,15 +73,17 @@ type Options struct {
 
 // policy is one loaded, tested and prepared revision of a bundle.
 type policy struct {
-	query    rego.PreparedEvalQuery
-	egress   rego.PreparedEvalQuery // EgressQuery
-	revision string
-	modules  []sandgate.PolicyModule
-	loadedAt time.Time
-	defaults sandgate.Defaults
-	mask     []string
-	teams    teamConfig
-	config   map[string]any
+	query     rego.PreparedEvalQuery
+	egress    rego.PreparedEvalQuery // EgressQuery
+	authz     authzQueries           // PrincipalQuery, AuthzQuery
+	revision  string
+	modules   []sandgate.PolicyModule
+	loadedAt  time.Time
+	defaults  sandgate.Defaults
+	mask      []string
+	teams     teamConfig
+	approvals approvalConfig
+	config    map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
 }
@@ -342,6 +344,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err := b.checkEgressData(); err != nil {
 		return nil, &loadError{[]string{err.Error()}}
 	}
+	approvals, err := b.approvalConfig()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
 	store := b.store()
 	results, err := b.runTests(ctx, store, false)
 	if err != nil {
@@ -367,20 +373,29 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err != nil {
 		return nil, &loadError{astErrors(err)}
 	}
+	authz, err := prepareAuthz(ctx, compiler, rego.Store(store))
+	if err != nil {
+		return nil, &loadError{astErrors(err)}
+	}
+	if !authz.defined {
+		e.logger().Warn("the policy bundle has no " + AuthzQuery + ": every API request but health will be refused (copy authz.rego from the default bundle)")
+	}
 	if mask == nil {
 		mask = []string{}
 	}
 	return &policy{
-		egress:   egress,
-		query:    query,
-		revision: b.revision,
-		modules:  b.modules,
-		loadedAt: e.now(),
-		defaults: defaults,
-		mask:     mask,
-		teams:    teams,
-		config:   b.config(),
-		rules:    ruleMetas(infos),
+		egress:    egress,
+		authz:     authz,
+		approvals: approvals,
+		query:     query,
+		revision:  b.revision,
+		modules:   b.modules,
+		loadedAt:  e.now(),
+		defaults:  defaults,
+		mask:      mask,
+		teams:     teams,
+		config:    b.config(),
+		rules:     ruleMetas(infos),
 	}, nil
 }
 
@@ -514,7 +529,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 
 	spec := in.Request
 	for pass := 1; ; pass++ {
-		input := withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session)
+		input := withApproval(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session), in.Approval)
 		rs, err := p.eval(ctx, input, now)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -530,10 +545,10 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		if err != nil {
 			return deny(d, RulePolicyError, "the policy's decision is malformed: "+err.Error()), nil
 		}
-		d.Violations, d.Warnings = out.violations, out.warnings
+		d.Violations, d.Warnings, d.Approvals = out.violations, out.warnings, out.approvals
 		if len(out.mutations) == 0 {
-			d.Allow = out.allow && len(out.violations) == 0
-			if !d.Allow && len(out.violations) == 0 {
+			d.Allow = out.allow && len(out.violations) == 0 && len(out.approvals) == 0
+			if !d.Allow && len(out.violations) == 0 && len(out.approvals) == 0 {
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec
@@ -550,8 +565,8 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		if len(changed) == 0 {
 			// Every mutation asked for what the request already says:
 			// this evaluation's verdict stands.
-			d.Allow = out.allow && len(out.violations) == 0
-			if !d.Allow && len(out.violations) == 0 {
+			d.Allow = out.allow && len(out.violations) == 0 && len(out.approvals) == 0
+			if !d.Allow && len(out.violations) == 0 && len(out.approvals) == 0 {
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec

@@ -160,7 +160,7 @@ func TestMalformedDataRefused(t *testing.T) {
 		{"number among sensitive paths", `"sensitive_paths": ["/etc"`, `"sensitive_paths": [7, "/etc"`, "test_data_lists_hold_strings"},
 		{"empty allowed image", `"allowed_images": [`, `"allowed_images": ["", `, "test_data_lists_hold_strings"},
 		{"capabilities not a list", `"allowed_capabilities": ["NET_BIND_SERVICE"]`, `"allowed_capabilities": "NET_BIND_SERVICE"`, "test_data_lists_hold_strings"},
-		{"unknown action", `"actions": {}`, `"actions": {"no_privileged": "allow"}`, "test_data_actions_are_deny_or_warn"},
+		{"unknown action", `"actions": {}`, `"actions": {"no_privileged": "allow"}`, "test_data_actions_are_deny_warn_or_require_approval"},
 		{"maximum as a string", `"cpus": 4,`, `"cpus": "4",`, "test_data_maxima_are_positive_numbers"},
 		{"require_digest as a string", `"require_digest": false`, `"require_digest": "no"`, "test_data_require_digest_is_boolean"},
 		{"team directory out of the roots", `"team_mount_dirs": {}`, `"team_mount_dirs": {"payments": ["payments", "../search"]}`, "test_data_team_mount_dirs_are_relative"},

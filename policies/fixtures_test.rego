@@ -67,14 +67,29 @@ rules(d) := {v.rule | some v in array.concat(d.violations, d.warnings)}
 # check is the decision the findings and mutations alone make: the rule
 # files' tests use it so that they hold whatever actions and exemptions the
 # bundle's data sets (decision_test.rego tests those). Findings whose
-# action is "warn" are warnings and do not deny.
+# action is "warn" are warnings and do not deny; those whose action is
+# "require_approval" are approvals and do not deny either.
 check := {
-	"allow": count(_denies) == 0,
+	"allow": (count(_denies) + count(_approvals)) == 0,
 	"violations": _denies,
 	"warnings": [f | some f in admission.finding; _warn(f)],
 	"mutations": [m | some m in admission.mutation],
+	"approvals": _approvals,
 }
 
-_denies := [f | some f in admission.finding; not _warn(f)]
+_denies := [f | some f in admission.finding; not _warn(f); not _approval(f)]
+
+_approvals := [f | some f in admission.finding; _approval(f)]
 
 _warn(f) if f.action == "warn"
+
+_approval(f) if f.action == "require_approval"
+
+# needs_approval_of is true when the decision neither allows nor denies
+# and waits for an approval of rule.
+needs_approval_of(d, rule) if {
+	d.allow == false
+	count(d.violations) == 0
+	some v in d.approvals
+	v.rule == rule
+}

@@ -59,6 +59,31 @@ func withSession(v ast.Value, s *sandgate.SessionInput) ast.Value {
 	return obj
 }
 
+// withApproval adds the "approval" member of a decision taken again after
+// an approval; other inputs have none.
+func withApproval(v ast.Value, a *sandgate.ApprovalInput) ast.Value {
+	obj, ok := v.(ast.Object)
+	if a == nil || !ok {
+		return v
+	}
+	var b termBuf
+	var roles []string
+	for _, r := range a.Approver.Roles {
+		roles = append(roles, string(r))
+	}
+	obj.Insert(ast.StringTerm("approval"), ast.ObjectTerm(
+		item("id", ast.StringTerm(a.ID)),
+		item("approver", ast.ObjectTerm(
+			item("name", ast.StringTerm(a.Approver.Name)),
+			item("team", ast.StringTerm(a.Approver.Team)),
+			item("roles", b.strings(roles)),
+		)),
+		item("rules", b.strings(a.Rules)),
+		item("comment", ast.StringTerm(a.Comment)),
+	))
+	return obj
+}
+
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf
@@ -318,6 +343,8 @@ type result struct {
 	violations []sandgate.Violation
 	warnings   []sandgate.Violation
 	mutations  []sandgate.Mutation
+	// approvals are the require_approval findings no approval covers.
+	approvals []sandgate.Violation
 }
 
 var (
@@ -325,6 +352,7 @@ var (
 	keyViolations = ast.StringTerm("violations")
 	keyWarnings   = ast.StringTerm("warnings")
 	keyMutations  = ast.StringTerm("mutations")
+	keyApprovals  = ast.StringTerm("approvals")
 	keyRule       = ast.StringTerm("rule")
 	keyMessage    = ast.StringTerm("message")
 	keyControls   = ast.StringTerm("controls")
@@ -355,6 +383,9 @@ func decodeResult(v any, rules map[string]ruleMeta) (result, error) {
 		return r, err
 	}
 	if r.warnings, err = decodeViolations(obj, keyWarnings, "warn", rules); err != nil {
+		return r, err
+	}
+	if r.approvals, err = decodeViolations(obj, keyApprovals, "require_approval", rules); err != nil {
 		return r, err
 	}
 	muts, err := arrayOf(obj, keyMutations)

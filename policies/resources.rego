@@ -184,6 +184,7 @@ finding contains {
 	not _limits_ok
 	some field, rule in _limit_rules
 	message := _limit_problem(field)
+	not _approvable_limit(field)
 }
 
 # _limit_problem says what is wrong with the limit of field: above its

@@ -1,0 +1,149 @@
+package identity
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"golang.org/x/oauth2"
+
+	"github.com/sandgate/sandgate"
+)
+
+// LoginConfig is the console's sign-in: the gateway as an OpenID Connect
+// client of the first issuer, with the authorization code flow and PKCE.
+type LoginConfig struct {
+	ClientID string
+	// ClientSecret is empty for a public client (PKCE alone).
+	ClientSecret string
+	// RedirectURL is the gateway's callback, as registered with the
+	// issuer: https://sandgate.example.com/console/callback.
+	RedirectURL string
+	// Scopes default to openid, email and profile.
+	Scopes []string
+}
+
+// Validate checks the client and its callback.
+func (c LoginConfig) Validate() error {
+	if c.ClientID == "" {
+		return nil
+	}
+	u, err := url.Parse(c.RedirectURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("SANDGATE_OIDC_REDIRECT_URL %q is not an http(s) URL (the console's /console/callback as the issuer knows it)", c.RedirectURL)
+	}
+	return nil
+}
+
+// LoginTTL is how long a sign-in may take, from the redirect to the
+// issuer to the callback.
+const LoginTTL = 10 * time.Minute
+
+// Login signs people in to the console.
+type Login struct {
+	v   *Verifier
+	iss *issuer
+	cfg LoginConfig
+}
+
+// NewLogin returns the console's sign-in through v's first issuer.
+func NewLogin(v *Verifier, cfg LoginConfig) (*Login, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if !v.Enabled() || cfg.ClientID == "" {
+		return nil, errors.New("console sign-in needs SANDGATE_OIDC_ISSUER and SANDGATE_OIDC_CLIENT_ID")
+	}
+	if len(cfg.Scopes) == 0 {
+		cfg.Scopes = []string{"openid", "email", "profile"}
+	}
+	return &Login{v: v, iss: v.issuers[v.cfg.Issuers[0]], cfg: cfg}, nil
+}
+
+// LoginState is what the browser keeps between the redirect and the
+// callback: the state the callback must echo, the nonce the ID token must
+// carry, and the PKCE verifier.
+type LoginState struct {
+	State    string    `json:"s"`
+	Nonce    string    `json:"n"`
+	Verifier string    `json:"v"`
+	Expires  time.Time `json:"e"`
+}
+
+func (l *Login) oauth(ctx context.Context) (*oauth2.Config, error) {
+	if _, err := l.iss.discover(ctx); err != nil {
+		return nil, err
+	}
+	return &oauth2.Config{
+		ClientID: l.cfg.ClientID, ClientSecret: l.cfg.ClientSecret, RedirectURL: l.cfg.RedirectURL, Scopes: l.cfg.Scopes,
+		Endpoint: oauth2.Endpoint{AuthURL: l.iss.endpoint.AuthURL, TokenURL: l.iss.endpoint.TokenURL},
+	}, nil
+}
+
+// Begin returns where to send the browser, and the state to keep.
+func (l *Login) Begin(ctx context.Context) (string, LoginState, error) {
+	oc, err := l.oauth(ctx)
+	if err != nil {
+		return "", LoginState{}, sandgate.WrapError(sandgate.CodeUnavailable, err, "the identity provider cannot be reached")
+	}
+	st := LoginState{State: random(), Nonce: random(), Verifier: oauth2.GenerateVerifier(), Expires: l.v.cfg.Now().Add(LoginTTL)}
+	u := oc.AuthCodeURL(st.State, oauth2.S256ChallengeOption(st.Verifier), oauth2.SetAuthURLParam("nonce", st.Nonce))
+	return u, st, nil
+}
+
+// Finish exchanges the callback's code with the PKCE verifier and checks
+// the ID token it gets: for this client, with the nonce of st. It returns
+// the raw ID token, which the console's session cookie holds, and the
+// token. Its errors are UNAUTHENTICATED.
+func (l *Login) Finish(ctx context.Context, code string, st LoginState) (string, Token, error) {
+	if l.v.cfg.Now().After(st.Expires) {
+		return "", Token{}, refused("the sign-in took longer than %v; sign in again", LoginTTL)
+	}
+	oc, err := l.oauth(ctx)
+	if err != nil {
+		return "", Token{}, sandgate.WrapError(sandgate.CodeUnavailable, err, "the identity provider cannot be reached")
+	}
+	tok, err := oc.Exchange(contextWithClient(ctx, l.v), code, oauth2.VerifierOption(st.Verifier))
+	if err != nil {
+		return "", Token{}, refused("the identity provider refused the code: %v", err)
+	}
+	raw, _ := tok.Extra("id_token").(string)
+	if raw == "" {
+		return "", Token{}, refused("the identity provider sent no ID token")
+	}
+	t, err := l.Session(ctx, raw)
+	if err != nil {
+		return "", Token{}, err
+	}
+	if t.Nonce != st.Nonce {
+		return "", Token{}, refused("the ID token's nonce is not the sign-in's")
+	}
+	return raw, t, nil
+}
+
+// Session verifies the ID token a console session holds.
+func (l *Login) Session(ctx context.Context, raw string) (Token, error) {
+	t, err := l.v.VerifyFor(ctx, raw, l.cfg.ClientID)
+	if err != nil {
+		return Token{}, err
+	}
+	if t.Issuer != l.iss.url {
+		return Token{}, refused("the session's token is not from the console's issuer")
+	}
+	return t, nil
+}
+
+func contextWithClient(ctx context.Context, v *Verifier) context.Context {
+	return context.WithValue(ctx, oauth2.HTTPClient, v.cfg.HTTPClient)
+}
+
+// random is 32 random bytes, base64url.
+func random() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
