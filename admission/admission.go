@@ -42,6 +42,9 @@ type Caller struct {
 	// request, and of what it makes, names the person with it.
 	SignIn        sandgate.SignIn
 	CorrelationID string
+	// Origin is where the request came from as the trail records a
+	// refusal of it (method, path, source address).
+	Origin map[string]any
 }
 
 // Answer is what an admitted request yields; which fields are set
@@ -90,12 +93,15 @@ func (none) record(context.Context, *pass) error    { return nil }
 func (none) store(context.Context, *pass) error     { return nil }
 func (none) execute(context.Context, *pass) error   { return nil }
 
-// Deps are what the gate drives. Admitter, Recorder, Runs, Live, Runner
-// and Workspaces are required.
+// Deps are what the gate drives. Admitter, Authorizer, Recorder, Runs,
+// Live, Runner and Workspaces are required.
 type Deps struct {
 	Admitter sandgate.Admitter
-	Recorder sandgate.Recorder
-	Runs     sandgate.RunStore
+	// Authorizer decides whether the caller may do a request's action on
+	// its target (data.sandgate.authz).
+	Authorizer sandgate.Authorizer
+	Recorder   sandgate.Recorder
+	Runs       sandgate.RunStore
 	// Keys claims Idempotency-Keys: the one decision on a key. Without
 	// it, a request with a key is refused.
 	Keys sandgate.IdempotencyKeys
@@ -151,8 +157,8 @@ type Gate struct {
 // which the gateway shares for the runs and sessions it adopts.
 func New(cfg Config, d Deps, teams *Teams) (*Gate, error) {
 	switch {
-	case d.Admitter == nil, d.Recorder == nil, d.Runs == nil, d.Live == nil, d.Runner == nil, d.Workspaces == nil:
-		return nil, errors.New("admission: Admitter, Recorder, Runs, Live, Runner and Workspaces are required")
+	case d.Admitter == nil, d.Authorizer == nil, d.Recorder == nil, d.Runs == nil, d.Live == nil, d.Runner == nil, d.Workspaces == nil:
+		return nil, errors.New("admission: Admitter, Authorizer, Recorder, Runs, Live, Runner and Workspaces are required")
 	case !d.Masker.Keyed():
 		return nil, errors.New("admission: a keyed Masker is required")
 	}

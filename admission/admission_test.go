@@ -120,7 +120,7 @@ func TestTargetBeforeBody(t *testing.T) {
 	if ans, err := g.Admit(context.Background(), admin, ReadRun{Run: rid}); err != nil || ans.Run.ID != rid {
 		t.Errorf("an admin's read = %+v, %v", ans, err)
 	}
-	if node, active := g.RunOwner(context.Background(), sandgate.Principal{Name: "bob", Team: "b"}, rid); node != "" || active {
+	if node, active := g.RunOwner(context.Background(), testCaller("bob", "b"), rid); node != "" || active {
 		t.Errorf("RunOwner of another team's run = %q %v, want nothing", node, active)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/policies/policytest"
 )
 
 // The fakes of the gate's narrow interfaces: unit tests of the pipeline's
@@ -96,7 +97,7 @@ func testGate(t *testing.T) *Gate {
 	live := &fakeLive{runs: map[string]*sandgate.Run{}, sessions: map[string]*LiveSession{}}
 	n := 0
 	g, err := New(Config{Node: "n", Sessions: true}, Deps{
-		Admitter: fakeAdmitter{}, Recorder: &fakeRecorder{}, Runs: &fakeRuns{runs: map[string]sandgate.Run{}},
+		Admitter: fakeAdmitter{}, Authorizer: policytest.Default(t), Recorder: &fakeRecorder{}, Runs: &fakeRuns{runs: map[string]sandgate.Run{}},
 		Sessions: fakeSessions{}, Live: live, Runner: live, Workspaces: fakeWorkspaces{},
 		Masker: sandgate.NewMasker([]byte("test-mask-key-0123456789")),
 		IDs: func() string {

@@ -8,16 +8,23 @@ import (
 )
 
 // ReadRun is GET /v1/runs/{id} and what reads one run (its logs, its
-// receipt): submitters their team's runs, auditors and admins any.
+// receipt): the policy's run.read (by default submitters their team's
+// runs, auditors and admins any), or Action when set (run.follow for its
+// logs).
 type ReadRun struct {
 	none
-	Run string
+	Run    string
+	Action sandgate.Action
 }
 
 func (ReadRun) operation() string { return "run_read" }
 
 func (r ReadRun) target(ctx context.Context, p *pass) error {
-	if err := p.findRun(ctx, r.Run, readers); err != nil {
+	action := r.Action
+	if action == "" {
+		action = "run.read"
+	}
+	if err := p.findRun(ctx, r.Run, action); err != nil {
 		return err
 	}
 	p.answer.Run = p.run
@@ -34,7 +41,7 @@ type Artifacts struct {
 func (Artifacts) operation() string { return "artifacts" }
 
 func (a Artifacts) target(ctx context.Context, p *pass) error {
-	return p.findRun(ctx, a.Run, readers)
+	return p.findRun(ctx, a.Run, "run.read")
 }
 
 func (Artifacts) execute(ctx context.Context, p *pass) error {
@@ -52,8 +59,8 @@ func (Artifacts) execute(ctx context.Context, p *pass) error {
 	return nil
 }
 
-// Cancel is DELETE /v1/runs/{id}: submitters cancel their team's runs,
-// admins any.
+// Cancel is DELETE /v1/runs/{id}: the policy's run.cancel (by default
+// submitters cancel their team's runs, admins any).
 type Cancel struct {
 	none
 	Run string
@@ -62,7 +69,7 @@ type Cancel struct {
 func (Cancel) operation() string { return "cancel" }
 
 func (c Cancel) target(ctx context.Context, p *pass) error {
-	if err := p.findRun(ctx, c.Run, changers); err != nil {
+	if err := p.findRun(ctx, c.Run, "run.cancel"); err != nil {
 		return err
 	}
 	if run := p.run; run.State == sandgate.StateFinished {

@@ -21,6 +21,11 @@ type Run struct {
 
 func (Run) operation() string { return "run" }
 
+// target asks whether the principal may make a run for its team.
+func (Run) target(ctx context.Context, p *pass) error {
+	return p.authorizeNew(ctx, "run.create", "run")
+}
+
 // bounds counts the run against its team's runs, and an archive that may
 // come with it against the uploads' quotas, before the body is read.
 func (r Run) bounds(_ context.Context, p *pass) error {
@@ -236,6 +241,11 @@ type Review struct {
 }
 
 func (Review) operation() string { return "review" }
+
+// target asks whether the principal may have a spec reviewed.
+func (Review) target(ctx context.Context, p *pass) error {
+	return p.authorize(ctx, "review", sandgate.AuthzObject{Kind: "review"}, nil)
+}
 
 func (r Review) normalize(ctx context.Context, p *pass) error {
 	spec, err := sandgate.DecodeRunSpec(r.Body.R)

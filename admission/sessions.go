@@ -17,7 +17,9 @@ type OpenSession struct {
 
 func (OpenSession) operation() string { return "session" }
 
-func (OpenSession) target(context.Context, *pass) error { return nil }
+func (OpenSession) target(ctx context.Context, p *pass) error {
+	return p.authorizeNew(ctx, "session.create", "session")
+}
 
 func (OpenSession) bounds(_ context.Context, p *pass) error {
 	if err := p.g.sessionsKept(); err != nil {
@@ -107,7 +109,7 @@ type Command struct {
 func (Command) operation() string { return "exec" }
 
 func (c Command) target(ctx context.Context, p *pass) error {
-	return p.findOpenSession(ctx, c.Session, ownTeam)
+	return p.findOpenSession(ctx, c.Session, "session.exec")
 }
 
 func (Command) bounds(context.Context, *pass) error { return nil }
@@ -186,7 +188,7 @@ type PutFiles struct {
 func (PutFiles) operation() string { return "file_put" }
 
 func (f PutFiles) target(ctx context.Context, p *pass) error {
-	return p.findOpenSession(ctx, f.Session, ownTeam)
+	return p.findOpenSession(ctx, f.Session, "session.files_put")
 }
 
 func (f PutFiles) bounds(_ context.Context, p *pass) error { return p.reserveUpload(f.Body.Size) }
@@ -229,7 +231,7 @@ type GetFiles struct {
 func (GetFiles) operation() string { return "file_get" }
 
 func (g GetFiles) target(ctx context.Context, p *pass) error {
-	return p.findOpenSession(ctx, g.Session, readers)
+	return p.findOpenSession(ctx, g.Session, "session.files_get")
 }
 
 func (g GetFiles) execute(ctx context.Context, p *pass) error {
@@ -277,15 +279,15 @@ type ReadSession struct {
 func (ReadSession) operation() string { return "session_read" }
 
 func (r ReadSession) target(ctx context.Context, p *pass) error {
-	if err := p.findSession(ctx, r.Session, readers); err != nil {
+	if err := p.findSession(ctx, r.Session, "session.read"); err != nil {
 		return err
 	}
 	p.answer.Session = p.session
 	return nil
 }
 
-// EndSession is DELETE /v1/sessions/{id}: submitters end their team's,
-// admins any.
+// EndSession is DELETE /v1/sessions/{id}: the policy's session.end (by
+// default submitters end their team's, admins any).
 type EndSession struct {
 	none
 	Session string
@@ -294,7 +296,7 @@ type EndSession struct {
 func (EndSession) operation() string { return "session_end" }
 
 func (e EndSession) target(ctx context.Context, p *pass) error {
-	if err := p.findSession(ctx, e.Session, changers); err != nil {
+	if err := p.findSession(ctx, e.Session, "session.end"); err != nil {
 		return err
 	}
 	ss := p.session

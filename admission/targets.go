@@ -8,37 +8,69 @@ import (
 )
 
 // Step 2: the target. Every request on a run or a session resolves it
-// here, and here alone is it decided who may reach it: a submitter its
-// own team's objects; auditors and admins every team's to read; admins
-// every team's to change. Another team's object is answered exactly as
-// one that does not exist, the same code and the same message, before a
-// byte of the request's body is read.
+// here, and here the policy is asked whether the principal may do the
+// request's action on it (data.sandgate.authz.decision, with the object's
+// team and maker): the default rules let a submitter reach its own team's
+// objects, auditors and admins every team's to read, admins every team's
+// to change. An object the policy keeps from another team is answered
+// exactly as one that does not exist, the same code and the same
+// message, before a byte of the request's body is read; one of the
+// principal's own team is FORBIDDEN, naming the rule.
 
-// scope is whose objects a request may reach.
-type scope int
-
-const (
-	// ownTeam: the principal's team's objects only (a command, a file put).
-	ownTeam scope = iota
-	// readers: every team's for auditors and admins (reads).
-	readers
-	// changers: every team's for admins (cancel, end).
-	changers
-)
-
-func (s scope) allTeams(p sandgate.Principal) bool {
-	switch s {
-	case readers:
-		return SeesAllTeams(p)
-	case changers:
-		return p.Has(sandgate.RoleAdmin)
+// authorize asks the policy whether p's caller may do action on obj.
+// notFound, for an object that exists, is the answer to a denial on
+// another team's object when the caller may do action on its own team's:
+// the object is hidden, not refused. A request asks one question when it
+// is allowed; a denial, or an object not found, asks whether the caller
+// may do the action at all (on its own team's objects), so that a role
+// that may never do it is FORBIDDEN whatever the object, and another
+// team's object and none answer alike.
+func (p *pass) authorize(ctx context.Context, action sandgate.Action, obj sandgate.AuthzObject, notFound error) error {
+	d := p.g.d.Authorizer.Authorize(ctx, sandgate.AuthzRequest{Principal: p.who.Principal, SignIn: p.who.SignIn, Action: action, Object: obj})
+	if d.Allow {
+		return nil
 	}
-	return false
+	if notFound != nil && obj.Team != p.who.Principal.Team {
+		return p.missing(ctx, action, obj.Kind, notFound)
+	}
+	return p.refused(action, obj, d)
 }
 
-// SeesAllTeams reports whether p may read every team's runs and sessions.
-func SeesAllTeams(p sandgate.Principal) bool {
-	return p.Has(sandgate.RoleAdmin, sandgate.RoleAuditor)
+// missing answers a request whose object was not found, or is another
+// team's that the policy keeps from the caller: err (NOT-FOUND) when the
+// caller may do action on its own team's objects of kind, FORBIDDEN when
+// it may not do it at all.
+func (p *pass) missing(ctx context.Context, action sandgate.Action, kind string, err error) error {
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeNotFound {
+		return err
+	}
+	obj := sandgate.AuthzObject{Kind: kind, Team: p.who.Principal.Team}
+	d := p.g.d.Authorizer.Authorize(ctx, sandgate.AuthzRequest{Principal: p.who.Principal, SignIn: p.who.SignIn, Action: action, Object: obj})
+	if d.Allow {
+		return err
+	}
+	return p.refused(action, obj, d)
+}
+
+// refused records an authorization's denial (auth.denied) and returns
+// its FORBIDDEN error, which names the rule.
+func (p *pass) refused(action sandgate.Action, obj sandgate.AuthzObject, d sandgate.AuthzDecision) error {
+	s := sandgate.PrincipalSubject(p.who.Principal, p.who.CorrelationID, p.g.cfg.Node).By(p.who.SignIn)
+	payload := map[string]any{
+		"action": string(action), "rule": d.Rule, "reason": d.Rule + ": " + d.Message,
+		"object": map[string]any{"kind": obj.Kind, "id": obj.ID, "team": obj.Team},
+	}
+	for k, v := range p.who.Origin {
+		payload[k] = v
+	}
+	p.g.d.Recorder.Emit(sandgate.NewAuthDenied(s, p.now(), "forbidden", payload))
+	return d.Err(action)
+}
+
+// authorizeNew asks the policy whether p's caller may make an object of
+// kind (a run, a session) for its own team.
+func (p *pass) authorizeNew(ctx context.Context, action sandgate.Action, kind string) error {
+	return p.authorize(ctx, action, sandgate.AuthzObject{Kind: kind, Team: p.who.Principal.Team}, nil)
 }
 
 func runNotFound(id string) error {
@@ -49,18 +81,26 @@ func sessionNotFound(id string) error {
 	return sandgate.Errorf(sandgate.CodeNotFound, "session %s not found", id)
 }
 
-// findRun resolves the run id that p's caller may reach in scope sc, as
-// this node knows it live, else as it is stored.
-func (p *pass) findRun(ctx context.Context, id string, sc scope) error {
+// findRun resolves the run id on which p's caller may do action, as this
+// node knows it live, else as it is stored.
+func (p *pass) findRun(ctx context.Context, id string, action sandgate.Action) error {
 	run, err := p.g.lookupRun(ctx, id)
 	if err != nil {
-		return err
+		return p.missing(ctx, action, "run", err)
 	}
-	if run.Team != p.who.Principal.Team && !sc.allTeams(p.who.Principal) {
-		return runNotFound(id)
+	if err := p.authorize(ctx, action, runObject(run), runNotFound(id)); err != nil {
+		return err
 	}
 	p.run = run
 	return nil
+}
+
+func runObject(r *sandgate.Run) sandgate.AuthzObject {
+	return sandgate.AuthzObject{Kind: "run", ID: r.ID, Team: r.Team, Principal: r.Principal}
+}
+
+func sessionObject(s *sandgate.Session) sandgate.AuthzObject {
+	return sandgate.AuthzObject{Kind: "session", ID: s.ID, Team: s.Team, Principal: s.Principal}
 }
 
 func (g *Gate) lookupRun(ctx context.Context, id string) (*sandgate.Run, error) {
@@ -83,15 +123,15 @@ func (g *Gate) lookupRun(ctx context.Context, id string) (*sandgate.Run, error) 
 	return run, nil
 }
 
-// findSession resolves the session id that p's caller may reach in scope
-// sc, and whether it is open on this node.
-func (p *pass) findSession(ctx context.Context, id string, sc scope) error {
+// findSession resolves the session id on which p's caller may do action,
+// and whether it is open on this node.
+func (p *pass) findSession(ctx context.Context, id string, action sandgate.Action) error {
 	ss, open, err := p.g.lookupSession(ctx, id)
 	if err != nil {
-		return err
+		return p.missing(ctx, action, "session", err)
 	}
-	if ss.Team != p.who.Principal.Team && !sc.allTeams(p.who.Principal) {
-		return sessionNotFound(id)
+	if err := p.authorize(ctx, action, sessionObject(ss), sessionNotFound(id)); err != nil {
+		return err
 	}
 	p.session, p.open = ss, open
 	return nil
@@ -124,8 +164,8 @@ func (g *Gate) lookupSession(ctx context.Context, id string) (*sandgate.Session,
 // findOpenSession is findSession for a request that needs the session
 // open on this node: CONFLICT when it is not (ended, still opening, or
 // open on another node).
-func (p *pass) findOpenSession(ctx context.Context, id string, sc scope) error {
-	if err := p.findSession(ctx, id, sc); err != nil {
+func (p *pass) findOpenSession(ctx context.Context, id string, action sandgate.Action) error {
+	if err := p.findSession(ctx, id, action); err != nil {
 		return err
 	}
 	ss := p.session
@@ -145,12 +185,12 @@ func (g *Gate) sessionsKept() error {
 }
 
 // RunOwner is the node that executes the run id, and whether it is
-// unfinished, when p may read it; "" when p may not (another team's
+// unfinished, when who may read it; "" when who may not (another team's
 // answers exactly as one that does not exist). The gateway forwards a
-// request on a run to its owner only when p may reach it.
-func (g *Gate) RunOwner(ctx context.Context, p sandgate.Principal, id string) (node string, active bool) {
+// request on a run to its owner only when who may reach it.
+func (g *Gate) RunOwner(ctx context.Context, who Caller, id string) (node string, active bool) {
 	run, err := g.lookupRun(ctx, id)
-	if err != nil || (run.Team != p.Team && !readers.allTeams(p)) {
+	if err != nil || !g.may(ctx, who, "run.read", runObject(run)) {
 		return "", false
 	}
 	if g.d.Live.Run(id) != nil {
@@ -160,15 +200,20 @@ func (g *Gate) RunOwner(ctx context.Context, p sandgate.Principal, id string) (n
 }
 
 // SessionOwner is RunOwner for a session: the node it is open on.
-func (g *Gate) SessionOwner(ctx context.Context, p sandgate.Principal, id string) (node string, active bool) {
+func (g *Gate) SessionOwner(ctx context.Context, who Caller, id string) (node string, active bool) {
 	ss, open, err := g.lookupSession(ctx, id)
-	if err != nil || (ss.Team != p.Team && !readers.allTeams(p)) {
+	if err != nil || !g.may(ctx, who, "session.read", sessionObject(ss)) {
 		return "", false
 	}
 	if open != nil {
 		return g.cfg.Node, true
 	}
 	return ss.Node, ss.State == sandgate.SessionOpen
+}
+
+// may reports whether the policy lets who do action on obj.
+func (g *Gate) may(ctx context.Context, who Caller, action sandgate.Action, obj sandgate.AuthzObject) bool {
+	return g.d.Authorizer.Authorize(ctx, sandgate.AuthzRequest{Principal: who.Principal, SignIn: who.SignIn, Action: action, Object: obj}).Allow
 }
 
 // isID reports whether s has the form of sandgate's run and session IDs

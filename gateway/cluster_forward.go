@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -59,14 +60,14 @@ func forwarded(c echo.Context) bool {
 // the caller may reach it: the gate resolves it, and another team's
 // object is not forwarded (it is answered here, exactly as one that does
 // not exist).
-type ownerOf func(ctx context.Context, s *web, p sandgate.Principal, id string) (node string, active bool)
+type ownerOf func(ctx context.Context, s *web, who admission.Caller, id string) (node string, active bool)
 
-func runOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
-	return s.gate.RunOwner(ctx, p, id)
+func runOwner(ctx context.Context, s *web, who admission.Caller, id string) (string, bool) {
+	return s.gate.RunOwner(ctx, who, id)
 }
 
-func sessionOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
-	return s.gate.SessionOwner(ctx, p, id)
+func sessionOwner(ctx context.Context, s *web, who admission.Caller, id string) (string, bool) {
+	return s.gate.SessionOwner(ctx, who, id)
 }
 
 // toOwner forwards a request for a run or session that executes on
@@ -82,7 +83,7 @@ func (s edge) toOwner(owner ownerOf) echo.MiddlewareFunc {
 				return next(c)
 			}
 			ctx := c.Request().Context()
-			node, active := owner(ctx, s.web, principal(c), c.Param("id"))
+			node, active := owner(ctx, s.web, caller(c), c.Param("id"))
 			if !active || node == "" || node == s.cfg.Node {
 				return next(c)
 			}

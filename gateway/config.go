@@ -215,8 +215,20 @@ type Deps struct {
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.
 	Console http.Handler
-	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
+	// Principals authenticates bearer tokens of the tokens file
+	// (LoadPrincipals, DevPrincipals, TokensFile).
 	Principals Authenticator
+	// Authorizer maps sign-ins to principals and decides who may do what
+	// on every route (package policies, authz.rego).
+	Authorizer sandgate.Authorizer
+	// Tokens verifies OpenID Connect bearer tokens (package identity).
+	// Optional: without it only tokens of the tokens file and client
+	// certificates sign in.
+	Tokens TokenVerifier
+	// Login is the console's sign-in through the OpenID provider
+	// (package identity). Optional: without it the console takes a
+	// pasted token only.
+	Login ConsoleLogin
 	// Clock defaults to time.Now.
 	Clock sandgate.Clock
 	// IDs makes run IDs; defaults to UUIDv7.
@@ -363,6 +375,8 @@ func (d Deps) check() error {
 		return missing("Sandboxes")
 	case d.Principals == nil:
 		return missing("Principals")
+	case d.Authorizer == nil:
+		return missing("Authorizer")
 	}
 	return nil
 }

@@ -182,9 +182,10 @@ func refuseNUL(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authenticate checks the bearer token. A valid token always
-// authenticates, whatever else came from its address: failures are
-// limited per source address for requests without a valid token (a flood
+// authenticate finds who the request signs in as (signin.go: a bearer
+// token, a client certificate, the console's session). A valid sign-in
+// always authenticates, whatever else came from its address: failures are
+// limited per source address for requests that sign in as no one (a flood
 // of bad tokens, from behind the same proxy as everyone, must not lock out
 // the principals who hold good ones), and per principal for a principal's
 // own refusals.
@@ -196,29 +197,24 @@ func (s edge) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.requests != nil && !forwarded(c) && !s.requests.allow(src) {
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many requests from this address; retry later")
 		}
-		token, hasToken := bearerToken(c.Request().Header.Get("Authorization"))
-		p, valid := sandgate.Principal{}, false
-		if hasToken {
-			p, valid = s.d.Principals.Authenticate(token)
+		p, in, failed, present := s.signIn(c)
+		if (!present || failed != nil) && s.authFailures.exhausted(src) {
+			s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
+			return sandgate.Errorf(sandgate.CodeRateLimited, "too many failed attempts from this address; retry later")
 		}
-		if !valid {
-			if s.authFailures.exhausted(src) {
-				s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
-				return sandgate.Errorf(sandgate.CodeRateLimited, "too many failed attempts from this address; retry later")
-			}
-			if !hasToken {
-				return s.deny(c, sandgate.Principal{}, "unauthenticated", "missing or malformed bearer token",
-					sandgate.Errorf(sandgate.CodeUnauthenticated, "a bearer token is required (Authorization: Bearer <token>)"))
-			}
-			return s.deny(c, sandgate.Principal{}, "unauthenticated", "unknown token",
-				sandgate.Errorf(sandgate.CodeUnauthenticated, "the bearer token is not valid"))
+		if !present {
+			return s.deny(c, sandgate.Principal{}, "unauthenticated", "missing or malformed bearer token",
+				sandgate.Errorf(sandgate.CodeUnauthenticated, "a bearer token is required (Authorization: Bearer <token>)"))
+		}
+		if failed != nil {
+			return s.deny(c, sandgate.Principal{}, failed.reason, failed.detail, failed.err)
 		}
 		if s.authFailures.exhausted(principalKey(p)) {
 			s.metrics.authDenied.WithLabelValues("rate_limited").Inc()
 			return sandgate.Errorf(sandgate.CodeRateLimited, "too many refused requests by %s; retry later", p.Name)
 		}
 		c.Set(keyPrincipal, p)
-		c.Set(keySignIn, sandgate.SignInToken)
+		c.Set(keySignIn, in)
 		if l, ok := c.Get(keyLogger).(*slog.Logger); ok {
 			c.Set(keyLogger, l.With("principal", p.Name))
 		}
@@ -240,26 +236,6 @@ func bearerToken(h string) (string, bool) {
 		return "", false
 	}
 	return token, true
-}
-
-// require lets the request through when the principal holds one of roles.
-func (s edge) require(roles ...sandgate.Role) echo.MiddlewareFunc {
-	names := make([]string, len(roles))
-	for i, r := range roles {
-		names[i] = string(r)
-	}
-	need := strings.Join(names, " or ")
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			p := principal(c)
-			if !p.Has(roles...) {
-				return s.deny(c, p, "forbidden", "role "+need+" required",
-					&sandgate.Error{Code: sandgate.CodeForbidden, Message: "this needs the role " + need,
-						Details: map[string]any{"required_roles": names}})
-			}
-			return next(c)
-		}
-	}
 }
 
 // authAuditWait is how long a refused request waits for room in the audit
@@ -285,7 +261,7 @@ func (s edge) deny(c echo.Context, p sandgate.Principal, reason, detail string, 
 	}
 	s.metrics.authDenied.WithLabelValues(reason).Inc()
 	ctx, cancel := context.WithTimeout(c.Request().Context(), authAuditWait)
-	qerr := s.d.Recorder.Queue(ctx, sandgate.NewAuthDenied(sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node), s.d.Clock(), reason,
+	qerr := s.d.Recorder.Queue(ctx, sandgate.NewAuthDenied(sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node).By(signIn(c)), s.d.Clock(), reason,
 		map[string]any{"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail}))
 	cancel()
 	if qerr != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/policies/policytest"
 )
 
 // fakeReconciler is an executor that adopts runs with canned results.
@@ -112,7 +113,7 @@ func TestReconcile(t *testing.T) {
 			}
 			srv, err := New(Config{Node: "test-node", MaskKey: []byte("0123456789abcdef0123"), ShutdownGrace: time.Second},
 				Deps{Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Runs: e.store,
-					Executor: exec, Sandboxes: e.boxes, Principals: princ, Registry: prometheus.NewRegistry()})
+					Executor: exec, Sandboxes: e.boxes, Principals: princ, Authorizer: policytest.Default(t), Registry: prometheus.NewRegistry()})
 			if err != nil {
 				t.Fatal(err)
 			}

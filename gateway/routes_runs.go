@@ -47,7 +47,7 @@ func (s runRoutes) submitRun(c echo.Context) error {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
 	if wait > 0 && run.State != sandgate.StateFinished {
-		if r, err := s.waitRun(ctx, principal(c), run.ID, wait); err == nil {
+		if r, err := s.waitRun(ctx, caller(c), run.ID, wait); err == nil {
 			run = r
 		}
 	}
@@ -111,16 +111,19 @@ func (s runRoutes) listRuns(c echo.Context) error {
 	// With their output, the runs are listed without it and each is read
 	// whole only as it is written out: a page holds one run's output at a
 	// time, however many runs printed their limit.
-	ctx, p := c.Request().Context(), principal(c)
+	ctx, p, who := c.Request().Context(), principal(c), caller(c)
 	withOutput := f.WithOutput
 	f.WithOutput = false
-	runs, next, err := s.node.runs.list(ctx, p, f)
+	if !allTeams(c) {
+		f.Team = p.Team
+	}
+	runs, next, err := s.node.runs.list(ctx, f)
 	if err != nil {
 		return err
 	}
 	var load func(*sandgate.Run) (*sandgate.Run, error)
 	if withOutput {
-		load = func(r *sandgate.Run) (*sandgate.Run, error) { return s.readRun(ctx, p, r.ID) }
+		load = func(r *sandgate.Run) (*sandgate.Run, error) { return s.readRun(ctx, who, r.ID, "") }
 	}
 	return renderRuns(c, runs, next, load)
 }

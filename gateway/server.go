@@ -84,7 +84,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		mask = r.Masker()
 	}
 	s := &Server{web: &web{
-		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger,
+		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger, mask: mask,
 		stopping: make(chan struct{}), openAPIDoc: api.OpenAPI(),
 	}}
 	s.edge = edge{web: s.web, authFailures: newLimiters(cfg.AuthFailureRate, cfg.AuthFailureBurst, deps.Clock)}
@@ -219,62 +219,63 @@ func (s *Server) routes() *echo.Echo {
 	// Authentication is per route, not group middleware: echo would
 	// otherwise answer a wrong method on a known path with 404, not 405.
 	v1 := &authedRoutes{e: e, auth: ed.authenticate, forwarded: ed.acceptForwarded}
-	sub := ed.require(sandgate.RoleSubmitter)
-	readers := ed.require(sandgate.RoleSubmitter, sandgate.RoleAdmin, sandgate.RoleAuditor)
-	cancellers := ed.require(sandgate.RoleSubmitter, sandgate.RoleAdmin)
-	policyReaders := ed.require(sandgate.RoleSecurity, sandgate.RoleAdmin, sandgate.RoleAuditor)
-	policyWriters := ed.require(sandgate.RoleSecurity, sandgate.RoleAdmin)
-	auditors := ed.require(sandgate.RoleAuditor, sandgate.RoleAdmin)
-	witness := ed.require(sandgate.RoleAuditor)
-	admins := ed.require(sandgate.RoleAdmin)
+	// Each route asks the policy one question (authz.go). The routes on
+	// a run or a session, and those that make one, ask it through the
+	// gate, which knows the object; the others ask it here: may, for an
+	// object of no team; mayList, for a list of the principal's team's
+	// objects (or every team's, when the policy says so).
+	may := func(action sandgate.Action, kind string) echo.MiddlewareFunc {
+		return ed.authorize(action, kind, false)
+	}
+	mayList := func(action sandgate.Action, kind string) echo.MiddlewareFunc { return ed.authorize(action, kind, true) }
 	toRunOwner, toSessionOwner := ed.toOwner(runOwner), ed.toOwner(sessionOwner)
 
 	runs, logs, arts := runRoutes{s.web}, logRoutes{s.web}, artifactRoutes{s.web}
-	v1.POST("/runs", runs.submitRun, sub, ed.toCapacity)
-	v1.GET("/runs", runs.listRuns, readers)
-	v1.GET("/runs/:id", runs.getRun, readers)
-	v1.GET("/runs/:id/logs", logs.runLogs, readers, toRunOwner)
-	v1.GET("/runs/:id/artifacts", arts.listArtifacts, readers)
-	v1.GET(strings.TrimPrefix(artifactRoute, "/v1"), arts.getArtifact, readers)
-	v1.GET("/runs/:id/artifacts.tar", arts.artifactsTar, readers)
-	v1.DELETE("/runs/:id", runs.cancelRun, cancellers, toRunOwner)
+	v1.POST("/runs", runs.submitRun, ed.toCapacity)
+	v1.GET("/runs", runs.listRuns, mayList("run.list", "run"))
+	v1.GET("/runs/:id", runs.getRun)
+	v1.GET("/runs/:id/logs", logs.runLogs, toRunOwner)
+	v1.GET("/runs/:id/artifacts", arts.listArtifacts)
+	v1.GET(strings.TrimPrefix(artifactRoute, "/v1"), arts.getArtifact)
+	v1.GET("/runs/:id/artifacts.tar", arts.artifactsTar)
+	v1.DELETE("/runs/:id", runs.cancelRun, toRunOwner)
 	v1.POST("/admission/review", runs.review)
 
 	pol := policyRoutes{s.web}
-	v1.GET("/policies", pol.policyStatus, policyReaders)
-	v1.POST("/policies/reload", pol.policyReload, policyWriters)
-	v1.POST("/policies/replay", pol.policyReplay, policyWriters)
+	v1.GET("/policies", pol.policyStatus, may("policy.read", "policy"))
+	v1.POST("/policies/reload", pol.policyReload, may("policy.reload", "policy"))
+	v1.POST("/policies/replay", pol.policyReplay, may("policy.replay", "policy"))
 
 	aud, proofs := auditRoutes{s.web}, proofRoutes{s.web}
-	v1.GET("/audit/events", aud.auditEvents, auditors)
-	v1.GET("/audit/export", aud.auditExport, auditors)
-	v1.GET("/audit/verify", aud.auditVerify, auditors)
-	v1.GET("/audit/checkpoint", proofs.auditCheckpoint, auditors)
-	v1.POST("/audit/checkpoint/cosignature", proofs.auditCosign, witness)
-	v1.POST("/audit/witness/alarm", proofs.auditWitnessAlarm, witness)
-	v1.GET("/audit/proof/inclusion", proofs.auditInclusion, auditors)
-	v1.GET("/audit/proof/consistency", proofs.auditConsistency, auditors)
-	v1.GET("/runs/:id/receipt", proofs.runReceipt, readers)
+	v1.GET("/audit/events", aud.auditEvents, may("audit.read", "audit"))
+	v1.GET("/audit/export", aud.auditExport, may("audit.export", "audit"))
+	v1.GET("/audit/verify", aud.auditVerify, may("audit.read", "audit"))
+	v1.GET("/audit/checkpoint", proofs.auditCheckpoint, may("audit.read", "audit"))
+	v1.POST("/audit/checkpoint/cosignature", proofs.auditCosign, may("audit.witness", "audit"))
+	v1.POST("/audit/witness/alarm", proofs.auditWitnessAlarm, may("audit.witness", "audit"))
+	v1.GET("/audit/proof/inclusion", proofs.auditInclusion, may("audit.read", "audit"))
+	v1.GET("/audit/proof/consistency", proofs.auditConsistency, may("audit.read", "audit"))
+	v1.GET("/runs/:id/receipt", proofs.runReceipt)
 
 	adm := adminRoutes{s.web}
-	v1.GET("/sandboxes", adm.sandboxes, admins)
-	v1.POST("/sandboxes/cleanup", adm.sandboxCleanup, admins)
-	v1.GET("/volumes", adm.volumes, admins)
-	v1.DELETE("/volumes/:team/:name", adm.removeVolume, admins)
-	v1.GET("/nodes", adm.listNodes, admins)
+	v1.GET("/sandboxes", adm.sandboxes, may("sandbox.list", "sandbox"))
+	v1.POST("/sandboxes/cleanup", adm.sandboxCleanup, may("sandbox.cleanup", "sandbox"))
+	v1.GET("/volumes", adm.volumes, may("volume.list", "volume"))
+	v1.DELETE("/volumes/:team/:name", adm.removeVolume, may("volume.remove", "volume"))
+	v1.GET("/nodes", adm.listNodes, may("node.list", "node"))
 
 	ses := sessionRoutes{s.web}
-	v1.POST("/sessions", ses.createSession, sub)
-	v1.GET("/sessions", ses.listSessions, readers)
-	v1.GET("/sessions/:id", ses.getSession, readers)
-	v1.DELETE("/sessions/:id", ses.deleteSession, cancellers, toSessionOwner)
-	v1.POST("/sessions/:id/runs", ses.execInSession, sub, toSessionOwner)
-	v1.PUT("/sessions/:id/files", ses.putSessionFiles, sub, toSessionOwner)
-	v1.GET("/sessions/:id/files", ses.getSessionFiles, readers, toSessionOwner)
+	v1.POST("/sessions", ses.createSession)
+	v1.GET("/sessions", ses.listSessions, mayList("session.list", "session"))
+	v1.GET("/sessions/:id", ses.getSession)
+	v1.DELETE("/sessions/:id", ses.deleteSession, toSessionOwner)
+	v1.POST("/sessions/:id/runs", ses.execInSession, toSessionOwner)
+	v1.PUT("/sessions/:id/files", ses.putSessionFiles, toSessionOwner)
+	v1.GET("/sessions/:id/files", ses.getSessionFiles, toSessionOwner)
 
-	v1.GET("/config", ops.config)
-	v1.GET("/whoami", ops.whoami)
-	v1.GET("/openapi.json", ops.openAPI)
+	v1.GET("/config", ops.config, may("config.read", "config"))
+	v1.GET("/whoami", ops.whoami, may("whoami", "principal"))
+	v1.GET("/openapi.json", ops.openAPI, may("openapi.read", "openapi"))
 	s.mountConsole(e)
 	return e
 }

@@ -57,7 +57,10 @@ func (s sessionRoutes) listSessions(c echo.Context) error {
 		}
 		f.Limit = n
 	}
-	list, err := s.node.sessions.list(c.Request().Context(), principal(c), f)
+	if !allTeams(c) {
+		f.Team = principal(c).Team
+	}
+	list, err := s.node.sessions.list(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -111,14 +114,14 @@ func (s sessionRoutes) execInSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, p := c.Request().Context(), principal(c)
+	ctx := c.Request().Context()
 	ans, err := s.admit(c, admission.Command{Session: c.Param("id"), Body: body})
 	if err != nil {
 		return err
 	}
 	run := ans.Run
 	if wait > 0 && run.State != sandgate.StateFinished {
-		if r, err := s.waitRun(ctx, p, run.ID, wait); err == nil {
+		if r, err := s.waitRun(ctx, caller(c), run.ID, wait); err == nil {
 			run = r
 		}
 	}

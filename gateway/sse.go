@@ -44,8 +44,8 @@ func (s logRoutes) runLogs(c echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
-	p := principal(c)
-	ans, err := s.admit(c, admission.ReadRun{Run: c.Param("id")})
+	who := caller(c)
+	ans, err := s.admit(c, admission.ReadRun{Run: c.Param("id"), Action: "run.follow"})
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (s logRoutes) runLogs(c echo.Context) error {
 	if lr := s.node.runs.live.get(run.ID); lr != nil {
 		return s.streamLive(ctx, sw, lr, cur, follow)
 	}
-	return s.streamStored(ctx, sw, p, run, cur, follow)
+	return s.streamStored(ctx, sw, who, run, cur, follow)
 }
 
 func (s logRoutes) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
@@ -88,7 +88,7 @@ func (s logRoutes) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, c
 // streamStored replays a run from the store, from the cursor's offsets. A
 // run that is not finished and not live here executes on another node: its
 // state is sent, and when following, the store is polled until it ends.
-func (s logRoutes) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
+func (s logRoutes) streamStored(ctx context.Context, sw *sseWriter, who admission.Caller, run *sandgate.Run, cur logCursor, follow bool) error {
 	cur.next = 0
 	send := func(name string, v any) error {
 		data, err := marshal(v)
@@ -111,7 +111,7 @@ func (s logRoutes) streamStored(ctx context.Context, sw *sseWriter, p sandgate.P
 			case <-s.stopping:
 				return nil
 			}
-			r, err := s.readRun(ctx, p, run.ID)
+			r, err := s.readRun(ctx, who, run.ID, "run.follow")
 			if err != nil {
 				s.logger(sw.c).Warn("poll run for logs", "error", err)
 				continue

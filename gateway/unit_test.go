@@ -427,7 +427,7 @@ func TestRecorderMasker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	who := admission.Caller{Principal: sandgate.Principal{Name: "alice", Team: "payments"}, CorrelationID: "c"}
+	who := admission.Caller{Principal: sandgate.Principal{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}}, CorrelationID: "c"}
 	body := admission.Body{R: strings.NewReader(`{"command":["echo"],"stdin":"in","env":{"K":"v"}}`), Size: -1}
 	if _, err := srv.gate.Admit(context.Background(), who, admission.Review{Body: body}); err != nil {
 		t.Fatal(err)

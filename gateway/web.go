@@ -27,6 +27,8 @@ type web struct {
 	metrics  *Metrics
 	gatherer prometheus.Gatherer
 	log      *slog.Logger
+	// mask hashes what the trail keeps of secrets and masked sign-ins.
+	mask sandgate.Masker
 	// stopping is closed when the gateway begins to stop: waiting
 	// requests and log streams return.
 	stopping   chan struct{}
@@ -99,7 +101,7 @@ func (s *web) logger(c echo.Context) *slog.Logger {
 
 // waitRun waits up to d for a live run to finish and returns it as it is
 // then.
-func (s *web) waitRun(ctx context.Context, p sandgate.Principal, id string, d time.Duration) (*sandgate.Run, error) {
+func (s *web) waitRun(ctx context.Context, who admission.Caller, id string, d time.Duration) (*sandgate.Run, error) {
 	if lr := s.node.runs.live.get(id); lr != nil {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -110,11 +112,12 @@ func (s *web) waitRun(ctx context.Context, p sandgate.Principal, id string, d ti
 		case <-s.stopping:
 		}
 	}
-	return s.readRun(ctx, p, id)
+	return s.readRun(ctx, who, id, "")
 }
 
-// readRun is a run p may read, through the gate.
-func (s *web) readRun(ctx context.Context, p sandgate.Principal, id string) (*sandgate.Run, error) {
-	ans, err := s.gate.Admit(ctx, admission.Caller{Principal: p, SignIn: sandgate.SignInToken}, admission.ReadRun{Run: id})
+// readRun is a run who may read (do action on, run.read when ""), through
+// the gate.
+func (s *web) readRun(ctx context.Context, who admission.Caller, id string, action sandgate.Action) (*sandgate.Run, error) {
+	ans, err := s.gate.Admit(ctx, who, admission.ReadRun{Run: id, Action: action})
 	return ans.Run, err
 }

@@ -3,7 +3,9 @@ package identity
 import (
 	"context"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -84,8 +86,51 @@ func (l *Login) oauth(ctx context.Context) (*oauth2.Config, error) {
 	}, nil
 }
 
-// Begin returns where to send the browser, and the state to keep.
-func (l *Login) Begin(ctx context.Context) (string, LoginState, error) {
+// Begin returns where to send the browser, and the state it keeps until
+// the callback, encoded for a cookie: the gateway's ConsoleLogin.
+func (l *Login) Begin(ctx context.Context) (string, string, error) {
+	u, st, err := l.begin(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		return "", "", err
+	}
+	return u, base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// Finish checks that the callback's state is the one the browser kept,
+// then finishes the sign-in: the gateway's ConsoleLogin. The session is
+// the raw ID token.
+func (l *Login) Finish(ctx context.Context, code, returnedState, kept string) (string, time.Time, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(kept)
+	var st LoginState
+	if err != nil || json.Unmarshal(raw, &st) != nil || st.State == "" {
+		return "", time.Time{}, refused("the sign-in's state is missing or malformed; sign in again")
+	}
+	if subtle.ConstantTimeCompare([]byte(returnedState), []byte(st.State)) != 1 {
+		return "", time.Time{}, refused("the callback's state is not the sign-in's; sign in again")
+	}
+	session, t, err := l.finish(ctx, code, st)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return session, t.Expiry, nil
+}
+
+// Session verifies a console session's ID token and returns its sign-in:
+// the gateway's ConsoleLogin.
+func (l *Login) Session(ctx context.Context, raw string) (sandgate.Identity, sandgate.SignIn, error) {
+	t, err := l.sessionToken(ctx, raw)
+	if err != nil {
+		return sandgate.Identity{}, sandgate.SignIn{}, err
+	}
+	return t.Identity(), t.SignIn(), nil
+}
+
+// begin returns where to send the browser, and the state to keep.
+func (l *Login) begin(ctx context.Context) (string, LoginState, error) {
 	oc, err := l.oauth(ctx)
 	if err != nil {
 		return "", LoginState{}, sandgate.WrapError(sandgate.CodeUnavailable, err, "the identity provider cannot be reached")
@@ -95,11 +140,11 @@ func (l *Login) Begin(ctx context.Context) (string, LoginState, error) {
 	return u, st, nil
 }
 
-// Finish exchanges the callback's code with the PKCE verifier and checks
+// finish exchanges the callback's code with the PKCE verifier and checks
 // the ID token it gets: for this client, with the nonce of st. It returns
 // the raw ID token, which the console's session cookie holds, and the
 // token. Its errors are UNAUTHENTICATED.
-func (l *Login) Finish(ctx context.Context, code string, st LoginState) (string, Token, error) {
+func (l *Login) finish(ctx context.Context, code string, st LoginState) (string, Token, error) {
 	if l.v.cfg.Now().After(st.Expires) {
 		return "", Token{}, refused("the sign-in took longer than %v; sign in again", LoginTTL)
 	}
@@ -115,18 +160,18 @@ func (l *Login) Finish(ctx context.Context, code string, st LoginState) (string,
 	if raw == "" {
 		return "", Token{}, refused("the identity provider sent no ID token")
 	}
-	t, err := l.Session(ctx, raw)
+	t, err := l.sessionToken(ctx, raw)
 	if err != nil {
 		return "", Token{}, err
 	}
-	if t.Nonce != st.Nonce {
+	if subtle.ConstantTimeCompare([]byte(t.Nonce), []byte(st.Nonce)) != 1 {
 		return "", Token{}, refused("the ID token's nonce is not the sign-in's")
 	}
 	return raw, t, nil
 }
 
-// Session verifies the ID token a console session holds.
-func (l *Login) Session(ctx context.Context, raw string) (Token, error) {
+// sessionToken verifies the ID token a console session holds.
+func (l *Login) sessionToken(ctx context.Context, raw string) (Token, error) {
 	t, err := l.v.VerifyFor(ctx, raw, l.cfg.ClientID)
 	if err != nil {
 		return Token{}, err

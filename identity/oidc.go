@@ -159,21 +159,14 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 // Enabled reports whether any issuer is trusted.
 func (v *Verifier) Enabled() bool { return v != nil && len(v.issuers) > 0 }
 
-// LooksLikeJWT reports whether token has the form of a signed JWT: three
-// base64url parts. Static tokens do not.
-func LooksLikeJWT(token string) bool {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" {
-		return false
+// VerifyToken checks a bearer token for the site's audience and returns
+// its sign-in: the gateway's TokenVerifier.
+func (v *Verifier) VerifyToken(ctx context.Context, raw string) (sandgate.Identity, sandgate.SignIn, error) {
+	t, err := v.Verify(ctx, raw)
+	if err != nil {
+		return sandgate.Identity{}, sandgate.SignIn{}, err
 	}
-	for _, p := range parts {
-		if strings.IndexFunc(p, func(r rune) bool {
-			return !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
-		}) >= 0 {
-			return false
-		}
-	}
-	return true
+	return t.Identity(), t.SignIn(), nil
 }
 
 // Verify checks a bearer token for the site's audience.

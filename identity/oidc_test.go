@@ -216,16 +216,6 @@ func TestAlgorithms(t *testing.T) {
 	}
 }
 
-func TestLooksLikeJWT(t *testing.T) {
-	for tok, want := range map[string]bool{
-		"sgdev_0123abcd": false, "a.b.c": true, "a.b.": true, "a..c": false, "a.b": false, "a.b.c.d": false, "a+.b.c": false,
-	} {
-		if got := identity.LooksLikeJWT(tok); got != want {
-			t.Errorf("LooksLikeJWT(%q) = %v", tok, got)
-		}
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	for _, c := range []identity.Config{
 		{Issuers: []string{"ftp://x"}, Audience: "a"},

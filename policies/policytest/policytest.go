@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/sandgate/sandgate/policies"
@@ -62,4 +63,22 @@ func EgressDestinations(team string, dests ...string) func(cfg map[string]any) {
 	return func(cfg map[string]any) {
 		cfg["egress_destinations"] = map[string]any{"default": []string{}, "teams": map[string]any{team: dests}}
 	}
+}
+
+var shared struct {
+	once sync.Once
+	e    *policies.Engine
+	err  error
+}
+
+// Default is an engine of the bundle embedded in the binary, loaded once
+// per test binary and shared by its tests: the authorizer of packages
+// whose tests fake the admitter.
+func Default(t testing.TB) *policies.Engine {
+	t.Helper()
+	shared.once.Do(func() { shared.e, shared.err = policies.New(context.Background(), policies.Options{}) })
+	if shared.err != nil {
+		t.Fatalf("the default policy bundle: %v", shared.err)
+	}
+	return shared.e
 }

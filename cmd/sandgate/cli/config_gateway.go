@@ -155,6 +155,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Images:     p.images,
 		Sinks:      sinkReporter,
 		Principals: p.principals,
+		Authorizer: p.engine,
 		Console:    consoleHandler,
 		Logger:     p.logger.With("component", "gateway"),
 		Registry:   p.registry,
