@@ -27,8 +27,8 @@ type PrincipalEntry struct {
 	TokenSHA256 string `json:"token_sha256"`
 }
 
-// TokensFile is the format of SANDGATE_TOKENS_FILE (YAML or JSON).
-type TokensFile struct {
+// TokensFileFormat is the format of SANDGATE_TOKENS_FILE (YAML or JSON).
+type TokensFileFormat struct {
 	Principals []PrincipalEntry `json:"principals"`
 }
 
@@ -51,7 +51,12 @@ func LoadPrincipals(path string) (*Principals, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read tokens file: %w", err)
 	}
-	var f TokensFile
+	return parsePrincipals(path, data)
+}
+
+// parsePrincipals parses a tokens file's content.
+func parsePrincipals(path string, data []byte) (*Principals, error) {
+	var f TokensFileFormat
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
 		return nil, fmt.Errorf("parse tokens file %s: %w", path, err)
 	}
@@ -84,8 +89,8 @@ func NewPrincipals(entries []PrincipalEntry) (*Principals, error) {
 			return nil, fmt.Errorf("%s (%s): at least one role is required", where, e.Name)
 		}
 		for _, r := range e.Roles {
-			if !slices.Contains([]sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleSecurity, sandgate.RoleAuditor, sandgate.RoleAdmin}, r) {
-				return nil, fmt.Errorf("%s (%s): unknown role %q (submitter, security, auditor, admin)", where, e.Name, r)
+			if !slices.Contains(sandgate.Roles, r) {
+				return nil, fmt.Errorf("%s (%s): unknown role %q (submitter, security, auditor, admin, approver)", where, e.Name, r)
 			}
 		}
 		if slices.Contains(e.Roles, sandgate.RoleSubmitter) && e.Team == "" {

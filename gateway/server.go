@@ -130,11 +130,12 @@ func newUUIDv7() string {
 // Handler returns the HTTP handler of the whole API.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Serve answers HTTP on ln until ctx ends, then shuts down gracefully: it
+// Serve answers HTTP on ln (and on each of more: the TLS listener) until
+// ctx ends, then shuts down gracefully: it
 // stops accepting, ends open log streams and waits, ends the runs as
 // Config.CancelOnShutdown says, and returns. The caller then flushes the
 // audit writer.
-func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+func (s *Server) Serve(ctx context.Context, ln net.Listener, more ...net.Listener) error {
 	hs := &http.Server{
 		Handler:           s.echo,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -145,9 +146,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
-	s.log.Info("gateway listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1+len(more))
+	for _, l := range append([]net.Listener{ln}, more...) {
+		go func() { errc <- hs.Serve(l) }()
+		s.log.Info("gateway listening", "addr", l.Addr().String())
+	}
 	var serveErr error
 	select {
 	case serveErr = <-errc:
@@ -294,6 +297,7 @@ func (s *Server) mountConsole(e *echo.Echo) {
 	if s.d.Console == nil {
 		return
 	}
+	s.mountLogin(e)
 	files := echo.WrapHandler(http.StripPrefix("/console", s.d.Console))
 	toConsole := func(c echo.Context) error { return c.Redirect(http.StatusFound, "/console/") }
 	e.GET("/", toConsole, s.edge.limitRate)

@@ -26,6 +26,7 @@ type config struct {
 	egressConfig
 	workspaceConfig
 	gatewayConfig
+	identityConfig
 	nodeConfig
 	sinkConfig
 }
@@ -42,6 +43,7 @@ func readConfig(getenv func(string) string) config {
 		egressConfig:    readEgressConfig(getenv),
 		workspaceConfig: readWorkspaceConfig(getenv),
 		gatewayConfig:   readGatewayConfig(getenv, trail.stateDir()),
+		identityConfig:  readIdentityConfig(getenv),
 		nodeConfig:      readNodeConfig(getenv),
 		sinkConfig:      readSinkConfig(getenv),
 	}
@@ -50,7 +52,7 @@ func readConfig(getenv func(string) string) config {
 // server is every component serve builds, in the order they are
 // validated (and their errors listed).
 func (c *config) server() []component {
-	return []component{&c.gatewayConfig, &c.databaseConfig, &c.trailConfig, &c.policyConfig, &c.executorConfig,
+	return []component{&c.gatewayConfig, &c.identityConfig, &c.databaseConfig, &c.trailConfig, &c.policyConfig, &c.executorConfig,
 		&c.egressConfig, &c.workspaceConfig, &c.nodeConfig, &c.sinkConfig}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -89,17 +90,18 @@ func (c *gatewayConfig) listen() (net.Listener, error) {
 	return ln, nil
 }
 
-// principals reads the tokens file, or makes a development token when
-// there is none and development mode is on.
-func (c *gatewayConfig) principals() (*gateway.Principals, string, error) {
+// principals reads the tokens file, which serve keeps current, or makes
+// a development token when there is none and development mode is on.
+func (c *gatewayConfig) principals(logger *slog.Logger) (gateway.Authenticator, *gateway.TokensFile, string, error) {
 	if c.TokensFile != "" {
-		p, err := gateway.LoadPrincipals(c.TokensFile)
+		f, err := gateway.OpenTokensFile(c.TokensFile, logger.With("component", "tokens"))
 		if err != nil {
-			return nil, "", fmt.Errorf("SANDGATE_TOKENS_FILE: %w", err)
+			return nil, nil, "", fmt.Errorf("SANDGATE_TOKENS_FILE: %w", err)
 		}
-		return p, "", nil
+		return f, f, "", nil
 	}
-	return gateway.DevPrincipals()
+	p, token, err := gateway.DevPrincipals()
+	return p, nil, token, err
 }
 
 // gatewaySettings is the gateway's configuration, from its own and the
@@ -156,6 +158,8 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Sinks:      sinkReporter,
 		Principals: p.principals,
 		Authorizer: p.engine,
+		Tokens:     p.tokenVerifier(),
+		Login:      p.consoleLogin(),
 		Console:    consoleHandler,
 		Logger:     p.logger.With("component", "gateway"),
 		Registry:   p.registry,

@@ -107,19 +107,20 @@ func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, lo
 }
 
 // watch reloads the policy when its directory changes and on SIGHUP,
-// until ctx ends.
-func watch(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+// until ctx ends; also calls each of also on SIGHUP (the tokens file, the
+// TLS certificate).
+func watch(ctx context.Context, engine *policies.Engine, logger *slog.Logger, also ...func()) {
 	go func() {
 		if err := engine.Watch(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			logger.Error("policy watch", "err", err)
 		}
 	}()
-	go reloadOnSIGHUP(ctx, engine, logger)
+	go reloadOnSIGHUP(ctx, engine, logger, also)
 }
 
-// reloadOnSIGHUP reloads the policy on every SIGHUP until ctx ends. The
-// process, not the engine, owns its signals.
-func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+// reloadOnSIGHUP reloads the policy (and calls also) on every SIGHUP
+// until ctx ends. The process, not the engine, owns its signals.
+func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.Logger, also []func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -130,6 +131,9 @@ func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.L
 		case <-hup:
 			if _, err := engine.ReloadFor(ctx, "sighup"); err != nil && ctx.Err() == nil {
 				logger.Warn("policy reload on SIGHUP refused; the policy in force stays", "err", err)
+			}
+			for _, f := range also {
+				f()
 			}
 		}
 	}

@@ -65,6 +65,12 @@ func serve(ctx context.Context, a *app) error {
 	}
 	down.push(func() { _ = ln.Close() }) // Serve closes it once it serves
 	p := &parts{logger: logger, advertise: cfg.advertised(ln.Addr())}
+	if p.tlsListener, p.certificate, err = cfg.identityConfig.tlsListener(); err != nil {
+		return err
+	}
+	if p.tlsListener != nil {
+		down.push(func() { _ = p.tlsListener.Close() })
+	}
 	if err := checkServe(ctx, cfg, p, &down); err != nil {
 		return err
 	}
@@ -81,7 +87,14 @@ func serve(ctx context.Context, a *app) error {
 	if err := adoptUnfinished(ctx, srv, logger); err != nil {
 		return err
 	}
-	watch(ctx, p.engine, logger)
+	watch(ctx, p.engine, logger, p.reloadOnHUP)
+	if p.tokens != nil {
+		go func() {
+			if err := p.tokens.Watch(ctx); err != nil {
+				logger.Error("tokens file watch", "err", err)
+			}
+		}()
+	}
 	if err := p.exec.Start(ctx); err != nil {
 		// The daemon may come later; readiness says so meanwhile.
 		logger.Warn("executor start", "err", err)
@@ -100,6 +113,10 @@ func serve(ctx context.Context, a *app) error {
 	if a.onListen != nil {
 		a.onListen(addr, p.devToken)
 	}
+	if p.tlsListener != nil {
+		logger.Info("sandgate listening with TLS", "addr", p.tlsListener.Addr().String(), "client_certificates", cfg.TLSClientCAFile != "")
+		return srv.Serve(ctx, ln, p.tlsListener)
+	}
 	return srv.Serve(ctx, ln)
 }
 
@@ -109,7 +126,10 @@ func serve(ctx context.Context, a *app) error {
 // events of this phase are held until the trail is open.
 func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) error {
 	var err error
-	if p.principals, p.devToken, err = cfg.gatewayConfig.principals(); err != nil {
+	if p.principals, p.tokens, p.devToken, err = cfg.gatewayConfig.principals(p.logger); err != nil {
+		return err
+	}
+	if p.verifier, p.login, err = cfg.identityConfig.signIns(p.logger); err != nil {
 		return err
 	}
 	if p.callbackKey, err = loadCallbackKey(cfg.CallbackKeyFile); err != nil {

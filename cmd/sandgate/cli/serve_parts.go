@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/identity"
 	"github.com/sandgate/sandgate/policies"
 	"github.com/sandgate/sandgate/runstore"
 )
@@ -27,7 +29,12 @@ import (
 type parts struct {
 	logger        *slog.Logger
 	advertise     string
-	principals    *gateway.Principals
+	principals    gateway.Authenticator
+	tokens        *gateway.TokensFile
+	verifier      *identity.Verifier
+	login         *identity.Login
+	tlsListener   net.Listener
+	certificate   *certificate
 	devToken      string
 	callbackKey   []byte
 	clusterSecret []byte
@@ -45,6 +52,35 @@ type parts struct {
 	store    *audit.Store
 	runs     *runstore.Store
 	streamer *audit.Streamer
+}
+
+// tokenVerifier is the OpenID Connect verifier, nil when no issuer is
+// trusted.
+func (p *parts) tokenVerifier() gateway.TokenVerifier {
+	if p.verifier == nil {
+		return nil
+	}
+	return p.verifier
+}
+
+// consoleLogin is the console's sign-in, nil when it has no client.
+func (p *parts) consoleLogin() gateway.ConsoleLogin {
+	if p.login == nil {
+		return nil
+	}
+	return p.login
+}
+
+// reloadOnHUP reads the tokens file and the TLS certificate again.
+func (p *parts) reloadOnHUP() {
+	if p.tokens != nil {
+		_ = p.tokens.Reload()
+	}
+	if p.certificate != nil {
+		if err := p.certificate.reload(); err != nil {
+			p.logger.Error("TLS certificate refused on SIGHUP; the one in use stays", "err", err)
+		}
+	}
 }
 
 // teardown is what serve undoes when it returns, last made first undone:
