@@ -38,9 +38,10 @@ type Approval struct {
 	CorrelationID  string `json:"correlation_id"`
 	DecisionID     string `json:"decision_id"`
 	PolicyRevision string `json:"policy_revision"`
-	// Requester, Team and RequesterSignIn are who asked.
+	// Requester, Team, RequesterRoles and RequesterSignIn are who asked.
 	Requester       string `json:"requester"`
 	Team            string `json:"team"`
+	RequesterRoles  []Role `json:"requester_roles"`
 	RequesterSignIn SignIn `json:"requester_sign_in"`
 	// Reasons are the findings that asked for approval, each with its
 	// rule.

@@ -139,6 +139,9 @@ func DecisionPayload(m Masker, d Decision, withSpec bool) map[string]any {
 	if withSpec {
 		p["spec"] = m.Spec(d.Spec.RunSpec, d.Mask)
 	}
+	if len(d.Approvals) > 0 {
+		p["approvals"] = violationDocs(d.Approvals)
+	}
 	return p
 }
 

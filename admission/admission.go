@@ -65,6 +65,9 @@ type Answer struct {
 	File sandgate.FileDigest
 	// Artifacts are a run's collected files (Artifacts).
 	Artifacts []sandgate.Artifact
+	// Approval is the approval a run or a session waits for (a decision
+	// that needs one), or the one read or decided.
+	Approval *sandgate.Approval
 }
 
 // Request is one operation through the gate. Its methods are the steps
@@ -108,6 +111,9 @@ type Deps struct {
 	// Sessions stores sessions; without it (or without Config.Sessions)
 	// the session operations answer NOT-FOUND.
 	Sessions sandgate.SessionStore
+	// Approvals keeps approvals; without it a decision that needs one is
+	// a denial that says so.
+	Approvals sandgate.ApprovalStore
 	// Artifacts lists runs' artifacts; without it a run has none.
 	Artifacts sandgate.ArtifactStore
 	// Slots counts runs against their teams across a cluster; without it
@@ -151,6 +157,9 @@ type Gate struct {
 	teams    *Teams
 	uploads  *uploads
 	draining atomic.Bool
+	// held are the requests waiting for approval whose secrets this node
+	// holds.
+	held heldRequests
 }
 
 // New returns the gate. teams is the node's count of its teams' runs,
@@ -251,6 +260,9 @@ type pass struct {
 	// Step 5.
 	dec sandgate.Decision
 	key string
+	// approval is the approval the decision asks for (require_approval),
+	// to be stored with the request pending.
+	approval *sandgate.Approval
 	// Step 7, begun beside step 6 (storeAlongside).
 	stored func() (sandgate.Run, error)
 

@@ -69,13 +69,14 @@ func (p *pass) decide(ctx context.Context) error {
 }
 
 // subject is who and what the events of the pass's decision are about;
-// runID is set only for an allowed decision (a denied one made nothing).
+// runID is set only for a decision that made something: an allowed one,
+// or one that waits for approval (a denied one made nothing).
 func (p *pass) subject(runID string) sandgate.Subject {
-	if !p.dec.Allow {
+	if !p.dec.Allow && p.approval == nil {
 		runID = ""
 	}
 	return sandgate.Subject{CorrelationID: p.who.CorrelationID, RunID: runID, DecisionID: p.dec.DecisionID,
-		Actor: p.who.Principal.Name, Team: p.who.Principal.Team, Node: p.g.cfg.Node, PolicyRevision: p.dec.PolicyRevision}
+		Actor: p.who.Principal.Name, Team: p.who.Principal.Team, Node: p.g.cfg.Node, PolicyRevision: p.dec.PolicyRevision}.By(p.who.SignIn)
 }
 
 // recordPayload is the decision's record (DecisionRecord), the one shape
@@ -102,8 +103,11 @@ func (p *pass) commit(ctx context.Context, extraRecord, extra map[string]any) er
 	}
 	now := p.now()
 	decided := sandgate.NewAdmissionDenied(s, now, payload)
-	if dec.Allow {
+	switch {
+	case dec.Allow:
 		decided = sandgate.NewAdmissionAllowed(s, now, payload)
+	case p.approval != nil:
+		decided = sandgate.NewApprovalRequested(s, now, p.approvalPayload(payload))
 	}
 	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	err := g.d.Recorder.Record(rctx, sandgate.NewRunRequested(s, now, rec), decided)
@@ -119,7 +123,7 @@ func (p *pass) commit(ctx context.Context, extraRecord, extra map[string]any) er
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err,
 			"the audit trail cannot commit the decision now; nothing was run, retry later")
 	}
-	if !dec.Allow {
+	if !dec.Allow && p.approval == nil {
 		return denial(dec)
 	}
 	return nil
@@ -184,6 +188,16 @@ func warnings(dec sandgate.Decision) []string {
 	return out
 }
 
+// signIn is how the pass's caller signed in, as the stores keep it; nil
+// for a caller the gateway did not say.
+func (p *pass) signIn() *sandgate.SignIn {
+	if p.who.SignIn.Method == "" {
+		return nil
+	}
+	in := p.who.SignIn
+	return &in
+}
+
 // storedRun is the admitted run as the store keeps it: pending, its
 // admitted spec's secrets as keyed hashes.
 func (p *pass) storedRun() sandgate.Run {
@@ -191,7 +205,7 @@ func (p *pass) storedRun() sandgate.Run {
 	return sandgate.Run{
 		ID: p.id, CorrelationID: p.who.CorrelationID, DecisionID: dec.DecisionID,
 		PolicyRevision: dec.PolicyRevision, Principal: p.who.Principal.Name, Team: p.who.Principal.Team, Node: p.g.cfg.Node,
-		IdempotencyKey: p.key, State: sandgate.StatePending, CreatedAt: p.now(),
+		IdempotencyKey: p.key, State: sandgate.StatePending, CreatedAt: p.now(), SignIn: p.signIn(),
 		Spec: p.g.d.Masker.StoredSpec(dec.Spec.RunSpec, dec.Mask), Warnings: warnings(dec),
 	}
 }

@@ -182,12 +182,22 @@ func (p *pass) refuseSessionRef(ctx context.Context, sid string) error {
 }
 
 // decide claims the run's Idempotency-Key, if any (a retry is answered
-// with the run the key made), then the policy decides.
+// with the run the key made), then the policy decides. A run that needs
+// approval waits for it, unless it comes with a workspace archive, which
+// no node keeps that long.
 func (Run) decide(ctx context.Context, p *pass) error {
 	if err := p.claim(ctx); err != nil {
 		return err
 	}
-	return p.decide(ctx)
+	if err := p.decide(ctx); err != nil {
+		return err
+	}
+	why := ""
+	if p.spooled != nil {
+		why = "a run with a workspace archive cannot wait for it: put its files in the spec (files) or in a session"
+	}
+	p.askApproval(sandgate.OperationRun, why)
+	return nil
 }
 
 func (r Run) record(ctx context.Context, p *pass) error {
@@ -200,14 +210,24 @@ func (r Run) record(ctx context.Context, p *pass) error {
 
 func (Run) store(ctx context.Context, p *pass) error {
 	run := p.storedRun()
+	if p.approval != nil {
+		run.State, run.ApprovalID = sandgate.StatePendingApproval, p.approval.ID
+	}
 	if err := p.storeRun(ctx, &run, nil); err != nil {
 		return err
 	}
 	p.answer.Run = &run
+	if p.approval != nil {
+		return p.storePending(ctx)
+	}
 	return nil
 }
 
 func (Run) execute(_ context.Context, p *pass) error {
+	if p.approval != nil {
+		p.holdPending()
+		return nil
+	}
 	p.start("")
 	return nil
 }

@@ -51,7 +51,13 @@ func (o OpenSession) normalize(ctx context.Context, p *pass) error {
 	return nil
 }
 
-func (OpenSession) decide(ctx context.Context, p *pass) error { return p.decide(ctx) }
+func (OpenSession) decide(ctx context.Context, p *pass) error {
+	if err := p.decide(ctx); err != nil {
+		return err
+	}
+	p.askApproval(sandgate.OperationSession, "")
+	return nil
+}
 
 func (OpenSession) record(ctx context.Context, p *pass) error {
 	return p.commit(ctx, nil, map[string]any{"operation": string(sandgate.OperationSession), "limits": limitsPayload(p.limits())})
@@ -71,9 +77,12 @@ func (OpenSession) store(ctx context.Context, p *pass) error {
 	now := p.now()
 	ss := sandgate.Session{
 		ID: p.id, CorrelationID: p.who.CorrelationID, DecisionID: dec.DecisionID, PolicyRevision: dec.PolicyRevision,
-		Principal: p.who.Principal.Name, Team: p.who.Principal.Team, Node: g.cfg.Node, State: sandgate.SessionOpen,
+		Principal: p.who.Principal.Name, Team: p.who.Principal.Team, SignIn: p.signIn(), Node: g.cfg.Node, State: sandgate.SessionOpen,
 		Limits: p.limits(), CreatedAt: now, LastActiveAt: now,
 		Spec: g.d.Masker.StoredSpec(dec.Spec.RunSpec, dec.Mask), Warnings: warnings(dec),
+	}
+	if p.approval != nil {
+		ss.State, ss.ApprovalID = sandgate.SessionPendingApproval, p.approval.ID
 	}
 	if err := g.d.Sessions.CreateSession(ctx, &ss); err != nil {
 		g.d.Recorder.Emit(sandgate.NewSessionEnded(p.subject(p.id), p.now(), sandgate.SessionError,
@@ -81,11 +90,19 @@ func (OpenSession) store(ctx context.Context, p *pass) error {
 		return unavailable(err, "the session store")
 	}
 	p.session = &ss
+	if p.approval != nil {
+		p.answer.Session = &ss
+		return p.storePending(ctx)
+	}
 	return nil
 }
 
 // execute opens the session and waits a while for its container to run.
 func (OpenSession) execute(ctx context.Context, p *pass) error {
+	if p.approval != nil {
+		p.holdPending()
+		return nil
+	}
 	hold := p.hold
 	p.keep()
 	ss, err := p.g.d.Runner.Open(ctx, AdmittedSession{Session: *p.session, Spec: p.dec.Spec, Enforcement: p.dec.Enforcement,
@@ -133,7 +150,13 @@ func (c Command) normalize(ctx context.Context, p *pass) error {
 	return nil
 }
 
-func (Command) decide(ctx context.Context, p *pass) error { return p.decide(ctx) }
+func (Command) decide(ctx context.Context, p *pass) error {
+	if err := p.decide(ctx); err != nil {
+		return err
+	}
+	p.askApproval(sandgate.OperationExec, "a command in a session cannot wait for it")
+	return nil
+}
 
 // record commits the command's decision. An allowed command's run is
 // written to the store while its decision is committed: two round trips
@@ -258,6 +281,7 @@ func (p *pass) fileEvent(event func(sandgate.Subject, time.Time, string, map[str
 	}
 	s := sandgate.SessionSubject(*ss, p.g.cfg.Node)
 	s.Actor, s.Team, s.CorrelationID, s.PolicyRevision = p.who.Principal.Name, p.who.Principal.Team, p.who.CorrelationID, ""
+	s.SignIn = p.signIn()
 	p.g.d.Recorder.Emit(event(s, p.now(), outcome, payload))
 }
 

@@ -117,6 +117,9 @@ type Config struct {
 	// ReplayTimeout bounds one policy replay; a replay out of time
 	// answers what it replayed so far, marked timed_out. Default 1 minute.
 	ReplayTimeout time.Duration
+	// ApprovalSweep is how often the gateway expires the approvals whose
+	// time ran out (default 30 s).
+	ApprovalSweep time.Duration
 
 	// The cluster (with Deps.Cluster): AdvertiseURL is where the other
 	// nodes reach this node's API; ClusterSecret (at least 16 bytes, the
@@ -186,6 +189,9 @@ type Deps struct {
 	Keys sandgate.IdempotencyKeys
 	// Executor runs admitted jobs (package executor).
 	Executor sandgate.Executor
+	// Approvals keeps approvals (package runstore). Optional: without
+	// it a decision that needs approval is a denial that says so.
+	Approvals sandgate.ApprovalStore
 	// Sessions stores sessions (package runstore). Optional: without it
 	// (or with an Executor that is no sandgate.SessionExecutor), the
 	// session routes answer NOT-FOUND.
@@ -269,6 +275,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ShutdownGrace <= 0 {
 		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.ApprovalSweep <= 0 {
+		c.ApprovalSweep = 30 * time.Second
 	}
 	if c.BodyLimit <= 0 || c.BodyLimit > sandgate.MaxSpecBytes {
 		c.BodyLimit = sandgate.MaxSpecBytes

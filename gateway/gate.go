@@ -162,7 +162,7 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Node: cfg.Node, AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots,
 		Callbacks: len(cfg.CallbackKey) > 0, Sessions: d.keepsSessions(), Uploads: up,
 	}, admission.Deps{
-		Admitter: d.Admitter, Authorizer: d.Authorizer, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions,
+		Admitter: d.Admitter, Authorizer: d.Authorizer, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions, Approvals: d.Approvals,
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x,
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
 		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,

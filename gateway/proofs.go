@@ -224,7 +224,7 @@ func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 		return unavailable(err, "the audit trail")
 	}
 	who := principal(c)
-	ev := sandgate.NewAuditWitnessAlarm(sandgate.PrincipalSubject(who, correlationID(c), s.cfg.Node), s.d.Clock(), a.Kind,
+	ev := sandgate.NewAuditWitnessAlarm(sandgate.PrincipalSubject(who, correlationID(c), s.cfg.Node).By(signIn(c)), s.d.Clock(), a.Kind,
 		map[string]any{
 			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
 			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,

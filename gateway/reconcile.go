@@ -231,7 +231,7 @@ func (s *runs) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.Reco
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
-		Principal: run.Principal, Team: run.Team, AirGapped: s.cfg.AirGapped, PolicyRevision: run.PolicyRevision,
+		Principal: run.Principal, SignIn: run.SignIn, Team: run.Team, AirGapped: s.cfg.AirGapped, PolicyRevision: run.PolicyRevision,
 		// The stored spec is the admitted one (normalised before it was
 		// stored), with its secrets as keyed hashes: a run adopted after
 		// a restart needs no more than its container.

@@ -62,11 +62,16 @@ type runHead struct {
 // limit on each stream, is encoded into the response a chunk at a time
 // from the bytes the run holds, never into a buffer of its own.
 func renderRun(c echo.Context, status int, run *sandgate.Run) error {
+	return renderRunWaiting(c, status, run, nil)
+}
+
+// renderRunWaiting is renderRun with the approval the run waits for.
+func renderRunWaiting(c echo.Context, status int, run *sandgate.Run, a *sandgate.Approval) error {
 	w := c.Response()
 	w.Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	w.WriteHeader(status)
 	bw := bufio.NewWriterSize(w, streamChunk)
-	if err := writeRun(bw, run); err != nil {
+	if err := writeRun(bw, run, a); err != nil {
 		return err
 	}
 	if err := bw.WriteByte('\n'); err != nil {
@@ -97,7 +102,7 @@ func renderRuns(c echo.Context, runs []sandgate.Run, next string, load func(*san
 			}
 			r = full
 		}
-		if err := writeRun(bw, r); err != nil {
+		if err := writeRun(bw, r, nil); err != nil {
 			return err
 		}
 	}
@@ -112,8 +117,10 @@ func renderRuns(c echo.Context, runs []sandgate.Run, next string, load func(*san
 }
 
 // writeRun writes one run as JSON: its head, then each output stream.
-func writeRun(w *bufio.Writer, run *sandgate.Run) error {
-	head, err := marshal(runHead{RunView: runView(run)})
+func writeRun(w *bufio.Writer, run *sandgate.Run, a *sandgate.Approval) error {
+	v := runView(run)
+	v.Approval = a
+	head, err := marshal(runHead{RunView: v})
 	if err != nil {
 		return err
 	}

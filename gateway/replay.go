@@ -75,7 +75,7 @@ type replays struct {
 // change. Nothing runs and nothing but the replay's own policy.replayed
 // event is written. A candidate the engine refuses is POLICY-INVALID (or
 // INVALID-REQUEST for bad file names), recorded as a refused replay.
-func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
+func (s *replays) replay(ctx context.Context, who admission.Caller, q replayQuery) (api.ReplayReport, error) {
 	loader, ok := s.d.Policies.(sandgate.CandidateLoader)
 	if !ok {
 		if loader, ok = s.d.Admitter.(sandgate.CandidateLoader); !ok {
@@ -94,7 +94,7 @@ func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string,
 	if err != nil {
 		switch sandgate.ErrorCodeOf(err) {
 		case sandgate.CodePolicyInvalid, sandgate.CodeInvalidRequest:
-			if rerr := s.recordReplay(ctx, p, corr, q, nil, err); rerr != nil {
+			if rerr := s.recordReplay(ctx, who, q, nil, err); rerr != nil {
 				return api.ReplayReport{}, rerr
 			}
 			return api.ReplayReport{}, err
@@ -129,7 +129,7 @@ func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string,
 	}
 	rep := r.report()
 	rep.DurationMS = time.Since(start).Milliseconds()
-	if err := s.recordReplay(ctx, p, corr, q, &rep, nil); err != nil {
+	if err := s.recordReplay(ctx, who, q, &rep, nil); err != nil {
 		return api.ReplayReport{}, err
 	}
 	return rep, nil
@@ -138,7 +138,7 @@ func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string,
 // recordReplay commits the replay's policy.replayed event: the candidate's
 // revision and files, the filters and the counts (rep), or the reason the
 // candidate was refused (refused).
-func (s *replays) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
+func (s *replays) recordReplay(ctx context.Context, who admission.Caller, q replayQuery, rep *api.ReplayReport, refused error) error {
 	filter := map[string]any{"limit": q.limit}
 	if q.team != "" {
 		filter["team"] = q.team
@@ -169,7 +169,7 @@ func (s *replays) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	subject := sandgate.PrincipalSubject(p, corr, s.cfg.Node)
+	subject := sandgate.PrincipalSubject(who.Principal, who.CorrelationID, s.cfg.Node).By(who.SignIn)
 	subject.PolicyRevision = s.d.Policies.Status().Revision
 	err := s.d.Recorder.Record(rctx, sandgate.NewPolicyReplayed(subject, s.now(), outcome, payload))
 	if err != nil {

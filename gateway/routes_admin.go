@@ -74,7 +74,7 @@ func (s adminRoutes) removeVolume(c echo.Context) error {
 	if err := s.d.Volumes.RemoveCacheVolume(c.Request().Context(), team, name); err != nil {
 		return err
 	}
-	subject := sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node)
+	subject := sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node).By(signIn(c))
 	subject.Team = team
 	s.d.Recorder.Emit(sandgate.NewVolumeRemoved(subject, s.d.Clock(), map[string]any{"volume": name}))
 	s.logger(c).Info("cache volume removed", "team", team, "volume", name, "actor", p.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -82,7 +83,7 @@ func (s auditRoutes) auditExport(c echo.Context) error {
 		h.Set("Cache-Control", "no-store")
 		c.Response().WriteHeader(http.StatusOK)
 	}
-	err = s.exportAudit(c.Request().Context(), principal(c), correlationID(c), f, format, w, begin)
+	err = s.exportAudit(c.Request().Context(), caller(c), f, format, w, begin)
 	if err != nil {
 		if c.Response().Committed {
 			// The status is sent; ending the body early tells the client
@@ -96,8 +97,8 @@ func (s auditRoutes) auditExport(c echo.Context) error {
 }
 
 // exportAudit commits an audit.exported event, then streams the export.
-func (s auditRoutes) exportAudit(ctx context.Context, p sandgate.Principal, corr string, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer, begin func()) error {
-	err := s.d.Recorder.Record(ctx, sandgate.NewAuditExported(sandgate.PrincipalSubject(p, corr, s.cfg.Node), s.d.Clock(),
+func (s auditRoutes) exportAudit(ctx context.Context, who admission.Caller, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer, begin func()) error {
+	err := s.d.Recorder.Record(ctx, sandgate.NewAuditExported(sandgate.PrincipalSubject(who.Principal, who.CorrelationID, s.cfg.Node).By(who.SignIn), s.d.Clock(),
 		map[string]any{"format": string(format), "filter": auditFilterPayload(f)}))
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the export now; retry later")

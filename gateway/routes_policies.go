@@ -72,7 +72,7 @@ func (s policyRoutes) policyReplay(c echo.Context) error {
 	for name, text := range body.Files {
 		rq.files[name] = []byte(text)
 	}
-	rep, err := s.replays.replay(c.Request().Context(), principal(c), correlationID(c), rq)
+	rep, err := s.replays.replay(c.Request().Context(), caller(c), rq)
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func (s runRoutes) submitRun(c echo.Context) error {
 	if run.State == sandgate.StateFinished && (wait > 0 || !created) {
 		status = http.StatusOK
 	}
-	return renderRun(c, status, run)
+	return renderRunWaiting(c, status, run, ans.Approval)
 }
 
 func parseWait(v string, maxWait time.Duration) (time.Duration, error) {

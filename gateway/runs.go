@@ -99,7 +99,7 @@ func (r *runs) execute(ctx context.Context, lr *liveRun) {
 
 	job := sandgate.Job{
 		RunID: run.ID, CorrelationID: run.CorrelationID, DecisionID: run.DecisionID,
-		Principal: run.Principal, Team: run.Team, Spec: lr.spec, AirGapped: r.cfg.AirGapped,
+		Principal: run.Principal, SignIn: run.SignIn, Team: run.Team, Spec: lr.spec, AirGapped: r.cfg.AirGapped,
 		PolicyRevision:  run.PolicyRevision,
 		Enforcement:     lr.enforce,
 		TeamConcurrency: lr.teamConcurrency,

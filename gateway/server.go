@@ -116,6 +116,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	s.replays = &replays{base: b, gate: s.gate, mask: mask}
 	m.attach(deps, n.runs.live.count, n.sessions.live.count, s.gate.Uploads)
 	s.echo = s.routes()
+	if deps.Approvals != nil {
+		go s.expireApprovals(cfg.ApprovalSweep)
+	}
 	return s, nil
 }
 
@@ -275,6 +278,13 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sessions/:id/runs", ses.execInSession, toSessionOwner)
 	v1.PUT("/sessions/:id/files", ses.putSessionFiles, toSessionOwner)
 	v1.GET("/sessions/:id/files", ses.getSessionFiles, toSessionOwner)
+
+	apr := approvalRoutes{s.web}
+	toApprovalOwner := ed.toOwner(approvalOwner)
+	v1.GET("/approvals", apr.listApprovals, mayList("approval.list", "approval"))
+	v1.GET("/approvals/:id", apr.getApproval)
+	v1.POST("/approvals/:id/approve", apr.approve, toApprovalOwner)
+	v1.POST("/approvals/:id/deny", apr.deny, toApprovalOwner)
 
 	v1.GET("/config", ops.config, may("config.read", "config"))
 	v1.GET("/whoami", ops.whoami, may("whoami", "principal"))

@@ -226,7 +226,7 @@ func (s *sessions) run(ctx context.Context, l *liveSession, enforce sandgate.Enf
 	spec.OutputLimitBytes = min(spec.OutputLimitBytes, 64<<10)
 	job := sandgate.Job{
 		RunID: ss.ID, CorrelationID: ss.CorrelationID, DecisionID: ss.DecisionID,
-		Principal: ss.Principal, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped, PolicyRevision: ss.PolicyRevision,
+		Principal: ss.Principal, SignIn: ss.SignIn, Team: ss.Team, Spec: spec, AirGapped: s.cfg.AirGapped, PolicyRevision: ss.PolicyRevision,
 		Enforcement: enforce, TeamConcurrency: teamConcurrency, SessionContainer: true,
 		ContainerID: ss.ContainerID,
 		Started: func(containerID string, at time.Time) {

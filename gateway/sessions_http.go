@@ -38,6 +38,9 @@ func (s sessionRoutes) createSession(c echo.Context) error {
 	if ss.StartedAt == nil {
 		status = http.StatusAccepted
 	}
+	if ans.Approval != nil {
+		return c.JSON(http.StatusAccepted, api.SessionWaiting{SessionView: *ss, Approval: ans.Approval})
+	}
 	return c.JSON(status, api.SessionView(*ss))
 }
 
@@ -47,7 +50,7 @@ func (s sessionRoutes) listSessions(c echo.Context) error {
 		return err
 	}
 	f := sandgate.SessionFilter{State: sandgate.SessionState(c.QueryParam("state"))}
-	if f.State != "" && f.State != sandgate.SessionOpen && f.State != sandgate.SessionEnded {
+	if f.State != "" && f.State != sandgate.SessionOpen && f.State != sandgate.SessionEnded && f.State != sandgate.SessionPendingApproval {
 		return sandgate.FieldError("state", "must be open or ended")
 	}
 	if v := c.QueryParam("limit"); v != "" {

@@ -17,7 +17,7 @@ func runView(r *sandgate.Run) api.RunView {
 		FinishedAt: r.FinishedAt, DurationMS: r.DurationMS,
 		Stdout: outputView(r.Stdout), Stderr: outputView(r.Stderr),
 		Spec: r.Spec, Warnings: r.Warnings, Artifacts: r.Artifacts, Usage: r.Usage,
-		Egress: r.Egress,
+		Egress: r.Egress, SignIn: r.SignIn, ApprovalID: r.ApprovalID,
 	}
 	if r.Outcome != "" {
 		o := r.Outcome

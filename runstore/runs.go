@@ -50,13 +50,15 @@ type runRow struct {
 	Usage          []byte     `gorm:"column:usage"`
 	Egress         []byte     `gorm:"column:egress"`
 	IdempotencyKey *string    `gorm:"column:idempotency_key"`
+	SignIn         []byte     `gorm:"column:sign_in"`
+	ApprovalID     string     `gorm:"column:approval_id"`
 }
 
 // runColumnsWithoutOutput selects a run with its output's sizes and
 // digests but not its data.
 const runColumnsWithoutOutput = "id, correlation_id, decision_id, policy_revision, principal, team, node, state, outcome, " +
 	"exit_code, oom_killed, error, container_id, session_id, task_id, created_at, started_at, finished_at, claimed_at, " +
-	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, usage, egress, idempotency_key"
+	"updated_at, duration_ms, stdout - 'data' AS stdout, stderr - 'data' AS stderr, spec, warnings, artifacts, usage, egress, idempotency_key, sign_in, approval_id"
 
 // TableName tells gorm the table.
 func (runRow) TableName() string { return "runs" }
@@ -68,12 +70,18 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 		ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, ContainerID: r.ContainerID,
 		SessionID: r.Spec.SessionID, TaskID: r.Spec.TaskID, CreatedAt: pgTime(r.CreatedAt),
 		StartedAt: pgTimePtr(r.StartedAt), FinishedAt: pgTimePtr(r.FinishedAt), DurationMS: r.DurationMS,
+		ApprovalID: r.ApprovalID,
 	}
 	if r.IdempotencyKey != "" {
 		k := r.IdempotencyKey
 		row.IdempotencyKey = &k
 	}
 	var err error
+	if r.SignIn != nil {
+		if row.SignIn, err = json.Marshal(r.SignIn); err != nil {
+			return nil, fmt.Errorf("encode sign-in: %w", err)
+		}
+	}
 	if r.Error != nil {
 		if row.Error, err = json.Marshal(r.Error); err != nil {
 			return nil, fmt.Errorf("encode run error: %w", err)
@@ -153,7 +161,13 @@ func (row *runRow) run() (*sandgate.Run, error) {
 		Principal: row.Principal, Team: row.Team, Node: row.Node, State: sandgate.State(row.State),
 		Outcome: sandgate.Outcome(row.Outcome), ExitCode: row.ExitCode, OOMKilled: row.OOMKilled,
 		ContainerID: row.ContainerID, CreatedAt: row.CreatedAt.UTC(), StartedAt: utcPtr(row.StartedAt),
-		FinishedAt: utcPtr(row.FinishedAt), DurationMS: row.DurationMS, Warnings: []string{},
+		FinishedAt: utcPtr(row.FinishedAt), DurationMS: row.DurationMS, Warnings: []string{}, ApprovalID: row.ApprovalID,
+	}
+	if len(row.SignIn) > 0 && string(row.SignIn) != "null" {
+		r.SignIn = &sandgate.SignIn{}
+		if err := json.Unmarshal(row.SignIn, r.SignIn); err != nil {
+			return nil, fmt.Errorf("decode run %s: %w", row.ID, err)
+		}
 	}
 	if row.IdempotencyKey != nil {
 		r.IdempotencyKey = *row.IdempotencyKey
@@ -254,6 +268,8 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
 		"warnings": row.Warnings, "artifacts": row.Artifacts, "usage": row.Usage,
 		"egress": row.Egress, "updated_at": pgTime(s.cfg.Clock()),
+		// A run that waited for approval is decided again once granted.
+		"decision_id": row.DecisionID, "policy_revision": row.PolicyRevision, "spec": row.Spec,
 	})
 	if res.Error != nil {
 		return storeErr(res.Error, "update run")
@@ -288,9 +304,10 @@ type runCursor struct {
 }
 
 var (
-	validStates   = map[sandgate.State]bool{sandgate.StatePending: true, sandgate.StateCreating: true, sandgate.StateRunning: true, sandgate.StateFinished: true}
+	validStates   = map[sandgate.State]bool{sandgate.StatePendingApproval: true, sandgate.StatePending: true, sandgate.StateCreating: true, sandgate.StateRunning: true, sandgate.StateFinished: true}
 	validOutcomes = map[sandgate.Outcome]bool{sandgate.OutcomeSucceeded: true, sandgate.OutcomeFailed: true, sandgate.OutcomeOOMKilled: true,
-		sandgate.OutcomeTimedOut: true, sandgate.OutcomeCancelled: true, sandgate.OutcomeError: true, sandgate.OutcomeLost: true}
+		sandgate.OutcomeTimedOut: true, sandgate.OutcomeCancelled: true, sandgate.OutcomeError: true, sandgate.OutcomeLost: true,
+		sandgate.OutcomeRejected: true}
 )
 
 // ListRuns returns matching runs newest first and the cursor of the next

@@ -107,7 +107,7 @@ func (s *Store) ListSessions(ctx context.Context, f sandgate.SessionFilter) ([]s
 	if f.Limit < 0 {
 		return nil, sandgate.FieldError("limit", "must not be negative")
 	}
-	if f.State != "" && f.State != sandgate.SessionOpen && f.State != sandgate.SessionEnded {
+	if f.State != "" && f.State != sandgate.SessionOpen && f.State != sandgate.SessionEnded && f.State != sandgate.SessionPendingApproval {
 		return nil, sandgate.FieldError("state", "unknown state %q", f.State)
 	}
 	limit := f.Limit

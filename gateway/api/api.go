@@ -50,6 +50,13 @@ type RunView struct {
 	Artifacts *sandgate.ArtifactSummary `json:"artifacts,omitempty"`
 	// Egress is what a run with network egress did through the proxy.
 	Egress *sandgate.EgressSummary `json:"egress,omitempty"`
+	// SignIn is how the run's principal signed in, as the trail keeps it.
+	SignIn *sandgate.SignIn `json:"sign_in,omitempty"`
+	// ApprovalID is the approval the run waited for, if it did.
+	ApprovalID string `json:"approval_id,omitempty"`
+	// Approval is the approval the run waits for, in the answer to the
+	// request that made it (202, state pending_approval).
+	Approval *sandgate.Approval `json:"approval,omitempty"`
 }
 
 // ArtifactList is GET /v1/runs/{id}/artifacts: the run's collected files
@@ -216,6 +223,14 @@ type SessionRequest = sandgate.SessionSpec
 // and DELETE /v1/sessions/{id}, and each element of a SessionList.
 type SessionView = sandgate.Session
 
+// SessionWaiting is the answer to POST /v1/sessions for a session the
+// policy answered require_approval: stored pending_approval, with the
+// approval it waits for.
+type SessionWaiting struct {
+	SessionView
+	Approval *sandgate.Approval `json:"approval"`
+}
+
 // SessionList is GET /v1/sessions.
 type SessionList struct {
 	Sessions []SessionView `json:"sessions"`
@@ -256,4 +271,28 @@ type NodeView struct {
 	TakenOverAt    *time.Time `json:"taken_over_at,omitempty"`
 	// Self is true for the node that answered.
 	Self bool `json:"self"`
+}
+
+// ApprovalList is GET /v1/approvals.
+type ApprovalList struct {
+	Approvals  []sandgate.Approval `json:"approvals"`
+	NextCursor *string             `json:"next_cursor"`
+}
+
+// ApprovalDecision is the body of POST /v1/approvals/{id}/approve and
+// …/deny: the approver's comment, recorded with the decision.
+type ApprovalDecision struct {
+	Comment string `json:"comment"`
+}
+
+// MaxApprovalDecisionBytes bounds an ApprovalDecision body.
+const MaxApprovalDecisionBytes = 16 << 10
+
+// ApprovalOutcome is the answer to a grant or a denial: the approval as
+// decided, and its run or session as it now stands (a granted run the
+// policy in force refused is finished, rejected, its error saying why).
+type ApprovalOutcome struct {
+	Approval sandgate.Approval `json:"approval"`
+	Run      *RunView          `json:"run,omitempty"`
+	Session  *SessionView      `json:"session,omitempty"`
 }

@@ -149,6 +149,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Proofs:     p.store,
 		Runs:       p.runs,
 		Sessions:   p.runs,
+		Approvals:  p.runs,
 		Executor:   p.exec,
 		Sandboxes:  p.exec.Reaper(),
 		Reconciler: p.exec.Reconciler(),
