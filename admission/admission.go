@@ -263,6 +263,8 @@ type pass struct {
 	// approval is the approval the decision asks for (require_approval),
 	// to be stored with the request pending.
 	approval *sandgate.Approval
+	// comment is an approver's, with their decision.
+	comment string
 	// Step 7, begun beside step 6 (storeAlongside).
 	stored func() (sandgate.Run, error)
 

@@ -53,12 +53,13 @@ func (r ReadApproval) target(ctx context.Context, p *pass) error {
 }
 
 // DecideApproval is POST /v1/approvals/{id}/approve (Grant) and
-// /v1/approvals/{id}/deny, with the approver's comment.
+// /v1/approvals/{id}/deny; its body, read once the caller may decide,
+// holds the approver's comment ({"comment": "…"}, or nothing).
 type DecideApproval struct {
 	none
-	ID      string
-	Grant   bool
-	Comment string
+	ID    string
+	Grant bool
+	Body  Body
 }
 
 func (DecideApproval) operation() string { return "approval" }
@@ -74,9 +75,6 @@ func (d DecideApproval) action() sandgate.Action {
 // decide it; one that is no longer pending, or whose time ran out, is a
 // CONFLICT.
 func (d DecideApproval) target(ctx context.Context, p *pass) error {
-	if err := checkComment(d.Comment); err != nil {
-		return err
-	}
 	a, err := p.findApproval(ctx, d.ID, d.action())
 	if err != nil {
 		return err
@@ -96,6 +94,26 @@ func (d DecideApproval) target(ctx context.Context, p *pass) error {
 			Details: map[string]any{"status": a.Status, "decided_by": a.DecidedBy}}
 	}
 	p.answer.Approval = a
+	return nil
+}
+
+// maxDecisionBody bounds a decision's body.
+const maxDecisionBody = 16 << 10
+
+// normalize reads the approver's comment.
+func (d DecideApproval) normalize(_ context.Context, p *pass) error {
+	var body struct {
+		Comment string `json:"comment"`
+	}
+	if d.Body.R != nil && d.Body.Size != 0 {
+		if err := sandgate.DecodeStrict(d.Body.R, &body, maxDecisionBody); err != nil {
+			return err
+		}
+	}
+	if err := checkComment(body.Comment); err != nil {
+		return err
+	}
+	p.comment = body.Comment
 	return nil
 }
 
@@ -138,7 +156,7 @@ func (p *pass) findApproval(ctx context.Context, id string, action sandgate.Acti
 func (d DecideApproval) decide(ctx context.Context, p *pass) error {
 	a := *p.answer.Approval
 	now := p.now()
-	a.Status, a.DecidedAt, a.DecidedBy, a.Comment = sandgate.ApprovalDenied, &now, p.who.Principal.Name, d.Comment
+	a.Status, a.DecidedAt, a.DecidedBy, a.Comment = sandgate.ApprovalDenied, &now, p.who.Principal.Name, p.comment
 	if d.Grant {
 		a.Status = sandgate.ApprovalGranted
 	}

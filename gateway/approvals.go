@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -26,6 +27,9 @@ func (s approvalRoutes) listApprovals(c echo.Context) error {
 		return c.JSON(http.StatusOK, api.ApprovalList{Approvals: []sandgate.Approval{}})
 	}
 	f := sandgate.ApprovalFilter{Status: sandgate.ApprovalStatus(c.QueryParam("status")), Cursor: c.QueryParam("cursor")}
+	if f.Status != "" && !slices.Contains(sandgate.ApprovalStatuses, f.Status) {
+		return sandgate.FieldError("status", "unknown status %q (pending, granted, denied, expired)", f.Status)
+	}
 	var err error
 	if f.Limit, err = parseLimit(c.QueryParam("limit")); err != nil {
 		return err
@@ -66,16 +70,16 @@ func (s approvalRoutes) decide(c echo.Context, grant bool) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	var body api.ApprovalDecision
 	if c.Request().ContentLength != 0 {
 		if err := requireJSON(c); err != nil {
 			return err
 		}
-		if err := sandgate.DecodeStrict(c.Request().Body, &body, api.MaxApprovalDecisionBytes); err != nil {
-			return err
-		}
 	}
-	ans, err := s.admit(c, admission.DecideApproval{ID: c.Param("id"), Grant: grant, Comment: body.Comment})
+	body, err := requestBody(c)
+	if err != nil {
+		return err
+	}
+	ans, err := s.admit(c, admission.DecideApproval{ID: c.Param("id"), Grant: grant, Body: body})
 	if err != nil {
 		return err
 	}

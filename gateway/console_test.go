@@ -44,9 +44,9 @@ func TestWhoami(t *testing.T) {
 		token string
 		want  api.PrincipalView
 	}{
-		{tokAlice, api.PrincipalView{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}}},
-		{tokSec, api.PrincipalView{Name: "sec", Team: "security", Roles: []sandgate.Role{sandgate.RoleSecurity}}},
-		{tokAuditor, api.PrincipalView{Name: "aud", Team: "compliance", Roles: []sandgate.Role{sandgate.RoleAuditor}}},
+		{tokAlice, api.PrincipalView{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}, SignIn: &sandgate.SignInToken}},
+		{tokSec, api.PrincipalView{Name: "sec", Team: "security", Roles: []sandgate.Role{sandgate.RoleSecurity}, SignIn: &sandgate.SignInToken}},
+		{tokAuditor, api.PrincipalView{Name: "aud", Team: "compliance", Roles: []sandgate.Role{sandgate.RoleAuditor}, SignIn: &sandgate.SignInToken}},
 	}
 	for _, tc := range tests {
 		r := e.do(http.MethodGet, "/v1/whoami", tc.token, "")

@@ -73,13 +73,92 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 			Rule: "allowed_images", Message: "image not allowed", Action: "deny",
 		})
 	}
+	if strings.HasPrefix(in.Request.Image, "approve/") && !slices.Contains(approvalRules(in), "image_approval") {
+		d.Allow = false
+		d.Approvals = append(d.Approvals, sandgate.Violation{Rule: "image_approval", Message: "this image needs approval", Action: "require_approval"})
+	}
 	if in.Request.Network == "bridge" {
 		d.Warnings = append(d.Warnings, sandgate.Violation{Rule: "network_bridge", Message: "bridge network", Action: "warn"})
 	}
 	return d, nil
 }
 
+func approvalRules(in sandgate.AdmissionInput) []string {
+	if in.Approval == nil {
+		return nil
+	}
+	return in.Approval.Rules
+}
+
 func (a *fakeAdmitter) Defaults() sandgate.Defaults { return sandgate.BuiltinDefaults }
+
+// fakeApprovals keeps approvals in memory.
+type fakeApprovals struct {
+	mu sync.Mutex
+	m  map[string]sandgate.Approval
+}
+
+func (f *fakeApprovals) CreateApproval(_ context.Context, a *sandgate.Approval) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.m[a.ID] = *a
+	return nil
+}
+
+func (f *fakeApprovals) GetApproval(_ context.Context, id string) (*sandgate.Approval, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a, ok := f.m[id]
+	if !ok {
+		return nil, sandgate.Errorf(sandgate.CodeNotFound, "approval %s not found", id)
+	}
+	return &a, nil
+}
+
+func (f *fakeApprovals) ListApprovals(_ context.Context, flt sandgate.ApprovalFilter) ([]sandgate.Approval, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []sandgate.Approval{}
+	for _, a := range f.m {
+		if (flt.Team == "" || a.Team == flt.Team) && (flt.Status == "" || a.Status == flt.Status) {
+			out = append(out, a)
+		}
+	}
+	return out, "", nil
+}
+
+func (f *fakeApprovals) DecideApproval(_ context.Context, a *sandgate.Approval) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m[a.ID].Status != sandgate.ApprovalPending {
+		return sandgate.Errorf(sandgate.CodeConflict, "approval %s is not pending", a.ID)
+	}
+	f.m[a.ID] = *a
+	return nil
+}
+
+func (f *fakeApprovals) ReopenApproval(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.m[id]
+	a.Status, a.DecidedAt, a.DecidedBy = sandgate.ApprovalPending, nil, ""
+	f.m[id] = a
+	return nil
+}
+
+func (f *fakeApprovals) ExpireApprovals(_ context.Context, now time.Time, limit int) ([]sandgate.Approval, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []sandgate.Approval
+	for id, a := range f.m {
+		if a.Status == sandgate.ApprovalPending && !now.Before(a.ExpiresAt) && len(out) < limit {
+			a.Status = sandgate.ApprovalExpired
+			f.m[id] = a
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
 
 func (a *fakeAdmitter) TeamLimits(team string) sandgate.TeamLimits { return a.limits[team] }
 

@@ -26,22 +26,24 @@ const (
 	tokSec     = "tok-sec"     // security
 	tokAuditor = "tok-auditor" // auditor
 	tokAdmin   = "tok-admin"   // admin
+	tokCarol   = "tok-carol"   // approver, team security
 )
 
 type testEnv struct {
-	t        testing.TB
-	srv      *Server
-	ts       *httptest.Server
-	admitter *fakeAdmitter
-	policies *fakePolicies
-	recorder *fakeRecorder
-	audit    *fakeAudit
-	store    *fakeStore
-	exec     *fakeExecutor
-	sessions *fakeSessions
-	boxes    *fakeSandboxes
-	arts     *fakeArtifacts
-	images   sandgate.ImageCatalog
+	t         testing.TB
+	srv       *Server
+	ts        *httptest.Server
+	admitter  *fakeAdmitter
+	policies  *fakePolicies
+	recorder  *fakeRecorder
+	audit     *fakeAudit
+	store     *fakeStore
+	exec      *fakeExecutor
+	sessions  *fakeSessions
+	approvals *fakeApprovals
+	boxes     *fakeSandboxes
+	arts      *fakeArtifacts
+	images    sandgate.ImageCatalog
 	// sinks, when an edit sets it, reports audit sinks.
 	sinks SinkReporter
 	// volumes, when an edit sets it, lists and removes cache volumes.
@@ -66,22 +68,24 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		{Name: "sec", Team: "security", Roles: []sandgate.Role{sandgate.RoleSecurity}, TokenSHA256: HashToken(tokSec)},
 		{Name: "aud", Team: "compliance", Roles: []sandgate.Role{sandgate.RoleAuditor}, TokenSHA256: HashToken(tokAuditor)},
 		{Name: "adm", Team: "ops", Roles: []sandgate.Role{sandgate.RoleAdmin}, TokenSHA256: HashToken(tokAdmin)},
+		{Name: "carol", Team: "security", Roles: []sandgate.Role{sandgate.RoleApprover}, TokenSHA256: HashToken(tokCarol)},
 	})
 	if err != nil {
 		t.Fatalf("principals: %v", err)
 	}
 	e := &testEnv{
-		t:        t,
-		admitter: &fakeAdmitter{},
-		policies: &fakePolicies{status: sandgate.PolicyStatus{Revision: "sha256:test", Source: "embedded"}},
-		recorder: &fakeRecorder{},
-		audit:    &fakeAudit{},
-		store:    newFakeStore(),
-		exec:     newFakeExecutor(),
-		sessions: newFakeSessions(),
-		boxes:    &fakeSandboxes{},
-		arts:     newFakeArtifacts(),
-		reg:      prometheus.NewRegistry(),
+		t:         t,
+		admitter:  &fakeAdmitter{},
+		policies:  &fakePolicies{status: sandgate.PolicyStatus{Revision: "sha256:test", Source: "embedded"}},
+		recorder:  &fakeRecorder{},
+		audit:     &fakeAudit{},
+		store:     newFakeStore(),
+		exec:      newFakeExecutor(),
+		sessions:  newFakeSessions(),
+		approvals: &fakeApprovals{m: map[string]sandgate.Approval{}},
+		boxes:     &fakeSandboxes{},
+		arts:      newFakeArtifacts(),
+		reg:       prometheus.NewRegistry(),
 	}
 	e.audit.trail = e.recorder
 	cfg := Config{
@@ -98,7 +102,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	}
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
-		Runs: e.store, Sessions: e.sessions, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Authorizer: policytest.Default(t), Registry: e.reg,
+		Runs: e.store, Sessions: e.sessions, Approvals: e.approvals, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Authorizer: policytest.Default(t), Registry: e.reg,
 		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster,
 	})
 	if err != nil {

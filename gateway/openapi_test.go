@@ -157,6 +157,15 @@ func TestOpenAPIContract(t *testing.T) {
 	session := jsonMap(opened.body)["id"].(string)
 	ended := e.do("POST", "/v1/sessions", tokAlice, `{}`)
 	endedID := jsonMap(ended.body)["id"].(string)
+	waiting := func() string {
+		r := e.do("POST", "/v1/runs", tokAlice, `{"image":"approve/x","command":["echo","ok"]}`)
+		a, _ := jsonMap(r.body)["approval"].(map[string]any)
+		if r.status != 202 || a == nil {
+			t.Fatalf("a run that needs approval: %d %s", r.status, r.body)
+		}
+		return a["id"].(string)
+	}
+	approval, approval2 := waiting(), waiting()
 	octets := "Content-Type: application/octet-stream"
 	idem := "Idempotency-Key: contract-1"
 	steps := []contractRequest{
@@ -249,6 +258,17 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAdmin, status: 200},
 		{method: "DELETE", path: "/v1/sessions/{ended}", token: tokAlice, status: 409},
 		{method: "POST", path: "/v1/sessions/{ended}/runs", token: tokAlice, body: echoBody, status: 409},
+		{method: "GET", path: "/v1/approvals", token: tokCarol, status: 200},
+		{method: "GET", path: "/v1/approvals?status=pending&limit=5", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/approvals?status=nope", token: tokAlice, status: 400},
+		{method: "GET", path: "/v1/approvals/{approval}", token: tokAlice, status: 200},
+		{method: "GET", path: "/v1/approvals/{approval}", token: tokBob, status: 404},
+		{method: "POST", path: "/v1/approvals/{approval}/approve", token: tokAlice, body: `{"comment":"mine"}`, status: 403},
+		{method: "POST", path: "/v1/approvals/{approval}/approve", token: tokCarol, body: `{"comment":"fine","extra":1}`, status: 400},
+		{method: "POST", path: "/v1/approvals/{approval}/approve", token: tokCarol, body: `{"comment":"fine"}`, status: 200},
+		{method: "POST", path: "/v1/approvals/{approval}/deny", token: tokCarol, body: `{}`, status: 409},
+		{method: "POST", path: "/v1/approvals/{approval2}/deny", token: tokCarol, status: 200},
+		{method: "POST", path: "/v1/approvals/0193a000-0000-7000-8000-000000000000/deny", token: tokCarol, status: 404},
 		{method: "GET", path: "/v1/nodes", token: tokAdmin, status: 200},
 		{method: "GET", path: "/v1/nodes", token: tokAlice, status: 403},
 		{method: "PUT", path: "/v1/runs", token: tokAlice, status: 405},
@@ -256,7 +276,8 @@ func TestOpenAPIContract(t *testing.T) {
 	}
 	run := func(st contractRequest) {
 		t.Helper()
-		path := strings.NewReplacer("{run}", done.ID, "{live}", live.ID, "{session}", session, "{ended}", endedID).Replace(st.path)
+		path := strings.NewReplacer("{run}", done.ID, "{live}", live.ID, "{session}", session, "{ended}", endedID,
+			"{approval}", approval, "{approval2}", approval2).Replace(st.path)
 		r := e.do(st.method, path, st.token, st.body, st.header...)
 		if st.status != 0 && r.status != st.status {
 			t.Errorf("%s %s: %d, want %d: %.300s", st.method, st.path, r.status, st.status, r.body)

@@ -63,7 +63,11 @@ func (s opsRoutes) whoami(c echo.Context) error {
 	if roles == nil {
 		roles = []sandgate.Role{}
 	}
-	return c.JSON(http.StatusOK, api.PrincipalView{Name: p.Name, Team: p.Team, Roles: roles})
+	v := api.PrincipalView{Name: p.Name, Team: p.Team, Roles: roles}
+	if in := signIn(c); in.Method != "" {
+		v.SignIn = &in
+	}
+	return c.JSON(http.StatusOK, v)
 }
 
 // policyLimits returns the maxima and allowed images of the policy in

@@ -39,7 +39,7 @@ func outputView(o sandgate.Output) api.OutputView {
 
 func decisionView(d sandgate.Decision, withSpec bool) api.DecisionView {
 	v := api.DecisionView{
-		Allow: d.Allow, Violations: d.Violations, Warnings: d.Warnings, Mutations: d.Mutations,
+		Allow: d.Allow, Violations: d.Violations, Warnings: d.Warnings, Mutations: d.Mutations, Approvals: d.Approvals,
 		PolicyRevision: d.PolicyRevision, DecisionID: d.DecisionID,
 	}
 	if v.Violations == nil {

@@ -95,10 +95,13 @@ type RunList struct {
 // POST /v1/admission/review (with the normalised Spec) and the details of
 // a policy denial (without it).
 type DecisionView struct {
-	Allow          bool                 `json:"allow"`
-	Violations     []sandgate.Violation `json:"violations"`
-	Warnings       []sandgate.Violation `json:"warnings"`
-	Mutations      []sandgate.Mutation  `json:"mutations"`
+	Allow      bool                 `json:"allow"`
+	Violations []sandgate.Violation `json:"violations"`
+	Warnings   []sandgate.Violation `json:"warnings"`
+	Mutations  []sandgate.Mutation  `json:"mutations"`
+	// Approvals are the require_approval findings no approval covers: a
+	// request with these alone waits for someone to approve it.
+	Approvals      []sandgate.Violation `json:"approvals,omitempty"`
 	PolicyRevision string               `json:"policy_revision"`
 	DecisionID     string               `json:"decision_id"`
 	Spec           *sandgate.RunSpec    `json:"spec,omitempty"`
@@ -148,6 +151,8 @@ type PrincipalView struct {
 	Name  string          `json:"name"`
 	Team  string          `json:"team"`
 	Roles []sandgate.Role `json:"roles"`
+	// SignIn is how the principal signed in, as the trail keeps it.
+	SignIn *sandgate.SignIn `json:"sign_in,omitempty"`
 }
 
 // Limits are the maxima in force, as GET /v1/config reports them; the
@@ -284,9 +289,6 @@ type ApprovalList struct {
 type ApprovalDecision struct {
 	Comment string `json:"comment"`
 }
-
-// MaxApprovalDecisionBytes bounds an ApprovalDecision body.
-const MaxApprovalDecisionBytes = 16 << 10
 
 // ApprovalOutcome is the answer to a grant or a denial: the approval as
 // decided, and its run or session as it now stands (a granted run the

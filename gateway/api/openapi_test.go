@@ -182,13 +182,15 @@ func TestOpenAPIEnums(t *testing.T) {
 		want   []string
 	}{
 		{"EventType", strs(types...)},
-		{"State", strs(sandgate.StatePending, sandgate.StateCreating, sandgate.StateRunning, sandgate.StateFinished)},
+		{"State", strs(sandgate.StatePendingApproval, sandgate.StatePending, sandgate.StateCreating, sandgate.StateRunning, sandgate.StateFinished)},
 		{"Outcome", strs(sandgate.OutcomeSucceeded, sandgate.OutcomeFailed, sandgate.OutcomeOOMKilled, sandgate.OutcomeTimedOut,
-			sandgate.OutcomeCancelled, sandgate.OutcomeError, sandgate.OutcomeLost)},
-		{"Role", strs(sandgate.RoleSubmitter, sandgate.RoleSecurity, sandgate.RoleAuditor, sandgate.RoleAdmin)},
-		{"SessionState", strs(sandgate.SessionOpen, sandgate.SessionEnded)},
+			sandgate.OutcomeCancelled, sandgate.OutcomeError, sandgate.OutcomeLost, sandgate.OutcomeRejected)},
+		{"Role", strs(sandgate.RoleSubmitter, sandgate.RoleSecurity, sandgate.RoleAuditor, sandgate.RoleAdmin, sandgate.RoleApprover)},
+		{"SessionState", strs(sandgate.SessionPendingApproval, sandgate.SessionOpen, sandgate.SessionEnded)},
 		{"SessionEndReason", strs(sandgate.SessionDeleted, sandgate.SessionIdle, sandgate.SessionLifetime, sandgate.SessionOOM,
-			sandgate.SessionExited, sandgate.SessionLost, sandgate.SessionError, sandgate.SessionShutdown)},
+			sandgate.SessionExited, sandgate.SessionLost, sandgate.SessionError, sandgate.SessionShutdown, sandgate.SessionRejected)},
+		{"ApprovalStatus", strs(sandgate.ApprovalPending, sandgate.ApprovalGranted, sandgate.ApprovalDenied, sandgate.ApprovalExpired)},
+		{"SignInMethod", strs(sandgate.MethodToken, sandgate.MethodOIDC, sandgate.MethodMTLS)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {
@@ -278,6 +280,12 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "ExecRequest", typ: api.ExecRequest{}, request: true},
 		{schema: "NodeList", typ: api.NodeList{}},
 		{schema: "Node", typ: api.NodeView{}},
+		{schema: "SignIn", typ: sandgate.SignIn{}},
+		{schema: "Approval", typ: sandgate.Approval{}},
+		{schema: "ApprovalList", typ: api.ApprovalList{}},
+		{schema: "ApprovalDecision", typ: api.ApprovalDecision{}, request: true},
+		{schema: "ApprovalOutcome", typ: api.ApprovalOutcome{}},
+		{schema: "SessionWaiting", typ: api.SessionWaiting{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.schema, func(t *testing.T) {
