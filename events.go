@@ -52,6 +52,23 @@ func PrincipalSubject(p Principal, correlationID, node string) Subject {
 	return Subject{CorrelationID: correlationID, Actor: p.Name, Team: p.Team, Node: node}
 }
 
+// WithActor is payload with its "actor": the actor's name and how they
+// signed in, as the trail keeps it; payload itself when there is no
+// sign-in to add. The caller's map is not changed: it may be shared by
+// events. Every event of a request, and of the run or session it made,
+// names the person this way, whichever part emits it.
+func WithActor(payload map[string]any, actor string, in *SignIn) map[string]any {
+	if in == nil || actor == "" {
+		return payload
+	}
+	out := make(map[string]any, len(payload)+1)
+	for k, v := range payload {
+		out[k] = v
+	}
+	out["actor"] = in.Doc(actor)
+	return out
+}
+
 // By is s with the actor's sign-in (as the trail keeps it); an empty
 // method leaves s as it is.
 func (s Subject) By(in SignIn) Subject {
@@ -65,15 +82,7 @@ func (s Subject) By(in SignIn) Subject {
 func NodeSubject(node string) Subject { return Subject{Node: node} }
 
 func (s Subject) event(t EventType, at time.Time, outcome string, payload map[string]any) Event {
-	if s.SignIn != nil && s.Actor != "" {
-		// The caller's map is not changed: it may be shared by events.
-		withActor := make(map[string]any, len(payload)+1)
-		for k, v := range payload {
-			withActor[k] = v
-		}
-		withActor["actor"] = s.SignIn.Doc(s.Actor)
-		payload = withActor
-	}
+	payload = WithActor(payload, s.Actor, s.SignIn)
 	return Event{Type: t, Time: at, Outcome: outcome, CorrelationID: s.CorrelationID, RunID: s.RunID,
 		DecisionID: s.DecisionID, ContainerID: s.ContainerID, Actor: s.Actor, Team: s.Team, Node: s.Node,
 		PolicyRevision: s.PolicyRevision, Payload: payload}

@@ -100,6 +100,8 @@ type Options struct {
 // Run is what the proxy knows of a registered run.
 type Run struct {
 	RunID, CorrelationID, DecisionID, Principal, Team, PolicyRevision string
+	// SignIn is how Principal signed in: its events name the person.
+	SignIn *sandgate.SignIn
 	// SessionID is set for a session's container: its ID is RunID, and
 	// every command of the session connects from its one address, so the
 	// session, not a command, is what its connections are recorded

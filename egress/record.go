@@ -258,7 +258,7 @@ func (p *Proxy) emit(st *runState, typ sandgate.EventType, outcome, revision str
 	p.opt.Events.Emit(sandgate.Event{
 		Type: typ, Time: p.opt.Now(), Outcome: outcome, CorrelationID: r.CorrelationID, RunID: r.RunID,
 		DecisionID: r.DecisionID, Actor: r.Principal, Team: r.Team, Node: p.opt.Node,
-		PolicyRevision: revision, Payload: payload,
+		PolicyRevision: revision, Payload: sandgate.WithActor(payload, r.Principal, r.SignIn),
 	})
 }
 

@@ -229,7 +229,7 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 		limits = *j.Spec.EgressLimits
 	}
 	run := egress.Run{
-		RunID: j.RunID, CorrelationID: j.CorrelationID, DecisionID: j.DecisionID, Principal: j.Principal,
+		RunID: j.RunID, CorrelationID: j.CorrelationID, DecisionID: j.DecisionID, Principal: j.Principal, SignIn: j.SignIn,
 		Team: j.Team, PolicyRevision: j.PolicyRevision, Egress: j.Spec.Egress, Limits: limits, Private: private,
 	}
 	if j.SessionContainer {

@@ -379,7 +379,7 @@ func sessionPayload(r *run, payload map[string]any) map[string]any {
 // emit sends one lifecycle event about r.
 func (e *Executor) emit(r *run, t sandgate.EventType, payload map[string]any) {
 	id, _, _ := r.snapshot()
-	payload = sessionPayload(r, payload)
+	payload = sandgate.WithActor(sessionPayload(r, payload), r.job.Principal, r.job.SignIn)
 	e.events.Emit(sandgate.Event{
 		Type:          t,
 		Time:          e.now(),
@@ -397,7 +397,7 @@ func (e *Executor) emit(r *run, t sandgate.EventType, payload map[string]any) {
 // emitExit sends an event that carries the run's exit code and outcome.
 func (e *Executor) emitExit(r *run, t sandgate.EventType, res sandgate.Result, payload map[string]any) {
 	id, _, _ := r.snapshot()
-	payload = sessionPayload(r, payload)
+	payload = sandgate.WithActor(sessionPayload(r, payload), r.job.Principal, r.job.SignIn)
 	var exit *int
 	if res.ExitCode != nil {
 		c := *res.ExitCode

@@ -30,6 +30,10 @@ type identityConfig struct {
 	// OIDCClockSkew is the skew allowed between the issuers' clocks and
 	// this one (SANDGATE_OIDC_CLOCK_SKEW; default 1m, at most 5m).
 	OIDCClockSkew time.Duration
+	// OIDCKeysRefresh is the least time between two fetches of an
+	// issuer's keys that tokens naming an unknown key trigger
+	// (SANDGATE_OIDC_KEYS_REFRESH; default 10s).
+	OIDCKeysRefresh time.Duration
 	// OIDCClientID, OIDCClientSecretFile and OIDCRedirectURL make the
 	// console sign people in through the first issuer
 	// (SANDGATE_OIDC_CLIENT_ID, SANDGATE_OIDC_CLIENT_SECRET_FILE: none
@@ -61,6 +65,7 @@ func readIdentityConfig(getenv func(string) string) identityConfig {
 	}
 	e.str("SANDGATE_OIDC_AUDIENCE", &c.OIDCAudience)
 	e.duration("SANDGATE_OIDC_CLOCK_SKEW", &c.OIDCClockSkew, false, "30s or 2m")
+	e.duration("SANDGATE_OIDC_KEYS_REFRESH", &c.OIDCKeysRefresh, true, "10s or 1m")
 	e.str("SANDGATE_OIDC_CLIENT_ID", &c.OIDCClientID)
 	e.str("SANDGATE_OIDC_CLIENT_SECRET_FILE", &c.OIDCClientSecretFile)
 	e.str("SANDGATE_OIDC_REDIRECT_URL", &c.OIDCRedirectURL)
@@ -76,6 +81,7 @@ func (c *identityConfig) bindFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&c.OIDCIssuers, "oidc-issuer", c.OIDCIssuers, "OpenID Connect issuers whose tokens sign people in, comma-separated (SANDGATE_OIDC_ISSUER)")
 	f.StringVar(&c.OIDCAudience, "oidc-audience", c.OIDCAudience, "the audience a bearer token must name (SANDGATE_OIDC_AUDIENCE)")
 	f.DurationVar(&c.OIDCClockSkew, "oidc-clock-skew", c.OIDCClockSkew, "clock skew allowed between the issuers and this gateway, at most 5m (SANDGATE_OIDC_CLOCK_SKEW)")
+	f.DurationVar(&c.OIDCKeysRefresh, "oidc-keys-refresh", c.OIDCKeysRefresh, "least time between two fetches of an issuer's keys that an unknown key ID triggers (SANDGATE_OIDC_KEYS_REFRESH; default 10s)")
 	f.StringVar(&c.OIDCClientID, "oidc-client-id", c.OIDCClientID, "the console's client ID at the first issuer: the console signs people in (SANDGATE_OIDC_CLIENT_ID)")
 	f.StringVar(&c.OIDCClientSecretFile, "oidc-client-secret-file", c.OIDCClientSecretFile, "the console client's secret; none for a public client with PKCE alone (SANDGATE_OIDC_CLIENT_SECRET_FILE)")
 	f.StringVar(&c.OIDCRedirectURL, "oidc-redirect-url", c.OIDCRedirectURL, "this gateway's /console/callback as the issuer knows it (SANDGATE_OIDC_REDIRECT_URL)")
@@ -115,7 +121,7 @@ func (c *identityConfig) Validate() error {
 }
 
 func (c *identityConfig) verifierConfig() identity.Config {
-	return identity.Config{Issuers: c.OIDCIssuers, Audience: c.OIDCAudience, ClockSkew: c.OIDCClockSkew}
+	return identity.Config{Issuers: c.OIDCIssuers, Audience: c.OIDCAudience, ClockSkew: c.OIDCClockSkew, MinRefresh: c.OIDCKeysRefresh}
 }
 
 // signIns builds the token verifier and the console's sign-in; nil for
