@@ -76,6 +76,23 @@ type VerifyReport struct {
 	// retention.applied events record them: verify starts each chain
 	// after them, so they are known-absent, not missing.
 	Purged []PurgedRange `json:"purged,omitempty"`
+	// Anchors are what the verification trusted keys from: pinned keys,
+	// cluster root keys, the local node's key; each says whether it was
+	// used. None means nothing vouched for any key (a problem).
+	Anchors []VerifyAnchor `json:"anchors,omitempty"`
+}
+
+// VerifyAnchor is one trust anchor of a verification: a pinned key, a
+// cluster root key, or the local node's key, where it was configured,
+// and whether it was used (a local key the trail registers for no node of
+// that name is not).
+type VerifyAnchor struct {
+	Kind   string `json:"kind"` // pinned | root | local
+	KeyID  string `json:"key_id"`
+	Node   string `json:"node,omitempty"`
+	Source string `json:"source,omitempty"`
+	Used   bool   `json:"used"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // AuditTrail is the audit trail as auditors read it.

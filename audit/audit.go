@@ -47,6 +47,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Config configures a Store. DSN is required; a writing Store also needs
@@ -125,11 +126,19 @@ type Config struct {
 	// hashes stay comparable across restarts without another secret to
 	// manage, but not across gateways or a rotation of the signing key.
 	MaskKey []byte
-	// TrustedKeys pins the checkpoint keys Verify trusts (with this
-	// Store's own, when it has one): every other key, registered or not,
-	// is then a problem. When the set is empty, Verify trusts the keys the
-	// trail's key registry vouches for (see VerifyTrail).
-	TrustedKeys []ed25519.PublicKey
+	// Anchors are what Verify trusts checkpoint keys from
+	// (proof.ResolveTrust): pinned keys, cluster root keys, the local
+	// node's key. A writing Store whose anchors name no local key, or its
+	// own, counts its own (SigningKeyFile, Node) as the key it signs
+	// with. Without any anchor in use, nothing is trusted and Verify
+	// reports it.
+	Anchors proof.Anchors
+	// Endorsement, when set, is a cluster root key's endorsement of this
+	// node's signing key (sandgate audit endorse-key): the writer records
+	// it in the trail (audit.key_endorsed) with its key's registration, so
+	// verifiers that trust the root trust the key. Open refuses one of
+	// another key or node.
+	Endorsement *proof.Endorsement
 	// PreviousSigningKeyFile, when set, is the node's previous checkpoint
 	// key: the first time the new key is registered it is recorded as a
 	// rotation endorsed by this one (sandgate audit rotate-key).
@@ -201,16 +210,13 @@ func (c Config) Validate() error {
 // Store is the audit trail. It implements sandgate.Recorder and
 // sandgate.AuditTrail. It is safe for concurrent use.
 type Store struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	sqlDB   *sql.DB
-	db      *gorm.DB
-	key     ed25519.PrivateKey
-	prevKey ed25519.PrivateKey // the node's previous key, to endorse a rotation
-	// trusted are the pinned keys (Config.TrustedKeys and, with them, the
-	// Store's own); empty when none were given.
-	trusted  map[string]ed25519.PublicKey
-	ownClock bool // Config.Clock was injected: the writer stamps recorded_at
+	cfg      Config
+	pool     *pgxpool.Pool
+	sqlDB    *sql.DB
+	db       *gorm.DB
+	key      ed25519.PrivateKey
+	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
+	ownClock bool               // Config.Clock was injected: the writer stamps recorded_at
 	maskKey  []byte
 	w        *writer
 	dw       *writer // Record's writer: w, or its own with DecisionChain
@@ -256,7 +262,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, trusted: map[string]ed25519.PublicKey{}, ownClock: ownClock}
+	s := &Store{cfg: cfg, pool: pool, ownClock: ownClock}
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
 	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
 		Logger:                 logger.Discard,
@@ -271,9 +277,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeDB()
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "audit database unreachable")
 	}
-	for _, k := range cfg.TrustedKeys {
-		s.trusted[KeyID(k)] = k
-	}
 	if cfg.ReadOnly {
 		return s, nil
 	}
@@ -281,20 +284,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeDB()
 		return nil, err
 	}
-	s.key, err = LoadSigningKey(cfg.SigningKeyFile, true)
+	s.key, err = proof.LoadSigningKey(cfg.SigningKeyFile, true)
 	if err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if cfg.PreviousSigningKeyFile != "" {
-		if s.prevKey, err = LoadSigningKey(cfg.PreviousSigningKeyFile, false); err != nil {
+		if s.prevKey, err = proof.LoadSigningKey(cfg.PreviousSigningKeyFile, false); err != nil {
 			s.closeDB()
 			return nil, fmt.Errorf("audit: previous %w", err)
 		}
 	}
-	pub := s.key.Public().(ed25519.PublicKey)
-	if len(s.trusted) > 0 {
-		s.trusted[KeyID(pub)] = pub
+	if e := cfg.Endorsement; e != nil && (!e.Key().Equal(s.key.Public()) || e.Node != cfg.Node) {
+		s.closeDB()
+		return nil, fmt.Errorf("audit: the key endorsement is of key %s for node %q; this node signs with key %s as node %q",
+			e.KeyID, e.Node, proof.KeyID(s.key.Public().(ed25519.PublicKey)), cfg.Node)
+	}
+	own := s.key.Public().(ed25519.PublicKey)
+	if l := s.cfg.Anchors.Local; l == nil || (l.Key.Equal(own) && l.Node == cfg.Node) {
+		s.cfg.Anchors.Local = &proof.LocalKey{Node: cfg.Node, Key: own, File: cfg.SigningKeyFile, Signing: true}
 	}
 	s.maskKey = cfg.MaskKey
 	if len(s.maskKey) == 0 {
@@ -382,7 +390,7 @@ func (s *Store) Emit(ev sandgate.Event) {
 		s.cfg.Logger.Error("audit: event emitted to a read-only store", "event", ev)
 		return
 	}
-	s.w.enqueue(&request{events: []canonical{s.prepare(ev)}})
+	s.w.enqueue(&request{events: []proof.Canonical{s.prepare(ev)}})
 }
 
 // Queue queues a lifecycle event for the next group commit, like Emit,
@@ -396,7 +404,7 @@ func (s *Store) Queue(ctx context.Context, ev sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	return s.w.enqueueWithin(ctx, &request{events: []canonical{s.prepare(ev)}}, s.cfg.MaxBacklog)
+	return s.w.enqueueWithin(ctx, &request{events: []proof.Canonical{s.prepare(ev)}}, s.cfg.MaxBacklog)
 }
 
 // Record commits events durably, in order, with synchronous commit, and
@@ -412,7 +420,7 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	evs := make([]canonical, len(events))
+	evs := make([]proof.Canonical, len(events))
 	for i, ev := range events {
 		evs[i] = s.prepare(ev)
 	}
@@ -435,9 +443,9 @@ func (s *Store) await(ctx context.Context, r *request) error {
 
 // prepare fills ev in and puts it in canonical form, in the producer's
 // goroutine: what every event goes through before it is queued.
-func (s *Store) prepare(ev sandgate.Event) canonical {
+func (s *Store) prepare(ev sandgate.Event) proof.Canonical {
 	s.fill(&ev)
-	return mustCanonicalize(ev, s.cfg.Logger)
+	return proof.MustCanonicalize(ev, s.cfg.Logger)
 }
 
 // fill gives ev the ID, time and node it lacks. An ID that is not a UUID

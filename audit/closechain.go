@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // ChainClosure is a dead node's chain closed by a survivor: the head it
@@ -48,7 +49,7 @@ func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]Chain
 		return nil, errors.New("audit: a node does not close its own chain")
 	}
 	pub := s.key.Public().(ed25519.PublicKey)
-	keyID := KeyID(pub)
+	keyID := proof.KeyID(pub)
 	if err := s.awaitKey(ctx, keyID); err != nil {
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (s *Store) closeChain(ctx context.Context, chainID, dead string) (ChainClos
 	if err == nil && lastFinal && lastSeq == seq {
 		return ChainClosure{}, false, nil
 	}
-	cp := signCheckpoint(s.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
+	cp := proof.SignCheckpoint(s.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)
 	pub := s.key.Public().(ed25519.PublicKey)
 	if _, err := tx.Exec(ctx, `INSERT INTO audit_checkpoints

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestCloseChainsOf has node b close the chain of node a, which stopped
 // without a final checkpoint: b signs a final checkpoint of a's head with
 // its own key and records audit.chain_closed in its chain; a second call
-// finds nothing to close; the trail verifies with the key registry alone
+// finds nothing to close; the trail verifies with both nodes' keys pinned
 // (a's chain is no longer stale).
 func TestCloseChainsOf(t *testing.T) {
 	dsn, db := newDB(t)
@@ -37,7 +38,7 @@ func TestCloseChainsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(closed) != 1 || closed[0].ChainID != a.ChainID() || closed[0].Seq != 3 || closed[0].KeyID != KeyID(b.PublicKey()) {
+	if len(closed) != 1 || closed[0].ChainID != a.ChainID() || closed[0].Seq != 3 || closed[0].KeyID != proof.KeyID(b.PublicKey()) {
 		t.Fatalf("closed = %+v, want a's chain at seq 3 signed with b's key", closed)
 	}
 	if n := count(t, db, `SELECT count(*) FROM audit_checkpoints WHERE chain_id = $1 AND final AND key_id = $2`, a.ChainID(), closed[0].KeyID); n != 1 {
@@ -52,7 +53,7 @@ func TestCloseChainsOf(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second close = %+v, %v; want nothing to close", again, err)
 	}
-	rep, err := readOnly(t, dsn, nil).Verify(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, trusting(a.PublicKey(), b.PublicKey())).Verify(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}

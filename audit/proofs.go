@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // The proofs the trail answers: a chain's newest checkpoint note, an
@@ -59,7 +60,7 @@ func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgat
 	}
 	cp.CreatedAt = cp.CreatedAt.UTC()
 	body, _, _ := strings.Cut(cp.Note, "\n\n")
-	c, err := ParseNoteText(body + "\n")
+	c, err := proof.ParseNoteText(body + "\n")
 	if err != nil {
 		return cp, sandgate.WrapError(sandgate.CodeInternal, err, "stored checkpoint note of chain %q", chainID)
 	}
@@ -198,7 +199,7 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 	if len(c.Note) > maxCosignedNote {
 		return none, sandgate.FieldError("note", "note is longer than %d bytes", maxCosignedNote)
 	}
-	v, err := NewCosignatureVerifier(c.WitnessKey)
+	v, err := proof.NewCosignatureVerifier(c.WitnessKey)
 	if err != nil {
 		return none, sandgate.FieldError("witness_key", "%v", err)
 	}
@@ -206,7 +207,7 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 	if err != nil {
 		return none, sandgate.FieldError("note", "the note carries no valid cosignature by %s: %v", v.Name(), err)
 	}
-	stated, err := ParseNoteText(n.Text)
+	stated, err := proof.ParseNoteText(n.Text)
 	if err != nil {
 		return none, sandgate.FieldError("note", "%v", err)
 	}
@@ -235,5 +236,5 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 // NoteWithCosignatures returns a checkpoint's note with its witnesses'
 // signature lines appended: the form witnesses and clients read.
 func NoteWithCosignatures(cp sandgate.CheckpointNote) string {
-	return WithCosignatures(cp.Note, cp.Cosignatures)
+	return proof.WithCosignatures(cp.Note, cp.Cosignatures)
 }

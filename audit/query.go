@@ -16,6 +16,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Query page sizes.
@@ -208,14 +209,9 @@ func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.A
 	return out, next, nil
 }
 
-// CSVHeader is the header row of a CSV export.
-var CSVHeader = []string{"chain_id", "seq", "event_id", "recorded_at", "event_time", "type", "outcome",
-	"correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
-	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
-
 // Export streams every matching event (ignoring Limit and Cursor) to w,
 // oldest first, as JSON Lines (one AuditRecord per line) or CSV (header
-// CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
+// proof.CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
 // one at a time, never all held. An unknown format is INVALID-REQUEST.
 func (s *Store) Export(ctx context.Context, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
 	if err := checkFilter(f); err != nil {
@@ -233,7 +229,7 @@ func (s *Store) Export(ctx context.Context, f sandgate.AuditFilter, format sandg
 	var enc *json.Encoder
 	if format == sandgate.ExportCSV {
 		cw = csv.NewWriter(w)
-		if err := cw.Write(CSVHeader); err != nil {
+		if err := cw.Write(proof.CSVHeader); err != nil {
 			return fmt.Errorf("write export: %w", err)
 		}
 	} else {
@@ -289,8 +285,8 @@ type checkpointRow struct {
 	Note          string
 }
 
-func (r *checkpointRow) checkpoint() Checkpoint {
-	return Checkpoint{
+func (r *checkpointRow) checkpoint() proof.Checkpoint {
+	return proof.Checkpoint{
 		ChainID:       r.ChainID,
 		Seq:           r.Seq,
 		HeadHash:      hex.EncodeToString(r.HeadHash),
@@ -306,7 +302,7 @@ func (r *checkpointRow) checkpoint() Checkpoint {
 
 // eachCheckpoint calls fn with the checkpoints of chainID ("" for all) in
 // chain order (chain_id, seq, id).
-func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Checkpoint) error) error {
+func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(proof.Checkpoint) error) error {
 	q := s.db.WithContext(ctx).Table("audit_checkpoints").
 		Select("chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, coalesce(note, '')")
 	if chainID != "" {
@@ -338,7 +334,7 @@ func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Chec
 // to an event export.
 func (s *Store) ExportCheckpoints(ctx context.Context, chainID string, w io.Writer) error {
 	enc := json.NewEncoder(w)
-	return s.eachCheckpoint(ctx, chainID, func(cp Checkpoint) error {
+	return s.eachCheckpoint(ctx, chainID, func(cp proof.Checkpoint) error {
 		if err := enc.Encode(cp); err != nil {
 			return fmt.Errorf("write checkpoints: %w", err)
 		}

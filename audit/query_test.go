@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // seedTrail writes a small trail: two runs of three events, a denial and
@@ -199,18 +200,18 @@ func TestExportAndOfflineVerify(t *testing.T) {
 		{"jsonl intact", jsonl.String(), pub, map[string]int{}},
 		{"csv intact", csvOut.String(), pub, map[string]int{}},
 		{"out of order", strings.Join(append(append([]string{}, lines[10:]...), lines[:10]...), "\n"), pub, map[string]int{}},
-		{"column changed", replaceLine(2, func(m map[string]any) { m["actor"] = "mallory" }), pub, map[string]int{ProblemBodyMismatch: 1}},
+		{"column changed", replaceLine(2, func(m map[string]any) { m["actor"] = "mallory" }), pub, map[string]int{proof.ProblemBodyMismatch: 1}},
 		{"body changed", replaceLine(3, func(m map[string]any) {
 			m["body"] = strings.Replace(m["body"].(string), "bob", "eve", 1)
-		}), pub, map[string]int{ProblemHashMismatch: 1, ProblemBodyMismatch: 1}},
-		{"line dropped", strings.Join(append(append([]string{}, lines[:7]...), lines[8:]...), "\n"), pub, map[string]int{ProblemSeqGap: 1}},
-		{"tail dropped", strings.Join(lines[:20], "\n"), pub, map[string]int{ProblemMissingTail: 1}},
-		{"garbage line", jsonl.String() + "{not json\n", pub, map[string]int{ProblemBadInput: 1}},
-		{"other key", jsonl.String(), otherKey.Public().(ed25519.PublicKey), map[string]int{ProblemUntrustedKey: 1}},
+		}), pub, map[string]int{proof.ProblemHashMismatch: 1, proof.ProblemBodyMismatch: 1}},
+		{"line dropped", strings.Join(append(append([]string{}, lines[:7]...), lines[8:]...), "\n"), pub, map[string]int{proof.ProblemSeqGap: 1}},
+		{"tail dropped", strings.Join(lines[:20], "\n"), pub, map[string]int{proof.ProblemMissingTail: 1}},
+		{"garbage line", jsonl.String() + "{not json\n", pub, map[string]int{proof.ProblemBadInput: 1}},
+		{"other key", jsonl.String(), otherKey.Public().(ed25519.PublicKey), map[string]int{proof.ProblemUntrustedKey: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := VerifyExport(strings.NewReader(tt.events), bytes.NewReader(cps.Bytes()), tt.key)
+			rep, err := proof.VerifyExport(strings.NewReader(tt.events), bytes.NewReader(cps.Bytes()), tt.key)
 			if err != nil {
 				t.Fatalf("VerifyExport: %v", err)
 			}
@@ -240,7 +241,7 @@ func TestIdleCheckpoints(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
@@ -262,7 +263,7 @@ func TestChainHashFormat(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want := sha256.Sum256(tt.input)
-			if diff := cmp.Diff(want[:], ChainHash(tt.prev, "node-1", 7, []byte(`{"a":1}`))); diff != "" {
+			if diff := cmp.Diff(want[:], proof.ChainHash(tt.prev, "node-1", 7, []byte(`{"a":1}`))); diff != "" {
 				t.Errorf("ChainHash (-want +got):\n%s", diff)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // runReceipt records a run's events on two chains (decisions apart),
@@ -63,7 +64,7 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	rep := VerifyReceipt(back, nil)
+	rep := proof.VerifyReceipt(back, nil)
 	if !rep.OK {
 		t.Fatalf("receipt does not verify: %+v", rep.Problems)
 	}
@@ -104,16 +105,16 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 		}
 	}
 	// Pinning the node's key (as PEM) passes; another key fails.
-	keys, err := PinnedVerifierKeys(back, [][]byte{EncodePublicKey(pub)})
+	keys, err := proof.PinnedVerifierKeys(back, [][]byte{proof.EncodePublicKey(pub)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep := VerifyReceipt(back, keys); !rep.OK {
+	if rep := proof.VerifyReceipt(back, keys); !rep.OK {
 		t.Errorf("pinned node key: %+v", rep.Problems)
 	}
 	other, _, _ := ed25519.GenerateKey(nil)
-	keys, _ = PinnedVerifierKeys(back, [][]byte{[]byte(hex.EncodeToString(other))})
-	if rep := VerifyReceipt(back, keys); rep.OK || rep.Problems[0].Kind != ReceiptUntrustedKey {
+	keys, _ = proof.PinnedVerifierKeys(back, [][]byte{[]byte(hex.EncodeToString(other))})
+	if rep := proof.VerifyReceipt(back, keys); rep.OK || rep.Problems[0].Kind != proof.ReceiptUntrustedKey {
 		t.Errorf("pinned other key: %+v", rep)
 	}
 }
@@ -136,33 +137,33 @@ func TestReceiptTampering(t *testing.T) {
 	}{
 		{"exit code changed in a body", func(r *Receipt) {
 			r.Events[4].Body = strings.Replace(r.Events[4].Body, `"exit_code":3`, `"exit_code":0`, 1)
-		}, ReceiptHashMismatch},
+		}, proof.ReceiptHashMismatch},
 		{"body re-hashed", func(r *Receipt) {
 			e := &r.Events[4]
 			e.Body = strings.Replace(e.Body, `"exit_code":3`, `"exit_code":0`, 1)
 			prev, _ := hex.DecodeString(e.PrevHash)
-			e.Hash = hex.EncodeToString(ChainHash(prev, e.ChainID, e.Seq, []byte(e.Body)))
-		}, ReceiptBadProof},
-		{"body not canonical", func(r *Receipt) { r.Events[0].Body = " " + r.Events[0].Body }, ReceiptBadBody},
-		{"another run's event", func(r *Receipt) { r.RunID = "run-2" }, ReceiptBadBody},
+			e.Hash = hex.EncodeToString(proof.ChainHash(prev, e.ChainID, e.Seq, []byte(e.Body)))
+		}, proof.ReceiptBadProof},
+		{"body not canonical", func(r *Receipt) { r.Events[0].Body = " " + r.Events[0].Body }, proof.ReceiptBadBody},
+		{"another run's event", func(r *Receipt) { r.RunID = "run-2" }, proof.ReceiptBadBody},
 		{"proof hash changed", func(r *Receipt) {
 			r.Events[2].Proof[0] = base64.StdEncoding.EncodeToString(make([]byte, 32))
-		}, ReceiptBadProof},
+		}, proof.ReceiptBadProof},
 		{"note re-signed by another key", func(r *Receipt) {
 			cp := &r.Checkpoints[0]
-			c, _ := ParseNoteText(strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n")
-			cp.Note, _ = SignNote(evil, c.Origin, c.Size, c.Root)
-		}, ReceiptBadNote},
+			c, _ := proof.ParseNoteText(strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n")
+			cp.Note, _ = proof.SignNote(evil, c.Origin, c.Size, c.Root)
+		}, proof.ReceiptBadNote},
 		{"note root changed", func(r *Receipt) {
 			r.Checkpoints[0].Note = strings.Replace(r.Checkpoints[0].Note, "\n\n", "x\n\n", 1)
-		}, ReceiptBadNote},
-		{"format", func(r *Receipt) { r.Format = "v0" }, ReceiptBadFormat},
+		}, proof.ReceiptBadNote},
+		{"format", func(r *Receipt) { r.Format = "v0" }, proof.ReceiptBadFormat},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := clone()
 			tt.change(&r)
-			rep := VerifyReceipt(r, nil)
+			rep := proof.VerifyReceipt(r, nil)
 			if rep.OK {
 				t.Fatal("tampered receipt verifies")
 			}

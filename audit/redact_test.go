@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestRedact: env values always, and every masked path, become keyed
@@ -116,21 +117,21 @@ func TestRedactSpecPaths(t *testing.T) {
 func TestLoadMaskKey(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys", "mask.key")
-	if _, err := LoadMaskKey(path, false); err == nil {
+	if _, err := proof.LoadMaskKey(path, false); err == nil {
 		t.Fatal("a missing mask key was accepted without create")
 	}
-	key, err := LoadMaskKey(path, true)
+	key, err := proof.LoadMaskKey(path, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(key) != MinMaskKeyBytes {
+	if len(key) != proof.MinMaskKeyBytes {
 		t.Errorf("generated key of %d bytes", len(key))
 	}
 	st, err := os.Stat(path)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file: %v, mode %v; want 0600", err, st.Mode())
 	}
-	again, err := LoadMaskKey(path, true)
+	again, err := proof.LoadMaskKey(path, true)
 	if err != nil || !bytes.Equal(again, key) {
 		t.Fatalf("reloaded key differs: %v", err)
 	}
@@ -138,7 +139,7 @@ func TestLoadMaskKey(t *testing.T) {
 	if err := os.WriteFile(written, []byte("  "+strings.Repeat("ab", 40)+"\n\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if k, err := LoadMaskKey(written, false); err != nil || len(k) != 40 {
+	if k, err := proof.LoadMaskKey(written, false); err != nil || len(k) != 40 {
 		t.Errorf("an operator's 40-byte hex key: %d bytes, %v", len(k), err)
 	}
 	for name, content := range map[string]string{
@@ -150,7 +151,7 @@ func TestLoadMaskKey(t *testing.T) {
 		if err := os.WriteFile(bad, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := LoadMaskKey(bad, true); err == nil {
+		if _, err := proof.LoadMaskKey(bad, true); err == nil {
 			t.Errorf("%s mask key accepted", name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // v7At is a UUIDv7 made at the clock's time, as the writer's IDs are in
@@ -46,7 +47,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 			c.Clock, c.IDs = clock.Now, v7At(clock.Now)
 			c.CheckpointEvery = 7
 			c.CheckpointInterval = 24 * time.Hour
-			c.TrustedKeys = trusted
+			c.Anchors.Pinned = trusted
 			c.noTree = noTree
 		})
 	}
@@ -96,7 +97,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if janSize >= janLast {
 		t.Fatalf("January's first checkpoint is at %d, its last row %d", janSize, janLast)
 	}
-	_, janCP, err := OpenNote(janNote, mustVerifierKey(t, janNote, gw.PublicKey()))
+	_, janCP, err := proof.OpenNote(janNote, mustVerifierKey(t, janNote, gw.PublicKey()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	}
 	trusted := func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{gw.PublicKey(), old.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey(), old.PublicKey(), admin.PublicKey()}
 	}
 	// Verify passes and says what was purged.
 	ro := readOnly(t, dsn, trusted)
@@ -158,7 +159,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
-	if off, err := VerifyExport(&events, &cps, gw.PublicKey(), old.PublicKey(), admin.PublicKey()); err != nil || !off.OK || len(off.Purged) != 2 {
+	if off, err := proof.VerifyExport(&events, &cps, gw.PublicKey(), old.PublicKey(), admin.PublicKey()); err != nil || !off.OK || len(off.Purged) != 2 {
 		t.Fatalf("VerifyExport after retention = %+v, %v", off, err)
 	}
 	// Each chain's tree starts again from the recorded frontier, so the
@@ -167,15 +168,17 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if err := db.QueryRow(`SELECT payload FROM audit_events WHERE type = 'retention.applied'`).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var payload archivedPayload
+	var payload proof.ArchivedPayload
 	if err := json.Unmarshal(raw, &payload); err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]anchorPoint{}
-	addAnchors(anchors, payload)
-	for _, c := range []string{chain, old.ChainID()} {
-		if a := anchors[c]; a.Tree == nil || a.Tree.size != a.Seq {
-			t.Errorf("chain %s: purge boundary %+v without its tree", c, a)
+	trees := map[string]proof.PurgedTree{}
+	for _, tr := range payload.Trees {
+		trees[tr.ChainID] = tr
+	}
+	for _, c := range payload.Chains {
+		if f, err := trees[c.ChainID].Tree(); err != nil || f.Size() != c.LastSeq {
+			t.Errorf("chain %s: purge boundary at seq %d without its tree (%v)", c.ChainID, c.LastSeq, err)
 		}
 	}
 
@@ -222,17 +225,17 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := sandgate.Event{ID: v7At(clock.Now)(), Type: sandgate.EventRetentionApplied, Outcome: "dropped", Actor: "mallory",
-		Payload: archivedPayload{Partition: "audit_events_2025_02", From: time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC),
-			Chains: []PartitionChain{{ChainID: chain, FirstSeq: janLast + 1, LastSeq: febLast, LastHash: febHash}}}.asMap()}
+		Payload: proof.ArchivedPayload{Partition: "audit_events_2025_02", From: time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC),
+			Chains: []proof.PartitionChain{{ChainID: chain, FirstSeq: janLast + 1, LastSeq: febLast, LastHash: febHash}}}.AsMap()}
 	forged.Time = clock.Now()
 	fe, body, err := canonicalEvent(forged, clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := make([]byte, HashSize)
+	zero := make([]byte, proof.HashSize)
 	if _, err := db.Exec(`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, outcome, actor, payload, body, prev_hash, hash)
 		VALUES ($1, 'forger', 1, $2, $2, $3, 'dropped', 'mallory', $4, $5, $6, $7)`,
-		fe.ID, clock.Now(), string(fe.Type), mustJSON(fe.Payload), body, zero, ChainHash(zero, "forger", 1, body)); err != nil {
+		fe.ID, clock.Now(), string(fe.Type), jsonOf(t, fe.Payload), body, zero, proof.ChainHash(zero, "forger", 1, body)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`DROP TABLE audit_events_2025_02`); err != nil {
@@ -250,7 +253,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	kinds := problemKinds(rep)
-	if rep.OK || kinds[ProblemSeqGap] == 0 || kinds[ProblemBodyMismatch] == 0 || kinds[ProblemUnsignedChain] == 0 {
+	if rep.OK || kinds[proof.ProblemSeqGap] == 0 || kinds[proof.ProblemBodyMismatch] == 0 || kinds[proof.ProblemUnsignedChain] == 0 {
 		t.Fatalf("Verify with a forged drop and a changed row = %v; want seq_gap, body_mismatch and unsigned_chain", rep.Problems)
 	}
 	for _, p := range rep.Purged {
@@ -263,7 +266,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 // mustVerifierKey is the note verifier key of pub for note's origin.
 func mustVerifierKey(t *testing.T, note string, pub ed25519.PublicKey) string {
 	t.Helper()
-	k, err := NoteVerifierKey(NoteOrigin(note), pub)
+	k, err := proof.NoteVerifierKey(proof.NoteOrigin(note), pub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // fakeClock is a settable clock shared by stores.
@@ -48,7 +49,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 			c.Clock = clock.Now
 			c.CheckpointEvery = 7
 			c.CheckpointInterval = 24 * time.Hour
-			c.TrustedKeys = trusted
+			c.Anchors.Pinned = trusted
 		})
 	}
 	a, b := open(), open()
@@ -111,7 +112,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if m.Rows != 26 || len(m.Chains) != 2 || m.Chains[0].FirstSeq != 1 || m.Chains[0].LastSeq != 13 {
 		t.Fatalf("manifest = %+v, want 26 rows, two chains of seq 1–13", m.Partition)
 	}
-	rep, err := VerifyArchive(filepath.Join(dir, "audit_events_2025_01"), a.PublicKey(), b.PublicKey())
+	rep, err := proof.VerifyArchive(filepath.Join(dir, "audit_events_2025_01"), a.PublicKey(), b.PublicKey())
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyArchive = %+v, %v", rep, err)
 	}
@@ -127,7 +128,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(other, "audit_events_2025_02", ArchiveEventsFile), []byte("{}\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(other, "audit_events_2025_02", proof.ArchiveEventsFile), []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); !isCode(err, sandgate.CodeConflict) {
@@ -166,7 +167,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), admin.PublicKey()}
 	})
 	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
@@ -179,7 +180,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = VerifyExport(&events, &cps, a.PublicKey(), b.PublicKey(), admin.PublicKey())
+	rep, err = proof.VerifyExport(&events, &cps, a.PublicKey(), b.PublicKey(), admin.PublicKey())
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyExport after purge = %+v, %v", rep, err)
 	}
@@ -205,7 +206,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if problemKinds(rep)[ProblemSeqGap] == 0 {
+	if problemKinds(rep)[proof.ProblemSeqGap] == 0 {
 		t.Fatalf("Verify after a silent DROP = %v, want seq_gap", rep.Problems)
 	}
 }
@@ -232,7 +233,7 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 		t.Fatal(err)
 	}
 	arch := filepath.Join(dir, "audit_events_2025_05")
-	path := filepath.Join(arch, ArchiveEventsFile)
+	path := filepath.Join(arch, proof.ArchiveEventsFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -240,12 +241,12 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Replace(data, []byte(`"run-1"`), []byte(`"run-2"`), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := VerifyArchive(arch, s.PublicKey())
+	rep, err := proof.VerifyArchive(arch, s.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := problemKinds(rep)
-	if rep.OK || kinds[ProblemArchiveMismatch] == 0 || kinds[ProblemBodyMismatch]+kinds[ProblemHashMismatch] == 0 {
+	if rep.OK || kinds[proof.ProblemArchiveMismatch] == 0 || kinds[proof.ProblemBodyMismatch]+kinds[proof.ProblemHashMismatch] == 0 {
 		t.Fatalf("VerifyArchive of an edited archive = %v, want archive_mismatch and a hash or body problem", rep.Problems)
 	}
 }
@@ -285,7 +286,7 @@ func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
 
 	admin := testStore(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{s.PublicKey()}
 	})
 	dir := t.TempDir()
 	m, err := admin.Archive(ctx, "audit_events_2025_03", dir, "ops")
@@ -320,7 +321,7 @@ func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{s.PublicKey(), admin.PublicKey()}
 	})
 	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // rfc6962Root is the Merkle tree hash of RFC 6962 section 2.1 over leaf
@@ -81,8 +82,8 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 	}
 	r := readOnly(t, dsn, nil)
 	leaves := chainHashes(t, db, chain)
-	origin := Origin("test-node", chain)
-	vkey, err := NoteVerifierKey(origin, pub)
+	origin := proof.Origin("test-node", chain)
+	vkey, err := proof.NoteVerifierKey(origin, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("note at %d: %v\n%s", seq, err, msg)
 		}
-		c, err := ParseNoteText(n.Text)
+		c, err := proof.ParseNoteText(n.Text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -253,16 +254,16 @@ func TestTreeCatchesUpFromEvents(t *testing.T) {
 // cosignature verifier only over the same text.
 func TestNoteSignerMatchesXMod(t *testing.T) {
 	_, key, _ := ed25519.GenerateKey(nil)
-	msg, err := SignNote(key, "sandgate.gw1/gw1-abc", 5, tlog.RecordHash([]byte("x")))
+	msg, err := proof.SignNote(key, "sandgate.gw1/gw1-abc", 5, tlog.RecordHash([]byte("x")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vkey, _ := note.NewEd25519VerifierKey("sandgate.gw1/gw1-abc", key.Public().(ed25519.PublicKey))
-	if _, _, err := OpenNote(msg, vkey); err != nil {
+	if _, _, err := proof.OpenNote(msg, vkey); err != nil {
 		t.Fatalf("x/mod verifier refuses the note: %v\n%s", err, msg)
 	}
 	_, wkey, _ := ed25519.GenerateKey(nil)
-	cs := NewCosigner("witness.example", wkey)
+	cs := proof.NewCosigner("witness.example", wkey)
 	n, _ := note.Open([]byte(msg), note.VerifierList())
 	if n != nil {
 		t.Fatal("opened without a verifier")
@@ -276,7 +277,7 @@ func TestNoteSignerMatchesXMod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wv, err := NewCosignatureVerifier(cs.VerifierKey())
+	wv, err := proof.NewCosignatureVerifier(cs.VerifierKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func TestVerifyChecksNotes(t *testing.T) {
 	}
 	verify := func() map[string]int {
 		t.Helper()
-		rep, err := readOnly(t, dsn, nil).Verify(context.Background(), sandgate.VerifyRange{})
+		rep, err := readOnly(t, dsn, trusting(key.Public().(ed25519.PublicKey))).Verify(context.Background(), sandgate.VerifyRange{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,19 +318,19 @@ func TestVerifyChecksNotes(t *testing.T) {
 	if err := db.QueryRow(`SELECT id, seq FROM audit_checkpoints WHERE chain_id = $1 AND note IS NOT NULL ORDER BY id LIMIT 1`, chain).Scan(&id, &seq); err != nil {
 		t.Fatal(err)
 	}
-	wrong, err := SignNote(key, Origin("test-node", chain), seq, tlog.RecordHash([]byte("not the tree")))
+	wrong, err := proof.SignNote(key, proof.Origin("test-node", chain), seq, tlog.RecordHash([]byte("not the tree")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, wrong, id))
-	if got := verify(); got[ProblemNoteMismatch] != 1 {
+	if got := verify(); got[proof.ProblemNoteMismatch] != 1 {
 		t.Fatalf("a note with another root, signed with the real key: %v", got)
 	}
 	_, other, _ := ed25519.GenerateKey(nil)
 	leaves := chainHashes(t, db, chain)
-	forged, _ := SignNote(other, Origin("test-node", chain), seq, tlog.Hash(rfc6962Root(leaves[:seq])))
+	forged, _ := proof.SignNote(other, proof.Origin("test-node", chain), seq, tlog.Hash(rfc6962Root(leaves[:seq])))
 	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, forged, id))
-	if got := verify(); got[ProblemNoteMismatch] != 1 {
+	if got := verify(); got[proof.ProblemNoteMismatch] != 1 {
 		t.Fatalf("a note signed by another key: %v", got)
 	}
 }

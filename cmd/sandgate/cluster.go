@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -92,5 +93,5 @@ func signingKey(store *audit.Store) (keyID, public string) {
 	if len(pub) != ed25519.PublicKeySize {
 		return "", ""
 	}
-	return audit.KeyID(pub), hex.EncodeToString(pub)
+	return proof.KeyID(pub), hex.EncodeToString(pub)
 }

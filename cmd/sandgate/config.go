@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Config is every setting of the sandgate binary. It is read from the
@@ -47,10 +48,17 @@ type Config struct {
 	// the gateway's default.
 	ReplayMaxDecisions int
 	ReplayTimeout      time.Duration
-	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
-	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
-	// it, verify trusts the trail's key registry.
-	TrustedKeysFile string
+	// TrustedKeysFile pins the checkpoint keys verify trusts, every
+	// gateway's (PEM blocks, or one hex key a line), and
+	// AuditRootPublicKeyFile the cluster root keys whose endorsements it
+	// trusts (SANDGATE_TRUSTED_KEYS_FILE,
+	// SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE); see trustAnchors.
+	// AuditKeyEndorsementFile is this node's key endorsed by the root
+	// (sandgate audit endorse-key; SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE),
+	// which the node records in the trail.
+	TrustedKeysFile         string
+	AuditRootPublicKeyFile  string
+	AuditKeyEndorsementFile string
 	// SinksFile names the audit sinks (SIEM streams) to deliver the
 	// trail to (SANDGATE_SINKS_FILE); none without it.
 	SinksFile string
@@ -143,6 +151,8 @@ func defaultConfig(getenv func(string) string) Config {
 	str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
 	str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
+	str("SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE", &c.AuditRootPublicKeyFile)
+	str("SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE", &c.AuditKeyEndorsementFile)
 	str("SANDGATE_SINKS_FILE", &c.SinksFile)
 	str("SANDGATE_AUDIT_ARCHIVE_DIR", &c.AuditArchiveDir)
 	str("SANDGATE_NODE", &c.Node)
@@ -254,7 +264,7 @@ func (c *Config) maskKey() ([]byte, error) {
 	if c.MaskKeyFile == "" {
 		return nil, nil
 	}
-	return audit.LoadMaskKey(c.MaskKeyFile, true)
+	return proof.LoadMaskKey(c.MaskKeyFile, true)
 }
 
 func clampInt(n int64) int {

@@ -21,7 +21,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -332,7 +332,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(waitFile(t, filepath.Join(downloads, "receipt-"+run.ID+".json"))), &rec); err != nil {
 		t.Fatalf("the downloaded receipt: %v", err)
 	}
-	if rep := audit.VerifyReceipt(rec, nil); !rep.OK || !slices.Contains(rep.Types, "container.exited") {
+	if rep := proof.VerifyReceipt(rec, nil); !rep.OK || !slices.Contains(rep.Types, "container.exited") {
 		t.Errorf("the downloaded receipt does not verify: %+v", rep)
 	}
 

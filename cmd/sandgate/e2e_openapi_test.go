@@ -14,7 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
@@ -189,7 +189,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	json.Unmarshal(want(request{method: "GET", path: "/v1/audit/checkpoint?chain=" + ev.ChainID, token: tok["audrey"],
 		header: map[string]string{"Accept": "application/json"}}, 200), &cp)
 	_, wkey, _ := ed25519.GenerateKey(nil)
-	signer := audit.NewCosigner("witness.e2e", wkey)
+	signer := proof.NewCosigner("witness.e2e", wkey)
 	cosigned, err := note.Sign(&note.Note{Text: strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n"}, signer)
 	if err != nil {
 		t.Fatal(err)
@@ -200,11 +200,11 @@ func TestEndToEndOpenAPI(t *testing.T) {
 		body: `{"note":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
 	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
 	// A witness's alarm, signed with its key.
-	wit, err := audit.NewWitness(t.TempDir(), wkey.Public().(ed25519.PublicKey), signer)
+	wit, err := proof.NewWitness(t.TempDir(), wkey.Public().(ed25519.PublicKey), signer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alarm, err := wit.AlarmNote(&audit.WitnessAlarm{Kind: audit.AlarmInconsistent, Origin: cp.Origin, Detail: "a test alarm",
+	alarm, err := wit.AlarmNote(&proof.WitnessAlarm{Kind: proof.AlarmInconsistent, Origin: cp.Origin, Detail: "a test alarm",
 		SeenSize: 1, SeenRoot: cp.RootHash, OfferedSize: cp.TreeSize, OfferedRoot: cp.RootHash})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Retention commands: `sandgate audit partitions|archive|purge`. archive
@@ -20,9 +21,10 @@ import (
 // signed with SANDGATE_SIGNING_KEY_FILE.
 
 // openAdminTrail opens a writing store for an operator's command, trusting
-// the public keys in keyFiles besides its own.
+// the public keys in keyFiles, or without any what the configuration says
+// (trustAnchors).
 func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Store, error) {
-	keys, err := loadKeys(keyFiles, "")
+	anchors, err := trustAnchors(a.cfg, trustFlags{publicKeys: keyFiles})
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +39,7 @@ func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Stor
 		SigningKeyFile:     a.cfg.SigningKeyFile,
 		MaskKey:            maskKey,
 		Node:               a.cfg.Node,
-		TrustedKeys:        keys,
+		Anchors:            anchors,
 		CheckpointEvery:    a.cfg.CheckpointEvery,
 		CheckpointInterval: a.cfg.CheckpointAfter,
 	})
@@ -71,7 +73,7 @@ func newAuditPartitionsCmd(a *app) *cobra.Command {
 		Short: "List the audit trail's month partitions with their rows per chain (JSON)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := openTrail(cmd.Context(), a, nil)
+			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
 			if err != nil {
 				return err
 			}
@@ -131,7 +133,7 @@ registry vouches for.`,
 					}
 				}
 			}
-			var done []audit.ArchiveManifest
+			var done []proof.ArchiveManifest
 			for _, name := range partitions {
 				m, err := s.Archive(cmd.Context(), name, dir, actor)
 				if err != nil {
@@ -205,7 +207,7 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 	fl.StringVar(&before, "before", "", "purge month partitions that end by this month (2026-10), day or time")
 	fl.BoolVar(&dryRun, "dry-run", false, "check and report, drop nothing")
 	fl.StringVar(&actor, "actor", operator(), "who purges, as recorded in retention.applied")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the key registry's); repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the configuration's, as audit verify); repeatable")
 	return cmd
 }
 
@@ -264,6 +266,6 @@ archived now, stopping at the first expired month never archived.`,
 	fl.StringVar(&dir, "archive-dir", "", "archive expired months here before dropping them (default: SANDGATE_AUDIT_ARCHIVE_DIR)")
 	fl.BoolVar(&dryRun, "dry-run", false, "report what would be dropped, change nothing")
 	fl.StringVar(&actor, "actor", operator(), "who applies retention, as recorded in audit.archived and retention.applied")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to verify archives (default: the key registry's); repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to verify archives (default: the configuration's, as audit verify); repeatable")
 	return cmd
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,11 +139,15 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
-	var trusted []ed25519.PublicKey
-	if cfg.TrustedKeysFile != "" {
-		if trusted, err = loadTrustedKeys(nil, []string{cfg.TrustedKeysFile}, ""); err != nil {
-			return fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE: %w", err)
-		}
+	// GET /v1/audit/verify trusts keys from the same anchors as `audit
+	// verify` with this configuration.
+	anchors, err := trustAnchors(cfg, trustFlags{})
+	if err != nil {
+		return err
+	}
+	endorsement, err := keyEndorsement(cfg)
+	if err != nil {
+		return err
 	}
 	store, err := audit.Open(ctx, audit.Config{
 		DSN:                cfg.DatabaseURL,
@@ -153,7 +156,8 @@ func serve(ctx context.Context, a *app) error {
 		MaxBacklog:         cfg.AuditBacklog,
 		SigningKeyFile:     cfg.SigningKeyFile,
 		MaskKey:            maskKey,
-		TrustedKeys:        trusted,
+		Anchors:            anchors,
+		Endorsement:        endorsement,
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
 		CheckpointInterval: cfg.CheckpointAfter,

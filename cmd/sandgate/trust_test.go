@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Which checkpoint keys verify trusts (issue #26, #28 item 11): the CLI
@@ -45,7 +45,7 @@ func twoNodeTrail(t *testing.T, mod func(node string, env map[string]string)) (b
 func TestAuditVerifyStrayLocalKey(t *testing.T) {
 	base, _ := twoNodeTrail(t, nil)
 	home := t.TempDir()
-	if _, err := audit.LoadSigningKey(filepath.Join(home, "sandgate", "checkpoint.key"), true); err != nil {
+	if _, err := proof.LoadSigningKey(filepath.Join(home, "sandgate", "checkpoint.key"), true); err != nil {
 		t.Fatal(err)
 	}
 	// The auditor's shell: the database and nothing else of sandgate's.
@@ -53,7 +53,7 @@ func TestAuditVerifyStrayLocalKey(t *testing.T) {
 	out, _ := auditCLI(env, "audit", "verify")
 	rep := verifyReport(t, out)
 	for _, p := range rep.Problems {
-		if p.Kind == audit.ProblemUntrustedKey {
+		if p.Kind == proof.ProblemUntrustedKey {
 			t.Errorf("verify judged a node's checkpoints by a key file that belongs to no node of this trail: %+v", p)
 		}
 	}

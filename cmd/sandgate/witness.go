@@ -13,7 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
 )
@@ -86,16 +86,16 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	if err != nil {
 		return err
 	}
-	logKey, err := audit.ParsePublicKey(raw)
+	logKey, err := proof.ParsePublicKey(raw)
 	if err != nil {
 		return sandgate.FieldError("gateway-key", "%v", err)
 	}
-	key, err := audit.LoadSigningKey(o.keyFile, true)
+	key, err := proof.LoadSigningKey(o.keyFile, true)
 	if err != nil {
 		return err
 	}
-	signer := audit.NewCosigner(o.name, key)
-	w, err := audit.NewWitness(o.state, logKey, signer)
+	signer := proof.NewCosigner(o.name, key)
+	w, err := proof.NewWitness(o.state, logKey, signer)
 	if err != nil {
 		return err
 	}
@@ -104,7 +104,7 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 		return err
 	}
 	fmt.Fprintf(a.stderr, "witness %s (key %s) watching %s, pinned gateway key %s\n",
-		o.name, signer.VerifierKey(), o.gateway, audit.KeyID(logKey))
+		o.name, signer.VerifierKey(), o.gateway, proof.KeyID(logKey))
 	chains := o.chains
 	if len(chains) == 0 {
 		chains = []string{""}
@@ -112,7 +112,7 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	for {
 		for _, chain := range chains {
 			if err := witnessOnce(ctx, a, c, w, signer, chain); err != nil {
-				var alarm *audit.WitnessAlarm
+				var alarm *proof.WitnessAlarm
 				if errors.As(err, &alarm) {
 					fmt.Fprintln(a.stderr, "sandgate witness:", alarm.Error())
 					if rerr := w.RecordAlarm(alarm, ""); rerr != nil {
@@ -148,7 +148,7 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 // gateway, which records it as an audit.witness_alarm event where
 // operators and SIEMs see it. A gateway that rewrote its history may
 // refuse it; the exit status, ALARM file and metric stand regardless.
-func reportAlarm(ctx context.Context, a *app, c *client.Client, w *audit.Witness, alarm *audit.WitnessAlarm) {
+func reportAlarm(ctx context.Context, a *app, c *client.Client, w *proof.Witness, alarm *proof.WitnessAlarm) {
 	signed, err := w.AlarmNote(alarm)
 	if err == nil {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
@@ -163,7 +163,7 @@ func reportAlarm(ctx context.Context, a *app, c *client.Client, w *audit.Witness
 }
 
 // witnessOnce checks and cosigns one chain's newest checkpoint.
-func witnessOnce(ctx context.Context, a *app, c *client.Client, w *audit.Witness, signer *audit.Cosigner, chain string) error {
+func witnessOnce(ctx context.Context, a *app, c *client.Client, w *proof.Witness, signer *proof.Cosigner, chain string) error {
 	cp, err := c.Checkpoint(ctx, chain)
 	if err != nil {
 		return fmt.Errorf("fetch checkpoint: %w", err)

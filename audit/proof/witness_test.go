@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"crypto/ed25519"
