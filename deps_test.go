@@ -163,7 +163,7 @@ func TestVerificationLinksNoDatabase(t *testing.T) {
 		}
 	}
 	fset := token.NewFileSet()
-	for _, file := range []string{"cmd/sandgate/offline.go", "cmd/sandgate/trust.go", "cmd/sandgate/witness.go"} {
+	for _, file := range []string{"cmd/sandgate/cli/offline.go", "cmd/sandgate/cli/trust.go", "cmd/sandgate/cli/witness.go"} {
 		f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
 		if err != nil {
 			t.Fatalf("parse %s: %v", file, err)
