@@ -35,7 +35,7 @@ func newAuditCmd(a *app) *cobra.Command {
 	}
 	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
 		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a), newAuditRetentionCmd(a),
-		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a))
+		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a), newAuditEndorseKeyCmd(a))
 	return cmd
 }
 

@@ -185,6 +185,8 @@ func (a *app) settingsOf() map[string][]use {
 		// Which keys verify trusts is the configuration's: the trail's
 		// trust settings and this host's key and node (trustAnchors).
 		"audit verify": {dsn, trail, node},
+		// A node's key endorsed by the root: the key and node of this host.
+		"audit endorse-key": {trail, node},
 	}
 }
 

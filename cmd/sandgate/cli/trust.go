@@ -2,6 +2,7 @@ package cli
 
 import (
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
 )
 
@@ -143,4 +145,79 @@ func keyEndorsement(cfg *config) (*proof.Endorsement, error) {
 		return nil, fmt.Errorf("SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE %s: %w", cfg.AuditKeyEndorsementFile, err)
 	}
 	return &e, nil
+}
+
+// newAuditEndorseKeyCmd builds `sandgate audit endorse-key`.
+func newAuditEndorseKeyCmd(a *app) *cobra.Command {
+	var rootFile, keyFile, pubFile, node, out string
+	cmd := &cobra.Command{
+		Use:   "endorse-key --root-key-file ROOT",
+		Short: "Endorse a node's checkpoint key with the cluster's root key, for verifiers that trust the root",
+		Long: `Sign a node's checkpoint public key with the cluster's root key and print
+the endorsement (JSON). Give it to the node as
+SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE: the node records it in the trail
+(audit.key_endorsed) when it registers its key, and every verifier that
+trusts the root (--root-key, SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE) then
+trusts the key, on any host, with no list of the nodes' keys to keep.
+
+The root key (Ed25519, PEM) is made when the file does not exist; keep it
+off the nodes, where an operator endorses each node's key (its public key
+is enough: --public-key) before the node first starts with it. Its public
+half, for verifiers: sandgate audit public-key --signing-key-file ROOT.
+By default the key endorsed is this host's (SANDGATE_SIGNING_KEY_FILE,
+made when absent) for SANDGATE_NODE.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rootFile == "" {
+				return sandgate.FieldError("root-key-file", "required: the cluster's root key (made when absent)")
+			}
+			if node == "" {
+				node = a.cfg.Node
+			}
+			var pub ed25519.PublicKey
+			if pubFile != "" {
+				k, err := readPublicKey(pubFile)
+				if err != nil {
+					return sandgate.FieldError("public-key", "%s: %v", pubFile, err)
+				}
+				pub = k
+			} else {
+				if keyFile == "" {
+					keyFile = a.cfg.SigningKeyFile
+				}
+				priv, err := proof.LoadSigningKey(keyFile, true)
+				if err != nil {
+					return err
+				}
+				pub = priv.Public().(ed25519.PublicKey)
+			}
+			_, statErr := os.Stat(rootFile)
+			root, err := proof.LoadSigningKey(rootFile, true)
+			if err != nil {
+				return err
+			}
+			if errors.Is(statErr, os.ErrNotExist) {
+				fmt.Fprintf(a.stderr, "audit endorse-key: made a new root key at %s (key %s); give verifiers its public half\n",
+					rootFile, proof.KeyID(root.Public().(ed25519.PublicKey)))
+			}
+			e := proof.Endorse(root, node, pub)
+			data, err := json.MarshalIndent(e, "", "  ")
+			if err != nil {
+				return err
+			}
+			data = append(data, '\n')
+			if out == "" || out == "-" {
+				_, err = a.stdout.Write(data)
+				return err
+			}
+			return os.WriteFile(out, data, 0o600)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&rootFile, "root-key-file", "", "the cluster's root key (Ed25519 PEM; made when absent)")
+	fl.StringVar(&keyFile, "signing-key-file", "", "the node's checkpoint key to endorse (default SANDGATE_SIGNING_KEY_FILE)")
+	fl.StringVar(&pubFile, "public-key", "", "endorse this public key file (PEM or hex) instead of a key file of this host")
+	fl.StringVar(&node, "node", "", "the node the key signs as (default SANDGATE_NODE)")
+	fl.StringVarP(&out, "output", "o", "", "write the endorsement to this file (mode 0600) instead of standard output")
+	return cmd
 }
