@@ -247,17 +247,23 @@ type PurgedRange struct {
 
 // WitnessAlarmReport is an alarm a witness raised, as it posts it: the
 // alarm as a note signed with the witness's key (tlog-cosignature/v1),
-// and that key's verifier key.
+// and that key's verifier key; and who posted it, with the request's
+// correlation ID.
 type WitnessAlarmReport struct {
-	Note       string
-	WitnessKey string
+	Note          string
+	WitnessKey    string
+	Actor, Team   string
+	CorrelationID string
 }
 
-// WitnessAlarm is a witness's alarm as the trail checked it: which log,
+// WitnessAlarm is a witness's alarm as the trail recorded it: which log,
 // what kind of inconsistency, the tree the witness had seen and the one
 // it was offered, signed by Witness at RaisedAt. KnownWitness says
-// whether that key has cosigned one of the trail's checkpoints before.
+// whether the operator pinned that witness's key. EventID is its
+// audit.witness_alarm event, or with Repeat the one it repeats.
 type WitnessAlarm struct {
+	EventID      string
+	Repeat       bool
 	Witness      string
 	WitnessKey   string
 	Origin       string
@@ -289,16 +295,21 @@ type AuditProofs interface {
 	// in 1..to.
 	ConsistencyProof(ctx context.Context, chainID string, from, to int64) (ConsistencyProof, error)
 	// AddCosignature stores a witness's cosignature of one of the
-	// trail's checkpoint notes and returns that checkpoint with its
-	// cosignatures; INVALID-REQUEST when the note is not one of the
-	// trail's or the signature does not verify with the witness's key.
+	// trail's checkpoint notes (one per witness per checkpoint) and
+	// returns that checkpoint with its cosignatures; INVALID-REQUEST
+	// when the witness's key is not one the operator pinned, the note is
+	// not one of the trail's under its chain's origin, or the signature
+	// does not verify with the witness's key.
 	AddCosignature(ctx context.Context, c Cosignature) (CheckpointNote, error)
 	// Receipt builds a run's receipt; NOT-FOUND when the trail holds no
 	// event of the run or one is not yet under a checkpoint note, GONE
 	// when retention dropped the month its events were in.
 	Receipt(ctx context.Context, runID string) (Receipt, error)
-	// CheckWitnessAlarm checks a witness's signed alarm and returns what
-	// it says; INVALID-REQUEST when it is malformed or its signature does
-	// not verify with the key posted with it.
-	CheckWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
+	// RecordWitnessAlarm checks a witness's signed alarm and records it
+	// (audit.witness_alarm), or answers the alarm it repeats;
+	// INVALID-REQUEST when it is malformed or its signature does not
+	// verify with the key posted with it, RATE-LIMITED past the alarms a
+	// principal or a witness may have recorded in an hour,
+	// AUDIT-UNAVAILABLE when the trail cannot record it.
+	RecordWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
 }

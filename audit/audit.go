@@ -133,6 +133,10 @@ type Config struct {
 	// with. Without any anchor in use, nothing is trusted and Verify
 	// reports it.
 	Anchors proof.Anchors
+	// Witnesses are the verifier keys of the witnesses the operator
+	// pinned ("name+hash+base64"): only their cosignatures are stored
+	// and served, and only their alarms are a known witness's.
+	Witnesses []string
 	// Endorsement, when set, is a cluster root key's endorsement of this
 	// node's signing key (sandgate audit endorse-key): the writer records
 	// it in the trail (audit.key_endorsed) with its key's registration, so
@@ -201,6 +205,11 @@ func (c Config) Validate() error {
 	if c.SigningKeyFile == "" {
 		return errors.New("audit: SigningKeyFile is required for a writing store")
 	}
+	for _, k := range c.Witnesses {
+		if _, err := proof.NewCosignatureVerifier(k); err != nil {
+			return fmt.Errorf("audit: witness key %q: %w", k, err)
+		}
+	}
 	if c.SpoolMaxBytes > 0 && c.SpoolMaxBytes < 4096 {
 		return errors.New("audit: SpoolMaxBytes must be at least 4096")
 	}
@@ -216,7 +225,11 @@ type Store struct {
 	db       *gorm.DB
 	key      ed25519.PrivateKey
 	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
-	ownClock bool               // Config.Clock was injected: the writer stamps recorded_at
+	ownClock bool
+	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at a
+	// time count against the bounds.
+	witnesses map[string]bool
+	alarmMu   sync.Mutex               // Config.Clock was injected: the writer stamps recorded_at
 	maskKey  []byte
 	w        *writer
 	dw       *writer // Record's writer: w, or its own with DecisionChain
@@ -262,7 +275,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, ownClock: ownClock}
+	s := &Store{cfg: cfg, pool: pool, ownClock: ownClock, witnesses: map[string]bool{}}
+	for _, k := range cfg.Witnesses {
+		s.witnesses[k] = true
+	}
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
 	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
 		Logger:                 logger.Discard,

@@ -65,8 +65,10 @@ func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgat
 		return cp, sandgate.WrapError(sandgate.CodeInternal, err, "stored checkpoint note of chain %q", chainID)
 	}
 	cp.Origin, cp.RootHash = c.Origin, c.Root[:]
-	rows, err := s.pool.Query(ctx, `SELECT signature FROM audit_cosignatures
-		WHERE chain_id = $1 AND tree_size = $2 AND root_hash = $3 ORDER BY id`, chainID, cp.TreeSize, cp.RootHash)
+	// Only pinned witnesses' cosignatures are served: at most one each.
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (witness_key) signature FROM audit_cosignatures
+		WHERE chain_id = $1 AND tree_size = $2 AND root_hash = $3 AND witness_key = ANY($4) ORDER BY witness_key, id`,
+		chainID, cp.TreeSize, cp.RootHash, s.cfg.Witnesses)
 	if err != nil {
 		return cp, dbErr(err, "read cosignatures")
 	}
@@ -193,11 +195,16 @@ func hashBytes[H ~[]tlog.Hash](hs H) [][]byte {
 const maxCosignedNote = 16 << 10
 
 // AddCosignature checks a witness's cosignature of one of the trail's
-// checkpoint notes and stores it.
+// checkpoint notes and stores it: only a witness the operator pinned
+// (Config.Witnesses), of a note under its chain's origin, once per
+// witness per checkpoint.
 func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
 	var none sandgate.CheckpointNote
 	if len(c.Note) > maxCosignedNote {
 		return none, sandgate.FieldError("note", "note is longer than %d bytes", maxCosignedNote)
+	}
+	if !s.witnesses[c.WitnessKey] {
+		return none, sandgate.FieldError("witness_key", "%q is not a witness this gateway's operator pinned (SANDGATE_AUDIT_WITNESS_KEYS_FILE): its cosignatures are not taken", c.WitnessKey)
 	}
 	v, err := proof.NewCosignatureVerifier(c.WitnessKey)
 	if err != nil {
@@ -211,8 +218,18 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 	if err != nil {
 		return none, sandgate.FieldError("note", "%v", err)
 	}
-	// The origin is sandgate.<node>/<chain_id>.
-	_, chainID, _ := strings.Cut(stated.Origin, "/")
+	// The origin is sandgate.<node>/<chain_id>, the node the chain's
+	// writer's: a note under another origin (a rolled-back history
+	// renamed, issue #29) is no checkpoint of the chain.
+	chainID := stated.Origin[strings.LastIndex(stated.Origin, "/")+1:]
+	var node string
+	err = s.pool.QueryRow(ctx, `SELECT node FROM audit_chains WHERE chain_id = $1`, chainID).Scan(&node)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return none, dbErr(err, "find the chain")
+	}
+	if want := proof.Origin(node, chainID); err != nil || stated.Origin != want {
+		return none, sandgate.FieldError("note", "the note's origin %q is not that of a chain of this trail (chain %s's is %q)", stated.Origin, chainID, want)
+	}
 	var found bool
 	err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM audit_checkpoints
 		WHERE chain_id = $1 AND seq = $2 AND left(note, length($3)) = $3)`,

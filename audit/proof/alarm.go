@@ -2,6 +2,7 @@ package proof
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,9 +91,7 @@ func ParseAlarm(r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
 		return a, sandgate.FieldError("alarm", "not a %s note", alarmHeader)
 	}
 	a.Witness, a.WitnessKey, a.Origin, a.Kind, a.Detail = v.Name(), r.WitnessKey, lines[1], lines[2], lines[6]
-	switch a.Kind {
-	case AlarmBadSignature, AlarmRollback, AlarmFork, AlarmInconsistent:
-	default:
+	if !slices.Contains(alarmKinds, a.Kind) {
 		return a, sandgate.FieldError("alarm", "unknown alarm kind %q", a.Kind)
 	}
 	var ok1, ok2 bool

@@ -3,11 +3,8 @@ package proof
 import (
 	"crypto/ed25519"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,35 +13,37 @@ import (
 )
 
 // A witness keeps, apart from the gateway, the newest checkpoint it
-// verified of each log (origin): a new checkpoint is accepted only when it
-// is signed by the pinned gateway key and a consistency proof shows the
-// old tree is a prefix of the new one. Accepted checkpoints are cosigned
-// (tlog-cosignature/v1). Anything else is an alarm: the log's history was
-// rewritten or forked.
-
-// WitnessView is what a witness keeps per origin.
-type WitnessView struct {
-	Origin string    `json:"origin"`
-	Size   int64     `json:"size"`
-	Root   string    `json:"root"` // base64
-	Note   string    `json:"note"`
-	SeenAt time.Time `json:"seen_at"`
-}
+// verified of each chain it watches, with the origin the chain's notes
+// were under and the gateway key that signed them when it first saw the
+// chain: a new checkpoint is accepted only when it is for that chain,
+// under that origin, signed by that key (one of the keys pinned), and a
+// consistency proof shows the old tree is a prefix of the new one.
+// Accepted checkpoints are cosigned (tlog-cosignature/v1). Anything else
+// is an alarm: the log's history was rewritten or forked, or someone
+// tries to pass another log off as it.
 
 // Alarm kinds a witness raises.
 const (
-	AlarmBadSignature = "bad_signature" // the note is not signed by the pinned gateway key
+	AlarmBadSignature = "bad_signature" // the note is not signed by a pinned gateway key
 	AlarmRollback     = "rollback"      // the tree is smaller than one seen before
 	AlarmFork         = "fork"          // same size, another root
 	AlarmInconsistent = "inconsistent"  // no valid consistency proof from the old tree to the new
+	AlarmOrigin       = "origin"        // the chain's note is under another origin than before, or names another chain
+	AlarmKey          = "key"           // the chain's note is signed by another pinned key than before
 )
 
-// WitnessAlarm is a checkpoint a witness refuses: the tree it last saw
-// of the log (SeenSize 0 when none) and the one it was offered.
+// alarmKinds are every kind, for the gateway that checks an alarm.
+var alarmKinds = []string{AlarmBadSignature, AlarmRollback, AlarmFork, AlarmInconsistent, AlarmOrigin, AlarmKey}
+
+// WitnessAlarm is a checkpoint a witness refuses: the chain, the tree it
+// last saw of it (SeenSize 0 when none) and the one it was offered.
+// Origin is the origin the chain's notes were under (the offered one
+// when the witness had seen none).
 type WitnessAlarm struct {
-	Kind   string
-	Origin string
-	Detail string
+	Kind    string
+	ChainID string
+	Origin  string
+	Detail  string
 
 	SeenSize    int64
 	SeenRoot    string // base64
@@ -56,211 +55,169 @@ func (a *WitnessAlarm) Error() string {
 	return fmt.Sprintf("ALARM %s for %s: %s", a.Kind, a.Origin, a.Detail)
 }
 
-// Witness checks and cosigns checkpoints of logs signed by one gateway key,
-// keeping its view in a directory.
+// maxWitnessedNote bounds a note a witness reads.
+const maxWitnessedNote = 16 << 10
+
+// maxGatewayKeys bounds the keys a witness pins.
+const maxGatewayKeys = 256
+
+// Witness checks and cosigns the checkpoints of the chains it watches,
+// signed by the gateway keys it pins, keeping its view in a WitnessState.
 type Witness struct {
-	dir     string
-	logKey  ed25519.PublicKey
+	state   WitnessState
+	keys    []ed25519.PublicKey
 	signer  *Cosigner
 	nowFunc func() time.Time
 }
 
 // NewWitness returns a witness keeping its view in dir (created 0700),
-// trusting notes signed by logKey and cosigning with signer.
-func NewWitness(dir string, logKey ed25519.PublicKey, signer *Cosigner) (*Witness, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("witness state: %w", err)
+// trusting notes signed by one of keys and cosigning with signer.
+func NewWitness(dir string, keys []ed25519.PublicKey, signer *Cosigner) (*Witness, error) {
+	if len(keys) == 0 || len(keys) > maxGatewayKeys {
+		return nil, fmt.Errorf("witness: pin between 1 and %d gateway keys, not %d", maxGatewayKeys, len(keys))
 	}
-	return &Witness{dir: dir, logKey: logKey, signer: signer, nowFunc: time.Now}, nil
+	st, err := OpenWitnessState(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Witness{state: st, keys: keys, signer: signer, nowFunc: time.Now}, nil
 }
 
-func (w *Witness) viewPath(origin string) string {
-	name := strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
-			return r
-		}
-		return '_'
-	}, origin)
-	return filepath.Join(w.dir, name+".json")
-}
-
-// View returns the witness's view of origin, and false when it has none.
-func (w *Witness) View(origin string) (WitnessView, bool, error) {
-	data, err := os.ReadFile(w.viewPath(origin))
-	if errors.Is(err, os.ErrNotExist) {
-		return WitnessView{}, false, nil
-	}
-	if err != nil {
-		return WitnessView{}, false, fmt.Errorf("witness state: %w", err)
-	}
-	var v WitnessView
-	if err := json.Unmarshal(data, &v); err != nil {
-		return v, false, fmt.Errorf("witness state %s: %w", w.viewPath(origin), err)
-	}
-	if v.Origin != origin {
-		return v, false, fmt.Errorf("witness state %s holds origin %q", w.viewPath(origin), v.Origin)
-	}
-	return v, true, nil
-}
-
-func (w *Witness) store(v WitnessView) error {
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := w.viewPath(v.Origin)
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("witness state: %w", err)
-	}
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("witness state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("witness state: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("witness state: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("witness state: %w", err)
-	}
-	return nil
-}
+// State is the witness's directory.
+func (w *Witness) State() WitnessState { return w.state }
 
 // ConsistencyFunc fetches the consistency proof from the tree of from
-// leaves to the tree of to leaves of the log whose origin is given.
-type ConsistencyFunc func(origin string, from, to int64) ([]tlog.Hash, error)
+// leaves to the tree of to leaves of chain chainID.
+type ConsistencyFunc func(chainID string, from, to int64) ([]tlog.Hash, error)
 
-// Observe checks a checkpoint note fetched from the log against the
-// witness's view: the pinned key's signature, and consistency with the
-// newest tree it saw (fetching the proof through prove). It returns the
-// note cosigned by the witness and records the new view; a refused
-// checkpoint is a *WitnessAlarm and leaves the view as it was.
-func (w *Witness) Observe(msg string, prove ConsistencyFunc) (string, error) {
-	origin := NoteOrigin(msg)
-	old, seen, err := w.View(origin)
+// Observe checks a checkpoint note of chain chainID, fetched from the
+// log, against the witness's view of that chain: the note's origin (the
+// chain's, and the one it first saw), a pinned key's signature (the one
+// it first saw), and consistency with the newest tree it saw (fetching the
+// proof through prove). It returns the note cosigned by the witness and
+// records the new view; a refused checkpoint is a *WitnessAlarm and
+// leaves the view as it was.
+func (w *Witness) Observe(chainID, msg string, prove ConsistencyFunc) (string, error) {
+	if chainID == "" {
+		return "", errors.New("witness: which chain the note is of is required")
+	}
+	if len(msg) > maxWitnessedNote {
+		return "", fmt.Errorf("witness: the note of chain %s is longer than %d bytes", chainID, maxWitnessedNote)
+	}
+	old, seen, err := w.state.View(chainID)
 	if err != nil {
 		return "", err
 	}
-	// What the alarm says was offered, before the signature is checked.
+	origin := NoteOrigin(msg)
 	body, _, _ := strings.Cut(msg, "\n\n")
 	offered, _ := ParseNoteText(body + "\n")
 	alarm := func(kind, detail string) *WitnessAlarm {
-		a := &WitnessAlarm{Kind: kind, Origin: origin, Detail: detail, OfferedSize: offered.Size, OfferedRoot: b64(offered.Root[:])}
+		a := &WitnessAlarm{Kind: kind, ChainID: chainID, Origin: origin, Detail: detail, OfferedSize: offered.Size, OfferedRoot: b64(offered.Root[:])}
 		if seen {
-			a.SeenSize, a.SeenRoot = old.Size, old.Root
+			a.Origin, a.SeenSize, a.SeenRoot = old.Origin, old.Size, old.Root
 		}
 		return a
 	}
-	vkey, err := NoteVerifierKey(origin, w.logKey)
-	if err != nil {
-		return "", alarm(AlarmBadSignature, err.Error())
+	switch {
+	case !strings.HasSuffix(origin, "/"+chainID):
+		return "", alarm(AlarmOrigin, fmt.Sprintf("asked for chain %s, offered a note under origin %q, which is not that chain's", chainID, origin))
+	case seen && old.Origin != origin:
+		return "", alarm(AlarmOrigin, fmt.Sprintf("chain %s's notes were under origin %q when first seen at %s; offered one under %q",
+			chainID, old.Origin, old.SeenAt.Format(time.RFC3339), origin))
 	}
-	n, c, err := OpenNote(msg, vkey)
+	n, c, keyID, err := w.open(msg, origin)
 	if err != nil {
-		return "", alarm(AlarmBadSignature, fmt.Sprintf("not signed by the pinned gateway key: %v", err))
+		return "", alarm(AlarmBadSignature, fmt.Sprintf("not signed by a pinned gateway key: %v", err))
+	}
+	if seen && old.KeyID != "" && keyID != old.KeyID {
+		return "", alarm(AlarmKey, fmt.Sprintf("chain %s's notes were signed by key %s when first seen; offered one signed by key %s", chainID, old.KeyID, keyID))
 	}
 	if seen {
-		oldRoot, err := base64.StdEncoding.DecodeString(old.Root)
-		if err != nil || len(oldRoot) != tlog.HashSize {
-			return "", fmt.Errorf("witness state of %s: bad root", origin)
-		}
-		switch {
-		case c.Size < old.Size:
-			return "", alarm(AlarmRollback, fmt.Sprintf("tree size %d is smaller than the %d seen at %s", c.Size, old.Size, old.SeenAt.Format(time.RFC3339)))
-		case c.Size == old.Size && tlog.Hash(oldRoot) != c.Root:
-			return "", alarm(AlarmFork, fmt.Sprintf("tree size %d has root %s, but %s was seen at %s", c.Size, b64(c.Root[:]), old.Root, old.SeenAt.Format(time.RFC3339)))
-		case c.Size > old.Size && old.Size > 0:
-			proof, err := prove(origin, old.Size, c.Size)
-			if err != nil {
-				return "", fmt.Errorf("consistency proof %d→%d of %s: %w", old.Size, c.Size, origin, err)
+		if a, err := w.extends(old, c, prove, alarm); a != nil || err != nil {
+			if a != nil {
+				return "", a
 			}
-			if err := tlog.CheckTree(proof, c.Size, c.Root, old.Size, tlog.Hash(oldRoot)); err != nil {
-				return "", alarm(AlarmInconsistent, fmt.Sprintf("the tree of %d leaves (root %s) does not extend the tree of %d leaves seen at %s (root %s): %v; the log's history was rewritten",
-					c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err))
-			}
-		}
-	}
-	if !seen || c.Size > old.Size {
-		if err := w.store(WitnessView{Origin: origin, Size: c.Size, Root: b64(c.Root[:]), Note: msg, SeenAt: w.nowFunc().UTC()}); err != nil {
 			return "", err
 		}
 	}
-	cosigned, err := note.Sign(&note.Note{Text: n.Text}, w.signer)
+	if !seen || c.Size > old.Size || old.KeyID == "" {
+		v := WitnessView{ChainID: chainID, Origin: origin, KeyID: keyID, Size: c.Size, Root: b64(c.Root[:]), Note: msg, SeenAt: w.nowFunc().UTC()}
+		if seen && c.Size <= old.Size {
+			v = old
+			v.ChainID, v.KeyID = chainID, keyID
+		}
+		if err := w.state.store(v); err != nil {
+			return "", err
+		}
+	}
+	return Cosign(n.Text, w.signer)
+}
+
+// open checks msg's signature by a pinned key under origin, and returns
+// the note, what it states and the key's ID.
+func (w *Witness) open(msg, origin string) (*note.Note, NoteCheckpoint, string, error) {
+	vs := make([]note.Verifier, 0, len(w.keys))
+	ids := map[uint32]string{}
+	for _, k := range w.keys {
+		vkey, err := NoteVerifierKey(origin, k)
+		if err != nil {
+			return nil, NoteCheckpoint{}, "", err
+		}
+		v, err := note.NewVerifier(vkey)
+		if err != nil {
+			return nil, NoteCheckpoint{}, "", err
+		}
+		vs = append(vs, v)
+		ids[v.KeyHash()] = KeyID(k)
+	}
+	n, err := note.Open([]byte(msg), note.VerifierList(vs...))
+	if err != nil {
+		return nil, NoteCheckpoint{}, "", err
+	}
+	c, err := ParseNoteText(n.Text)
+	if err != nil {
+		return nil, NoteCheckpoint{}, "", err
+	}
+	return n, c, ids[n.Sigs[0].Hash], nil
+}
+
+// extends checks that c, the offered tree, extends old, the tree seen:
+// an alarm when it does not, an error when that cannot be told now.
+func (w *Witness) extends(old WitnessView, c NoteCheckpoint, prove ConsistencyFunc, alarm func(kind, detail string) *WitnessAlarm) (*WitnessAlarm, error) {
+	oldRoot, err := base64.StdEncoding.DecodeString(old.Root)
+	if err != nil || len(oldRoot) != tlog.HashSize {
+		return nil, fmt.Errorf("witness state of %s: bad root", old.ChainID)
+	}
+	switch {
+	case c.Size < old.Size:
+		return alarm(AlarmRollback, fmt.Sprintf("tree size %d is smaller than the %d seen at %s", c.Size, old.Size, old.SeenAt.Format(time.RFC3339))), nil
+	case c.Size == old.Size && tlog.Hash(oldRoot) != c.Root:
+		return alarm(AlarmFork, fmt.Sprintf("tree size %d has root %s, but %s was seen at %s", c.Size, b64(c.Root[:]), old.Root, old.SeenAt.Format(time.RFC3339))), nil
+	case c.Size > old.Size && old.Size > 0:
+		proof, err := prove(old.ChainID, old.Size, c.Size)
+		if err != nil {
+			return nil, fmt.Errorf("consistency proof %d→%d of %s: %w", old.Size, c.Size, old.ChainID, err)
+		}
+		if err := tlog.CheckTree(proof, c.Size, c.Root, old.Size, tlog.Hash(oldRoot)); err != nil {
+			return alarm(AlarmInconsistent, fmt.Sprintf("the tree of %d leaves (root %s) does not extend the tree of %d leaves seen at %s (root %s): %v; the log's history was rewritten",
+				c.Size, b64(c.Root[:]), old.Size, old.SeenAt.Format(time.RFC3339), old.Root, err)), nil
+		}
+	}
+	return nil, nil
+}
+
+// Cosign returns the note cosigned by c (tlog-cosignature/v1): msg is a
+// note's text, or a signed note, whose signatures are left out.
+func Cosign(msg string, c *Cosigner) (string, error) {
+	text := msg
+	if body, _, ok := strings.Cut(msg, "\n\n"); ok {
+		text = body + "\n"
+	}
+	cosigned, err := note.Sign(&note.Note{Text: text}, c)
 	if err != nil {
 		return "", fmt.Errorf("cosign: %w", err)
 	}
 	return string(cosigned), nil
-}
-
-// RecordAlarm keeps an alarm in the witness's directory
-// (ALARM-<origin>.json), so that it outlives the process that raised it;
-// the view is left as it was.
-func (w *Witness) RecordAlarm(a *WitnessAlarm, msg string) error {
-	data, err := json.MarshalIndent(map[string]any{
-		"kind": a.Kind, "origin": a.Origin, "detail": a.Detail, "note": msg, "at": w.nowFunc().UTC(),
-	}, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(w.dir, "ALARM-"+filepath.Base(w.viewPath(a.Origin)))
-	return os.WriteFile(path, append(data, '\n'), 0o600)
-}
-
-// WriteMetrics writes the witness's state as Prometheus text
-// (witness.prom in its directory, for node_exporter's textfile
-// collector): per origin the tree size and time of its view, and 1 for an
-// origin with an alarm recorded.
-func (w *Witness) WriteMetrics() error {
-	entries, err := os.ReadDir(w.dir)
-	if err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("# HELP sandgate_witness_tree_size Tree size of the newest checkpoint the witness verified.\n")
-	b.WriteString("# TYPE sandgate_witness_tree_size gauge\n")
-	var seen, alarms strings.Builder
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(w.dir, name))
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(name, "ALARM-") {
-			var a struct {
-				Origin string `json:"origin"`
-				Kind   string `json:"kind"`
-			}
-			if json.Unmarshal(data, &a) == nil {
-				fmt.Fprintf(&alarms, "sandgate_witness_alarm{origin=%q,kind=%q} 1\n", a.Origin, a.Kind)
-			}
-			continue
-		}
-		var v WitnessView
-		if json.Unmarshal(data, &v) != nil || v.Origin == "" {
-			continue
-		}
-		fmt.Fprintf(&b, "sandgate_witness_tree_size{origin=%q} %d\n", v.Origin, v.Size)
-		fmt.Fprintf(&seen, "sandgate_witness_seen_timestamp_seconds{origin=%q} %d\n", v.Origin, v.SeenAt.Unix())
-	}
-	b.WriteString("# HELP sandgate_witness_seen_timestamp_seconds When the witness verified that checkpoint.\n")
-	b.WriteString("# TYPE sandgate_witness_seen_timestamp_seconds gauge\n")
-	b.WriteString(seen.String())
-	b.WriteString("# HELP sandgate_witness_alarm 1 for each log the witness raised an alarm for.\n")
-	b.WriteString("# TYPE sandgate_witness_alarm gauge\n")
-	b.WriteString(alarms.String())
-	tmp := filepath.Join(w.dir, "witness.prom.tmp")
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(w.dir, "witness.prom"))
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -130,4 +130,7 @@ type WitnessAlarmView struct {
 	OfferedRoot  string    `json:"offered_root,omitempty"`
 	RaisedAt     time.Time `json:"raised_at"`
 	KnownWitness bool      `json:"known_witness"`
+	// Repeat says the alarm repeats one recorded within a day (EventID
+	// is that one's): it was counted, not recorded again.
+	Repeat bool `json:"repeat,omitempty"`
 }

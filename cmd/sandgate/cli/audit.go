@@ -88,12 +88,18 @@ func auditWhen(s string, now time.Time) (time.Time, error) {
 }
 
 // openTrail opens the trail read-only, trusting checkpoint keys from
-// anchors.
+// anchors (and the witnesses the operator pinned, whose cosignatures a
+// receipt's notes carry).
 func openTrail(ctx context.Context, a *app, anchors proof.Anchors) (*audit.Store, error) {
+	witnesses, err := witnessKeys(&a.cfg)
+	if err != nil {
+		return nil, err
+	}
 	return audit.Open(ctx, audit.Config{
 		DSN:                a.cfg.DatabaseURL,
 		ReadOnly:           true,
 		Anchors:            anchors,
+		Witnesses:          witnesses,
 		CheckpointInterval: a.cfg.CheckpointAfter,
 	})
 }

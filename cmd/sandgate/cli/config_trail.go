@@ -35,6 +35,10 @@ type trailConfig struct {
 	TrustedKeysFile         string
 	AuditRootPublicKeyFile  string
 	AuditKeyEndorsementFile string
+	// AuditWitnessKeysFile pins the witnesses whose cosignatures the
+	// gateway takes and whose alarms are a known witness's: their
+	// verifier keys, one a line (SANDGATE_AUDIT_WITNESS_KEYS_FILE).
+	AuditWitnessKeysFile string
 	CheckpointEvery         int           // SANDGATE_CHECKPOINT_EVERY
 	CheckpointAfter         time.Duration // how long the trail goes without a checkpoint
 	// AuditRetention is how long the trail keeps a month
@@ -64,6 +68,7 @@ func readTrailConfig(getenv func(string) string) trailConfig {
 	e.str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
 	e.str("SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE", &c.AuditRootPublicKeyFile)
 	e.str("SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE", &c.AuditKeyEndorsementFile)
+	e.str("SANDGATE_AUDIT_WITNESS_KEYS_FILE", &c.AuditWitnessKeysFile)
 	e.str("SANDGATE_AUDIT_ARCHIVE_DIR", &c.AuditArchiveDir)
 	e.int64("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
 	e.int("SANDGATE_AUDIT_MAX_BACKLOG", &c.AuditBacklog)
@@ -99,6 +104,7 @@ func (c *trailConfig) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
 	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the gateway's own key and its node's registered keys)")
 	f.StringVar(&c.AuditRootPublicKeyFile, "audit-root-public-key-file", c.AuditRootPublicKeyFile, "cluster root public key(s) whose endorsed node keys verify trusts (SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE)")
+	f.StringVar(&c.AuditWitnessKeysFile, "audit-witness-keys-file", c.AuditWitnessKeysFile, "the witnesses this gateway takes cosignatures from: verifier keys, one a line (SANDGATE_AUDIT_WITNESS_KEYS_FILE; default none)")
 	f.StringVar(&c.AuditKeyEndorsementFile, "audit-key-endorsement-file", c.AuditKeyEndorsementFile, "this node's checkpoint key endorsed by the cluster root (sandgate audit endorse-key), recorded in the trail (SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 }

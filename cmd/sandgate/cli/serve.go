@@ -120,6 +120,10 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
+	witnesses, err := witnessKeys(cfg)
+	if err != nil {
+		return err
+	}
 	store, err := audit.Open(ctx, audit.Config{
 		DSN:                cfg.DatabaseURL,
 		SpoolDir:           cfg.SpoolDir,
@@ -129,6 +133,7 @@ func serve(ctx context.Context, a *app) error {
 		MaskKey:            maskKey,
 		Anchors:            anchors,
 		Endorsement:        endorsement,
+		Witnesses:          witnesses,
 		Node:               cfg.Node,
 		CheckpointEvery:    cfg.CheckpointEvery,
 		CheckpointInterval: cfg.CheckpointAfter,

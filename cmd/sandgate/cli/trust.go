@@ -221,3 +221,34 @@ made when absent) for SANDGATE_NODE.`,
 	fl.StringVarP(&out, "output", "o", "", "write the endorsement to this file (mode 0600) instead of standard output")
 	return cmd
 }
+
+// maxWitnessKeys bounds the witnesses an operator pins.
+const maxWitnessKeys = 64
+
+// witnessKeys reads the witnesses' verifier keys the operator pinned
+// (SANDGATE_AUDIT_WITNESS_KEYS_FILE: one a line, # comments), none
+// without it.
+func witnessKeys(cfg *config) ([]string, error) {
+	if cfg.AuditWitnessKeysFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(cfg.AuditWitnessKeysFile)
+	if err != nil {
+		return nil, fmt.Errorf("SANDGATE_AUDIT_WITNESS_KEYS_FILE: %w", err)
+	}
+	var keys []string
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if _, err := proof.NewCosignatureVerifier(line); err != nil {
+			return nil, fmt.Errorf("SANDGATE_AUDIT_WITNESS_KEYS_FILE %s line %d: %w", cfg.AuditWitnessKeysFile, i+1, err)
+		}
+		keys = append(keys, line)
+	}
+	if len(keys) > maxWitnessKeys {
+		return nil, fmt.Errorf("SANDGATE_AUDIT_WITNESS_KEYS_FILE %s: %d keys, at most %d", cfg.AuditWitnessKeysFile, len(keys), maxWitnessKeys)
+	}
+	return keys, nil
+}

@@ -2,10 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -20,10 +20,10 @@ import (
 
 // witnessOptions are the flags of sandgate audit witness.
 type witnessOptions struct {
-	gateway, token, state, keyFile, gatewayKey, name string
-	chains                                           []string
-	interval                                         time.Duration
-	once                                             bool
+	gateway, token, state, keyFile, name string
+	gatewayKeys, chains                  []string
+	interval                             time.Duration
+	once                                 bool
 }
 
 // newAuditWitnessCmd builds `sandgate audit witness`.
@@ -34,20 +34,26 @@ func newAuditWitnessCmd(a *app) *cobra.Command {
 		Short: "Watch a gateway's checkpoints, check each only extends the last, cosign them; alarm on a rewritten history",
 		Long: `Run apart from the gateway (another host, another operator). Every
 --interval, fetch each chain's newest checkpoint note (GET
-/v1/audit/checkpoint, as an auditor), check its signature against the pinned
-gateway key (--gateway-key, PEM or hex, as sandgate audit public-key prints
-it), fetch the consistency proof from the tree size last seen to the new one
-and check it, store the new view (size and root per origin) in --state,
-cosign the checkpoint with the witness's key (--key, Ed25519 PEM, made on
-first use; C2SP tlog-cosignature/v1) and post the cosignature back (POST
-/v1/audit/checkpoint/cosignature). A checkpoint that is not signed by the
-pinned key, that is smaller than one seen, that has another root at a size
-seen, or that the proof does not show to extend the last one seen is an
-ALARM: the witness prints it, records it (ALARM-<origin>.json in --state)
-and exits 2, and refuses the same checkpoint on every later start, since
-its view stays as it was. --state/witness.prom holds its state as
-Prometheus metrics (tree size and time seen per origin,
-sandgate_witness_alarm) for node_exporter's textfile collector.`,
+/v1/audit/checkpoint, as an auditor), check that it is the chain's (its
+origin names the chain, and is the origin the chain's notes were under when
+the witness first saw it), signed by a pinned gateway key (--gateway-key,
+PEM or hex, as sandgate audit public-key prints it, or a file of several:
+a cluster's nodes; the same key as when first seen), fetch the consistency
+proof from the tree size last seen to the new one and check it, store the
+new view (per chain: origin, key, size and root) in --state, cosign the
+checkpoint with the witness's key (--key, Ed25519 PEM, made on first use;
+C2SP tlog-cosignature/v1) and post the cosignature back (POST
+/v1/audit/checkpoint/cosignature). A checkpoint under another origin or
+key, not signed by a pinned key, smaller than one seen, with another root
+at a size seen, or that the proof does not show to extend the last one seen
+is an ALARM: the witness prints it, records it (ALARM-<chain>.json in
+--state), reports it to the gateway signed with its key, and exits 2, and
+refuses the same checkpoint on every later start, since its view stays as
+it was. --state/witness.prom holds its state as Prometheus metrics (tree
+size and time seen per origin, sandgate_witness_alarm) for node_exporter's
+textfile collector. The gateway's operator pins this witness's verifier
+key (printed at start) in SANDGATE_AUDIT_WITNESS_KEYS_FILE, or its
+cosignatures and alarms are refused or not taken as a known witness's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWitness(cmd.Context(), a, o) },
 	}
@@ -56,7 +62,7 @@ sandgate_witness_alarm) for node_exporter's textfile collector.`,
 	fl.StringVar(&o.token, "token", "", "auditor bearer token (default SANDGATE_TOKEN)")
 	fl.StringVar(&o.state, "state", "", "directory of the witness's view (required)")
 	fl.StringVar(&o.keyFile, "key", "", "the witness's Ed25519 key file (PEM; created when absent; required)")
-	fl.StringVar(&o.gatewayKey, "gateway-key", "", "the gateway's checkpoint public key file to pin (PEM or hex; required)")
+	fl.StringSliceVar(&o.gatewayKeys, "gateway-key", nil, "a file of the gateway checkpoint public keys to pin (PEM blocks or hex lines; required); repeatable")
 	fl.StringVar(&o.name, "name", "sandgate-witness", "the witness's key name in its cosignatures")
 	fl.StringSliceVar(&o.chains, "chain", nil, "chain to watch; repeatable (default: the gateway's own)")
 	fl.DurationVar(&o.interval, "interval", 30*time.Second, "how often to poll")
@@ -68,7 +74,7 @@ sandgate_witness_alarm) for node_exporter's textfile collector.`,
 const exitAlarm = 2
 
 func runWitness(ctx context.Context, a *app, o witnessOptions) error {
-	for _, f := range []struct{ name, v string }{{"state", o.state}, {"key", o.keyFile}, {"gateway-key", o.gatewayKey}} {
+	for _, f := range []struct{ name, v string }{{"state", o.state}, {"key", o.keyFile}, {"gateway-key", strings.Join(o.gatewayKeys, ",")}} {
 		if f.v == "" {
 			return sandgate.FieldError(f.name, "--%s is required", f.name)
 		}
@@ -82,20 +88,20 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	if o.token == "" {
 		return sandgate.FieldError("token", "--token (or SANDGATE_TOKEN) is required: an auditor's token")
 	}
-	raw, err := os.ReadFile(o.gatewayKey)
-	if err != nil {
-		return err
-	}
-	logKey, err := proof.ParsePublicKey(raw)
-	if err != nil {
-		return sandgate.FieldError("gateway-key", "%v", err)
+	var logKeys []ed25519.PublicKey
+	for _, f := range o.gatewayKeys {
+		ks, err := readPublicKeys(f)
+		if err != nil {
+			return sandgate.FieldError("gateway-key", "%s: %v", f, err)
+		}
+		logKeys = append(logKeys, ks...)
 	}
 	key, err := proof.LoadSigningKey(o.keyFile, true)
 	if err != nil {
 		return err
 	}
 	signer := proof.NewCosigner(o.name, key)
-	w, err := proof.NewWitness(o.state, logKey, signer)
+	w, err := proof.NewWitness(o.state, logKeys, signer)
 	if err != nil {
 		return err
 	}
@@ -103,8 +109,12 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stderr, "witness %s (key %s) watching %s, pinned gateway key %s\n",
-		o.name, signer.VerifierKey(), o.gateway, proof.KeyID(logKey))
+	ids := make([]string, len(logKeys))
+	for i, k := range logKeys {
+		ids[i] = proof.KeyID(k)
+	}
+	fmt.Fprintf(a.stderr, "witness %s (key %s) watching %s, pinned gateway key(s) %s\n",
+		o.name, signer.VerifierKey(), o.gateway, strings.Join(ids, ", "))
 	chains := o.chains
 	if len(chains) == 0 {
 		chains = []string{""}
@@ -115,11 +125,11 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 				var alarm *proof.WitnessAlarm
 				if errors.As(err, &alarm) {
 					fmt.Fprintln(a.stderr, "sandgate witness:", alarm.Error())
-					if rerr := w.RecordAlarm(alarm, ""); rerr != nil {
+					if rerr := w.State().RecordAlarm(alarm, "", time.Now()); rerr != nil {
 						fmt.Fprintln(a.stderr, "sandgate witness: record the alarm:", rerr)
 					}
 					reportAlarm(ctx, a, c, w, alarm)
-					if merr := w.WriteMetrics(); merr != nil {
+					if merr := w.State().WriteMetrics(); merr != nil {
 						fmt.Fprintln(a.stderr, "sandgate witness: metrics:", merr)
 					}
 					return &ExitError{Code: exitAlarm, Message: alarm.Error()}
@@ -130,7 +140,7 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 				fmt.Fprintln(a.stderr, "sandgate witness:", err)
 			}
 		}
-		if err := w.WriteMetrics(); err != nil {
+		if err := w.State().WriteMetrics(); err != nil {
 			fmt.Fprintln(a.stderr, "sandgate witness: metrics:", err)
 		}
 		if o.once {
@@ -162,11 +172,15 @@ func reportAlarm(ctx context.Context, a *app, c *client.Client, w *proof.Witness
 	fmt.Fprintln(a.stderr, "sandgate witness: could not report the alarm to the gateway:", err)
 }
 
-// witnessOnce checks and cosigns one chain's newest checkpoint.
+// witnessOnce checks and cosigns one chain's newest checkpoint ("" the
+// gateway's own chain, as its answer names it).
 func witnessOnce(ctx context.Context, a *app, c *client.Client, w *proof.Witness, signer *proof.Cosigner, chain string) error {
 	cp, err := c.Checkpoint(ctx, chain)
 	if err != nil {
 		return fmt.Errorf("fetch checkpoint: %w", err)
+	}
+	if chain == "" {
+		chain = cp.ChainID
 	}
 	// The gateway's note without the cosignatures it serves with it.
 	own := cp.Note
@@ -180,8 +194,7 @@ func witnessOnce(ctx context.Context, a *app, c *client.Client, w *proof.Witness
 		}
 		own = own[:i+2] + strings.Join(keep, "\n") + "\n"
 	}
-	prove := func(origin string, from, to int64) ([]tlog.Hash, error) {
-		_, chainID, _ := strings.Cut(origin, "/")
+	prove := func(chainID string, from, to int64) ([]tlog.Hash, error) {
 		p, err := c.ConsistencyProof(ctx, chainID, from, to)
 		if err != nil {
 			return nil, err
@@ -196,7 +209,7 @@ func witnessOnce(ctx context.Context, a *app, c *client.Client, w *proof.Witness
 		}
 		return out, nil
 	}
-	cosigned, err := w.Observe(own, prove)
+	cosigned, err := w.Observe(chain, own, prove)
 	if err != nil {
 		return err
 	}
