@@ -229,10 +229,10 @@ type Store struct {
 	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at a
 	// time count against the bounds.
 	witnesses map[string]bool
-	alarmMu   sync.Mutex               // Config.Clock was injected: the writer stamps recorded_at
-	maskKey  []byte
-	w        *writer
-	dw       *writer // Record's writer: w, or its own with DecisionChain
+	alarmMu   sync.Mutex // Config.Clock was injected: the writer stamps recorded_at
+	maskKey   []byte
+	w         *writer
+	dw        *writer // Record's writer: w, or its own with DecisionChain
 
 	// status is DatabaseStatus's last answer, shared for dbStatusTTL.
 	status dbStatus

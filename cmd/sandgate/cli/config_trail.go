@@ -39,8 +39,8 @@ type trailConfig struct {
 	// gateway takes and whose alarms are a known witness's: their
 	// verifier keys, one a line (SANDGATE_AUDIT_WITNESS_KEYS_FILE).
 	AuditWitnessKeysFile string
-	CheckpointEvery         int           // SANDGATE_CHECKPOINT_EVERY
-	CheckpointAfter         time.Duration // how long the trail goes without a checkpoint
+	CheckpointEvery      int           // SANDGATE_CHECKPOINT_EVERY
+	CheckpointAfter      time.Duration // how long the trail goes without a checkpoint
 	// AuditRetention is how long the trail keeps a month
 	// (SANDGATE_AUDIT_RETENTION, default audit.DefaultRetention); each
 	// gateway applies it every AuditRetentionInterval
