@@ -225,11 +225,11 @@ type Store struct {
 	db       *gorm.DB
 	key      ed25519.PrivateKey
 	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
-	ownClock bool
+	ownClock bool // Config.Clock was injected: the writer stamps recorded_at
 	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at a
 	// time count against the bounds.
 	witnesses map[string]bool
-	alarmMu   sync.Mutex // Config.Clock was injected: the writer stamps recorded_at
+	alarmMu   sync.Mutex
 	maskKey   []byte
 	w         *writer
 	dw        *writer // Record's writer: w, or its own with DecisionChain
