@@ -225,7 +225,7 @@ type Store struct {
 	db       *gorm.DB
 	key      ed25519.PrivateKey
 	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
-	ownClock bool // Config.Clock was injected: the writer stamps recorded_at
+	ownClock bool               // Config.Clock was injected: the writer stamps recorded_at
 	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at a
 	// time count against the bounds.
 	witnesses map[string]bool
