@@ -206,6 +206,20 @@ type Receipt struct {
 	// before the run's first event on them, when there are any: events
 	// of the run recorded there are known-absent, not missing.
 	Purged []PurgedRange `json:"purged,omitempty"`
+	// Endorsements are the cluster root's endorsements of the keys that
+	// signed the notes, as the trail records them: what a verifier that
+	// trusts the root checks the notes' keys by.
+	Endorsements []KeyEndorsement `json:"endorsements,omitempty"`
+}
+
+// KeyEndorsement is a cluster root key's signature over a node's
+// checkpoint key (sandgate-key-endorsement-v1; docs/audit.md).
+type KeyEndorsement struct {
+	Node      string `json:"node"`
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key"`
+	RootKeyID string `json:"root_key_id"`
+	Signature string `json:"signature"`
 }
 
 // ReceiptEvent is one event of a receipt: its canonical body (the bytes

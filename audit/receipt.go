@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"slices"
 	"sort"
 	"time"
 
@@ -33,9 +34,12 @@ type ReceiptEvent = sandgate.ReceiptEvent
 type ReceiptCheckpoint = sandgate.ReceiptCheckpoint
 
 // Receipt builds the receipt of runID from the trail: each of its events
-// with an inclusion proof in its chain's newest checkpointed tree.
-// NOT-FOUND when the run has no events or one is not yet under a
-// checkpoint note (the next comes within the checkpoint interval).
+// with an inclusion proof in its chain's newest checkpointed tree, and
+// the root endorsements of the keys that signed the notes. NOT-FOUND when
+// the run has no events, has not ended (proof.IsRunEnd: a receipt shows
+// the run's end), or one is not yet under a checkpoint note (the next
+// comes within the checkpoint interval); TOO-LARGE past the events a
+// receipt holds.
 func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 	r := Receipt{Format: ReceiptFormat, RunID: runID, CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	if runID == "" {
@@ -55,6 +59,10 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		}
 		e.Body, e.PrevHash, e.Hash, e.LeafIndex = string(body), hex.EncodeToString(prev), hex.EncodeToString(h), e.Seq-1
 		r.Events = append(r.Events, e)
+		if len(r.Events) > proof.MaxReceiptEvents {
+			rows.Close()
+			return r, sandgate.Errorf(sandgate.CodeTooLarge, "run %s has more than %d events: more than a receipt holds", runID, proof.MaxReceiptEvents)
+		}
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -67,7 +75,7 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		return r, sandgate.Errorf(sandgate.CodeNotFound, "no events of run %q in the trail", runID)
 	}
 	notes := map[string]sandgate.CheckpointNote{}
-	keys := map[string]bool{}
+	keys, signers := map[string]bool{}, map[string]bool{}
 	for i := range r.Events {
 		e := &r.Events[i]
 		cp, ok := notes[e.ChainID]
@@ -85,6 +93,7 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 				return r, sandgate.WrapError(sandgate.CodeInternal, err, "verifier key of %s", cp.Origin)
 			}
 			keys[vkey] = true
+			signers[proof.KeyID(pub)] = true
 			notes[e.ChainID] = cp
 			r.Checkpoints = append(r.Checkpoints, ReceiptCheckpoint{ChainID: e.ChainID, Note: NoteWithCosignatures(cp)})
 		}
@@ -102,10 +111,16 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 			e.Proof = append(e.Proof, base64.StdEncoding.EncodeToString(h[:]))
 		}
 	}
+	if !slices.ContainsFunc(r.Events, func(e ReceiptEvent) bool { return proof.IsRunEnd(e.Type) }) {
+		return r, sandgate.Errorf(sandgate.CodeNotFound, "run %s has not ended: its receipt shows its end, and is made once that is recorded", runID)
+	}
 	for k := range keys {
 		r.Keys = append(r.Keys, k)
 	}
 	sort.Strings(r.Keys)
+	if r.Endorsements, err = s.endorsementsOf(ctx, signers); err != nil {
+		return r, err
+	}
 	chains := map[string]bool{}
 	for c := range notes {
 		chains[c] = true
@@ -116,4 +131,20 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 		return r, err
 	}
 	return r, nil
+}
+
+// endorsementsOf returns the trail's root endorsements of the keys with
+// the IDs given.
+func (s *Store) endorsementsOf(ctx context.Context, keyIDs map[string]bool) ([]sandgate.KeyEndorsement, error) {
+	all, err := s.endorsements(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []sandgate.KeyEndorsement
+	for _, e := range all {
+		if keyIDs[e.KeyID] {
+			out = append(out, sandgate.KeyEndorsement(e))
+		}
+	}
+	return out, nil
 }

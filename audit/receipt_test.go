@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,9 +65,14 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	rep := proof.VerifyReceipt(back, nil)
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{pub}}}
+	rep := proof.VerifyReceipt(back, pinned)
 	if !rep.OK {
 		t.Fatalf("receipt does not verify: %+v", rep.Problems)
+	}
+	if rep.End == nil || rep.End.Type != "container.exited" || rep.End.ExitCode == nil || *rep.End.ExitCode != 3 ||
+		rep.Decision == nil || rep.Decision.PolicyRevision != "sha256:abc" || len(rep.Proves) != len(back.Events) || rep.Statement == "" {
+		t.Errorf("what the receipt proves: decision %+v, end %+v, %d proven, %q", rep.Decision, rep.End, len(rep.Proves), rep.Statement)
 	}
 	want := []string{"run.requested", "admission.allowed", "container.created", "container.started", "container.exited", "artifacts.collected"}
 	if strings.Join(rep.Types, ",") != strings.Join(want, ",") {
@@ -104,25 +110,39 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 			t.Errorf("tlog.CheckRecord %s: %v", e.Type, err)
 		}
 	}
-	// Pinning the node's key (as PEM) passes; another key fails.
-	keys, err := proof.PinnedVerifierKeys(back, [][]byte{proof.EncodePublicKey(pub)})
-	if err != nil {
-		t.Fatal(err)
+	// Pinning the node's key as a note verifier key passes, as does the
+	// node's key as the local key; another key fails, and with nothing
+	// pinned the receipt's own keys vouch for nothing.
+	vkeys := proof.ReceiptOptions{VerifierKeys: back.Keys}
+	if rep := proof.VerifyReceipt(back, vkeys); !rep.OK {
+		t.Errorf("pinned verifier keys: %+v", rep.Problems)
 	}
-	if rep := proof.VerifyReceipt(back, keys); !rep.OK {
-		t.Errorf("pinned node key: %+v", rep.Problems)
+	local := proof.ReceiptOptions{Anchors: proof.Anchors{Local: &proof.LocalKey{Node: "test-node", Key: pub}}}
+	if rep := proof.VerifyReceipt(back, local); !rep.OK {
+		t.Errorf("the local key: %+v", rep.Problems)
 	}
 	other, _, _ := ed25519.GenerateKey(nil)
-	keys, _ = proof.PinnedVerifierKeys(back, [][]byte{[]byte(hex.EncodeToString(other))})
-	if rep := proof.VerifyReceipt(back, keys); rep.OK || rep.Problems[0].Kind != proof.ReceiptUntrustedKey {
+	if rep := proof.VerifyReceipt(back, proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{other}}}); rep.OK || rep.Problems[0].Kind != proof.ReceiptUntrustedKey {
 		t.Errorf("pinned other key: %+v", rep)
+	}
+	if rep := proof.VerifyReceipt(back, proof.ReceiptOptions{}); rep.OK || rep.Problems[0].Kind != proof.ReceiptUnpinnedKeys || len(rep.Proves) != len(back.Events) {
+		t.Errorf("nothing pinned: %+v", rep)
 	}
 }
 
 // TestReceiptTampering: each kind of change to a receipt is found and
-// named.
+// named: its events changed, re-hashed or taken out (the end, the
+// decision: issue #29 item 5), its notes re-signed, and a receipt made
+// larger than a receipt holds (checked in time linear in its size, each
+// note's key looked up by its hash; BenchmarkVerifyCraftedReceipt).
 func TestReceiptTampering(t *testing.T) {
-	rec, _ := runReceipt(t)
+	rec, pub := runReceipt(t)
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{pub}}}
+	drop := func(types ...string) func(r *Receipt) {
+		return func(r *Receipt) {
+			r.Events = slices.DeleteFunc(r.Events, func(e ReceiptEvent) bool { return slices.Contains(types, e.Type) })
+		}
+	}
 	clone := func() Receipt {
 		data, _ := json.Marshal(rec)
 		var r Receipt
@@ -153,7 +173,14 @@ func TestReceiptTampering(t *testing.T) {
 			cp := &r.Checkpoints[0]
 			c, _ := proof.ParseNoteText(strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n")
 			cp.Note, _ = proof.SignNote(evil, c.Origin, c.Size, c.Root)
-		}, proof.ReceiptBadNote},
+		}, proof.ReceiptUntrustedKey},
+		{"the end taken out", drop("container.exited"), proof.ReceiptMissingEnd},
+		{"the decision taken out", drop("admission.allowed"), proof.ReceiptMissingDecision},
+		{"more checkpoints than a receipt holds", func(r *Receipt) {
+			for range 100 {
+				r.Checkpoints = append(r.Checkpoints, r.Checkpoints[0])
+			}
+		}, proof.ReceiptTooLarge},
 		{"note root changed", func(r *Receipt) {
 			r.Checkpoints[0].Note = strings.Replace(r.Checkpoints[0].Note, "\n\n", "x\n\n", 1)
 		}, proof.ReceiptBadNote},
@@ -163,7 +190,7 @@ func TestReceiptTampering(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := clone()
 			tt.change(&r)
-			rep := proof.VerifyReceipt(r, nil)
+			rep := proof.VerifyReceipt(r, pinned)
 			if rep.OK {
 				t.Fatal("tampered receipt verifies")
 			}

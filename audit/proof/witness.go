@@ -156,21 +156,11 @@ func (w *Witness) Observe(chainID, msg string, prove ConsistencyFunc) (string, e
 // open checks msg's signature by a pinned key under origin, and returns
 // the note, what it states and the key's ID.
 func (w *Witness) open(msg, origin string) (*note.Note, NoteCheckpoint, string, error) {
-	vs := make([]note.Verifier, 0, len(w.keys))
-	ids := map[uint32]string{}
+	ring := newKeyring()
 	for _, k := range w.keys {
-		vkey, err := NoteVerifierKey(origin, k)
-		if err != nil {
-			return nil, NoteCheckpoint{}, "", err
-		}
-		v, err := note.NewVerifier(vkey)
-		if err != nil {
-			return nil, NoteCheckpoint{}, "", err
-		}
-		vs = append(vs, v)
-		ids[v.KeyHash()] = KeyID(k)
+		ring.trust(origin, k)
 	}
-	n, err := note.Open([]byte(msg), note.VerifierList(vs...))
+	n, err := note.Open([]byte(msg), ring)
 	if err != nil {
 		return nil, NoteCheckpoint{}, "", err
 	}
@@ -178,7 +168,7 @@ func (w *Witness) open(msg, origin string) (*note.Note, NoteCheckpoint, string, 
 	if err != nil {
 		return nil, NoteCheckpoint{}, "", err
 	}
-	return n, c, ids[n.Sigs[0].Hash], nil
+	return n, c, ring.keyID(n.Sigs[0]), nil
 }
 
 // extends checks that c, the offered tree, extends old, the tree seen:

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -55,7 +56,7 @@ func verifyOffline(events, checkpoints string, opts proof.OfflineOptions) (proof
 
 // newAuditVerifyReceiptCmd builds `sandgate audit verify-receipt FILE`.
 func newAuditVerifyReceiptCmd(a *app) *cobra.Command {
-	var keyFiles, keys []string
+	var keyFiles, keys, rootKeys []string
 	cmd := &cobra.Command{
 		Use:   "verify-receipt FILE",
 		Short: "Check a run receipt offline; exit 1 on any problem",
@@ -63,43 +64,32 @@ func newAuditVerifyReceiptCmd(a *app) *cobra.Command {
 the run and hashes, with its prev_hash, chain and seq, to its event hash
 (SHA-256(prev_hash ‖ len(chain) ‖ chain ‖ seq ‖ body)); every event hash is
 a leaf of its chain's tree by its RFC 6962 inclusion proof to the root of
-the checkpoint note; every note is signed by a key the receipt names. Pin
-the gateway's key with --key (a note verifier key "name+hash+key", or an
-Ed25519 public key as PEM or hex, or a file holding one; repeatable): the
-receipt's own keys are then ignored. Prints a JSON report and exits 1 when
-there is a problem.`,
+the checkpoint note; every note is its chain's, signed by a trusted key;
+and the run's admission decision and its end are among the events proven.
+The report lists exactly the events proven ("proves"), the decision and
+the end, and says in words what is proven and what is not: a receipt does
+not prove that the trail holds no other event of the run.
+
+Which keys are trusted, as audit verify: --key (a note verifier key
+"name+hash+key", or an Ed25519 public key as PEM or hex, or a file holding
+one; repeatable), --key-file, and --root-key (the cluster's root: a key it
+endorsed, the endorsement carried in the receipt, for its node's chains);
+without any, the configuration's (SANDGATE_TRUSTED_KEYS_FILE,
+SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE, and the local key for its node's
+chains). The receipt's own keys vouch for nothing: with no anchor the
+report says so (unpinned_keys). Prints a JSON report and exits 1 when there
+is a problem.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+			rec, err := readReceipt(args[0])
 			if err != nil {
 				return err
 			}
-			var rec proof.Receipt
-			dec := json.NewDecoder(strings.NewReader(string(data)))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&rec); err != nil {
-				return sandgate.FieldError("receipt", "%s is not a receipt: %v", args[0], err)
-			}
-			var pins [][]byte
-			for _, k := range keys {
-				if b, err := os.ReadFile(k); err == nil {
-					pins = append(pins, b)
-				} else {
-					pins = append(pins, []byte(k))
-				}
-			}
-			for _, f := range keyFiles {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					return err
-				}
-				pins = append(pins, b)
-			}
-			pinned, err := proof.PinnedVerifierKeys(rec, pins)
+			opts, err := receiptTrust(a, keys, keyFiles, rootKeys)
 			if err != nil {
-				return sandgate.FieldError("key", "%v", err)
+				return err
 			}
-			rep := proof.VerifyReceipt(rec, pinned)
+			rep := proof.VerifyReceipt(rec, opts)
 			enc := json.NewEncoder(a.stdout)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(rep); err != nil {
@@ -121,5 +111,80 @@ there is a problem.`,
 	}
 	cmd.Flags().StringSliceVar(&keys, "key", nil, "pin this gateway key: a note verifier key, an Ed25519 public key (PEM or hex), or a file holding one; repeatable")
 	cmd.Flags().StringSliceVar(&keyFiles, "key-file", nil, "pin the key in this file; repeatable")
+	cmd.Flags().StringSliceVar(&rootKeys, "root-key", nil, "trust the keys this cluster root public key file endorsed (PEM or hex); repeatable")
 	return cmd
+}
+
+// readReceipt reads a receipt file, refusing one larger than a receipt
+// holds or with fields a receipt has not.
+func readReceipt(path string) (proof.Receipt, error) {
+	var rec proof.Receipt
+	f, err := os.Open(path)
+	if err != nil {
+		return rec, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, proof.MaxReceiptBytes+1))
+	if err != nil {
+		return rec, err
+	}
+	if len(data) > proof.MaxReceiptBytes {
+		return rec, sandgate.Errorf(sandgate.CodeTooLarge, "%s is larger than a receipt holds (%d bytes)", path, proof.MaxReceiptBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rec); err != nil {
+		return rec, sandgate.FieldError("receipt", "%s is not a receipt: %v", path, err)
+	}
+	return rec, nil
+}
+
+// receiptTrust is what a receipt's notes are trusted from: the keys and
+// root keys given, or without any the configuration's anchors.
+func receiptTrust(a *app, keys, keyFiles, rootKeys []string) (proof.ReceiptOptions, error) {
+	var o proof.ReceiptOptions
+	if len(keys)+len(keyFiles)+len(rootKeys) == 0 {
+		anchors, err := trustAnchors(&a.cfg, trustFlags{})
+		o.Anchors = anchors
+		return o, err
+	}
+	var pins [][]byte
+	var sources []string
+	for _, k := range keys {
+		if b, err := os.ReadFile(k); err == nil {
+			pins = append(pins, b)
+		} else {
+			pins = append(pins, []byte(k))
+		}
+		sources = append(sources, "--key")
+	}
+	for _, f := range keyFiles {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return o, err
+		}
+		pins = append(pins, b)
+		sources = append(sources, "--key-file "+f)
+	}
+	for _, p := range pins {
+		vkey, pub, err := proof.ParsePinnedKey(p)
+		if err != nil {
+			return o, sandgate.FieldError("key", "%v", err)
+		}
+		if vkey != "" {
+			o.VerifierKeys = append(o.VerifierKeys, vkey)
+		} else {
+			o.Anchors.Pinned = append(o.Anchors.Pinned, pub)
+		}
+	}
+	for _, f := range rootKeys {
+		ks, err := readPublicKeys(f)
+		if err != nil {
+			return o, sandgate.FieldError("root-key", "%s: %v", f, err)
+		}
+		o.Anchors.Roots = append(o.Anchors.Roots, ks...)
+		sources = append(sources, "--root-key "+f)
+	}
+	o.Anchors.Source = strings.Join(sources, ", ")
+	return o, nil
 }

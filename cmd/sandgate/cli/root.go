@@ -175,7 +175,7 @@ func (a *app) settingsOf() map[string][]use {
 		"audit purge":          {dsn, trail, node},
 		"audit retention":      {dsn, trail, node},
 		"audit public-key":     {trail},
-		"audit verify-receipt": nil,
+		"audit verify-receipt": {trail, node}, // without flags, the configuration's anchors
 		"audit witness":        {{c: &c.clientConfig}},
 		"migrate":              {dsn},
 		"image":                {docker, node},
