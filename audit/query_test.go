@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // seedTrail writes a small trail: two runs of three events, a denial and
@@ -233,7 +234,7 @@ func TestIdleCheckpoints(t *testing.T) {
 	if err := s.Record(context.Background(), lifecycle(1, "idle")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle checkpoints", 5*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "idle checkpoints", 5*time.Second, func() bool {
 		// The event, then the key's registration before the first
 		// checkpoint: every checkpoint signs seq 2.
 		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 2") >= 3

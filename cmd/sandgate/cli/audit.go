@@ -91,7 +91,7 @@ func auditWhen(s string, now time.Time) (time.Time, error) {
 // anchors (and the witnesses the operator pinned, whose cosignatures a
 // receipt's notes carry).
 func openTrail(ctx context.Context, a *app, anchors proof.Anchors) (*audit.Store, error) {
-	witnesses, err := witnessKeys(&a.cfg)
+	witnesses, err := witnessKeys(&a.cfg.trailConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ endorsed is trusted too. The key registry alone vouches for nothing
 use the report says so (unpinned_keys).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			anchors, err := trustAnchors(&a.cfg, trust)
+			anchors, err := trustAnchors(&a.cfg.trailConfig, a.cfg.Node, trust)
 			if err != nil {
 				return err
 			}

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
-	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -85,13 +82,4 @@ func chainCloser(store *audit.Store) gateway.ChainCloser {
 		closed, err := store.CloseChainsOf(ctx, dead, reason)
 		return len(closed), err
 	}
-}
-
-// signingKey is this node's checkpoint key as the registry shows it.
-func signingKey(store *audit.Store) (keyID, public string) {
-	pub := store.PublicKey()
-	if len(pub) != ed25519.PublicKeySize {
-		return "", ""
-	}
-	return proof.KeyID(pub), hex.EncodeToString(pub)
 }

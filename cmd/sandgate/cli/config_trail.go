@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -136,4 +140,80 @@ func (c *trailConfig) maskKey() ([]byte, error) {
 		return nil, nil
 	}
 	return proof.LoadMaskKey(c.MaskKeyFile, true)
+}
+
+// trailKeys are the trail's keys, read before anything is registered (the
+// signing key made on first start): the mask key, what verify trusts
+// (the same anchors as audit verify with this configuration), the node's
+// key endorsement, and the witnesses the operator pinned.
+type trailKeys struct {
+	mask        []byte
+	anchors     proof.Anchors
+	endorsement *proof.Endorsement
+	witnesses   []string
+	// id and public are the signing key's, as the node registry shows it.
+	id, public string
+}
+
+// keys reads the mask key, the signing key, and the trust settings, for
+// the node named node.
+func (c *trailConfig) keys(node string) (trailKeys, error) {
+	var k trailKeys
+	var err error
+	if k.mask, err = c.maskKey(); err != nil {
+		return k, fmt.Errorf("SANDGATE_MASK_KEY_FILE: %w", err)
+	}
+	priv, err := proof.LoadSigningKey(c.SigningKeyFile, true)
+	if err != nil {
+		return k, fmt.Errorf("SANDGATE_SIGNING_KEY_FILE: %w", err)
+	}
+	pub := priv.Public().(ed25519.PublicKey)
+	k.id, k.public = proof.KeyID(pub), hex.EncodeToString(pub)
+	if k.anchors, err = trustAnchors(c, node, trustFlags{}); err != nil {
+		return k, err
+	}
+	if k.endorsement, err = keyEndorsement(c); err != nil {
+		return k, err
+	}
+	k.witnesses, err = witnessKeys(c)
+	return k, err
+}
+
+// open opens the trail for this node: its chains (lifecycle events, and
+// decisions on a chain of their own so that an admission never waits
+// behind a batch of lifecycle events) and its key registration.
+func (c *trailConfig) open(ctx context.Context, dsn, node string, k trailKeys, logger *slog.Logger) (*audit.Store, error) {
+	store, err := audit.Open(ctx, audit.Config{
+		DSN:                dsn,
+		SpoolDir:           c.SpoolDir,
+		SpoolMaxBytes:      c.SpoolMaxBytes,
+		MaxBacklog:         c.AuditBacklog,
+		SigningKeyFile:     c.SigningKeyFile,
+		MaskKey:            k.mask,
+		Anchors:            k.anchors,
+		Endorsement:        k.endorsement,
+		Witnesses:          k.witnesses,
+		Node:               node,
+		CheckpointEvery:    c.CheckpointEvery,
+		CheckpointInterval: c.CheckpointAfter,
+		DecisionChain:      true,
+		Logger:             logger.With("component", "audit"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open audit trail: %w", err)
+	}
+	return store, nil
+}
+
+// retain applies the retention period to store until the returned stop
+// is called: expired months are archived (with an archive directory) and
+// dropped, by one gateway at a time.
+func (c *trailConfig) retain(ctx context.Context, store *audit.Store) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
+	}()
+	return func() { cancel(); <-done }
 }

@@ -144,7 +144,7 @@ func readReceipt(path string) (proof.Receipt, error) {
 func receiptTrust(a *app, keys, keyFiles, rootKeys []string) (proof.ReceiptOptions, error) {
 	var o proof.ReceiptOptions
 	if len(keys)+len(keyFiles)+len(rootKeys) == 0 {
-		anchors, err := trustAnchors(&a.cfg, trustFlags{})
+		anchors, err := trustAnchors(&a.cfg.trailConfig, a.cfg.Node, trustFlags{})
 		o.Anchors = anchors
 		return o, err
 	}

@@ -24,7 +24,7 @@ import (
 // the public keys in keyFiles, or without any what the configuration says
 // (trustAnchors).
 func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Store, error) {
-	anchors, err := trustAnchors(&a.cfg, trustFlags{publicKeys: keyFiles})
+	anchors, err := trustAnchors(&a.cfg.trailConfig, a.cfg.Node, trustFlags{publicKeys: keyFiles})
 	if err != nil {
 		return nil, err
 	}

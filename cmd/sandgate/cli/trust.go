@@ -48,7 +48,7 @@ func (f trustFlags) given() bool {
 // which counts only when the trail registered it for that node. serve and
 // audit verify call it alike, so the API and the CLI trust the same keys
 // from the same configuration.
-func trustAnchors(cfg *config, f trustFlags) (proof.Anchors, error) {
+func trustAnchors(cfg *trailConfig, node string, f trustFlags) (proof.Anchors, error) {
 	var a proof.Anchors
 	if f.given() {
 		var sources []string
@@ -101,7 +101,7 @@ func trustAnchors(cfg *config, f trustFlags) (proof.Anchors, error) {
 		priv, err := proof.LoadSigningKey(cfg.SigningKeyFile, false)
 		switch {
 		case err == nil:
-			a.Local = &proof.LocalKey{Node: cfg.Node, Key: priv.Public().(ed25519.PublicKey), File: cfg.SigningKeyFile}
+			a.Local = &proof.LocalKey{Node: node, Key: priv.Public().(ed25519.PublicKey), File: cfg.SigningKeyFile}
 		case errors.Is(err, os.ErrNotExist), errors.Is(err, os.ErrPermission):
 			// No local key here: an auditor's host.
 		default:
@@ -132,7 +132,7 @@ func readPublicKeys(path string) ([]ed25519.PublicKey, error) {
 
 // keyEndorsement reads this node's key endorsement by the cluster root
 // (SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE), nil without one.
-func keyEndorsement(cfg *config) (*proof.Endorsement, error) {
+func keyEndorsement(cfg *trailConfig) (*proof.Endorsement, error) {
 	if cfg.AuditKeyEndorsementFile == "" {
 		return nil, nil
 	}
@@ -228,7 +228,7 @@ const maxWitnessKeys = 64
 // witnessKeys reads the witnesses' verifier keys the operator pinned
 // (SANDGATE_AUDIT_WITNESS_KEYS_FILE: one a line, # comments), none
 // without it.
-func witnessKeys(cfg *config) ([]string, error) {
+func witnessKeys(cfg *trailConfig) ([]string, error) {
 	if cfg.AuditWitnessKeysFile == "" {
 		return nil, nil
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // Which checkpoint keys verify trusts (issue #26, #28 item 11): the CLI
@@ -160,7 +161,7 @@ func TestAuditVerifyCLIAndAPIAgree(t *testing.T) {
 			// The nodes have signed no checkpoint yet: wait for one of
 			// each chain, so that both verifications judge the same
 			// checkpoints.
-			waitFor(t, 30*time.Second, "a checkpoint of each chain", func() bool {
+			sandgatetest.WaitFor(t, "a checkpoint of each chain", 30*time.Second, func() bool {
 				db, err := sql.Open("pgx", c.base["SANDGATE_DATABASE_URL"])
 				if err != nil {
 					return false

@@ -17,6 +17,7 @@ import (
 	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/cmd/sandgate/cli"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // The witness and the gateway's cosignatures under attack (issue #29
@@ -61,7 +62,7 @@ func newWitnessFixture(t *testing.T, opts ...serverOption) *witnessFixture {
 	if f.node, err = proof.LoadSigningKey(f.keyFile, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "a checkpoint note over the reviews", func() bool {
+	sandgatetest.WaitFor(t, "a checkpoint note over the reviews", 30*time.Second, func() bool {
 		cp, err := f.s.Client.Checkpoint(context.Background(), "")
 		return err == nil && cp.TreeSize >= 7
 	})
