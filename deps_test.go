@@ -21,8 +21,8 @@ var owners = map[string][]string{
 	"github.com/labstack/echo":         {"gateway"},
 	"github.com/getkin/kin-openapi":    {"gateway"}, // gateway/api/apitest, in tests
 	"github.com/open-policy-agent/opa": {"policies"},
-	"gorm.io/":                         {"audit", "runstore"},
-	"github.com/jackc/pgx":             {"audit", "runstore"},
+	"gorm.io/":                         {"audit", "runstore", "pgstore"},
+	"github.com/jackc/pgx":             {"audit", "runstore", "pgstore"},
 	"github.com/pressly/goose":         {"migrations"},
 	"github.com/bmatcuk/doublestar":    {"workspace"},
 	"golang.org/x/mod/sumdb":           {"audit", "cmd"}, // transparency-log proofs

@@ -33,8 +33,8 @@ import (
 // the current month, a month whose rows are not all under a checkpoint,
 // and a directory that already holds an archive. Rows waiting in the
 // default partition are first moved into their months (AdoptDefault).
-func (s *Store) Archive(ctx context.Context, name, dir, actor string) (proof.ArchiveManifest, error) {
-	if s.w == nil {
+func (s *Retention) Archive(ctx context.Context, name, dir, actor string) (proof.ArchiveManifest, error) {
+	if s.writer.w == nil {
 		return proof.ArchiveManifest{}, sandgate.Errorf(sandgate.CodeAuditUnavailable, "archive needs a writing store: it records audit.archived")
 	}
 	if _, err := s.AdoptDefault(ctx); err != nil {
@@ -135,9 +135,9 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (proof.Arc
 }
 
 // recordArchived records audit.archived for the archive at out.
-func (s *Store) recordArchived(ctx context.Context, m proof.ArchiveManifest, manifest []byte, out, actor string) error {
+func (s *Retention) recordArchived(ctx context.Context, m proof.ArchiveManifest, manifest []byte, out, actor string) error {
 	sum := sha256.Sum256(manifest)
-	return s.Record(ctx, sandgate.Event{
+	return s.writer.Record(ctx, sandgate.Event{
 		Type: sandgate.EventAuditArchived, Actor: actor, Outcome: "archived",
 		Payload: proof.ArchivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
 			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.AsMap(),
@@ -148,7 +148,7 @@ func (s *Store) recordArchived(ctx context.Context, m proof.ArchiveManifest, man
 // manifest: when it verifies and still matches the partition, it stands
 // (recorded now if an earlier run stopped before recording it);
 // otherwise Archive refuses to overwrite it.
-func (s *Store) archivedBefore(ctx context.Context, p proof.Partition, out, actor string) (proof.ArchiveManifest, error) {
+func (s *Retention) archivedBefore(ctx context.Context, p proof.Partition, out, actor string) (proof.ArchiveManifest, error) {
 	manifest, err := os.ReadFile(filepath.Join(out, proof.ArchiveManifestFile))
 	if err != nil {
 		return proof.ArchiveManifest{}, fmt.Errorf("archive: %w", err)
@@ -187,8 +187,8 @@ func (s *Store) archivedBefore(ctx context.Context, p proof.Partition, out, acto
 // of the archive's files against the trail (whole, every row covered by
 // a checkpoint); auditors judge its keys with their own anchors (audit
 // verify --archive).
-func (s *Store) archiveKeys(ctx context.Context) ([]ed25519.PublicKey, error) {
-	reg, err := s.Keys(ctx)
+func (s *Retention) archiveKeys(ctx context.Context) ([]ed25519.PublicKey, error) {
+	reg, err := s.keys(ctx)
 	if err != nil {
 		return nil, err
 	}

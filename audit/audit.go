@@ -42,12 +42,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // Config configures a Store. DSN is required; a writing Store also needs
@@ -216,23 +215,27 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Store is the audit trail. It implements sandgate.Recorder and
-// sandgate.AuditTrail. It is safe for concurrent use.
+// Store is the audit trail's writer: its chains, their spools and
+// checkpoints, on a connection pool to the trail. It implements
+// sandgate.Recorder. What else is done with the trail has a type of its
+// own, sharing the pool: Reader (queries, exports, the key registry, sink
+// cursors), Verifier (verify), Proofs (checkpoints, proofs, cosignatures,
+// receipts, witness alarms), Retention (partitions, archive, purge) and
+// Takeover (a dead node's chains closed). It is safe for concurrent use.
 type Store struct {
-	cfg      Config
-	pool     *pgxpool.Pool
-	sqlDB    *sql.DB
-	db       *gorm.DB
+	*trailDB
 	key      ed25519.PrivateKey
 	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
 	ownClock bool               // Config.Clock was injected: the writer stamps recorded_at
-	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at a
-	// time count against the bounds.
-	witnesses map[string]bool
-	alarmMu   sync.Mutex
-	maskKey   []byte
-	w         *writer
-	dw        *writer // Record's writer: w, or its own with DecisionChain
+	maskKey  []byte
+	w        *writer
+	dw       *writer // Record's writer: w, or its own with DecisionChain
+
+	reader    *Reader
+	verifier  *Verifier
+	proofs    *Proofs
+	retention *Retention
+	takeover  *Takeover
 
 	// status is DatabaseStatus's last answer, shared for dbStatusTTL.
 	status dbStatus
@@ -241,10 +244,48 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ sandgate.Recorder   = (*Store)(nil)
-	_ sandgate.AuditTrail = (*Store)(nil)
-)
+// trailDB is what every part of the trail works with: the configuration
+// and the database handles (a pgx pool, and gorm over it), and the reads
+// several parts share.
+type trailDB struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	sqlDB *sql.DB
+	db    *gorm.DB
+}
+
+var _ sandgate.Recorder = (*Store)(nil)
+
+// Reader answers queries of the trail (also read-only: audit query and
+// export work with a role that may only SELECT).
+func (s *Store) Reader() *Reader { return s.reader }
+
+// Verifier checks the trail with the Store's anchors.
+func (s *Store) Verifier() *Verifier { return s.verifier }
+
+// Proofs answers the transparency-log questions (sandgate.AuditProofs).
+func (s *Store) Proofs() *Proofs { return s.proofs }
+
+// Retention archives and drops months of the trail.
+func (s *Store) Retention() *Retention { return s.retention }
+
+// Takeover closes a dead node's chains.
+func (s *Store) Takeover() *Takeover { return s.takeover }
+
+// Auditors is the trail as the API serves auditors (sandgate.AuditTrail):
+// the Reader's queries and exports, the Verifier's verify, the Store's
+// readiness.
+func (s *Store) Auditors() sandgate.AuditTrail {
+	return auditors{Reader: s.reader, Verifier: s.verifier, store: s}
+}
+
+type auditors struct {
+	*Reader
+	*Verifier
+	store *Store
+}
+
+func (a auditors) Ready(ctx context.Context) error { return a.store.Ready(ctx) }
 
 // Open connects to Postgres and, unless cfg.ReadOnly, loads (or creates)
 // the signing key, opens the spool, finds where this chain stands (its
@@ -275,19 +316,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, ownClock: ownClock, witnesses: map[string]bool{}}
-	for _, k := range cfg.Witnesses {
-		s.witnesses[k] = true
-	}
+	s := &Store{trailDB: &trailDB{cfg: cfg, pool: pool}, ownClock: ownClock}
+	defer s.parts()
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
-	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
-		Logger:                 logger.Discard,
-		SkipDefaultTransaction: true,
-		NowFunc:                func() time.Time { return cfg.Clock().UTC() },
-	})
-	if err != nil {
+	if s.db, err = pgstore.Gorm(s.sqlDB, cfg.Clock); err != nil {
 		s.closeDB()
-		return nil, fmt.Errorf("audit: open gorm: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		s.closeDB()
@@ -583,4 +617,51 @@ func OpenDB(ctx context.Context, dsn string) (*sql.DB, error) {
 		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "database unreachable")
 	}
 	return db, nil
+}
+
+// parts makes the Store's parts, sharing its pool: once Open has set
+// everything they use (the anchors and witnesses of the configuration).
+func (s *Store) parts() {
+	s.reader = &Reader{s.trailDB}
+	s.verifier = &Verifier{s.trailDB}
+	s.proofs = &Proofs{trailDB: s.trailDB, writer: s, witnesses: map[string]bool{}}
+	for _, k := range s.cfg.Witnesses {
+		s.proofs.witnesses[k] = true
+	}
+	s.retention = &Retention{trailDB: s.trailDB, writer: s}
+	s.takeover = &Takeover{trailDB: s.trailDB, writer: s}
+}
+
+// Reader answers queries of the trail: events, exports, checkpoints, the
+// key registry, sinks' cursors.
+type Reader struct{ *trailDB }
+
+// Verifier checks the live trail (VerifyTrail).
+type Verifier struct{ *trailDB }
+
+// Proofs answers transparency-log questions about the trail: checkpoint
+// notes, inclusion and consistency proofs, witnesses' cosignatures and
+// alarms, run receipts. It implements sandgate.AuditProofs.
+type Proofs struct {
+	*trailDB
+	writer *Store // records witness alarms; its chain is the default
+	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at
+	// a time count against the bounds.
+	witnesses map[string]bool
+	alarmMu   sync.Mutex
+}
+
+// Retention archives and drops months of the trail (partitions,
+// archives, purge, the retention period's loop), recording what it does
+// through the writer.
+type Retention struct {
+	*trailDB
+	writer *Store
+}
+
+// Takeover closes the chains of a node a survivor took over, signing
+// with the survivor's key.
+type Takeover struct {
+	*trailDB
+	writer *Store
 }

@@ -32,10 +32,10 @@ func TestCloseChainsOf(t *testing.T) {
 	if err := b.Record(ctx, lifecycle(0, "run-b")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CloseChainsOf(ctx, "node-a", "self"); err == nil {
+	if _, err := a.Takeover().CloseChainsOf(ctx, "node-a", "self"); err == nil {
 		t.Error("a node closed its own chain")
 	}
-	closed, err := b.CloseChainsOf(ctx, "node-a", "node-a stopped heartbeating")
+	closed, err := b.Takeover().CloseChainsOf(ctx, "node-a", "node-a stopped heartbeating")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,11 +50,11 @@ func TestCloseChainsOf(t *testing.T) {
 			AND payload->>'chain_id' = $3 AND payload->>'signed_by_node' = 'node-b'`,
 			b.ChainID(), string(sandgate.EventAuditChainClosed), a.ChainID()) == 1
 	})
-	again, err := b.CloseChainsOf(ctx, "node-a", "again")
+	again, err := b.Takeover().CloseChainsOf(ctx, "node-a", "again")
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second close = %+v, %v; want nothing to close", again, err)
 	}
-	rep, err := readOnly(t, dsn, trusting(a.PublicKey(), b.PublicKey())).Verify(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, trusting(a.PublicKey(), b.PublicKey())).Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}

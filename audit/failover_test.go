@@ -212,7 +212,7 @@ func TestFailoverSynchronousReplica(t *testing.T) {
 			if err != nil || st.Primary != r.Replica.Addr() || st.ReadOnly {
 				t.Errorf("after: database = %+v, %v; want primary %s", st, err, r.Replica.Addr())
 			}
-			rep, err := after.Verify(ctx, sandgate.VerifyRange{})
+			rep, err := after.Verifier().Verify(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}

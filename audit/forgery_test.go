@@ -226,7 +226,7 @@ func TestForgedChainAsAppRole(t *testing.T) {
 					c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey()}
 				}
 			})
-			rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+			rep, err := ro.Verifier().Verify(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -295,7 +295,7 @@ func TestRegistryResidualRiskIsVisible(t *testing.T) {
 	a.sign("forged-new-node", rows, k)
 
 	later := time.Now().Add(time.Hour)
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Clock = func() time.Time { return later } }).VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Clock = func() time.Time { return later } }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestRegistryResidualRiskIsVisible(t *testing.T) {
 	rep, err = readOnly(t, dsn, func(c *Config) {
 		c.Clock = func() time.Time { return later }
 		c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey()}
-	}).VerifyTrail(ctx, sandgate.VerifyRange{})
+	}).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,10 +347,10 @@ func TestForgedChainOffline(t *testing.T) {
 
 	ro := readOnly(t, dsn, nil)
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -433,7 +433,7 @@ func TestMigrationKeepsTrailsVerifying(t *testing.T) {
 	}
 
 	pub := key.Public().(ed25519.PublicKey)
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "gw-old", Key: pub} }).VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "gw-old", Key: pub} }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,10 +453,10 @@ func TestMigrationKeepsTrailsVerifying(t *testing.T) {
 
 	ro := readOnly(t, dsn, nil)
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportCSV, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportCSV, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
 	off, err := proof.VerifyExport(&events, &cps, pub)

@@ -171,12 +171,12 @@ func TestVerifyCatchesTampering(t *testing.T) {
 				c.Clock = func() time.Time { return at }
 				c.CheckpointInterval = time.Minute
 			})
-			rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+			rep, err := ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 			if err != nil || !rep.OK {
 				t.Fatalf("before tampering: Verify = %+v, %v", rep, err)
 			}
 			tamper(t, db, tt.stmts...)
-			rep, err = ro.Verify(context.Background(), sandgate.VerifyRange{})
+			rep, err = ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -229,7 +229,7 @@ func TestVerifyUntrustedKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned, c.Anchors.Local = tt.trusted, tt.local }).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+			rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned, c.Anchors.Local = tt.trusted, tt.local }).Verifier().VerifyTrail(context.Background(), sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func TestStoreAsAppRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := readOnly(t, appDSN, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) })
-	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+	rep, err := ro.Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK || rep.Checked != 3 { // two events and the key's registration
 		t.Fatalf("Verify as sandgate_app = %+v, %v", rep, err)
 	}
@@ -317,14 +317,14 @@ func TestVerifyOddPayloadText(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) })
-	rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Problems) > 0 {
 		t.Fatalf("verify found problems in bodies with odd payload text: %+v", rep.Problems)
 	}
-	recs, _, err := ro.Query(context.Background(), sandgate.AuditFilter{RunID: "r"})
+	recs, _, err := ro.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,10 @@ import (
 // registration becomes an event of the trail.
 
 // Keys returns the key registry, in registration order.
-func (s *Store) Keys(ctx context.Context) ([]proof.KeyRecord, error) {
+func (s *Reader) Keys(ctx context.Context) ([]proof.KeyRecord, error) { return s.keys(ctx) }
+
+// keys reads the key registry, in registration order.
+func (s *trailDB) keys(ctx context.Context) ([]proof.KeyRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT node, key_id, public_key, first_used_at, coalesce(chain_id, ''),
 		coalesce(replaces, ''), endorsement, source FROM audit_keys ORDER BY id`)
 	if err != nil {

@@ -48,7 +48,7 @@ func TestKeyRegisteredOnFirstUse(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	keys, err := readOnly(t, dsn, nil).Keys(ctx)
+	keys, err := readOnly(t, dsn, nil).Reader().Keys(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestKeyRegisteredOnFirstUse(t *testing.T) {
 		t.Errorf("the chain's first checkpoint signs seq %d (%v), want the registration's, %d", signedAt, err, seq)
 	}
 	// On the node's host: its key, registered for it, is the anchor.
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "test-node", Key: pub} }).VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "test-node", Key: pub} }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyTrail = %+v, %v", rep, err)
 	}
@@ -123,7 +123,7 @@ func TestKeyRotation(t *testing.T) {
 		"the first key pinned": trusting(a.PublicKey()),
 		"the local key":        func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "test-node", Key: b.PublicKey()} },
 	} {
-		rep, err := readOnly(t, dsn, mod).VerifyTrail(ctx, sandgate.VerifyRange{})
+		rep, err := readOnly(t, dsn, mod).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 		if err != nil || !rep.OK {
 			t.Fatalf("%s: VerifyTrail after an endorsed rotation = %+v, %v", name, rep, err)
 		}
@@ -149,7 +149,7 @@ func TestKeyRotation(t *testing.T) {
 				cfg.Anchors.Pinned = tt.trusted
 				later := time.Now().Add(time.Hour)
 				cfg.Clock = func() time.Time { return later }
-			}).VerifyTrail(ctx, sandgate.VerifyRange{})
+			}).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,7 +34,7 @@ func partitionMonth(name string) (from, to time.Time, ok bool) {
 
 // Partitions lists the partitions of audit_events, oldest month first and
 // the default partition last, with their rows per chain.
-func (s *Store) Partitions(ctx context.Context) ([]proof.Partition, error) {
+func (s *Retention) Partitions(ctx context.Context) ([]proof.Partition, error) {
 	var names []string
 	err := s.db.WithContext(ctx).Raw(`SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'audit_events'::regclass`).Scan(&names).Error
@@ -73,7 +73,7 @@ func (s *Store) Partitions(ctx context.Context) ([]proof.Partition, error) {
 // it moved. Archive and Purge do it first, and writers whenever they make
 // the months ahead, so retention handles those rows like any other. While
 // it moves rows, writers wait.
-func (s *Store) AdoptDefault(ctx context.Context) (int64, error) {
+func (s *Retention) AdoptDefault(ctx context.Context) (int64, error) {
 	var moved int64
 	if err := s.pool.QueryRow(ctx, `SELECT audit_adopt_default()`).Scan(&moved); err != nil {
 		return 0, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "move the default partition's rows into their months")
@@ -85,7 +85,7 @@ func (s *Store) AdoptDefault(ctx context.Context) (int64, error) {
 }
 
 // partitionStats fills p's rows and chains from the partition itself.
-func (s *Store) partitionStats(ctx context.Context, p *proof.Partition) error {
+func (s *Retention) partitionStats(ctx context.Context, p *proof.Partition) error {
 	table := pgx.Identifier{p.Name}.Sanitize()
 	rows, err := s.pool.Query(ctx, `SELECT chain_id, count(*), min(seq), max(seq) FROM `+table+` GROUP BY chain_id ORDER BY chain_id`)
 	if err != nil {
@@ -119,7 +119,7 @@ func (s *Store) partitionStats(ctx context.Context, p *proof.Partition) error {
 
 // partition returns the month partition named name, refusing the default
 // partition, unknown names and months that are not over.
-func (s *Store) partition(ctx context.Context, name string) (proof.Partition, error) {
+func (s *Retention) partition(ctx context.Context, name string) (proof.Partition, error) {
 	from, to, ok := partitionMonth(name)
 	if !ok {
 		return proof.Partition{}, sandgate.FieldError("partition", "%q is not a month partition (audit_events_YYYY_MM)", name)

@@ -20,7 +20,7 @@ import (
 // event's inclusion in a checkpointed tree, one checkpointed tree's
 // consistency with an earlier size, and the witnesses' cosignatures.
 
-var _ sandgate.AuditProofs = (*Store)(nil)
+var _ sandgate.AuditProofs = (*Proofs)(nil)
 
 func dbErr(err error, what string) error {
 	return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "%s", what)
@@ -28,7 +28,7 @@ func dbErr(err error, what string) error {
 
 // noteAt returns chainID's newest checkpoint note of tree size size (0:
 // of any size) with its cosignatures.
-func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgate.CheckpointNote, error) {
+func (s *Proofs) noteAt(ctx context.Context, chainID string, size int64) (sandgate.CheckpointNote, error) {
 	var cp sandgate.CheckpointNote
 	cp.ChainID = chainID
 	// A note is signed before its tree's hashes are all stored (the
@@ -87,11 +87,11 @@ func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgat
 }
 
 // defaultChain is the chain asked for, or this Store's.
-func (s *Store) defaultChain(chainID string) (string, error) {
+func (s *Proofs) defaultChain(chainID string) (string, error) {
 	if chainID != "" {
 		return chainID, nil
 	}
-	if c := s.ChainID(); c != "" {
+	if c := s.writer.ChainID(); c != "" {
 		return c, nil
 	}
 	return "", sandgate.FieldError("chain", "chain is required")
@@ -99,7 +99,7 @@ func (s *Store) defaultChain(chainID string) (string, error) {
 
 // Checkpoint returns chainID's newest checkpoint note ("" for this
 // Store's chain) with its cosignatures.
-func (s *Store) Checkpoint(ctx context.Context, chainID string) (sandgate.CheckpointNote, error) {
+func (s *Proofs) Checkpoint(ctx context.Context, chainID string) (sandgate.CheckpointNote, error) {
 	chainID, err := s.defaultChain(chainID)
 	if err != nil {
 		return sandgate.CheckpointNote{}, err
@@ -109,7 +109,7 @@ func (s *Store) Checkpoint(ctx context.Context, chainID string) (sandgate.Checkp
 
 // InclusionProof proves that the event eventID is in its chain's tree of
 // treeSize leaves (0: the newest checkpoint note's size).
-func (s *Store) InclusionProof(ctx context.Context, eventID string, treeSize int64) (sandgate.InclusionProof, error) {
+func (s *Proofs) InclusionProof(ctx context.Context, eventID string, treeSize int64) (sandgate.InclusionProof, error) {
 	var p sandgate.InclusionProof
 	id, err := uuid.Parse(eventID)
 	if err != nil {
@@ -150,7 +150,7 @@ func (s *Store) InclusionProof(ctx context.Context, eventID string, treeSize int
 
 // ConsistencyProof proves that chainID's tree of from leaves is a prefix
 // of its tree of to leaves (0: the newest checkpoint note's size).
-func (s *Store) ConsistencyProof(ctx context.Context, chainID string, from, to int64) (sandgate.ConsistencyProof, error) {
+func (s *Proofs) ConsistencyProof(ctx context.Context, chainID string, from, to int64) (sandgate.ConsistencyProof, error) {
 	var p sandgate.ConsistencyProof
 	chainID, err := s.defaultChain(chainID)
 	if err != nil {
@@ -198,7 +198,7 @@ const maxCosignedNote = 16 << 10
 // checkpoint notes and stores it: only a witness the operator pinned
 // (Config.Witnesses), of a note under its chain's origin, once per
 // witness per checkpoint.
-func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
+func (s *Proofs) AddCosignature(ctx context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
 	var none sandgate.CheckpointNote
 	if len(c.Note) > maxCosignedNote {
 		return none, sandgate.FieldError("note", "note is longer than %d bytes", maxCosignedNote)

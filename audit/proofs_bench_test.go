@@ -205,7 +205,7 @@ func BenchmarkProofLatency1M(b *testing.B) {
 		for i := range requests {
 			id := keys[i%len(keys)]
 			t0 := time.Now()
-			p, err := s.InclusionProof(ctx, id, 0)
+			p, err := s.Proofs().InclusionProof(ctx, id, 0)
 			incl[i] = time.Since(t0)
 			if err != nil {
 				b.Fatal(err)
@@ -215,7 +215,7 @@ func BenchmarkProofLatency1M(b *testing.B) {
 			}
 			from := 1 + int64(i)*(n/requests)
 			t0 = time.Now()
-			c, err := s.ConsistencyProof(ctx, chain, from, 0)
+			c, err := s.Proofs().ConsistencyProof(ctx, chain, from, 0)
 			cons[i] = time.Since(t0)
 			if err != nil {
 				b.Fatal(err)
@@ -301,7 +301,7 @@ func BenchmarkTreeCatchUp(b *testing.B) {
 			b.Fatal(err)
 		}
 		elapsed := time.Since(start)
-		cp, err := readOnly(b, dsn, nil).Checkpoint(context.Background(), s.ChainID())
+		cp, err := readOnly(b, dsn, nil).Proofs().Checkpoint(context.Background(), s.ChainID())
 		if err != nil || cp.TreeSize < int64(n) {
 			b.Fatalf("after catch-up: %+v %v", cp, err)
 		}

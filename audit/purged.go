@@ -28,7 +28,7 @@ import (
 // (storing what is missing, computed from the rows still there) and
 // returns its frontier at size. errLeavesGone when rows it needs were
 // dropped before their tree was stored.
-func (s *Store) treeFor(ctx context.Context, chainID string, size int64) (proof.PurgedTree, error) {
+func (s *Retention) treeFor(ctx context.Context, chainID string, size int64) (proof.PurgedTree, error) {
 	t := proof.PurgedTree{ChainID: chainID, Size: size}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *Store) treeFor(ctx context.Context, chainID string, size int64) (proof.
 // storing hashes the stored trees lack. A chain whose earlier rows were
 // dropped before trees were kept has none: it is left out, and verify and
 // proofs of it start at the boundary without a tree.
-func (s *Store) purgeTrees(ctx context.Context, p proof.Partition) ([]proof.PurgedTree, error) {
+func (s *Retention) purgeTrees(ctx context.Context, p proof.Partition) ([]proof.PurgedTree, error) {
 	var out []proof.PurgedTree
 	for _, c := range p.Chains {
 		t, err := s.treeFor(ctx, c.ChainID, c.LastSeq)
@@ -82,7 +82,7 @@ func (s *Store) purgeTrees(ctx context.Context, p proof.Partition) ([]proof.Purg
 
 // retentionRecords reads every retention.applied event the trail holds,
 // oldest first, as recorded (not judged: verify decides which count).
-func (s *Store) retentionRecords(ctx context.Context) ([]proof.RetentionRecord, error) {
+func (s *trailDB) retentionRecords(ctx context.Context) ([]proof.RetentionRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT event_id::text, chain_id, seq, payload FROM audit_events WHERE type = $1 ORDER BY recorded_at, chain_id, seq`,
 		string(sandgate.EventRetentionApplied))
 	if err != nil {
@@ -110,7 +110,7 @@ func (s *Store) retentionRecords(ctx context.Context) ([]proof.RetentionRecord, 
 // UUIDv7, made when it happened) is not in the trail because retention
 // dropped the month it was made in: SANDGATE-PURGED with the range, or
 // nil when no purge reaches its time.
-func (s *Store) purgedError(ctx context.Context, what, id string) error {
+func (s *trailDB) purgedError(ctx context.Context, what, id string) error {
 	u, err := uuid.Parse(id)
 	if err != nil || u.Version() != 7 {
 		return nil
@@ -145,7 +145,7 @@ func (s *Store) purgedError(ctx context.Context, what, id string) error {
 }
 
 // purgedOf returns the ranges of chains retention dropped, per chain.
-func (s *Store) purgedOf(ctx context.Context, chains map[string]bool) ([]sandgate.PurgedRange, error) {
+func (s *trailDB) purgedOf(ctx context.Context, chains map[string]bool) ([]sandgate.PurgedRange, error) {
 	refs, err := s.retentionRecords(ctx)
 	if err != nil {
 		return nil, err

@@ -74,7 +74,7 @@ func TestQueryFilters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs, next, err := s.Query(context.Background(), tt.f)
+			recs, next, err := s.Reader().Query(context.Background(), tt.f)
 			if err != nil {
 				t.Fatalf("Query: %v", err)
 			}
@@ -86,7 +86,7 @@ func TestQueryFilters(t *testing.T) {
 			}
 		})
 	}
-	recs, _, err := s.Query(context.Background(), sandgate.AuditFilter{Type: sandgate.EventContainerExited})
+	recs, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Type: sandgate.EventContainerExited})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("Query exited = %v, %v", recs, err)
 	}
@@ -113,7 +113,7 @@ func TestQueryPaging(t *testing.T) {
 	var seqs []int64
 	cursor, pages := "", 0
 	for {
-		recs, next, err := s.Query(context.Background(), sandgate.AuditFilter{RunID: "paged", Limit: 5, Cursor: cursor})
+		recs, next, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "paged", Limit: 5, Cursor: cursor})
 		if err != nil {
 			t.Fatalf("Query: %v", err)
 		}
@@ -135,12 +135,12 @@ func TestQueryPaging(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"!!", "bm90IGpzb24", "eyJ4IjoxfQ"} {
-		_, _, err := s.Query(context.Background(), sandgate.AuditFilter{Cursor: bad})
+		_, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Cursor: bad})
 		if !isCode(err, sandgate.CodeInvalidRequest) {
 			t.Errorf("Query(cursor %q) = %v, want INVALID-REQUEST", bad, err)
 		}
 	}
-	if _, _, err := s.Query(context.Background(), sandgate.AuditFilter{Limit: -1}); !isCode(err, sandgate.CodeInvalidRequest) {
+	if _, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Limit: -1}); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Errorf("Query(limit -1) = %v, want INVALID-REQUEST", err)
 	}
 }
@@ -163,16 +163,16 @@ func TestExportAndOfflineVerify(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, nil)
 	var jsonl, csvOut, cps bytes.Buffer
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportJSONL, &jsonl); err != nil {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportJSONL, &jsonl); err != nil {
 		t.Fatalf("Export jsonl: %v", err)
 	}
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportCSV, &csvOut); err != nil {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportCSV, &csvOut); err != nil {
 		t.Fatalf("Export csv: %v", err)
 	}
-	if err := ro.ExportCheckpoints(context.Background(), "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(context.Background(), "", &cps); err != nil {
 		t.Fatalf("ExportCheckpoints: %v", err)
 	}
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, "xml", &bytes.Buffer{}); !isCode(err, sandgate.CodeInvalidRequest) {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, "xml", &bytes.Buffer{}); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Errorf("Export(xml) = %v, want INVALID-REQUEST", err)
 	}
 	lines := strings.Split(strings.TrimSpace(jsonl.String()), "\n")
@@ -242,7 +242,7 @@ func TestIdleCheckpoints(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}

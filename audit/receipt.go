@@ -40,7 +40,7 @@ type ReceiptCheckpoint = sandgate.ReceiptCheckpoint
 // the run's end), or one is not yet under a checkpoint note (the next
 // comes within the checkpoint interval); TOO-LARGE past the events a
 // receipt holds.
-func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
+func (s *Proofs) Receipt(ctx context.Context, runID string) (Receipt, error) {
 	r := Receipt{Format: ReceiptFormat, RunID: runID, CreatedAt: time.Now().UTC().Truncate(time.Second)}
 	if runID == "" {
 		return r, sandgate.FieldError("run_id", "run_id is required")
@@ -135,7 +135,7 @@ func (s *Store) Receipt(ctx context.Context, runID string) (Receipt, error) {
 
 // endorsementsOf returns the trail's root endorsements of the keys with
 // the IDs given.
-func (s *Store) endorsementsOf(ctx context.Context, keyIDs map[string]bool) ([]sandgate.KeyEndorsement, error) {
+func (s *Proofs) endorsementsOf(ctx context.Context, keyIDs map[string]bool) ([]sandgate.KeyEndorsement, error) {
 	all, err := s.endorsements(ctx)
 	if err != nil {
 		return nil, err

@@ -45,7 +45,7 @@ func runReceipt(t *testing.T) (Receipt, ed25519.PublicKey) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := readOnly(t, dsn, nil).Receipt(ctx, run)
+	rec, err := readOnly(t, dsn, nil).Proofs().Receipt(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ type PurgeResult struct {
 
 // covered checks that each chain's last row in p is under a signed
 // checkpoint, so that what stays after a purge is still vouched for.
-func (s *Store) covered(ctx context.Context, p proof.Partition) error {
+func (s *Retention) covered(ctx context.Context, p proof.Partition) error {
 	for _, c := range p.Chains {
 		var top *int64
 		if err := s.pool.QueryRow(ctx, `SELECT max(seq) FROM audit_checkpoints WHERE chain_id = $1`, c.ChainID).Scan(&top); err != nil {
@@ -50,7 +50,7 @@ func (s *Store) covered(ctx context.Context, p proof.Partition) error {
 }
 
 // lastArchive returns the newest audit.archived event of partition name.
-func (s *Store) lastArchive(ctx context.Context, name string) (*sandgate.AuditRecord, proof.ArchivedPayload, error) {
+func (s *Retention) lastArchive(ctx context.Context, name string) (*sandgate.AuditRecord, proof.ArchivedPayload, error) {
 	var r eventRow
 	rows, err := s.db.WithContext(ctx).Raw(`SELECT `+eventColumns+` FROM audit_events
 		WHERE type = ? AND payload->>'partition' = ? ORDER BY recorded_at DESC, chain_id, seq DESC LIMIT 1`,
@@ -83,8 +83,8 @@ func (s *Store) lastArchive(ctx context.Context, name string) (*sandgate.AuditRe
 // moved into their months (AdoptDefault), so a month of them is purged by
 // the same rules. With dryRun it checks and reports without dropping or
 // moving. The database role needs to own audit_events (DROP TABLE).
-func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor string) ([]PurgeResult, error) {
-	if s.w == nil {
+func (s *Retention) Purge(ctx context.Context, before time.Time, dryRun bool, actor string) ([]PurgeResult, error) {
+	if s.writer.w == nil {
 		return nil, sandgate.Errorf(sandgate.CodeAuditUnavailable, "purge needs a writing store: it records retention.applied")
 	}
 	limit := monthStart(s.cfg.Clock())
@@ -166,7 +166,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.AsMap(),
 		}
 		table := pgx.Identifier{p.Name}.Sanitize()
-		err = s.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
+		err = s.writer.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
 			// Nothing may land in the month between the checks and the
 			// drop: SHARE stops writes to it and lets readers go on. The
 			// drop needs audit_events itself exclusively, taken next,

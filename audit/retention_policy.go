@@ -100,7 +100,7 @@ const retentionLock = "sandgate-audit-retention"
 // as Purge). With dryRun, it reports what it would do and changes
 // nothing. Gateways apply it one at a time: when another holds the lock,
 // it does nothing and says Busy.
-func (s *Store) ApplyRetention(ctx context.Context, period RetentionPeriod, archiveDir string, dryRun bool, actor string) (RetentionResult, error) {
+func (s *Retention) ApplyRetention(ctx context.Context, period RetentionPeriod, archiveDir string, dryRun bool, actor string) (RetentionResult, error) {
 	res := RetentionResult{Period: period.String(), Archived: []proof.ArchiveManifest{}, Purged: []PurgeResult{}}
 	if period.Forever() {
 		return res, nil
@@ -163,7 +163,7 @@ const retentionActor = "sandgate:retention"
 // RetentionLoop applies period every interval until ctx ends (the first
 // time after one interval), logging what it dropped and, once per
 // distinct cause, why it could not. A gateway runs it.
-func (s *Store) RetentionLoop(ctx context.Context, period RetentionPeriod, archiveDir string, interval time.Duration) {
+func (s *Retention) RetentionLoop(ctx context.Context, period RetentionPeriod, archiveDir string, interval time.Duration) {
 	if period.Forever() || interval <= 0 {
 		return
 	}

@@ -110,11 +110,11 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dry, err := admin.ApplyRetention(ctx, period, "", true, "ops")
+	dry, err := admin.Retention().ApplyRetention(ctx, period, "", true, "ops")
 	if err == nil || !isCode(err, sandgate.CodeConflict) || len(dry.Purged) != 0 {
 		t.Fatalf("dry run without an archive = %+v, %v; want CONFLICT never archived", dry, err)
 	}
-	res, err := admin.ApplyRetention(ctx, period, t.TempDir(), false, "ops")
+	res, err := admin.Retention().ApplyRetention(ctx, period, t.TempDir(), false, "ops")
 	if err != nil || len(res.Archived) != 1 || len(res.Purged) != 1 || !res.Purged[0].Dropped || res.Purged[0].Partition.Name != "audit_events_2025_01" {
 		t.Fatalf("ApplyRetention = %+v, %v; want January archived and dropped", res, err)
 	}
@@ -144,7 +144,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	}
 	// Verify passes and says what was purged.
 	ro := readOnly(t, dsn, trusted)
-	rep, err := ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify after retention = %+v, %v", rep, err)
 	}
@@ -154,10 +154,10 @@ func TestRetentionKnownAbsent(t *testing.T) {
 
 	// Offline, on an export taken after the purge, too.
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
 	if off, err := proof.VerifyExport(&events, &cps, gw.PublicKey(), old.PublicKey(), admin.PublicKey()); err != nil || !off.OK || len(off.Purged) != 2 {
@@ -185,19 +185,19 @@ func TestRetentionKnownAbsent(t *testing.T) {
 
 	// Proofs: a kept event's inclusion, and consistency from January's
 	// signed tree to the newest, both checked by x/mod's tlog.
-	cp, err := ro.Checkpoint(ctx, chain)
+	cp, err := ro.Proofs().Checkpoint(ctx, chain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := tlog.Hash(cp.RootHash)
-	incl, err := ro.InclusionProof(ctx, febID, 0)
+	incl, err := ro.Proofs().InclusionProof(ctx, febID, 0)
 	if err != nil {
 		t.Fatalf("inclusion of a kept event: %v", err)
 	}
 	if err := tlog.CheckRecord(toHashes(incl.Hashes), incl.TreeSize, root, incl.LeafIndex, tlog.RecordHash(incl.EventHash)); err != nil {
 		t.Errorf("tlog.CheckRecord of a kept event: %v", err)
 	}
-	cons, err := ro.ConsistencyProof(ctx, chain, janSize, 0)
+	cons, err := ro.Proofs().ConsistencyProof(ctx, chain, janSize, 0)
 	if err != nil {
 		t.Fatalf("consistency across the purge: %v", err)
 	}
@@ -208,13 +208,13 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Errorf("tlog.CheckTree from January's note: %v", err)
 	}
 	// What was dropped is known-absent: 410, not 404.
-	if _, err := ro.InclusionProof(ctx, janID, 0); !isCode(err, sandgate.CodePurged) {
+	if _, err := ro.Proofs().InclusionProof(ctx, janID, 0); !isCode(err, sandgate.CodePurged) {
 		t.Errorf("inclusion of a purged event: %v, want SANDGATE-PURGED", err)
 	}
-	if _, err := ro.Receipt(ctx, januaryRun); !isCode(err, sandgate.CodePurged) {
+	if _, err := ro.Proofs().Receipt(ctx, januaryRun); !isCode(err, sandgate.CodePurged) {
 		t.Errorf("receipt of a purged run: %v, want SANDGATE-PURGED", err)
 	}
-	if _, err := ro.InclusionProof(ctx, v7At(time.Now)(), 0); !isCode(err, sandgate.CodeNotFound) {
+	if _, err := ro.Proofs().InclusionProof(ctx, v7At(time.Now)(), 0); !isCode(err, sandgate.CodeNotFound) {
 		t.Errorf("inclusion of an event that never was, made after every purge: %v, want NOT-FOUND", err)
 	}
 
@@ -249,7 +249,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro = readOnly(t, dsn, trusted)
-	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err = ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestRetentionLoop(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
+		loop.Retention().RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
 	}()
 	sandgatetest.WaitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND actor = 'sandgate:retention'") == 1

@@ -111,7 +111,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 184 {
 		t.Errorf("max seq = %d, want 184 (gapless)", got)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
@@ -121,7 +121,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	// The tree followed the redeliveries: the final note's root is the
 	// RFC 6962 root of the chain's hashes.
 	leaves := chainHashes(t, db, s.ChainID())
-	cp, err := readOnly(t, dsn, nil).Checkpoint(context.Background(), s.ChainID())
+	cp, err := readOnly(t, dsn, nil).Proofs().Checkpoint(context.Background(), s.ChainID())
 	if err != nil || cp.TreeSize != int64(len(leaves)) || !bytes.Equal(cp.RootHash, rfc6962Root(leaves)) {
 		t.Errorf("tree after redelivery: size %d root %x (%v), want %d %x", cp.TreeSize, cp.RootHash, err, len(leaves), rfc6962Root(leaves))
 	}
@@ -374,7 +374,7 @@ func TestSpooledEventRecordedAtDelivery(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := readOnly(t, dsn, trusting(s.PublicKey())).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, trusting(s.PublicKey())).Verifier().VerifyTrail(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyTrail = %+v, %v", rep, err)
 	}

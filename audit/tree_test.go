@@ -124,7 +124,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		t.Fatalf("only %d checkpoint notes over %d events", len(sizes), len(leaves))
 	}
 
-	cp, err := r.Checkpoint(ctx, chain)
+	cp, err := r.Proofs().Checkpoint(ctx, chain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 			if seq < 1 {
 				continue
 			}
-			p, err := r.InclusionProof(ctx, ids[seq-1], size)
+			p, err := r.Proofs().InclusionProof(ctx, ids[seq-1], size)
 			if err != nil {
 				t.Fatalf("inclusion of seq %d in %d: %v", seq, size, err)
 			}
@@ -160,7 +160,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 			if from > size {
 				continue
 			}
-			p, err := r.ConsistencyProof(ctx, chain, from, size)
+			p, err := r.Proofs().ConsistencyProof(ctx, chain, from, size)
 			if err != nil {
 				t.Fatalf("consistency %d→%d: %v", from, size, err)
 			}
@@ -171,7 +171,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 	}
 
 	// A tampered proof or a wrong leaf fails the independent check.
-	p, err := r.InclusionProof(ctx, ids[3], 0)
+	p, err := r.Proofs().InclusionProof(ctx, ids[3], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,14 +185,14 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		err  error
 		code sandgate.ErrorCode
 	}{
-		{"bad event id", second(r.InclusionProof(ctx, "nope", 0)), sandgate.CodeInvalidRequest},
-		{"unknown event", second(r.InclusionProof(ctx, "0193a000-0000-7000-8000-000000000000", 0)), sandgate.CodeNotFound},
-		{"size below seq", second(r.InclusionProof(ctx, ids[20], 3)), sandgate.CodeInvalidRequest},
-		{"unsigned size", second(r.InclusionProof(ctx, ids[0], int64(len(leaves)+5))), sandgate.CodeNotFound},
-		{"from zero", second(r.ConsistencyProof(ctx, chain, 0, 0)), sandgate.CodeInvalidRequest},
-		{"from above to", second(r.ConsistencyProof(ctx, chain, 9, 7)), sandgate.CodeInvalidRequest},
-		{"unknown chain", second(r.ConsistencyProof(ctx, "nope", 1, 0)), sandgate.CodeNotFound},
-		{"chain needed read-only", second(r.Checkpoint(ctx, "")), sandgate.CodeInvalidRequest},
+		{"bad event id", second(r.Proofs().InclusionProof(ctx, "nope", 0)), sandgate.CodeInvalidRequest},
+		{"unknown event", second(r.Proofs().InclusionProof(ctx, "0193a000-0000-7000-8000-000000000000", 0)), sandgate.CodeNotFound},
+		{"size below seq", second(r.Proofs().InclusionProof(ctx, ids[20], 3)), sandgate.CodeInvalidRequest},
+		{"unsigned size", second(r.Proofs().InclusionProof(ctx, ids[0], int64(len(leaves)+5))), sandgate.CodeNotFound},
+		{"from zero", second(r.Proofs().ConsistencyProof(ctx, chain, 0, 0)), sandgate.CodeInvalidRequest},
+		{"from above to", second(r.Proofs().ConsistencyProof(ctx, chain, 9, 7)), sandgate.CodeInvalidRequest},
+		{"unknown chain", second(r.Proofs().ConsistencyProof(ctx, "nope", 1, 0)), sandgate.CodeNotFound},
+		{"chain needed read-only", second(r.Proofs().Checkpoint(ctx, "")), sandgate.CodeInvalidRequest},
 	} {
 		if got := sandgate.ErrorCodeOf(tc.err); got != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, tc.err, tc.code)
@@ -237,7 +237,7 @@ func TestTreeCatchesUpFromEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaves := chainHashes(t, db, chain)
-	cp, err := readOnly(t, dsn, nil).Checkpoint(context.Background(), chain)
+	cp, err := readOnly(t, dsn, nil).Proofs().Checkpoint(context.Background(), chain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestVerifyChecksNotes(t *testing.T) {
 	}
 	verify := func() map[string]int {
 		t.Helper()
-		rep, err := readOnly(t, dsn, trusting(key.Public().(ed25519.PublicKey))).Verify(context.Background(), sandgate.VerifyRange{})
+		rep, err := readOnly(t, dsn, trusting(key.Public().(ed25519.PublicKey))).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 // Verify checks the trail over r and returns the problems found (see
 // VerifyTrail, which also lists the keys). The error is AUDIT-UNAVAILABLE
 // when the database cannot be read.
-func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.VerifyReport, error) {
+func (s *Verifier) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.VerifyReport, error) {
 	rep, err := s.VerifyTrail(ctx, r)
 	return rep.VerifyReport, err
 }
@@ -34,12 +34,12 @@ func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.Ve
 // and no row may be recorded after the database's clock. The report lists
 // the keys with their node and first use. The error is AUDIT-UNAVAILABLE
 // when the database cannot be read; problems are in the report.
-func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (proof.Report, error) {
+func (s *Verifier) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (proof.Report, error) {
 	var dbNow time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
 		return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
 	}
-	keys, err := s.Keys(ctx)
+	keys, err := s.keys(ctx)
 	if err != nil {
 		return proof.Report{}, err
 	}
@@ -143,7 +143,7 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (proof.
 
 // endorsements reads the root endorsements the trail records
 // (audit.key_endorsed), oldest first.
-func (s *Store) endorsements(ctx context.Context) ([]proof.Endorsement, error) {
+func (s *trailDB) endorsements(ctx context.Context) ([]proof.Endorsement, error) {
 	rows, err := s.pool.Query(ctx, `SELECT payload FROM audit_events WHERE type = $1 ORDER BY recorded_at, chain_id, seq`,
 		string(sandgate.EventAuditKeyEndorsed))
 	if err != nil {
@@ -167,7 +167,7 @@ func (s *Store) endorsements(ctx context.Context) ([]proof.Endorsement, error) {
 }
 
 // checkpointsOf returns chain's checkpoints in chain order.
-func (s *Store) checkpointsOf(ctx context.Context, chain string) ([]proof.Checkpoint, error) {
+func (s *trailDB) checkpointsOf(ctx context.Context, chain string) ([]proof.Checkpoint, error) {
 	var cps []proof.Checkpoint
 	err := s.eachCheckpoint(ctx, chain, func(cp proof.Checkpoint) error {
 		cps = append(cps, cp)
@@ -178,7 +178,7 @@ func (s *Store) checkpointsOf(ctx context.Context, chain string) ([]proof.Checkp
 
 // chainIDs lists the chains to check: the registered ones and any that
 // have rows or checkpoints.
-func (s *Store) chainIDs(ctx context.Context, only string) ([]string, error) {
+func (s *trailDB) chainIDs(ctx context.Context, only string) ([]string, error) {
 	if only != "" {
 		return []string{only}, nil
 	}

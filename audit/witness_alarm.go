@@ -33,7 +33,7 @@ const (
 // INVALID-REQUEST when the alarm is malformed or not signed by the key
 // posted with it, RATE-LIMITED past the bounds, AUDIT-UNAVAILABLE when
 // the trail cannot record it now.
-func (s *Store) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
+func (s *Proofs) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
 	a, err := proof.ParseAlarm(r)
 	if err != nil {
 		return a, err
@@ -70,7 +70,7 @@ func (s *Store) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmR
 			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": r.Note,
 		},
 	}
-	if err := s.Record(ctx, ev); err != nil {
+	if err := s.writer.Record(ctx, ev); err != nil {
 		return a, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
 	}
 	a.EventID = ev.ID
@@ -79,7 +79,7 @@ func (s *Store) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmR
 
 // repeatedAlarm returns the ID of an alarm a repeats (the same witness
 // key, chain, kind and trees) recorded within alarmRepeats, "" when none.
-func (s *Store) repeatedAlarm(ctx context.Context, a sandgate.WitnessAlarm) (string, error) {
+func (s *Proofs) repeatedAlarm(ctx context.Context, a sandgate.WitnessAlarm) (string, error) {
 	var id string
 	err := s.pool.QueryRow(ctx, `SELECT event_id::text FROM audit_events
 		WHERE type = $1 AND recorded_at > now() - make_interval(secs => $2)

@@ -59,9 +59,6 @@ func (k *keyring) trustVerifierKey(vkey string) error {
 	return nil
 }
 
-// empty reports whether nothing is trusted.
-func (k *keyring) empty() bool { return len(k.any)+len(k.byName)+len(k.list) == 0 }
-
 // Verifier returns the verifier of the key named name with hash, or
 // note.UnknownVerifierError (the signature is then left unverified).
 func (k *keyring) Verifier(name string, hash uint32) (note.Verifier, error) {

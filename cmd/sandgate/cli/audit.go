@@ -123,7 +123,7 @@ func newAuditQueryCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer s.Close(context.Background())
-			recs, next, err := s.Query(cmd.Context(), filter)
+			recs, next, err := s.Reader().Query(cmd.Context(), filter)
 			if err != nil {
 				return err
 			}
@@ -177,9 +177,9 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 				w = file
 			}
 			if checkpoints {
-				err = s.ExportCheckpoints(cmd.Context(), chain, w)
+				err = s.Reader().ExportCheckpoints(cmd.Context(), chain, w)
 			} else {
-				err = s.Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
+				err = s.Reader().Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
 			}
 			if err != nil {
 				return err
@@ -252,7 +252,7 @@ use the report says so (unpinned_keys).`,
 					return err
 				}
 				defer s.Close(context.Background())
-				rep, err = s.VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
+				rep, err = s.Verifier().VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
 			}
 			if err != nil {
 				return err

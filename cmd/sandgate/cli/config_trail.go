@@ -213,7 +213,7 @@ func (c *trailConfig) retain(ctx context.Context, store *audit.Store) (stop func
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		store.RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
+		store.Retention().RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
 	}()
 	return func() { cancel(); <-done }
 }

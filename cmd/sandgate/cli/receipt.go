@@ -33,7 +33,7 @@ command then fails; retry after the checkpoint interval (10 s by default).`,
 				return err
 			}
 			defer s.Close(context.Background())
-			rec, err := s.Receipt(cmd.Context(), args[0])
+			rec, err := s.Proofs().Receipt(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}

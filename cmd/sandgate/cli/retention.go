@@ -78,7 +78,7 @@ func newAuditPartitionsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer s.Close(context.Background())
-			parts, err := s.Partitions(cmd.Context())
+			parts, err := s.Retention().Partitions(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -123,7 +123,7 @@ registry vouches for.`,
 				if err != nil {
 					return err
 				}
-				parts, err := s.Partitions(cmd.Context())
+				parts, err := s.Retention().Partitions(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -135,7 +135,7 @@ registry vouches for.`,
 			}
 			var done []proof.ArchiveManifest
 			for _, name := range partitions {
-				m, err := s.Archive(cmd.Context(), name, dir, actor)
+				m, err := s.Retention().Archive(cmd.Context(), name, dir, actor)
 				if err != nil {
 					_ = writeJSON(a, done)
 					return err
@@ -190,7 +190,7 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 				return err
 			}
 			defer s.Close(context.Background())
-			res, err := s.Purge(cmd.Context(), bound, dryRun, actor)
+			res, err := s.Retention().Purge(cmd.Context(), bound, dryRun, actor)
 			if werr := writeJSON(a, res); err == nil {
 				err = werr
 			}
@@ -248,7 +248,7 @@ archived now, stopping at the first expired month never archived.`,
 				return err
 			}
 			defer s.Close(context.Background())
-			res, err := s.ApplyRetention(cmd.Context(), p, dir, dryRun, actor)
+			res, err := s.Retention().ApplyRetention(cmd.Context(), p, dir, dryRun, actor)
 			if werr := writeJSON(a, res); err == nil {
 				err = werr
 			}
