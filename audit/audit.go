@@ -12,16 +12,23 @@
 // head every N events or T seconds, also when idle, so a truncated tail is
 // detectable. recorded_at is the database's clock. Each node's checkpoint
 // key is registered when first used (audit_keys, and an event of the
-// trail), so verify knows every legitimate key and reports any chain or
-// row no checkpoint by a known key covers. Verify checks it all online;
-// VerifyExport offline. A Streamer (stream.go) delivers the trail to
-// audit sinks (a SIEM), at least once and in order per chain, from a
-// cursor per sink kept in Postgres.
+// trail), with a cluster root's endorsement when the node has one.
+//
+// The rest has a type each, over the Store's pool: Reader (queries,
+// exports), Verifier (the live trail fed to package proof's verifier,
+// which trusts keys from configured anchors, never the registry alone),
+// Proofs (checkpoint notes, proofs, cosignatures, receipts, witness
+// alarms), Retention (archive, purge) and Takeover (a dead node's
+// chains). Everything that checks the trail without a database (canonical
+// form, notes, trees, offline verify, receipts, the witness) is package
+// audit/proof. A Streamer (stream.go) delivers the trail to audit sinks (a
+// SIEM), at least once and in order per chain, from a cursor per sink
+// kept in Postgres.
 //
 // The runs the API serves are package runstore's, which shares the Store's
-// database handle (DB). The two are the packages that import gorm and pgx:
-// here gorm for queries, pgx directly for the writer's batched multi-row
-// inserts.
+// database handle (DB). The two are the packages that import gorm and pgx
+// (what they do alike is package pgstore's): here gorm for queries, pgx
+// directly for the writer's batched multi-row inserts.
 package audit
 
 import (
