@@ -281,7 +281,8 @@ func (s *Store) Takeover() *Takeover { return s.takeover }
 
 // Auditors is the trail as the API serves auditors (sandgate.AuditTrail):
 // the Reader's queries and exports, the Verifier's verify, the Store's
-// readiness.
+// readiness and where its database stands (DatabaseStatus, which the
+// gateway's /readyz reports).
 func (s *Store) Auditors() sandgate.AuditTrail {
 	return auditors{Reader: s.reader, Verifier: s.verifier, store: s}
 }
@@ -293,6 +294,10 @@ type auditors struct {
 }
 
 func (a auditors) Ready(ctx context.Context) error { return a.store.Ready(ctx) }
+
+func (a auditors) DatabaseStatus(ctx context.Context) (string, error) {
+	return a.store.DatabaseStatus(ctx)
+}
 
 // Open connects to Postgres and, unless cfg.ReadOnly, loads (or creates)
 // the signing key, opens the spool, finds where this chain stands (its
