@@ -149,6 +149,10 @@ type CheckpointNote struct {
 	// Cosignatures are witnesses' signature lines for this checkpoint
 	// (tlog-cosignature/v1), in the order they were stored.
 	Cosignatures []string
+	// Endorsements are the cluster root's endorsements of the key that
+	// signed the note, as the trail records them: what a witness that
+	// trusts the root checks the note's key by.
+	Endorsements []KeyEndorsement
 }
 
 // InclusionProof proves that an event's hash is leaf LeafIndex of its

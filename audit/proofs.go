@@ -98,13 +98,24 @@ func (s *Proofs) defaultChain(chainID string) (string, error) {
 }
 
 // Checkpoint returns chainID's newest checkpoint note ("" for this
-// Store's chain) with its cosignatures.
+// Store's chain) with its cosignatures and the cluster root's
+// endorsements of the key that signed it.
 func (s *Proofs) Checkpoint(ctx context.Context, chainID string) (sandgate.CheckpointNote, error) {
 	chainID, err := s.defaultChain(chainID)
 	if err != nil {
 		return sandgate.CheckpointNote{}, err
 	}
-	return s.noteAt(ctx, chainID, 0)
+	cp, err := s.noteAt(ctx, chainID, 0)
+	if err != nil {
+		return cp, err
+	}
+	var pub []byte
+	if err := s.pool.QueryRow(ctx, `SELECT public_key FROM audit_checkpoints WHERE chain_id = $1 AND seq = $2 AND note = $3 LIMIT 1`,
+		chainID, cp.TreeSize, cp.Note).Scan(&pub); err != nil {
+		return cp, dbErr(err, "read the checkpoint's key")
+	}
+	cp.Endorsements, err = s.endorsementsOf(ctx, map[string]bool{proof.KeyID(pub): true})
+	return cp, err
 }
 
 // InclusionProof proves that the event eventID is in its chain's tree of

@@ -62,25 +62,30 @@ const maxWitnessedNote = 16 << 10
 const maxGatewayKeys = 256
 
 // Witness checks and cosigns the checkpoints of the chains it watches,
-// signed by the gateway keys it pins, keeping its view in a WitnessState.
+// signed by the gateway keys it trusts, keeping its view in a
+// WitnessState. It trusts keys as verify does (ResolveTrust's anchors):
+// keys pinned, and keys a cluster root endorsed for the node whose chain
+// the note is of.
 type Witness struct {
 	state   WitnessState
 	keys    []ed25519.PublicKey
+	roots   []ed25519.PublicKey
 	signer  *Cosigner
 	nowFunc func() time.Time
 }
 
 // NewWitness returns a witness keeping its view in dir (created 0700),
-// trusting notes signed by one of keys and cosigning with signer.
-func NewWitness(dir string, keys []ed25519.PublicKey, signer *Cosigner) (*Witness, error) {
-	if len(keys) == 0 || len(keys) > maxGatewayKeys {
-		return nil, fmt.Errorf("witness: pin between 1 and %d gateway keys, not %d", maxGatewayKeys, len(keys))
+// trusting notes signed by a key anchors pin or its roots endorsed, and
+// cosigning with signer.
+func NewWitness(dir string, anchors Anchors, signer *Cosigner) (*Witness, error) {
+	if n := len(anchors.Pinned) + len(anchors.Roots); n == 0 || n > maxGatewayKeys {
+		return nil, fmt.Errorf("witness: pin between 1 and %d gateway or root keys, not %d", maxGatewayKeys, n)
 	}
 	st, err := OpenWitnessState(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &Witness{state: st, keys: keys, signer: signer, nowFunc: time.Now}, nil
+	return &Witness{state: st, keys: anchors.Pinned, roots: anchors.Roots, signer: signer, nowFunc: time.Now}, nil
 }
 
 // State is the witness's directory.
@@ -91,13 +96,14 @@ func (w *Witness) State() WitnessState { return w.state }
 type ConsistencyFunc func(chainID string, from, to int64) ([]tlog.Hash, error)
 
 // Observe checks a checkpoint note of chain chainID, fetched from the
-// log, against the witness's view of that chain: the note's origin (the
-// chain's, and the one it first saw), a pinned key's signature (the one
+// log with the root's endorsements of its key (when the witness trusts a
+// root), against the witness's view of that chain: the note's origin (the
+// chain's, and the one it first saw), a trusted key's signature (the one
 // it first saw), and consistency with the newest tree it saw (fetching the
 // proof through prove). It returns the note cosigned by the witness and
 // records the new view; a refused checkpoint is a *WitnessAlarm and
 // leaves the view as it was.
-func (w *Witness) Observe(chainID, msg string, prove ConsistencyFunc) (string, error) {
+func (w *Witness) Observe(chainID, msg string, endorsements []Endorsement, prove ConsistencyFunc) (string, error) {
 	if chainID == "" {
 		return "", errors.New("witness: which chain the note is of is required")
 	}
@@ -125,7 +131,7 @@ func (w *Witness) Observe(chainID, msg string, prove ConsistencyFunc) (string, e
 		return "", alarm(AlarmOrigin, fmt.Sprintf("chain %s's notes were under origin %q when first seen at %s; offered one under %q",
 			chainID, old.Origin, old.SeenAt.Format(time.RFC3339), origin))
 	}
-	n, c, keyID, err := w.open(msg, origin)
+	n, c, keyID, err := w.open(msg, chainID, origin, endorsements)
 	if err != nil {
 		return "", alarm(AlarmBadSignature, fmt.Sprintf("not signed by a pinned gateway key: %v", err))
 	}
@@ -153,12 +159,20 @@ func (w *Witness) Observe(chainID, msg string, prove ConsistencyFunc) (string, e
 	return Cosign(n.Text, w.signer)
 }
 
-// open checks msg's signature by a pinned key under origin, and returns
+// open checks msg's signature by a trusted key under origin (a pinned
+// key, or one a root endorsed for the node whose chain it is), and returns
 // the note, what it states and the key's ID.
-func (w *Witness) open(msg, origin string) (*note.Note, NoteCheckpoint, string, error) {
+func (w *Witness) open(msg, chainID, origin string, endorsements []Endorsement) (*note.Note, NoteCheckpoint, string, error) {
 	ring := newKeyring()
 	for _, k := range w.keys {
 		ring.trust(origin, k)
+	}
+	for _, e := range endorsements {
+		for _, root := range w.roots {
+			if e.Verify(root) && Origin(e.Node, chainID) == origin {
+				ring.trust(origin, e.Key())
+			}
+		}
 	}
 	n, err := note.Open([]byte(msg), ring)
 	if err != nil {

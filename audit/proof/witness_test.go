@@ -77,11 +77,11 @@ func TestWitnessAlarms(t *testing.T) {
 		return func(_ string, from, to int64) ([]tlog.Hash, error) { return tlog.ProveTree(to, from, tree) }
 	}
 	pinned := []ed25519.PublicKey{key.Public().(ed25519.PublicKey), second.Public().(ed25519.PublicKey)}
-	w, err := NewWitness(t.TempDir(), pinned, NewCosigner("w", wkey))
+	w, err := NewWitness(t.TempDir(), Anchors{Pinned: pinned}, NewCosigner("w", wkey))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cosigned, err := w.Observe(chain, checkpoint(honest, 5, key), prover(honest))
+	cosigned, err := w.Observe(chain, checkpoint(honest, 5, key), nil, prover(honest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +89,10 @@ func TestWitnessAlarms(t *testing.T) {
 	if _, err := note.Open([]byte(cosigned), note.VerifierList(wv)); err != nil {
 		t.Fatalf("cosignature: %v", err)
 	}
-	if _, err := w.Observe(chain, checkpoint(honest, 10, key), prover(honest)); err != nil {
+	if _, err := w.Observe(chain, checkpoint(honest, 10, key), nil, prover(honest)); err != nil {
 		t.Fatalf("consistent growth: %v", err)
 	}
-	if _, err := w.Observe(chain, checkpoint(honest, 10, key), prover(honest)); err != nil {
+	if _, err := w.Observe(chain, checkpoint(honest, 10, key), nil, prover(honest)); err != nil {
 		t.Fatalf("the same checkpoint again: %v", err)
 	}
 	tests := []struct {
@@ -112,7 +112,7 @@ func TestWitnessAlarms(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := w.Observe(chain, tt.msg, prover(tt.tree))
+			_, err := w.Observe(chain, tt.msg, nil, prover(tt.tree))
 			var alarm *WitnessAlarm
 			if !errors.As(err, &alarm) || alarm.Kind != tt.kind {
 				t.Fatalf("got %v, want alarm %s", err, tt.kind)
@@ -123,7 +123,7 @@ func TestWitnessAlarms(t *testing.T) {
 			}
 		})
 	}
-	if _, err := w.Observe(chain, checkpoint(honest, 20, key), prover(honest)); err != nil {
+	if _, err := w.Observe(chain, checkpoint(honest, 20, key), nil, prover(honest)); err != nil {
 		t.Fatalf("honest growth after alarms: %v", err)
 	}
 }
@@ -151,19 +151,63 @@ func TestWitnessLegacyView(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "sandgate.gw1_gw1-abc.json"), []byte(legacy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := NewWitness(dir, []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}, NewCosigner("w", wkey))
+	w, err := NewWitness(dir, Anchors{Pinned: []ed25519.PublicKey{key.Public().(ed25519.PublicKey)}}, NewCosigner("w", wkey))
 	if err != nil {
 		t.Fatal(err)
 	}
 	prove := func(_ string, from, to int64) ([]tlog.Hash, error) { return tlog.ProveTree(to, from, tree) }
 	var alarm *WitnessAlarm
-	if _, err := w.Observe(chain, note(3), prove); !errors.As(err, &alarm) || alarm.Kind != AlarmRollback {
+	if _, err := w.Observe(chain, note(3), nil, prove); !errors.As(err, &alarm) || alarm.Kind != AlarmRollback {
 		t.Fatalf("a tree smaller than the legacy view's = %v, want a rollback", err)
 	}
-	if _, err := w.Observe(chain, note(6), prove); err != nil {
+	if _, err := w.Observe(chain, note(6), nil, prove); err != nil {
 		t.Fatalf("growth past the legacy view: %v", err)
 	}
 	if v, ok, err := w.State().View(chain); err != nil || !ok || v.Size != 6 || v.KeyID != KeyID(key.Public().(ed25519.PublicKey)) {
 		t.Errorf("view = %+v %t %v, want the chain's at 6 with its key", v, ok, err)
+	}
+}
+
+// TestWitnessTrustsRoot: a witness that trusts a cluster root (and pins
+// no gateway key) accepts a note signed by a key the root endorsed for the
+// node whose chain it is, and raises bad_signature for one endorsed for
+// another node, or by another root.
+func TestWitnessTrustsRoot(t *testing.T) {
+	_, key, _ := ed25519.GenerateKey(nil)
+	rootPub, root, _ := ed25519.GenerateKey(nil)
+	_, otherRoot, _ := ed25519.GenerateKey(nil)
+	_, wkey, _ := ed25519.GenerateKey(nil)
+	pub := key.Public().(ed25519.PublicKey)
+	const chain, origin = "gw1-abc", "sandgate.gw1/gw1-abc"
+	tree := newMemTree([]string{"a", "b", "c"})
+	root3, _ := tlog.TreeHash(3, tree)
+	msg, err := SignNote(key, origin, 3, root3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prove := func(_ string, from, to int64) ([]tlog.Hash, error) { return tlog.ProveTree(to, from, tree) }
+	for _, tt := range []struct {
+		name string
+		e    Endorsement
+		ok   bool
+	}{
+		{"endorsed for the chain's node", Endorse(root, "gw1", pub), true},
+		{"endorsed for another node", Endorse(root, "gw2", pub), false},
+		{"endorsed by another root", Endorse(otherRoot, "gw1", pub), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := NewWitness(t.TempDir(), Anchors{Roots: []ed25519.PublicKey{rootPub}}, NewCosigner("w", wkey))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = w.Observe(chain, msg, []Endorsement{tt.e}, prove)
+			var alarm *WitnessAlarm
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("Observe = %v, want it cosigned", err)
+			case !tt.ok && (!errors.As(err, &alarm) || alarm.Kind != AlarmBadSignature):
+				t.Errorf("Observe = %v, want %s", err, AlarmBadSignature)
+			}
+		})
 	}
 }

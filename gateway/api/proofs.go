@@ -22,6 +22,8 @@ type CheckpointView struct {
 	// lines after the gateway's signature.
 	Note         string   `json:"note"`
 	Cosignatures []string `json:"cosignatures"`
+	// Endorsements are the cluster root's endorsements of the note's key.
+	Endorsements []sandgate.KeyEndorsement `json:"endorsements,omitempty"`
 }
 
 // InclusionProofView is GET /v1/audit/proof/inclusion.
@@ -87,7 +89,7 @@ func NewCheckpointView(cp sandgate.CheckpointNote) CheckpointView {
 		cos = []string{}
 	}
 	return CheckpointView{ChainID: cp.ChainID, Origin: cp.Origin, TreeSize: cp.TreeSize, RootHash: b64(cp.RootHash),
-		CreatedAt: cp.CreatedAt, Note: withCosignatures(cp), Cosignatures: cos}
+		CreatedAt: cp.CreatedAt, Note: withCosignatures(cp), Cosignatures: cos, Endorsements: cp.Endorsements}
 }
 
 // NewInclusionProofView returns the wire form of an inclusion proof.

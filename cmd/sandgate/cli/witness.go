@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -21,7 +20,7 @@ import (
 // witnessOptions are the flags of sandgate audit witness.
 type witnessOptions struct {
 	gateway, token, state, keyFile, name string
-	gatewayKeys, chains                  []string
+	gatewayKeys, rootKeys, chains        []string
 	interval                             time.Duration
 	once                                 bool
 }
@@ -62,7 +61,8 @@ cosignatures and alarms are refused or not taken as a known witness's.`,
 	fl.StringVar(&o.token, "token", "", "auditor bearer token (default SANDGATE_TOKEN)")
 	fl.StringVar(&o.state, "state", "", "directory of the witness's view (required)")
 	fl.StringVar(&o.keyFile, "key", "", "the witness's Ed25519 key file (PEM; created when absent; required)")
-	fl.StringSliceVar(&o.gatewayKeys, "gateway-key", nil, "a file of the gateway checkpoint public keys to pin (PEM blocks or hex lines; required); repeatable")
+	fl.StringSliceVar(&o.gatewayKeys, "gateway-key", nil, "a file of the gateway checkpoint public keys to pin (PEM blocks or hex lines); repeatable")
+	fl.StringSliceVar(&o.rootKeys, "root-key", nil, "a cluster root public key file: trust the node keys it endorsed, as the gateway serves the endorsements (--gateway-key or --root-key required); repeatable")
 	fl.StringVar(&o.name, "name", "sandgate-witness", "the witness's key name in its cosignatures")
 	fl.StringSliceVar(&o.chains, "chain", nil, "chain to watch; repeatable (default: the gateway's own)")
 	fl.DurationVar(&o.interval, "interval", 30*time.Second, "how often to poll")
@@ -74,7 +74,7 @@ cosignatures and alarms are refused or not taken as a known witness's.`,
 const exitAlarm = 2
 
 func runWitness(ctx context.Context, a *app, o witnessOptions) error {
-	for _, f := range []struct{ name, v string }{{"state", o.state}, {"key", o.keyFile}, {"gateway-key", strings.Join(o.gatewayKeys, ",")}} {
+	for _, f := range []struct{ name, v string }{{"state", o.state}, {"key", o.keyFile}, {"gateway-key", strings.Join(append(o.gatewayKeys, o.rootKeys...), ",")}} {
 		if f.v == "" {
 			return sandgate.FieldError(f.name, "--%s is required", f.name)
 		}
@@ -88,20 +88,27 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	if o.token == "" {
 		return sandgate.FieldError("token", "--token (or SANDGATE_TOKEN) is required: an auditor's token")
 	}
-	var logKeys []ed25519.PublicKey
+	var anchors proof.Anchors
 	for _, f := range o.gatewayKeys {
 		ks, err := readPublicKeys(f)
 		if err != nil {
 			return sandgate.FieldError("gateway-key", "%s: %v", f, err)
 		}
-		logKeys = append(logKeys, ks...)
+		anchors.Pinned = append(anchors.Pinned, ks...)
+	}
+	for _, f := range o.rootKeys {
+		ks, err := readPublicKeys(f)
+		if err != nil {
+			return sandgate.FieldError("root-key", "%s: %v", f, err)
+		}
+		anchors.Roots = append(anchors.Roots, ks...)
 	}
 	key, err := proof.LoadSigningKey(o.keyFile, true)
 	if err != nil {
 		return err
 	}
 	signer := proof.NewCosigner(o.name, key)
-	w, err := proof.NewWitness(o.state, logKeys, signer)
+	w, err := proof.NewWitness(o.state, anchors, signer)
 	if err != nil {
 		return err
 	}
@@ -109,11 +116,14 @@ func runWitness(ctx context.Context, a *app, o witnessOptions) error {
 	if err != nil {
 		return err
 	}
-	ids := make([]string, len(logKeys))
-	for i, k := range logKeys {
-		ids[i] = proof.KeyID(k)
+	var ids []string
+	for _, k := range anchors.Pinned {
+		ids = append(ids, "gateway "+proof.KeyID(k))
 	}
-	fmt.Fprintf(a.stderr, "witness %s (key %s) watching %s, pinned gateway key(s) %s\n",
+	for _, k := range anchors.Roots {
+		ids = append(ids, "root "+proof.KeyID(k))
+	}
+	fmt.Fprintf(a.stderr, "witness %s (key %s) watching %s, trusting %s\n",
 		o.name, signer.VerifierKey(), o.gateway, strings.Join(ids, ", "))
 	chains := o.chains
 	if len(chains) == 0 {
@@ -209,7 +219,11 @@ func witnessOnce(ctx context.Context, a *app, c *client.Client, w *proof.Witness
 		}
 		return out, nil
 	}
-	cosigned, err := w.Observe(chain, own, prove)
+	var ends []proof.Endorsement
+	for _, e := range cp.Endorsements {
+		ends = append(ends, proof.Endorsement(e))
+	}
+	cosigned, err := w.Observe(chain, own, ends, prove)
 	if err != nil {
 		return err
 	}

@@ -209,7 +209,7 @@ func TestEndToEndOpenAPI(t *testing.T) {
 		body: `{"note":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
 	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
 	// A witness's alarm, signed with its key.
-	wit, err := proof.NewWitness(t.TempDir(), []ed25519.PublicKey{wkey.Public().(ed25519.PublicKey)}, signer)
+	wit, err := proof.NewWitness(t.TempDir(), proof.Anchors{Pinned: []ed25519.PublicKey{wkey.Public().(ed25519.PublicKey)}}, signer)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 // alarmer signs alarms as a witness named name with a key of its own.
 func alarmer(t *testing.T, f *witnessFixture, name string, key ed25519.PrivateKey) *proof.Witness {
 	t.Helper()
-	w, err := proof.NewWitness(t.TempDir(), []ed25519.PublicKey{f.node.Public().(ed25519.PublicKey)}, proof.NewCosigner(name, key))
+	w, err := proof.NewWitness(t.TempDir(), proof.Anchors{Pinned: []ed25519.PublicKey{f.node.Public().(ed25519.PublicKey)}}, proof.NewCosigner(name, key))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -174,4 +175,58 @@ func witnessView(t *testing.T, state, chain string) (proof.WitnessView, bool, er
 		t.Fatal(err)
 	}
 	return st.View(chain)
+}
+
+// TestWitnessTrustsRoot: a witness given the cluster's root key (no
+// gateway key) trusts a node's notes through the endorsement the gateway
+// serves with its checkpoint (the same notion of trust as verify and
+// verify-receipt), and refuses them with another root.
+func TestWitnessTrustsRoot(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, root, rootPub := filepath.Join(dir, "checkpoint.key"), filepath.Join(dir, "root.key"), filepath.Join(dir, "root.pub")
+	node := "gw-root-" + sandgatetest.RandomHex(t, 3)
+	endorsement := filepath.Join(dir, "endorsement.json")
+	env := map[string]string{"SANDGATE_SIGNING_KEY_FILE": keyFile, "SANDGATE_NODE": node}
+	if out, err := auditCLI(env, "audit", "endorse-key", "--root-key-file", root, "-o", endorsement); err != nil {
+		t.Fatalf("endorse-key: %v\n%s", err, out)
+	}
+	out, err := auditCLI(map[string]string{}, "audit", "public-key", "--signing-key-file", root)
+	if err != nil || os.WriteFile(rootPub, []byte(out), 0o600) != nil {
+		t.Fatalf("root public key: %v\n%s", err, out)
+	}
+	wpriv, err := proof.LoadSigningKey(filepath.Join(dir, "witness.key"), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := filepath.Join(dir, "witnesses")
+	if err := os.WriteFile(pins, []byte(proof.NewCosigner("witness.test", wpriv).VerifierKey()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withEnv("SANDGATE_SIGNING_KEY_FILE", keyFile), withEnv("SANDGATE_NODE", node),
+		withEnv("SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE", endorsement), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"),
+		withEnv("SANDGATE_AUDIT_WITNESS_KEYS_FILE", pins))
+	reviews(t, s, 3)
+	sandgatetest.WaitFor(t, "a checkpoint note with its key's endorsement", 30*time.Second, func() bool {
+		cp, err := s.Client.Checkpoint(context.Background(), "")
+		return err == nil && len(cp.Endorsements) == 1
+	})
+	look := func(state, rootFile string) (string, error) {
+		var out bytes.Buffer
+		err := runApp(context.Background(), []string{"audit", "witness", "--once", "--gateway", s.URL, "--token", s.Token,
+			"--state", state, "--key", filepath.Join(dir, "witness.key"), "--root-key", rootFile, "--name", "witness.test"}, map[string]string{}, &out, nil)
+		return out.String(), err
+	}
+	if out, err := look(filepath.Join(dir, "w1"), rootPub); err != nil || !strings.Contains(out, "consistent") {
+		t.Fatalf("witness trusting the root: %v\n%s", err, out)
+	}
+	other := filepath.Join(dir, "other.pub")
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	if err := os.WriteFile(other, proof.EncodePublicKey(otherKey.Public().(ed25519.PublicKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = look(filepath.Join(dir, "w2"), other)
+	var exit *cli.ExitError
+	if !errors.As(err, &exit) || exit.Code != exitWitnessAlarm || !strings.Contains(out+err.Error(), "ALARM "+proof.AlarmBadSignature) {
+		t.Fatalf("witness trusting another root: %v\n%s", err, out)
+	}
 }
