@@ -33,11 +33,14 @@ var owners = map[string][]string{
 // is small enough to read whole.
 // The audit sinks' senders (syslog, webhook) and their OCSF mapping read
 // a YAML file and speak to the network with the standard library alone;
-// the egress proxy needs nothing but the standard library.
-// Audit verification (package audit/proof: canonical bodies, chains,
-// notes, tree proofs, receipts, exports, archives, the witness) links
-// no database driver: an auditor verifies with what they are handed.
+// the egress proxy needs nothing but the standard library. The admission
+// gate links the standard library and the root package alone: it meets
+// HTTP, the database and the daemon only at interfaces. Audit
+// verification (package audit/proof: canonical bodies, chains, notes,
+// tree proofs, receipts, exports, archives, the witness) links no database
+// driver: an auditor verifies with what they are handed.
 var narrow = map[string][]string{
+	"admission":   {},
 	"audit/proof": {"golang.org/x/mod/sumdb/note", "golang.org/x/mod/sumdb/tlog"},
 	"workspace":   {"github.com/bmatcuk/doublestar/v4"},
 	"sinks":       {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -137,11 +138,9 @@ func (s *Retention) Archive(ctx context.Context, name, dir, actor string) (proof
 // recordArchived records audit.archived for the archive at out.
 func (s *Retention) recordArchived(ctx context.Context, m proof.ArchiveManifest, manifest []byte, out, actor string) error {
 	sum := sha256.Sum256(manifest)
-	return s.writer.Record(ctx, sandgate.Event{
-		Type: sandgate.EventAuditArchived, Actor: actor, Outcome: "archived",
-		Payload: proof.ArchivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
-			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.AsMap(),
-	})
+	return s.writer.Record(ctx, sandgate.NewAuditArchived(sandgate.Subject{Actor: actor}, time.Time{},
+		proof.ArchivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
+			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.AsMap()))
 }
 
 // archivedBefore handles an archive directory that already holds a

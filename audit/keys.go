@@ -134,9 +134,9 @@ func (w *writer) ensureKey() bool {
 	}
 	var evs []proof.Canonical
 	if !recorded {
-		ev := sandgate.Event{Type: sandgate.EventAuditKeyRegistered, Outcome: "registered", Node: w.cfg.Node, Payload: rec.Payload()}
+		ev := sandgate.NewAuditKeyRegistered(sandgate.NodeSubject(w.cfg.Node), time.Time{}, rec.Payload())
 		if rec.Replaces != "" {
-			ev.Type, ev.Outcome = sandgate.EventAuditKeyRotated, "rotated"
+			ev = sandgate.NewAuditKeyRotated(sandgate.NodeSubject(w.cfg.Node), time.Time{}, rec.Payload())
 		}
 		evs = append(evs, w.s.prepare(ev))
 	}
@@ -148,7 +148,7 @@ func (w *writer) ensureKey() bool {
 			return false
 		}
 		if !there {
-			evs = append(evs, w.s.prepare(sandgate.Event{Type: sandgate.EventAuditKeyEndorsed, Outcome: "endorsed", Node: w.cfg.Node, Payload: e.Payload()}))
+			evs = append(evs, w.s.prepare(sandgate.NewAuditKeyEndorsed(sandgate.NodeSubject(w.cfg.Node), time.Time{}, e.Payload())))
 		}
 	}
 	if !w.appendIn(ctx, tx, evs) {

@@ -160,11 +160,10 @@ func (s *Retention) Purge(ctx context.Context, before time.Time, dryRun bool, ac
 		if err != nil {
 			return out, err
 		}
-		ev := sandgate.Event{
-			ID: s.cfg.IDs(), Type: sandgate.EventRetentionApplied, Actor: actor, Outcome: "dropped",
-			Payload: proof.ArchivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
-				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.AsMap(),
-		}
+		ev := sandgate.NewRetentionApplied(sandgate.Subject{Actor: actor}, time.Time{},
+			proof.ArchivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
+				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.AsMap())
+		ev.ID = s.cfg.IDs()
 		table := pgx.Identifier{p.Name}.Sanitize()
 		err = s.writer.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
 			// Nothing may land in the month between the checks and the

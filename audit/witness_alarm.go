@@ -60,16 +60,14 @@ func (s *Proofs) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarm
 			Message: "too many witness alarms in the last hour from this principal or of this witness key; the alarms recorded stand",
 			Details: map[string]any{"limit_per_hour": alarmsPerHour, "principal_alarms": byPrincipal, "witness_alarms": byWitness}}
 	}
-	ev := sandgate.Event{
-		ID: s.cfg.IDs(), Type: sandgate.EventAuditWitnessAlarm, Outcome: a.Kind,
-		CorrelationID: r.CorrelationID, Actor: r.Actor, Team: r.Team,
-		Payload: map[string]any{
-			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
-			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
-			"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
-			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": r.Note,
-		},
-	}
+	subject := sandgate.Subject{CorrelationID: r.CorrelationID, Actor: r.Actor, Team: r.Team, Node: s.cfg.Node}
+	ev := sandgate.NewAuditWitnessAlarm(subject, s.cfg.Clock(), a.Kind, map[string]any{
+		"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
+		"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
+		"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
+		"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": r.Note,
+	})
+	ev.ID = s.cfg.IDs()
 	if err := s.writer.Record(ctx, ev); err != nil {
 		return a, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
 	}

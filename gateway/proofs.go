@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -22,7 +23,7 @@ import (
 
 // proofs returns the trail's proofs, or NOT-FOUND when this gateway was
 // wired without them.
-func (s *Server) proofs() (sandgate.AuditProofs, error) {
+func (s proofRoutes) proofs() (sandgate.AuditProofs, error) {
 	if s.d.Proofs == nil {
 		return nil, sandgate.Errorf(sandgate.CodeNotFound, "this gateway serves no audit proofs")
 	}
@@ -61,7 +62,7 @@ func wantsJSON(c echo.Context) bool {
 }
 
 // auditCheckpoint is GET /v1/audit/checkpoint.
-func (s *Server) auditCheckpoint(c echo.Context) error {
+func (s proofRoutes) auditCheckpoint(c echo.Context) error {
 	if err := checkQuery(c, "chain"); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func (s *Server) auditCheckpoint(c echo.Context) error {
 }
 
 // auditInclusion is GET /v1/audit/proof/inclusion.
-func (s *Server) auditInclusion(c echo.Context) error {
+func (s proofRoutes) auditInclusion(c echo.Context) error {
 	if err := checkQuery(c, "event_id", "tree_size"); err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func (s *Server) auditInclusion(c echo.Context) error {
 }
 
 // auditConsistency is GET /v1/audit/proof/consistency.
-func (s *Server) auditConsistency(c echo.Context) error {
+func (s proofRoutes) auditConsistency(c echo.Context) error {
 	if err := checkQuery(c, "chain", "from", "to"); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func (s *Server) auditConsistency(c echo.Context) error {
 const maxCosignatureBody = 32 << 10
 
 // auditCosign is POST /v1/audit/checkpoint/cosignature.
-func (s *Server) auditCosign(c echo.Context) error {
+func (s proofRoutes) auditCosign(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func (s *Server) auditCosign(c echo.Context) error {
 // receipt` builds, as a file. A submitter gets their team's runs only;
 // auditors and admins any run the trail holds, also one whose record
 // the run store no longer keeps.
-func (s *Server) runReceipt(c echo.Context) error {
+func (s proofRoutes) runReceipt(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func (s *Server) runReceipt(c echo.Context) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
 		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
 	}
-	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+	if _, err := s.admit(c, admission.ReadRun{Run: id}); err != nil && !(admission.SeesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
 		return err
 	}
 	p, err := s.proofs()
@@ -199,7 +200,7 @@ const maxWitnessAlarmBody = 16 << 10
 // (AuditProofs.RecordWitnessAlarm); recorded alarms are counted in
 // sandgate_audit_witness_alarms_total, repeats in
 // sandgate_audit_witness_alarm_repeats_total.
-func (s *Server) auditWitnessAlarm(c echo.Context) error {
+func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
