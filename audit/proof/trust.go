@@ -60,12 +60,19 @@ type Anchors struct {
 // LocalKey is a host's own checkpoint key, the node name it signs as, and
 // the file it was read from. Signing says the verifying process itself
 // signs the trail's checkpoints with it (a gateway verifying its own
-// trail): it is then trusted before its first registration.
+// trail): it is then trusted before its first registration. Lineage says
+// the registry is the database's, where the application role cannot
+// rewrite a node's registrations: the keys it vouches for as the node's
+// (the ones the local key replaced) are then trusted with it. An export
+// or an archive can be rewritten whole, registrations included, so
+// offline the local key is trusted alone (with the rotations it
+// endorsed).
 type LocalKey struct {
 	Node    string
 	Key     ed25519.PublicKey
 	File    string
 	Signing bool
+	Lineage bool
 }
 
 // Empty reports whether a names no anchor at all.
@@ -243,6 +250,12 @@ func (t *Trust) addLocal(l LocalKey, judged []KeyRecord, signed bool) {
 		return
 	}
 	anchor.Used = true
+	if !l.Lineage {
+		t.add(l.Key, "the local key, registered for node "+l.Node)
+		anchor.Detail = fmt.Sprintf("registered for node %q: the key is trusted (offline, not the keys it replaced: an export can be rewritten whole)", l.Node)
+		t.anchors = append(t.anchors, anchor)
+		return
+	}
 	n := 0
 	for _, k := range judged {
 		if k.Node == l.Node && k.Known {

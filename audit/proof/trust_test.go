@@ -55,7 +55,11 @@ func TestResolveTrust(t *testing.T) {
 		{"a pinned key and its endorsed rotation", Anchors{Pinned: []ed25519.PublicKey{a1}}, nil, id(a1, a2), true},
 		{"the root: the key it endorsed, not the forged endorsement", Anchors{Roots: []ed25519.PublicKey{rootPub}}, nil, id(b1), true},
 		{"another root", Anchors{Roots: []ed25519.PublicKey{otherRootPub}}, nil, id(), true},
-		{"the local key registered for its node: the node's lineage", Anchors{Local: &LocalKey{Node: "node-a", Key: a2}}, nil, id(a1, a2), true},
+		{"the local key registered for its node, online: the node's lineage", Anchors{Local: &LocalKey{Node: "node-a", Key: a2, Lineage: true}}, nil, id(a1, a2), true},
+		// Offline an export can be rewritten whole: the first key it
+		// registers for the node, which "endorsed" the local key, may be
+		// a forger's.
+		{"the local key registered for its node, offline: the key alone, not the one it replaced", Anchors{Local: &LocalKey{Node: "node-a", Key: a2}}, nil, id(a2), true},
 		{"the local key under another node's name", Anchors{Local: &LocalKey{Node: "node-b", Key: a2}}, nil, id(), false},
 		{"a stray local key", Anchors{Local: &LocalKey{Node: "node-a", Key: stray}}, nil, id(), false},
 		{"a stray local key that signed checkpoints here", Anchors{Local: &LocalKey{Node: "node-a", Key: stray}}, []ed25519.PublicKey{stray}, id(stray), true},

@@ -160,6 +160,11 @@ func newVerifier(anchors Anchors, now time.Time, staleAfter time.Duration) *Veri
 // interval old, judged at now.
 func NewOnlineVerifier(anchors Anchors, registry []KeyRecord, endorsements []Endorsement, dbNow, now time.Time, interval time.Duration) *Verifier {
 	grace := 2 * interval
+	if anchors.Local != nil {
+		l := *anchors.Local
+		l.Lineage = true // the registry is the database's
+		anchors.Local = &l
+	}
 	v := newVerifier(anchors, later(dbNow, now), grace)
 	v.online, v.ordered, v.grace = true, true, grace
 	v.futureAfter, v.futureClock = dbNow, "database's"
