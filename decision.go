@@ -199,6 +199,11 @@ type PolicyStatus struct {
 	LoadedAt    time.Time      `json:"loaded_at"`
 	LastError   string         `json:"last_error,omitempty"`
 	LastErrorAt *time.Time     `json:"last_error_at,omitempty"`
+	// SignedBy is the pinned key that signed the bundle in force and
+	// SignedRevision the revision its signed manifest names; both are
+	// empty when no verification keys are pinned.
+	SignedBy       string `json:"signed_by,omitempty"`
+	SignedRevision string `json:"signed_revision,omitempty"`
 }
 
 // PolicyAdmin is the policy engine as security staff drive it.

@@ -208,11 +208,16 @@ func serve(ctx context.Context, a *app) error {
 			}
 		}()
 	})
+	verifyKeys, err := cfg.verifyKeys()
+	if err != nil {
+		return err
+	}
 	engine, err = policies.New(ctx, policies.Options{
-		Dir:      cfg.PolicyDir,
-		Settings: settings,
-		Events:   policyEvents,
-		Logger:   logger.With("component", "policies"),
+		Dir:        cfg.PolicyDir,
+		Settings:   settings,
+		Events:     policyEvents,
+		Logger:     logger.With("component", "policies"),
+		VerifyKeys: verifyKeys,
 	})
 	if err != nil {
 		return fmt.Errorf("load policy: %w", err)
