@@ -1,9 +1,15 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -96,4 +102,54 @@ func (c *policyConfig) verifyKeys() (*policies.VerifyKeys, error) {
 // settings are what the policies see of this gateway.
 func (c *policyConfig) settings() sandgate.Settings {
 	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots}
+}
+
+// engine loads and compiles the bundle (its tests pass, or it is
+// refused), reporting policy.loaded and every later reload to events.
+// Watching the directory starts with watch, once serve has registered.
+func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, logger *slog.Logger) (*policies.Engine, error) {
+	keys, err := c.verifyKeys()
+	if err != nil {
+		return nil, err
+	}
+	engine, err := policies.New(ctx, policies.Options{
+		Dir:        c.PolicyDir,
+		Settings:   c.settings(),
+		Events:     events,
+		Logger:     logger.With("component", "policies"),
+		VerifyKeys: keys,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	return engine, nil
+}
+
+// watch reloads the policy when its directory changes and on SIGHUP,
+// until ctx ends.
+func watch(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+	go func() {
+		if err := engine.Watch(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("policy watch", "err", err)
+		}
+	}()
+	go reloadOnSIGHUP(ctx, engine, logger)
+}
+
+// reloadOnSIGHUP reloads the policy on every SIGHUP until ctx ends. The
+// process, not the engine, owns its signals.
+func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if _, err := engine.ReloadFor(ctx, "sighup"); err != nil && ctx.Err() == nil {
+				logger.Warn("policy reload on SIGHUP refused; the policy in force stays", "err", err)
+			}
+		}
+	}
 }
