@@ -132,6 +132,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	if err != nil {
 		return e.failed(r, err), err
 	}
+	if err := e.checkRuntime(ctx, r, set.host.Runtime); err != nil {
+		return e.failed(r, err), err
+	}
 
 	// Queue for a slot, fairly between teams; a run cancelled while
 	// queued never gets a container.
