@@ -324,8 +324,11 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	if p.signature != nil {
 		payload["signer_key_id"], payload["signed_revision"] = p.signature.KeyID, p.signature.Revision
 	}
-	e.logger().Info("policy loaded", "source", e.source, "trigger", trigger, "revision", p.revision,
-		"previous_revision", revisionOf(old), "signer_key_id", payload["signer_key_id"])
+	attrs := []any{"source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old)}
+	if p.signature != nil {
+		attrs = append(attrs, "signer_key_id", p.signature.KeyID, "signed_revision", p.signature.Revision)
+	}
+	e.logger().Info("policy loaded", attrs...)
 	e.emit(sandgate.Event{
 		Type:           sandgate.EventPolicyLoaded,
 		Outcome:        "success",
