@@ -78,6 +78,8 @@ type Executor struct {
 	bridgeReady bool
 	// egressMu guards the egress network and its proxy, once made.
 	egressMu sync.Mutex
+	// hostIDs is the daemon's userns-remap shift (userns.go).
+	hostIDs hostIDs
 	egress   *egressNet
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
