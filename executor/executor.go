@@ -80,7 +80,7 @@ type Executor struct {
 	egressMu sync.Mutex
 	// hostIDs is the daemon's userns-remap shift (userns.go).
 	hostIDs hostIDs
-	egress   *egressNet
+	egress  *egressNet
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
 	// workspaces makes the file systems of runs' workspaces.

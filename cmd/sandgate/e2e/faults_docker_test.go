@@ -170,8 +170,8 @@ type privateDocker struct {
 	// it) without the cgroup v2 mount, which crun refuses to run beside
 	// v1 controllers; the host's mounts are untouched.
 	hideCgroup2 bool
-	cmd  *exec.Cmd
-	exit chan error
+	cmd         *exec.Cmd
+	exit        chan error
 }
 
 // startPrivateDocker starts a private dockerd with the sandbox image
