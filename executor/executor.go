@@ -78,9 +78,7 @@ type Executor struct {
 	bridgeReady bool
 	// egressMu guards the egress network and its proxy, once made.
 	egressMu sync.Mutex
-	// hostIDs is the daemon's userns-remap shift (userns.go).
-	hostIDs hostIDs
-	egress  *egressNet
+	egress   *egressNet
 	// volumes makes the file systems of cache volumes.
 	volumes *volumes
 	// workspaces makes the file systems of runs' workspaces.
@@ -111,6 +109,9 @@ type Executor struct {
 	// stopped once the executor was shut down or closed.
 	started, starting, stopped bool
 	startStop                  context.CancelFunc
+
+	// hostIDs is the daemon's userns-remap shift (userns.go).
+	hostIDs hostIDs
 }
 
 var (
