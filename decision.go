@@ -153,6 +153,11 @@ type Enforcement struct {
 	// proxy may connect an egress run to; every other such address is
 	// refused (data.sandgate.config.egress_private_cidrs).
 	EgressPrivateCIDRs []string `json:"egress_private_cidrs"`
+	// ImageSigners are, by image repository, the keys (their IDs in
+	// SANDGATE_IMAGE_VERIFY_KEYS) one of which must have signed the image
+	// a run of the team resolves; a repository not listed needs no
+	// signature (data.sandgate.config.image_signers).
+	ImageSigners map[string][]string `json:"image_signers,omitempty"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's

@@ -87,7 +87,7 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		// Its own --gateway and --token, defaulting to the client's.
 		"audit witness": nil,
 		"migrate up":    dsn, "migrate status": dsn,
-		"image build": nil, "image load": nil, "image list": nil, "image prune": nil,
+		"image build": nil, "image load": nil, "image sign": nil, "image list": nil, "image prune": nil,
 		"sandbox list": nil, "sandbox cleanup": nil,
 		"version": nil,
 	}
