@@ -56,3 +56,9 @@ func shortImageID(id string) string {
 	}
 	return id
 }
+
+// signatureRequired reports whether the run's policy names signers for
+// ref's repository.
+func signatureRequired(r *run, ref string) bool {
+	return len(r.job.Enforcement.ImageSigners[repositoryOf(ref)]) > 0
+}

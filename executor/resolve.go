@@ -68,7 +68,9 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		}
 		return resolved(id, true, false)
 	}
-	if id, ok := e.cachedImageID(ref); ok {
+	// An image whose signature the policy requires is looked up afresh:
+	// a tag moved since the last run must not ride on the old answer.
+	if id, ok := e.cachedImageID(ref); ok && !signatureRequired(r, ref) {
 		return resolved(id, false, true)
 	}
 	id, err := e.inspectImage(ctx, r, ref)
