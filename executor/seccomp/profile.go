@@ -81,11 +81,10 @@ func build() ([]byte, error) {
 	}
 	kept := p.Syscalls[:0]
 	for _, rule := range p.Syscalls {
+		// Docker's default names its calls in Names only (Name is the
+		// deprecated spelling of old JSON profiles).
 		rule.Names = slices.DeleteFunc(slices.Clone(rule.Names), func(n string) bool { return denied[n] })
-		if rule.Name != "" && denied[rule.Name] {
-			rule.Name = ""
-		}
-		if len(rule.Names) > 0 || rule.Name != "" {
+		if len(rule.Names) > 0 {
 			kept = append(kept, rule)
 		}
 	}

@@ -26,6 +26,7 @@ func TestProfileIsDockersDefaultLessDenied(t *testing.T) {
 		DefaultAction   string `json:"defaultAction"`
 		DefaultErrnoRet int    `json:"defaultErrnoRet"`
 		Syscalls        []struct {
+			Name     string   `json:"name"`
 			Names    []string `json:"names"`
 			Action   string   `json:"action"`
 			ErrnoRet *int     `json:"errnoRet"`
@@ -43,6 +44,9 @@ func TestProfileIsDockersDefaultLessDenied(t *testing.T) {
 		t.Fatalf("default action %s errno %d, want SCMP_ACT_ERRNO EPERM", p.DefaultAction, p.DefaultErrnoRet)
 	}
 	for _, rule := range p.Syscalls {
+		if rule.Name != "" {
+			t.Errorf("a rule names %s in the deprecated name field, which the profile does not filter", rule.Name)
+		}
 		for _, name := range rule.Names {
 			switch {
 			case name == "clone" && rule.Action == "SCMP_ACT_ALLOW":
