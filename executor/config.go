@@ -8,8 +8,8 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/imagesig"
 	"github.com/sandgate/sandgate/egress"
+	"github.com/sandgate/sandgate/imagesig"
 )
 
 // SandboxImage is the default sandbox image that BuildSandboxImage builds.
