@@ -90,6 +90,9 @@ func Sign(dir string, opts SignOptions) (Signature, error) {
 // before it loads it, and returns who signed it. A bundle that fails is a
 // POLICY-INVALID error naming the problem.
 func Verify(dir string, keys *VerifyKeys) (Signature, error) {
+	if keys == nil {
+		return Signature{}, errors.New("verify: no keys are pinned (SANDGATE_POLICY_VERIFY_KEYS)")
+	}
 	b, err := readVerifiedBundle(dir, keys)
 	if err != nil {
 		_, source := bundleFS(dir)
