@@ -306,14 +306,9 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 		}
 		e.logger().Error("policy bundle refused; the policy in force is kept",
 			"source", e.source, "trigger", trigger, "attempted_revision", attempted, "errors", errs)
-		e.emit(sandgate.Event{
-			Type:           sandgate.EventPolicyLoadFailed,
-			Outcome:        "failure",
-			PolicyRevision: revisionOf(old),
-			Payload: map[string]any{
-				"source": e.source, "trigger": trigger, "attempted_revision": attempted, "errors": errs,
-			},
-		})
+		e.emit(sandgate.NewPolicyLoadFailed(sandgate.Subject{PolicyRevision: revisionOf(old)}, time.Time{}, map[string]any{
+			"source": e.source, "trigger": trigger, "attempted_revision": attempted, "errors": errs,
+		}))
 		return false, inv
 	}
 	e.current.Store(p)
@@ -321,20 +316,13 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	payload := map[string]any{
 		"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
 	}
-	if p.signature != nil {
-		payload["signer_key_id"], payload["signed_revision"] = p.signature.KeyID, p.signature.Revision
-	}
 	attrs := []any{"source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old)}
 	if p.signature != nil {
+		payload["signer_key_id"], payload["signed_revision"] = p.signature.KeyID, p.signature.Revision
 		attrs = append(attrs, "signer_key_id", p.signature.KeyID, "signed_revision", p.signature.Revision)
 	}
 	e.logger().Info("policy loaded", attrs...)
-	e.emit(sandgate.Event{
-		Type:           sandgate.EventPolicyLoaded,
-		Outcome:        "success",
-		PolicyRevision: p.revision,
-		Payload:        payload,
-	})
+	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, payload))
 	return true, nil
 }
 
