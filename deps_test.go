@@ -21,6 +21,7 @@ var owners = map[string][]string{
 	"github.com/labstack/echo":         {"gateway"},
 	"github.com/getkin/kin-openapi":    {"gateway"}, // gateway/api/apitest, in tests
 	"github.com/open-policy-agent/opa": {"policies"},
+	"github.com/sigstore/":             {"imagesig"},
 	"gorm.io/":                         {"audit", "runstore", "pgstore"},
 	"github.com/jackc/pgx":             {"audit", "runstore", "pgstore"},
 	"github.com/pressly/goose":         {"migrations"},
