@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 )
 
 // TestRuns runs short commands in real containers and checks what came
@@ -510,7 +511,7 @@ func TestReaper(t *testing.T) {
 	var ids []string
 	for i := range 10 {
 		resp, err := d.ContainerCreate(ctx, &container.Config{
-			Image: executor.SandboxImage,
+			Image: images.SandboxImage,
 			Cmd:   []string{"sleep", "300"},
 			Labels: map[string]string{
 				sandgate.LabelManaged: "true", sandgate.LabelNode: executortestNode,
@@ -610,7 +611,7 @@ func TestLoadImage(t *testing.T) {
 	ctx := context.Background()
 	d := docker(t)
 	ref := "sandgate/load-test:" + randomHex(t, 4)
-	if err := d.ImageTag(ctx, executor.SandboxImage, ref); err != nil {
+	if err := d.ImageTag(ctx, images.SandboxImage, ref); err != nil {
 		t.Fatal(err)
 	}
 	save, err := d.ImageSave(ctx, []string{ref})

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/migrations"
 	"github.com/sandgate/sandgate/policies"
@@ -301,7 +302,7 @@ func serve(ctx context.Context, a *app) error {
 		}
 	}()
 
-	builtImages, err := executor.NewImages(executor.Config{DockerHost: cfg.DockerHost, Node: cfg.Node, Logger: logger.With("component", "images")})
+	builtImages, err := images.New(images.Config{DockerHost: cfg.DockerHost, Logger: logger.With("component", "images")})
 	if err != nil {
 		return fmt.Errorf("docker images: %w", err)
 	}

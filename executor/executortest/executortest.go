@@ -5,6 +5,7 @@ package executortest
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -15,9 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/deploy/images"
+	recipefiles "github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 )
 
 var (
@@ -55,18 +59,18 @@ func prepare() error {
 	if err := ex.Ping(ctx); err != nil {
 		return err
 	}
-	images, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest", MaxRetries: 1})
+	im, err := images.New(images.Config{DockerHost: DockerHost(), MaxRetries: 1})
 	if err != nil {
 		return err
 	}
-	defer images.Close()
-	if _, err := images.ImageID(ctx, executor.SandboxImage); err == nil {
+	defer im.Close()
+	if _, err := im.ImageID(ctx, images.SandboxImage); err == nil {
 		return nil
 	} else if sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
 		return err
 	}
-	if _, err := images.BuildSandboxImage(ctx, executor.BuildOptions{}); err != nil {
-		return fmt.Errorf("build %s: %w", executor.SandboxImage, err)
+	if _, err := im.BuildSandboxImage(ctx, images.BuildOptions{}); err != nil {
+		return fmt.Errorf("build %s: %w", images.SandboxImage, err)
 	}
 	return nil
 }
@@ -77,7 +81,7 @@ var (
 )
 
 type recipeResult struct {
-	build executor.RecipeBuild
+	build images.RecipeBuild
 	err   error
 }
 
@@ -88,7 +92,7 @@ type recipeResult struct {
 // per test binary. Without Docker the test is skipped as RequireDocker
 // does; a missing mmdebstrap skips it too, except under CI=true, where it
 // fails; a failed build always fails it.
-func RequireRecipeImage(t testing.TB, name string) executor.RecipeBuild {
+func RequireRecipeImage(t testing.TB, name string) images.RecipeBuild {
 	t.Helper()
 	RequireDocker(t)
 	recipeMu.Lock()
@@ -105,26 +109,26 @@ func RequireRecipeImage(t testing.TB, name string) executor.RecipeBuild {
 		t.Skipf("image %s is not built and mmdebstrap is missing: %v (run deploy/bootstrap.sh)", name, err)
 	}
 	t.Fatalf("image %s: %v", name, res.err)
-	return executor.RecipeBuild{}
+	return images.RecipeBuild{}
 }
 
-func buildRecipe(name string) (executor.RecipeBuild, error) {
+func buildRecipe(name string) (images.RecipeBuild, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	recipes, err := executor.LoadRecipes(images.Recipes)
+	list, err := images.LoadRecipes(recipefiles.Recipes)
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
-	r, err := executor.FindRecipe(recipes, name)
+	r, err := images.FindRecipe(list, name)
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
-	im, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest"})
+	im, err := images.New(images.Config{DockerHost: DockerHost()})
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
 	defer im.Close()
-	return im.BuildRecipeImage(ctx, r, executor.RecipeBuildOptions{Reuse: true})
+	return im.BuildRecipeImage(ctx, r, images.RecipeBuildOptions{Reuse: true})
 }
 
 var (
@@ -161,4 +165,39 @@ func buildAgent() (string, error) {
 		return "", fmt.Errorf("go build: %v: %s", err, b)
 	}
 	return out, os.Rename(tmp, out)
+}
+
+var (
+	dockerOnce sync.Once
+	dockerC    *client.Client
+	dockerErr  error
+)
+
+// Docker is a plain client of the test daemon, for looking at what the
+// code under test did; it requires Docker as RequireDocker does.
+func Docker(t testing.TB) *client.Client {
+	t.Helper()
+	RequireDocker(t)
+	dockerOnce.Do(func() {
+		opts := []client.Opt{client.WithAPIVersionNegotiation()}
+		if h := DockerHost(); h != "" {
+			opts = append(opts, client.WithHost(h))
+		}
+		dockerC, dockerErr = client.NewClientWithOpts(opts...)
+	})
+	if dockerErr != nil {
+		t.Fatal(dockerErr)
+	}
+	return dockerC
+}
+
+// RandomHex is n random bytes in hex: a suffix that keeps the names of
+// tests running side by side apart.
+func RandomHex(t testing.TB, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }

@@ -1,4 +1,11 @@
-package executor
+// Package images administers the images a node's daemon holds: it builds
+// the sandbox image (FROM scratch, from a static busybox) and the language
+// images of the recipes (Debian packages, with mmdebstrap), loads image
+// tarballs (air-gapped sites have no other way in), lists and prunes them,
+// and lists those sandgate built for GET /v1/config. It is not on the run
+// path: a run's image is resolved by the executor, which only inspects
+// and, when the policy allows, pulls.
+package images
 
 import (
 	"archive/tar"
@@ -22,15 +29,73 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sethvargo/go-retry"
+
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
-// Images administers the images a node's daemon holds: it builds the
-// sandbox image, loads image tarballs (air-gapped sites have no other
-// way in), lists and prunes them. It is not on the run path: a run's
-// image is resolved by the Executor, which only inspects and, when the
-// policy allows, pulls.
+// SandboxImage is the default sandbox image that BuildSandboxImage builds.
+const SandboxImage = "sandgate/sandbox:latest"
+
+// imageAPI is the Docker calls that build, load, list and prune images.
+// *client.Client satisfies it; unit tests fake exactly these.
+type imageAPI interface {
+	ImageBuild(ctx context.Context, buildContext io.Reader, opts build.ImageBuildOptions) (build.ImageBuildResponse, error)
+	ImageLoad(ctx context.Context, input io.Reader, opts ...client.ImageLoadOption) (image.LoadResponse, error)
+	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImageList(ctx context.Context, opts image.ListOptions) ([]image.Summary, error)
+	ImageRemove(ctx context.Context, ref string, opts image.RemoveOptions) ([]image.DeleteResponse, error)
+	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	// The checks of a recipe image (recipe_build.go) run in a container.
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networking *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerStart(ctx context.Context, id string, opts container.StartOptions) error
+	ContainerWait(ctx context.Context, id string, condition container.WaitCondition) (<-chan container.WaitResponse, <-chan error)
+	ContainerLogs(ctx context.Context, id string, opts container.LogsOptions) (io.ReadCloser, error)
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+}
+
+// Config configures Images. The zero value of every field has a usable
+// default; Validate fills the defaults in.
+type Config struct {
+	// DockerHost is the daemon ("unix:///var/run/docker.sock", "tcp://…");
+	// empty means the local socket.
+	DockerHost string
+	// CallTimeout bounds one attempt of a quick Docker call. Default 30s.
+	CallTimeout time.Duration
+	// MaxRetries caps the retries of a call after a transient error.
+	// Default 4.
+	MaxRetries uint64
+	// Backoff returns a fresh backoff for each retried call. Default:
+	// exponential from 100ms, capped at 2s, with 10% jitter.
+	Backoff func() retry.Backoff
+	// Logger receives operational logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate fills in defaults.
+func (c *Config) Validate() error {
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = 4
+	}
+	if c.Backoff == nil {
+		c.Backoff = func() retry.Backoff {
+			return retry.WithJitterPercent(10, retry.WithCappedDuration(2*time.Second, retry.NewExponential(100*time.Millisecond)))
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Images administers the images of one daemon.
 type Images struct {
 	cfg    Config
 	api    imageAPI
@@ -38,17 +103,17 @@ type Images struct {
 	log    *slog.Logger
 }
 
-// NewImages returns the image administration of the daemon cfg.DockerHost
+// New returns the image administration of the daemon cfg.DockerHost
 // names. It does not contact the daemon until asked.
-func NewImages(cfg Config) (*Images, error) {
+func New(cfg Config) (*Images, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c, err := dial(cfg.DockerHost)
+	c, err := daemon.Dial(cfg.DockerHost)
 	if err != nil {
 		return nil, err
 	}
-	return &Images{cfg: cfg, api: c, closer: c, log: cfg.Logger.With("component", "images")}, nil
+	return &Images{cfg: cfg, api: c, closer: c, log: cfg.Logger}, nil
 }
 
 // Close releases the Docker client.
@@ -61,7 +126,8 @@ func (im *Images) Close() error {
 
 // call runs one Docker call under the retry policy.
 func (im *Images) call(ctx context.Context, op string, f func(ctx context.Context) error) error {
-	return retrier{cfg: &im.cfg, log: im.log}.do(ctx, op, im.cfg.CallTimeout, f, nil)
+	rt := daemon.Retrier{MaxRetries: im.cfg.MaxRetries, Backoff: im.cfg.Backoff, Log: im.log}
+	return rt.Do(ctx, op, im.cfg.CallTimeout, f, nil)
 }
 
 // BuildOptions configures BuildSandboxImage.
@@ -110,10 +176,10 @@ func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (str
 		Labels:      map[string]string{"org.opencontainers.image.title": "sandgate sandbox", "org.opencontainers.image.source": "sandgate image build"},
 	})
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
 	}
 	defer resp.Body.Close()
-	err = readJSONMessages(resp.Body, func(m jsonMessage) {
+	err = daemon.ReadMessages(resp.Body, func(m daemon.Message) {
 		if m.Stream != "" {
 			io.WriteString(opts.Progress, m.Stream)
 		}
@@ -123,7 +189,7 @@ func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (str
 	}
 	img, err := im.api.ImageInspect(ctx, opts.Tag)
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect %s after build", opts.Tag)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s after build", opts.Tag)
 	}
 	return img.ID, nil
 }
@@ -255,11 +321,11 @@ func checkStatic(path string) error {
 func (im *Images) LoadImage(ctx context.Context, r io.Reader) ([]string, error) {
 	resp, err := im.api.ImageLoad(ctx, r, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return nil, dockerError(sandgate.CodeImageUnavailable, err, "load images")
+		return nil, daemon.Error(sandgate.CodeImageUnavailable, err, "load images")
 	}
 	defer resp.Body.Close()
 	var loaded []string
-	err = readJSONMessages(resp.Body, func(m jsonMessage) {
+	err = daemon.ReadMessages(resp.Body, func(m daemon.Message) {
 		// The daemon reports each image as a line of text.
 		for _, line := range strings.Split(m.Stream, "\n") {
 			for _, p := range []string{"Loaded image: ", "Loaded image ID: "} {
@@ -288,7 +354,7 @@ func (im *Images) ImageID(ctx context.Context, ref string) (string, error) {
 		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "image %s is not present", ref)
 	}
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect image %s", ref)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "inspect image %s", ref)
 	}
 	return id, nil
 }
@@ -350,7 +416,7 @@ func (im *Images) ListImages(ctx context.Context, opts ListOptions) ([]ImageInfo
 		return err
 	})
 	if err != nil {
-		return nil, dockerError(sandgate.CodeImageUnavailable, err, "list images")
+		return nil, daemon.Error(sandgate.CodeImageUnavailable, err, "list images")
 	}
 	var used []container.Summary
 	err = im.call(ctx, "list containers", func(ctx context.Context) error {
@@ -359,7 +425,7 @@ func (im *Images) ListImages(ctx context.Context, opts ListOptions) ([]ImageInfo
 		return err
 	})
 	if err != nil {
-		return nil, dockerError(sandgate.CodeDockerUnavailable, err, "list containers")
+		return nil, daemon.Error(sandgate.CodeDockerUnavailable, err, "list containers")
 	}
 	uses := map[string]int{}
 	for _, c := range used {
@@ -518,7 +584,7 @@ func (im *Images) removeImage(ctx context.Context, img ImageInfo) error {
 			continue
 		}
 		if err != nil {
-			return dockerError(sandgate.CodeImageUnavailable, err, "remove image %s", ref)
+			return daemon.Error(sandgate.CodeImageUnavailable, err, "remove image %s", ref)
 		}
 	}
 	return nil

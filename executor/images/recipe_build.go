@@ -1,4 +1,4 @@
-package executor
+package images
 
 import (
 	"archive/tar"
@@ -30,6 +30,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // Labels every recipe image carries, besides sandboxLabel (which makes
@@ -108,7 +109,7 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 			return res, nil
 		}
 		if err != nil && !cerrdefs.IsNotFound(err) {
-			return res, dockerError(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
+			return res, daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
 		}
 	}
 	epoch := r.SourceDateEpoch
@@ -142,7 +143,7 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 	}
 	img, err := im.api.ImageInspect(ctx, id)
 	if err != nil {
-		return res, dockerError(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
+		return res, daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
 	}
 	res.Size = img.Size
 	res.Duration = time.Since(start)
@@ -462,15 +463,15 @@ func (im *Images) loadLayer(ctx context.Context, ref string, l builtLayer, cfg o
 	defer pr.Close()
 	resp, err := im.api.ImageLoad(ctx, pr, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "load %s", ref)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "load %s", ref)
 	}
 	defer resp.Body.Close()
-	if err := readJSONMessages(resp.Body, nil); err != nil {
+	if err := daemon.ReadMessages(resp.Body, nil); err != nil {
 		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "load %s", ref)
 	}
 	img, err := im.api.ImageInspect(ctx, ref)
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect %s after load", ref)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s after load", ref)
 	}
 	if want := "sha256:" + cfgHex; img.ID != want {
 		return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "load %s: the daemon reports image %s, not %s", ref, img.ID, want)
@@ -533,7 +534,7 @@ func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error 
 		Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: ptr(int64(64))},
 	}, nil, nil, "")
 	if err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "create check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "create check container")
 	}
 	defer func() {
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -543,7 +544,7 @@ func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error 
 		}
 	}()
 	if err := im.api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "start check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "start check container")
 	}
 	waitC, errC := im.api.ContainerWait(ctx, created.ID, container.WaitConditionNotRunning)
 	var code int64
@@ -551,11 +552,11 @@ func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error 
 	case w := <-waitC:
 		code = w.StatusCode
 	case err := <-errC:
-		return dockerError(sandgate.CodeImageUnavailable, err, "wait for check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "wait for check container")
 	}
 	logs, err := im.api.ContainerLogs(ctx, created.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "check container logs")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "check container logs")
 	}
 	defer logs.Close()
 	var stdout, stderr tailBuffer
