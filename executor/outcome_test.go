@@ -93,7 +93,9 @@ func TestEveryPathHasAnOutcome(t *testing.T) {
 				return res
 			}},
 		{name: "start refused", want: sandgate.OutcomeError, code: sandgate.CodeContainerCreate, endedBy: sandgate.EventRunFailed,
-			fake: func(f *fakeDocker) { f.onStart = func(int) (bool, error) { return false, errInvalid("no such binary") } }, run: execute},
+			fake: func(f *fakeDocker) {
+				f.onStart = func(int) (bool, error) { return false, errInvalid("no such binary") }
+			}, run: execute},
 		{name: "succeeded", want: sandgate.OutcomeSucceeded, endedBy: sandgate.EventContainerExited, run: execute},
 		{name: "failed", want: sandgate.OutcomeFailed, endedBy: sandgate.EventContainerExited,
 			fake: func(f *fakeDocker) { f.exitCode = 3 }, run: execute},
