@@ -2,7 +2,6 @@ package executor_test
 
 import (
 	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -36,16 +35,19 @@ func TestBuildSandboxImage(t *testing.T) {
 	if img.Config == nil || img.Config.User != "10001:10001" || img.Config.WorkingDir != "/workspace" || len(img.RootFS.Layers) != 2 {
 		t.Errorf("image config %+v, layers %d; want user 10001:10001, workdir /workspace, two layers", img.Config, len(img.RootFS.Layers))
 	}
-	want, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
 	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = tag }, "sh", "-c", "id -u; id -g; ls /bin; test -d /tmp -a -w /tmp && echo tmp-ok"))
 	lines := strings.Split(strings.TrimSpace(text(res.Stdout)), "\n")
 	if len(lines) < 3 || lines[0] != "10001" || lines[1] != "10001" || lines[len(lines)-1] != "tmp-ok" {
 		t.Fatalf("stdout = %q", text(res.Stdout))
 	}
-	for _, applet := range strings.Fields(string(want)) {
+	// Every applet of the busybox the image carries has its link, and the
+	// release file says which busybox that is and where it came from.
+	res = execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = tag }, "sh", "-c", "busybox --list; cat /etc/sandgate-release"))
+	applets, release, _ := strings.Cut(text(res.Stdout), "busybox_sha256=")
+	if !strings.Contains(release, "busybox_version=BusyBox v") || !strings.Contains(release, "busybox_source=") {
+		t.Errorf("/etc/sandgate-release does not name the busybox: %q", release)
+	}
+	for _, applet := range strings.Fields(applets) {
 		if applet != "busybox" && !slices.Contains(lines, applet) {
 			t.Errorf("applet %s missing from /bin", applet)
 		}

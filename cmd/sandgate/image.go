@@ -30,9 +30,11 @@ func newImageCmd(a *app) *cobra.Command {
 	var verbose, list, asJSON bool
 	build := &cobra.Command{
 		Use:   "build [NAME]",
-		Short: "Build " + images.SandboxImage + " FROM scratch with the host's static busybox, or a language image from Debian packages",
-		Long: `Without NAME, build ` + images.SandboxImage + ` FROM scratch with the host's
-static busybox. With NAME, build the language image of that recipe
+		Short: "Build " + images.SandboxImage + " FROM scratch with a static busybox, or a language image from Debian packages",
+		Long: `Without NAME, build ` + images.SandboxImage + ` FROM scratch with a static
+busybox: the host's when its wget survives -T (Debian's before 1.36.1-5 does
+not), else busybox-static of Debian ` + images.DefaultBusyboxSuite + `, extracted with mmdebstrap.
+With NAME, build the language image of that recipe
 (deploy/images/NAME.yaml, embedded in the binary) from Debian packages with
 mmdebstrap, which needs the Debian mirror (or --source naming a local one);
 air-gapped sites load the images built elsewhere with 'sandgate image load'.
@@ -55,6 +57,7 @@ recipe format.`,
 			if len(args) == 1 {
 				return a.buildRecipe(cmd, ex, args[0], ropts, asJSON)
 			}
+			opts.Mmdebstrap, opts.Sources = ropts.Mmdebstrap, ropts.Sources
 			id, err := ex.BuildSandboxImage(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -64,7 +67,7 @@ recipe format.`,
 		},
 	}
 	f := build.Flags()
-	f.StringVar(&opts.Busybox, "busybox", "/bin/busybox", "statically linked busybox to put in the sandbox image")
+	f.StringVar(&opts.Busybox, "busybox", "", "statically linked busybox to put in the sandbox image (default: the host's /bin/busybox when it passes the check, else Debian's busybox-static)")
 	f.StringVar(&opts.Tag, "tag", images.SandboxImage, "the sandbox image's name")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show the daemon's or mmdebstrap's output")
 	f.BoolVar(&list, "list", false, "list the language image recipes")

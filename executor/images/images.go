@@ -133,8 +133,18 @@ func (im *Images) call(ctx context.Context, op string, f func(ctx context.Contex
 // BuildOptions configures BuildSandboxImage.
 type BuildOptions struct {
 	// Busybox is the statically linked busybox binary to put in the image.
-	// Default /bin/busybox (Debian's busybox-static).
+	// Default: the host's /bin/busybox (Debian's busybox-static) when it
+	// passes the check (busybox.go), else busybox-static of BusyboxSuite.
 	Busybox string
+	// BusyboxSuite is the Debian release whose busybox-static is taken
+	// when the host's does not pass. Default DefaultBusyboxSuite.
+	BusyboxSuite string
+	// Mmdebstrap is the mmdebstrap program that extracts it. Default
+	// "mmdebstrap".
+	Mmdebstrap string
+	// Sources are one-line apt sources for it. Default: deb.debian.org's
+	// suite, suite-updates and suite-security, main.
+	Sources []string
 	// Tag names the image. Default SandboxImage.
 	Tag string
 	// Progress receives the daemon's build output; nil discards it.
@@ -146,22 +156,28 @@ const SandboxUID = 10001
 
 // BuildSandboxImage builds the default sandbox image with the daemon's
 // classic builder, from an in-memory context and FROM scratch, so neither
-// a registry nor a pull is needed: the host's static busybox with a link
-// for every applet it lists, /etc/passwd and /etc/group with the
-// unprivileged user 10001, /tmp, /cache (for cache volumes) and /workspace,
-// and USER 10001:10001. It
-// returns the image ID. It fails when busybox is not statically linked.
+// a registry nor a pull is needed: a static busybox (pickBusybox) with a
+// link for every applet it lists, /etc/passwd and /etc/group with the
+// unprivileged user 10001, /tmp, /cache (for cache volumes) and
+// /workspace, and USER 10001:10001. It returns the image ID. It fails when
+// the busybox is not statically linked, or its wget crashes on -T.
 func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (string, error) {
-	if opts.Busybox == "" {
-		opts.Busybox = "/bin/busybox"
-	}
 	if opts.Tag == "" {
 		opts.Tag = SandboxImage
 	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
-	buildCtx, err := sandboxContext(ctx, opts.Busybox)
+	dir, err := os.MkdirTemp("", "sandgate-busybox-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	bb, err := pickBusybox(ctx, opts, dir)
+	if err != nil {
+		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
+	}
+	buildCtx, err := sandboxContext(ctx, bb)
 	if err != nil {
 		return "", err
 	}
@@ -205,17 +221,14 @@ WORKDIR /workspace
 `
 
 // sandboxContext returns the build context as a tar archive.
-func sandboxContext(ctx context.Context, busybox string) ([]byte, error) {
-	bin, err := os.ReadFile(busybox)
+func sandboxContext(ctx context.Context, bb busybox) ([]byte, error) {
+	bin, err := os.ReadFile(bb.path)
 	if err != nil {
 		return nil, fmt.Errorf("read busybox: %w (install Debian's busybox-static)", err)
 	}
-	if err := checkStatic(busybox); err != nil {
-		return nil, err
-	}
-	out, err := exec.CommandContext(ctx, busybox, "--list").Output()
+	out, err := exec.CommandContext(ctx, bb.path, "--list").Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s --list: %w", busybox, err)
+		return nil, fmt.Errorf("%s --list: %w", bb.path, err)
 	}
 	applets := map[string]bool{}
 	for _, a := range strings.Fields(string(out)) {
@@ -224,7 +237,7 @@ func sandboxContext(ctx context.Context, busybox string) ([]byte, error) {
 		}
 	}
 	if !applets["sh"] {
-		return nil, fmt.Errorf("%s has no sh applet", busybox)
+		return nil, fmt.Errorf("%s has no sh applet", bb.path)
 	}
 	names := make([]string, 0, len(applets))
 	for a := range applets {
@@ -270,7 +283,8 @@ func sandboxContext(ctx context.Context, busybox string) ([]byte, error) {
 		func() error { return file("rootfs/etc/passwd", 0o644, []byte(passwd)) },
 		func() error { return file("rootfs/etc/group", 0o644, []byte(group)) },
 		func() error {
-			return file("rootfs/etc/sandgate-release", 0o644, []byte("busybox_sha256="+hex.EncodeToString(sum[:])+"\n"))
+			release := fmt.Sprintf("busybox_sha256=%s\nbusybox_version=%s\nbusybox_source=%s\n", hex.EncodeToString(sum[:]), bb.version, bb.source)
+			return file("rootfs/etc/sandgate-release", 0o644, []byte(release))
 		},
 		func() error { return dir("rootfs/tmp/", 0o1777) },
 		// A cache volume gets the owner and mode of the image's directory

@@ -177,11 +177,7 @@ func (im *Images) recipeLayer(ctx context.Context, r Recipe, opts RecipeBuildOpt
 	}
 	sources := opts.Sources
 	if len(sources) == 0 {
-		sources = []string{
-			"deb http://deb.debian.org/debian " + r.Suite + " main",
-			"deb http://deb.debian.org/debian " + r.Suite + "-updates main",
-			"deb http://deb.debian.org/debian-security " + r.Suite + "-security main",
-		}
+		sources = debianSources(r.Suite)
 	}
 	args := []string{
 		"--variant=extract",
