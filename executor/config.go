@@ -3,6 +3,7 @@ package executor
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sethvargo/go-retry"
@@ -131,6 +132,11 @@ type Config struct {
 	// mounted, read for the usage of runs when the daemon is local.
 	// Default DefaultCgroupRoot.
 	CgroupRoot string
+	// HostGroups are groups of the host no container may hold, as its
+	// primary group or a supplementary one its image adds, whatever a
+	// decision's enforcement says (HostGroups finds them). Validate adds
+	// the group of the local daemon's socket when it is not among them.
+	HostGroups []sandgate.HostGroup
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
@@ -223,6 +229,15 @@ func (c *Config) Validate() error {
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = DefaultCgroupRoot
+	}
+	own, err := HostGroups(c.DockerHost, nil)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	for _, g := range own {
+		if !slices.ContainsFunc(c.HostGroups, func(h sandgate.HostGroup) bool { return h.GID == g.GID }) {
+			c.HostGroups = append(c.HostGroups, g)
+		}
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now

@@ -154,7 +154,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 		slots:  newSlots(cfg.MaxConcurrent),
 	}
 	e.resolver = newResolver(cfg, d, c)
-	e.identities = newIdentities(d, c)
+	e.identities = newIdentities(d, c, cfg.HostGroups)
 	e.stager = newStager(cfg, d, c, log)
 	e.volumes = newVolumes(cfg.VolumeDir, d, c, log)
 	e.workspaces = newWorkspaces(cfg, log)

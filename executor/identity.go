@@ -68,13 +68,16 @@ type copyAPI interface {
 type identities struct {
 	docker copyAPI
 	calls  calls
+	// host are the host's groups no container may hold, whatever the
+	// decision's enforcement says.
+	host []sandgate.HostGroup
 
 	mu   sync.Mutex
 	byID map[string]*accounts
 }
 
-func newIdentities(d copyAPI, c calls) *identities {
-	return &identities{docker: d, calls: c}
+func newIdentities(d copyAPI, c calls, host []sandgate.HostGroup) *identities {
+	return &identities{docker: d, calls: c, host: host}
 }
 
 func (c *identities) get(id string) (*accounts, bool) {
@@ -172,11 +175,19 @@ func (c *identities) check(ctx context.Context, h *handle, containerID, imageID 
 		}
 		c.put(imageID, a)
 	}
-	return refuseIdentity(a, h.job.Spec.User, h.job.Enforcement.PrivilegedGIDs)
+	privileged := map[int64]string{0: "root's group"}
+	for _, g := range h.job.Enforcement.PrivilegedGIDs {
+		privileged[g] = "privileged (data.sandgate.config.privileged_gids)"
+	}
+	for _, g := range c.host {
+		privileged[g.GID] = "the group that owns " + g.Owns + " on the daemon's host"
+	}
+	return refuseIdentity(a, h.job.Spec.User, privileged)
 }
 
-// refuseIdentity is the verdict of checkIdentity for one user.
-func refuseIdentity(a *accounts, user string, privileged []int64) error {
+// refuseIdentity is the verdict of check for one user: privileged maps
+// the gids no container may hold to why.
+func refuseIdentity(a *accounts, user string, privileged map[int64]string) error {
 	refuse := func(format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeContainerCreate, Field: "user",
 			Message: "refused by the executor: " + fmt.Sprintf(format, args...)}
@@ -189,13 +200,15 @@ func refuseIdentity(a *accounts, user string, privileged []int64) error {
 		return refuse("user %q is uid 0 (root) in this image", user)
 	}
 	for _, g := range id.groups {
-		if g == 0 || slices.Contains(privileged, g) {
+		if why, ok := privileged[g]; ok || g == 0 {
 			how := "its primary group"
 			if g != id.gid {
 				how = "a supplementary group the image's /etc/group gives " + strconv.Quote(id.name)
 			}
-			return refuse("user %q would run with gid %d%s, %s, which is privileged (data.sandgate.config.privileged_gids)",
-				user, g, groupName(a, g), how)
+			if why == "" {
+				why = "root's group"
+			}
+			return refuse("user %q would run with gid %d%s, %s: %s", user, g, groupName(a, g), how, why)
 		}
 	}
 	return nil

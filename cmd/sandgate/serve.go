@@ -121,7 +121,13 @@ func serve(ctx context.Context, a *app) error {
 	defer logw.Close()
 	logger := slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	tuneGC(logger)
-	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots}
+	// The host's groups that open doors on it (the Docker socket's, the
+	// mount roots'): denied by policy and by the executor (#28 item 7).
+	hostGroups, err := executor.HostGroups(cfg.DockerHost, cfg.MountRoots)
+	if err != nil {
+		return err
+	}
+	settings := sandgate.Settings{AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots, HostGroups: hostGroups}
 
 	principals, devToken, err := loadPrincipals(cfg)
 	if err != nil {
@@ -280,6 +286,7 @@ func serve(ctx context.Context, a *app) error {
 		EgressInterface: cfg.EgressInterface,
 		EgressPort:      cfg.EgressPort,
 		EgressMetrics:   metrics.Egress(),
+		HostGroups:      hostGroups,
 		Logger:          logger.With("component", "executor"),
 	}, metrics.Sink(store))
 	if err != nil {
