@@ -4,9 +4,13 @@
 #
 #   - a second Docker daemon (its own --data-root, --exec-root, unix
 #     socket, pidfile and config file; no default bridge, no iptables or
-#     ip_forward changes), so that it never disturbs the main daemon at
-#     /var/run/docker.sock; the sandbox image is copied into it with
-#     docker save | docker load;
+#     ip_forward changes) in a network namespace of its own, so that it
+#     never disturbs the main daemon at /var/run/docker.sock nor the
+#     host's interfaces (a dockerd started with --bridge none deletes any
+#     docker0 it finds in its namespace: in the host's, that is the main
+#     daemon's bridge). It is reached through its unix socket; its
+#     containers have no network but their own. The sandbox image is
+#     copied into it with docker save | docker load;
 #   - a PostgreSQL 15 primary and a streaming replica of it
 #     (pg_createcluster, pg_basebackup -R), synchronous, on loopback ports
 #     nobody else uses, trusting loopback connections (test data only).
@@ -99,7 +103,9 @@ docker_start() {
   # Its own (empty) config file: nothing of /etc/docker/daemon.json.
   echo '{}' >"$STATE/daemon.json"
   say "starting the second dockerd on unix://$DOCKER_SOCK (log: $DOCKER_LOG)"
-  setsid nohup dockerd \
+  # unshare execs dockerd in a new network namespace (same pid, so the
+  # pidfile names it); the namespace ends with the daemon.
+  setsid nohup unshare --net dockerd \
     --config-file "$STATE/daemon.json" \
     --data-root "$DOCKER_DATA" \
     --exec-root "$DOCKER_EXEC" \
