@@ -30,6 +30,16 @@ type Config struct {
 	// with another node are never reaped by this one, so every executor
 	// that shares a daemon needs its own name.
 	Node string
+	// Instance names this executor, one process of a gateway, in the
+	// label LabelInstance of every container it makes and in its lease on
+	// Node (lease.go). Default: random, one per process.
+	Instance string
+	// LeaseRenew is how often the lease on Node is renewed, and
+	// LeaseLapse how old its last renewal may be, by the daemon's clock,
+	// before the instance holding it counts as dead. Default 5s and 30s;
+	// the lapse must be at least three renewals.
+	LeaseRenew time.Duration
+	LeaseLapse time.Duration
 	// MaxConcurrent is how many runs may hold a container at once; further
 	// runs wait, and free places go to the waiting team that holds the
 	// fewest (within each team's Job.TeamConcurrency). Idle warm
@@ -150,6 +160,21 @@ func (c *Config) Validate() error {
 	}
 	if !safeName.MatchString(c.Node) {
 		return fmt.Errorf("executor: Node %q must be letters, digits, '.', '_' or '-'", c.Node)
+	}
+	if c.Instance == "" {
+		c.Instance = randomSuffix() + randomSuffix()
+	}
+	if !safeName.MatchString(c.Instance) {
+		return fmt.Errorf("executor: Instance %q must be letters, digits, '.', '_' or '-'", c.Instance)
+	}
+	if c.LeaseRenew <= 0 {
+		c.LeaseRenew = 5 * time.Second
+	}
+	if c.LeaseLapse <= 0 {
+		c.LeaseLapse = 30 * time.Second
+	}
+	if c.LeaseLapse < 3*c.LeaseRenew {
+		return fmt.Errorf("executor: LeaseLapse (%s) must be at least three LeaseRenew (%s)", c.LeaseLapse, c.LeaseRenew)
 	}
 	switch {
 	case c.MaxConcurrent == 0:

@@ -123,7 +123,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	}
 	sort.Strings(env)
 
-	labels := make(map[string]string, len(s.Labels)+6)
+	labels := make(map[string]string, len(s.Labels)+7)
 	for k, v := range s.Labels {
 		if !strings.HasPrefix(k, "sandgate.") {
 			labels[k] = v
@@ -135,6 +135,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	labels[sandgate.LabelTask] = s.TaskID
 	labels[sandgate.LabelCorrelationID] = job.CorrelationID
 	labels[sandgate.LabelNode] = node
+	labels[LabelInstance] = ecfg.Instance
 
 	stdin := s.Stdin != ""
 	cfg := &container.Config{

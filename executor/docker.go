@@ -12,7 +12,7 @@ import (
 // narrow interfaces its parts declare where they make them (containerAPI
 // for a run's container, execAPI for session commands, reaperAPI,
 // reconcileAPI, resolveAPI, networkAPI, volumeAPI, poolAPI, probeAPI,
-// statsAPI, pingAPI). *client.Client satisfies it; New hands
+// statsAPI, leaseAPI, pingAPI). *client.Client satisfies it; New hands
 // each part the view it declared, and unit tests fake those.
 type dockerAPI interface {
 	containerAPI
@@ -25,6 +25,7 @@ type dockerAPI interface {
 	poolAPI
 	probeAPI
 	statsAPI
+	leaseAPI
 	pingAPI
 }
 

@@ -91,6 +91,7 @@ type Executor struct {
 
 	reaper     *Reaper
 	reconciler *Reconciler
+	lease      *lease
 
 	startMu sync.Mutex
 	// started is set once Start's work is done; starting while Start
@@ -160,6 +161,7 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 	e.workspaces = newWorkspaces(cfg, log)
 	e.nets = newNetworks(cfg, d, c, events, log)
 	e.meter = newMeter(cfg, d, log)
+	e.lease = newLease(cfg, d, c, log)
 	e.pool = newPool(e, cfg)
 	e.reaper = &Reaper{e: e, docker: d}
 	e.reconciler = &Reconciler{e: e, docker: d}
@@ -235,9 +237,10 @@ func (e *Executor) Cancel(ctx context.Context, runID string) error {
 }
 
 // Shutdown refuses new runs, cancels every run in flight (each is stopped
-// with SIGTERM, StopGrace, SIGKILL and removed), waits for them, and
-// finally removes any container of this node that is left. It returns an
-// error when ctx ends first or the daemon does not answer.
+// with SIGTERM, StopGrace, SIGKILL and removed), waits for them, removes
+// any container of this instance that is left, and gives the node's
+// lease up. It returns an error when ctx ends first or the daemon does
+// not answer.
 func (e *Executor) Shutdown(ctx context.Context) error {
 	runs := e.runs.close()
 	e.stopBackground()
@@ -266,15 +269,19 @@ func (e *Executor) Shutdown(ctx context.Context) error {
 		defer cancel()
 	}
 	_, err := e.reaper.cleanup(cctx, true, waitErr != nil)
+	e.lease.release(cctx)
 	return errors.Join(waitErr, err)
 }
 
-// Close stops the reaper and releases the Docker client. It does not stop
-// running containers; Shutdown does.
+// Close stops the reaper, gives the node's lease up and releases the
+// Docker client. It does not stop running containers; Shutdown does.
 func (e *Executor) Close() error {
 	e.stopBackground()
 	e.nets.close()
 	e.pool.shutdown()
+	ctx, cancel := e.calls.cleanup(context.Background())
+	defer cancel()
+	e.lease.release(ctx)
 	if e.closer != nil {
 		return e.closer.Close()
 	}

@@ -161,6 +161,7 @@ func (p *pool) newMember(ctx context.Context, prof *profile) (*member, error) {
 	cfg.Labels = map[string]string{
 		sandgate.LabelManaged: "true",
 		sandgate.LabelNode:    e.cfg.Node,
+		LabelInstance:         e.cfg.Instance,
 		LabelPool:             prof.key,
 	}
 	// Owned from before the create (and the workspace), so a reaper pass

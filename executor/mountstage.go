@@ -44,8 +44,9 @@ const DefaultStageDir = "/run/sandgate/mounts"
 // It needs root (CAP_SYS_ADMIN for mount(2)) and the daemon's mount
 // namespace; probe tells whether the daemon sees the stager's mounts.
 type stager struct {
-	root   string
-	node   string
+	root     string
+	node     string
+	instance string
 	docker probeAPI
 	calls  calls
 	log    *slog.Logger
@@ -88,7 +89,7 @@ func newStager(cfg Config, d probeAPI, c calls, log *slog.Logger) *stager {
 	if root == "" {
 		root = DefaultStageDir
 	}
-	return &stager{root: filepath.Clean(root), node: cfg.Node, docker: d, calls: c, log: log}
+	return &stager{root: filepath.Clean(root), node: cfg.Node, instance: cfg.Instance, docker: d, calls: c, log: log}
 }
 
 // init makes the stage root: every directory on its path owned by root and
@@ -483,7 +484,7 @@ func (s *stager) probe(ctx context.Context, t *trail, image string) error {
 	err = s.calls.do(ctx, t, "create probe container", func(ctx context.Context) error {
 		resp, err := s.docker.ContainerCreate(ctx,
 			&container.Config{Image: image, Cmd: []string{"true"}, Entrypoint: []string{}, User: "65534:65534",
-				Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: s.node}},
+				Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: s.node, LabelInstance: s.instance}},
 			&container.HostConfig{NetworkMode: "none", CapDrop: []string{"ALL"},
 				Mounts: []mount.Mount{{Type: mount.TypeBind, Source: staged[0].Staged, Target: "/probe", ReadOnly: true}}},
 			nil, nil, "sandgate-probe-"+s.node+"-"+marker[:8])

@@ -96,10 +96,14 @@ func (rp *Reaper) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	others, err := e.lease.others(ctx)
+	if err != nil {
+		return nil, err
+	}
 	live := e.runs.live()
 	out := make([]sandgate.Sandbox, 0, len(list))
 	for _, c := range list {
-		out = append(out, rp.sandbox(c, live))
+		out = append(out, rp.sandbox(c, live, others))
 	}
 	return out, nil
 }
@@ -130,6 +134,13 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	if err != nil {
 		return nil, err
 	}
+	// Listed after the containers: an instance alive now was alive when
+	// they were listed, so none of its containers is taken for a dead
+	// one's.
+	others, err := e.lease.others(ctx)
+	if err != nil {
+		return nil, err
+	}
 	live := e.runs.live()
 	owners := live
 	if ignoreLive {
@@ -139,14 +150,19 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	var orphans []sandgate.Sandbox
 	for _, c := range list {
 		present[c.ID] = true
-		s := rp.sandbox(c, owners)
+		s := rp.sandbox(c, owners, others)
 		if s.Orphan && (includeRunning || s.State != "running") {
 			orphans = append(orphans, s)
 		}
 	}
 	rp.markLost(live, present, listed)
-	rp.removeStaleStages()
-	rp.removeStaleWorkspaces()
+	if e.lease.holding() {
+		// The pinned mounts and workspaces of the node's directories are
+		// the lease holder's to judge: another gateway's refused start
+		// must not take a live one's for stale.
+		rp.removeStaleStages()
+		rp.removeStaleWorkspaces()
+	}
 
 	var (
 		mu      sync.Mutex
@@ -270,16 +286,26 @@ func (rp *Reaper) listManaged(ctx context.Context) ([]container.Summary, error) 
 }
 
 // sandbox describes a listed container. Containers of other nodes are
-// never orphans here; a container without a node label is this node's.
-func (rp *Reaper) sandbox(c container.Summary, live map[string]*handle) sandgate.Sandbox {
+// never orphans here (a container without a node label is this node's),
+// and neither are those of another live instance of this node (others):
+// only this instance's, a dead instance's, and, while no other instance
+// of the node is alive, those made before containers named their
+// instance.
+func (rp *Reaper) sandbox(c container.Summary, live map[string]*handle, others map[string]*holder) sandgate.Sandbox {
 	e := rp.e
 	l := c.Labels
 	name := ""
 	if len(c.Names) > 0 {
 		name = strings.TrimPrefix(c.Names[0], "/")
 	}
-	node := l[sandgate.LabelNode]
+	node, inst := l[sandgate.LabelNode], l[LabelInstance]
 	mine := node == "" || node == e.cfg.Node
+	switch {
+	case inst == "":
+		mine = mine && len(others) == 0
+	case inst != e.cfg.Instance:
+		mine = mine && others[inst] == nil
+	}
 	// A run held for reconciliation owns its container like a live one,
 	// except for Shutdown's last sweep, which passes no live runs. A
 	// warm container carries no run ID and is held by its own ID.

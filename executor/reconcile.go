@@ -166,6 +166,9 @@ func (rc *Reconciler) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Res
 // end, or says why it cannot.
 func (rc *Reconciler) adopt(h *handle) ending {
 	e, ctx := rc.e, h.ctx
+	if err := rc.nodeFree(ctx); err != nil {
+		return h.failedOr(err)
+	}
 	c, found, err := rc.findRunContainer(ctx, h)
 	if err != nil {
 		return h.failedOr(err)
@@ -197,6 +200,31 @@ func (rc *Reconciler) adopt(h *handle) ending {
 	}
 	h.setLink(nil, ws)
 	return rc.takeOver(h, c, st)
+}
+
+// nodeFree waits until no other instance of the node is alive on its
+// daemon: the node's containers are a live gateway's while one holds the
+// node, and following them would make a second owner. A survivor that
+// takes a lapsed node over may see its lease a little longer than the
+// node registry's lapse; a node that is alive keeps renewing it, and is
+// refused (CONFLICT) once a lease's lapse has passed.
+func (rc *Reconciler) nodeFree(ctx context.Context) error {
+	e := rc.e
+	deadline := time.Now().Add(e.cfg.LeaseLapse + e.cfg.LeaseRenew)
+	for {
+		others, err := e.lease.others(ctx)
+		if err != nil || len(others) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return sandgate.Errorf(sandgate.CodeConflict, "node %s is held by a live gateway on its docker daemon (%s): its runs are not adopted", e.cfg.Node, sortedIDs(others))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.cfg.LeaseRenew):
+		}
+	}
 }
 
 // takeOver ends the adopted container c as its state st says.

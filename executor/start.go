@@ -7,8 +7,10 @@ import (
 	"github.com/sandgate/sandgate"
 )
 
-// Start checks that the daemon answers, has the reaper remove the orphans
-// a previous process of this node left behind, starts the warm pool, and
+// Start checks that the daemon answers, claims the node's lease on it
+// (Claim: CONFLICT, not retried, while another live gateway holds the
+// node), has the reaper remove the orphans a previous process of this
+// node left behind, starts the warm pool, and
 // then reaps every ReapInterval until ctx ends or Shutdown or Close is
 // called, so ctx should live as long as the executor serves. When the
 // daemon does not answer, Start returns DOCKER-UNAVAILABLE and keeps
@@ -62,6 +64,9 @@ func (e *Executor) startWhenReachable(parent, ctx context.Context) {
 // startOnce is one attempt at Start's work.
 func (e *Executor) startOnce(ctx context.Context) error {
 	if err := e.Ping(ctx); err != nil {
+		return err
+	}
+	if err := e.lease.claim(ctx); err != nil {
 		return err
 	}
 	if _, err := e.reaper.CleanupOrphans(ctx); err != nil {

@@ -92,6 +92,15 @@ func serve(ctx context.Context, a *app) error {
 	defer logw.Close()
 	logger := slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	tuneGC(logger)
+	// Without a node name of its own, an installation keeps one in its
+	// state directory the first time (#28 item 8).
+	if cfg.keepIn != "" {
+		node, err := executor.KeepNode(cfg.keepIn)
+		if err != nil {
+			return err
+		}
+		cfg.Node = node
+	}
 	// The host's groups that open doors on it (the Docker socket's, the
 	// mount roots'): denied by policy and by the executor (#28 item 7).
 	hostGroups, err := executor.HostGroups(cfg.DockerHost, cfg.MountRoots)
@@ -264,6 +273,14 @@ func serve(ctx context.Context, a *app) error {
 		return fmt.Errorf("docker executor: %w", err)
 	}
 	defer exec.Close()
+	// The node's lease on its daemon, before anything of the node is
+	// adopted: another live gateway holding it refuses this one (#28
+	// item 8). A daemon that does not answer yet is claimed by Start.
+	if err := exec.Claim(ctx); sandgate.ErrorCodeOf(err) == sandgate.CodeConflict {
+		return err
+	} else if err != nil {
+		logger.Warn("claim the node's lease on the docker daemon; trying again when it answers", "err", err)
+	}
 	if len(cfg.MountRoots) > 0 {
 		if err := exec.PrepareBindMounts(); err != nil {
 			return err
