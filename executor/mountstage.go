@@ -47,9 +47,9 @@ type stager struct {
 	root     string
 	node     string
 	instance string
-	docker probeAPI
-	calls  calls
-	log    *slog.Logger
+	docker   probeAPI
+	calls    calls
+	log      *slog.Logger
 
 	mu    sync.Mutex
 	ready bool

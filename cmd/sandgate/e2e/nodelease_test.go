@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
 	"github.com/sandgate/sandgate/gateway/api"
@@ -111,4 +110,3 @@ func (s *testServer) getRun(t *testing.T, id string) api.RunView {
 	}
 	return run
 }
-
