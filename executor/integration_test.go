@@ -331,7 +331,8 @@ func TestImageUnavailable(t *testing.T) {
 // TestHardeningInspect looks at a running container with docker inspect:
 // every hardening setting is there, with a bind mount and a cache volume.
 func TestHardeningInspect(t *testing.T) {
-	ex, _ := volumeExecutor(t, nil)
+	instance := "itest-" + randomHex(t, 6)
+	ex, _ := volumeExecutor(t, func(c *executor.Config) { c.Instance = instance })
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "input.txt"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -408,7 +409,7 @@ func TestHardeningInspect(t *testing.T) {
 		Labels: map[string]string{
 			sandgate.LabelManaged: "true", sandgate.LabelRunID: job.RunID, sandgate.LabelSession: "s-test",
 			sandgate.LabelTask: "TestHardeningInspect", sandgate.LabelCorrelationID: job.CorrelationID,
-			sandgate.LabelNode: ex.Node(),
+			sandgate.LabelNode: ex.Node(), executor.LabelInstance: instance,
 		},
 		LogType: "none",
 		Mounts: []mount.Mount{
