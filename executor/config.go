@@ -161,20 +161,8 @@ func (c *Config) Validate() error {
 	if !safeName.MatchString(c.Node) {
 		return fmt.Errorf("executor: Node %q must be letters, digits, '.', '_' or '-'", c.Node)
 	}
-	if c.Instance == "" {
-		c.Instance = randomSuffix() + randomSuffix()
-	}
-	if !safeName.MatchString(c.Instance) {
-		return fmt.Errorf("executor: Instance %q must be letters, digits, '.', '_' or '-'", c.Instance)
-	}
-	if c.LeaseRenew <= 0 {
-		c.LeaseRenew = 5 * time.Second
-	}
-	if c.LeaseLapse <= 0 {
-		c.LeaseLapse = 30 * time.Second
-	}
-	if c.LeaseLapse < 3*c.LeaseRenew {
-		return fmt.Errorf("executor: LeaseLapse (%s) must be at least three LeaseRenew (%s)", c.LeaseLapse, c.LeaseRenew)
+	if err := c.validateInstance(); err != nil {
+		return err
 	}
 	switch {
 	case c.MaxConcurrent == 0:
@@ -199,32 +187,62 @@ func (c *Config) Validate() error {
 			return retry.WithJitterPercent(10, retry.WithCappedDuration(2*time.Second, retry.NewExponential(100*time.Millisecond)))
 		}
 	}
-	if c.WarmPool < 0 || c.WarmPool > 64 {
-		return fmt.Errorf("executor: WarmPool must be between 0 and 64, not %d", c.WarmPool)
-	}
-	if c.WarmPool > 0 {
-		if len(c.WarmProfiles) == 0 {
-			spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.Defaults{})
-			if err != nil {
-				return fmt.Errorf("executor: default warm profile: %w", err)
-			}
-			c.WarmProfiles = []sandgate.Normalized{spec}
-		}
-		for i, spec := range c.WarmProfiles {
-			if _, err := warmSettings(spec, *c); err != nil {
-				return fmt.Errorf("executor: warm profile %d: %w", i, err)
-			}
-		}
-	}
-	if c.WarmPoolTTL <= 0 {
-		c.WarmPoolTTL = 10 * time.Minute
-	}
-	if c.WarmPoolCheck <= 0 {
-		c.WarmPoolCheck = 30 * time.Second
+	if err := c.validateWarmPool(); err != nil {
+		return err
 	}
 	if c.ImageCacheTTL == 0 {
 		c.ImageCacheTTL = 30 * time.Second
 	}
+	if err := c.validateNetworks(); err != nil {
+		return err
+	}
+	if c.UsageInterval == 0 {
+		c.UsageInterval = defaultUsageInterval
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// validateInstance fills in this executor's instance, its lease's timing
+// and the host's groups it refuses: its own daemon's socket's among them.
+func (c *Config) validateInstance() error {
+	if c.Instance == "" {
+		c.Instance = randomSuffix() + randomSuffix()
+	}
+	if !safeName.MatchString(c.Instance) {
+		return fmt.Errorf("executor: Instance %q must be letters, digits, '.', '_' or '-'", c.Instance)
+	}
+	if c.LeaseRenew <= 0 {
+		c.LeaseRenew = 5 * time.Second
+	}
+	if c.LeaseLapse <= 0 {
+		c.LeaseLapse = 30 * time.Second
+	}
+	if c.LeaseLapse < 3*c.LeaseRenew {
+		return fmt.Errorf("executor: LeaseLapse (%s) must be at least three LeaseRenew (%s)", c.LeaseLapse, c.LeaseRenew)
+	}
+	own, err := HostGroups(c.DockerHost, nil)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	for _, g := range own {
+		if !slices.ContainsFunc(c.HostGroups, func(h sandgate.HostGroup) bool { return h.GID == g.GID }) {
+			c.HostGroups = append(c.HostGroups, g)
+		}
+	}
+	return nil
+}
+
+// validateNetworks fills in the bridge and egress networks' defaults.
+func (c *Config) validateNetworks() error {
 	if c.BridgeNetwork == "" {
 		c.BridgeNetwork = DefaultBridgeNetwork
 	}
@@ -249,26 +267,34 @@ func (c *Config) Validate() error {
 	if !safeName.MatchString(c.EgressNetwork) || len(c.EgressInterface) > 15 || !safeName.MatchString(c.EgressInterface) || c.EgressPort < 1 || c.EgressPort > 65535 {
 		return fmt.Errorf("executor: EgressNetwork %q, EgressInterface %q or EgressPort %d is not usable", c.EgressNetwork, c.EgressInterface, c.EgressPort)
 	}
-	if c.UsageInterval == 0 {
-		c.UsageInterval = defaultUsageInterval
+	return nil
+}
+
+// validateWarmPool fills in the warm pool's defaults and checks its
+// profiles.
+func (c *Config) validateWarmPool() error {
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		return fmt.Errorf("executor: WarmPool must be between 0 and 64, not %d", c.WarmPool)
 	}
-	if c.CgroupRoot == "" {
-		c.CgroupRoot = DefaultCgroupRoot
-	}
-	own, err := HostGroups(c.DockerHost, nil)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	for _, g := range own {
-		if !slices.ContainsFunc(c.HostGroups, func(h sandgate.HostGroup) bool { return h.GID == g.GID }) {
-			c.HostGroups = append(c.HostGroups, g)
+	if c.WarmPool > 0 {
+		if len(c.WarmProfiles) == 0 {
+			spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.Defaults{})
+			if err != nil {
+				return fmt.Errorf("executor: default warm profile: %w", err)
+			}
+			c.WarmProfiles = []sandgate.Normalized{spec}
+		}
+		for i, spec := range c.WarmProfiles {
+			if _, err := warmSettings(spec, *c); err != nil {
+				return fmt.Errorf("executor: warm profile %d: %w", i, err)
+			}
 		}
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
+	if c.WarmPoolTTL <= 0 {
+		c.WarmPoolTTL = 10 * time.Minute
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if c.WarmPoolCheck <= 0 {
+		c.WarmPoolCheck = 30 * time.Second
 	}
 	return nil
 }

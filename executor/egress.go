@@ -65,36 +65,7 @@ func (n *networks) ensureEgress(ctx context.Context, t *trail) (*egressNet, erro
 		return nil, refuse(nil, "no egress policy is configured")
 	}
 	name, iface := n.cfg.EgressNetwork, n.cfg.EgressInterface
-	inspect := func() (network.Inspect, error) {
-		var nw network.Inspect
-		err := n.calls.do(ctx, t, "inspect network", func(ctx context.Context) error {
-			var err error
-			nw, err = n.docker.NetworkInspect(ctx, name, network.InspectOptions{})
-			return err
-		})
-		return nw, err
-	}
-	nw, err := inspect()
-	if cerrdefs.IsNotFound(err) {
-		err = n.calls.do(ctx, t, "create network", func(ctx context.Context) error {
-			_, err := n.docker.NetworkCreate(ctx, name, network.CreateOptions{
-				Driver:   "bridge",
-				Internal: true,
-				Options: map[string]string{
-					"com.docker.network.bridge.enable_icc": "false",
-					"com.docker.network.bridge.name":       iface,
-				},
-				Labels: map[string]string{sandgate.LabelManaged: "true"},
-			})
-			if cerrdefs.IsConflict(err) {
-				return nil
-			}
-			return err
-		})
-		if err == nil {
-			nw, err = inspect()
-		}
-	}
+	nw, err := n.egressNetwork(ctx, t)
 	if err != nil {
 		return nil, daemon.Error(sandgate.CodeContainerCreate, err, "egress network %s", name)
 	}
@@ -138,6 +109,44 @@ func (n *networks) ensureEgress(ctx context.Context, t *trail) (*egressNet, erro
 	}}
 	n.log.Info("egress proxy listening", "address", ln.Addr().String(), "network", name)
 	return n.egress, nil
+}
+
+// egressNetwork inspects the egress network, making it first when it is
+// not there.
+func (n *networks) egressNetwork(ctx context.Context, t *trail) (network.Inspect, error) {
+	name := n.cfg.EgressNetwork
+	inspect := func() (network.Inspect, error) {
+		var nw network.Inspect
+		err := n.calls.do(ctx, t, "inspect network", func(ctx context.Context) error {
+			var err error
+			nw, err = n.docker.NetworkInspect(ctx, name, network.InspectOptions{})
+			return err
+		})
+		return nw, err
+	}
+	nw, err := inspect()
+	if !cerrdefs.IsNotFound(err) {
+		return nw, err
+	}
+	err = n.calls.do(ctx, t, "create network", func(ctx context.Context) error {
+		_, err := n.docker.NetworkCreate(ctx, name, network.CreateOptions{
+			Driver:   "bridge",
+			Internal: true,
+			Options: map[string]string{
+				"com.docker.network.bridge.enable_icc": "false",
+				"com.docker.network.bridge.name":       n.cfg.EgressInterface,
+			},
+			Labels: map[string]string{sandgate.LabelManaged: "true"},
+		})
+		if cerrdefs.IsConflict(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nw, err
+	}
+	return inspect()
 }
 
 // fenceEgress adds, once, the INPUT rules that let what comes from iface

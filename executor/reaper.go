@@ -164,6 +164,22 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 		rp.removeStaleWorkspaces()
 	}
 
+	removed, errs := rp.remove(ctx, orphans)
+	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
+	if len(errs) > 0 {
+		return removed, daemon.Error(sandgate.CodeInternal, errors.Join(errs...), "remove %d orphan(s)", len(errs))
+	}
+	if len(removed) > 0 {
+		e.log.Info("removed orphans", "count", len(removed))
+	}
+	return removed, nil
+}
+
+// remove removes orphans, reapWorkers at a time, and records each it
+// removed; those that were gone already, or being removed, are neither
+// removed nor errors.
+func (rp *Reaper) remove(ctx context.Context, orphans []sandgate.Sandbox) ([]sandgate.Sandbox, []error) {
+	e := rp.e
 	var (
 		mu      sync.Mutex
 		removed []sandgate.Sandbox
@@ -200,14 +216,7 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	}
 	close(work)
 	wg.Wait()
-	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
-	if len(errs) > 0 {
-		return removed, daemon.Error(sandgate.CodeInternal, errors.Join(errs...), "remove %d orphan(s)", len(errs))
-	}
-	if len(removed) > 0 {
-		e.log.Info("removed orphans", "count", len(removed))
-	}
-	return removed, nil
+	return removed, errs
 }
 
 // markLost ends the live runs whose container was not in a listing taken
