@@ -14,6 +14,7 @@ import (
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/executor/images"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // socketGroup is the group of the test daemon's socket, which must be on
@@ -58,7 +59,7 @@ func TestExecutorRefusesHostGroups(t *testing.T) {
 	// daemon's socket it finds by itself.
 	rootOnly := slices.DeleteFunc(slices.Clone(found), func(g sandgate.HostGroup) bool { return g.GID != rootGID })
 	ex, rec := newTestExecutor(t, func(c *executor.Config) { c.HostGroups = rootOnly })
-	tag := "sandgate-test/hostgroups:" + randomHex(t, 4)
+	tag := "sandgate-test/hostgroups:" + sandgatetest.RandomHex(t, 4)
 	buildTestImage(t, tag, map[string]string{
 		"/etc/group": fmt.Sprintf("root:x:0:\nsandbox:x:10001:\ndockerish:x:%d:sandbox\n", sock),
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/executor/images"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestSecondInstanceOfANode is the attack at the executor's depth: a
@@ -76,8 +77,8 @@ func TestSecondInstanceOfANode(t *testing.T) {
 // container and lease.
 func TestDeadInstanceTakenOver(t *testing.T) {
 	ctx := context.Background()
-	node := "test-" + randomHex(t, 6)
-	dead := "dead-" + randomHex(t, 4)
+	node := "test-" + sandgatetest.RandomHex(t, 6)
+	dead := "dead-" + sandgatetest.RandomHex(t, 4)
 	gone := exec.Command("true")
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)

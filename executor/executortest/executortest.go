@@ -5,7 +5,6 @@ package executortest
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -189,15 +188,4 @@ func Docker(t testing.TB) *client.Client {
 		t.Fatal(dockerErr)
 	}
 	return dockerC
-}
-
-// RandomHex is n random bytes in hex: a suffix that keeps the names of
-// tests running side by side apart.
-func RandomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

@@ -22,5 +22,3 @@ func newTestImages(t testing.TB) *images.Images {
 }
 
 func docker(t testing.TB) *client.Client { return executortest.Docker(t) }
-
-func randomHex(t testing.TB, n int) string { return executortest.RandomHex(t, n) }

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandgate/sandgate/executor/images"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // buildTiny builds a one-file image FROM scratch with the given labels and
@@ -52,7 +53,7 @@ func buildTiny(t *testing.T, tag, content string, labels map[string]string) stri
 // that it never touches images other tests or the operator rely on.
 func TestListAndPruneImages(t *testing.T) {
 	ctx := context.Background()
-	suffix := randomHex(t, 4)
+	suffix := sandgatetest.RandomHex(t, 4)
 	label := "sandgate.test.prune=" + suffix
 	labels := map[string]string{"sandgate.test.prune": suffix}
 	repo := "sandgate-test/prune-" + suffix

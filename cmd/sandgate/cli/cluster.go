@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -84,13 +82,4 @@ func chainCloser(store *audit.Store) gateway.ChainCloser {
 		closed, err := store.CloseChainsOf(ctx, dead, reason)
 		return len(closed), err
 	}
-}
-
-// signingKey is this node's checkpoint key as the registry shows it.
-func signingKey(store *audit.Store) (keyID, public string) {
-	pub := store.PublicKey()
-	if len(pub) != ed25519.PublicKeySize {
-		return "", ""
-	}
-	return audit.KeyID(pub), hex.EncodeToString(pub)
 }

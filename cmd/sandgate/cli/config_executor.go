@@ -2,8 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 )
 
 // executorConfig is the Docker executor's: the daemon, how many runs hold
@@ -128,4 +133,77 @@ func (c *workspaceConfig) Validate() error {
 		return fmt.Errorf("SANDGATE_MAX_WORKSPACE_BYTES must not be negative, not %d", c.MaxWorkspaceBytes)
 	}
 	return nil
+}
+
+// newExecutor builds the Docker executor of this node, checked but not
+// started: it neither reaps nor warms until serve has registered. It
+// refuses an agent binary that cannot serve and mount roots it cannot pin.
+func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
+	agent, err := agentBinary(cfg.AgentBinary, cfg.DockerHost)
+	if err != nil {
+		return nil, err
+	}
+	if agent == "" {
+		p.logger.Warn("no in-sandbox agent: this binary is not statically linked and SANDGATE_AGENT_BINARY names none; commands in sessions use docker exec")
+	}
+	warm, err := warmProfiles(cfg, p.engine)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMountRoots(cfg.MountRoots); err != nil {
+		return nil, err
+	}
+	exec, err := executor.New(executor.Config{
+		AgentBinary:     agent,
+		DockerHost:      cfg.DockerHost,
+		Node:            cfg.Node,
+		MaxConcurrent:   cfg.MaxConcurrent,
+		VolumeDir:       cfg.VolumeDir,
+		WorkspaceDir:    cfg.WorkspaceDir,
+		Blobs:           p.blobs,
+		WarmPool:        cfg.WarmPool,
+		WarmProfiles:    warm,
+		EgressDecider:   p.engine,
+		EgressNetwork:   cfg.EgressNetwork,
+		EgressInterface: cfg.EgressInterface,
+		EgressPort:      cfg.EgressPort,
+		EgressMetrics:   p.metrics.Egress(),
+		HostGroups:      cfg.hostGroups,
+		Logger:          p.logger.With("component", "executor"),
+	}, p.metrics.Sink(p.events))
+	if err != nil {
+		return nil, fmt.Errorf("docker executor: %w", err)
+	}
+	if len(cfg.MountRoots) > 0 {
+		if err := exec.PrepareBindMounts(); err != nil {
+			_ = exec.Close()
+			return nil, err
+		}
+	}
+	return exec, nil
+}
+
+// checkMountRoots refuses a mount root that is not a directory: every
+// bind mount under it would fail.
+func checkMountRoots(roots []string) error {
+	for _, r := range roots {
+		fi, err := os.Stat(r)
+		if err != nil {
+			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %s is not a directory", r)
+		}
+	}
+	return nil
+}
+
+// newImages is the image administration of this node's daemon: the
+// images sandgate built, which GET /v1/config lists.
+func newImages(cfg *config, logger *slog.Logger) (*images.Images, error) {
+	im, err := images.New(images.Config{DockerHost: cfg.DockerHost, Logger: logger.With("component", "images")})
+	if err != nil {
+		return nil, fmt.Errorf("docker images: %w", err)
+	}
+	return im, nil
 }

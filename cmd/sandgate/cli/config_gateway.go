@@ -3,10 +3,15 @@ package cli
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/console"
+	"github.com/sandgate/sandgate/gateway"
 )
 
 // gatewayConfig is the HTTP API's: where it listens, who may call it,
@@ -63,4 +68,92 @@ func (c *gatewayConfig) Validate() error {
 		return fmt.Errorf("SANDGATE_TOKENS_FILE is not set: give a tokens file, or set SANDGATE_DEV=1 for a development token")
 	}
 	return nil
+}
+
+// listen binds the gateway's socket. serve does it first: a gateway that
+// cannot have its port fails before it reads or registers anything.
+func (c *gatewayConfig) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	return ln, nil
+}
+
+// principals reads the tokens file, or makes a development token when
+// there is none and development mode is on.
+func (c *gatewayConfig) principals() (*gateway.Principals, string, error) {
+	if c.TokensFile != "" {
+		p, err := gateway.LoadPrincipals(c.TokensFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("SANDGATE_TOKENS_FILE: %w", err)
+		}
+		return p, "", nil
+	}
+	return gateway.DevPrincipals()
+}
+
+// gatewaySettings is the gateway's configuration, from its own and the
+// settings of the parts it drives; serve checks it before it registers
+// anything.
+func gatewaySettings(cfg *config, p *parts) gateway.Config {
+	return gateway.Config{
+		Node:               cfg.Node,
+		AirGapped:          cfg.AirGapped,
+		MountRoots:         cfg.MountRoots,
+		ShutdownGrace:      cfg.ShutdownGrace,
+		CallbackKey:        p.callbackKey,
+		UploadDir:          cfg.UploadDir,
+		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
+		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
+		ReplayTimeout:      cfg.ReplayTimeout,
+		AdvertiseURL:       p.advertise,
+		ClusterSecret:      p.clusterSecret,
+		NodeHeartbeat:      cfg.NodeHeartbeat,
+		NodeLapse:          cfg.NodeLapse,
+		DockerHost:         cfg.DockerHost,
+		Capacity:           cfg.MaxConcurrent,
+		KeyID:              p.keys.id,
+		PublicKey:          p.keys.public,
+		Version:            sandgate.Version,
+	}
+}
+
+// newGateway builds the gateway over the parts serve made.
+func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
+	var consoleHandler http.Handler
+	if cfg.Console {
+		consoleHandler = console.Handler()
+	}
+	var sinkReporter gateway.SinkReporter
+	if p.streamer != nil {
+		sinkReporter = p.streamer
+	}
+	return gateway.New(gatewaySettings(cfg, p), gateway.Deps{
+		Admitter:   p.engine,
+		Policies:   p.engine,
+		Recorder:   p.store,
+		Audit:      p.store,
+		Proofs:     p.store,
+		Runs:       p.runs,
+		Sessions:   p.runs,
+		Executor:   p.exec,
+		Sandboxes:  p.exec.Reaper(),
+		Reconciler: p.exec.Reconciler(),
+		Volumes:    p.exec,
+		Artifacts:  p.runs,
+		Images:     p.images,
+		Sinks:      sinkReporter,
+		Principals: p.principals,
+		Console:    consoleHandler,
+		Logger:     p.logger.With("component", "gateway"),
+		Registry:   p.registry,
+		Gatherer:   p.registry,
+		Metrics:    p.metrics,
+		Cluster:    p.runs,
+		// A dead node's containers are adopted through its daemon, their
+		// events recorded here.
+		RemoteReconcilers: remoteReconcilers(cfg, p.metrics.Sink(p.store), p.logger),
+		CloseChains:       chainCloser(p.store),
+	})
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -100,4 +101,18 @@ func (c *nodeConfig) Validate() error {
 		return fmt.Errorf("SANDGATE_NODE_LAPSE (%s) must be at least twice SANDGATE_NODE_HEARTBEAT (%s)", lapse, heartbeat)
 	}
 	return nil
+}
+
+// advertised is where the other nodes reach this one: AdvertiseURL, or
+// http:// and the address the gateway listens on.
+func (c *nodeConfig) advertised(listening net.Addr) string {
+	if c.AdvertiseURL != "" {
+		return c.AdvertiseURL
+	}
+	return "http://" + listening.String()
+}
+
+// clusterSecret reads the secret the nodes share; nil without a file.
+func (c *nodeConfig) clusterSecret() ([]byte, error) {
+	return loadClusterSecret(c.ClusterSecretFile)
 }

@@ -1,14 +1,21 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/policies"
 )
 
 // policyConfig is admission's: the bundle, the settings the policies see
@@ -27,6 +34,10 @@ type policyConfig struct {
 	ReplayMaxDecisions int
 	ReplayTimeout      time.Duration
 	invalid            []string
+	// hostGroups are the host's groups no run may hold, found by serve at
+	// start (executor.HostGroups: the Docker socket's, the mount roots'),
+	// not read from the environment (#28 item 7).
+	hostGroups []sandgate.HostGroup
 }
 
 func readPolicyConfig(getenv func(string) string) policyConfig {
@@ -80,5 +91,50 @@ func (c *policyConfig) Validate() error {
 
 // settings are what the policies see of this gateway.
 func (c *policyConfig) settings() sandgate.Settings {
-	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots}
+	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots, HostGroups: c.hostGroups}
+}
+
+// engine loads and compiles the bundle (its tests pass, or it is
+// refused), reporting policy.loaded and every later reload to events.
+// Watching the directory starts with watch, once serve has registered.
+func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, logger *slog.Logger) (*policies.Engine, error) {
+	engine, err := policies.New(ctx, policies.Options{
+		Dir:      c.PolicyDir,
+		Settings: c.settings(),
+		Events:   events,
+		Logger:   logger.With("component", "policies"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	return engine, nil
+}
+
+// watch reloads the policy when its directory changes and on SIGHUP,
+// until ctx ends.
+func watch(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+	go func() {
+		if err := engine.Watch(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			logger.Error("policy watch", "err", err)
+		}
+	}()
+	go reloadOnSIGHUP(ctx, engine, logger)
+}
+
+// reloadOnSIGHUP reloads the policy on every SIGHUP until ctx ends. The
+// process, not the engine, owns its signals.
+func reloadOnSIGHUP(ctx context.Context, engine *policies.Engine, logger *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if _, err := engine.ReloadFor(ctx, "sighup"); err != nil && ctx.Err() == nil {
+				logger.Warn("policy reload on SIGHUP refused; the policy in force stays", "err", err)
+			}
+		}
+	}
 }

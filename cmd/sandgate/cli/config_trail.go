@@ -1,7 +1,11 @@
 package cli
 
 import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -118,4 +122,74 @@ func (c *trailConfig) maskKey() ([]byte, error) {
 		return nil, nil
 	}
 	return audit.LoadMaskKey(c.MaskKeyFile, true)
+}
+
+// trailKeys are the trail's keys, read before anything is registered (the
+// signing key made on first start).
+type trailKeys struct {
+	mask    []byte
+	trusted []ed25519.PublicKey
+	// id and public are the signing key's, as the node registry shows it.
+	id, public string
+}
+
+// keys reads the mask key, the pinned keys and the signing key.
+func (c *trailConfig) keys() (trailKeys, error) {
+	var k trailKeys
+	var err error
+	if k.mask, err = c.maskKey(); err != nil {
+		return k, fmt.Errorf("SANDGATE_MASK_KEY_FILE: %w", err)
+	}
+	if c.TrustedKeysFile != "" {
+		if k.trusted, err = loadTrustedKeys(nil, []string{c.TrustedKeysFile}, ""); err != nil {
+			return k, fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE: %w", err)
+		}
+		if len(k.trusted) == 0 {
+			return k, fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE %s holds no key", c.TrustedKeysFile)
+		}
+	}
+	priv, err := audit.LoadSigningKey(c.SigningKeyFile, true)
+	if err != nil {
+		return k, fmt.Errorf("SANDGATE_SIGNING_KEY_FILE: %w", err)
+	}
+	pub := priv.Public().(ed25519.PublicKey)
+	k.id, k.public = audit.KeyID(pub), hex.EncodeToString(pub)
+	return k, nil
+}
+
+// open opens the trail for this node: its chains (lifecycle events, and
+// decisions on a chain of their own so that an admission never waits
+// behind a batch of lifecycle events) and its key registration.
+func (c *trailConfig) open(ctx context.Context, dsn, node string, k trailKeys, logger *slog.Logger) (*audit.Store, error) {
+	store, err := audit.Open(ctx, audit.Config{
+		DSN:                dsn,
+		SpoolDir:           c.SpoolDir,
+		SpoolMaxBytes:      c.SpoolMaxBytes,
+		MaxBacklog:         c.AuditBacklog,
+		SigningKeyFile:     c.SigningKeyFile,
+		MaskKey:            k.mask,
+		TrustedKeys:        k.trusted,
+		Node:               node,
+		CheckpointEvery:    c.CheckpointEvery,
+		CheckpointInterval: c.CheckpointAfter,
+		DecisionChain:      true,
+		Logger:             logger.With("component", "audit"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open audit trail: %w", err)
+	}
+	return store, nil
+}
+
+// retain applies the retention period to store until the returned stop
+// is called: expired months are archived (with an archive directory) and
+// dropped, by one gateway at a time.
+func (c *trailConfig) retain(ctx context.Context, store *audit.Store) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
+	}()
+	return func() { cancel(); <-done }
 }
