@@ -34,7 +34,7 @@ const (
 // acceptForwarded marks a request another node forwarded, when its
 // signature holds; a request that claims to be forwarded and is not
 // signed by the cluster's secret is UNAUTHENTICATED.
-func (s *Server) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Request().Header
 		from := h.Get(headerForwardNode)
@@ -55,32 +55,18 @@ func forwarded(c echo.Context) bool {
 	return v != ""
 }
 
-// ownerOf finds the node a request's run or session executes on.
-type ownerOf func(ctx context.Context, s *Server, id string) (node string, active bool)
+// ownerOf finds the node a request's run or session executes on, when
+// the caller may reach it: the gate resolves it, and another team's
+// object is not forwarded (it is answered here, exactly as one that does
+// not exist).
+type ownerOf func(ctx context.Context, s *web, p sandgate.Principal, id string) (node string, active bool)
 
-func runOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.svc.live.get(id) != nil {
-		return s.cfg.Node, true
-	}
-	r, err := s.d.Runs.GetRun(ctx, id)
-	if err != nil || r == nil {
-		return "", false
-	}
-	return r.Node, r.State != sandgate.StateFinished
+func runOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
+	return s.gate.RunOwner(ctx, p, id)
 }
 
-func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.d.Sessions == nil {
-		return "", false
-	}
-	if s.svc.sessions.get(id) != nil {
-		return s.cfg.Node, true
-	}
-	ss, err := s.d.Sessions.GetSession(ctx, id)
-	if err != nil || ss == nil {
-		return "", false
-	}
-	return ss.Node, ss.State == sandgate.SessionOpen
+func sessionOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
+	return s.gate.SessionOwner(ctx, p, id)
 }
 
 // toOwner forwards a request for a run or session that executes on
@@ -88,15 +74,15 @@ func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
 // advertises; the owner answers it as if it had been asked (cancel,
 // live logs, session commands and files). Anything else (a finished run,
 // an owner that is not alive, no cluster) is answered here.
-func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
+func (s edge) toOwner(owner ownerOf) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			cl := s.svc.cluster
+			cl := s.node.cluster
 			if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 {
 				return next(c)
 			}
 			ctx := c.Request().Context()
-			node, active := owner(ctx, s, c.Param("id"))
+			node, active := owner(ctx, s.web, principal(c), c.Param("id"))
 			if !active || node == "" || node == s.cfg.Node {
 				return next(c)
 			}
@@ -114,9 +100,9 @@ func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
 // its last heartbeat's ping, and another alive node with a healthy daemon
 // has a free slot; when none has, the run is answered here (it waits for
 // a slot, or fails DOCKER-UNAVAILABLE).
-func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		cl := s.svc.cluster
+		cl := s.node.cluster
 		if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 || s.cfg.Capacity <= 0 {
 			return next(c)
 		}
@@ -153,7 +139,7 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 
 // forwardTo proxies the request to node n, streaming its answer (SSE
 // events are flushed as they come).
-func (s *Server) forwardTo(c echo.Context, n sandgate.Node) error {
+func (s edge) forwardTo(c echo.Context, n sandgate.Node) error {
 	target, err := url.Parse(n.AdvertiseURL)
 	if err != nil {
 		return sandgate.Errorf(sandgate.CodeUnavailable, "node %s advertises an address that is no URL", n.Name)
@@ -191,15 +177,15 @@ func (s *Server) forwardTo(c echo.Context, n sandgate.Node) error {
 
 // listNodes is GET /v1/nodes: the cluster's nodes, their state, load and
 // Docker daemon's health.
-func (s *Server) listNodes(c echo.Context) error {
+func (s adminRoutes) listNodes(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
 	out := api.NodeList{Nodes: []api.NodeView{}}
-	if s.svc.cluster == nil {
+	if s.node.cluster == nil {
 		return c.JSON(http.StatusOK, out)
 	}
-	nodes, err := s.svc.cluster.all(c.Request().Context())
+	nodes, err := s.node.cluster.all(c.Request().Context())
 	if err != nil {
 		return unavailable(err, "the node registry")
 	}

@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -96,12 +100,6 @@ func (f *fakeCluster) ReleaseNodeSlots(context.Context, string, []string) error 
 func (f *fakeCluster) NodeSlots(context.Context) (map[string]int, error) {
 	return map[string]int{}, nil
 }
-func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string, string) (string, string, error) {
-	return "", "", nil
-}
-func (f *fakeCluster) ReleaseIdempotencyKey(context.Context, string, string, string) error {
-	return nil
-}
 
 func (f *fakeCluster) taken() []string {
 	f.mu.Lock()
@@ -122,7 +120,7 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 		e.cluster = fc
 	})
-	c := e.srv.svc.cluster
+	c := e.srv.node.cluster
 	ctx := context.Background()
 	beat := func() {
 		c.beat(ctx)
@@ -149,9 +147,58 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		t.Fatalf("right after the database came back, takeovers = %v, want none more", got)
 	}
 	c.healthySince = time.Now().Add(-3 * time.Hour)
-	e.srv.svc.draining.Store(true)
+	e.srv.node.draining.Store(true)
 	beat()
 	if got := fc.taken(); len(got) != 1 {
 		t.Fatalf("a stopping node took %v over", got)
+	}
+}
+
+// TestForwardOnlyWhatTheCallerMayReach: a request on a run that executes
+// on another node is forwarded there when the caller may reach the run;
+// another team's is answered here, exactly as a run that does not exist
+// (forwarding it would tell the caller it exists, and where, by the
+// other node's answer or its silence).
+func TestForwardOnlyWhatTheCallerMayReach(t *testing.T) {
+	var hits sync.Map
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Store(r.URL.Path, true)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"code":"SANDGATE-NOT-FOUND","message":"answered by node other","correlation_id":"c","details":{}}}`)
+	}))
+	defer other.Close()
+	fc := &fakeCluster{nodes: []sandgate.Node{
+		{Name: "test-node", State: sandgate.NodeAlive},
+		{Name: "other", State: sandgate.NodeAlive, AdvertiseURL: other.URL},
+	}}
+	e := newEnv(t, func(c *Config, e *testEnv) {
+		c.ClusterSecret = []byte("0123456789abcdef-cluster")
+		e.cluster = fc
+	})
+	id := "01900000-0000-7000-8000-0000000000ab"
+	run := sandgate.Run{ID: id, Team: "search", Principal: "bob", Node: "other", State: sandgate.StateRunning,
+		Spec: sandgate.RunSpec{Command: []string{"block"}}}
+	if err := e.store.CreateRun(t.Context(), &run); err != nil {
+		t.Fatal(err)
+	}
+	none := "01900000-0000-7000-8000-0000000000ac"
+	for _, path := range []string{"/v1/runs/" + id, "/v1/runs/" + id + "/logs"} {
+		method := http.MethodDelete
+		if strings.HasSuffix(path, "/logs") {
+			method = http.MethodGet
+		}
+		r := e.do(method, path, tokAlice, "")
+		absent := e.do(method, strings.ReplaceAll(path, id, none), tokAlice, "")
+		if r.status != http.StatusNotFound || strings.ReplaceAll(string(r.errorBody().Error.Message), id, "X") !=
+			strings.ReplaceAll(string(absent.errorBody().Error.Message), none, "X") {
+			t.Errorf("%s %s as another team: %d %s; absent: %d %s", method, path, r.status, r.body, absent.status, absent.body)
+		}
+		if _, ok := hits.Load(path); ok {
+			t.Errorf("%s %s of another team's run was forwarded", method, path)
+		}
+		if r := e.do(method, path, tokBob, ""); !strings.Contains(string(r.body), "answered by node other") {
+			t.Errorf("%s %s as the run's team = %d %s, want it forwarded to its node", method, path, r.status, r.body)
+		}
 	}
 }

@@ -305,27 +305,17 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 		}
 		e.logger().Error("policy bundle refused; the policy in force is kept",
 			"source", e.source, "trigger", trigger, "attempted_revision", attempted, "errors", errs)
-		e.emit(sandgate.Event{
-			Type:           sandgate.EventPolicyLoadFailed,
-			Outcome:        "failure",
-			PolicyRevision: revisionOf(old),
-			Payload: map[string]any{
-				"source": e.source, "trigger": trigger, "attempted_revision": attempted, "errors": errs,
-			},
-		})
+		e.emit(sandgate.NewPolicyLoadFailed(sandgate.Subject{PolicyRevision: revisionOf(old)}, time.Time{}, map[string]any{
+			"source": e.source, "trigger": trigger, "attempted_revision": attempted, "errors": errs,
+		}))
 		return false, inv
 	}
 	e.current.Store(p)
 	e.setLastError(nil)
 	e.logger().Info("policy loaded", "source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old))
-	e.emit(sandgate.Event{
-		Type:           sandgate.EventPolicyLoaded,
-		Outcome:        "success",
-		PolicyRevision: p.revision,
-		Payload: map[string]any{
-			"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
-		},
-	})
+	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, map[string]any{
+		"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
+	}))
 	return true, nil
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,10 +10,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/policies"
 )
 
 // TestHostGroupsDenied asks the real stack for runs whose primary group
@@ -45,6 +49,7 @@ func TestHostGroupsDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startServer(t, withEnv("SANDGATE_MOUNT_ROOTS", root))
+	since := time.Now().Add(-time.Second)
 
 	for _, tc := range []struct {
 		name, user, says string
@@ -74,6 +79,22 @@ func TestHostGroupsDenied(t *testing.T) {
 		status, _, body := s.do(t, http.MethodPost, "/v1/runs?wait=30s", `{"command":["id","-G"],"user":"10001:10002"}`)
 		if status != http.StatusOK {
 			t.Fatalf("status %d, want 200: %s", status, body)
+		}
+	})
+	// The host's groups are in the recorded input: replaying the bundle in
+	// force, whose data names neither, denies both again, exactly.
+	t.Run("replayed", func(t *testing.T) {
+		files, err := policies.BundleFiles("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := s.Client.ReplayPolicy(context.Background(), files, client.ReplayOptions{Since: since})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Replayed != 3 || rep.Unchanged != 3 || rep.NewlyAllowed.Count != 0 || rep.Approximate != 0 {
+			t.Errorf("replay: replayed %d, unchanged %d, newly allowed %d, approximate %d; want 3 3 0 0",
+				rep.Replayed, rep.Unchanged, rep.NewlyAllowed.Count, rep.Approximate)
 		}
 	})
 }
