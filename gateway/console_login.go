@@ -26,7 +26,6 @@ import (
 // (signin.go's checkCSRF).
 type loginRoutes struct{ edge }
 
-
 func (s *Server) mountLogin(e *echo.Echo) {
 	l := loginRoutes{s.edge}
 	e.GET("/console/auth.json", l.offered, s.edge.limitRate)

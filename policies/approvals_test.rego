@@ -58,13 +58,15 @@ test_an_approval_covers_only_its_rules if {
 }
 
 test_resources_above_the_maximum_up_to_the_approvable_cap_wait if {
-	caps := {"default": {}, "teams": {"payments": {"memory_mb": 8192}}}
-	over := object.union(fixtures.request.resources, {"memory_mb": 8192})
+	# Relative to the data's maximum: a site (or a test) may raise it.
+	cap := config.maxima.memory_mb * 2
+	caps := {"default": {}, "teams": {"payments": {"memory_mb": cap}}}
+	over := object.union(fixtures.request.resources, {"memory_mb": cap})
 	d := fixtures.check with input as fixtures.input_with({"resources": over})
 		with data.sandgate.config.approvals.resources as caps
 	fixtures.needs_approval_of(d, "resources_approval")
 	not "memory_limit" in fixtures.rules(d)
-	beyond := object.union(fixtures.request.resources, {"memory_mb": 8193})
+	beyond := object.union(fixtures.request.resources, {"memory_mb": cap + 1})
 	d2 := fixtures.check with input as fixtures.input_with({"resources": beyond})
 		with data.sandgate.config.approvals.resources as caps
 	fixtures.denied_by(d2, "memory_limit")

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // approvalRow is one approvals row.
@@ -49,8 +50,8 @@ func toApprovalRow(a *sandgate.Approval) (*approvalRow, error) {
 	row := &approvalRow{
 		ID: a.ID, Status: string(a.Status), Operation: string(a.Operation), RunID: a.RunID, SessionID: a.SessionID,
 		CorrelationID: a.CorrelationID, DecisionID: a.DecisionID, PolicyRevision: a.PolicyRevision,
-		Requester: a.Requester, Team: a.Team, Node: a.Node, CreatedAt: pgTime(a.CreatedAt), ExpiresAt: pgTime(a.ExpiresAt),
-		DecidedAt: pgTimePtr(a.DecidedAt), DecidedBy: a.DecidedBy, Comment: a.Comment,
+		Requester: a.Requester, Team: a.Team, Node: a.Node, CreatedAt: pgstore.Time(a.CreatedAt), ExpiresAt: pgstore.Time(a.ExpiresAt),
+		DecidedAt: pgstore.TimePtr(a.DecidedAt), DecidedBy: a.DecidedBy, Comment: a.Comment,
 	}
 	roles := a.RequesterRoles
 	if roles == nil {
@@ -175,7 +176,7 @@ func (s *Store) ListApprovals(ctx context.Context, f sandgate.ApprovalFilter) ([
 	}
 	if f.Cursor != "" {
 		var c approvalCursor
-		if err := decodeCursor(f.Cursor, &c); err != nil {
+		if err := pgstore.DecodeCursor(f.Cursor, &c); err != nil {
 			return nil, "", err
 		}
 		q = q.Where("(created_at, id) < (?, ?)", c.T, c.ID)
@@ -188,7 +189,7 @@ func (s *Store) ListApprovals(ctx context.Context, f sandgate.ApprovalFilter) ([
 	if len(rows) > limit {
 		rows = rows[:limit]
 		last := rows[len(rows)-1]
-		next = encodeCursor(approvalCursor{T: last.CreatedAt, ID: last.ID})
+		next = pgstore.EncodeCursor(approvalCursor{T: last.CreatedAt, ID: last.ID})
 	}
 	out := make([]sandgate.Approval, 0, len(rows))
 	for i := range rows {
@@ -243,7 +244,7 @@ func (s *Store) ExpireApprovals(ctx context.Context, now time.Time, limit int) (
 	var rows []approvalRow
 	err := s.db.WithContext(ctx).Raw(`UPDATE approvals SET status = 'expired', decided_at = ?
 		WHERE id IN (SELECT id FROM approvals WHERE status = 'pending' AND expires_at <= ? ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)
-		RETURNING *`, pgTime(now), pgTime(now), limit).Scan(&rows).Error
+		RETURNING *`, pgstore.Time(now), pgstore.Time(now), limit).Scan(&rows).Error
 	if err != nil {
 		return nil, storeErr(err, "expire approvals")
 	}

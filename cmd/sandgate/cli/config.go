@@ -44,7 +44,7 @@ func readConfig(getenv func(string) string) config {
 		workspaceConfig: readWorkspaceConfig(getenv),
 		gatewayConfig:   readGatewayConfig(getenv, trail.stateDir()),
 		identityConfig:  readIdentityConfig(getenv),
-		nodeConfig:      readNodeConfig(getenv),
+		nodeConfig:      readNodeConfig(getenv, trail.stateDir()),
 		sinkConfig:      readSinkConfig(getenv),
 	}
 }

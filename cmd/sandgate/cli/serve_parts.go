@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/identity"
 	"github.com/sandgate/sandgate/policies"
@@ -47,7 +48,7 @@ type parts struct {
 	pool          *warmPool
 	engine        *policies.Engine
 	exec          *executor.Executor
-	images        *executor.Images
+	images        *images.Images
 
 	store    *audit.Store
 	runs     *runstore.Store
