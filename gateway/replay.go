@@ -41,10 +41,11 @@ const (
 )
 
 // replayTypes are the records a replay reads: a run's request and its
-// decision (one pair per decision_id), and reviews, which are both.
+// decision (one pair per decision_id; a decision that asked for approval
+// is approval.requested), and reviews, which are both.
 var replayTypes = []sandgate.EventType{
 	sandgate.EventRunRequested, sandgate.EventAdmissionAllowed,
-	sandgate.EventAdmissionDenied, sandgate.EventAdmissionReviewed,
+	sandgate.EventAdmissionDenied, sandgate.EventApprovalRequested, sandgate.EventAdmissionReviewed,
 }
 
 // replayQuery is a replay request after decoding.
@@ -157,7 +158,8 @@ func (s *replays) recordReplay(ctx context.Context, who admission.Caller, q repl
 		payload["counts"] = map[string]any{
 			"replayed": rep.Replayed, "unchanged": rep.Unchanged,
 			"newly_denied": rep.NewlyDenied.Count, "newly_allowed": rep.NewlyAllowed.Count, "changed": rep.Changed.Count,
-			"approximate": rep.Approximate, "masked_inputs": rep.MaskedInputs, "mask_dependent": rep.MaskDependent,
+			"newly_approval_required": rep.NewlyApprovalRequired.Count,
+			"approximate":             rep.Approximate, "masked_inputs": rep.MaskedInputs, "mask_dependent": rep.MaskDependent,
 			"skipped": rep.Skipped,
 		}
 		payload["truncated"], payload["timed_out"], payload["duration_ms"] = rep.Truncated, rep.TimedOut, rep.DurationMS
@@ -227,7 +229,7 @@ type replayer struct {
 	// fallback are the settings a record without its own is replayed with.
 	fallback sandgate.Settings
 	rep      api.ReplayReport
-	changes  [3]changeSet
+	changes  [4]changeSet
 	// inForce, when drift was asked for, is the policy in force, and
 	// current its revision.
 	inForce sandgate.Admitter
@@ -239,6 +241,7 @@ const (
 	newlyDenied = iota
 	newlyAllowed
 	changedRules
+	newlyApprovalRequired
 )
 
 // run reads the range's records page by page and replays each decision,
@@ -265,7 +268,7 @@ func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQ
 					continue
 				}
 				pending[rec.DecisionID] = rec
-			case sandgate.EventAdmissionAllowed, sandgate.EventAdmissionDenied:
+			case sandgate.EventAdmissionAllowed, sandgate.EventAdmissionDenied, sandgate.EventApprovalRequested:
 				req, ok := pending[rec.DecisionID]
 				if !ok {
 					r.rep.Skipped++
@@ -317,34 +320,46 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord) error
 		}
 	}
 
-	oldAllow, oldRules := recordedVerdict(dec)
-	newRules := denyRules(got.Violations)
+	old, cand := recordedVerdict(dec), candidateVerdict(got)
 	ex := api.ReplayExample{
 		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
 		Principal: dec.Actor, Team: dec.Team, Operation: string(rec.Input.Operation), RecordedAt: at,
-		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
-		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
+		RecordedRevision: dec.PolicyRevision, RecordedAllow: old.allowed(), RecordedRules: old.rules,
+		CandidateAllow: got.Allow, CandidateRules: cand.rules, Approximate: !exact, MaskDependent: dependent,
+		RecordedOutcome: old.outcome, CandidateOutcome: cand.outcome,
 	}
 	if r.inForce != nil {
 		if err := r.drift(ctx, rec, ex); err != nil {
 			return err
 		}
 	}
-	kind := -1
-	switch {
-	case oldAllow && !got.Allow:
-		kind = newlyDenied
-	case !oldAllow && got.Allow:
-		kind = newlyAllowed
-	case !oldAllow && !got.Allow && !slices.Equal(oldRules, newRules):
-		kind = changedRules
-	}
+	kind := changeKind(old, cand)
 	if kind < 0 {
 		r.rep.Unchanged++
 		return nil
 	}
-	r.changes[kind].add(ex, without(newRules, oldRules), without(oldRules, newRules), r.examples)
+	r.changes[kind].add(ex, without(cand.rules, old.rules), without(old.rules, cand.rules), r.examples)
 	return nil
+}
+
+// changeKind is the kind of change from the recorded verdict to the
+// candidate's, -1 for none: an outcome changed is named by the new one;
+// the same outcome with other rules (denied, or waiting for approval) is
+// changedRules.
+func changeKind(old, cand verdict) int {
+	if old.outcome == cand.outcome {
+		if old.outcome != api.ReplayAllowed && !slices.Equal(old.rules, cand.rules) {
+			return changedRules
+		}
+		return -1
+	}
+	switch cand.outcome {
+	case api.ReplayDenied:
+		return newlyDenied
+	case api.ReplayAllowed:
+		return newlyAllowed
+	}
+	return newlyApprovalRequired
 }
 
 // drift evaluates the record with the policy in force and counts the
@@ -354,8 +369,8 @@ func (r *replayer) drift(ctx context.Context, rec sandgate.DecisionRecord, ex ap
 	if err != nil {
 		return err
 	}
-	rules := denyRules(d.Violations)
-	if d.Allow == ex.RecordedAllow && slices.Equal(rules, ex.RecordedRules) {
+	v := candidateVerdict(d)
+	if v.outcome == ex.RecordedOutcome && slices.Equal(v.rules, ex.RecordedRules) {
 		return nil
 	}
 	dr := r.rep.Drift
@@ -364,7 +379,7 @@ func (r *replayer) drift(ctx context.Context, rec sandgate.DecisionRecord, ex ap
 		dr.SameRevision++
 	}
 	if len(dr.Examples) < r.examples {
-		ex.CandidateAllow, ex.CandidateRules = d.Allow, rules
+		ex.CandidateAllow, ex.CandidateRules, ex.CandidateOutcome = d.Allow, v.rules, v.outcome
 		dr.Examples = append(dr.Examples, ex)
 	}
 	return nil

@@ -57,15 +57,38 @@ func unmasked(v any) any {
 	return v
 }
 
-// recordedVerdict reads a recorded decision: allowed or not, and its
-// denying rules.
-func recordedVerdict(rec sandgate.AuditRecord) (bool, []string) {
+// verdict is a decision's outcome (api.ReplayAllowed, ReplayDenied or
+// ReplayApprovalRequired) and its rules: the denying ones, or for a
+// decision waiting for approval the ones that ask for it; sorted, once
+// each.
+type verdict struct {
+	outcome string
+	rules   []string
+}
+
+func (v verdict) allowed() bool { return v.outcome == api.ReplayAllowed }
+
+// recordedVerdict reads a recorded decision.
+func recordedVerdict(rec sandgate.AuditRecord) verdict {
+	if rec.Type == sandgate.EventApprovalRequested {
+		return verdict{api.ReplayApprovalRequired, recordedRules(rec.Payload["approvals"])}
+	}
 	allow, ok := rec.Payload["allow"].(bool)
 	if !ok {
 		allow = rec.Type == sandgate.EventAdmissionAllowed || rec.Outcome == "allowed"
 	}
+	v := verdict{api.ReplayDenied, recordedRules(rec.Payload["violations"])}
+	if allow {
+		v.outcome = api.ReplayAllowed
+	}
+	return v
+}
+
+// recordedRules are the rules of a recorded list of findings but its
+// warnings, sorted, once each.
+func recordedRules(findings any) []string {
 	rules := []string{}
-	list, _ := rec.Payload["violations"].([]any)
+	list, _ := findings.([]any)
 	for _, v := range list {
 		m, _ := v.(map[string]any)
 		rule, _ := m["rule"].(string)
@@ -77,7 +100,18 @@ func recordedVerdict(rec sandgate.AuditRecord) (bool, []string) {
 		}
 	}
 	slices.Sort(rules)
-	return allow, rules
+	return rules
+}
+
+// candidateVerdict is the verdict of a decision the replay took.
+func candidateVerdict(d sandgate.Decision) verdict {
+	switch {
+	case d.NeedsApproval():
+		return verdict{api.ReplayApprovalRequired, denyRules(d.Approvals)}
+	case d.Allow:
+		return verdict{api.ReplayAllowed, denyRules(d.Violations)}
+	}
+	return verdict{api.ReplayDenied, denyRules(d.Violations)}
 }
 
 // denyRules are the rules of the violations that deny, sorted, once each.
@@ -155,5 +189,6 @@ func (r *replayer) report() api.ReplayReport {
 	rep.NewlyDenied = r.changes[newlyDenied].view()
 	rep.NewlyAllowed = r.changes[newlyAllowed].view()
 	rep.Changed = r.changes[changedRules].view()
+	rep.NewlyApprovalRequired = r.changes[newlyApprovalRequired].view()
 	return rep
 }

@@ -78,6 +78,8 @@ type fakeCandidate struct {
 	DenyCommands    []string `json:"deny_commands"`
 	AllowPrivileged bool     `json:"allow_privileged"`
 	DenyEnvValues   bool     `json:"deny_env_values"`
+	// ApproveCommands are commands that wait for approval.
+	ApproveCommands []string `json:"approve_commands"`
 	// SlowMS makes each decision take this long, or until ctx ends.
 	SlowMS int `json:"slow_ms"`
 }
@@ -103,6 +105,10 @@ func (c *fakeCandidate) Decide(ctx context.Context, in sandgate.AdmissionInput) 
 	}
 	if len(in.Request.Command) > 0 && slices.Contains(c.DenyCommands, in.Request.Command[0]) {
 		deny("denied_command")
+	}
+	if len(in.Request.Command) > 0 && slices.Contains(c.ApproveCommands, in.Request.Command[0]) {
+		d.Allow = false
+		d.Approvals = append(d.Approvals, sandgate.Violation{Rule: "command_approval", Message: "needs approval", Action: "require_approval"})
 	}
 	if c.DenyEnvValues {
 		for _, v := range in.Request.Env {
@@ -195,6 +201,7 @@ func TestReplayReportsChangedDecisions(t *testing.T) {
 		DecisionID: ls.DecisionID, RunID: ls.ID, CorrelationID: ls.CorrelationID, Principal: "alice", Team: "payments",
 		Operation: "run", RecordedAt: ex.RecordedAt, RecordedRevision: "sha256:test", RecordedAllow: true,
 		RecordedRules: []string{}, CandidateRules: []string{"denied_command"},
+		RecordedOutcome: api.ReplayAllowed, CandidateOutcome: api.ReplayDenied,
 	}
 	if diff := cmp.Diff(want, ex); diff != "" {
 		t.Errorf("example (-want +got):\n%s", diff)
@@ -226,6 +233,27 @@ func TestReplayReportsChangedDecisions(t *testing.T) {
 	counts, _ := ev.Payload["counts"].(map[string]any)
 	if counts["replayed"] != 5 || counts["newly_denied"] != 1 || counts["newly_allowed"] != 1 || counts["changed"] != 1 {
 		t.Errorf("recorded counts %v", counts)
+	}
+}
+
+// TestReplayApprovalRequired: a candidate that would ask for approval is
+// an outcome of its own, neither allowed nor denied: the allowed echo
+// run is newly_approval_required under the rule that asks, the denied
+// privileged run (whose command would also ask) stays denied.
+func TestReplayApprovalRequired(t *testing.T) {
+	e := newEnv(t)
+	recordHistory(t, e)
+	rep := e.do(http.MethodPost, "/v1/policies/replay", tokSec, replayBody(`{"approve_commands":["echo","sh"]}`)).replay(t)
+	if diff := cmp.Diff([]string{"command_approval added 1"}, groupRules(rep.NewlyApprovalRequired)); diff != "" {
+		t.Fatalf("newly approval-required (-want +got):\n%s", diff)
+	}
+	ex := rep.NewlyApprovalRequired.Rules[0].Examples[0]
+	if ex.RecordedOutcome != api.ReplayAllowed || ex.CandidateOutcome != api.ReplayApprovalRequired || ex.CandidateAllow ||
+		!slices.Equal(ex.CandidateRules, []string{"command_approval"}) {
+		t.Errorf("example %+v", ex)
+	}
+	if rep.NewlyDenied.Count != 0 || rep.NewlyAllowed.Count != 0 || rep.Changed.Count != 0 || rep.Unchanged != rep.Replayed-1 {
+		t.Errorf("report %+v", rep)
 	}
 }
 

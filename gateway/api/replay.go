@@ -42,6 +42,13 @@ type ReplayReport struct {
 	NewlyDenied  ReplayChanges `json:"newly_denied"`
 	NewlyAllowed ReplayChanges `json:"newly_allowed"`
 	Changed      ReplayChanges `json:"changed"`
+	// NewlyApprovalRequired were allowed or denied and would wait for
+	// approval (require_approval), grouped by the rules that would ask
+	// for it: an outcome of its own, neither allowed nor denied. A
+	// decision that waited and would be denied is in NewlyDenied, one that
+	// would be allowed in NewlyAllowed; one that waited and would wait for
+	// other rules in Changed.
+	NewlyApprovalRequired ReplayChanges `json:"newly_approval_required"`
 	// Approximate counts the replayed decisions recorded before the
 	// decision record's one shape (sandgate.DecisionRecord): replayed as
 	// operation run (or review), with the submitter role for runs when no
@@ -131,4 +138,16 @@ type ReplayExample struct {
 	CandidateRules   []string `json:"candidate_rules"`
 	Approximate      bool     `json:"approximate"`
 	MaskDependent    bool     `json:"mask_dependent"`
+	// RecordedOutcome and CandidateOutcome are each decision's outcome:
+	// allowed, denied or approval_required (its rules then the ones that
+	// ask for approval).
+	RecordedOutcome  string `json:"recorded_outcome"`
+	CandidateOutcome string `json:"candidate_outcome"`
 }
+
+// The outcomes of a replayed decision.
+const (
+	ReplayAllowed          = "allowed"
+	ReplayDenied           = "denied"
+	ReplayApprovalRequired = "approval_required"
+)

@@ -76,9 +76,8 @@ Exit status: 0 replayed, 2 the gateway refused the bundle, 3 with
 			if err != nil {
 				return err
 			}
-			if failOnChange && rep.NewlyDenied.Count+rep.NewlyAllowed.Count+rep.Changed.Count > 0 {
-				return &ExitError{Code: exitReplayChanged, Message: fmt.Sprintf("%d decisions would change",
-					rep.NewlyDenied.Count+rep.NewlyAllowed.Count+rep.Changed.Count)}
+			if n := rep.NewlyDenied.Count + rep.NewlyAllowed.Count + rep.Changed.Count + rep.NewlyApprovalRequired.Count; failOnChange && n > 0 {
+				return &ExitError{Code: exitReplayChanged, Message: fmt.Sprintf("%d decisions would change", n)}
 			}
 			return nil
 		},
@@ -114,9 +113,9 @@ func replayError(a *app, err error) error {
 // each kind of change by rule with its examples.
 func writeReplay(w io.Writer, rep api.ReplayReport) error {
 	fmt.Fprintf(w, "candidate %s (in force: %s)\n", rep.CandidateRevision, rep.CurrentRevision)
-	fmt.Fprintf(w, "replayed %d decisions in %s: %d unchanged, %d newly denied, %d newly allowed, %d denied by other rules\n",
+	fmt.Fprintf(w, "replayed %d decisions in %s: %d unchanged, %d newly denied, %d newly allowed, %d denied by other rules, %d newly approval-required\n",
 		rep.Replayed, time.Duration(rep.DurationMS)*time.Millisecond, rep.Unchanged,
-		rep.NewlyDenied.Count, rep.NewlyAllowed.Count, rep.Changed.Count)
+		rep.NewlyDenied.Count, rep.NewlyAllowed.Count, rep.Changed.Count, rep.NewlyApprovalRequired.Count)
 	if rep.Approximate > 0 {
 		fmt.Fprintf(w, "approximate: %d records lack the principal's roles or the settings (recorded before sandgate kept them)\n", rep.Approximate)
 	}
@@ -147,7 +146,7 @@ func writeReplay(w io.Writer, rep api.ReplayReport) error {
 	for _, part := range []struct {
 		title string
 		c     api.ReplayChanges
-	}{{"NEWLY DENIED", rep.NewlyDenied}, {"NEWLY ALLOWED", rep.NewlyAllowed}, {"DENIED BY OTHER RULES", rep.Changed}} {
+	}{{"NEWLY DENIED", rep.NewlyDenied}, {"NEWLY ALLOWED", rep.NewlyAllowed}, {"NEWLY APPROVAL-REQUIRED", rep.NewlyApprovalRequired}, {"DENIED BY OTHER RULES", rep.Changed}} {
 		if part.c.Count == 0 {
 			continue
 		}
