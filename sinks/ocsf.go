@@ -63,6 +63,12 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventPolicyReplayed:    {classAPIActivity, 2, "Read"},
 	sandgate.EventCallbackDelivered: {classAPIActivity, 99, "Callback"},
 	sandgate.EventCallbackFailed:    {classAPIActivity, 99, "Callback"},
+	// A request that waits for approval, and someone's decision on it:
+	// calls to sandgate's API on the same request (its correlation).
+	sandgate.EventApprovalRequested: {classAPIActivity, 1, "Create"},
+	sandgate.EventApprovalGranted:   {classAPIActivity, 3, "Update"},
+	sandgate.EventApprovalDenied:    {classAPIActivity, 3, "Update"},
+	sandgate.EventApprovalExpired:   {classAPIActivity, 99, "Expire"},
 
 	sandgate.EventAuthDenied: {classAuthentication, 1, "Logon"},
 
