@@ -85,7 +85,7 @@ func (p *pass) askApproval(op sandgate.Operation, why string) {
 	}
 	if why != "" {
 		p.dec.Violations = append(p.dec.Violations, sandgate.Violation{Rule: "approval_unavailable", Controls: []string{},
-			Message: fmt.Sprintf("the policy asks for approval (%s), but %s", ruleList(p.dec.Approvals), why),
+			Message:  fmt.Sprintf("the policy asks for approval (%s), but %s", ruleList(p.dec.Approvals), why),
 			Severity: "medium", Action: "deny", Count: 1})
 		return
 	}

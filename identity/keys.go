@@ -52,7 +52,7 @@ var errUnknownKey = errors.New("no signing key of the issuer matches the token's
 // VerifySignature checks raw's one signature with the issuer's key and
 // returns its payload.
 func (k *keySet) VerifySignature(ctx context.Context, raw string) ([]byte, error) {
-	jws, err := jose.ParseSigned(raw, Algorithms)
+	jws, err := jose.ParseSignedCompact(raw, Algorithms)
 	if err != nil {
 		return nil, err
 	}

@@ -182,7 +182,7 @@ func (v *Verifier) VerifyFor(ctx context.Context, raw, audience string) (Token, 
 	if !v.Enabled() {
 		return Token{}, refused("no OpenID Connect issuer is configured")
 	}
-	jws, err := jose.ParseSigned(raw, Algorithms)
+	jws, err := jose.ParseSignedCompact(raw, Algorithms)
 	if err != nil {
 		return Token{}, refused("the token is not a JWT signed with %s: %v", strings.Join(algNames(), ", "), err)
 	}
