@@ -75,6 +75,7 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"run":   client, "runs list": client, "runs get": client, "runs cancel": client, "runs logs": client, "runs artifacts": client,
 		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client,
 		"volume list": client, "volume rm": client,
+		"approvals list": client, "approvals approve": client, "approvals deny": client,
 		"policy check": {"policy-dir"}, "policy test": {"policy-dir"}, "policy rules": {"policy-dir"},
 		"policy eval": {"air-gapped", "mount-root", "policy-dir", "policy-verify-keys"},
 		"policy sign": {"policy-dir"}, "policy verify": {"policy-dir", "policy-verify-keys"},
