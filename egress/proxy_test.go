@@ -130,20 +130,14 @@ func loopbackLookup(n int64, host string) []netip.Addr {
 // CONNECT and by a plain request; every other is refused with its reason
 // and recorded.
 func TestProxyAllowsAndRefuses(t *testing.T) {
-	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20})
+	up := newTLSUpstream(t)
+	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20}, "127.0.0.1:"+up.port)
 	if code, body := f.get(t, "http://upstream.test:"+f.port+"/"); code != 200 || !strings.Contains(body, "hello from upstream") {
 		t.Fatalf("plain http: %d %q", code, body)
 	}
 	// CONNECT, as an HTTPS client does.
-	conn, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", f.port, f.port)
-	got, _ := io.ReadAll(conn)
-	conn.Close()
-	if !strings.HasPrefix(string(got), "HTTP/1.1 200 Connection established") || !strings.Contains(string(got), "hello from upstream") {
-		t.Fatalf("CONNECT: %q", got)
+	if body, err := handshake(f.tunnel(t, "127.0.0.1:"+up.port), ""); err != nil || !strings.Contains(body, "hello over tls") {
+		t.Fatalf("CONNECT: %v %q", err, body)
 	}
 
 	tests := []struct {
