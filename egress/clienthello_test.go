@@ -152,6 +152,7 @@ func tlsThrough(t *testing.T, f *fixture, target, sni string, rewrite func([]byt
 func TestProxyClientHelloForms(t *testing.T) {
 	up := newLenientTLSUpstream(t)
 	target := "upstream.test:" + up.port
+	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 1000, Bytes: 100 << 20}, target)
 	refused := []struct {
 		name, reason string
 		rewrite      func([]byte) []byte
@@ -176,7 +177,7 @@ func TestProxyClientHelloForms(t *testing.T) {
 	}
 	for _, tc := range refused {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20}, target)
+			f.again(t)
 			before := len(up.seen())
 			body, err := tlsThrough(t, f, target, forbidden, tc.rewrite)
 			if err == nil {
@@ -190,7 +191,7 @@ func TestProxyClientHelloForms(t *testing.T) {
 	}
 
 	t.Run("not TLS", func(t *testing.T) {
-		f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20}, target)
+		f.again(t)
 		c := f.tunnel(t, "127.0.0.1:"+f.port)
 		io.WriteString(c, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
 		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -203,7 +204,7 @@ func TestProxyClientHelloForms(t *testing.T) {
 
 	for _, size := range []int{1, 100, 16384} {
 		t.Run(fmt.Sprintf("fragmented in records of %d bytes, naming the target", size), func(t *testing.T) {
-			f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20}, target)
+			f.again(t)
 			body, err := tlsThrough(t, f, target, "upstream.test", fragment(t, size))
 			if err != nil || !strings.Contains(body, "hello over tls") {
 				t.Errorf("handshake: %v %q", err, body)

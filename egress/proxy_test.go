@@ -53,6 +53,7 @@ type fixture struct {
 	upstream *httptest.Server
 	port     string
 	lookups  atomic.Int64
+	run      egress.Run
 }
 
 func newFixture(t testing.TB, lookup func(n int64, host string) []netip.Addr, limits sandgate.EgressLimits, extra ...string) *fixture {
@@ -88,14 +89,27 @@ func newFixture(t testing.TB, lookup func(n int64, host string) []netip.Addr, li
 	go f.proxy.Serve(ln)
 	t.Cleanup(func() { f.proxy.Close() })
 	f.addr = ln.Addr().String()
-	err = f.proxy.Register(netip.MustParseAddr("127.0.0.1"), egress.Run{
+	f.run = egress.Run{
 		RunID: "run-1", CorrelationID: "corr-1", DecisionID: "dec-1", Principal: "alice", Team: "payments",
 		Egress: dests, Limits: limits, Private: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-	})
-	if err != nil {
+	}
+	if err := f.proxy.Register(netip.MustParseAddr("127.0.0.1"), f.run); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// again ends the fixture's run and registers it afresh, its events
+// forgotten: a run of its own for each case of a test.
+func (f *fixture) again(t testing.TB) {
+	t.Helper()
+	f.proxy.Unregister(netip.MustParseAddr("127.0.0.1"))
+	f.events.mu.Lock()
+	f.events.evs = nil
+	f.events.mu.Unlock()
+	if err := f.proxy.Register(netip.MustParseAddr("127.0.0.1"), f.run); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fixture) client() *http.Client {
