@@ -111,6 +111,8 @@ type cluster struct {
 	// database was away, every node's heartbeat is old, and the others
 	// get a lapse to beat again before anyone is judged dead.
 	healthySince time.Time
+	// nonces are the forwards this node accepted in the last two skews.
+	nonces usedNonces
 }
 
 // JoinCluster registers this node in the node registry and starts its

@@ -2,7 +2,12 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,41 +16,136 @@ import (
 )
 
 // TestCheckForwarded holds a forwarded request's signature to the
-// cluster's secret, the forwarding node, the method, the path with its
-// query, and a minute of clock skew.
+// cluster's secret, both nodes, the time within a minute of skew, the
+// nonce, the method, the path with its query, the caller's
+// credentials, the content type and the body.
 func TestCheckForwarded(t *testing.T) {
 	secret := []byte("0123456789abcdef-cluster")
 	now := time.Unix(1_800_000_000, 0)
-	at := strconv.FormatInt(now.Unix(), 10)
-	sig := forwardMAC(secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1")
+	signed := forwardClaim{
+		From: "gw-a", To: "gw-b", At: strconv.FormatInt(now.Unix(), 10), Nonce: newForwardNonce(),
+		Method: "POST", URI: "/v1/sessions/x/runs?wait=1s", Caller: callerDigest("Bearer alice"),
+		ContentType: "application/json", Body: digestClaim([]byte(`{"command":["true"]}`)),
+	}
+	sig := signed.mac(secret)
+	change := func(f func(*forwardClaim)) forwardClaim {
+		c := signed
+		f(&c)
+		return c
+	}
 	tests := []struct {
-		name                  string
-		secret                []byte
-		node, at, method, uri string
-		sig                   string
-		now                   time.Time
-		want                  bool
+		name   string
+		secret []byte
+		claim  forwardClaim
+		sig    string
+		now    time.Time
+		want   bool
 	}{
-		{"valid", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, true},
-		{"upper-case hex", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", toUpper(sig), now, true},
-		{"skew within a minute", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(59 * time.Second), true},
-		{"too old", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(2 * time.Minute), false},
-		{"from the future", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(-2 * time.Minute), false},
-		{"another secret", []byte("another-secret-of-16"), "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"no secret here", nil, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"another node", secret, "gw-b", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"another method", secret, "gw-a", at, "GET", "/v1/runs/x?y=1", sig, now, false},
-		{"another path", secret, "gw-a", at, "DELETE", "/v1/runs/z?y=1", sig, now, false},
-		{"another query", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=2", sig, now, false},
-		{"bad time", secret, "gw-a", "soon", "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"no signature", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", "", now, false},
+		{"valid", secret, signed, sig, now, true},
+		{"upper-case hex", secret, signed, toUpper(sig), now, true},
+		{"skew within a minute", secret, signed, sig, now.Add(59 * time.Second), true},
+		{"too old", secret, signed, sig, now.Add(2 * time.Minute), false},
+		{"from the future", secret, signed, sig, now.Add(-2 * time.Minute), false},
+		{"another secret", []byte("another-secret-of-16"), signed, sig, now, false},
+		{"no secret here", nil, signed, sig, now, false},
+		{"another sender", secret, change(func(c *forwardClaim) { c.From = "gw-c" }), sig, now, false},
+		{"another receiver", secret, change(func(c *forwardClaim) { c.To = "gw-c" }), sig, now, false},
+		{"another nonce", secret, change(func(c *forwardClaim) { c.Nonce = newForwardNonce() }), sig, now, false},
+		{"no nonce", secret, change(func(c *forwardClaim) { c.Nonce = "" }), signed.mac(secret), now, false},
+		{"another method", secret, change(func(c *forwardClaim) { c.Method = "DELETE" }), sig, now, false},
+		{"another path", secret, change(func(c *forwardClaim) { c.URI = "/v1/sessions/y/runs?wait=1s" }), sig, now, false},
+		{"another query", secret, change(func(c *forwardClaim) { c.URI = "/v1/sessions/x/runs?wait=2s" }), sig, now, false},
+		{"another caller", secret, change(func(c *forwardClaim) { c.Caller = callerDigest("Bearer mallory") }), sig, now, false},
+		{"another content type", secret, change(func(c *forwardClaim) { c.ContentType = "text/plain" }), sig, now, false},
+		{"another body", secret, change(func(c *forwardClaim) { c.Body = digestClaim([]byte("{}")) }), sig, now, false},
+		{"a body by length", secret, change(func(c *forwardClaim) { c.Body = "length:20" }), sig, now, false},
+		{"bad time", secret, change(func(c *forwardClaim) { c.At = "soon" }), sig, now, false},
+		{"no signature", secret, signed, "", now, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := checkForwarded(tc.secret, tc.node, tc.at, tc.sig, tc.method, tc.uri, tc.now); got != tc.want {
-				t.Errorf("checkForwarded = %v, want %v", got, tc.want)
+			if err := tc.claim.check(tc.secret, tc.sig, tc.now); (err == nil) != tc.want {
+				t.Errorf("check = %v, want ok %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestForwardBody: a body up to the limit is named by its digest and
+// sent on whole; a longer one by its length, streamed; the receiver
+// holds each to its claim.
+func TestForwardBody(t *testing.T) {
+	const limit = 16
+	send := func(body string, length int64) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/v1/runs", strings.NewReader(body))
+		r.ContentLength = length
+		return r
+	}
+	for _, tc := range []struct {
+		name      string
+		body      string
+		length    int64
+		wantClaim string
+	}{
+		{"empty", "", 0, digestClaim(nil)},
+		{"short", "short body", 10, digestClaim([]byte("short body"))},
+		{"short, length unknown", "short body", -1, digestClaim([]byte("short body"))},
+		{"long", "a body longer than the limit", 28, "length:28"},
+		{"long, length unknown", "a body longer than the limit", -1, "length:-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := send(tc.body, tc.length)
+			claim, err := bodyClaim(out, limit)
+			if err != nil || claim != tc.wantClaim {
+				t.Fatalf("claim %q %v, want %q", claim, err, tc.wantClaim)
+			}
+			if sent, _ := io.ReadAll(out.Body); string(sent) != tc.body {
+				t.Errorf("sent on %q, want %q", sent, tc.body)
+			}
+			in := send(tc.body, tc.length)
+			if err := checkBody(in, claim, limit); err != nil {
+				t.Errorf("the genuine body: %v", err)
+			} else if got, _ := io.ReadAll(in.Body); string(got) != tc.body {
+				t.Errorf("the handler reads %q, want %q", got, tc.body)
+			}
+			if err := checkBody(send(tc.body+"x", tc.length+1), claim, limit); err == nil && tc.length >= 0 {
+				t.Errorf("another body passed its claim %q", claim)
+			}
+		})
+	}
+	if err := checkBody(send("short bodX", 10), digestClaim([]byte("short body")), limit); err == nil {
+		t.Error("a body of the same length and another digest passed")
+	}
+	if err := checkBody(send("short body", 10), "", limit); err == nil {
+		t.Error("a body with no claim passed")
+	}
+}
+
+// TestForwardNonceOnce: a nonce is accepted once, and the memory of
+// them is bounded: full, it refuses until some expire.
+func TestForwardNonceOnce(t *testing.T) {
+	var u usedNonces
+	now := time.Unix(1_800_000_000, 0)
+	n := newForwardNonce()
+	if err := u.use(n, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.use(n, now.Add(time.Second)); !errors.Is(err, errForwardReplayed) {
+		t.Fatalf("the nonce again: %v, want errForwardReplayed", err)
+	}
+	for i := 1; i < maxForwardNonces; i++ {
+		if err := u.use(strconv.Itoa(i), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := u.use("one more", now); err == nil || errors.Is(err, errForwardReplayed) {
+		t.Fatalf("a nonce past the bound: %v, want a refusal", err)
+	}
+	if err := u.use("one more", now.Add(2*forwardSkew+time.Second)); err != nil {
+		t.Fatalf("once the others expired: %v", err)
+	}
+	if len(u.seen) != 1 {
+		t.Errorf("%d nonces kept after the expiry; want 1", len(u.seen))
 	}
 }
 
