@@ -241,4 +241,3 @@ func (s *Server) listNodes(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, out)
 }
-
