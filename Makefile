@@ -62,7 +62,7 @@ test-cluster: bootstrap image
 
 cluster-drills:
 	@log=$$(mktemp /tmp/sandgate-cluster.XXXXXX.log); \
-	SANDGATE_CLUSTER_SHORT=$(CLUSTER_SHORT) $(GO) test -tags cluster -run '^TestClusterDrills$$' -count=1 -timeout 15m -v ./cmd/sandgate >$$log 2>&1; rc=$$?; \
+	SANDGATE_CLUSTER_SHORT=$(CLUSTER_SHORT) $(GO) test -tags cluster -run '^TestClusterDrills$$' -count=1 -timeout 15m -v ./cmd/sandgate/e2e >$$log 2>&1; rc=$$?; \
 	grep -E '^ *(--- |PASS|FAIL|ok )|drills_test.go' $$log | cut -c1-400; \
 	if [ $$rc = 0 ]; then rm -f $$log; else echo "make: the cluster drills failed; full log (with each gateway's): $$log"; fi; exit $$rc
 
@@ -82,7 +82,7 @@ bench: bootstrap image
 # make soak: ten minutes of mixed runs at 8 concurrent, sampling the
 # gateway's RSS and goroutines (not part of make test).
 soak: bootstrap image
-	$(GO) test -tags soak -run TestSoak -count 1 -timeout 30m -v ./cmd/sandgate
+	$(GO) test -tags soak -run TestSoak -count 1 -timeout 30m -v ./cmd/sandgate/e2e
 
 # make bundle: the air-gapped install tarball in dist/.
 bundle: bootstrap
@@ -103,7 +103,7 @@ check-compose:
 # make console-screenshots: the console's browser tests, writing their
 # screenshots of each page into docs/console/ (docs/console.md shows them).
 console-screenshots: bootstrap image
-	SANDGATE_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsole' -timeout 10m ./cmd/sandgate
+	SANDGATE_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console $(GO) test -count=1 -run 'TestConsole' -timeout 10m ./cmd/sandgate/e2e
 
 clean:
 	rm -rf bin

@@ -1,0 +1,420 @@
+package cli
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit"
+)
+
+// newAuditCmd builds `sandgate audit query|export|verify|public-key`, the
+// retention commands `partitions|archive|purge`, and the proofs'
+// `receipt|verify-receipt|witness`. All but witness (which talks to a
+// gateway) and verify-receipt (which needs nothing) work on the trail
+// directly through SANDGATE_DATABASE_URL, not through a gateway: a
+// read-only role is enough for all but archive (which appends) and purge
+// (which needs the tables' owner).
+func newAuditCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Query, export and verify the audit trail",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
+		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a), newAuditRetentionCmd(a),
+		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a))
+	return cmd
+}
+
+// auditFilterFlags are the filters query and export share.
+type auditFilterFlags struct {
+	correlationID, runID, decisionID, typ, actor, team, outcome, since, until string
+}
+
+func (f *auditFilterFlags) bind(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.correlationID, "correlation-id", "", "only events of this correlation ID")
+	fl.StringVar(&f.runID, "run-id", "", "only events of this run")
+	fl.StringVar(&f.decisionID, "decision-id", "", "only events of this decision")
+	fl.StringVar(&f.typ, "type", "", "only events of this type (e.g. admission.denied)")
+	fl.StringVar(&f.actor, "actor", "", "only events of this actor (principal)")
+	fl.StringVar(&f.team, "team", "", "only events of this team")
+	fl.StringVar(&f.outcome, "outcome", "", "only events with this outcome")
+	fl.StringVar(&f.since, "since", "", "recorded at or after: RFC 3339 time, or a duration back from now (24h)")
+	fl.StringVar(&f.until, "until", "", "recorded before: RFC 3339 time, or a duration back from now")
+}
+
+func (f *auditFilterFlags) filter(now time.Time) (sandgate.AuditFilter, error) {
+	out := sandgate.AuditFilter{
+		CorrelationID: f.correlationID, RunID: f.runID, DecisionID: f.decisionID,
+		Type: sandgate.EventType(f.typ), Actor: f.actor, Team: f.team, Outcome: f.outcome,
+	}
+	var err error
+	if out.Since, err = auditWhen(f.since, now); err != nil {
+		return out, fmt.Errorf("--since: %w", err)
+	}
+	if out.Until, err = auditWhen(f.until, now); err != nil {
+		return out, fmt.Errorf("--until: %w", err)
+	}
+	return out, nil
+}
+
+// auditWhen reads an RFC 3339 time or a duration before now.
+func auditWhen(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration", s)
+	}
+	return now.Add(-d), nil
+}
+
+// openTrail opens the trail read-only, trusting keys for checkpoints.
+func openTrail(ctx context.Context, a *app, keys []ed25519.PublicKey) (*audit.Store, error) {
+	return audit.Open(ctx, audit.Config{
+		DSN:                a.cfg.DatabaseURL,
+		ReadOnly:           true,
+		TrustedKeys:        keys,
+		CheckpointInterval: a.cfg.CheckpointAfter,
+	})
+}
+
+func newAuditQueryCmd(a *app) *cobra.Command {
+	var f auditFilterFlags
+	var limit int
+	var cursor string
+	cmd := &cobra.Command{
+		Use:   "query",
+		Short: "Print one page of matching events as JSON ({\"events\", \"next_cursor\"})",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			filter, err := f.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			filter.Limit, filter.Cursor = limit, cursor
+			s, err := openTrail(cmd.Context(), a, nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close(context.Background())
+			recs, next, err := s.Query(cmd.Context(), filter)
+			if err != nil {
+				return err
+			}
+			page := struct {
+				Events     []sandgate.AuditRecord `json:"events"`
+				NextCursor *string                `json:"next_cursor"`
+			}{Events: recs}
+			if next != "" {
+				page.NextCursor = &next
+			}
+			enc := json.NewEncoder(a.stdout)
+			enc.SetIndent("", "  ")
+			enc.SetEscapeHTML(false)
+			return enc.Encode(page)
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().IntVar(&limit, "limit", audit.DefaultLimit, "events per page (at most 1000)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "next_cursor of the previous page")
+	return cmd
+}
+
+func newAuditExportCmd(a *app) *cobra.Command {
+	var f auditFilterFlags
+	var format, output, chain string
+	var checkpoints bool
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Stream matching events as JSONL or CSV, or the signed checkpoints with --checkpoints",
+		Long: `Stream matching events, oldest first, as JSON Lines or CSV. With
+--checkpoints, stream the signed checkpoints (JSON Lines) instead. An
+unfiltered export plus the checkpoints is what verify --offline checks.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			filter, err := f.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			s, err := openTrail(cmd.Context(), a, nil)
+			if err != nil {
+				return err
+			}
+			defer s.Close(context.Background())
+			w := a.stdout
+			var file *os.File
+			if output != "" && output != "-" {
+				if file, err = os.OpenFile(output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
+					return err
+				}
+				defer file.Close()
+				w = file
+			}
+			if checkpoints {
+				err = s.ExportCheckpoints(cmd.Context(), chain, w)
+			} else {
+				err = s.Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
+			}
+			if err != nil {
+				return err
+			}
+			if file != nil {
+				if err := file.Sync(); err != nil {
+					return err
+				}
+				return file.Close()
+			}
+			return nil
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().StringVar(&format, "format", "jsonl", "jsonl or csv")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file (mode 0600) instead of stdout")
+	cmd.Flags().BoolVar(&checkpoints, "checkpoints", false, "export the signed checkpoints instead of events")
+	cmd.Flags().StringVar(&chain, "chain", "", "with --checkpoints: only this chain")
+	return cmd
+}
+
+func newAuditVerifyCmd(a *app) *cobra.Command {
+	var offline, checkpoints, chain, archive string
+	var keyFiles, trustedFiles []string
+	var fromSeq, toSeq int64
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check hash chains, checkpoint signatures and keys; exit 1 on any problem",
+		Long: `Check the trail online (from the database), offline (an export and its
+checkpoints), or an archived month (--archive DIR/<partition>): every hash,
+every column against its hashed body, seq gaps, prev_hash links, checkpoint
+signatures and their chain, the keys that signed them, and that every
+chain's rows are covered by a checkpoint signed by a known key (rows that
+are not, beyond twice the checkpoint interval, are unsigned_chain or
+unsigned_tail; rows recorded after the database's clock are future_row).
+Prints a JSON report listing every problem and every checkpoint key with
+its node and first use, and exits 1 when there is a problem.
+
+Keys: the --public-key and --trusted-keys files (PEM or hex) pin the keys to
+trust; every other key is then untrusted_key. Without any, the public half
+of SANDGATE_SIGNING_KEY_FILE is pinned when readable. With no key at all,
+online verify trusts the trail's key registry (each node's first key, and
+rotations endorsed by the key they replace; anyone with the application
+role can register a key for a node name not yet in use, so check the
+listed keys, or pin them); offline, nothing vouches for an export's keys
+and the report says so (unpinned_keys).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			keys, err := loadTrustedKeys(keyFiles, trustedFiles, a.cfg.SigningKeyFile)
+			if err != nil {
+				return err
+			}
+			opts := audit.OfflineOptions{Trusted: keys, CheckpointInterval: a.cfg.CheckpointAfter}
+			var rep audit.Report
+			switch {
+			case archive != "" && offline != "":
+				return sandgate.FieldError("archive", "give --archive or --offline, not both")
+			case archive != "":
+				rep, err = audit.VerifyArchiveWith(archive, opts)
+			case offline != "":
+				rep, err = verifyOffline(offline, checkpoints, opts)
+			default:
+				var s *audit.Store
+				if s, err = openTrail(cmd.Context(), a, keys); err != nil {
+					return err
+				}
+				defer s.Close(context.Background())
+				rep, err = s.VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
+			}
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(a.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+			if !rep.OK {
+				return &ExitError{Code: 1, Message: fmt.Sprintf("audit verify: %d problem(s) found", len(rep.Problems))}
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&offline, "offline", "", "verify this export file (JSONL or CSV) instead of the database")
+	fl.StringVar(&archive, "archive", "", "verify this archive directory (written by audit archive) instead of the database")
+	fl.StringVar(&checkpoints, "checkpoints", "", "with --offline: the checkpoints export (JSONL), taken after the events")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "trusted checkpoint public key file (PEM or hex); repeatable")
+	fl.StringSliceVar(&trustedFiles, "trusted-keys", nil, "file of trusted checkpoint public keys, every node's (PEM blocks, or one hex key a line); repeatable")
+	fl.StringVar(&chain, "chain", "", "online: only this chain")
+	fl.Int64Var(&fromSeq, "from-seq", 0, "online: start at this seq")
+	fl.Int64Var(&toSeq, "to-seq", 0, "online: stop at this seq")
+	return cmd
+}
+
+func verifyOffline(events, checkpoints string, opts audit.OfflineOptions) (audit.Report, error) {
+	ef, err := os.Open(events)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer ef.Close()
+	var cr io.Reader
+	if checkpoints != "" {
+		cf, err := os.Open(checkpoints)
+		if err != nil {
+			return audit.Report{}, err
+		}
+		defer cf.Close()
+		cr = cf
+	}
+	return audit.VerifyExportWith(ef, cr, opts)
+}
+
+// loadKeys reads the trusted public keys; with none given, the public
+// half of the local signing key when it can be read.
+func loadKeys(files []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
+	return loadTrustedKeys(files, nil, signingKeyFile)
+}
+
+// loadTrustedKeys reads the trusted public keys, one per --public-key file
+// and any number per --trusted-keys file; with none given, the public half
+// of the local signing key when it can be read.
+func loadTrustedKeys(files, lists []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--public-key: %w", err)
+		}
+		k, err := audit.ParsePublicKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("--public-key %s: %w", f, err)
+		}
+		keys = append(keys, k)
+	}
+	for _, f := range lists {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-keys: %w", err)
+		}
+		ks, err := audit.ParsePublicKeys(data)
+		if err != nil {
+			return nil, fmt.Errorf("--trusted-keys %s: %w", f, err)
+		}
+		keys = append(keys, ks...)
+	}
+	if len(keys) == 0 && signingKeyFile != "" {
+		if priv, err := audit.LoadSigningKey(signingKeyFile, false); err == nil {
+			keys = append(keys, priv.Public().(ed25519.PublicKey))
+		}
+	}
+	return keys, nil
+}
+
+func newAuditRotateKeyCmd(a *app) *cobra.Command {
+	var previous string
+	cmd := &cobra.Command{
+		Use:   "rotate-key --previous-key-file OLD",
+		Short: "Register this node's new checkpoint key as a rotation endorsed by its previous key",
+		Long: `Rotate-key registers the key in SANDGATE_SIGNING_KEY_FILE (generated when
+absent) as this node's (SANDGATE_NODE) new checkpoint key, endorsed by the
+previous one: the previous key signs the rotation, verify checks that
+signature, and the registry then vouches for the new key. The rotation is
+recorded in the trail as audit.key_rotated (on a chain of its own, under
+SANDGATE_SPOOL_DIR/admin) and signed by a checkpoint. Run it before serve
+first starts with the new key: a key a node has already used cannot be
+endorsed afterwards, and verify reports it (unendorsed_key) until
+auditors pin it. Prints the registration as JSON.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if previous == "" {
+				return sandgate.FieldError("previous-key-file", "required: the key this node signed with until now")
+			}
+			maskKey, err := a.cfg.maskKey()
+			if err != nil {
+				return err
+			}
+			s, err := audit.Open(cmd.Context(), audit.Config{
+				DSN:                    a.cfg.DatabaseURL,
+				SpoolDir:               filepath.Join(a.cfg.SpoolDir, "admin"),
+				SpoolMaxBytes:          a.cfg.SpoolMaxBytes,
+				SigningKeyFile:         a.cfg.SigningKeyFile,
+				PreviousSigningKeyFile: previous,
+				MaskKey:                maskKey,
+				Node:                   a.cfg.Node,
+				CheckpointEvery:        a.cfg.CheckpointEvery,
+				CheckpointInterval:     a.cfg.CheckpointAfter,
+			})
+			if err != nil {
+				return err
+			}
+			defer s.Close(context.Background())
+			reg, err := s.RegisterKey(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := writeJSON(a, reg); err != nil {
+				return err
+			}
+			prev, err := audit.LoadSigningKey(previous, false)
+			if err != nil {
+				return err
+			}
+			switch prevID := audit.KeyID(prev.Public().(ed25519.PublicKey)); {
+			case reg.Replaces == "":
+				fmt.Fprintln(a.stderr, "audit rotate-key: the node had no key registered: this key is its first, nothing to endorse")
+			case reg.Endorsement == "":
+				fmt.Fprintln(a.stderr, "audit rotate-key: the key was registered before without an endorsement; pin it with --trusted-keys when you verify")
+			case reg.Replaces != prevID:
+				fmt.Fprintf(a.stderr, "audit rotate-key: the node's newest key was %s, not %s: verify will report the rotation unendorsed; pin the key\n", reg.Replaces, prevID)
+			}
+			return s.Close(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&previous, "previous-key-file", "", "the node's previous checkpoint signing key (PEM), which endorses the new one")
+	return cmd
+}
+
+func newAuditPublicKeyCmd(a *app) *cobra.Command {
+	var keyFile string
+	var asHex bool
+	cmd := &cobra.Command{
+		Use:   "public-key",
+		Short: "Print the checkpoint signing key's public half (PEM, or hex) for auditors",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			priv, err := audit.LoadSigningKey(keyFile, false)
+			if errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("no signing key at %s: serve creates it on first start (or pass --signing-key-file)", keyFile)
+			}
+			if err != nil {
+				return err
+			}
+			pub := priv.Public().(ed25519.PublicKey)
+			if asHex {
+				_, err = fmt.Fprintln(a.stdout, hex.EncodeToString(pub))
+				return err
+			}
+			_, err = io.WriteString(a.stdout, strings.TrimRight(string(audit.EncodePublicKey(pub)), "\n")+"\n")
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&keyFile, "signing-key-file", a.cfg.SigningKeyFile, "the signing key (SANDGATE_SIGNING_KEY_FILE)")
+	cmd.Flags().BoolVar(&asHex, "hex", false, "print 64 hex digits instead of PEM")
+	return cmd
+}

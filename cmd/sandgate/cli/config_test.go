@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConfigFromEnvironment: values are read from the environment, and a
+// value that cannot be parsed or is out of range is refused by Validate,
+// naming the variable, never replaced by the default.
+func TestConfigFromEnvironment(t *testing.T) {
+	base := map[string]string{"SANDGATE_DEV": "1"}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.AuditBacklog != 64 || c.MaxConcurrent != 4 || c.AirGapped || !c.Migrate || !c.Console {
+				t.Errorf("defaults: %+v", c)
+			}
+		}},
+		{name: "values", env: map[string]string{
+			"SANDGATE_AIR_GAPPED": "true", "SANDGATE_MIGRATE": "0", "SANDGATE_MAX_CONCURRENT": "16", "SANDGATE_CONSOLE": "false",
+			"SANDGATE_WARM_POOL": "2", "SANDGATE_AUDIT_MAX_BACKLOG": "256", "SANDGATE_SPOOL_MAX_BYTES": "2097152",
+			"SANDGATE_SINKS_FILE": "/etc/sandgate/sinks.yaml",
+		}, check: func(t *testing.T, c Config) {
+			if !c.AirGapped || c.Migrate || c.Console || c.MaxConcurrent != 16 || c.WarmPool != 2 || c.AuditBacklog != 256 || c.SpoolMaxBytes != 2<<20 ||
+				c.SinksFile != "/etc/sandgate/sinks.yaml" {
+				t.Errorf("values not applied: %+v", c)
+			}
+		}},
+		{name: "retention defaults", check: func(t *testing.T, c Config) {
+			if c.AuditRetention.String() != "13mo" || c.AuditRetentionInterval != time.Hour || c.AuditArchiveDir != "" {
+				t.Errorf("retention defaults: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
+			}
+		}},
+		{name: "retention values", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "400d", "SANDGATE_AUDIT_RETENTION_INTERVAL": "24h",
+			"SANDGATE_AUDIT_ARCHIVE_DIR": "/srv/audit-archive"}, check: func(t *testing.T, c Config) {
+			if c.AuditRetention.String() != "400d" || c.AuditRetentionInterval != 24*time.Hour || c.AuditArchiveDir != "/srv/audit-archive" {
+				t.Errorf("retention values: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
+			}
+		}},
+		{name: "retention forever", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "forever"}, check: func(t *testing.T, c Config) {
+			if !c.AuditRetention.Forever() {
+				t.Errorf("retention forever: %v", c.AuditRetention)
+			}
+		}},
+		{name: "retention without a unit", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "13"}, wantErr: "SANDGATE_AUDIT_RETENTION"},
+		{name: "retention of no months", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "0mo"}, wantErr: "SANDGATE_AUDIT_RETENTION"},
+		{name: "retention interval not a duration", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "hourly"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL"},
+		{name: "retention interval too short", env: map[string]string{"SANDGATE_AUDIT_RETENTION_INTERVAL": "10ms"}, wantErr: "SANDGATE_AUDIT_RETENTION_INTERVAL must be between"},
+		{name: "archive dir relative", env: map[string]string{"SANDGATE_AUDIT_ARCHIVE_DIR": "archive"}, wantErr: "SANDGATE_AUDIT_ARCHIVE_DIR"},
+		{name: "cluster", env: map[string]string{
+			"SANDGATE_ADVERTISE_URL": "http://10.0.0.11:8080", "SANDGATE_CLUSTER_SECRET_FILE": "/etc/sandgate/cluster.secret",
+			"SANDGATE_NODE_HEARTBEAT": "500ms", "SANDGATE_NODE_LAPSE": "5s",
+		}, check: func(t *testing.T, c Config) {
+			if c.AdvertiseURL != "http://10.0.0.11:8080" || c.ClusterSecretFile != "/etc/sandgate/cluster.secret" ||
+				c.NodeHeartbeat.Milliseconds() != 500 || c.NodeLapse.Seconds() != 5 {
+				t.Errorf("cluster settings not applied: %+v", c)
+			}
+		}},
+		{name: "lapse shorter than two heartbeats", env: map[string]string{"SANDGATE_NODE_LAPSE": "3s"}, wantErr: "SANDGATE_NODE_LAPSE (3s) must be at least twice SANDGATE_NODE_HEARTBEAT (2s)"},
+		{name: "heartbeat not a duration", env: map[string]string{"SANDGATE_NODE_HEARTBEAT": "often"}, wantErr: `SANDGATE_NODE_HEARTBEAT="often" is not a positive duration`},
+		{name: "advertise URL without a scheme", env: map[string]string{"SANDGATE_ADVERTISE_URL": "10.0.0.11:8080"}, wantErr: "SANDGATE_ADVERTISE_URL"},
+		{name: "air-gapped not a boolean", env: map[string]string{"SANDGATE_AIR_GAPPED": "yes"}, wantErr: `SANDGATE_AIR_GAPPED="yes" is not a boolean`},
+		{name: "dev not a boolean", env: map[string]string{"SANDGATE_DEV": "on"}, wantErr: `SANDGATE_DEV="on" is not a boolean`},
+		{name: "concurrency not a number", env: map[string]string{"SANDGATE_MAX_CONCURRENT": "many"}, wantErr: `SANDGATE_MAX_CONCURRENT="many" is not a whole number`},
+		{name: "spool size with a unit", env: map[string]string{"SANDGATE_SPOOL_MAX_BYTES": "256MiB"}, wantErr: "SANDGATE_SPOOL_MAX_BYTES"},
+		{name: "backlog zero", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "0"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not 0"},
+		{name: "backlog huge", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "99999999999999"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between"},
+		{name: "warm pool negative", env: map[string]string{"SANDGATE_WARM_POOL": "-1"}, wantErr: "SANDGATE_WARM_POOL must be between 0 and 64"},
+		{name: "two bad values", env: map[string]string{"SANDGATE_MIGRATE": "maybe", "SANDGATE_WARM_POOL": "x"}, wantErr: `SANDGATE_MIGRATE="maybe" is not a boolean (true or false, 1 or 0); SANDGATE_WARM_POOL="x"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range base {
+				env[k] = v
+			}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			c := defaultConfig(func(k string) string { return env[k] })
+			err := c.Validate()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Validate = %v", err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
