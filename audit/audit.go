@@ -524,6 +524,9 @@ func (s *Store) Ready(ctx context.Context) error {
 				return sandgate.WrapError(sandgate.CodeAuditUnavailable, *err, "the audit trail in Postgres is missing acknowledged events")
 			}
 		}
+		if err := s.FenceStatus().Err(); err != nil {
+			return err
+		}
 		if s.w.spoolFull.Load() || s.dw.spoolFull.Load() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)
 		}

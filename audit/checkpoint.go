@@ -81,7 +81,7 @@ func (w *writer) committed(n int64) {
 // maybeCheckpoint signs the head when N events or T have passed since the
 // last checkpoint; when idle that re-signs the same head with a new time.
 func (w *writer) maybeCheckpoint() {
-	if len(w.pending) > 0 || w.headSeq == 0 {
+	if len(w.pending) > 0 || w.headSeq == 0 || w.fenced.Load() != nil {
 		return
 	}
 	if w.sinceCP >= int64(w.cfg.CheckpointEvery) || w.cfg.Clock().Sub(w.lastCP) >= w.cfg.CheckpointInterval {
@@ -130,6 +130,10 @@ func (w *writer) checkpoint(final bool) {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)
 	if err != nil {
+		if isFenced(err) {
+			w.fence(err)
+			return
+		}
 		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
 		return

@@ -35,11 +35,11 @@ const keyWait = 30 * time.Second
 // in the registry) instead of reporting its checkpoint stale. A chain
 // already closed at its head is left as it is.
 //
-// Call it once, from the one survivor that took dead over. Events the
-// dead node still holds in its spool are delivered if it comes back: its
-// chain then goes on after the closing checkpoint, and its own writer
-// signs the rest. It returns AUDIT-UNAVAILABLE when Postgres does not
-// answer or this Store's key is not registered in time.
+// Call it once, from the one survivor that took dead over. A closed
+// chain is fenced (fence.go): events the dead node still holds, or
+// records, are refused by the database and stay in its spool. It returns
+// AUDIT-UNAVAILABLE when Postgres does not answer or this Store's key is
+// not registered in time.
 func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]ChainClosure, error) {
 	if s.key == nil || s.w == nil {
 		return nil, errors.New("audit: a read-only store cannot close chains")
@@ -149,6 +149,13 @@ func (s *Store) closeChain(ctx context.Context, chainID, dead string) (ChainClos
 	}
 	if err == nil && lastFinal && lastSeq == seq {
 		return ChainClosure{}, false, nil
+	}
+	// Closing fences: the dead node's writer, should it come back, is
+	// refused past this head (a takeover fenced it already, at the same
+	// head, since nothing gets past a fence).
+	if _, err := tx.Exec(ctx, `INSERT INTO audit_fences (chain_id, seq, fenced_by, reason) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (chain_id) DO NOTHING`, chainID, seq, s.cfg.Node, "closed by node "+s.cfg.Node); err != nil {
+		return fail(err)
 	}
 	cp := signCheckpoint(s.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)

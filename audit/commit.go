@@ -82,6 +82,12 @@ func (w *writer) commit(batch []*request) bool {
 		w.requeue(rest)
 		return false
 	}
+	if w.fenced.Load() != nil {
+		// Nothing more is committed on a fenced chain: lifecycle events
+		// are held in the spool, decisions refused.
+		failSyncs(w.fencedErr())
+		return w.spoolEvents(emits, rest)
+	}
 	if len(w.pending) > 0 {
 		// Postgres is away (or the spool is not yet delivered): decisions
 		// cannot be committed; lifecycle events join the spool.
@@ -113,6 +119,9 @@ func (w *writer) commit(batch []*request) bool {
 		w.committedRecs(recs)
 		return true
 	}
+	if isFenced(err) {
+		w.fence(err)
+	}
 	w.markDown(err)
 	if known {
 		failSyncs(err)
@@ -138,6 +147,10 @@ func (w *writer) commit(batch []*request) bool {
 func (w *writer) commitWith(r *request) {
 	if r.ctx != nil && r.ctx.Err() != nil {
 		r.done <- unavailable(r.ctx.Err())
+		return
+	}
+	if w.fenced.Load() != nil {
+		r.done <- unavailable(w.fencedErr())
 		return
 	}
 	if len(w.pending) > 0 || w.broken != nil {

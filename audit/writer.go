@@ -85,8 +85,16 @@ type writer struct {
 	tree       *treeBuilder
 	treeBroken atomic.Bool
 
-	broken            error // set when a commitWith outcome is unknown
-	ensuresPartitions bool  // this writer keeps the month partitions ahead
+	broken error // set when a commitWith outcome is unknown
+	// fenced is set once the database refused this writer's chain as
+	// fenced (fence.go): from then on it commits nothing and holds what
+	// comes in its spool.
+	fenced atomic.Pointer[Fence]
+	// heldFiles are fenced spools of earlier processes set aside in its
+	// directory, holding heldSetAside records; set at start.
+	heldFiles         []string
+	heldSetAside      int64
+	ensuresPartitions bool // this writer keeps the month partitions ahead
 	lastEnsure        time.Time
 
 	// keyReady is set once this writer's key is registered for its node
@@ -121,13 +129,19 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 		w.casts = slices.Delete(slices.Clone(eventCasts), recordedAtColumn, recordedAtColumn+1)
 	}
 	w.chainID = chainID
+	newID := func() string { return newChainID(chainPrefix) }
 	if w.chainID == "" {
-		w.chainID, err = chainIDFile(spoolDir, func() string { return newChainID(chainPrefix) })
+		w.chainID, err = chainIDFile(spoolDir, newID)
 		if err != nil {
 			sp.close()
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}
+	if recs, err = w.setAsideFenced(ctx, spoolDir, recs, chainID != "", newID); err != nil {
+		sp.close()
+		return nil, err
+	}
+	w.countHeldFiles(spoolDir)
 	if err := w.loadHead(ctx, recs); err != nil {
 		sp.close()
 		return nil, err
@@ -275,7 +289,9 @@ func (w *writer) finish() {
 		// The spool is full and Postgres away: the log is the last place.
 		w.cfg.Logger.Error("audit: event could not be committed or spooled before exit", "event", r.events)
 	}
-	if len(w.pending) == 0 && w.headSeq > 0 {
+	if w.fenced.Load() != nil {
+		w.logf("audit: closing a fenced chain; its held events stay in the spool", "chain_id", w.chainID, "held", len(w.pending))
+	} else if len(w.pending) == 0 && w.headSeq > 0 {
 		w.checkpoint(true)
 	} else if len(w.pending) > 0 {
 		w.logf("audit: closing with spooled events; they are delivered on the next start", "count", len(w.pending))

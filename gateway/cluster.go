@@ -40,6 +40,9 @@ type ClusterStore interface {
 	TakeOver(ctx context.Context, dead, survivor string, lapse time.Duration) (sandgate.Takeover, bool, error)
 	// RecordTakeover keeps what a takeover did on the dead node's row.
 	RecordTakeover(ctx context.Context, dead string, summary []byte) error
+	// ReportHeld records on the node's row, whatever its state, the
+	// audit events it holds because they were refused as fenced.
+	ReportHeld(ctx context.Context, name string, held int64) error
 	// ReserveSlot counts a run against its team's limits across the
 	// cluster; ok is false when it does not fit.
 	ReserveSlot(ctx context.Context, slot sandgate.Slot, l sandgate.SlotLimits) (sandgate.SlotUse, bool, error)
@@ -113,6 +116,10 @@ type cluster struct {
 	healthySince time.Time
 	// nonces are the forwards this node accepted in the last two skews.
 	nonces usedNonces
+	// fence is set once this node learns it was taken over
+	// (cluster_fence.go); reported is the held count its row shows.
+	fence    fenceState
+	reported int64
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -142,6 +149,11 @@ func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
 	}
 	if err := c.store.RegisterNode(ctx, svc.nodeRecord(ctx)); err != nil {
 		return err
+	}
+	for _, col := range fenceCollectors(svc) {
+		if err := s.metrics.reg.Register(col); err != nil {
+			s.log.Warn("register the fence metrics", "error", err)
+		}
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.stop = cancel
@@ -211,11 +223,12 @@ func (c *cluster) beat(ctx context.Context) {
 	me := s.nodeRecord(hctx)
 	err := c.store.Heartbeat(hctx, me)
 	if sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound {
-		// Taken over while away (its heartbeat lapsed): the runs it had
-		// were moved to a survivor. It serves on as a fresh node.
-		s.log.Error("this node was taken over by another while its heartbeat lapsed; registering again", "node", s.cfg.Node)
-		err = c.store.RegisterNode(hctx, me)
+		// Taken over while away (its heartbeat lapsed): its runs and
+		// sessions are a survivor's, its chains fenced. It is fenced until
+		// restarted (cluster_fence.go).
+		c.fenceTakenOver(hctx)
 	}
+	c.reportHeld(hctx)
 	if err != nil {
 		s.log.Warn("node heartbeat", "error", err)
 		c.healthySince = time.Time{}
@@ -231,8 +244,8 @@ func (c *cluster) beat(ctx context.Context) {
 		return
 	}
 	c.remember(nodes)
-	if s.draining.Load() || now.Sub(c.healthySince) < s.cfg.NodeLapse {
-		return // a node that stops, or that has not watched for a lapse, takes nothing over
+	if s.mayStartWork() != nil || now.Sub(c.healthySince) < s.cfg.NodeLapse {
+		return // a node that stops or is fenced, or that has not watched for a lapse, takes nothing over
 	}
 	for _, n := range nodes {
 		if n.State == sandgate.NodeLapsed && n.Name != s.cfg.Node && c.begin(n.Name) {
@@ -326,7 +339,8 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	}
 	log.Warn("taking over a node whose heartbeat lapsed", "runs", len(t.Runs), "sessions", len(t.Sessions),
 		"docker_host", t.Dead.DockerHost, "heartbeat_age", t.Dead.HeartbeatAge.String())
-	summary := map[string]any{"dead_node": dead, "docker_host": t.Dead.DockerHost, "runs": len(t.Runs), "sessions": len(t.Sessions)}
+	summary := map[string]any{"dead_node": dead, "docker_host": t.Dead.DockerHost, "runs": len(t.Runs), "sessions": len(t.Sessions),
+		"chains_fenced": t.ChainsFenced}
 
 	var rec RemoteReconciler
 	var dockerErr error

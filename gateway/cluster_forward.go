@@ -77,7 +77,8 @@ func forwarded(c echo.Context) bool {
 type ownerOf func(ctx context.Context, s *Server, id string) (node string, active bool)
 
 func runOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.svc.live.get(id) != nil {
+	// A fenced node's live runs were taken over: the registry says whose.
+	if s.svc.live.get(id) != nil && s.svc.fenced() == nil {
 		return s.cfg.Node, true
 	}
 	r, err := s.d.Runs.GetRun(ctx, id)
@@ -91,7 +92,7 @@ func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
 	if s.d.Sessions == nil {
 		return "", false
 	}
-	if s.svc.sessions.get(id) != nil {
+	if s.svc.sessions.get(id) != nil && s.svc.fenced() == nil {
 		return s.cfg.Node, true
 	}
 	ss, err := s.d.Sessions.GetSession(ctx, id)
@@ -144,7 +145,8 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		self, known := cl.node(ctx, s.cfg.Node)
-		healthy := !known || self.DockerHealthy
+		// A fenced node starts no run: it sends each on, or refuses it.
+		healthy := (!known || self.DockerHealthy) && s.svc.fenced() == nil
 		if healthy && load[s.cfg.Node] < s.cfg.Capacity {
 			return next(c)
 		}
@@ -236,8 +238,13 @@ func (s *Server) listNodes(c echo.Context) error {
 			DockerHealthy: n.DockerHealthy, DockerError: n.DockerError, Running: n.Running, Capacity: n.Capacity,
 			KeyID: n.KeyID, PublicKey: n.PublicKey, KeyRegistered: n.KeyRegistered, Version: n.Version, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
 			HeartbeatAgeMS: n.HeartbeatAge.Milliseconds(), TakenOverBy: n.TakenOverBy, TakenOverAt: n.TakenOverAt,
-			Self: n.Name == s.cfg.Node,
+			HeldEvents: n.HeldEvents, Self: n.Name == s.cfg.Node,
 		})
+		if n.Name == s.cfg.Node {
+			if err := s.svc.fenced(); err != nil {
+				out.Nodes[len(out.Nodes)-1].Fenced = sandgate.ErrorMessageOf(err)
+			}
+		}
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -166,6 +166,7 @@ type fakeCluster struct {
 	hbErr     error
 	nodes     []sandgate.Node
 	takeovers []string
+	held      []int64
 }
 
 func (f *fakeCluster) RegisterNode(context.Context, sandgate.Node) error { return nil }
@@ -187,6 +188,12 @@ func (f *fakeCluster) TakeOver(_ context.Context, dead, _ string, _ time.Duratio
 	return sandgate.Takeover{}, false, nil
 }
 func (f *fakeCluster) RecordTakeover(context.Context, string, []byte) error { return nil }
+func (f *fakeCluster) ReportHeld(_ context.Context, _ string, held int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = append(f.held, held)
+	return nil
+}
 func (f *fakeCluster) ReserveSlot(context.Context, sandgate.Slot, sandgate.SlotLimits) (sandgate.SlotUse, bool, error) {
 	return sandgate.SlotUse{}, true, nil
 }
@@ -254,4 +261,67 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 	if got := fc.taken(); len(got) != 1 {
 		t.Fatalf("a stopping node took %v over", got)
 	}
+}
+
+// fencedTrail is an audit trail whose writer was refused as fenced,
+// holding events.
+type fencedTrail struct {
+	sandgate.AuditTrail
+	held int64
+}
+
+func (f fencedTrail) Fenced() (int64, error) {
+	return f.held, sandgate.Errorf(sandgate.CodeAuditUnavailable, "chain x was fenced at seq 3 by node other")
+}
+
+// TestFencedNodeStartsNoWork: a node whose heartbeat finds its row taken
+// over is fenced: it takes no one over, refuses new runs UNAVAILABLE
+// naming the node that took it over, says so on /readyz and in
+// GET /v1/nodes, and counts sandgate_node_fenced. A node whose trail
+// reports its chain fenced is fenced the same way, and its row is told
+// the events it holds.
+func TestFencedNodeStartsNoWork(t *testing.T) {
+	t.Run("heartbeat", func(t *testing.T) {
+		fc := &fakeCluster{hbErr: sandgate.Errorf(sandgate.CodeNotFound, "node test-node is not registered as active"),
+			nodes: []sandgate.Node{{Name: "test-node", State: sandgate.NodeGone, TakenOverBy: "other"}, {Name: "third", State: sandgate.NodeLapsed}}}
+		e := newEnv(t, func(c *Config, e *testEnv) {
+			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
+			e.cluster = fc
+		})
+		c := e.srv.svc.cluster
+		c.healthySince = time.Now().Add(-3 * time.Hour)
+		c.beat(context.Background())
+		c.twg.Wait()
+		if got := fc.taken(); len(got) != 0 {
+			t.Errorf("a fenced node took %v over", got)
+		}
+		r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "taken over by node other") {
+			t.Errorf("a run on a fenced node: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodGet, "/readyz", "", ""); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "gateway: this node was taken over by node other") {
+			t.Errorf("readyz: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodGet, "/v1/nodes", tokAdmin, ""); !strings.Contains(string(r.body), `"fenced":"this node was taken over by node other`) {
+			t.Errorf("GET /v1/nodes: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("trail", func(t *testing.T) {
+		fc := &fakeCluster{nodes: []sandgate.Node{{Name: "test-node", State: sandgate.NodeAlive}}}
+		e := newEnv(t, func(c *Config, e *testEnv) {
+			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
+			e.cluster = fc
+		})
+		e.srv.d.Audit = fencedTrail{AuditTrail: e.srv.d.Audit, held: 7}
+		e.srv.svc.d.Audit = e.srv.d.Audit
+		e.srv.svc.cluster.beat(context.Background())
+		if r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "fenced at seq 3") {
+			t.Errorf("a run on a node whose chain is fenced: %d %s", r.status, r.body)
+		}
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		if len(fc.held) != 1 || fc.held[0] != 7 {
+			t.Errorf("held events reported %v, want [7]", fc.held)
+		}
+	})
 }

@@ -745,7 +745,7 @@ func (s *Server) readyz(c echo.Context) error {
 		if s.svc.draining.Load() {
 			return fmt.Errorf("shutting down")
 		}
-		return nil
+		return s.svc.fenced()
 	})
 	if hasDB {
 		run(4, func() (err error) {

@@ -78,8 +78,8 @@ type submission struct {
 // is POLICY-DENIED with the decision in Details; a failed audit commit is
 // AUDIT-UNAVAILABLE and nothing runs.
 func (s *service) submit(ctx context.Context, sub submission) (*sandgate.Run, bool, error) {
-	if s.draining.Load() {
-		return nil, false, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
+	if err := s.mayStartWork(); err != nil {
+		return nil, false, err
 	}
 	p := sub.Principal
 	handedOver := false

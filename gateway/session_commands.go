@@ -33,8 +33,8 @@ func (s *service) refuseSessionLabel(ctx context.Context, sid string) error {
 // run of the session. input.request is the session's admitted spec with
 // the command's fields; input.session names the session.
 func (s *service) execInSession(ctx context.Context, p sandgate.Principal, corr, id string, x sandgate.ExecSpec) (*sandgate.Run, error) {
-	if s.draining.Load() {
-		return nil, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
+	if err := s.mayStartWork(); err != nil {
+		return nil, err
 	}
 	l, err := s.openSessionOf(ctx, p, id, false)
 	if err != nil {

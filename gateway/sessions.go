@@ -160,8 +160,8 @@ func (s *service) executorOf(id string) (sandgate.SessionExecutor, error) {
 // decision; a container that could not be made is the executor's error,
 // and the session is recorded as ended with reason error.
 func (s *service) createSession(ctx context.Context, p sandgate.Principal, corr string, in sandgate.SessionSpec) (*sandgate.Session, error) {
-	if s.draining.Load() {
-		return nil, sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
+	if err := s.mayStartWork(); err != nil {
+		return nil, err
 	}
 	if _, err := s.sessionExecutor(); err != nil {
 		return nil, err

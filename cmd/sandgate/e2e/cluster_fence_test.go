@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/gateway/api"
+)
+
+// cutProxy is a TCP proxy on loopback the test controls: it passes
+// connections to network/addr until cut, which closes every connection
+// and refuses new ones, until restored.
+type cutProxy struct {
+	ln            net.Listener
+	network, addr string
+	mu            sync.Mutex
+	up            bool
+	conns         map[net.Conn]bool
+}
+
+func newCutProxy(t testing.TB, network, addr string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, network: network, addr: addr, up: true, conns: map[net.Conn]bool{}}
+	go p.serve()
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	return p
+}
+
+func (p *cutProxy) port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+func (p *cutProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		target := p.addr
+		if !p.up || target == "" {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.mu.Unlock()
+		u, err := net.Dial(p.network, target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[u] = true, true
+		p.mu.Unlock()
+		go func() { _, _ = io.Copy(u, c); u.Close(); c.Close() }()
+		go func() { _, _ = io.Copy(c, u); c.Close(); u.Close() }()
+	}
+}
+
+// pointAt sets where new connections go.
+func (p *cutProxy) pointAt(addr string) {
+	p.mu.Lock()
+	p.addr = addr
+	p.mu.Unlock()
+}
+
+// cut closes every connection through the proxy and refuses new ones.
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = false
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.up = true
+	p.mu.Unlock()
+}
+
+// proxiedPostgres is a DSN for dsn's database through a cutProxy to its
+// server's Unix socket.
+func proxiedPostgres(t testing.TB, dsn string) (string, *cutProxy) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the test database is not on a Unix socket (%s); the drill proxies one", cfg.Host)
+	}
+	socket := cfg.Host + "/.s.PGSQL." + strconv.Itoa(int(cfg.Port))
+	p := newCutProxy(t, "unix", socket)
+	out := "host=127.0.0.1 port=" + strconv.Itoa(p.port()) + " dbname=" + cfg.Database + " sslmode=disable connect_timeout=2"
+	if cfg.User != "" {
+		out += " user=" + cfg.User
+	}
+	return out, p
+}
+
+// endEvents are the event types that end a run's container: a run has
+// exactly one of them in the trail.
+var endEvents = []sandgate.EventType{
+	sandgate.EventContainerExited, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut,
+	sandgate.EventRunCancelled, sandgate.EventRunFailed, sandgate.EventRunLost,
+}
+
+// TestClusterFenceCutOffNode is the partition drill: node b runs three
+// runs, then a TCP proxy the test controls cuts b off from the database
+// and from the other node. Node a takes b over (b neither heartbeats nor
+// answers at its address), fences b's chains and adopts its containers;
+// the runs end meanwhile, followed by both. When the cut heals, b's
+// spooled ends are refused by the database: each run has exactly one end
+// event in the trail, a's. b knows it is fenced: /readyz says so, its
+// GET /v1/nodes row and a's show the events it holds, its metrics, and a
+// run sent to it is not started there. The trail verifies.
+func TestClusterFenceCutOffNode(t *testing.T) {
+	base, tok := clusterBase(t)
+	dbURL, dbProxy := proxiedPostgres(t, base["SANDGATE_DATABASE_URL"])
+	apiProxy := newCutProxy(t, "tcp", "")
+	envB := nodeEnv(t, base, "cut-b-"+randomHex(t, 3))
+	envB["SANDGATE_DATABASE_URL"] = dbURL
+	envB["SANDGATE_ADVERTISE_URL"] = "http://127.0.0.1:" + strconv.Itoa(apiProxy.port())
+	b := withToken(t, startServerWithEnv(t, envB), tok)
+	apiProxy.pointAt(strings.TrimPrefix(b.URL, "http://"))
+	a := startNode(t, base, tok, "cut-a-"+randomHex(t, 3))
+	waitFor(t, 20*time.Second, "both nodes alive", func() bool {
+		ns := a.nodes(t)
+		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
+	})
+
+	var runs []string
+	for i, code := range []string{"3", "0", "5"} {
+		runs = append(runs, b.submitNoWait(t, "cut-off-"+strconv.Itoa(i), "sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.1; done; exit "+code))
+	}
+	containers := map[string]string{}
+	for _, id := range runs {
+		b.waitRunning(t, id)
+		v, _ := b.runState(t, id)
+		containers[id] = v.ContainerID
+	}
+
+	dbProxy.cut()
+	apiProxy.cut()
+	waitFor(t, 90*time.Second, "a to take b over", func() bool { return a.nodes(t)[b.Node].State == "gone" })
+	waitFor(t, 60*time.Second, "a to follow b's containers", func() bool {
+		return strings.Count(a.logs.String(), `"msg":"following an adopted container"`) >= len(runs)
+	})
+	// The runs end while both nodes follow them; b records their ends
+	// into its spool (it cannot reach the database).
+	for _, c := range containers {
+		dockerCLI(t, "", "exec", c, "touch", "/tmp/go")
+	}
+	for _, id := range runs {
+		a.waitFinished(t, id, 60*time.Second)
+	}
+	waitFor(t, 30*time.Second, "b to spool the runs' ends", func() bool {
+		return strings.Count(b.logs.String(), `"msg":"run finished"`) >= len(runs)
+	})
+	dbProxy.restore()
+	apiProxy.restore()
+
+	// b reaches the database again: its spooled ends are delivered, or
+	// refused as fenced and held.
+	waitFor(t, 60*time.Second, "b's spool to be delivered or held", func() bool {
+		return b.nodes(t)[b.Node].HeldEvents >= int64(len(runs)) || strings.Contains(b.logs.String(), "spooled events delivered")
+	})
+	for _, id := range runs {
+		evs := a.runEvents(t, id)
+		n := eventCounts(evs)
+		ends := 0
+		for _, typ := range endEvents {
+			ends += n[typ]
+		}
+		if ends != 1 {
+			t.Errorf("run %s has %d end events (%v); want one", id, ends, n)
+		}
+		for _, ev := range evs {
+			if slices.Contains(endEvents, ev.Type) && ev.Node != a.Node {
+				t.Errorf("run %s's end (%s) recorded by %s, want %s", id, ev.Type, ev.Node, a.Node)
+			}
+		}
+	}
+
+	waitFor(t, 60*time.Second, "b to know it is fenced", func() bool {
+		status, _, body := b.do(t, http.MethodGet, "/readyz", "")
+		return status == http.StatusServiceUnavailable && strings.Contains(string(body), "taken over")
+	})
+	waitFor(t, 60*time.Second, "b's held events on its row, seen from a", func() bool {
+		return a.nodes(t)[b.Node].HeldEvents >= int64(len(runs))
+	})
+	self := b.nodes(t)[b.Node]
+	if self.Fenced == "" || !strings.Contains(self.Fenced, a.Node) || self.HeldEvents < int64(len(runs)) {
+		t.Errorf("b's own view: %+v, want fenced by %s with its held events", self, a.Node)
+	}
+	if _, _, m := b.do(t, http.MethodGet, "/metrics", ""); !strings.Contains(string(m), "sandgate_node_fenced 1") ||
+		!strings.Contains(string(m), "sandgate_audit_held_events ") || strings.Contains(string(m), "sandgate_audit_held_events 0\n") {
+		t.Errorf("b's metrics do not show the fence and the events it holds")
+	}
+	if !strings.Contains(b.logs.String(), "this node is fenced") {
+		t.Error("b did not log that it is fenced")
+	}
+
+	// b starts no work: a run sent to it runs on a, or is refused.
+	status, _, body := b.do(t, http.MethodPost, "/v1/runs?wait=60s", `{"command":["true"]}`)
+	var v api.RunView
+	_ = json.Unmarshal(body, &v)
+	if status == http.StatusOK && v.Node == b.Node || status != http.StatusOK && status != http.StatusServiceUnavailable {
+		t.Errorf("a run sent to the fenced node: %d %s; want it run on %s, or 503", status, body, a.Node)
+	}
+	a.verifyTrail(t)
+}
