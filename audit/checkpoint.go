@@ -98,7 +98,7 @@ func (w *writer) checkpoint(final bool) {
 		// checkpoint Postgres holds last, so the checkpoints stay chained.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var sig []byte
-		err := w.s.pool.QueryRow(ctx, `SELECT signature FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID).Scan(&sig)
+		err := w.s.ctl.QueryRow(ctx, `SELECT signature FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID).Scan(&sig)
 		cancel()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			w.markDown(err)
@@ -125,7 +125,7 @@ func (w *writer) checkpoint(final bool) {
 			noteText = &n
 		}
 	}
-	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
+	_, err := w.s.ctl.Exec(ctx, `INSERT INTO audit_checkpoints
 		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, note)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)

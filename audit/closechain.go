@@ -52,7 +52,7 @@ func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]Chain
 	if err := s.awaitKey(ctx, keyID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT chain_id, node FROM audit_chains WHERE node = $1 OR node = $1 || '-decisions' ORDER BY chain_id`, dead)
+	rows, err := s.ctl.Query(ctx, `SELECT chain_id, node FROM audit_chains WHERE node = $1 OR node = $1 || '-decisions' ORDER BY chain_id`, dead)
 	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "list the chains of node %s", dead)
 	}
@@ -97,7 +97,7 @@ func (s *Store) awaitKey(ctx context.Context, keyID string) error {
 	deadline := time.Now().Add(keyWait)
 	for {
 		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_keys WHERE key_id = $1`, keyID).Scan(&n)
+		err := s.ctl.QueryRow(ctx, `SELECT count(*) FROM audit_keys WHERE key_id = $1`, keyID).Scan(&n)
 		if err == nil && n > 0 {
 			return nil
 		}
@@ -121,7 +121,7 @@ func (s *Store) closeChain(ctx context.Context, chainID, dead string) (ChainClos
 	fail := func(err error) (ChainClosure, bool, error) {
 		return ChainClosure{}, false, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "close chain %s", chainID)
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.ctl.Begin(ctx)
 	if err != nil {
 		return fail(err)
 	}

@@ -199,7 +199,7 @@ func (w *writer) resolve(recs []*sealed) (committed, known bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var n int
-	if err := w.s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE event_id = ANY($1::text[]::uuid[])`, ids).Scan(&n); err != nil {
+	if err := w.s.ctl.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE event_id = ANY($1::text[]::uuid[])`, ids).Scan(&n); err != nil {
 		return false, false
 	}
 	switch n {

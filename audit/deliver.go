@@ -64,6 +64,7 @@ func (w *writer) ok() {
 }
 
 func (w *writer) markDown(err error) {
+	w.s.downAt.Store(time.Now().UnixNano())
 	if !w.dbDown {
 		w.cfg.Logger.Warn("audit: postgres unreachable; spooling lifecycle events", "err", err)
 	}

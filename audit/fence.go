@@ -126,7 +126,7 @@ func (w *writer) fence(err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	f, rerr := readFence(ctx, w.s.pool, w.chainID)
+	f, rerr := readFence(ctx, w.s.ctl, w.chainID)
 	if rerr != nil || f == nil {
 		f = &Fence{ChainID: w.chainID, Reason: err.Error()}
 	}
@@ -147,7 +147,7 @@ func (w *writer) fencedErr() error {
 // kept as fenced-<chain>.log and a new chain begins. It returns the
 // records still to deliver.
 func (w *writer) setAsideFenced(ctx context.Context, dir string, recs []*sealed, explicit bool, newID func() string) ([]*sealed, error) {
-	f, err := readFence(ctx, w.s.pool, w.chainID)
+	f, err := readFence(ctx, w.s.ctl, w.chainID)
 	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the chain's fence")
 	}

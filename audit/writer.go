@@ -161,14 +161,14 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 // first.
 func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	w.headHash = make([]byte, HashSize)
-	err := w.s.pool.QueryRow(ctx,
+	err := w.s.ctl.QueryRow(ctx,
 		`SELECT seq, hash FROM audit_events WHERE chain_id = $1 ORDER BY seq DESC LIMIT 1`, w.chainID,
 	).Scan(&w.headSeq, &w.headHash)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain head")
 	}
 	var cpSeq int64
-	err = w.s.pool.QueryRow(ctx,
+	err = w.s.ctl.QueryRow(ctx,
 		`SELECT signature, created_at, seq FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID,
 	).Scan(&w.lastSig, &w.lastCP, &cpSeq)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -188,7 +188,7 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	if len(recs) > 0 {
 		w.logf("audit: delivering spooled events", "count", len(recs), "chain_id", w.chainID)
 	}
-	_, err = w.s.pool.Exec(ctx,
+	_, err = w.s.ctl.Exec(ctx,
 		`INSERT INTO audit_chains (chain_id, node, key_id) VALUES ($1, $2, $3) ON CONFLICT (chain_id) DO NOTHING`,
 		w.chainID, w.cfg.Node, KeyID(w.key.Public().(ed25519.PublicKey)))
 	if err != nil {

@@ -98,6 +98,9 @@ const (
 type cluster struct {
 	s     *service
 	store ClusterStore
+	// beats is the registry over connections of their own: what the
+	// heartbeat loop and the takeovers use (Deps.ClusterControl).
+	beats ClusterStore
 	stop  context.CancelFunc
 	done  chan struct{}
 
@@ -120,6 +123,15 @@ type cluster struct {
 	// (cluster_fence.go); reported is the held count its row shows.
 	fence    fenceState
 	reported int64
+	// lateLogged is when each late node that answers was last logged.
+	lateLogged map[string]time.Time
+}
+
+func newCluster(s *service, store, control ClusterStore) *cluster {
+	if control == nil {
+		control = store
+	}
+	return &cluster{s: s, store: store, beats: control, done: make(chan struct{})}
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -147,7 +159,7 @@ func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
 	if err := c.store.ReleaseNodeSlots(ctx, s.cfg.Node, live); err != nil {
 		return err
 	}
-	if err := c.store.RegisterNode(ctx, svc.nodeRecord(ctx)); err != nil {
+	if err := c.beats.RegisterNode(ctx, svc.nodeRecord(ctx)); err != nil {
 		return err
 	}
 	for _, col := range fenceCollectors(svc) {
@@ -180,7 +192,7 @@ func (c *cluster) leave(ctx context.Context) {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := c.store.LeaveNode(lctx, c.s.cfg.Node); err != nil {
+	if err := c.beats.LeaveNode(lctx, c.s.cfg.Node); err != nil {
 		c.s.log.Warn("leave the cluster", "error", err)
 	}
 }
@@ -221,7 +233,7 @@ func (c *cluster) beat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	me := s.nodeRecord(hctx)
-	err := c.store.Heartbeat(hctx, me)
+	err := c.beats.Heartbeat(hctx, me)
 	if sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound {
 		// Taken over while away (its heartbeat lapsed): its runs and
 		// sessions are a survivor's, its chains fenced. It is fenced until
@@ -238,7 +250,7 @@ func (c *cluster) beat(ctx context.Context) {
 	if c.healthySince.IsZero() {
 		c.healthySince = now
 	}
-	nodes, err := c.store.ListNodes(hctx, s.cfg.NodeLapse)
+	nodes, err := c.beats.ListNodes(hctx, s.cfg.NodeLapse)
 	if err != nil {
 		s.log.Warn("list nodes", "error", err)
 		return
@@ -253,6 +265,10 @@ func (c *cluster) beat(ctx context.Context) {
 			go func() {
 				defer c.twg.Done()
 				defer c.end(n.Name)
+				if c.answers(ctx, n) {
+					c.lateButAlive(n)
+					return
+				}
 				c.takeOver(ctx, n.Name)
 			}()
 		}
@@ -328,7 +344,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	s := c.s
 	log := s.log.With("dead_node", dead)
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	t, ok, err := c.store.TakeOver(tctx, dead, s.cfg.Node, s.cfg.NodeLapse)
+	t, ok, err := c.beats.TakeOver(tctx, dead, s.cfg.Node, s.cfg.NodeLapse)
 	cancel()
 	if err != nil {
 		log.Warn("take over a lapsed node", "error", err)
@@ -430,7 +446,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	cancel()
 	if doc, err := json.Marshal(summary); err == nil {
 		rctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		if err := c.store.RecordTakeover(rctx, dead, doc); err != nil {
+		if err := c.beats.RecordTakeover(rctx, dead, doc); err != nil {
 			log.Warn("record the takeover on the node's row", "error", err)
 		}
 		cancel()

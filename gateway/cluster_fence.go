@@ -82,7 +82,7 @@ func (c *cluster) fenceTakenOver(ctx context.Context) {
 		return
 	}
 	by, at := "another node", time.Time{}
-	if nodes, err := c.store.ListNodes(ctx, s.cfg.NodeLapse); err == nil {
+	if nodes, err := c.beats.ListNodes(ctx, s.cfg.NodeLapse); err == nil {
 		for _, n := range nodes {
 			if n.Name == s.cfg.Node && n.TakenOverBy != "" {
 				by = "node " + n.TakenOverBy
@@ -109,7 +109,7 @@ func (c *cluster) reportHeld(ctx context.Context) {
 	if held == c.reported {
 		return
 	}
-	if err := c.store.ReportHeld(ctx, c.s.cfg.Node, held); err != nil {
+	if err := c.beats.ReportHeld(ctx, c.s.cfg.Node, held); err != nil {
 		c.s.log.Warn("report the events held by a fence", "error", err)
 		return
 	}

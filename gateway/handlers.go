@@ -689,7 +689,7 @@ func (s *Server) openAPI(c echo.Context) error {
 
 // healthz is GET /healthz: the process answers.
 func (s *Server) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok", Node: s.cfg.Node})
 }
 
 // readyTimeout bounds each readiness check.

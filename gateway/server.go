@@ -108,7 +108,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		runCtx: runCtx, stopRuns: stopRuns,
 	}
 	if deps.Cluster != nil {
-		s.svc.cluster = &cluster{s: s.svc, store: deps.Cluster, done: make(chan struct{})}
+		s.svc.cluster = newCluster(s.svc, deps.Cluster, deps.ClusterControl)
 	}
 	s.svc.callbacks = newCallbacks(callbackOptions{
 		key: cfg.CallbackKey, attempts: cfg.CallbackAttempts, timeout: cfg.CallbackTimeout,
@@ -139,7 +139,9 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // audit writer.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.echo,
+		// A write that waits writeStall for the client is cut off
+		// (writedeadline.go).
+		Handler:           withWriteDeadlines(s.echo, writeStall),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bodies are at most 1 MiB: a client trickling one is cut off.
 		// No WriteTimeout: log streams last as long as their runs.

@@ -186,6 +186,8 @@ type CleanupResult struct {
 // Health is GET /healthz.
 type Health struct {
 	Status string `json:"status"`
+	// Node names the node that answered.
+	Node string `json:"node,omitempty"`
 }
 
 // Readiness is GET /readyz when ready, and the details of its 503 answer

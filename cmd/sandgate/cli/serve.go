@@ -206,6 +206,11 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return fmt.Errorf("open run store: %w", err)
 	}
+	// The node registry's heartbeat has connections of its own.
+	control, err := runstore.New(store.ControlDB(), runstore.Config{})
+	if err != nil {
+		return fmt.Errorf("open run store: %w", err)
+	}
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -357,6 +362,8 @@ func serve(ctx context.Context, a *app) error {
 		Gatherer:   registry,
 		Metrics:    metrics,
 		Cluster:    runs,
+		// The heartbeat and takeovers, on connections no request takes.
+		ClusterControl: control,
 		// A dead node's containers are adopted through its daemon, their
 		// events recorded here.
 		RemoteReconcilers: remoteReconcilers(cfg, metrics.Sink(store), logger),

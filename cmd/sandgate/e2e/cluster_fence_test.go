@@ -226,3 +226,61 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 	}
 	a.verifyTrail(t)
 }
+
+// TestClusterLateNodeThatAnswersIsNotTakenOver is the variant of the
+// partition drill with the database cut off from node b alone: b's
+// heartbeat lapses, but b answers at its address with its name, so node
+// a does not take it over (a late heartbeat is not evidence enough). b's
+// run ends during the cut and is recorded once, by b, when the database
+// is back; nothing is fenced.
+func TestClusterLateNodeThatAnswersIsNotTakenOver(t *testing.T) {
+	base, tok := clusterBase(t)
+	dbURL, dbProxy := proxiedPostgres(t, base["SANDGATE_DATABASE_URL"])
+	envB := nodeEnv(t, base, "late-b-"+randomHex(t, 3))
+	envB["SANDGATE_DATABASE_URL"] = dbURL
+	b := withToken(t, startServerWithEnv(t, envB), tok)
+	a := startNode(t, base, tok, "late-a-"+randomHex(t, 3))
+	waitFor(t, 20*time.Second, "both nodes alive", func() bool {
+		ns := a.nodes(t)
+		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
+	})
+	id := b.submitNoWait(t, "late-run", "sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.1; done; exit 6")
+	b.waitRunning(t, id)
+	v, _ := b.runState(t, id)
+
+	dbProxy.cut()
+	waitFor(t, 60*time.Second, "a to see b lapsed", func() bool { return a.nodes(t)[b.Node].State == "lapsed" })
+	waitFor(t, 60*time.Second, "a to find b late but answering", func() bool {
+		return strings.Contains(a.logs.String(), "it answers at its address: it is not taken over")
+	})
+	dockerCLI(t, "", "exec", v.ContainerID, "touch", "/tmp/go")
+	waitFor(t, 30*time.Second, "b to see its run end", func() bool {
+		return strings.Contains(b.logs.String(), `"msg":"run finished"`)
+	})
+	if st := a.nodes(t)[b.Node].State; st == "gone" {
+		t.Fatalf("b was taken over while it answered")
+	}
+	dbProxy.restore()
+
+	if v := a.waitFinished(t, id, 60*time.Second); v.ExitCode == nil || *v.ExitCode != 6 || v.Node != b.Node {
+		t.Errorf("b's run = %+v, want exit 6 on %s", v, b.Node)
+	}
+	var n map[sandgate.EventType]int
+	waitFor(t, 30*time.Second, "the end of b's run in the trail", func() bool {
+		n = eventCounts(a.runEvents(t, id))
+		return n[sandgate.EventContainerRemoved] > 0
+	})
+	ends := 0
+	for _, typ := range endEvents {
+		ends += n[typ]
+	}
+	if ends != 1 || n[sandgate.EventContainerExited] != 1 {
+		t.Errorf("b's run has %d end events (%v); want one container.exited", ends, n)
+	}
+	if taken := a.auditOfType(t, sandgate.EventNodeTakenOver); len(taken) != 0 {
+		t.Errorf("node.taken_over recorded: %+v", taken)
+	}
+	if st, _, body := b.do(t, http.MethodGet, "/readyz", ""); st != http.StatusOK {
+		t.Errorf("b's readiness once the database is back: %d %s", st, body)
+	}
+}
