@@ -212,15 +212,15 @@ func (c Config) Validate() error {
 // Store is the audit trail. It implements sandgate.Recorder and
 // sandgate.AuditTrail. It is safe for concurrent use.
 type Store struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	sqlDB   *sql.DB
+	cfg   Config
+	pool  *pgxpool.Pool
+	sqlDB *sql.DB
 	// ctl is the pool of the node's own work (Config.ControlConns): the
 	// writers and the registry (ctlDB). Request traffic, on pool, cannot
 	// starve the trail's commits or the heartbeat. The same as pool when
 	// read-only.
-	ctl   *pgxpool.Pool
-	ctlDB *sql.DB
+	ctl     *pgxpool.Pool
+	ctlDB   *sql.DB
 	db      *gorm.DB
 	key     ed25519.PrivateKey
 	prevKey ed25519.PrivateKey // the node's previous key, to endorse a rotation
