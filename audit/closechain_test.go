@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestCloseChainsOf has node b close the chain of node a, which stopped
@@ -43,7 +44,7 @@ func TestCloseChainsOf(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM audit_checkpoints WHERE chain_id = $1 AND final AND key_id = $2`, a.ChainID(), closed[0].KeyID); n != 1 {
 		t.Errorf("%d final checkpoints of a's chain by b's key, want 1", n)
 	}
-	waitFor(t, "audit.chain_closed in b's chain", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "audit.chain_closed in b's chain", 10*time.Second, func() bool {
 		return count(t, db, `SELECT count(*) FROM audit_events WHERE chain_id = $1 AND type = $2
 			AND payload->>'chain_id' = $3 AND payload->>'signed_by_node' = 'node-b'`,
 			b.ChainID(), string(sandgate.EventAuditChainClosed), a.ChainID()) == 1

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestParseDSN checks which DSNs get target_session_attrs=read-write and
@@ -160,10 +161,10 @@ func TestFailoverSynchronousReplica(t *testing.T) {
 				}
 			}()
 
-			waitFor(t, "decisions before the crash", 30*time.Second, func() bool { return d.committed.Load() >= 20 })
+			sandgatetest.WaitFor(t, "decisions before the crash", 30*time.Second, func() bool { return d.committed.Load() >= 20 })
 			r.Primary.Crash(t)
 			crashed := time.Now()
-			waitFor(t, "a refused decision", 30*time.Second, func() bool { return d.refused.Load() > 0 })
+			sandgatetest.WaitFor(t, "a refused decision", 30*time.Second, func() bool { return d.refused.Load() > 0 })
 			if err := s.Ready(ctx); sandgate.ErrorCodeOf(err) != sandgate.CodeAuditUnavailable {
 				t.Errorf("Ready with no primary = %v, want AUDIT-UNAVAILABLE", err)
 			}
@@ -176,14 +177,14 @@ func TestFailoverSynchronousReplica(t *testing.T) {
 			if errors.As(err, &pgErr) {
 				t.Errorf("Database: %v is a server's error, want a connection error", err)
 			}
-			waitFor(t, "events spooled", 30*time.Second, func() bool { return s.SpoolBytes() > 0 })
+			sandgatetest.WaitFor(t, "events spooled", 30*time.Second, func() bool { return s.SpoolBytes() > 0 })
 			time.Sleep(300 * time.Millisecond) // a gap of some length, with events in it
 
 			r.Promote(t)
 			promoted := time.Now()
-			waitFor(t, "the writer to reach the new primary", 30*time.Second, func() bool { return s.Ready(ctx) == nil })
+			sandgatetest.WaitFor(t, "the writer to reach the new primary", 30*time.Second, func() bool { return s.Ready(ctx) == nil })
 			before := d.committed.Load()
-			waitFor(t, "decisions after the promotion", 30*time.Second, func() bool { return d.committed.Load() >= before+20 })
+			sandgatetest.WaitFor(t, "decisions after the promotion", 30*time.Second, func() bool { return d.committed.Load() >= before+20 })
 			close(stop)
 			wg.Wait()
 			if err := s.Close(ctx); err != nil {
@@ -252,7 +253,7 @@ func TestFailoverReplicaBehind(t *testing.T) {
 	for i := range 3 {
 		s.Emit(lifecycle(i, "after"))
 	}
-	waitFor(t, "readiness to name the lost events", 30*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "readiness to name the lost events", 30*time.Second, func() bool {
 		err := s.Ready(ctx)
 		return err != nil && errors.Is(err, errTrailBehind)
 	})

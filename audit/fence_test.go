@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestFenceRefusesAClosedChain: node a is cut off from the database with
@@ -35,7 +36,7 @@ func TestFenceRefusesAClosedChain(t *testing.T) {
 	for i := range 4 {
 		a.Emit(lifecycle(10+i, "run-a-cut-off"))
 	}
-	waitFor(t, "a to spool its events", 10*time.Second, func() bool { return a.w.pendingN.Load() == 4 })
+	sandgatetest.WaitFor(t, "a to spool its events", 10*time.Second, func() bool { return a.w.pendingN.Load() == 4 })
 
 	b := testStore(t, dsn, func(c *Config) { c.Node, c.CheckpointInterval = "node-b", 20*time.Millisecond })
 	if err := b.Record(ctx, lifecycle(0, "run-b")); err != nil {
@@ -48,8 +49,8 @@ func TestFenceRefusesAClosedChain(t *testing.T) {
 
 	p.restore()
 	a.Emit(lifecycle(20, "run-a-after"))
-	waitFor(t, "a to learn it is fenced", 10*time.Second, func() bool { return a.FenceStatus().Fenced != nil })
-	waitFor(t, "a to hold the event emitted after", 10*time.Second, func() bool { return a.FenceStatus().Held == 5 })
+	sandgatetest.WaitFor(t, "a to learn it is fenced", 10*time.Second, func() bool { return a.FenceStatus().Fenced != nil })
+	sandgatetest.WaitFor(t, "a to hold the event emitted after", 10*time.Second, func() bool { return a.FenceStatus().Held == 5 })
 	st := a.FenceStatus()
 	if st.Fenced.ChainID != a.ChainID() || st.Fenced.Seq != 3 || st.Fenced.FencedBy != "node-b" {
 		t.Errorf("fence = %+v, want a's chain at seq 3 by node-b", st.Fenced)
@@ -167,7 +168,7 @@ func TestFencedChainSetAsideAtStart(t *testing.T) {
 	p.cut()
 	a.Emit(lifecycle(1, "run-a-cut-off"))
 	a.Emit(lifecycle(2, "run-a-cut-off"))
-	waitFor(t, "a to spool", 10*time.Second, func() bool { return a.w.pendingN.Load() == 2 })
+	sandgatetest.WaitFor(t, "a to spool", 10*time.Second, func() bool { return a.w.pendingN.Load() == 2 })
 	closeCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_ = a.Close(closeCtx)
 	cancel()

@@ -90,18 +90,6 @@ func count(t testing.TB, db *sql.DB, query string, args ...any) int64 {
 	return n
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func problemKinds[R sandgate.VerifyReport | Report](rep R) map[string]int {
 	var problems []sandgate.VerifyProblem
 	switch r := any(rep).(type) {

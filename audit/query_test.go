@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // seedTrail writes a small trail: two runs of three events, a denial and
@@ -232,7 +233,7 @@ func TestIdleCheckpoints(t *testing.T) {
 	if err := s.Record(context.Background(), lifecycle(1, "idle")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle checkpoints", 5*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "idle checkpoints", 5*time.Second, func() bool {
 		// The event, then the key's registration before the first
 		// checkpoint: every checkpoint signs seq 2.
 		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 2") >= 3

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestQueueBoundsTheBacklog: producers that only Queue never have more
@@ -64,7 +65,7 @@ func TestQueueBoundsTheBacklog(t *testing.T) {
 		t.Errorf("%d events were queued or being committed; MaxBacklog is %d", w, limit)
 	}
 	t.Logf("largest backlog seen: %d queued, %d with the commit's; MaxBacklog %d", worstQueued.Load(), worst.Load(), limit)
-	waitFor(t, "every queued event committed", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "every queued event committed", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events") == producers*each
 	})
 	if rep, err := s.Verify(context.Background(), sandgate.VerifyRange{}); err != nil || !rep.OK {
@@ -86,7 +87,7 @@ func TestQueueWaitsWhileTheTrailIsStuck(t *testing.T) {
 	for i := range emitted {
 		s.Emit(lifecycle(i, "stuck"))
 	}
-	waitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
+	sandgatetest.WaitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	err := s.Queue(ctx, lifecycle(0, "given-up"))
@@ -111,7 +112,7 @@ func TestQueueWaitsWhileTheTrailIsStuck(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Queue still waits after Postgres returned")
 	}
-	waitFor(t, "all events delivered", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "all events delivered", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events") == emitted+1
 	})
 	if n := count(t, db, "SELECT count(*) FROM audit_events WHERE run_id = 'given-up'"); n != 0 {

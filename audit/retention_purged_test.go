@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // v7At is a UUIDv7 made at the clock's time, as the writer's IDs are in
@@ -59,7 +60,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		before := count(t, db, "SELECT count(*) FROM audit_checkpoints")
 		clock.Set(time.Date(2025, month, 10, 12, 0, 0, 0, time.UTC))
 		if month > time.January {
-			waitFor(t, "checkpoints of the month before", 5*time.Second, func() bool {
+			sandgatetest.WaitFor(t, "checkpoints of the month before", 5*time.Second, func() bool {
 				return count(t, db, "SELECT count(*) FROM audit_checkpoints") >= before+2
 			})
 		}
@@ -303,7 +304,7 @@ func TestRetentionLoop(t *testing.T) {
 		defer close(done)
 		loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
 	}()
-	waitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND actor = 'sandgate:retention'") == 1
 	})
 	stop()

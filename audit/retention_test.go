@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // fakeClock is a settable clock shared by stores.
@@ -59,7 +60,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 		// A day past the interval: each writer signs its head at its next
 		// tick, so the month before is under a checkpoint.
 		if month > time.January {
-			waitFor(t, "checkpoints of the month before", 5*time.Second, func() bool {
+			sandgatetest.WaitFor(t, "checkpoints of the month before", 5*time.Second, func() bool {
 				return count(t, db, "SELECT count(*) FROM audit_checkpoints") >= before+2
 			})
 		}
@@ -223,7 +224,7 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 		}
 	}
 	// Checkpoints at 4 (three events and the key's registration) and 7.
-	waitFor(t, "the checkpoint at seq 7", 5*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the checkpoint at seq 7", 5*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_checkpoints WHERE seq = 7") == 1
 	})
 	clock.Set(time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC))

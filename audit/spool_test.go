@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 const pgSocket = "/var/run/postgresql/.s.PGSQL.5432"
@@ -39,13 +40,13 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	for i := range 50 {
 		s.Emit(lifecycle(i, "before"))
 	}
-	waitFor(t, "the first events", 10*time.Second, func() bool { return rows() == 50 })
+	sandgatetest.WaitFor(t, "the first events", 10*time.Second, func() bool { return rows() == 50 })
 
 	p.cut()
 	for i := range 100 {
 		s.Emit(lifecycle(i, "during"))
 	}
-	waitFor(t, "events in the spool", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "events in the spool", 10*time.Second, func() bool {
 		st, err := os.Stat(filepath.Join(spoolDir, spoolFile))
 		return err == nil && st.Size() > 0 && len(s.w.queueSnapshot()) == 0
 	})
@@ -57,19 +58,19 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 		t.Fatalf("Ready with Postgres away = %v, want AUDIT-UNAVAILABLE", err)
 	}
 	s.Emit(lifecycle(100, "during")) // the spool keeps taking lifecycle events
-	waitFor(t, "the last event in the spool", 10*time.Second, func() bool { return len(s.w.queueSnapshot()) == 0 })
+	sandgatetest.WaitFor(t, "the last event in the spool", 10*time.Second, func() bool { return len(s.w.queueSnapshot()) == 0 })
 	if got := rows(); got != 50 {
 		t.Fatalf("rows while cut = %d, want 50", got)
 	}
 	// The last append may still be under way: the two agree once it is done.
-	waitFor(t, "SpoolBytes to match the spool file", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "SpoolBytes to match the spool file", 10*time.Second, func() bool {
 		got := s.SpoolBytes()
 		return got > 0 && got == fileSize(t, filepath.Join(spoolDir, spoolFile))
 	})
 
 	p.restore()
-	waitFor(t, "spooled events delivered", 10*time.Second, func() bool { return rows() == 151 })
-	waitFor(t, "the spool emptied", 10*time.Second, func() bool { return s.SpoolBytes() == 0 })
+	sandgatetest.WaitFor(t, "spooled events delivered", 10*time.Second, func() bool { return rows() == 151 })
+	sandgatetest.WaitFor(t, "the spool emptied", 10*time.Second, func() bool { return s.SpoolBytes() == 0 })
 	if n := s.QueueDepth(); n != 0 {
 		t.Errorf("QueueDepth after delivery = %d, want 0", n)
 	}
@@ -93,7 +94,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	if s2.ChainID() != s.ChainID() {
 		t.Fatalf("restarted writer chain %q, want %q", s2.ChainID(), s.ChainID())
 	}
-	waitFor(t, "events spooled before the restart", 10*time.Second, func() bool { return rows() == 182 })
+	sandgatetest.WaitFor(t, "events spooled before the restart", 10*time.Second, func() bool { return rows() == 182 })
 	s2.Emit(lifecycle(0, "after-restart"))
 	if err := s2.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -139,18 +140,18 @@ func TestSpoolFullStopsReadinessNeverDrops(t *testing.T) {
 	for i := range 200 {
 		s.Emit(lifecycle(i, "full"))
 	}
-	waitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
+	sandgatetest.WaitFor(t, "the spool to fill", 10*time.Second, func() bool { return s.w.spoolFull.Load() })
 	// The writer takes the queue and puts it back each time it retries, so
 	// a look may fall in between; the events show once it is back.
-	waitFor(t, "QueueDepth to show the events waiting in memory", 10*time.Second, func() bool { return s.QueueDepth() > 0 })
+	sandgatetest.WaitFor(t, "QueueDepth to show the events waiting in memory", 10*time.Second, func() bool { return s.QueueDepth() > 0 })
 	if err := s.Ready(context.Background()); !isCode(err, sandgate.CodeAuditUnavailable) {
 		t.Fatalf("Ready with a full spool = %v, want AUDIT-UNAVAILABLE", err)
 	}
 	p.restore()
-	waitFor(t, "all events delivered", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "all events delivered", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events") == 200
 	})
-	waitFor(t, "readiness", 10*time.Second, func() bool { return s.Ready(context.Background()) == nil })
+	sandgatetest.WaitFor(t, "readiness", 10*time.Second, func() bool { return s.Ready(context.Background()) == nil })
 }
 
 // TestSpoolCutShortRecord: a spool whose last record was cut short (a
@@ -340,13 +341,13 @@ func TestSpooledEventRecordedAtDelivery(t *testing.T) {
 	ev := lifecycle(0, "spooled")
 	ev.Time = happened
 	s.Emit(ev)
-	waitFor(t, "the event in the spool", 10*time.Second, func() bool { return s.SpoolBytes() > 0 })
+	sandgatetest.WaitFor(t, "the event in the spool", 10*time.Second, func() bool { return s.SpoolBytes() > 0 })
 	var restored time.Time
 	if err := db.QueryRow(`SELECT now()`).Scan(&restored); err != nil {
 		t.Fatal(err)
 	}
 	p.restore()
-	waitFor(t, "the spool delivered", 10*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the spool delivered", 10*time.Second, func() bool {
 		return count(t, db, `SELECT count(*) FROM audit_events WHERE run_id = 'spooled'`) == 1
 	})
 	var recordedAt, eventTime time.Time

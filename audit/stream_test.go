@@ -21,6 +21,7 @@ import (
 	"github.com/sethvargo/go-retry"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 	"github.com/sandgate/sandgate/sinks"
 	"github.com/sandgate/sandgate/sinks/sinkstest"
 )
@@ -148,7 +149,7 @@ func emitMany(t testing.TB, st *Store, n int, run string) {
 // waitStored waits until the trail holds at least n events.
 func waitStored(t testing.TB, db *sql.DB, n int64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d events stored", n), 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, fmt.Sprintf("%d events stored", n), 20*time.Second, func() bool {
 		return count(t, db, `SELECT count(*) FROM audit_events`) >= n
 	})
 }
@@ -164,7 +165,7 @@ func TestStreamToRsyslogInOrder(t *testing.T) {
 	s := startStreamer(t, dsn, syslogSink(t, "rsyslog", r.Addr(), 64))
 	emitMany(t, st, 200, "run-b") // while it streams
 	waitStored(t, db, 500+50)
-	waitFor(t, "the sink to catch up", 30*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to catch up", 30*time.Second, func() bool {
 		return caughtUp(s) && int64(len(sinkstest.Lines(r.RawFile()))) == count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	want := trail(t, db)
@@ -200,7 +201,7 @@ func TestStreamDeadReceiverCatchUp(t *testing.T) {
 	emitMany(t, st, 50, "before")
 	waitStored(t, db, 55)
 	s := startStreamer(t, dsn, syslogSink(t, "siem", r.Addr(), 20))
-	waitFor(t, "the sink to catch up", 30*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to catch up", 30*time.Second, func() bool {
 		return caughtUp(s) && int64(len(sinkstest.Lines(r.RawFile()))) == count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	before := len(sinkstest.Lines(r.RawFile()))
@@ -208,7 +209,7 @@ func TestStreamDeadReceiverCatchUp(t *testing.T) {
 	r.Kill()
 	emitMany(t, st, 200, "during") // Record commits with the receiver dead
 	waitStored(t, db, int64(before)+220)
-	waitFor(t, "the sink to report the failure and its lag", 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to report the failure and its lag", 20*time.Second, func() bool {
 		got := s.SinkStatus()[0]
 		return got.Failures > 0 && got.LastError != "" && got.EventsBehind >= 200 && got.Warning != ""
 	})
@@ -219,7 +220,7 @@ func TestStreamDeadReceiverCatchUp(t *testing.T) {
 	}
 
 	r.Start()
-	waitFor(t, "the sink to catch up after the receiver returned", 30*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to catch up after the receiver returned", 30*time.Second, func() bool {
 		return caughtUp(s) && int64(len(sinkstest.Lines(r.RawFile()))) >= count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	checkDelivery(t, trail(t, db), rsyslogEvents(t, r), false)
@@ -304,7 +305,7 @@ func TestStreamRestartResumesAtCursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first loop to catch up", 20*time.Second, func() bool { return caughtUp(s1) })
+	sandgatetest.WaitFor(t, "the first loop to catch up", 20*time.Second, func() bool { return caughtUp(s1) })
 	if err := s1.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +313,7 @@ func TestStreamRestartResumesAtCursor(t *testing.T) {
 	emitMany(t, st, 100, "two")
 	waitStored(t, db, int64(first)+110)
 	s2 := startStreamer(t, dsn, h.sink(t, "hook", ", batch_size: 16"))
-	waitFor(t, "the second loop to catch up", 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the second loop to catch up", 20*time.Second, func() bool {
 		return caughtUp(s2) && int64(len(h.events())) >= count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	checkDelivery(t, trail(t, db), h.events(), false)
@@ -332,14 +333,14 @@ func TestStreamOneGatewayDelivers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "gateway A to deliver", 20*time.Second, func() bool { return caughtUp(a) })
+	sandgatetest.WaitFor(t, "gateway A to deliver", 20*time.Second, func() bool { return caughtUp(a) })
 	b := startStreamer(t, dsn, h.sink(t, "shared", ""))
 	time.Sleep(200 * time.Millisecond) // several of B's polls
 	if got := b.SinkStatus()[0]; got.Delivering || got.Delivered != 0 {
 		t.Fatalf("gateway B delivers while A holds the lock: %+v", got)
 	}
 	emitMany(t, st, 40, "y")
-	waitFor(t, "A to deliver the new events", 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "A to deliver the new events", 20*time.Second, func() bool {
 		return caughtUp(a) && int64(len(h.events())) >= count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	if got := b.SinkStatus()[0]; got.Delivering || got.Delivered != 0 {
@@ -349,7 +350,7 @@ func TestStreamOneGatewayDelivers(t *testing.T) {
 		t.Fatal(err)
 	}
 	emitMany(t, st, 40, "z")
-	waitFor(t, "gateway B to take over", 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "gateway B to take over", 20*time.Second, func() bool {
 		return caughtUp(b) && int64(len(h.events())) >= count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	checkDelivery(t, trail(t, db), h.events(), false)
@@ -365,12 +366,12 @@ func TestStreamFilterAndStartNewest(t *testing.T) {
 	emitMany(t, st, 30, "old")
 	waitStored(t, db, 33)
 	s := startStreamer(t, dsn, h.sink(t, "decisions", ", start: newest, types: [admission.allowed]"))
-	waitFor(t, "the sink to start", 10*time.Second, func() bool { return caughtUp(s) })
+	sandgatetest.WaitFor(t, "the sink to start", 10*time.Second, func() bool { return caughtUp(s) })
 	startAt := count(t, db, `SELECT count(*) FROM audit_events`)
 	emitMany(t, st, 50, "new")
 	waitStored(t, db, startAt+55)
 	// The status can be a poll old: wait for what the receiver holds.
-	waitFor(t, "the new decisions at the receiver", 20*time.Second, func() bool { return caughtUp(s) && len(h.events()) >= 5 })
+	sandgatetest.WaitFor(t, "the new decisions at the receiver", 20*time.Second, func() bool { return caughtUp(s) && len(h.events()) >= 5 })
 	var want []trailEvent
 	for _, e := range trail(t, db) {
 		if e.Type == string(sandgate.EventAdmissionAllowed) {
@@ -393,15 +394,15 @@ func TestStreamDatabaseAway(t *testing.T) {
 	st := testStore(t, dsn, func(c *Config) { c.DecisionChain = true })
 	emitMany(t, st, 60, "before")
 	s := startStreamer(t, proxiedDSN(t, db, p), h.sink(t, "away", ", batch_size: 20"))
-	waitFor(t, "the first events at the receiver", 20*time.Second, func() bool { return len(h.events()) > 0 })
+	sandgatetest.WaitFor(t, "the first events at the receiver", 20*time.Second, func() bool { return len(h.events()) > 0 })
 	p.cut()
 	emitMany(t, st, 60, "during")
-	waitFor(t, "the sink to report the database away", 20*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to report the database away", 20*time.Second, func() bool {
 		got := s.SinkStatus()[0]
 		return got.LastError != "" && !got.Delivering
 	})
 	p.restore()
-	waitFor(t, "the sink to catch up", 30*time.Second, func() bool {
+	sandgatetest.WaitFor(t, "the sink to catch up", 30*time.Second, func() bool {
 		return caughtUp(s) && int64(len(h.events())) >= count(t, db, `SELECT count(*) FROM audit_events`)
 	})
 	checkDelivery(t, trail(t, db), h.events(), true)

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // benchRounds is how many runs of each side the comparison takes.
@@ -87,21 +87,12 @@ func BenchmarkExecutorVsDockerRun(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	mo, mt := median(ours), median(theirs)
+	mo, mt := sandgatetest.Median(ours), sandgatetest.Median(theirs)
 	b.ReportMetric(float64(mo.Microseconds())/1000, "executor-ms")
 	b.ReportMetric(float64(mt.Microseconds())/1000, "docker-run-ms")
 	b.ReportMetric(float64(mo)/float64(mt), "ratio")
 	b.Logf("executor: median %v of %v", mo, ours)
 	b.Logf("docker run --rm: median %v of %v", mt, theirs)
-}
-
-func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // BenchmarkUsageSampling measures what reading a run's counters costs the
@@ -165,7 +156,7 @@ func BenchmarkUsageSampling(b *testing.B) {
 				runOn()
 			}
 		}
-		mOn, mOff := median(withS), median(withoutS)
+		mOn, mOff := sandgatetest.Median(withS), sandgatetest.Median(withoutS)
 		b.ReportMetric(float64(mOn.Microseconds())/1000, j.name+"-sampled-ms")
 		b.ReportMetric(float64(mOff.Microseconds())/1000, j.name+"-unsampled-ms")
 		b.ReportMetric(float64(mOn-mOff)/float64(time.Millisecond), j.name+"-delta-ms")

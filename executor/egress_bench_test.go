@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // BenchmarkEgressThroughput downloads 100 MB from an upstream on this
@@ -18,7 +19,7 @@ import (
 // (the goal is at least 0.8).
 func BenchmarkEgressThroughput(b *testing.B) {
 	const size = 100 << 20
-	suffix := randomHex(b, 3)
+	suffix := sandgatetest.RandomHex(b, 3)
 	f := newEgressFixtureOn(b, "0.0.0.0:0", func(c *executor.Config) {
 		// A bridge network of the benchmark's own, open to the host, so
 		// that the plain side reaches the upstream directly.
@@ -53,7 +54,7 @@ func BenchmarkEgressThroughput(b *testing.B) {
 	}
 	b.StopTimer()
 	mbps := func(d time.Duration) float64 { return float64(size) / (1 << 20) / d.Seconds() }
-	p, d := mbps(median(proxied)), mbps(median(bridged))
+	p, d := mbps(sandgatetest.Median(proxied)), mbps(sandgatetest.Median(bridged))
 	b.ReportMetric(p, "proxy-MB/s")
 	b.ReportMetric(d, "bridge-MB/s")
 	b.ReportMetric(p/d, "ratio")

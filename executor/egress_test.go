@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/policies/policytest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // egressFixture is an executor whose egress network, interface and proxy
@@ -129,7 +130,7 @@ func newEgressFixtureOn(t testing.TB, listen string, tune func(*executor.Config)
 	f.dests = []string{"rebind.test:" + port, "upstream.test:" + port, "127.0.0.1:" + port, "private.test:" + port, "169.254.169.254:80",
 		"upstream.test:" + strconv.Itoa(f.tlsPort)}
 	eng := policytest.Engine(t, policytest.EgressDestinations("payments", f.dests...))
-	suffix := randomHex(t, 3)
+	suffix := sandgatetest.RandomHex(t, 3)
 	proxyPort := 20000 + int(time.Now().UnixNano()%20000)
 	name, iface := "sgtest-egress-"+suffix, "sgte"+suffix
 	f.ex, f.rec = newTestExecutor(t, func(c *executor.Config) {

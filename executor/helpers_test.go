@@ -2,8 +2,6 @@ package executor_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // recorder collects emitted events.
@@ -69,15 +68,6 @@ func (r *recorder) count(t sandgate.EventType) int {
 	return n
 }
 
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
 // newTestExecutor starts an executor on a node of its own, so that tests
 // running side by side never reap each other's containers, and checks at
 // the end that it left no container behind.
@@ -87,7 +77,7 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 	rec := &recorder{}
 	cfg := executor.Config{
 		DockerHost: executortest.DockerHost(),
-		Node:       "test-" + randomHex(t, 6),
+		Node:       "test-" + sandgatetest.RandomHex(t, 6),
 		StopGrace:  3 * time.Second,
 		// Cache volumes' and workspaces' file systems live with the test,
 		// and go with it.
@@ -180,9 +170,9 @@ func newJob(t testing.TB, tune func(*sandgate.RunSpec), command ...string) sandg
 		t.Fatalf("Normalize: %v", err)
 	}
 	return sandgate.Job{
-		RunID:         "0193" + randomHex(t, 14),
-		CorrelationID: "corr-" + randomHex(t, 4),
-		DecisionID:    "dec-" + randomHex(t, 4),
+		RunID:         "0193" + sandgatetest.RandomHex(t, 14),
+		CorrelationID: "corr-" + sandgatetest.RandomHex(t, 4),
+		DecisionID:    "dec-" + sandgatetest.RandomHex(t, 4),
 		Principal:     "alice",
 		Team:          "payments",
 		Spec:          n,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // buildTiny builds a one-file image FROM scratch with the given labels and
@@ -55,7 +56,7 @@ func buildTiny(t *testing.T, tag, content string, labels map[string]string) stri
 func TestListAndPruneImages(t *testing.T) {
 	newTestExecutor(t, nil)
 	ctx := context.Background()
-	suffix := randomHex(t, 4)
+	suffix := sandgatetest.RandomHex(t, 4)
 	label := "sandgate.test.prune=" + suffix
 	labels := map[string]string{"sandgate.test.prune": suffix}
 	repo := "sandgate-test/prune-" + suffix

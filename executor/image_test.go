@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestBuildSandboxImage builds the sandbox recipe under a scratch tag and
@@ -18,7 +19,7 @@ import (
 func TestBuildSandboxImage(t *testing.T) {
 	ex, _ := newTestExecutor(t, nil)
 	ctx := context.Background()
-	tag := "sandgate/sandbox-test:" + randomHex(t, 4)
+	tag := "sandgate/sandbox-test:" + sandgatetest.RandomHex(t, 4)
 	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{}) })
 	var progress strings.Builder
 	id, err := newTestImages(t).BuildSandboxImage(ctx, executor.BuildOptions{Tag: tag, Progress: &progress})
@@ -52,7 +53,7 @@ func TestBuildSandboxImage(t *testing.T) {
 
 	// A fresh cache volume mounted at /cache is writable by the image's
 	// user and by another unprivileged one, and keeps what they wrote.
-	volume := "cachetest-" + randomHex(t, 4)
+	volume := "cachetest-" + sandgatetest.RandomHex(t, 4)
 	withCache := func(user string) func(*sandgate.RunSpec) {
 		return func(s *sandgate.RunSpec) {
 			s.Image, s.User = tag, user

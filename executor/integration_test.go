@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestRuns runs short commands in real containers and checks what came
@@ -310,7 +311,7 @@ func TestImageUnavailable(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := newJob(t, func(s *sandgate.RunSpec) {
-				s.Image = "sandgate/no-such-image:" + randomHex(t, 4)
+				s.Image = "sandgate/no-such-image:" + sandgatetest.RandomHex(t, 4)
 				s.PullPolicy = tc.policy
 			}, "true")
 			job.AirGapped = tc.airGapped
@@ -335,7 +336,7 @@ func TestHardeningInspect(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "input.txt"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	volume := "itest-" + randomHex(t, 4)
+	volume := "itest-" + sandgatetest.RandomHex(t, 4)
 	started := make(chan string, 1)
 	job := newJob(t, func(s *sandgate.RunSpec) {
 		s.Mounts = []sandgate.Mount{{Source: dir, Target: "/workspace/in", ReadOnly: true}}
@@ -504,7 +505,7 @@ var initTrue = true
 // TestReaper: ten containers labelled for this node that no live run owns
 // are removed by the reaper pass at Start, and reported.
 func TestReaper(t *testing.T) {
-	executortestNode := "test-" + randomHex(t, 6)
+	executortestNode := "test-" + sandgatetest.RandomHex(t, 6)
 	ctx := context.Background()
 	d := docker(t)
 	var ids []string
@@ -609,7 +610,7 @@ func TestLoadImage(t *testing.T) {
 	ex, _ := newTestExecutor(t, nil)
 	ctx := context.Background()
 	d := docker(t)
-	ref := "sandgate/load-test:" + randomHex(t, 4)
+	ref := "sandgate/load-test:" + sandgatetest.RandomHex(t, 4)
 	if err := d.ImageTag(ctx, executor.SandboxImage, ref); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestMountSwapNeverEscapes attacks bind mounts as a run with the team
@@ -85,7 +86,7 @@ func TestMountSwapNeverEscapes(t *testing.T) {
 	var rwg sync.WaitGroup
 	for i := range runs {
 		job := admitted
-		job.RunID = "0193" + randomHex(t, 14)
+		job.RunID = "0193" + sandgatetest.RandomHex(t, 14)
 		job.Spec.TaskID = "swap-" + string(rune('a'+i%26))
 		rwg.Add(1)
 		go func() {
@@ -200,7 +201,7 @@ func buildTestImage(t *testing.T, tag string, files map[string]string) {
 // the request names.
 func TestPrivilegedGroupsRefused(t *testing.T) {
 	ex, rec := newTestExecutor(t, nil)
-	tag := "sandgate-test/groups:" + randomHex(t, 4)
+	tag := "sandgate-test/groups:" + sandgatetest.RandomHex(t, 4)
 	buildTestImage(t, tag, map[string]string{
 		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\nsandbox:x:10001:10001::/workspace:/bin/sh\ntoor:x:0:10001::/:/bin/sh\n",
 		"/etc/group":  "root:x:0:\nsandbox:x:10001:\ndisk:x:6:sandbox\ndocker:x:27:sandbox\n",
@@ -258,7 +259,7 @@ func volumeExecutor(t *testing.T, tune func(*executor.Config)) (*executor.Execut
 // a team past its count of volumes is refused a new one.
 func TestCacheVolumesPerTeamWritableAndBounded(t *testing.T) {
 	ex, _ := volumeExecutor(t, nil)
-	name := "cache-" + randomHex(t, 3)
+	name := "cache-" + sandgatetest.RandomHex(t, 3)
 	enforce := sandgate.Enforcement{VolumeQuotaMB: 16, MaxVolumes: 2, PrivilegedGIDs: []int64{0}}
 	run := func(team string, command string) sandgate.Result {
 		t.Helper()
@@ -418,7 +419,7 @@ func TestBridgeRunsCannotReachEachOther(t *testing.T) {
 // one that is not sandgate's is refused, never removed.
 func TestStaleCacheVolumeReplaced(t *testing.T) {
 	ex, _ := volumeExecutor(t, nil)
-	name := "stale-" + randomHex(t, 3)
+	name := "stale-" + sandgatetest.RandomHex(t, 3)
 	stale := executor.VolumePrefix + "payments." + name
 	ctx := t.Context()
 	if _, err := docker(t).VolumeCreate(ctx, volume.CreateOptions{Name: stale, Driver: "local",
@@ -432,7 +433,7 @@ func TestStaleCacheVolumeReplaced(t *testing.T) {
 		t.Fatalf("a run of the stale volume: %+v", res)
 	}
 
-	foreign := "foreign-" + randomHex(t, 3)
+	foreign := "foreign-" + sandgatetest.RandomHex(t, 3)
 	if _, err := docker(t).VolumeCreate(ctx, volume.CreateOptions{Name: executor.VolumePrefix + "payments." + foreign}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // newWarmExecutor is an executor with a warm pool of size for the given
@@ -392,7 +393,7 @@ func TestWarmColdFallback(t *testing.T) {
 		{"other memory limit", func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 64 }},
 		{"other working directory", func(s *sandgate.RunSpec) { s.Workdir = "/tmp" }},
 		{"a cache volume", func(s *sandgate.RunSpec) {
-			s.Volumes = []sandgate.Volume{{Name: "pooltest-" + randomHex(t, 4), Target: "/cache"}}
+			s.Volumes = []sandgate.Volume{{Name: "pooltest-" + sandgatetest.RandomHex(t, 4), Target: "/cache"}}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -440,7 +441,7 @@ func TestWarmReaper(t *testing.T) {
 	waitIdle(t, ex, 2)
 
 	// A pool container a previous process of this node left behind.
-	name := "sandgate-pool-" + ex.Node() + "-stale-" + randomHex(t, 4)
+	name := "sandgate-pool-" + ex.Node() + "-stale-" + sandgatetest.RandomHex(t, 4)
 	out, err := exec.Command("docker", "create", "--name", name,
 		"--label", sandgate.LabelManaged+"=true", "--label", sandgate.LabelNode+"="+ex.Node(),
 		"--label", executor.LabelPool+"=stale", executor.SandboxImage, "true").CombinedOutput()

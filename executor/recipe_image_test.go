@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestRecipeImages checks the language images on the real daemon: the
@@ -77,7 +78,7 @@ func TestRecipeImageFailedCheckRemovesIt(t *testing.T) {
 	if _, err := exec.LookPath("mmdebstrap"); err != nil && os.Getenv("CI") != "true" {
 		t.Skipf("mmdebstrap: %v (run deploy/bootstrap.sh)", err)
 	}
-	tag := "sandgate/check-test:" + randomHex(t, 4)
+	tag := "sandgate/check-test:" + sandgatetest.RandomHex(t, 4)
 	r, err := executor.ParseRecipe("check-test.yaml", []byte(`name: check-test
 image: `+tag+`
 suite: bookworm

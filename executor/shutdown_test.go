@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // helperEnv makes the test binary act as a tiny sandgate process for
@@ -71,7 +72,7 @@ func sigtermHelper(node string) int {
 // exited.
 func TestSIGTERMLeavesNoContainer(t *testing.T) {
 	docker(t)
-	node := "test-" + randomHex(t, 6)
+	node := "test-" + sandgatetest.RandomHex(t, 6)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+node)
 	cmd.Stderr = os.Stderr

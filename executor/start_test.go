@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // gatedDocker is a loopback proxy to the test's daemon that refuses every
@@ -76,7 +77,7 @@ func (g *gatedDocker) host() string { return "tcp://" + g.ln.Addr().String() }
 // being started again.
 func TestStartWhenDockerComesLater(t *testing.T) {
 	executortest.RequireDocker(t)
-	node := "test-" + randomHex(t, 6)
+	node := "test-" + sandgatetest.RandomHex(t, 6)
 	// An orphan of this node, as a killed process would leave it.
 	ctx := t.Context()
 	orphan, err := docker(t).ContainerCreate(ctx, &container.Config{Image: executor.SandboxImage, Cmd: []string{"true"},

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestRunUsage runs real containers and checks what each reports it used,
@@ -14,7 +15,7 @@ import (
 func TestRunUsage(t *testing.T) {
 	ex, rec := newTestExecutor(t, nil)
 	const mb = 1 << 20
-	volume := "usage-io-" + randomHex(t, 4)
+	volume := "usage-io-" + sandgatetest.RandomHex(t, 4)
 	cases := []struct {
 		name    string
 		tune    func(*sandgate.RunSpec)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/policies"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 func TestDecisionFields(t *testing.T) {
@@ -382,7 +383,7 @@ func TestWatchFileChange(t *testing.T) {
 
 	// A broken file is refused; the old revision stays.
 	// Watch may not be watching yet: write until the change is seen.
-	waitFor(t, func() bool {
+	sandgatetest.WaitFor(t, "the broken file to be refused", 10*time.Second, func() bool {
 		writeFile(t, dir, "broken.rego", "package sandgate.admission\n\nfinding contains {\n")
 		return e.Status().LastError != ""
 	})
@@ -392,7 +393,7 @@ func TestWatchFileChange(t *testing.T) {
 	// Fixing it and making a valid change is applied.
 	os.Remove(filepath.Join(dir, "broken.rego"))
 	editData(t, dir, `"pids": 1024`, `"pids": 2048`)
-	waitFor(t, func() bool { return e.Status().Revision != rev0 && e.Status().LastError == "" })
+	sandgatetest.WaitFor(t, "the fixed bundle to be in force", 10*time.Second, func() bool { return e.Status().Revision != rev0 && e.Status().LastError == "" })
 	s := baseSpec()
 	s.Resources.Pids = 1500
 	if d := decide(t, e, s); !d.Allow {
@@ -410,17 +411,6 @@ func TestReloadFor(t *testing.T) {
 	st, err := e.ReloadFor(context.Background(), "sighup")
 	if err != nil || st.Revision == rev0 {
 		t.Fatalf("ReloadFor = %+v, %v; want a new revision", st, err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

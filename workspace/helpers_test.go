@@ -12,9 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // ent describes one archive entry for the builders below.
@@ -26,40 +26,16 @@ type ent struct {
 	link string
 }
 
-var epoch = time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+var epoch = sandgatetest.TarEpoch
 
 // tarOf builds a tar archive of ents.
 func tarOf(t testing.TB, ents ...ent) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, e := range ents {
-		typ := e.typ
-		if typ == 0 {
-			typ = tar.TypeReg
-		}
-		mode := e.mode
-		if mode == 0 {
-			mode = 0o644
-			if typ == tar.TypeDir {
-				mode = 0o755
-			}
-		}
-		h := &tar.Header{Name: e.name, Typeflag: typ, Mode: mode, Linkname: e.link, ModTime: epoch}
-		if typ == tar.TypeReg {
-			h.Size = int64(len(e.body))
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatalf("tar header %q: %v", e.name, err)
-		}
-		if _, err := io.WriteString(tw, e.body); err != nil {
-			t.Fatal(err)
-		}
+	entries := make([]sandgatetest.TarEntry, len(ents))
+	for i, e := range ents {
+		entries[i] = sandgatetest.TarEntry{Name: e.name, Type: e.typ, Mode: e.mode, Body: e.body, Link: e.link}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return sandgatetest.Tar(t, entries...)
 }
 
 func gzipOf(t testing.TB, b []byte) []byte {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate/migrations"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // pgBin holds the PostgreSQL 15 server binaries (Debian's layout).
@@ -70,7 +71,7 @@ func NewReplicated(t testing.TB, synchronous bool) *Replicated {
 				t.Fatal(err)
 			}
 		}
-		s := &Server{Name: name, Port: freePort(t), dir: dir, as: as}
+		s := &Server{Name: name, Port: sandgatetest.FreePort(t), dir: dir, as: as}
 		t.Cleanup(func() {
 			_ = s.ctl("stop", "-m", "immediate")
 			os.RemoveAll(dir)
@@ -234,14 +235,4 @@ func (s *Server) Stop(t testing.TB) {
 	if err := s.ctl("stop", "-m", "fast"); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // Rsyslogd is where Debian installs rsyslog's daemon.
@@ -76,7 +78,7 @@ func Start(t testing.TB, tls *TLS) *Rsyslog {
 	} else {
 		Require(t)
 	}
-	r := &Rsyslog{t: t, dir: t.TempDir(), port: freePort(t)}
+	r := &Rsyslog{t: t, dir: t.TempDir(), port: sandgatetest.FreePort(t)}
 	r.conf = filepath.Join(r.dir, "rsyslog.conf")
 	var global, module string
 	if tls != nil {
@@ -109,16 +111,6 @@ input(type="imtcp" address="127.0.0.1" port="%d" ruleset="in")
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Addr is the receiver's host:port.

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ed25519"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -50,7 +48,7 @@ func (r remoteExecutor) Sessions() sandgate.SessionExecutor { return r.x }
 // remoteReconcilers dials dead nodes' daemons for takeovers. The events
 // of what it does there are recorded by this node (node = this node's
 // name, taken_over_from = the dead node's) in this node's chain.
-func remoteReconcilers(cfg Config, events sandgate.EventSink, logger *slog.Logger) gateway.RemoteReconcilers {
+func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logger) gateway.RemoteReconcilers {
 	return func(ctx context.Context, node, dockerHost string) (gateway.RemoteReconciler, error) {
 		sink := sandgate.EventSinkFunc(func(ev sandgate.Event) {
 			p := make(map[string]any, len(ev.Payload)+1)
@@ -84,13 +82,4 @@ func chainCloser(store *audit.Store) gateway.ChainCloser {
 		closed, err := store.CloseChainsOf(ctx, dead, reason)
 		return len(closed), err
 	}
-}
-
-// signingKey is this node's checkpoint key as the registry shows it.
-func signingKey(store *audit.Store) (keyID, public string) {
-	pub := store.PublicKey()
-	if len(pub) != ed25519.PublicKeySize {
-		return "", ""
-	}
-	return audit.KeyID(pub), hex.EncodeToString(pub)
 }

@@ -6,18 +6,19 @@ import (
 	"time"
 )
 
-// TestConfigFromEnvironment: values are read from the environment, and a
-// value that cannot be parsed or is out of range is refused by Validate,
-// naming the variable, never replaced by the default.
+// TestConfigFromEnvironment: each component's values are read from the
+// environment, and a value that cannot be parsed or is out of range is
+// refused by its Validate, naming the variable, never replaced by the
+// default; serve's validation lists every component's errors.
 func TestConfigFromEnvironment(t *testing.T) {
 	base := map[string]string{"SANDGATE_DEV": "1"}
 	tests := []struct {
 		name    string
 		env     map[string]string
 		wantErr string
-		check   func(t *testing.T, c Config)
+		check   func(t *testing.T, c config)
 	}{
-		{name: "defaults", check: func(t *testing.T, c Config) {
+		{name: "defaults", check: func(t *testing.T, c config) {
 			if c.AuditBacklog != 64 || c.MaxConcurrent != 4 || c.AirGapped || !c.Migrate || !c.Console {
 				t.Errorf("defaults: %+v", c)
 			}
@@ -26,24 +27,24 @@ func TestConfigFromEnvironment(t *testing.T) {
 			"SANDGATE_AIR_GAPPED": "true", "SANDGATE_MIGRATE": "0", "SANDGATE_MAX_CONCURRENT": "16", "SANDGATE_CONSOLE": "false",
 			"SANDGATE_WARM_POOL": "2", "SANDGATE_AUDIT_MAX_BACKLOG": "256", "SANDGATE_SPOOL_MAX_BYTES": "2097152",
 			"SANDGATE_SINKS_FILE": "/etc/sandgate/sinks.yaml",
-		}, check: func(t *testing.T, c Config) {
+		}, check: func(t *testing.T, c config) {
 			if !c.AirGapped || c.Migrate || c.Console || c.MaxConcurrent != 16 || c.WarmPool != 2 || c.AuditBacklog != 256 || c.SpoolMaxBytes != 2<<20 ||
 				c.SinksFile != "/etc/sandgate/sinks.yaml" {
 				t.Errorf("values not applied: %+v", c)
 			}
 		}},
-		{name: "retention defaults", check: func(t *testing.T, c Config) {
+		{name: "retention defaults", check: func(t *testing.T, c config) {
 			if c.AuditRetention.String() != "13mo" || c.AuditRetentionInterval != time.Hour || c.AuditArchiveDir != "" {
 				t.Errorf("retention defaults: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
 			}
 		}},
 		{name: "retention values", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "400d", "SANDGATE_AUDIT_RETENTION_INTERVAL": "24h",
-			"SANDGATE_AUDIT_ARCHIVE_DIR": "/srv/audit-archive"}, check: func(t *testing.T, c Config) {
+			"SANDGATE_AUDIT_ARCHIVE_DIR": "/srv/audit-archive"}, check: func(t *testing.T, c config) {
 			if c.AuditRetention.String() != "400d" || c.AuditRetentionInterval != 24*time.Hour || c.AuditArchiveDir != "/srv/audit-archive" {
 				t.Errorf("retention values: %v %v %q", c.AuditRetention, c.AuditRetentionInterval, c.AuditArchiveDir)
 			}
 		}},
-		{name: "retention forever", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "forever"}, check: func(t *testing.T, c Config) {
+		{name: "retention forever", env: map[string]string{"SANDGATE_AUDIT_RETENTION": "forever"}, check: func(t *testing.T, c config) {
 			if !c.AuditRetention.Forever() {
 				t.Errorf("retention forever: %v", c.AuditRetention)
 			}
@@ -56,7 +57,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{name: "cluster", env: map[string]string{
 			"SANDGATE_ADVERTISE_URL": "http://10.0.0.11:8080", "SANDGATE_CLUSTER_SECRET_FILE": "/etc/sandgate/cluster.secret",
 			"SANDGATE_NODE_HEARTBEAT": "500ms", "SANDGATE_NODE_LAPSE": "5s",
-		}, check: func(t *testing.T, c Config) {
+		}, check: func(t *testing.T, c config) {
 			if c.AdvertiseURL != "http://10.0.0.11:8080" || c.ClusterSecretFile != "/etc/sandgate/cluster.secret" ||
 				c.NodeHeartbeat.Milliseconds() != 500 || c.NodeLapse.Seconds() != 5 {
 				t.Errorf("cluster settings not applied: %+v", c)
@@ -83,8 +84,8 @@ func TestConfigFromEnvironment(t *testing.T) {
 			for k, v := range tt.env {
 				env[k] = v
 			}
-			c := defaultConfig(func(k string) string { return env[k] })
-			err := c.Validate()
+			c := readConfig(func(k string) string { return env[k] })
+			err := validateAll(c.server()...)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Validate = %v, want an error containing %q", err, tt.wantErr)

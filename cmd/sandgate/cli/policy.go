@@ -146,11 +146,10 @@ func writeRuleTable(w io.Writer, rules []policies.RuleInfo) error {
 
 func newPolicyEvalCmd(a *app) *cobra.Command {
 	var (
-		input      string
-		principal  sandgate.Principal
-		roles      []string
-		mountRoots []string
-		review     bool
+		input     string
+		principal sandgate.Principal
+		roles     []string
+		review    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "eval --input SPEC.json",
@@ -178,12 +177,9 @@ invalid or another error.`,
 			if err != nil {
 				return fmt.Errorf("%s: %s", input, sandgate.ErrorMessageOf(err))
 			}
-			if !cmd.Flags().Changed("mount-root") {
-				mountRoots = a.cfg.MountRoots
-			}
 			e, err := policies.New(cmd.Context(), policies.Options{
 				Dir:      a.cfg.PolicyDir,
-				Settings: sandgate.Settings{AirGapped: a.cfg.AirGapped, MountRoots: mountRoots},
+				Settings: a.cfg.policyConfig.settings(),
 			})
 			if err != nil {
 				return policyInvalid(a.stderr, err)
@@ -221,7 +217,6 @@ invalid or another error.`,
 	f.StringVar(&principal.Name, "principal", "cli", "principal name the policy sees")
 	f.StringVar(&principal.Team, "team", "", "principal's team")
 	f.StringSliceVar(&roles, "roles", []string{string(sandgate.RoleSubmitter)}, "principal's roles")
-	f.StringArrayVar(&mountRoots, "mount-root", nil, "host directory bind mounts may come from (repeatable; default SANDGATE_MOUNT_ROOTS)")
 	f.BoolVar(&review, "review", false, `evaluate as operation "review" instead of "run"`)
 	return cmd
 }

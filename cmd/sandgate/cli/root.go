@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate"
 )
@@ -55,10 +56,17 @@ type app struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	cfg    Config
+	cfg    config
 	// onListen, when set (by tests), is told the address serve listens on
 	// and the development token, if one was made.
 	onListen func(addr, devToken string)
+	// checks are the components each command validates before it runs;
+	// flagSets each component's flags, which its commands share.
+	checks   map[*cobra.Command][]component
+	flagSets map[component]*pflag.FlagSet
+	// running is set once a command's own work has begun: an error
+	// before it is the command line's (a usage error).
+	running bool
 }
 
 // run is Run with the environment spelt out, for this package's tests.
@@ -66,24 +74,51 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return Run(ctx, args, Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
+// exitUsage is the exit status of a command line sandgate cannot run: an
+// unknown command or flag, a wrong number of arguments, a setting that
+// does not parse. It is the status `sandgate run` gives for "could not
+// run it" (as docker run does).
+const exitUsage = exitPlatform
+
 // runWithApp executes args with a's environment and streams.
 func runWithApp(ctx context.Context, a *app, args []string) error {
-	getenv, stdin, stdout, stderr := a.getenv, a.stdin, a.stdout, a.stderr
+	root := a.commands()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	var exit *ExitError
+	if err == nil || a.running || errors.As(err, &exit) {
+		return err
+	}
+	return &ExitError{Code: exitUsage, Message: fmt.Sprintf("%v\nRun '%s --help' for usage.", err, cmd.CommandPath())}
+}
+
+// commands builds the command tree, each command with the flags of the
+// settings it reads.
+func (a *app) commands() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "sandgate",
-		Short:         "Policy-gated, audited container runs",
+		Use:   "sandgate",
+		Short: "Policy-gated, audited container runs",
+		Long: `Policy-gated, audited container runs: the gateway (serve), its client
+commands and its admin tools. Each command takes the flags of the settings it
+reads; every flag mirrors an environment variable (SANDGATE_*).
+
+Exit status: as each command's help says; 125 when the command line cannot
+be run (an unknown command or flag, wrong arguments, a setting that does not
+parse), 1 for any other error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return a.cfg.loadFlags(cmd)
+			if err := validateAll(a.checks[cmd]...); err != nil {
+				return &ExitError{Code: exitUsage, Message: err.Error()}
+			}
+			return nil
 		},
 	}
-	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	a.cfg = defaultConfig(getenv)
-	a.cfg.bindPersistentFlags(root)
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	a.cfg = readConfig(a.getenv)
+	a.checks, a.flagSets = map[*cobra.Command][]component{}, map[component]*pflag.FlagSet{}
 	root.AddCommand(
 		newServeCmd(a),
 		newRunCmd(a),
@@ -100,12 +135,98 @@ func runWithApp(ctx context.Context, a *app, args []string) error {
 			Short: "Print the version",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				_, err := fmt.Fprintf(stdout, "sandgate %s\n", sandgate.Version)
+				_, err := fmt.Fprintf(a.stdout, "sandgate %s\n", sandgate.Version)
 				return err
 			},
 		},
 	)
-	return root.ExecuteContext(ctx)
+	a.declare(root, a.settingsOf())
+	return root
+}
+
+// settingsOf says which settings each command reads. A path names a
+// command and every command under it; the longest path naming a command
+// decides. Client commands read the client's settings only; commands on
+// the database read its DSN, not the gateway's settings.
+func (a *app) settingsOf() map[string][]use {
+	c := &a.cfg
+	client := use{c: &c.clientConfig, flags: []string{"url"}}
+	dsn := use{c: &c.databaseConfig, flags: []string{"database-url"}}
+	trail, node, docker := use{c: &c.trailConfig}, use{c: &c.nodeConfig}, use{c: &c.executorConfig}
+	var server []use
+	for _, comp := range c.server() {
+		server = append(server, use{c: comp, all: true})
+	}
+	return map[string][]use{
+		"serve":   server,
+		"run":     {client},
+		"runs":    {client},
+		"session": {client},
+		"volume":  {client},
+		// The bundle is a directory, or the embedded one: no gateway.
+		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
+		"policy eval":   {{c: &c.policyConfig, all: true}},
+		"policy replay": {client},
+		// The trail, directly on the database; the operator's commands
+		// record what they do on a chain of this node's.
+		"audit":                {dsn, trail},
+		"audit rotate-key":     {dsn, trail, node},
+		"audit archive":        {dsn, trail, node},
+		"audit purge":          {dsn, trail, node},
+		"audit retention":      {dsn, trail, node},
+		"audit public-key":     {trail},
+		"audit verify-receipt": nil,
+		"audit witness":        {{c: &c.clientConfig}},
+		"migrate":              {dsn},
+		"image":                {docker, node},
+		"sandbox":              {docker, node},
+		"version":              nil,
+	}
+}
+
+// declare binds each command under root to the settings the longest
+// path in table that names it gives; a command no path names is a
+// mistake caught by the tests.
+func (a *app) declare(root *cobra.Command, table map[string][]use) {
+	for _, cmd := range root.Commands() {
+		if cmd.HasSubCommands() {
+			a.declare(cmd, table)
+			guardGroup(cmd)
+			continue
+		}
+		path := strings.TrimPrefix(cmd.CommandPath(), root.Root().Name()+" ")
+		best, found := "", false
+		for p := range table {
+			if (path == p || strings.HasPrefix(path, p+" ")) && len(p) >= len(best) {
+				best, found = p, true
+			}
+		}
+		if !found {
+			panic("sandgate " + path + ": no settings declared (settingsOf)")
+		}
+		a.bind(cmd, table[best])
+		if run := cmd.RunE; run != nil {
+			cmd.RunE = func(cmd *cobra.Command, args []string) error {
+				a.running = true
+				return run(cmd, args)
+			}
+		}
+	}
+}
+
+// guardGroup makes a command that only groups others refuse an argument
+// that names none of them (a usage error), and print its help otherwise.
+func guardGroup(cmd *cobra.Command) {
+	if cmd.Runnable() {
+		return
+	}
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+		}
+		return cmd.Help()
+	}
 }
 
 // ExitError makes the process exit with Code after printing Message

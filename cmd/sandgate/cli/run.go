@@ -72,7 +72,8 @@ stream its stdout and stderr live, and exit with the container's exit code.
 
 Exit codes besides the container's own:
   124  the run timed out
-  125  sandgate could not run it (bad request, gateway, audit or Docker unavailable)
+  125  sandgate could not run it (a wrong command line, a bad request, the gateway,
+       audit or Docker unavailable)
   126  policy denied the run (the violations are printed)
   130  the run was cancelled
   137  the container was killed for exceeding its memory limit

@@ -11,30 +11,29 @@ import (
 	"github.com/sandgate/sandgate/sinks"
 )
 
-// startSinks reads SANDGATE_SINKS_FILE and starts delivering the audit
-// trail to each sink it names; nil without a file. The delivery runs on
-// connections of its own and never holds up an admission.
-func startSinks(cfg Config, logger *slog.Logger) (*audit.Streamer, error) {
-	if cfg.SinksFile == "" {
-		return nil, nil
+// sinkTargets are the audit sinks SANDGATE_SINKS_FILE names, their senders
+// made (and so checked) but not yet delivering.
+type sinkTargets struct {
+	file    sinks.File
+	targets []audit.StreamSink
+}
+
+// load reads SANDGATE_SINKS_FILE and makes a sender for each sink it
+// names; none without a file. Close what it made unless start takes it.
+func (c *sinkConfig) load() (*sinkTargets, error) {
+	st := &sinkTargets{}
+	if c.SinksFile == "" {
+		return st, nil
 	}
-	f, err := sinks.Load(cfg.SinksFile)
+	f, err := sinks.Load(c.SinksFile)
 	if err != nil {
 		return nil, fmt.Errorf("SANDGATE_SINKS_FILE: %w", err)
 	}
-	if len(f.Sinks) == 0 {
-		return nil, nil
-	}
-	var targets []audit.StreamSink
-	closeAll := func() {
-		for _, t := range targets {
-			_ = t.Deliverer.Close()
-		}
-	}
+	st.file = f
 	for _, s := range f.Sinks {
 		snd, err := sinks.New(s, sandgate.Version)
 		if err != nil {
-			closeAll()
+			st.close()
 			return nil, fmt.Errorf("SANDGATE_SINKS_FILE: %w", err)
 		}
 		t := audit.StreamSink{
@@ -47,20 +46,39 @@ func startSinks(cfg Config, logger *slog.Logger) (*audit.Streamer, error) {
 		for _, typ := range s.Types {
 			t.Types = append(t.Types, sandgate.EventType(typ))
 		}
-		targets = append(targets, t)
+		st.targets = append(st.targets, t)
 	}
-	st, err := audit.StartStreamer(audit.StreamConfig{
-		DSN:          cfg.DatabaseURL,
-		Sinks:        targets,
-		PollInterval: time.Duration(f.PollInterval),
+	return st, nil
+}
+
+// close closes the senders (of sinks that were never started).
+func (st *sinkTargets) close() {
+	for _, t := range st.targets {
+		_ = t.Deliverer.Close()
+	}
+	st.targets = nil
+}
+
+// start starts delivering the audit trail on dsn to each sink; nil
+// without one. The delivery runs on connections of its own and never
+// holds up an admission.
+func (st *sinkTargets) start(dsn string, logger *slog.Logger) (*audit.Streamer, error) {
+	if len(st.targets) == 0 {
+		return nil, nil
+	}
+	s, err := audit.StartStreamer(audit.StreamConfig{
+		DSN:          dsn,
+		Sinks:        st.targets,
+		PollInterval: time.Duration(st.file.PollInterval),
 		Logger:       logger,
 	})
 	if err != nil {
-		closeAll()
+		st.close()
 		return nil, errors.Join(errors.New("SANDGATE_SINKS_FILE"), err)
 	}
-	for _, s := range f.Sinks {
+	for _, s := range st.file.Sinks {
 		logger.Info("audit sink configured", "sink", s.Name, "type", s.Type, "format", s.Format)
 	}
-	return st, nil
+	st.targets = nil // the streamer closes them
+	return s, nil
 }

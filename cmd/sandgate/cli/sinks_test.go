@@ -24,17 +24,21 @@ func TestSinksFileRefused(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			st, err := startSinks(Config{SinksFile: path, DatabaseURL: "host=/nonexistent dbname=x"}, logger)
+			st, err := (&sinkConfig{SinksFile: path}).load()
 			if err == nil {
-				_ = st.Close(t.Context())
-				t.Fatal("startSinks accepted the file")
+				st.close()
+				t.Fatal("the sinks file was accepted")
 			}
 			if !strings.Contains(err.Error(), "SANDGATE_SINKS_FILE") || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q names neither SANDGATE_SINKS_FILE nor %s", err, tc.want)
 			}
 		})
 	}
-	if st, err := startSinks(Config{}, logger); st != nil || err != nil {
-		t.Errorf("no sinks file = %v, %v; want nothing", st, err)
+	st, err := (&sinkConfig{}).load()
+	if err != nil {
+		t.Fatalf("no sinks file: %v", err)
+	}
+	if s, err := st.start("host=/nonexistent dbname=x", logger); s != nil || err != nil {
+		t.Errorf("no sinks file = %v, %v; want nothing", s, err)
 	}
 }

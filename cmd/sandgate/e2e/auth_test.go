@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // authPrincipal is one principal of the test's tokens file.
@@ -39,7 +40,7 @@ func writeTokensFile(t testing.TB, principals []authPrincipal) (string, map[stri
 	var b strings.Builder
 	b.WriteString("principals:\n")
 	for _, p := range principals {
-		tok := "sgtest_" + p.name + "_" + randomHex(t, 16)
+		tok := "sgtest_" + p.name + "_" + sandgatetest.RandomHex(t, 16)
 		tokens[p.name] = tok
 		roles := make([]string, len(p.roles))
 		for i, r := range p.roles {
@@ -119,7 +120,7 @@ func TestEndToEndAuth(t *testing.T) {
 		noToken := base
 		cases = append(cases, authCase{name + "/no token", noToken, 401, sandgate.CodeUnauthenticated, "unauthenticated", ""})
 		badToken := base
-		badToken.token = "sgtest_not_a_token_" + randomHex(t, 8)
+		badToken.token = "sgtest_not_a_token_" + sandgatetest.RandomHex(t, 8)
 		cases = append(cases, authCase{name + "/bad token", badToken, 401, sandgate.CodeUnauthenticated, "unauthenticated", ""})
 		malformed := base
 		malformed.header = map[string]string{"Authorization": "Basic " + tok["adam"]}
@@ -145,7 +146,7 @@ func TestEndToEndAuth(t *testing.T) {
 	corrs := map[string]authCase{}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			corr := fmt.Sprintf("e2e-auth-%d-%s", i, randomHex(t, 4))
+			corr := fmt.Sprintf("e2e-auth-%d-%s", i, sandgatetest.RandomHex(t, 4))
 			corrs[corr] = tc
 			req := tc.req
 			if req.header == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // BenchmarkClusterFollow measures what following a run through a node
@@ -23,8 +24,8 @@ import (
 // microseconds per line. Run with -benchtime=200x or so.
 func BenchmarkClusterFollow(b *testing.B) {
 	base, tok := clusterBase(b)
-	a := startNode(b, base, tok, "bench-a-"+randomHex(b, 3))
-	fwd := startNode(b, base, tok, "bench-b-"+randomHex(b, 3))
+	a := startNode(b, base, tok, "bench-a-"+sandgatetest.RandomHex(b, 3))
+	fwd := startNode(b, base, tok, "bench-b-"+sandgatetest.RandomHex(b, 3))
 	n := max(b.N, 10)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*100*time.Millisecond+2*time.Minute)
 	defer cancel()

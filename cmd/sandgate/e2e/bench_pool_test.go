@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // BenchmarkWarmRunVsDockerRun compares an end-to-end run of `true` through
@@ -120,18 +121,18 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 		remove = append(remove, at[sandgate.EventContainerRemoved].Sub(at[sandgate.EventContainerExited]))
 	}
 
-	sgMed, drMed := median(slices.Clone(sg)), median(slices.Clone(dr))
+	sgMed, drMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(dr))
 	ratio := float64(sgMed) / float64(drMed)
 	b.ReportMetric(float64(pairs), "pairs")
 	b.ReportMetric(ms(sgMed), "warm-p50-ms")
 	b.ReportMetric(ms(drMed), "docker-run-p50-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "warm-p90-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(sg), 90)), "warm-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
 	b.ReportMetric(ratio, "ratio-of-medians")
 	b.Logf("pairs=%d warm sandgate median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 0.10); load %s",
 		pairs, ms(sgMed), ms(drMed), ratio, loadAverage())
 	b.Logf("warm run phases (medians, trail clock): requested->created %.1f ms, started->exited %.1f ms, exited->removed %.1f ms",
-		ms(median(admit)), ms(median(run)), ms(median(remove)))
+		ms(sandgatetest.Median(admit)), ms(sandgatetest.Median(run)), ms(sandgatetest.Median(remove)))
 	if n := countContainers(b, sandgate.LabelNode, dockerNode); n != 0 {
 		b.Errorf("%d docker run containers left", n)
 	}

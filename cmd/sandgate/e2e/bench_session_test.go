@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // BenchmarkSessionExec compares a command in an open session through
@@ -77,13 +78,13 @@ func BenchmarkSessionExec(b *testing.B) {
 	}
 	b.StopTimer()
 
-	sgMed, deMed := median(slices.Clone(sg)), median(slices.Clone(de))
+	sgMed, deMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(de))
 	ratio := float64(sgMed) / float64(deMed)
 	b.ReportMetric(float64(pairs), "pairs")
 	b.ReportMetric(ms(sgMed), "session-exec-p50-ms")
 	b.ReportMetric(ms(deMed), "docker-exec-p50-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "session-exec-p90-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(de), 90)), "docker-exec-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(sg), 90)), "session-exec-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(de), 90)), "docker-exec-p90-ms")
 	b.ReportMetric(ratio, "ratio-of-medians")
 	b.Logf("pairs=%d session exec median %.1f ms, docker exec median %.1f ms, ratio %.3f (goal <= 0.25); load %s",
 		pairs, ms(sgMed), ms(deMed), ratio, loadAverage())
@@ -97,10 +98,10 @@ func BenchmarkSessionExec(b *testing.B) {
 		admit = append(admit, at[sandgate.EventContainerStarted].Sub(at[sandgate.EventRunRequested]))
 		run = append(run, at[sandgate.EventContainerExited].Sub(at[sandgate.EventContainerStarted]))
 	}
-	b.ReportMetric(ms(median(admit)), "requested-to-started-p50-ms")
-	b.ReportMetric(ms(median(run)), "started-to-exited-p50-ms")
+	b.ReportMetric(ms(sandgatetest.Median(admit)), "requested-to-started-p50-ms")
+	b.ReportMetric(ms(sandgatetest.Median(run)), "started-to-exited-p50-ms")
 	b.Logf("command phases (medians, trail clock): requested->started %.1f ms (commit and store, the agent's start), started->exited %.1f ms (the command, its exit frame)",
-		ms(median(admit)), ms(median(run)))
+		ms(sandgatetest.Median(admit)), ms(sandgatetest.Median(run)))
 
 	// 16 at once: runs per second through sandgate, and docker exec's.
 	const workers = 16
@@ -296,12 +297,12 @@ func BenchmarkSessionCreateVsDockerRun(b *testing.B) {
 			b.Fatalf("session %s was not served from the warm pool", id)
 		}
 	}
-	sgMed, drMed := median(slices.Clone(sg)), median(slices.Clone(dr))
+	sgMed, drMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(dr))
 	ratio := float64(sgMed) / float64(drMed)
 	b.ReportMetric(float64(pairs), "pairs")
 	b.ReportMetric(ms(sgMed), "session-create-first-command-p50-ms")
 	b.ReportMetric(ms(drMed), "docker-run-p50-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "session-create-first-command-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(sg), 90)), "session-create-first-command-p90-ms")
 	b.ReportMetric(ratio, "ratio-of-medians")
 	b.Logf("pairs=%d session create + first command median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 0.15); load %s",
 		pairs, ms(sgMed), ms(drMed), ratio, loadAverage())

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // bundleWith copies the policy bundle into a directory of the test's with
@@ -62,7 +63,7 @@ func tokensFile(tb testing.TB, teams ...string) (string, map[string]string) {
 	var b strings.Builder
 	b.WriteString("principals:\n")
 	for _, team := range teams {
-		tok := "tok-" + team + "-" + randomHex(tb, 8)
+		tok := "tok-" + team + "-" + sandgatetest.RandomHex(tb, 8)
 		tokens[team] = tok
 		fmt.Fprintf(&b, "  - name: %s-bot\n    team: %s\n    roles: [submitter, auditor]\n    token_sha256: %s\n", team, team, gateway.HashToken(tok))
 	}
@@ -148,14 +149,14 @@ func BenchmarkTeamFlood(b *testing.B) {
 	wg.Wait()
 
 	b.Logf("quiet team alone: p50 %.0f ms, p99 %.0f ms; during the flood: p50 %.0f ms, p99 %.0f ms",
-		ms(percentile(alone, 50)), ms(percentile(alone, 99)), ms(percentile(during, 50)), ms(percentile(during, 99)))
+		ms(sandgatetest.Percentile(alone, 50)), ms(sandgatetest.Percentile(alone, 99)), ms(sandgatetest.Percentile(during, 50)), ms(sandgatetest.Percentile(during, 99)))
 	b.Logf("flood team: %d runs finished (p50 %.0f ms, p99 %.0f ms), %d submissions answered 429",
-		floodDone.Load(), ms(percentile(floodLat, 50)), ms(percentile(floodLat, 99)), floodLimited.Load())
-	b.ReportMetric(ms(percentile(alone, 50)), "quiet-alone-p50-ms")
-	b.ReportMetric(ms(percentile(alone, 99)), "quiet-alone-p99-ms")
-	b.ReportMetric(ms(percentile(during, 50)), "quiet-flood-p50-ms")
-	b.ReportMetric(ms(percentile(during, 99)), "quiet-flood-p99-ms")
-	b.ReportMetric(ms(percentile(floodLat, 50)), "flood-p50-ms")
-	b.ReportMetric(ms(percentile(floodLat, 99)), "flood-p99-ms")
+		floodDone.Load(), ms(sandgatetest.Percentile(floodLat, 50)), ms(sandgatetest.Percentile(floodLat, 99)), floodLimited.Load())
+	b.ReportMetric(ms(sandgatetest.Percentile(alone, 50)), "quiet-alone-p50-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(alone, 99)), "quiet-alone-p99-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(during, 50)), "quiet-flood-p50-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(during, 99)), "quiet-flood-p99-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(floodLat, 50)), "flood-p50-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(floodLat, 99)), "flood-p99-ms")
 	b.ReportMetric(float64(floodLimited.Load()), "flood-429s")
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // The benchmarks below measure whole systems, so each sizes its own
@@ -39,24 +40,6 @@ func benchInt(name string, def int) int {
 		return n
 	}
 	return def
-}
-
-// median returns the median of d (which it sorts).
-func median(d []time.Duration) time.Duration {
-	slices.Sort(d)
-	n := len(d)
-	if n%2 == 1 {
-		return d[n/2]
-	}
-	return (d[n/2-1] + d[n/2]) / 2
-}
-
-// percentile returns the p-th percentile (0-100, nearest rank) of d, which
-// it sorts.
-func percentile(d []time.Duration, p float64) time.Duration {
-	slices.Sort(d)
-	i := int(float64(len(d))*p/100+0.5) - 1
-	return d[max(0, min(i, len(d)-1))]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -156,13 +139,13 @@ func BenchmarkRunVsDockerRun(b *testing.B) {
 	}
 	b.StopTimer()
 
-	sgMed, drMed := median(slices.Clone(sg)), median(slices.Clone(dr))
+	sgMed, drMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(dr))
 	ratio := float64(sgMed) / float64(drMed)
 	b.ReportMetric(float64(pairs), "pairs")
 	b.ReportMetric(ms(sgMed), "sandgate-p50-ms")
 	b.ReportMetric(ms(drMed), "docker-run-p50-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(sg), 90)), "sandgate-p90-ms")
-	b.ReportMetric(ms(percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(sg), 90)), "sandgate-p90-ms")
+	b.ReportMetric(ms(sandgatetest.Percentile(slices.Clone(dr), 90)), "docker-run-p90-ms")
 	b.ReportMetric(ratio, "ratio-of-medians")
 	b.Logf("pairs=%d sandgate median %.1f ms, docker run --rm median %.1f ms, ratio %.3f (goal <= 1.15); load %s",
 		pairs, ms(sgMed), ms(drMed), ratio, loadAverage())
@@ -412,7 +395,7 @@ func startServerLoggingToFile(b *testing.B) *testServer {
 		"SANDGATE_DEV":          "1",
 		"SANDGATE_DATABASE_URL": audittest.NewDatabase(b),
 		"SANDGATE_SPOOL_DIR":    state + "/spool",
-		"SANDGATE_NODE":         "test-" + randomHex(b, 4),
+		"SANDGATE_NODE":         "test-" + sandgatetest.RandomHex(b, 4),
 		"DOCKER_HOST":           executortest.DockerHost(),
 	}
 	// The audit backlog's bound is a knob of the benchmark too.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // cutProxy is a TCP proxy on loopback the test controls: it passes
@@ -134,13 +135,13 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 	base, tok := clusterBase(t)
 	dbURL, dbProxy := proxiedPostgres(t, base["SANDGATE_DATABASE_URL"])
 	apiProxy := newCutProxy(t, "tcp", "")
-	envB := nodeEnv(t, base, "cut-b-"+randomHex(t, 3))
+	envB := nodeEnv(t, base, "cut-b-"+sandgatetest.RandomHex(t, 3))
 	envB["SANDGATE_DATABASE_URL"] = dbURL
 	envB["SANDGATE_ADVERTISE_URL"] = "http://127.0.0.1:" + strconv.Itoa(apiProxy.port())
 	b := withToken(t, startServerWithEnv(t, envB), tok)
 	apiProxy.pointAt(strings.TrimPrefix(b.URL, "http://"))
-	a := startNode(t, base, tok, "cut-a-"+randomHex(t, 3))
-	waitFor(t, 20*time.Second, "both nodes alive", func() bool {
+	a := startNode(t, base, tok, "cut-a-"+sandgatetest.RandomHex(t, 3))
+	sandgatetest.WaitFor(t, "both nodes alive", 20*time.Second, func() bool {
 		ns := a.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})
@@ -158,8 +159,8 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 
 	dbProxy.cut()
 	apiProxy.cut()
-	waitFor(t, 90*time.Second, "a to take b over", func() bool { return a.nodes(t)[b.Node].State == "gone" })
-	waitFor(t, 60*time.Second, "a to follow b's containers", func() bool {
+	sandgatetest.WaitFor(t, "a to take b over", 90*time.Second, func() bool { return a.nodes(t)[b.Node].State == "gone" })
+	sandgatetest.WaitFor(t, "a to follow b's containers", 60*time.Second, func() bool {
 		return strings.Count(a.logs.String(), `"msg":"following an adopted container"`) >= len(runs)
 	})
 	// The runs end while both nodes follow them; b records their ends
@@ -170,7 +171,7 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 	for _, id := range runs {
 		a.waitFinished(t, id, 60*time.Second)
 	}
-	waitFor(t, 30*time.Second, "b to spool the runs' ends", func() bool {
+	sandgatetest.WaitFor(t, "b to spool the runs' ends", 30*time.Second, func() bool {
 		return strings.Count(b.logs.String(), `"msg":"run finished"`) >= len(runs)
 	})
 	dbProxy.restore()
@@ -178,7 +179,7 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 
 	// b reaches the database again: its spooled ends are delivered, or
 	// refused as fenced and held.
-	waitFor(t, 60*time.Second, "b's spool to be delivered or held", func() bool {
+	sandgatetest.WaitFor(t, "b's spool to be delivered or held", 60*time.Second, func() bool {
 		return b.nodes(t)[b.Node].HeldEvents >= int64(len(runs)) || strings.Contains(b.logs.String(), "spooled events delivered")
 	})
 	for _, id := range runs {
@@ -198,11 +199,11 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 60*time.Second, "b to know it is fenced", func() bool {
+	sandgatetest.WaitFor(t, "b to know it is fenced", 60*time.Second, func() bool {
 		status, _, body := b.do(t, http.MethodGet, "/readyz", "")
 		return status == http.StatusServiceUnavailable && strings.Contains(string(body), "taken over")
 	})
-	waitFor(t, 60*time.Second, "b's held events on its row, seen from a", func() bool {
+	sandgatetest.WaitFor(t, "b's held events on its row, seen from a", 60*time.Second, func() bool {
 		return a.nodes(t)[b.Node].HeldEvents >= int64(len(runs))
 	})
 	self := b.nodes(t)[b.Node]
@@ -236,11 +237,11 @@ func TestClusterFenceCutOffNode(t *testing.T) {
 func TestClusterLateNodeThatAnswersIsNotTakenOver(t *testing.T) {
 	base, tok := clusterBase(t)
 	dbURL, dbProxy := proxiedPostgres(t, base["SANDGATE_DATABASE_URL"])
-	envB := nodeEnv(t, base, "late-b-"+randomHex(t, 3))
+	envB := nodeEnv(t, base, "late-b-"+sandgatetest.RandomHex(t, 3))
 	envB["SANDGATE_DATABASE_URL"] = dbURL
 	b := withToken(t, startServerWithEnv(t, envB), tok)
-	a := startNode(t, base, tok, "late-a-"+randomHex(t, 3))
-	waitFor(t, 20*time.Second, "both nodes alive", func() bool {
+	a := startNode(t, base, tok, "late-a-"+sandgatetest.RandomHex(t, 3))
+	sandgatetest.WaitFor(t, "both nodes alive", 20*time.Second, func() bool {
 		ns := a.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})
@@ -249,12 +250,12 @@ func TestClusterLateNodeThatAnswersIsNotTakenOver(t *testing.T) {
 	v, _ := b.runState(t, id)
 
 	dbProxy.cut()
-	waitFor(t, 60*time.Second, "a to see b lapsed", func() bool { return a.nodes(t)[b.Node].State == "lapsed" })
-	waitFor(t, 60*time.Second, "a to find b late but answering", func() bool {
+	sandgatetest.WaitFor(t, "a to see b lapsed", 60*time.Second, func() bool { return a.nodes(t)[b.Node].State == "lapsed" })
+	sandgatetest.WaitFor(t, "a to find b late but answering", 60*time.Second, func() bool {
 		return strings.Contains(a.logs.String(), "it answers at its address: it is not taken over")
 	})
 	dockerCLI(t, "", "exec", v.ContainerID, "touch", "/tmp/go")
-	waitFor(t, 30*time.Second, "b to see its run end", func() bool {
+	sandgatetest.WaitFor(t, "b to see its run end", 30*time.Second, func() bool {
 		return strings.Contains(b.logs.String(), `"msg":"run finished"`)
 	})
 	if st := a.nodes(t)[b.Node].State; st == "gone" {
@@ -266,7 +267,7 @@ func TestClusterLateNodeThatAnswersIsNotTakenOver(t *testing.T) {
 		t.Errorf("b's run = %+v, want exit 6 on %s", v, b.Node)
 	}
 	var n map[sandgate.EventType]int
-	waitFor(t, 30*time.Second, "the end of b's run in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the end of b's run in the trail", 30*time.Second, func() bool {
 		n = eventCounts(a.runEvents(t, id))
 		return n[sandgate.EventContainerRemoved] > 0
 	})

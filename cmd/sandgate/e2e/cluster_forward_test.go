@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // forwardTap stands between the cluster and a node as the address the
@@ -103,12 +104,12 @@ func TestClusterForwardReplay(t *testing.T) {
 	})
 	base["SANDGATE_TOKENS_FILE"] = tokens
 	tap := newForwardTap(t)
-	envA := nodeEnv(t, base, "fwd-a-"+randomHex(t, 3))
+	envA := nodeEnv(t, base, "fwd-a-"+sandgatetest.RandomHex(t, 3))
 	envA["SANDGATE_ADVERTISE_URL"] = tap.URL
 	a := withToken(t, startServerWithEnv(t, envA), tok["ops"])
 	tap.pointAt(t, a.URL)
-	b := startNode(t, base, tok["ops"], "fwd-b-"+randomHex(t, 3))
-	waitFor(t, 10*time.Second, "both nodes alive in the registry", func() bool {
+	b := startNode(t, base, tok["ops"], "fwd-b-"+sandgatetest.RandomHex(t, 3))
+	sandgatetest.WaitFor(t, "both nodes alive in the registry", 10*time.Second, func() bool {
 		ns := b.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})

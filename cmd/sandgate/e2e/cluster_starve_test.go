@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // stalledDownload opens a connection to s with a 4 KiB receive buffer,
@@ -55,9 +56,9 @@ func TestClusterStarvedNodeNotTakenOver(t *testing.T) {
 		{"bob", "beta", []sandgate.Role{sandgate.RoleSubmitter}},
 	})
 	base["SANDGATE_TOKENS_FILE"] = tokens
-	a := startNode(t, base, tok["ops"], "starve-a-"+randomHex(t, 3))
-	b := startNode(t, base, tok["ops"], "starve-b-"+randomHex(t, 3))
-	waitFor(t, 20*time.Second, "both nodes alive", func() bool {
+	a := startNode(t, base, tok["ops"], "starve-a-"+sandgatetest.RandomHex(t, 3))
+	b := startNode(t, base, tok["ops"], "starve-b-"+sandgatetest.RandomHex(t, 3))
+	sandgatetest.WaitFor(t, "both nodes alive", 20*time.Second, func() bool {
 		ns := b.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})
@@ -108,7 +109,7 @@ func TestClusterStarvedNodeNotTakenOver(t *testing.T) {
 	if v := a.waitFinished(t, bobs, 60*time.Second); v.ExitCode == nil || *v.ExitCode != 4 || v.Node != a.Node {
 		t.Errorf("bob's run = %+v, want exit 4 on %s", v, a.Node)
 	}
-	waitFor(t, 30*time.Second, "the end of bob's run in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the end of bob's run in the trail", 30*time.Second, func() bool {
 		return eventCounts(a.runEvents(t, bobs))[sandgate.EventContainerRemoved] > 0
 	})
 	n := eventCounts(a.runEvents(t, bobs))

@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // The cluster tests run several gateways on one database, each a node of
@@ -45,7 +46,7 @@ func clusterBase(t testing.TB) (map[string]string, string) {
 	dir := t.TempDir()
 	secret, mask := filepath.Join(dir, "cluster.secret"), filepath.Join(dir, "mask.key")
 	for _, f := range []string{secret, mask} {
-		if err := os.WriteFile(f, []byte(randomHex(t, 32)), 0o600); err != nil {
+		if err := os.WriteFile(f, []byte(sandgatetest.RandomHex(t, 32)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,10 +124,10 @@ func (s *testServer) auditOfType(t *testing.T, typ sandgate.EventType) []sandgat
 // refused.
 func TestClusterAnyNodeAnswers(t *testing.T) {
 	base, tok := clusterBase(t)
-	a := startNode(t, base, tok, "clu-a-"+randomHex(t, 3))
-	b := startNode(t, base, tok, "clu-b-"+randomHex(t, 3))
+	a := startNode(t, base, tok, "clu-a-"+sandgatetest.RandomHex(t, 3))
+	b := startNode(t, base, tok, "clu-b-"+sandgatetest.RandomHex(t, 3))
 
-	waitFor(t, 10*time.Second, "both nodes alive in the registry", func() bool {
+	sandgatetest.WaitFor(t, "both nodes alive in the registry", 10*time.Second, func() bool {
 		ns := a.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})
@@ -240,7 +241,7 @@ func TestClusterAnyNodeAnswers(t *testing.T) {
 
 	// Each node's key is in the audit key registry once it has signed
 	// its first checkpoint, and the registry says so.
-	waitFor(t, 60*time.Second, "both nodes' keys in the key registry", func() bool {
+	sandgatetest.WaitFor(t, "both nodes' keys in the key registry", 60*time.Second, func() bool {
 		ns := a.nodes(t)
 		return ns[a.Node].KeyRegistered && ns[b.Node].KeyRegistered
 	})
@@ -252,7 +253,7 @@ func TestClusterAnyNodeAnswers(t *testing.T) {
 // moment more for a second one, which must not come.
 func (s *testServer) waitTakeover(t *testing.T) []sandgate.AuditRecord {
 	t.Helper()
-	waitFor(t, 60*time.Second, "node.taken_over in the trail", func() bool {
+	sandgatetest.WaitFor(t, "node.taken_over in the trail", 60*time.Second, func() bool {
 		return len(s.auditOfType(t, sandgate.EventNodeTakenOver)) > 0
 	})
 	time.Sleep(2 * time.Second)
@@ -262,7 +263,7 @@ func (s *testServer) waitTakeover(t *testing.T) []sandgate.AuditRecord {
 // waitRunning waits until the run's container runs.
 func (s *testServer) waitRunning(t *testing.T, id string) {
 	t.Helper()
-	waitFor(t, 60*time.Second, "run "+id+" to run", func() bool {
+	sandgatetest.WaitFor(t, "run "+id+" to run", 60*time.Second, func() bool {
 		v, ok := s.runState(t, id)
 		return ok && v.State == sandgate.StateRunning && v.ContainerID != ""
 	})
@@ -275,11 +276,11 @@ func (s *testServer) waitRunning(t *testing.T, id string) {
 // key, and the key reused with another body is refused on either node.
 func TestClusterIdempotencyRace(t *testing.T) {
 	base, tok := clusterBase(t)
-	a := startNode(t, base, tok, "idem-a-"+randomHex(t, 3))
-	b := startNode(t, base, tok, "idem-b-"+randomHex(t, 3))
+	a := startNode(t, base, tok, "idem-a-"+sandgatetest.RandomHex(t, 3))
+	b := startNode(t, base, tok, "idem-b-"+sandgatetest.RandomHex(t, 3))
 	const keys = 6
 	for i := range keys {
-		key := fmt.Sprintf("race-%d-%s", i, randomHex(t, 4))
+		key := fmt.Sprintf("race-%d-%s", i, sandgatetest.RandomHex(t, 4))
 		ids := make([]string, 2)
 		var wg sync.WaitGroup
 		for j, s := range []*testServer{a, b} {
@@ -329,14 +330,14 @@ func TestClusterIdempotencyRace(t *testing.T) {
 // nothing of the dead node is left on the daemon, and the trail verifies.
 func TestClusterTakeoverAdopts(t *testing.T) {
 	base, tok := clusterBase(t)
-	dead := nodeEnv(t, base, "dead-"+randomHex(t, 3))
+	dead := nodeEnv(t, base, "dead-"+sandgatetest.RandomHex(t, 3))
 	// The dead node's session workspace stays mounted on its host (here,
 	// this one) until it starts again.
 	t.Cleanup(func() { unmountUnder(t, dead["SANDGATE_WORKSPACE_DIR"]) })
 	p := startProcess(t, dead)
 	withToken(t, p.testServer, tok)
-	a := startNode(t, base, tok, "surv-a-"+randomHex(t, 3))
-	b := startNode(t, base, tok, "surv-b-"+randomHex(t, 3))
+	a := startNode(t, base, tok, "surv-a-"+sandgatetest.RandomHex(t, 3))
+	b := startNode(t, base, tok, "surv-b-"+sandgatetest.RandomHex(t, 3))
 
 	const gate = "while [ ! -e /tmp/go ]; do sleep 0.1; done; "
 	running := p.submitNoWait(t, "takeover-running", "sh", "-c", "echo before; "+gate+"echo after; exit 7")
@@ -352,7 +353,7 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 	p.Kill(t)
 
 	var taker string
-	waitFor(t, 60*time.Second, "a survivor to take the dead node over", func() bool {
+	sandgatetest.WaitFor(t, "a survivor to take the dead node over", 60*time.Second, func() bool {
 		n := a.nodes(t)[p.Node]
 		taker = n.TakenOverBy
 		return n.State == "gone" && taker != ""
@@ -364,7 +365,7 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 	if taker == b.Node {
 		owner, other = b, a
 	}
-	waitFor(t, 60*time.Second, "the survivor to follow the running container", func() bool {
+	sandgatetest.WaitFor(t, "the survivor to follow the running container", 60*time.Second, func() bool {
 		for _, line := range strings.Split(owner.logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"following an adopted container"`) && strings.Contains(line, running) {
 				return true
@@ -406,7 +407,7 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 			t.Errorf("run %s: node %q, want the survivor %q", id, v.Node, taker)
 		}
 		var evs []sandgate.AuditRecord
-		waitFor(t, 30*time.Second, "the end of run "+id+" in the trail", func() bool {
+		sandgatetest.WaitFor(t, "the end of run "+id+" in the trail", 30*time.Second, func() bool {
 			evs = a.runEvents(t, id)
 			return eventCounts(evs)[sandgate.EventContainerRemoved] > 0
 		})
@@ -444,7 +445,7 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 	if _, err := b.Client.DeleteSession(context.Background(), ss.ID); err != nil {
 		t.Errorf("delete the adopted session: %v", err)
 	}
-	waitFor(t, 30*time.Second, "the adopted session's container to be removed", func() bool {
+	sandgatetest.WaitFor(t, "the adopted session's container to be removed", 30*time.Second, func() bool {
 		return countContainers(t, sandgate.LabelNode, p.Node) == 0
 	})
 	assertNoContainers(t, p.Node)
@@ -459,11 +460,11 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 func TestClusterTakeoverDaemonGone(t *testing.T) {
 	base, tok := clusterBase(t)
 	proxy := startDockerProxy(t)
-	dead := nodeEnv(t, base, "gone-"+randomHex(t, 3))
+	dead := nodeEnv(t, base, "gone-"+sandgatetest.RandomHex(t, 3))
 	dead["DOCKER_HOST"] = proxy.host
 	p := startProcess(t, dead)
 	withToken(t, p.testServer, tok)
-	a := startNode(t, base, tok, "surv-"+randomHex(t, 3))
+	a := startNode(t, base, tok, "surv-"+sandgatetest.RandomHex(t, 3))
 
 	id := p.submitNoWait(t, "daemon-gone", "sleep", "120")
 	p.waitRunning(t, id)
@@ -489,11 +490,11 @@ func TestClusterTakeoverDaemonGone(t *testing.T) {
 	// A node alive whose daemon went away sends new runs on to a node
 	// whose daemon answers.
 	sickProxy := startDockerProxy(t)
-	sickEnv := nodeEnv(t, base, "sick-"+randomHex(t, 3))
+	sickEnv := nodeEnv(t, base, "sick-"+sandgatetest.RandomHex(t, 3))
 	sickEnv["DOCKER_HOST"] = sickProxy.host
 	sick := withToken(t, startServerWithEnv(t, sickEnv), tok)
 	sickProxy.Close()
-	waitFor(t, 30*time.Second, "the registry to see the sick node's daemon gone", func() bool {
+	sandgatetest.WaitFor(t, "the registry to see the sick node's daemon gone", 30*time.Second, func() bool {
 		n := a.nodes(t)[sick.Node]
 		return n.State == "alive" && !n.DockerHealthy
 	})
@@ -585,11 +586,11 @@ func TestClusterScheduling(t *testing.T) {
 	base["SANDGATE_POLICY_DIR"] = bundleWith(t, func(c map[string]any) {
 		c["team_limits"] = map[string]any{"default": map[string]any{"concurrent": 1, "queued": 1, "memory_mb": 0, "cpus": 0}, "teams": map[string]any{}}
 	})
-	small := nodeEnv(t, base, "small-"+randomHex(t, 3))
+	small := nodeEnv(t, base, "small-"+sandgatetest.RandomHex(t, 3))
 	small["SANDGATE_MAX_CONCURRENT"] = "1"
 	a := withToken(t, startServerWithEnv(t, small), tok)
-	b := startNode(t, base, tok, "roomy-"+randomHex(t, 3))
-	waitFor(t, 10*time.Second, "both nodes alive", func() bool {
+	b := startNode(t, base, tok, "roomy-"+sandgatetest.RandomHex(t, 3))
+	sandgatetest.WaitFor(t, "both nodes alive", 10*time.Second, func() bool {
 		ns := a.nodes(t)
 		return ns[a.Node].State == "alive" && ns[b.Node].State == "alive"
 	})
@@ -614,7 +615,7 @@ func TestClusterScheduling(t *testing.T) {
 		}
 	}
 	// Their slots are given back: the team may run again.
-	waitFor(t, 30*time.Second, "the team's slots to be given back", func() bool {
+	sandgatetest.WaitFor(t, "the team's slots to be given back", 30*time.Second, func() bool {
 		status, _, _ := b.do(t, http.MethodPost, "/v1/runs?wait=30s", `{"command":["true"]}`)
 		return status == http.StatusOK
 	})

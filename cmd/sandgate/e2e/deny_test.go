@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestEndToEndDenied sends requests the default policy denies to the real
@@ -37,7 +38,7 @@ func TestEndToEndDenied(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.nodeContainers(t)
-			corr := "e2e-deny-" + randomHex(t, 6)
+			corr := "e2e-deny-" + sandgatetest.RandomHex(t, 6)
 			status, _, body := s.do(t, http.MethodPost, "/v1/runs?wait=30s", tc.spec, "X-Correlation-ID", corr)
 			if status != http.StatusForbidden {
 				t.Fatalf("status = %d, want 403: %s", status, body)

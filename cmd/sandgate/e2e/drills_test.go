@@ -33,6 +33,7 @@ import (
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // cluster is what deploy/cluster.sh up made.
@@ -73,7 +74,7 @@ func clusterUp(t *testing.T) *cluster {
 	dir := t.TempDir()
 	secret, mask := filepath.Join(dir, "cluster.secret"), filepath.Join(dir, "mask.key")
 	for _, f := range []string{secret, mask} {
-		if err := os.WriteFile(f, []byte(randomHex(t, 32)), 0o600); err != nil {
+		if err := os.WriteFile(f, []byte(sandgatetest.RandomHex(t, 32)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -258,7 +259,7 @@ func (l *load) halt() []submission {
 // count waits until cond holds for the submissions so far.
 func (l *load) waitFor(t *testing.T, what string, cond func([]submission) bool) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, what, func() bool {
+	sandgatetest.WaitFor(t, what, 2*time.Minute, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return cond(l.subs)
@@ -470,7 +471,7 @@ func databaseFailover(t *testing.T, c *cluster, nodes []*procServer, short bool)
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	waitFor(t, time.Minute, "every node's spool delivered", func() bool {
+	sandgatetest.WaitFor(t, "every node's spool delivered", time.Minute, func() bool {
 		for _, n := range nodes {
 			if metric(t, n, "sandgate_audit_spool_bytes") != 0 || metric(t, n, "sandgate_audit_queue_depth") != 0 {
 				return false
@@ -583,7 +584,7 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 	if inflight.status != http.StatusAccepted {
 		t.Fatalf("run on node B: %+v", inflight)
 	}
-	waitFor(t, time.Minute, "the run on node B to start", func() bool {
+	sandgatetest.WaitFor(t, "the run on node B to start", time.Minute, func() bool {
 		v, ok := nodeB.runState(t, inflight.runID)
 		return ok && v.State == sandgate.StateRunning
 	})
@@ -597,7 +598,7 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 	rep.lost = map[string]string{}
 	// The registry hears of it with node B's next heartbeat; from then on
 	// node B sends new runs on to node A, which has a daemon and room.
-	waitFor(t, time.Minute, "the registry to see node B's daemon down", func() bool {
+	sandgatetest.WaitFor(t, "the registry to see node B's daemon down", time.Minute, func() bool {
 		n, ok := nodeA.nodes(t)["node-b"]
 		return ok && !n.DockerHealthy
 	})
@@ -642,11 +643,11 @@ func dockerDaemonDown(t *testing.T, c *cluster, nodeA, nodeB *procServer) {
 	t.Logf("run in flight on node B when its daemon stopped: %s", reason)
 
 	c.sh(t, "docker-start")
-	waitFor(t, 2*time.Minute, "node B ready with its daemon back", func() bool {
+	sandgatetest.WaitFor(t, "node B ready with its daemon back", 2*time.Minute, func() bool {
 		status, _ := readyzBody(t, nodeB)
 		return status == http.StatusOK
 	})
-	waitFor(t, 2*time.Minute, "the in-flight run on node B to end", func() bool {
+	sandgatetest.WaitFor(t, "the in-flight run on node B to end", 2*time.Minute, func() bool {
 		v, ok := nodeB.runState(t, inflight.runID)
 		return ok && v.State == sandgate.StateFinished
 	})
@@ -704,7 +705,7 @@ func gatewayKilled(t *testing.T, nodeA, nodeB *procServer) {
 		subs = append(subs, s)
 	}
 	for _, s := range subs {
-		waitFor(t, time.Minute, "the runs on node B to start", func() bool {
+		sandgatetest.WaitFor(t, "the runs on node B to start", time.Minute, func() bool {
 			v, ok := nodeB.runState(t, s.runID)
 			return ok && v.State == sandgate.StateRunning
 		})
@@ -723,7 +724,7 @@ func gatewayKilled(t *testing.T, nodeA, nodeB *procServer) {
 		}
 	}
 	var taken []sandgate.AuditRecord
-	waitFor(t, time.Minute, "node.taken_over and audit.chain_closed", func() bool {
+	sandgatetest.WaitFor(t, "node.taken_over and audit.chain_closed", time.Minute, func() bool {
 		taken = nodeA.auditOfType(t, sandgate.EventNodeTakenOver)
 		return len(taken) > 0 && len(nodeA.auditOfType(t, sandgate.EventAuditChainClosed)) > 0
 	})

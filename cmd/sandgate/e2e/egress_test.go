@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // egressServer is a gateway whose data allows egress to a loopback
@@ -44,7 +45,7 @@ func egressEnv(t *testing.T, upstreamPort int) map[string]string {
 		c["egress_destinations"] = map[string]any{"default": []any{dest}, "teams": map[string]any{}}
 		c["egress_private_cidrs"] = map[string]any{"default": []any{"127.0.0.1/32"}, "teams": map[string]any{}}
 	})
-	suffix := randomHex(t, 3)
+	suffix := sandgatetest.RandomHex(t, 3)
 	name, iface := "sgtest-egress-"+suffix, "sgte"+suffix
 	port := strconv.Itoa(20000 + int(time.Now().UnixNano()%20000))
 	t.Cleanup(func() {

@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // slowDocker is a loopback proxy in front of a Docker daemon that delays
@@ -135,7 +136,7 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 		t.Errorf("%d container creates for %d runs: %v", len(creates), runs, creates)
 	}
 
-	missing := "sandgate/sandbox:not-loaded-" + randomHex(t, 4)
+	missing := "sandgate/sandbox:not-loaded-" + sandgatetest.RandomHex(t, 4)
 	v, err := s.Client.Submit(ctx, sandgate.RunSpec{Image: missing, Command: []string{"true"}}, client.SubmitOptions{Wait: time.Minute})
 	if err != nil {
 		t.Fatalf("submit %s: %v", missing, err)
@@ -147,7 +148,7 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 		t.Errorf("air-gapped gateway tried to pull: %v", pulls)
 	}
 	var counts map[sandgate.EventType]int
-	waitFor(t, 30*time.Second, "the failed run's end in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the failed run's end in the trail", 30*time.Second, func() bool {
 		counts = eventCounts(s.runEvents(t, v.ID))
 		return counts[sandgate.EventRunFailed] > 0
 	})
@@ -223,7 +224,7 @@ func (d *privateDocker) Start(t *testing.T) {
 	}
 	d.exit = make(chan error, 1)
 	go func(cmd *exec.Cmd, exit chan error) { exit <- cmd.Wait() }(d.cmd, d.exit)
-	waitFor(t, 60*time.Second, "the private dockerd to answer", func() bool {
+	sandgatetest.WaitFor(t, "the private dockerd to answer", 60*time.Second, func() bool {
 		return exec.Command("docker", "-H", d.Host, "version").Run() == nil
 	})
 }
@@ -258,7 +259,7 @@ func TestFaultDockerRestart(t *testing.T) {
 		ids = append(ids, s.submitNoWait(t, "docker-restart-"+strconv.Itoa(i), "sh", "-c", "sleep 60"))
 	}
 	for _, id := range ids {
-		waitFor(t, 30*time.Second, "run "+id+" to be running", func() bool {
+		sandgatetest.WaitFor(t, "run "+id+" to be running", 30*time.Second, func() bool {
 			v, ok := s.runState(t, id)
 			return ok && v.State == sandgate.StateRunning
 		})

@@ -14,6 +14,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestFaultGatewaySIGKILLEgress kills a real gateway process with SIGKILL
@@ -60,7 +61,7 @@ func TestFaultGatewaySIGKILLEgress(t *testing.T) {
 		t.Fatalf("session command before the restart: %s %q %q", outcomeOf(r), r.Stdout.Data, r.Stderr.Data)
 	}
 	var containerID string
-	waitFor(t, 30*time.Second, "the run's first connection in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the run's first connection in the trail", 30*time.Second, func() bool {
 		v, ok := p1.runState(t, run.ID)
 		containerID = v.ContainerID
 		return ok && countEvents(p1.runEvents(t, run.ID), sandgate.EventEgressAllowed) == 1
@@ -68,7 +69,7 @@ func TestFaultGatewaySIGKILLEgress(t *testing.T) {
 
 	p1.Kill(t)
 	p2 := startProcess(t, env)
-	waitFor(t, 60*time.Second, "the new process to follow the run's container", func() bool {
+	sandgatetest.WaitFor(t, "the new process to follow the run's container", 60*time.Second, func() bool {
 		for _, line := range strings.Split(p2.logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"following an adopted container"`) && strings.Contains(line, run.ID) {
 				return true
@@ -96,7 +97,7 @@ func TestFaultGatewaySIGKILLEgress(t *testing.T) {
 	}
 
 	var r api.RunView
-	waitFor(t, 60*time.Second, "the adopted session to take commands", func() bool {
+	sandgatetest.WaitFor(t, "the adopted session to take commands", 60*time.Second, func() bool {
 		r, err = p2.Client.Exec(ctx, ss.ID, api.ExecRequest{Command: []string{"wget", "-q", "-O", "-", target}}, 30*time.Second)
 		return err == nil
 	})
@@ -109,5 +110,5 @@ func TestFaultGatewaySIGKILLEgress(t *testing.T) {
 	}
 	p2.waitAuditEvents(t, p2.Token, url.Values{"run_id": {ss.ID}, "type": {string(sandgate.EventEgressAllowed)}},
 		func(ev []sandgate.AuditRecord) bool { return len(ev) == 2 })
-	waitFor(t, 30*time.Second, "no container of the node", func() bool { return p2.nodeContainers(t) == 0 })
+	sandgatetest.WaitFor(t, "no container of the node", 30*time.Second, func() bool { return p2.nodeContainers(t) == 0 })
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestFaultGatewaySIGKILL kills a real gateway process with SIGKILL while
@@ -28,7 +29,7 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 	vanished := p1.submitNoWait(t, "kill-vanished", "sh", "-c", "sleep 60")
 	containers := map[string]string{}
 	for _, id := range []string{adopted, exited, vanished} {
-		waitFor(t, 30*time.Second, "run "+id+" to be running with its start in the trail", func() bool {
+		sandgatetest.WaitFor(t, "run "+id+" to be running with its start in the trail", 30*time.Second, func() bool {
 			v, ok := p1.runState(t, id)
 			if !ok || v.State != sandgate.StateRunning || v.ContainerID == "" {
 				return false
@@ -48,7 +49,7 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 
 	p2 := startProcess(t, env)
 	// Once the new process follows the container, let it finish.
-	waitFor(t, 60*time.Second, "the new process to follow the running container", func() bool {
+	sandgatetest.WaitFor(t, "the new process to follow the running container", 60*time.Second, func() bool {
 		for _, line := range strings.Split(p2.logs.String(), "\n") {
 			if strings.Contains(line, `"msg":"following an adopted container"`) && strings.Contains(line, adopted) {
 				return true
@@ -101,7 +102,7 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 			sandgate.EventContainerExited: 0, sandgate.EventContainerRemoved: 0},
 	} {
 		var counts map[sandgate.EventType]int
-		waitFor(t, 30*time.Second, "the end of run "+id+" in the trail", func() bool {
+		sandgatetest.WaitFor(t, "the end of run "+id+" in the trail", 30*time.Second, func() bool {
 			counts = eventCounts(p2.runEvents(t, id))
 			return counts[sandgate.EventContainerRemoved] > 0 || counts[sandgate.EventRunLost] > 0
 		})

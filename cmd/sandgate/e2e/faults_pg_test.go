@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // pgBin holds the PostgreSQL 15 server binaries.
@@ -66,7 +67,7 @@ func startPrivatePostgres(t *testing.T) *privatePostgres {
 		_ = pg.ctl("stop", "-m", "immediate")
 		os.RemoveAll(dir)
 	})
-	pg.port = freePort(t)
+	pg.port = sandgatetest.FreePort(t)
 	if out, err := pg.command(filepath.Join(pgBin, "initdb"), "-D", pg.data(), "-A", "trust", "-U", "postgres", "-N").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
@@ -82,17 +83,6 @@ func startPrivatePostgres(t *testing.T) *privatePostgres {
 		t.Fatalf("create database: %v", err)
 	}
 	return pg
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	addr := freeAddr(t)
-	_, port, _ := strings.Cut(addr, ":")
-	n, err := strconv.Atoi(port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 func (pg *privatePostgres) data() string { return filepath.Join(pg.dir, "data") }
@@ -178,14 +168,14 @@ func TestFaultPostgresAway(t *testing.T) {
 		"SANDGATE_DATABASE_URL":    pg.DSN("sandgate"),
 		"SANDGATE_SPOOL_DIR":       state + "/spool",
 		"SANDGATE_SPOOL_MAX_BYTES": strconv.Itoa(1 << 20),
-		"SANDGATE_NODE":            "pg-" + randomHex(t, 4),
+		"SANDGATE_NODE":            "pg-" + sandgatetest.RandomHex(t, 4),
 		"DOCKER_HOST":              executortest.DockerHost(),
 	})
 	runSpec := `{"command": ["sh", "-c", "echo new"]}`
 
 	// A run in flight when Postgres stops.
 	id := s.submitNoWait(t, "pg-inflight", "sh", "-c", "sleep 2; echo done; exit 4")
-	waitFor(t, 30*time.Second, "the run to be running with its start in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the run to be running with its start in the trail", 30*time.Second, func() bool {
 		v, ok := s.runState(t, id)
 		if !ok || v.State != sandgate.StateRunning {
 			return false
@@ -204,10 +194,10 @@ func TestFaultPostgresAway(t *testing.T) {
 	}
 	// The run ends and its container goes while Postgres is away: its
 	// exit and removal can only be in the spool.
-	waitFor(t, 60*time.Second, "the run's container to be removed", func() bool {
+	sandgatetest.WaitFor(t, "the run's container to be removed", 60*time.Second, func() bool {
 		return dockerCLI(t, "", "ps", "-aq", "--filter", "label="+sandgate.LabelRunID+"="+id) == ""
 	})
-	waitFor(t, 30*time.Second, "events in the spool", func() bool { return spoolBytes(t, s) > 0 })
+	sandgatetest.WaitFor(t, "events in the spool", 30*time.Second, func() bool { return spoolBytes(t, s) > 0 })
 	if code, reason := readyz(t, s); code != http.StatusServiceUnavailable || !strings.Contains(reason, "audit") {
 		t.Errorf("/readyz with Postgres away = %d %q, want 503 naming the audit trail", code, reason)
 	}
@@ -219,7 +209,7 @@ func TestFaultPostgresAway(t *testing.T) {
 		t.Errorf("in-flight run = %+v, want failed with exit code 4 and its output", v)
 	}
 	var counts map[sandgate.EventType]int
-	waitFor(t, 30*time.Second, "the spooled events in the trail", func() bool {
+	sandgatetest.WaitFor(t, "the spooled events in the trail", 30*time.Second, func() bool {
 		counts = eventCounts(s.runEvents(t, id))
 		return counts[sandgate.EventContainerRemoved] > 0
 	})
@@ -273,7 +263,7 @@ func TestFaultPostgresAway(t *testing.T) {
 
 	pg.Start(t)
 	s.waitReady(t)
-	waitFor(t, 60*time.Second, "every review in the trail", func() bool {
+	sandgatetest.WaitFor(t, "every review in the trail", 60*time.Second, func() bool {
 		return countTrailEvents(t, s, sandgate.EventAdmissionReviewed) == sent
 	})
 	if n := countTrailEvents(t, s, sandgate.EventAdmissionReviewed); n != sent {

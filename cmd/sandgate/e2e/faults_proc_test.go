@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // The sandgate binary the fault tests run as a separate process, built
@@ -105,7 +106,7 @@ func processEnv(t testing.TB) map[string]string {
 		"SANDGATE_SPOOL_DIR":     state + "/spool",
 		"SANDGATE_WORKSPACE_DIR": state + "/workspaces",
 		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
-		"SANDGATE_NODE":          "proc-" + randomHex(t, 4),
+		"SANDGATE_NODE":          "proc-" + sandgatetest.RandomHex(t, 4),
 		"DOCKER_HOST":            executortest.DockerHost(),
 		"SANDGATE_AGENT_BINARY":  executortest.AgentBinary(t),
 	}
@@ -235,20 +236,6 @@ func (p *procServer) Stop() error {
 	return err
 }
 
-// waitFor polls cond every 100ms until it is true, failing the test with
-// what after limit. The limit only bounds a hang; no assertion depends on
-// how long the wait took.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s after %s", what, limit)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // runState reads a run through the API; ok is false when the API did not
 // answer 200.
 func (s *testServer) runState(t *testing.T, id string) (api.RunView, bool) {
@@ -268,7 +255,7 @@ func (s *testServer) runState(t *testing.T, id string) (api.RunView, bool) {
 func (s *testServer) waitFinished(t *testing.T, id string, limit time.Duration) api.RunView {
 	t.Helper()
 	var v api.RunView
-	waitFor(t, limit, "run "+id+" to finish", func() bool {
+	sandgatetest.WaitFor(t, "run "+id+" to finish", limit, func() bool {
 		var ok bool
 		v, ok = s.runState(t, id)
 		return ok && v.State == sandgate.StateFinished

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // testServer is a real `sandgate serve` started in-process on a loopback
@@ -63,7 +62,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	executortest.RequireDocker(t)
 	dsn := audittest.NewDatabase(t)
 	state := t.TempDir()
-	node := "test-" + randomHex(t, 4)
+	node := "test-" + sandgatetest.RandomHex(t, 4)
 	env := map[string]string{
 		"SANDGATE_LISTEN":        "127.0.0.1:0",
 		"SANDGATE_DEV":           "1",
@@ -254,15 +253,6 @@ func assertNoContainers(t testing.TB, node string) {
 		t.Errorf("%d container(s) of node %s left behind: %v", len(ids), node, ids)
 		_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
 	}
-}
-
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }
 
 // syncBuffer is a goroutine-safe log sink.

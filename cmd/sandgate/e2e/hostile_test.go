@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestEndToEndHostileBodies sends malformed and hostile run requests to the
@@ -159,7 +160,7 @@ func TestEndToEndHostileBodies(t *testing.T) {
 			if path == "" {
 				path = "/v1/runs?wait=30s"
 			}
-			corr := "e2e-hostile-" + randomHex(t, 6)
+			corr := "e2e-hostile-" + sandgatetest.RandomHex(t, 6)
 			status, body := s.postRaw(t, path, tc.body, tc.chunked, corr, tc.header)
 			if status != tc.wantStatus {
 				t.Errorf("status = %d, want %d: %.300s", status, tc.wantStatus, body)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestImageListAndPruneCommands builds the sandbox image under a tag of
@@ -30,7 +31,7 @@ func TestImageListAndPruneCommands(t *testing.T) {
 	}
 
 	// A sandbox build under a tag of its own: labelled as a sandbox image.
-	tag := "sandgate/sandbox-cmdtest:" + randomHex(t, 4)
+	tag := "sandgate/sandbox-cmdtest:" + sandgatetest.RandomHex(t, 4)
 	t.Cleanup(func() { exec.Command("docker", "image", "rm", "-f", tag).Run() })
 	if out, err := cli("image", "build", "--tag", tag); err != nil {
 		t.Fatalf("image build: %v\n%s", err, out)

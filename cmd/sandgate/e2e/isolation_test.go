@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestMountSwappedWhileQueuedIsNotFollowed is the attack of a submitter
@@ -52,7 +53,7 @@ func TestMountSwappedWhileQueuedIsNotFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit the attacker: %v", err)
 	}
-	waitFor(t, time.Minute, "the attacker to run", func() bool {
+	sandgatetest.WaitFor(t, "the attacker to run", time.Minute, func() bool {
 		v, ok := s.runState(t, attacker.ID)
 		return ok && v.State == sandgate.StateRunning
 	})
@@ -190,7 +191,7 @@ func TestCacheVolumeAdmin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the run to hold the volume", func() bool {
+	sandgatetest.WaitFor(t, "the run to hold the volume", time.Minute, func() bool {
 		r, ok := s.runState(t, busy.ID)
 		return ok && r.State == sandgate.StateRunning
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/policies"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // The property test's sizes: specs judged by the policy, and admitted
@@ -130,7 +131,7 @@ func TestPolicyAdmitsWhatTheExecutorCreates(t *testing.T) {
 	}
 	t.Logf("creating the %d edgiest, %d of them with mounts or volumes", len(sample), sampledMounts)
 
-	node := "proptest-" + randomHex(t, 4)
+	node := "proptest-" + sandgatetest.RandomHex(t, 4)
 	rec := &createRecorder{
 		cancels: map[string]context.CancelFunc{}, checks: map[string]func(string) error{},
 		created: map[string]string{}, errs: map[string]error{}, counts: map[sandgate.EventType]int{},

@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/cmd/sandgate/cli"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // TestEndToEndRuns drives runs through one real server: live log
@@ -134,7 +135,7 @@ func testLiveStream(t *testing.T, s *testServer) {
 // replay is marked, one container is created, and the key cannot be
 // reused for another request.
 func testIdempotency(t *testing.T, s *testServer) {
-	key := "e2e-idem-" + randomHex(t, 8)
+	key := "e2e-idem-" + sandgatetest.RandomHex(t, 8)
 	spec := `{"command":["sh","-c","echo once"]}`
 	var ids []string
 	for i, want := range []string{"", "true"} {
@@ -169,7 +170,7 @@ func testIdempotency(t *testing.T, s *testServer) {
 // clients at once, as retries racing each other do: every answer names the
 // same run, and one container runs.
 func testConcurrentIdempotency(t *testing.T, s *testServer) {
-	key := "e2e-idem-race-" + randomHex(t, 8)
+	key := "e2e-idem-race-" + sandgatetest.RandomHex(t, 8)
 	const n = 4
 	ids := make([]string, n)
 	var wg sync.WaitGroup

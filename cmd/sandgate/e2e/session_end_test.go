@@ -13,13 +13,14 @@ import (
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // waitSessionEnded polls a session until it has ended and returns it.
 func waitSessionEnded(t *testing.T, c *client.Client, id string, limit time.Duration) api.SessionView {
 	t.Helper()
 	var ss api.SessionView
-	waitFor(t, limit, "session "+id+" to end", func() bool {
+	sandgatetest.WaitFor(t, "session "+id+" to end", limit, func() bool {
 		var err error
 		ss, err = c.Session(context.Background(), id)
 		return err == nil && ss.State == sandgate.SessionEnded
@@ -69,7 +70,7 @@ func TestSessionExpiry(t *testing.T) {
 			t.Errorf("session.ended of %s: outcome %q payload %v, want %s", id, ev.Outcome, ev.Payload, reason)
 		}
 	}
-	waitFor(t, 30*time.Second, "the sessions' containers to be removed", func() bool { return s.nodeContainers(t) == 0 })
+	sandgatetest.WaitFor(t, "the sessions' containers to be removed", 30*time.Second, func() bool { return s.nodeContainers(t) == 0 })
 }
 
 // TestSessionOOM: a command that runs the session out of memory is
@@ -123,7 +124,7 @@ func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 	p1 := startProcess(t, env)
 	ctx := context.Background()
 	if warm {
-		waitFor(t, 2*time.Minute, "the warm pool to fill", func() bool { return warmIdle(t, env["SANDGATE_NODE"]) == pooled })
+		sandgatetest.WaitFor(t, "the warm pool to fill", 2*time.Minute, func() bool { return warmIdle(t, env["SANDGATE_NODE"]) == pooled })
 	}
 	kept := openSession(t, p1.Client, api.SessionRequest{IdleTimeoutSeconds: 300})
 	if warm {
@@ -139,7 +140,7 @@ func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the command to run", func() bool {
+	sandgatetest.WaitFor(t, "the command to run", 30*time.Second, func() bool {
 		v, ok := p1.runState(t, across.ID)
 		return ok && v.State == sandgate.StateRunning
 	})
@@ -150,7 +151,7 @@ func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 		t.Fatal(err)
 	}
 	db := audittest.OpenDB(t, env["SANDGATE_DATABASE_URL"])
-	waitFor(t, 30*time.Second, "the session's last use to be stored", func() bool {
+	sandgatetest.WaitFor(t, "the session's last use to be stored", 30*time.Second, func() bool {
 		var stored time.Time
 		row := db.QueryRow(`SELECT last_active_at FROM sessions WHERE id = $1`, kept.ID)
 		return row.Scan(&stored) == nil && !stored.Before(before.LastActiveAt.Truncate(time.Microsecond))
@@ -166,7 +167,7 @@ func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 		t.Errorf("command across the crash: %s %+v, want lost with a reason", outcomeOf(v), v.Error)
 	}
 	var r api.RunView
-	waitFor(t, 60*time.Second, "the adopted session to take commands", func() bool {
+	sandgatetest.WaitFor(t, "the adopted session to take commands", 60*time.Second, func() bool {
 		r, err = p2.Client.Exec(ctx, kept.ID, api.ExecRequest{Command: []string{"cat", "state.txt"}}, 30*time.Second)
 		return err == nil
 	})
@@ -181,7 +182,7 @@ func testGatewaySIGKILLSession(t *testing.T, warm bool) {
 	if err != nil || ended.EndReason != sandgate.SessionDeleted {
 		t.Fatalf("delete adopted session: %+v %v", ended, err)
 	}
-	waitFor(t, 2*time.Minute, "no container of the node but the warm pool's", func() bool { return p2.nodeContainers(t) == pooled })
+	sandgatetest.WaitFor(t, "no container of the node but the warm pool's", 2*time.Minute, func() bool { return p2.nodeContainers(t) == pooled })
 	if ev := p2.sessionEndEvent(t, gone.ID); ev.Outcome != "lost" {
 		t.Errorf("session.ended of the lost session: %q", ev.Outcome)
 	}

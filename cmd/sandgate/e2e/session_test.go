@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/cmd/sandgate/cli"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // openSession opens a session through the client and fails the test
@@ -53,32 +54,6 @@ func outcomeOf(r api.RunView) sandgate.Outcome {
 		return ""
 	}
 	return *r.Outcome
-}
-
-// tarOf is a tar archive of name→content; a name ending in "@link" is a
-// symlink to content.
-func tarOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for name, content := range files {
-		if target, ok := strings.CutSuffix(name, "@link"); ok {
-			if err := tw.WriteHeader(&tar.Header{Name: target, Typeflag: tar.TypeSymlink, Linkname: content, Mode: 0o777}); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(content))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.WriteString(tw, content); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }
 
 // TestEndToEndSession drives a session through a real gateway, daemon and
@@ -143,7 +118,7 @@ func TestEndToEndSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the long command to run", func() bool {
+	sandgatetest.WaitFor(t, "the long command to run", 30*time.Second, func() bool {
 		v, ok := s.runState(t, long.ID)
 		return ok && v.State == sandgate.StateRunning
 	})
@@ -190,15 +165,15 @@ func TestEndToEndSession(t *testing.T) {
 	if sum := sha256.Sum256([]byte("from the agent\n")); err != nil || putOne.SHA256 != hex.EncodeToString(sum[:]) || putOne.Bytes != 15 {
 		t.Fatalf("put file: %+v %v, want the content's size and SHA-256", putOne, err)
 	}
-	put, err := c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(tarOf(t, map[string]string{"src/a.py": "print(1)\n", "src/b.txt": "b\n"})))
+	put, err := c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(sandgatetest.Tar(t, sandgatetest.TarEntry{Name: "src/a.py", Body: "print(1)\n"}, sandgatetest.TarEntry{Name: "src/b.txt", Body: "b\n"})))
 	if err != nil || put.Entries != 2 {
 		t.Fatalf("put archive: %+v %v", put, err)
 	}
-	_, err = c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(tarOf(t, map[string]string{"ok.txt": "x", "../escape.txt": "x"})))
+	_, err = c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(sandgatetest.Tar(t, sandgatetest.TarEntry{Name: "ok.txt", Body: "x"}, sandgatetest.TarEntry{Name: "../escape.txt", Body: "x"})))
 	if sandgate.ErrorCodeOf(err) != sandgate.CodeInvalidRequest {
 		t.Errorf("hostile archive: %v, want INVALID-REQUEST", err)
 	}
-	_, err = c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(tarOf(t, map[string]string{"link@link": "/etc/passwd"})))
+	_, err = c.PutArchive(ctx, ss.ID, "", "tar", bytes.NewReader(sandgatetest.Tar(t, sandgatetest.TarEntry{Name: "link", Type: tar.TypeSymlink, Link: "/etc/passwd", Mode: 0o777})))
 	if sandgate.ErrorCodeOf(err) != sandgate.CodeInvalidRequest {
 		t.Errorf("archive with a symlink: %v, want INVALID-REQUEST", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -76,6 +77,18 @@ var validated struct {
 // process validated.
 func Validated() (requests, responses int64) {
 	return validated.requests.Load(), validated.responses.Load()
+}
+
+// Main runs a package's tests (call it from TestMain) and, with -v, says
+// how much of their traffic the Checkers validated against the document;
+// it exits with the tests' status.
+func Main(m *testing.M) {
+	code := m.Run()
+	if testing.Verbose() {
+		req, resp := Validated()
+		fmt.Printf("openapi: %d requests and %d answers validated against the document\n", req, resp)
+	}
+	os.Exit(code)
 }
 
 // Checker validates requests and answers against the document and

@@ -1,0 +1,207 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sandgate/sandgate/executor"
+)
+
+// executorConfig is the Docker executor's: the daemon, how many runs hold
+// a container at once, the warm pool, the in-sandbox agent and the teams'
+// cache volumes.
+type executorConfig struct {
+	DockerHost    string // DOCKER_HOST; empty, the local socket
+	MaxConcurrent int    // SANDGATE_MAX_CONCURRENT
+	WarmPool      int    // SANDGATE_WARM_POOL
+	// AgentBinary is the statically linked sandgate binary bind-mounted
+	// read-only into session and warm containers as their in-sandbox
+	// agent (SANDGATE_AGENT_BINARY); empty takes this binary when it is
+	// statically linked, "off" turns the agent off (commands in sessions
+	// then go through docker exec).
+	AgentBinary string
+	// VolumeDir holds the file systems of the teams' cache volumes
+	// (SANDGATE_VOLUME_DIR).
+	VolumeDir string
+	invalid   []string
+}
+
+func readExecutorConfig(getenv func(string) string) executorConfig {
+	c := executorConfig{MaxConcurrent: 4}
+	e := envReader{getenv: getenv}
+	e.str("DOCKER_HOST", &c.DockerHost)
+	e.str("SANDGATE_AGENT_BINARY", &c.AgentBinary)
+	e.str("SANDGATE_VOLUME_DIR", &c.VolumeDir)
+	e.int("SANDGATE_MAX_CONCURRENT", &c.MaxConcurrent)
+	e.int("SANDGATE_WARM_POOL", &c.WarmPool)
+	c.invalid = e.invalid
+	return c
+}
+
+func (c *executorConfig) bindFlags(f *pflag.FlagSet) {
+	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
+	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
+	f.StringVar(&c.AgentBinary, "agent-binary", c.AgentBinary, "statically linked sandgate binary mounted into sandboxes as their agent; off to use docker exec (SANDGATE_AGENT_BINARY; default: this binary when static)")
+	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
+}
+
+// Validate checks the executor's bounds.
+func (c *executorConfig) Validate() error {
+	switch {
+	case len(c.invalid) > 0:
+		return invalidError(c.invalid)
+	case c.WarmPool < 0 || c.WarmPool > 64:
+		return fmt.Errorf("SANDGATE_WARM_POOL must be between 0 and 64, not %d", c.WarmPool)
+	case c.MaxConcurrent < 1 || c.MaxConcurrent > 256:
+		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)
+	}
+	return nil
+}
+
+// egressConfig places the egress network and its proxy.
+type egressConfig struct {
+	// EgressNetwork, EgressInterface and EgressPort place the egress
+	// network and its proxy (SANDGATE_EGRESS_NETWORK, _INTERFACE, _PORT);
+	// empty or zero, the executor's defaults.
+	EgressNetwork   string
+	EgressInterface string
+	EgressPort      int
+	invalid         []string
+}
+
+func readEgressConfig(getenv func(string) string) egressConfig {
+	var c egressConfig
+	e := envReader{getenv: getenv}
+	e.str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
+	e.str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
+	e.int("SANDGATE_EGRESS_PORT", &c.EgressPort)
+	c.invalid = e.invalid
+	return c
+}
+
+// The egress settings have no flags: they are set once per host.
+func (c *egressConfig) bindFlags(*pflag.FlagSet) {}
+
+// Validate checks the proxy's port.
+func (c *egressConfig) Validate() error {
+	if err := invalidError(c.invalid); err != nil {
+		return err
+	}
+	if c.EgressPort < 0 || c.EgressPort > 65535 {
+		return fmt.Errorf("SANDGATE_EGRESS_PORT must be a port from 1 to 65535, not %d", c.EgressPort)
+	}
+	return nil
+}
+
+// workspaceConfig is where runs' and sessions' workspaces live, and the
+// archives of runs waiting to run.
+type workspaceConfig struct {
+	// WorkspaceDir holds the file systems of runs' workspaces, and
+	// UploadDir the workspace archives of runs waiting to run.
+	WorkspaceDir      string // SANDGATE_WORKSPACE_DIR
+	UploadDir         string // SANDGATE_UPLOAD_DIR
+	MaxWorkspaceBytes int64  // SANDGATE_MAX_WORKSPACE_BYTES; zero, the gateway's default
+	invalid           []string
+}
+
+func readWorkspaceConfig(getenv func(string) string) workspaceConfig {
+	var c workspaceConfig
+	e := envReader{getenv: getenv}
+	e.str("SANDGATE_WORKSPACE_DIR", &c.WorkspaceDir)
+	e.str("SANDGATE_UPLOAD_DIR", &c.UploadDir)
+	e.int64("SANDGATE_MAX_WORKSPACE_BYTES", &c.MaxWorkspaceBytes)
+	c.invalid = e.invalid
+	return c
+}
+
+func (c *workspaceConfig) bindFlags(f *pflag.FlagSet) {
+	f.StringVar(&c.WorkspaceDir, "workspace-dir", c.WorkspaceDir, "where the file systems of runs' workspaces live (SANDGATE_WORKSPACE_DIR; default /var/lib/sandgate/workspaces)")
+	f.StringVar(&c.UploadDir, "upload-dir", c.UploadDir, "where workspace archives wait for their runs (SANDGATE_UPLOAD_DIR; default: the system's temporary directory)")
+	f.Int64Var(&c.MaxWorkspaceBytes, "max-workspace-bytes", c.MaxWorkspaceBytes, "the largest workspace archive a run may send (SANDGATE_MAX_WORKSPACE_BYTES; default 256 MiB)")
+}
+
+// Validate checks the archive bound.
+func (c *workspaceConfig) Validate() error {
+	if err := invalidError(c.invalid); err != nil {
+		return err
+	}
+	if c.MaxWorkspaceBytes < 0 {
+		return fmt.Errorf("SANDGATE_MAX_WORKSPACE_BYTES must not be negative, not %d", c.MaxWorkspaceBytes)
+	}
+	return nil
+}
+
+// newExecutor builds the Docker executor of this node, checked but not
+// started: it neither reaps nor warms until serve has registered. It
+// refuses an agent binary that cannot serve and mount roots it cannot pin.
+func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
+	agent, err := agentBinary(cfg.AgentBinary, cfg.DockerHost)
+	if err != nil {
+		return nil, err
+	}
+	if agent == "" {
+		p.logger.Warn("no in-sandbox agent: this binary is not statically linked and SANDGATE_AGENT_BINARY names none; commands in sessions use docker exec")
+	}
+	warm, err := warmProfiles(cfg, p.engine)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMountRoots(cfg.MountRoots); err != nil {
+		return nil, err
+	}
+	exec, err := executor.New(executor.Config{
+		AgentBinary:     agent,
+		DockerHost:      cfg.DockerHost,
+		Node:            cfg.Node,
+		MaxConcurrent:   cfg.MaxConcurrent,
+		VolumeDir:       cfg.VolumeDir,
+		WorkspaceDir:    cfg.WorkspaceDir,
+		Blobs:           p.blobs,
+		WarmPool:        cfg.WarmPool,
+		WarmProfiles:    warm,
+		EgressDecider:   p.engine,
+		EgressNetwork:   cfg.EgressNetwork,
+		EgressInterface: cfg.EgressInterface,
+		EgressPort:      cfg.EgressPort,
+		EgressMetrics:   p.metrics.Egress(),
+		Logger:          p.logger.With("component", "executor"),
+	}, p.metrics.Sink(p.events))
+	if err != nil {
+		return nil, fmt.Errorf("docker executor: %w", err)
+	}
+	if len(cfg.MountRoots) > 0 {
+		if err := exec.PrepareBindMounts(); err != nil {
+			_ = exec.Close()
+			return nil, err
+		}
+	}
+	return exec, nil
+}
+
+// checkMountRoots refuses a mount root that is not a directory: every
+// bind mount under it would fail.
+func checkMountRoots(roots []string) error {
+	for _, r := range roots {
+		fi, err := os.Stat(r)
+		if err != nil {
+			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %w", err)
+		}
+		if !fi.IsDir() {
+			return fmt.Errorf("SANDGATE_MOUNT_ROOTS: %s is not a directory", r)
+		}
+	}
+	return nil
+}
+
+// newImages is the image administration of this node's daemon: the
+// images sandgate built, which GET /v1/config lists.
+func newImages(cfg *config, logger *slog.Logger) (*executor.Images, error) {
+	images, err := executor.NewImages(executor.Config{DockerHost: cfg.DockerHost, Node: cfg.Node, Logger: logger.With("component", "images")})
+	if err != nil {
+		return nil, fmt.Errorf("docker images: %w", err)
+	}
+	return images, nil
+}

@@ -1,0 +1,161 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/console"
+	"github.com/sandgate/sandgate/gateway"
+)
+
+// gatewayConfig is the HTTP API's: where it listens, who may call it,
+// the console, how long a shutdown waits, and the key that signs
+// completion callbacks.
+type gatewayConfig struct {
+	Listen     string // SANDGATE_LISTEN
+	TokensFile string // SANDGATE_TOKENS_FILE
+	Dev        bool   // SANDGATE_DEV: a development token when there is no tokens file
+	// Console serves the web console under /console/ (SANDGATE_CONSOLE).
+	Console       bool
+	ShutdownGrace time.Duration
+	// CallbackKeyFile holds the key that signs completion callbacks
+	// (SANDGATE_CALLBACK_KEY_FILE; default callback.key next to the
+	// spool); generated on first start.
+	CallbackKeyFile string
+	invalid         []string
+}
+
+// readGatewayConfig reads the gateway's settings; stateDir holds the keys
+// generated on first start.
+func readGatewayConfig(getenv func(string) string, stateDir string) gatewayConfig {
+	c := gatewayConfig{Listen: "127.0.0.1:8080", Console: true, ShutdownGrace: 30 * time.Second}
+	e := envReader{getenv: getenv}
+	e.str("SANDGATE_LISTEN", &c.Listen)
+	e.str("SANDGATE_TOKENS_FILE", &c.TokensFile)
+	e.str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
+	e.boolean("SANDGATE_DEV", &c.Dev)
+	e.boolean("SANDGATE_CONSOLE", &c.Console)
+	if c.CallbackKeyFile == "" {
+		c.CallbackKeyFile = filepath.Join(stateDir, "callback.key")
+	}
+	c.invalid = e.invalid
+	return c
+}
+
+func (c *gatewayConfig) bindFlags(f *pflag.FlagSet) {
+	f.StringVar(&c.Listen, "listen", c.Listen, "HTTP listen address (SANDGATE_LISTEN)")
+	f.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "principals and token hashes, YAML or JSON (SANDGATE_TOKENS_FILE)")
+	f.BoolVar(&c.Dev, "dev", c.Dev, "generate and print a development token when no tokens file is given (SANDGATE_DEV)")
+	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
+	f.StringVar(&c.CallbackKeyFile, "callback-key-file", c.CallbackKeyFile, "key that signs completion callbacks, hex; give it to the receivers; generated when absent (SANDGATE_CALLBACK_KEY_FILE; default: callback.key next to the spool directory)")
+}
+
+// Validate checks the listen address and that someone can sign in.
+func (c *gatewayConfig) Validate() error {
+	if err := invalidError(c.invalid); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("SANDGATE_LISTEN %q: %w", c.Listen, err)
+	}
+	if c.TokensFile == "" && !c.Dev {
+		return fmt.Errorf("SANDGATE_TOKENS_FILE is not set: give a tokens file, or set SANDGATE_DEV=1 for a development token")
+	}
+	return nil
+}
+
+// listen binds the gateway's socket. serve does it first: a gateway that
+// cannot have its port fails before it reads or registers anything.
+func (c *gatewayConfig) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	return ln, nil
+}
+
+// principals reads the tokens file, or makes a development token when
+// there is none and development mode is on.
+func (c *gatewayConfig) principals() (*gateway.Principals, string, error) {
+	if c.TokensFile != "" {
+		p, err := gateway.LoadPrincipals(c.TokensFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("SANDGATE_TOKENS_FILE: %w", err)
+		}
+		return p, "", nil
+	}
+	return gateway.DevPrincipals()
+}
+
+// gatewaySettings is the gateway's configuration, from its own and the
+// settings of the parts it drives; serve checks it before it registers
+// anything.
+func gatewaySettings(cfg *config, p *parts) gateway.Config {
+	return gateway.Config{
+		Node:               cfg.Node,
+		AirGapped:          cfg.AirGapped,
+		MountRoots:         cfg.MountRoots,
+		ShutdownGrace:      cfg.ShutdownGrace,
+		CallbackKey:        p.callbackKey,
+		UploadDir:          cfg.UploadDir,
+		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
+		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
+		ReplayTimeout:      cfg.ReplayTimeout,
+		AdvertiseURL:       p.advertise,
+		ClusterSecret:      p.clusterSecret,
+		NodeHeartbeat:      cfg.NodeHeartbeat,
+		NodeLapse:          cfg.NodeLapse,
+		DockerHost:         cfg.DockerHost,
+		Capacity:           cfg.MaxConcurrent,
+		KeyID:              p.keys.id,
+		PublicKey:          p.keys.public,
+		Version:            sandgate.Version,
+	}
+}
+
+// newGateway builds the gateway over the parts serve made.
+func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
+	var consoleHandler http.Handler
+	if cfg.Console {
+		consoleHandler = console.Handler()
+	}
+	var sinkReporter gateway.SinkReporter
+	if p.streamer != nil {
+		sinkReporter = p.streamer
+	}
+	return gateway.New(gatewaySettings(cfg, p), gateway.Deps{
+		Admitter:   p.engine,
+		Policies:   p.engine,
+		Recorder:   p.store,
+		Audit:      p.store,
+		Proofs:     p.store,
+		Runs:       p.runs,
+		Sessions:   p.runs,
+		Executor:   p.exec,
+		Sandboxes:  p.exec.Reaper(),
+		Reconciler: p.exec.Reconciler(),
+		Volumes:    p.exec,
+		Artifacts:  p.runs,
+		Images:     p.images,
+		Sinks:      sinkReporter,
+		Principals: p.principals,
+		Console:    consoleHandler,
+		Logger:     p.logger.With("component", "gateway"),
+		Registry:   p.registry,
+		Gatherer:   p.registry,
+		Metrics:    p.metrics,
+		Cluster:    p.runs,
+		// The heartbeat and takeovers, on connections no request takes.
+		ClusterControl: p.control,
+		// A dead node's containers are adopted through its daemon, their
+		// events recorded here.
+		RemoteReconcilers: remoteReconcilers(cfg, p.metrics.Sink(p.store), p.logger),
+		CloseChains:       chainCloser(p.store),
+	})
+}

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// nodeConfig is this gateway as a node: its name in labels, events and
+// the node registry, and how it takes part in a cluster.
+type nodeConfig struct {
+	Node string // SANDGATE_NODE; default the host name
+	// AdvertiseURL is where the other nodes reach this one
+	// (SANDGATE_ADVERTISE_URL; default http:// and the listen address).
+	AdvertiseURL string
+	// ClusterSecretFile holds the secret every node shares, which signs
+	// the requests one node forwards to another
+	// (SANDGATE_CLUSTER_SECRET_FILE; without it nothing is forwarded).
+	ClusterSecretFile string
+	// NodeHeartbeat and NodeLapse are how often a node heartbeats and how
+	// old its heartbeat may be before a survivor takes it over
+	// (SANDGATE_NODE_HEARTBEAT, SANDGATE_NODE_LAPSE; 2s and 15s).
+	NodeHeartbeat time.Duration
+	NodeLapse     time.Duration
+	invalid       []string
+}
+
+func readNodeConfig(getenv func(string) string) nodeConfig {
+	var c nodeConfig
+	c.Node, _ = os.Hostname()
+	e := envReader{getenv: getenv}
+	e.str("SANDGATE_NODE", &c.Node)
+	e.str("SANDGATE_ADVERTISE_URL", &c.AdvertiseURL)
+	e.str("SANDGATE_CLUSTER_SECRET_FILE", &c.ClusterSecretFile)
+	e.duration("SANDGATE_NODE_HEARTBEAT", &c.NodeHeartbeat, true, "2s or 1m")
+	e.duration("SANDGATE_NODE_LAPSE", &c.NodeLapse, true, "2s or 1m")
+	c.invalid = e.invalid
+	return c
+}
+
+func (c *nodeConfig) bindFlags(f *pflag.FlagSet) {
+	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
+	f.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "where the other nodes of a cluster reach this one (SANDGATE_ADVERTISE_URL; default http:// and the listen address)")
+	f.StringVar(&c.ClusterSecretFile, "cluster-secret-file", c.ClusterSecretFile, "the secret the nodes of a cluster share, which signs forwarded requests (SANDGATE_CLUSTER_SECRET_FILE; default none: nothing is forwarded)")
+	f.DurationVar(&c.NodeHeartbeat, "node-heartbeat", c.NodeHeartbeat, "how often this node heartbeats in the node registry (SANDGATE_NODE_HEARTBEAT; default 2s)")
+	f.DurationVar(&c.NodeLapse, "node-lapse", c.NodeLapse, "how late a node's heartbeat may be before a survivor takes it over (SANDGATE_NODE_LAPSE; default 15s)")
+}
+
+// Validate checks the node's name, its advertised URL, and that a lapse
+// outlasts two heartbeats.
+func (c *nodeConfig) Validate() error {
+	if err := invalidError(c.invalid); err != nil {
+		return err
+	}
+	if strings.TrimSpace(c.Node) == "" {
+		return fmt.Errorf("SANDGATE_NODE is not set and the host has no name: name this node")
+	}
+	if c.AdvertiseURL != "" {
+		if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("SANDGATE_ADVERTISE_URL %q must be http(s)://host:port", c.AdvertiseURL)
+		}
+	}
+	heartbeat, lapse := c.NodeHeartbeat, c.NodeLapse
+	if heartbeat == 0 {
+		heartbeat = 2 * time.Second
+	}
+	if lapse == 0 {
+		lapse = 15 * time.Second
+	}
+	if lapse < 2*heartbeat {
+		return fmt.Errorf("SANDGATE_NODE_LAPSE (%s) must be at least twice SANDGATE_NODE_HEARTBEAT (%s)", lapse, heartbeat)
+	}
+	return nil
+}
+
+// advertised is where the other nodes reach this one: AdvertiseURL, or
+// http:// and the address the gateway listens on.
+func (c *nodeConfig) advertised(listening net.Addr) string {
+	if c.AdvertiseURL != "" {
+		return c.AdvertiseURL
+	}
+	return "http://" + listening.String()
+}
+
+// clusterSecret reads the secret the nodes share; nil without a file.
+func (c *nodeConfig) clusterSecret() ([]byte, error) {
+	return loadClusterSecret(c.ClusterSecretFile)
+}
