@@ -158,7 +158,9 @@ func (w *writer) setAsideFenced(ctx context.Context, dir string, recs []*sealed,
 		return nil, fmt.Errorf("audit: chain %s was fenced at seq %d by node %s; configure another chain ID", w.chainID, f.Seq, f.FencedBy)
 	}
 	kept := filepath.Join(dir, fencedPrefix+w.chainID+".log")
-	if err := w.sp.setAside(kept); err != nil {
+	if len(recs) == 0 {
+		kept = "" // nothing held: no file to keep
+	} else if err := w.sp.setAside(kept); err != nil {
 		return nil, fmt.Errorf("audit: set the fenced chain's spool aside: %w", err)
 	}
 	old := w.chainID

@@ -241,3 +241,22 @@ func serverNameCases() []serverNameCase {
 		{"data after the list", helloWith(ext(0, append(names(0, "upstream.test"), 0))), "error: longer than its list"},
 	}
 }
+
+// BenchmarkReadClientHello is the reader's cost for a real hello (Go's,
+// with its post-quantum key share), whole and in 100-byte records.
+func BenchmarkReadClientHello(b *testing.B) {
+	hello := captureHello(b, &tls.Config{ServerName: "upstream.test", InsecureSkipVerify: true}) // never completes
+	for _, tc := range []struct {
+		name string
+		raw  []byte
+	}{{"one record", hello}, {"100-byte records", reframe(hello, 100)}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.raw)))
+			for b.Loop() {
+				if _, err := readClientHello(bytes.NewReader(tc.raw)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -131,7 +131,8 @@ func newCluster(s *service, store, control ClusterStore) *cluster {
 	if control == nil {
 		control = store
 	}
-	return &cluster{s: s, store: store, beats: control, done: make(chan struct{})}
+	// reported starts unknown, so the first heartbeat tells the row.
+	return &cluster{s: s, store: store, beats: control, done: make(chan struct{}), reported: -1}
 }
 
 // JoinCluster registers this node in the node registry and starts its
