@@ -66,9 +66,12 @@ cluster-drills:
 	grep -E '^ *(--- |PASS|FAIL|ok )|drills_test.go' $$log | cut -c1-400; \
 	if [ $$rc = 0 ]; then rm -f $$log; else echo "make: the cluster drills failed; full log (with each gateway's): $$log"; fi; exit $$rc
 
+# make lint: go vet and staticcheck over every package, the cluster drills
+# and the soak test (build tags cluster and soak) included.
+LINT_TAGS := cluster,soak
 lint:
-	$(GO) vet $(PKGS)
-	$(GO) run $(STATICCHECK) $(PKGS)
+	$(GO) vet -tags $(LINT_TAGS) $(PKGS)
+	$(GO) run $(STATICCHECK) -tags $(LINT_TAGS) $(PKGS)
 
 check-deps:
 	$(GO) test -count=1 -run TestPackageBoundaries .

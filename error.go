@@ -31,6 +31,11 @@ const (
 	// trail that retention dropped, as a signed retention.applied event
 	// records: it is known to be gone, not missing (HTTP 410).
 	CodePurged ErrorCode = "SANDGATE-PURGED"
+	// CodeStorageFull means the gateway's room for uploads in flight, all
+	// principals' together, is taken: the upload was refused before a
+	// byte of it was read (HTTP 507). A principal's or a team's own quota
+	// is RATE-LIMITED instead.
+	CodeStorageFull ErrorCode = "SANDGATE-STORAGE-FULL"
 
 	// CodeContainerCreate means the container could not be created.
 	CodeContainerCreate ErrorCode = "SANDGATE-SBX-001"

@@ -1,6 +1,7 @@
 package sandgate
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -214,4 +215,105 @@ func (m masker) all(v any) any {
 		raw = fmt.Append(nil, v)
 	}
 	return MaskHash(m, string(raw))
+}
+
+// Masker is the one owner of masking: every secret that reaches the audit
+// trail, the run store or an answer is hashed by a Masker, under the
+// deployment's mask key. The gateway, the admission pipeline and the audit
+// store hold the same one, so their hashes agree, whichever of them
+// hashed a value.
+type Masker struct{ key []byte }
+
+// NewMasker returns the Masker of key.
+func NewMasker(key []byte) Masker { return Masker{key: slices.Clone(key)} }
+
+// Keyed reports whether m has a key: the zero Masker has none.
+func (m Masker) Keyed() bool { return len(m.key) > 0 }
+
+// Hash returns the keyed hash of v (MaskHash).
+func (m Masker) Hash(v string) string { return MaskHash(m.key, v) }
+
+// Value returns v, any value that encodes to JSON, with every scalar
+// hashed (MaskValue of its JSON form): a string's hash is Hash's.
+func (m Masker) Value(v any) any { return MaskValue(m.key, jsonGeneric(v)) }
+
+// Spec is the spec's JSON document with its secrets and the paths hashed
+// (MaskSpec): the form in which a spec reaches the audit trail.
+func (m Masker) Spec(s RunSpec, paths []string) map[string]any { return MaskSpec(m.key, s, paths) }
+
+// Doc returns a copy of doc, a generic JSON document, with what paths
+// name hashed (Mask); doc is left as it was.
+func (m Masker) Doc(doc map[string]any, paths ...string) map[string]any {
+	out, _ := jsonGeneric(doc).(map[string]any)
+	if out == nil {
+		out = map[string]any{}
+	}
+	Mask(m.key, out, paths...)
+	return out
+}
+
+// StoredSpec is the spec as the run store keeps it and the API shows it:
+// env values, stdin, inline files' content and the fields the paths name
+// become keyed hashes, so that secrets never rest in the database. Equal
+// secrets hash equally, so an idempotent retry still compares equal.
+func (m Masker) StoredSpec(s RunSpec, paths []string) RunSpec {
+	out := s.clone()
+	for k, v := range out.Env {
+		out.Env[k] = m.Hash(v)
+	}
+	if out.Stdin != "" {
+		out.Stdin = m.Hash(out.Stdin)
+	}
+	for i := range out.Files {
+		out.Files[i].Content = m.Hash(out.Files[i].Content)
+	}
+	if len(paths) == 0 {
+		return out
+	}
+	// Other masked paths go through the spec's JSON form. A path that
+	// names a field that is not a string cannot hold a hash in a RunSpec;
+	// the secrets above are hashed all the same.
+	raw, err := json.Marshal(m.Spec(s, paths))
+	if err != nil {
+		return out
+	}
+	var masked RunSpec
+	if err := json.Unmarshal(raw, &masked); err != nil {
+		return out
+	}
+	return masked
+}
+
+// Mutations returns a decision's mutations as the trail records them,
+// with what the spec's secrets and paths name in their values hashed. A
+// mutation's path is a JSON pointer ("/env/TOKEN"); a value that replaces
+// a whole object ("/labels") has the masked fields below it hashed.
+func (m Masker) Mutations(muts []Mutation, paths []string) []map[string]any {
+	all := slices.Concat(SpecSecrets, paths)
+	out := make([]map[string]any, 0, len(muts))
+	for _, mu := range muts {
+		parts := strings.Split(strings.TrimPrefix(mu.Path, "/"), "/")
+		for i := range parts {
+			parts[i] = strings.NewReplacer("~1", "/", "~0", "~").Replace(parts[i])
+		}
+		out = append(out, map[string]any{"op": mu.Op, "path": mu.Path, "value": MaskAt(m.key, jsonGeneric(mu.Value), parts, all...), "rule": mu.Rule})
+	}
+	return out
+}
+
+// jsonGeneric returns v as encoding/json's generic form (numbers as
+// json.Number), a copy that masking may change in place; nil when v does
+// not encode.
+func jsonGeneric(v any) any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		return nil
+	}
+	return g
 }

@@ -214,3 +214,54 @@ func TestMaskHash(t *testing.T) {
 		t.Errorf("MaskHash = %q, want %s and 64 hex digits", a, sandgate.MaskPrefix)
 	}
 }
+
+// TestMasker: the one masker hashes a spec for the trail, for the store
+// and a decision's mutations the same way, with its key alone.
+func TestMasker(t *testing.T) {
+	m := sandgate.NewMasker(maskKey)
+	spec := sandgate.RunSpec{
+		Image: "img", Command: []string{"run", "--password", "pw"}, Stdin: "secret input",
+		Env:    map[string]string{"TOKEN": "t0k", "EMPTY": ""},
+		Labels: map[string]string{"token": "lab", "team": "x"},
+		Files:  []sandgate.File{{Path: "a", Content: "file secret"}},
+	}
+	stored := m.StoredSpec(spec, nil)
+	if stored.Env["TOKEN"] != h("t0k") || stored.Env["EMPTY"] != h("") || stored.Stdin != h("secret input") ||
+		stored.Files[0].Content != h("file secret") || stored.Labels["token"] != "lab" {
+		t.Errorf("StoredSpec without paths = %+v", stored)
+	}
+	stored = m.StoredSpec(spec, []string{"labels.token", "command.2"})
+	if stored.Labels["token"] != h("lab") || stored.Labels["team"] != "x" || stored.Command[2] != h("pw") || stored.Env["TOKEN"] != h("t0k") {
+		t.Errorf("StoredSpec with paths = %+v", stored)
+	}
+	if spec.Env["TOKEN"] != "t0k" || spec.Stdin != "secret input" || spec.Files[0].Content != "file secret" {
+		t.Errorf("StoredSpec changed the spec it was given: %+v", spec)
+	}
+	doc := m.Spec(spec, nil)
+	if doc["stdin"] != h("secret input") || doc["files"].([]any)[0].(map[string]any)["content"] != h("file secret") {
+		t.Errorf("Spec = %v", doc)
+	}
+	muts := m.Mutations([]sandgate.Mutation{
+		{Op: "replace", Path: "/network", Value: "none", Rule: "air_gapped_network"},
+		{Op: "replace", Path: "/env/TOKEN", Value: "new", Rule: "r"},
+		{Op: "replace", Path: "/labels/token", Value: "v", Rule: "r"},
+		{Op: "replace", Path: "/labels", Value: map[string]string{"token": "w", "team": "y"}, Rule: "r"},
+	}, []string{"labels.token"})
+	if muts[0]["value"] != "none" || muts[1]["value"] != h("new") || muts[2]["value"] != h("v") {
+		t.Errorf("mutations = %v", muts)
+	}
+	if whole := muts[3]["value"].(map[string]any); whole["token"] != h("w") || whole["team"] != "y" {
+		t.Errorf("a mutation replacing labels = %v", whole)
+	}
+	in := map[string]any{"env": map[string]any{"K": "v"}, "n": json.Number("3")}
+	out := m.Doc(in, "env", "n")
+	if out["env"].(map[string]any)["K"] != h("v") || out["n"] != h("3") || in["env"].(map[string]any)["K"] != "v" {
+		t.Errorf("Doc = %v (from %v)", out, in)
+	}
+	if v := m.Value(map[string]any{"a": "b"}); v.(map[string]any)["a"] != h("b") {
+		t.Errorf("Value = %v", v)
+	}
+	if other := sandgate.NewMasker([]byte("other-key-0123456789")); other.Hash("t0k") == m.Hash("t0k") {
+		t.Errorf("two keys hash alike")
+	}
+}

@@ -215,10 +215,10 @@ type Reconciler interface {
 
 // RunStore keeps runs, the state the API serves.
 type RunStore interface {
-	// CreateRun inserts a new run. When run.IdempotencyKey is set and the
-	// same principal used it within 24 hours, it returns the earlier run
-	// and created=false instead.
-	CreateRun(ctx context.Context, run *Run) (existing *Run, created bool, err error)
+	// CreateRun inserts a new run: CONFLICT when its ID exists. Whether
+	// an Idempotency-Key names an earlier run is decided before, once, by
+	// IdempotencyKeys' claim.
+	CreateRun(ctx context.Context, run *Run) error
 	// UpdateRun saves the run's state, outcome and result fields.
 	UpdateRun(ctx context.Context, run *Run) error
 	// GetRun returns the run or a NOT-FOUND error.
@@ -226,6 +226,23 @@ type RunStore interface {
 	// ListRuns returns runs newest first and the cursor of the next page
 	// ("" on the last page).
 	ListRuns(ctx context.Context, f RunFilter) ([]Run, string, error)
+}
+
+// IdempotencyKeys is the one decision on an Idempotency-Key: a claim in
+// the database made for a new run's ID before its request is decided, so
+// that of two requests with one key, on any nodes, one alone is decided
+// and the other is answered with its run. Its methods answer UNAVAILABLE
+// when the database does not.
+type IdempotencyKeys interface {
+	// ClaimIdempotencyKey claims principal's key for runID and digest,
+	// which identifies the request (a keyed hash: it must not reveal the
+	// request's secrets). It returns "" when the claim is the caller's,
+	// else the run ID the key names and the digest of the request that
+	// claimed it ("" for a key stored without one).
+	ClaimIdempotencyKey(ctx context.Context, principal, key, runID, digest string) (held, heldDigest string, err error)
+	// ReleaseIdempotencyKey gives up the claim of key for runID, whose
+	// request made no run, so that a retry is decided afresh.
+	ReleaseIdempotencyKey(ctx context.Context, principal, key, runID string) error
 }
 
 // Sandbox is a container sandgate manages.

@@ -160,11 +160,9 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 // recordArchived records audit.archived for the archive at out.
 func (s *Store) recordArchived(ctx context.Context, m ArchiveManifest, manifest []byte, out, actor string) error {
 	sum := sha256.Sum256(manifest)
-	return s.Record(ctx, sandgate.Event{
-		Type: sandgate.EventAuditArchived, Actor: actor, Outcome: "archived",
-		Payload: archivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
-			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.asMap(),
-	})
+	return s.Record(ctx, sandgate.NewAuditArchived(sandgate.Subject{Actor: actor}, time.Time{},
+		archivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
+			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.asMap()))
 }
 
 // archivedBefore handles an archive directory that already holds a

@@ -76,14 +76,12 @@ func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]Chain
 		if !closed {
 			continue
 		}
-		err = s.Record(ctx, sandgate.Event{
-			Type: sandgate.EventAuditChainClosed, Time: s.cfg.Clock(), Outcome: "closed", Node: s.cfg.Node,
-			Actor: s.cfg.Node,
-			Payload: map[string]any{
-				"chain_id": cl.ChainID, "closed_node": dead, "seq": cl.Seq, "head_hash": cl.HeadHash,
-				"signed_by_node": s.cfg.Node, "key_id": cl.KeyID, "reason": reason,
-			},
-		})
+		subject := sandgate.NodeSubject(s.cfg.Node)
+		subject.Actor = s.cfg.Node
+		err = s.Record(ctx, sandgate.NewAuditChainClosed(subject, s.cfg.Clock(), map[string]any{
+			"chain_id": cl.ChainID, "closed_node": dead, "seq": cl.Seq, "head_hash": cl.HeadHash,
+			"signed_by_node": s.cfg.Node, "key_id": cl.KeyID, "reason": reason,
+		}))
 		if err != nil {
 			return out, err
 		}

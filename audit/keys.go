@@ -274,9 +274,9 @@ func (w *writer) ensureKey() bool {
 		w.keyReady, w.lastKey = true, rec
 		return true
 	}
-	ev := sandgate.Event{Type: sandgate.EventAuditKeyRegistered, Outcome: "registered", Node: w.cfg.Node, Payload: rec.payload()}
+	ev := sandgate.NewAuditKeyRegistered(sandgate.NodeSubject(w.cfg.Node), time.Time{}, rec.payload())
 	if rec.Replaces != "" {
-		ev.Type, ev.Outcome = sandgate.EventAuditKeyRotated, "rotated"
+		ev = sandgate.NewAuditKeyRotated(sandgate.NodeSubject(w.cfg.Node), time.Time{}, rec.payload())
 	}
 	oldSeq, oldHash := w.headSeq, w.headHash
 	recs := w.seal([]canonical{w.s.prepare(ev)})

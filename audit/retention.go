@@ -192,11 +192,10 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 		if err != nil {
 			return out, err
 		}
-		ev := sandgate.Event{
-			ID: s.cfg.IDs(), Type: sandgate.EventRetentionApplied, Actor: actor, Outcome: "dropped",
-			Payload: archivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
-				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.asMap(),
-		}
+		ev := sandgate.NewRetentionApplied(sandgate.Subject{Actor: actor}, time.Time{},
+			archivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
+				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.asMap())
+		ev.ID = s.cfg.IDs()
 		table := pgx.Identifier{p.Name}.Sanitize()
 		err = s.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
 			// Nothing may land in the month between the checks and the

@@ -303,7 +303,7 @@ func TestConfigFromPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	maxima, images := srv.policyLimits()
+	maxima, images := opsRoutes{srv.web}.policyLimits()
 	if diff := cmp.Diff(api.Limits{MemoryMB: 2048, CPUs: 2.5, TimeoutSeconds: 600, OutputLimitBytes: 1 << 20}, maxima); diff != "" {
 		t.Errorf("maxima (-want +got):\n%s", diff)
 	}

@@ -394,8 +394,8 @@ func TestIdempotency(t *testing.T) {
 	if n := e.exec.calls.Load(); n != 2 {
 		t.Errorf("executions = %d, want 2", n)
 	}
-	// A retry the node does not remember still gets the stored run.
-	e.srv.svc.idem = newIdemCache()
+	// A retry is answered from the key's claim in the store: no node
+	// remembers keys of its own.
 	third := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody, "Idempotency-Key: key-1")
 	if third.status != http.StatusOK || third.run(t).ID != a.ID {
 		t.Errorf("store-level replay: status %d id %s, want 200 %s", third.status, third.run(t).ID, a.ID)
@@ -403,16 +403,11 @@ func TestIdempotency(t *testing.T) {
 	if n := e.exec.calls.Load(); n != 2 {
 		t.Errorf("executions after store replay = %d, want 2", n)
 	}
-	// The same key for another request is a conflict, remembered by the
-	// node or found in the store.
-	for _, fresh := range []bool{false, true} {
-		if fresh {
-			e.srv.svc.idem = newIdemCache()
-		}
-		r := e.do(http.MethodPost, "/v1/runs", tokAlice, `{"command":["echo","other"]}`, "Idempotency-Key: key-1")
-		if r.status != http.StatusConflict || r.errorCode() != string(sandgate.CodeConflict) {
-			t.Errorf("key reused for another request (fresh cache %v): %d %s", fresh, r.status, r.body)
-		}
+	// The same key for another request is a conflict, found in the key's
+	// claim.
+	r := e.do(http.MethodPost, "/v1/runs", tokAlice, `{"command":["echo","other"]}`, "Idempotency-Key: key-1")
+	if r.status != http.StatusConflict || r.errorCode() != string(sandgate.CodeConflict) {
+		t.Errorf("key reused for another request: %d %s", r.status, r.body)
 	}
 	if n := e.exec.calls.Load(); n != 2 {
 		t.Errorf("executions after conflicts = %d, want 2", n)
@@ -461,13 +456,13 @@ func TestCancelBeforeExecutor(t *testing.T) {
 	e := newEnv(t)
 	run := sandgate.Run{ID: "01900000-0000-7000-8000-0000000000aa", Team: "payments", Principal: "alice", State: sandgate.StatePending,
 		Spec: sandgate.RunSpec{Command: []string{"block"}}}
-	if _, _, err := e.store.CreateRun(t.Context(), &run); err != nil {
+	if err := e.store.CreateRun(t.Context(), &run); err != nil {
 		t.Fatal(err)
 	}
 	lr := newLiveRun(run, sandgate.BuiltinDefaults.OutputLimitBytes)
 	canceled := make(chan struct{})
 	lr.cancel = func() { close(canceled) }
-	e.srv.svc.live.add(run.ID, lr)
+	e.srv.node.runs.live.add(run.ID, lr)
 	go func() {
 		<-canceled
 		lr.finish(sandgate.Run{ID: run.ID, State: sandgate.StateFinished, Outcome: sandgate.OutcomeCancelled})
@@ -476,7 +471,7 @@ func TestCancelBeforeExecutor(t *testing.T) {
 	if r.status != http.StatusOK || r.run(t).State != sandgate.StateFinished {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
-	e.srv.svc.live.remove(run.ID)
+	e.srv.node.runs.live.remove(run.ID)
 }
 
 // TestAuthDeniedAuditBehind checks that a refusal whose auth.denied event

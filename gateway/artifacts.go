@@ -18,43 +18,26 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
-	"github.com/sandgate/sandgate/workspace"
 )
 
 // artifactRoute is the route of one artifact: its path may span several
 // segments.
 const artifactRoute = "/v1/runs/:id/artifacts/*"
 
-// checkWorkspaceSpec refuses, naming it, an artifact pattern that is not
-// a valid glob and an inline file the workspace would refuse to write
-// (its path, encoding, content or mode), before anything is decided.
-func checkWorkspaceSpec(spec sandgate.RunSpec) error {
-	for i, p := range spec.Artifacts {
-		if err := workspace.CheckPattern(fmt.Sprintf("artifacts[%d]", i), p); err != nil {
-			return err
-		}
-	}
-	for i, f := range spec.Files {
-		if _, _, err := workspace.DecodeFile(workspace.File{Path: f.Path, Content: f.Content, Encoding: f.Encoding, Mode: f.Mode}, i); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // saveArtifacts records the files the run's collection stored and puts
 // their summary on the run. A run store that cannot take the list keeps
 // the run's end all the same: the summary says what was lost.
-func (s *service) saveArtifacts(run *sandgate.Run, a sandgate.Artifacts, log *slog.Logger) {
-	if s.d.Artifacts == nil {
+func (r *runs) saveArtifacts(run *sandgate.Run, a sandgate.Artifacts, log *slog.Logger) {
+	if r.d.Artifacts == nil {
 		a.Error = "this gateway keeps no artifacts"
 		a.Files = nil
 	} else if len(a.Files) > 0 {
 		var err error
 		for attempt := range 5 {
 			ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-			err = s.d.Artifacts.SaveArtifacts(ctx, run.ID, a.Files)
+			err = r.d.Artifacts.SaveArtifacts(ctx, run.ID, a.Files)
 			cancel()
 			if err == nil {
 				break
@@ -71,24 +54,18 @@ func (s *service) saveArtifacts(run *sandgate.Run, a sandgate.Artifacts, log *sl
 	run.Artifacts = &sum
 }
 
-// runArtifacts returns the artifacts of a run the principal may read.
-func (s *Server) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifact, error) {
-	run, err := s.svc.get(c.Request().Context(), principal(c), c.Param("id"))
+// runArtifacts returns the artifacts of a run the principal may read,
+// through the gate.
+func (s artifactRoutes) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifact, error) {
+	ans, err := s.admit(c, admission.Artifacts{Run: c.Param("id")})
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.d.Artifacts == nil {
-		return run, []sandgate.Artifact{}, nil
-	}
-	files, err := s.d.Artifacts.RunArtifacts(c.Request().Context(), run.ID)
-	if err != nil {
-		return nil, nil, err
-	}
-	return run, files, nil
+	return ans.Run, ans.Artifacts, nil
 }
 
 // listArtifacts is GET /v1/runs/{id}/artifacts.
-func (s *Server) listArtifacts(c echo.Context) error {
+func (s artifactRoutes) listArtifacts(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -104,7 +81,7 @@ func (s *Server) listArtifacts(c echo.Context) error {
 
 // getArtifact is GET /v1/runs/{id}/artifacts/{path}: one file, with its
 // digest as ETag and Repr-Digest, and a single byte range when asked.
-func (s *Server) getArtifact(c echo.Context) error {
+func (s artifactRoutes) getArtifact(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -172,7 +149,7 @@ func (s *Server) getArtifact(c echo.Context) error {
 
 // artifactsTar is GET /v1/runs/{id}/artifacts.tar: every artifact of the
 // run in one tar stream, each file streamed from the blob store.
-func (s *Server) artifactsTar(c echo.Context) error {
+func (s artifactRoutes) artifactsTar(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}

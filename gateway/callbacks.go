@@ -338,11 +338,13 @@ func (c *callbacks) record(cb callback, typ sandgate.EventType, outcome string, 
 	if typ == sandgate.EventCallbackFailed {
 		payload["error"], payload["reason"] = msg, reason
 	}
-	c.opt.events.Emit(sandgate.Event{
-		Type: typ, Time: c.opt.now(), Outcome: outcome, CorrelationID: r.CorrelationID, RunID: r.ID,
-		DecisionID: r.DecisionID, Actor: r.Principal, Team: r.Team, Node: c.opt.node,
-		PolicyRevision: r.PolicyRevision, Payload: payload,
-	})
+	subject := sandgate.RunSubject(r, c.opt.node)
+	subject.ContainerID = ""
+	event := sandgate.NewCallbackDelivered
+	if typ == sandgate.EventCallbackFailed {
+		event = sandgate.NewCallbackFailed
+	}
+	c.opt.events.Emit(event(subject, c.opt.now(), outcome, payload))
 	result := outcome
 	if reason != "" {
 		result = reason

@@ -54,13 +54,6 @@ type ClusterStore interface {
 	ReleaseNodeSlots(ctx context.Context, node string, keep []string) error
 	// NodeSlots counts the slots each node holds.
 	NodeSlots(ctx context.Context) (map[string]int, error)
-	// ClaimIdempotencyKey claims a key for runID, with the request's
-	// digest, before its request is decided: "" when the claim is the
-	// caller's, else the run ID it names and the digest of the request
-	// that claimed it.
-	ClaimIdempotencyKey(ctx context.Context, principal, key, runID, digest string) (string, string, error)
-	// ReleaseIdempotencyKey gives up the claim of key for runID.
-	ReleaseIdempotencyKey(ctx context.Context, principal, key, runID string) error
 }
 
 // RemoteReconciler is a dead node's Docker daemon as a survivor reaches
@@ -96,7 +89,7 @@ const (
 // cluster is this node's part in a cluster: its heartbeat and its
 // takeovers of dead nodes.
 type cluster struct {
-	s     *service
+	n     *node
 	store ClusterStore
 	// beats is the registry over connections of their own: what the
 	// heartbeat loop and the takeovers use (Deps.ClusterControl).
@@ -127,12 +120,12 @@ type cluster struct {
 	lateLogged map[string]time.Time
 }
 
-func newCluster(s *service, store, control ClusterStore) *cluster {
+func newCluster(n *node, store, control ClusterStore) *cluster {
 	if control == nil {
 		control = store
 	}
 	// reported starts unknown, so the first heartbeat tells the row.
-	return &cluster{s: s, store: store, beats: control, done: make(chan struct{}), reported: -1}
+	return &cluster{n: n, store: store, beats: control, done: make(chan struct{}), reported: -1}
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -142,17 +135,17 @@ func newCluster(s *service, store, control ClusterStore) *cluster {
 // listening; Shutdown leaves the cluster. Without Deps.Cluster it does
 // nothing.
 func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
-	svc := s.svc
-	if svc.cluster == nil {
+	n := s.node
+	if n.cluster == nil {
 		return nil
 	}
-	if svc.cfg.AdvertiseURL == "" {
-		svc.cfg.AdvertiseURL = advertise
+	if n.cfg.AdvertiseURL == "" {
+		n.cfg.AdvertiseURL = advertise
 		s.cfg.AdvertiseURL = advertise
 	}
-	c := svc.cluster
+	c := n.cluster
 	live := make([]string, 0)
-	for id := range svc.live.all() {
+	for id := range n.runs.live.all() {
 		live = append(live, id)
 	}
 	// The slots a previous process of this node left for runs that are
@@ -160,11 +153,11 @@ func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
 	if err := c.store.ReleaseNodeSlots(ctx, s.cfg.Node, live); err != nil {
 		return err
 	}
-	if err := c.beats.RegisterNode(ctx, svc.nodeRecord(ctx)); err != nil {
+	if err := c.beats.RegisterNode(ctx, n.nodeRecord(ctx)); err != nil {
 		return err
 	}
-	for _, col := range fenceCollectors(svc) {
-		if err := s.metrics.reg.Register(col); err != nil {
+	for _, col := range fenceCollectors(n) {
+		if err := n.metrics.reg.Register(col); err != nil {
 			s.log.Warn("register the fence metrics", "error", err)
 		}
 	}
@@ -193,29 +186,29 @@ func (c *cluster) leave(ctx context.Context) {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := c.beats.LeaveNode(lctx, c.s.cfg.Node); err != nil {
-		c.s.log.Warn("leave the cluster", "error", err)
+	if err := c.beats.LeaveNode(lctx, c.n.cfg.Node); err != nil {
+		c.n.log.Warn("leave the cluster", "error", err)
 	}
 }
 
 // nodeRecord is this node as the registry shows it now.
-func (s *service) nodeRecord(ctx context.Context) sandgate.Node {
-	n := sandgate.Node{
-		Name: s.cfg.Node, AdvertiseURL: s.cfg.AdvertiseURL, DockerHost: s.cfg.DockerHost,
-		Running: s.live.count(), Capacity: s.cfg.Capacity, KeyID: s.cfg.KeyID, PublicKey: s.cfg.PublicKey,
-		Version: s.cfg.Version, DockerHealthy: true,
+func (n *node) nodeRecord(ctx context.Context) sandgate.Node {
+	rec := sandgate.Node{
+		Name: n.cfg.Node, AdvertiseURL: n.cfg.AdvertiseURL, DockerHost: n.cfg.DockerHost,
+		Running: n.runs.live.count(), Capacity: n.cfg.Capacity, KeyID: n.cfg.KeyID, PublicKey: n.cfg.PublicKey,
+		Version: n.cfg.Version, DockerHealthy: true,
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if err := s.d.Executor.Ping(pctx); err != nil {
-		n.DockerHealthy, n.DockerError = false, sandgate.ErrorMessageOf(err)
+	if err := n.d.Executor.Ping(pctx); err != nil {
+		rec.DockerHealthy, rec.DockerError = false, sandgate.ErrorMessageOf(err)
 	}
-	return n
+	return rec
 }
 
 func (c *cluster) loop(ctx context.Context) {
 	defer close(c.done)
-	s := c.s
+	s := c.n
 	t := time.NewTicker(s.cfg.NodeHeartbeat)
 	defer t.Stop()
 	for {
@@ -230,7 +223,7 @@ func (c *cluster) loop(ctx context.Context) {
 
 // beat is one heartbeat: this node's, then a look for lapsed nodes.
 func (c *cluster) beat(ctx context.Context) {
-	s := c.s
+	s := c.n
 	hctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	me := s.nodeRecord(hctx)
@@ -257,7 +250,7 @@ func (c *cluster) beat(ctx context.Context) {
 		return
 	}
 	c.remember(nodes)
-	if s.mayStartWork() != nil || now.Sub(c.healthySince) < s.cfg.NodeLapse {
+	if s.draining.Load() || s.fenced() != nil || now.Sub(c.healthySince) < s.cfg.NodeLapse {
 		return // a node that stops or is fenced, or that has not watched for a lapse, takes nothing over
 	}
 	for _, n := range nodes {
@@ -310,13 +303,13 @@ func (c *cluster) remember(nodes []sandgate.Node) {
 // reading is older than a heartbeat.
 func (c *cluster) node(ctx context.Context, name string) (sandgate.Node, bool) {
 	c.mu.Lock()
-	fresh := time.Since(c.seen) < c.s.cfg.NodeHeartbeat
+	fresh := time.Since(c.seen) < c.n.cfg.NodeHeartbeat
 	n, ok := c.nodes[name]
 	c.mu.Unlock()
 	if fresh && ok {
 		return n, true
 	}
-	nodes, err := c.store.ListNodes(ctx, c.s.cfg.NodeLapse)
+	nodes, err := c.store.ListNodes(ctx, c.n.cfg.NodeLapse)
 	if err != nil {
 		return n, ok
 	}
@@ -329,7 +322,7 @@ func (c *cluster) node(ctx context.Context, name string) (sandgate.Node, bool) {
 
 // all returns every node the registry knows, read afresh.
 func (c *cluster) all(ctx context.Context) ([]sandgate.Node, error) {
-	nodes, err := c.store.ListNodes(ctx, c.s.cfg.NodeLapse)
+	nodes, err := c.store.ListNodes(ctx, c.n.cfg.NodeLapse)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +335,7 @@ func (c *cluster) all(ctx context.Context) ([]sandgate.Node, error) {
 // daemon, or lost when that does not answer; so are its open sessions;
 // its chains are closed with a final checkpoint signed by this node.
 func (c *cluster) takeOver(ctx context.Context, dead string) {
-	s := c.s
+	s := c.n
 	log := s.log.With("dead_node", dead)
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	t, ok, err := c.beats.TakeOver(tctx, dead, s.cfg.Node, s.cfg.NodeLapse)
@@ -386,7 +379,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 		r.Node = s.cfg.Node
 		runs = append(runs, *r)
 	}
-	runs = s.loseSessionCommands(ctx, runs)
+	runs = s.runs.loseSessionCommands(ctx, runs)
 	var wg sync.WaitGroup
 	sessionsAdopted, sessionsLost := c.takeSessions(ctx, t, rec, dockerErr, &wg, log)
 	adopted, lost := 0, 0
@@ -404,14 +397,14 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 		for _, r := range runs {
 			adopted++
 			wg.Add(1)
-			s.adoptDone(r, rec, wg.Done)
+			s.runs.adoptDone(r, rec, s.teams, wg.Done)
 		}
 	} else {
 		reason := fmt.Sprintf("node %s stopped heartbeating and its Docker daemon (%s) does not answer: %v; %s took over",
 			dead, t.Dead.DockerHost, sandgate.ErrorMessageOf(dockerErr), s.cfg.Node)
 		for _, r := range runs {
 			lost++
-			s.loseTakenOver(r, reason)
+			s.runs.loseTakenOver(r, reason)
 		}
 	}
 	if rec != nil {
@@ -435,10 +428,9 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 		chains = n
 	}
 	summary["chains_closed"] = chains
-	ev := sandgate.Event{
-		Type: sandgate.EventNodeTakenOver, Time: s.now(), Outcome: "taken_over", Node: s.cfg.Node, Actor: s.cfg.Node,
-		Payload: summary,
-	}
+	subject := sandgate.NodeSubject(s.cfg.Node)
+	subject.Actor = s.cfg.Node
+	ev := sandgate.NewNodeTakenOver(subject, s.now(), summary)
 	rctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	if err := s.d.Recorder.Record(rctx, ev); err != nil {
 		log.Error("record the takeover; it is spooled", "error", err)
@@ -463,7 +455,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 // container never ran, or all of them when the daemon does not answer,
 // ends lost with the reason. It returns how many it adopted and lost.
 func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec RemoteReconciler, dockerErr error, wg *sync.WaitGroup, log *slog.Logger) (adopted, lost int) {
-	s := c.s
+	s := c.n
 	if s.d.Sessions == nil {
 		return 0, 0
 	}
@@ -482,7 +474,7 @@ func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec Rem
 		ss.Node = s.cfg.Node
 		l := newLiveSession(*ss, sandgate.Normalized{RunSpec: ss.Spec})
 		if dockerErr != nil || ss.ContainerID == "" {
-			s.endSession(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+			s.sessions.end(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
 				Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, log.With("session_id", id))
 			lost++
 			continue
@@ -490,9 +482,9 @@ func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec Rem
 		l.exec = rec.Sessions()
 		rec.Hold(ss.ID)
 		rec.HoldContainers(ss.ContainerID)
-		release := s.teams.hold(ss.Team, ss.Spec.Resources)
+		release := s.teams.Hold(ss.Team, ss.Spec.Resources)
 		wg.Add(1)
-		s.openSession(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
+		s.sessions.start(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
 		go func() {
 			<-l.done
 			wg.Done()
@@ -503,17 +495,7 @@ func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec Rem
 }
 
 // loseTakenOver ends a taken-over run as lost with reason.
-func (s *service) loseTakenOver(run sandgate.Run, reason string) {
-	final := run
-	applyResult(&final, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
-		Error: &sandgate.ErrorInfo{Code: sandgate.CodeDockerUnavailable, Message: reason}}, nil, s.now())
-	s.d.Recorder.Emit(sandgate.Event{
-		Type: sandgate.EventRunLost, Time: s.now(), Outcome: string(sandgate.OutcomeLost),
-		CorrelationID: run.CorrelationID, RunID: run.ID, DecisionID: run.DecisionID,
-		ContainerID: run.ContainerID, Actor: run.Principal, Team: run.Team, Node: s.cfg.Node,
-		Payload: map[string]any{"reason": reason, "taken_over": true},
-	})
-	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
-	s.store(lr, final, s.log.With("run_id", run.ID))
-	s.releaseSlot(run.ID)
+func (r *runs) loseTakenOver(run sandgate.Run, reason string) {
+	r.lose(run, reason, sandgate.CodeDockerUnavailable, map[string]any{"reason": reason, "taken_over": true})
+	r.releaseSlot(run.ID)
 }

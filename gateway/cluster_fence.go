@@ -35,8 +35,9 @@ type fenceState struct {
 	err error // UNAVAILABLE, naming who took the node over; nil while not fenced
 }
 
-// fenced returns why this node starts no work, nil when it may.
-func (s *service) fenced() error {
+// fenced returns why this node starts no work, nil when it may (the
+// gate asks it before a run, a session or a command).
+func (s *node) fenced() error {
 	if c := s.cluster; c != nil {
 		c.fence.mu.Lock()
 		err := c.fence.err
@@ -53,17 +54,8 @@ func (s *service) fenced() error {
 	return nil
 }
 
-// mayStartWork refuses new work (a run, a session, a command) on a node
-// that stops or was fenced: UNAVAILABLE with the reason.
-func (s *service) mayStartWork() error {
-	if s.draining.Load() {
-		return sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
-	}
-	return s.fenced()
-}
-
 // heldEvents is how many events the audit trail holds because of a fence.
-func (s *service) heldEvents() int64 {
+func (s *node) heldEvents() int64 {
 	if fr, ok := s.d.Audit.(FenceReporter); ok {
 		held, _ := fr.Fenced()
 		return held
@@ -74,7 +66,7 @@ func (s *service) heldEvents() int64 {
 // fenceTakenOver fences this node after its heartbeat found its row gone:
 // it reads who took it over, and says so once in the log.
 func (c *cluster) fenceTakenOver(ctx context.Context) {
-	s := c.s
+	s := c.n
 	c.fence.mu.Lock()
 	already := c.fence.err != nil
 	c.fence.mu.Unlock()
@@ -105,12 +97,12 @@ func (c *cluster) fenceTakenOver(ctx context.Context) {
 // reportHeld tells the registry, on this node's row, how many events it
 // holds because of a fence, so that every node's GET /v1/nodes shows it.
 func (c *cluster) reportHeld(ctx context.Context) {
-	held := c.s.heldEvents()
+	held := c.n.heldEvents()
 	if held == c.reported {
 		return
 	}
-	if err := c.beats.ReportHeld(ctx, c.s.cfg.Node, held); err != nil {
-		c.s.log.Warn("report the events held by a fence", "error", err)
+	if err := c.beats.ReportHeld(ctx, c.n.cfg.Node, held); err != nil {
+		c.n.log.Warn("report the events held by a fence", "error", err)
 		return
 	}
 	c.reported = held
@@ -118,7 +110,7 @@ func (c *cluster) reportHeld(ctx context.Context) {
 
 // fenceCollectors are the gauges of a fence: sandgate_node_fenced (1
 // while this node is fenced) and sandgate_audit_held_events.
-func fenceCollectors(s *service) []prometheus.Collector {
+func fenceCollectors(s *node) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sandgate_node_fenced", Help: "1 while this node is fenced: it was taken over, starts no new work and holds what it records until restarted.",

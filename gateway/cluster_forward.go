@@ -31,7 +31,7 @@ const (
 // within the skew, with its caller's credentials and its body, its nonce
 // not seen before. A request that claims to be forwarded and is not so
 // signed is UNAUTHENTICATED.
-func (s *Server) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		req := c.Request()
 		h := req.Header
@@ -55,10 +55,10 @@ func (s *Server) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
 		if err := checkBody(req, claim.Body, s.cfg.BodyLimit); err != nil {
 			return refuse(err)
 		}
-		if s.svc.cluster == nil {
+		if s.node.cluster == nil {
 			return refuse(errors.New("this node is in no cluster"))
 		}
-		if err := s.svc.cluster.nonces.use(claim.Nonce, now); errors.Is(err, errForwardReplayed) {
+		if err := s.node.cluster.nonces.use(claim.Nonce, now); errors.Is(err, errForwardReplayed) {
 			return refuse(err)
 		} else if err != nil {
 			return sandgate.Errorf(sandgate.CodeUnavailable, "forwarded request refused: %v; retry later", err)
@@ -73,33 +73,31 @@ func forwarded(c echo.Context) bool {
 	return v != ""
 }
 
-// ownerOf finds the node a request's run or session executes on.
-type ownerOf func(ctx context.Context, s *Server, id string) (node string, active bool)
+// ownerOf finds the node a request's run or session executes on, when
+// the caller may reach it: the gate resolves it, and another team's
+// object is not forwarded (it is answered here, exactly as one that does
+// not exist).
+type ownerOf func(ctx context.Context, s *web, p sandgate.Principal, id string) (node string, active bool)
 
-func runOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	// A fenced node's live runs were taken over: the registry says whose.
-	if s.svc.live.get(id) != nil && s.svc.fenced() == nil {
-		return s.cfg.Node, true
+func runOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
+	node, active := s.gate.RunOwner(ctx, p, id)
+	if node == s.cfg.Node && s.node.fenced() != nil {
+		// A fenced node's live runs were taken over: the store says whose.
+		if r, err := s.d.Runs.GetRun(ctx, id); err == nil && r != nil {
+			return r.Node, r.State != sandgate.StateFinished
+		}
 	}
-	r, err := s.d.Runs.GetRun(ctx, id)
-	if err != nil || r == nil {
-		return "", false
-	}
-	return r.Node, r.State != sandgate.StateFinished
+	return node, active
 }
 
-func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
-	if s.d.Sessions == nil {
-		return "", false
+func sessionOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
+	node, active := s.gate.SessionOwner(ctx, p, id)
+	if node == s.cfg.Node && s.node.fenced() != nil && s.d.Sessions != nil {
+		if ss, err := s.d.Sessions.GetSession(ctx, id); err == nil && ss != nil {
+			return ss.Node, ss.State == sandgate.SessionOpen
+		}
 	}
-	if s.svc.sessions.get(id) != nil && s.svc.fenced() == nil {
-		return s.cfg.Node, true
-	}
-	ss, err := s.d.Sessions.GetSession(ctx, id)
-	if err != nil || ss == nil {
-		return "", false
-	}
-	return ss.Node, ss.State == sandgate.SessionOpen
+	return node, active
 }
 
 // toOwner forwards a request for a run or session that executes on
@@ -107,15 +105,15 @@ func sessionOwner(ctx context.Context, s *Server, id string) (string, bool) {
 // advertises; the owner answers it as if it had been asked (cancel,
 // live logs, session commands and files). Anything else (a finished run,
 // an owner that is not alive, no cluster) is answered here.
-func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
+func (s edge) toOwner(owner ownerOf) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			cl := s.svc.cluster
+			cl := s.node.cluster
 			if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 {
 				return next(c)
 			}
 			ctx := c.Request().Context()
-			node, active := owner(ctx, s, c.Param("id"))
+			node, active := owner(ctx, s.web, principal(c), c.Param("id"))
 			if !active || node == "" || node == s.cfg.Node {
 				return next(c)
 			}
@@ -133,9 +131,9 @@ func (s *Server) toOwner(owner ownerOf) echo.MiddlewareFunc {
 // its last heartbeat's ping, and another alive node with a healthy daemon
 // has a free slot; when none has, the run is answered here (it waits for
 // a slot, or fails DOCKER-UNAVAILABLE).
-func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		cl := s.svc.cluster
+		cl := s.node.cluster
 		if cl == nil || forwarded(c) || len(s.cfg.ClusterSecret) == 0 || s.cfg.Capacity <= 0 {
 			return next(c)
 		}
@@ -146,7 +144,7 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		self, known := cl.node(ctx, s.cfg.Node)
 		// A fenced node starts no run: it sends each on, or refuses it.
-		healthy := (!known || self.DockerHealthy) && s.svc.fenced() == nil
+		healthy := (!known || self.DockerHealthy) && s.node.fenced() == nil
 		if healthy && load[s.cfg.Node] < s.cfg.Capacity {
 			return next(c)
 		}
@@ -173,7 +171,7 @@ func (s *Server) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 
 // forwardTo proxies the request to node n, streaming its answer (SSE
 // events are flushed as they come).
-func (s *Server) forwardTo(c echo.Context, n sandgate.Node) error {
+func (s edge) forwardTo(c echo.Context, n sandgate.Node) error {
 	target, err := url.Parse(n.AdvertiseURL)
 	if err != nil {
 		return sandgate.Errorf(sandgate.CodeUnavailable, "node %s advertises an address that is no URL", n.Name)
@@ -220,15 +218,15 @@ func (s *Server) forwardTo(c echo.Context, n sandgate.Node) error {
 
 // listNodes is GET /v1/nodes: the cluster's nodes, their state, load and
 // Docker daemon's health.
-func (s *Server) listNodes(c echo.Context) error {
+func (s adminRoutes) listNodes(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
 	out := api.NodeList{Nodes: []api.NodeView{}}
-	if s.svc.cluster == nil {
+	if s.node.cluster == nil {
 		return c.JSON(http.StatusOK, out)
 	}
-	nodes, err := s.svc.cluster.all(c.Request().Context())
+	nodes, err := s.node.cluster.all(c.Request().Context())
 	if err != nil {
 		return unavailable(err, "the node registry")
 	}
@@ -241,7 +239,7 @@ func (s *Server) listNodes(c echo.Context) error {
 			HeldEvents: n.HeldEvents, Self: n.Name == s.cfg.Node,
 		})
 		if n.Name == s.cfg.Node {
-			if err := s.svc.fenced(); err != nil {
+			if err := s.node.fenced(); err != nil {
 				out.Nodes[len(out.Nodes)-1].Fenced = sandgate.ErrorMessageOf(err)
 			}
 		}

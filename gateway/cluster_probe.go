@@ -83,7 +83,7 @@ func (c *cluster) lateButAlive(n sandgate.Node) {
 	}
 	c.mu.Unlock()
 	if due {
-		c.s.log.Warn("a node's heartbeat is late, but it answers at its address: it is not taken over",
+		c.n.log.Warn("a node's heartbeat is late, but it answers at its address: it is not taken over",
 			"late_node", n.Name, "heartbeat_age", n.HeartbeatAge.String(), "advertise_url", n.AdvertiseURL)
 	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -203,12 +204,6 @@ func (f *fakeCluster) ReleaseNodeSlots(context.Context, string, []string) error 
 func (f *fakeCluster) NodeSlots(context.Context) (map[string]int, error) {
 	return map[string]int{}, nil
 }
-func (f *fakeCluster) ClaimIdempotencyKey(context.Context, string, string, string, string) (string, string, error) {
-	return "", "", nil
-}
-func (f *fakeCluster) ReleaseIdempotencyKey(context.Context, string, string, string) error {
-	return nil
-}
 
 func (f *fakeCluster) taken() []string {
 	f.mu.Lock()
@@ -229,7 +224,7 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 		e.cluster = fc
 	})
-	c := e.srv.svc.cluster
+	c := e.srv.node.cluster
 	ctx := context.Background()
 	beat := func() {
 		c.beat(ctx)
@@ -256,10 +251,59 @@ func TestTakeoverWaitsForAHealthyLapse(t *testing.T) {
 		t.Fatalf("right after the database came back, takeovers = %v, want none more", got)
 	}
 	c.healthySince = time.Now().Add(-3 * time.Hour)
-	e.srv.svc.draining.Store(true)
+	e.srv.node.draining.Store(true)
 	beat()
 	if got := fc.taken(); len(got) != 1 {
 		t.Fatalf("a stopping node took %v over", got)
+	}
+}
+
+// TestForwardOnlyWhatTheCallerMayReach: a request on a run that executes
+// on another node is forwarded there when the caller may reach the run;
+// another team's is answered here, exactly as a run that does not exist
+// (forwarding it would tell the caller it exists, and where, by the
+// other node's answer or its silence).
+func TestForwardOnlyWhatTheCallerMayReach(t *testing.T) {
+	var hits sync.Map
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Store(r.URL.Path, true)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, `{"error":{"code":"SANDGATE-NOT-FOUND","message":"answered by node other","correlation_id":"c","details":{}}}`)
+	}))
+	defer other.Close()
+	fc := &fakeCluster{nodes: []sandgate.Node{
+		{Name: "test-node", State: sandgate.NodeAlive},
+		{Name: "other", State: sandgate.NodeAlive, AdvertiseURL: other.URL},
+	}}
+	e := newEnv(t, func(c *Config, e *testEnv) {
+		c.ClusterSecret = []byte("0123456789abcdef-cluster")
+		e.cluster = fc
+	})
+	id := "01900000-0000-7000-8000-0000000000ab"
+	run := sandgate.Run{ID: id, Team: "search", Principal: "bob", Node: "other", State: sandgate.StateRunning,
+		Spec: sandgate.RunSpec{Command: []string{"block"}}}
+	if err := e.store.CreateRun(t.Context(), &run); err != nil {
+		t.Fatal(err)
+	}
+	none := "01900000-0000-7000-8000-0000000000ac"
+	for _, path := range []string{"/v1/runs/" + id, "/v1/runs/" + id + "/logs"} {
+		method := http.MethodDelete
+		if strings.HasSuffix(path, "/logs") {
+			method = http.MethodGet
+		}
+		r := e.do(method, path, tokAlice, "")
+		absent := e.do(method, strings.ReplaceAll(path, id, none), tokAlice, "")
+		if r.status != http.StatusNotFound || strings.ReplaceAll(string(r.errorBody().Error.Message), id, "X") !=
+			strings.ReplaceAll(string(absent.errorBody().Error.Message), none, "X") {
+			t.Errorf("%s %s as another team: %d %s; absent: %d %s", method, path, r.status, r.body, absent.status, absent.body)
+		}
+		if _, ok := hits.Load(path); ok {
+			t.Errorf("%s %s of another team's run was forwarded", method, path)
+		}
+		if r := e.do(method, path, tokBob, ""); !strings.Contains(string(r.body), "answered by node other") {
+			t.Errorf("%s %s as the run's team = %d %s, want it forwarded to its node", method, path, r.status, r.body)
+		}
 	}
 }
 
@@ -288,7 +332,7 @@ func TestFencedNodeStartsNoWork(t *testing.T) {
 			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 			e.cluster = fc
 		})
-		c := e.srv.svc.cluster
+		c := e.srv.node.cluster
 		c.healthySince = time.Now().Add(-3 * time.Hour)
 		c.beat(context.Background())
 		c.twg.Wait()
@@ -312,9 +356,8 @@ func TestFencedNodeStartsNoWork(t *testing.T) {
 			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 			e.cluster = fc
 		})
-		e.srv.d.Audit = fencedTrail{AuditTrail: e.srv.d.Audit, held: 7}
-		e.srv.svc.d.Audit = e.srv.d.Audit
-		e.srv.svc.cluster.beat(context.Background())
+		e.srv.node.d.Audit = fencedTrail{AuditTrail: e.srv.node.d.Audit, held: 7}
+		e.srv.node.cluster.beat(context.Background())
 		if r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "fenced at seq 3") {
 			t.Errorf("a run on a node whose chain is fenced: %d %s", r.status, r.body)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -46,7 +47,7 @@ type Config struct {
 	// and the paths a decision's Mask names) into keyed hashes before they
 	// reach the audit trail. At least 16 bytes, stable across restarts so
 	// that equal secrets hash equally. When empty, the Recorder must be a
-	// Redactor (the audit store is) and its key is used.
+	// MaskerSource (the audit store is) and its Masker is used.
 	MaskKey []byte
 	// AuthFailureRate and AuthFailureBurst rate-limit failed
 	// authentication and authorisation per source address: once a source
@@ -102,6 +103,10 @@ type Config struct {
 	// MaxWorkspaceBytes caps a workspace archive as sent; larger ones
 	// answer 413. Default 256 MiB.
 	MaxWorkspaceBytes int64
+	// Uploads bound the uploads under way and the bytes they hold, per
+	// principal, per team and in all (package admission's defaults for
+	// zero fields); MaxBytes is MaxWorkspaceBytes.
+	Uploads admission.UploadLimits
 	// MaxWorkspaceUnpackedBytes caps what a workspace archive unpacks to;
 	// the policy then holds it to the run's resources.workspace_mb.
 	// Default 4 GiB.
@@ -142,6 +147,13 @@ type PolicyConfigReporter interface {
 	PolicyConfig() map[string]any
 }
 
+// MaskerSource is implemented by a Recorder that masks with a key of its
+// own (the audit store). When Config.MaskKey is empty the gateway uses its
+// Masker, so that the gateway's hashes and the trail's agree.
+type MaskerSource interface {
+	Masker() sandgate.Masker
+}
+
 // Authenticator maps a bearer token to its principal. *Principals is the
 // implementation LoadPrincipals and DevPrincipals return.
 type Authenticator interface {
@@ -166,8 +178,12 @@ type Deps struct {
 	// and stores witnesses' cosignatures (package audit). Optional:
 	// without it those routes answer NOT-FOUND.
 	Proofs sandgate.AuditProofs
-	// Runs stores runs (package audit or a store of its own).
+	// Runs stores runs (package runstore).
 	Runs sandgate.RunStore
+	// Keys claims Idempotency-Keys (package runstore). Optional: Runs is
+	// used when it claims them; without either, a run with a key is
+	// refused.
+	Keys sandgate.IdempotencyKeys
 	// Executor runs admitted jobs (package executor).
 	Executor sandgate.Executor
 	// Sessions stores sessions (package runstore). Optional: without it

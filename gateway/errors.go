@@ -64,10 +64,10 @@ func fromEchoError(he *echo.HTTPError) *sandgate.Error {
 }
 
 // handleError is the gateway's one HTTPErrorHandler: it maps the error's
-// code to its status and writes the error shape, with Retry-After on 429
-// and 503 and WWW-Authenticate on 401. Internal causes are logged, never
+// code to its status and writes the error shape, with Retry-After on 429,
+// 503 and 507 and WWW-Authenticate on 401. Internal causes are logged, never
 // sent.
-func (s *Server) handleError(err error, c echo.Context) {
+func (s edge) handleError(err error, c echo.Context) {
 	corr := correlationID(c)
 	if c.Response().Committed {
 		if !errors.Is(err, context.Canceled) {
@@ -93,7 +93,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	h := c.Response().Header()
 	switch status {
-	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusInsufficientStorage:
 		h.Set("Retry-After", strconv.Itoa(int(max(1, s.cfg.RetryAfter.Seconds()))))
 	case http.StatusUnauthorized:
 		h.Set("WWW-Authenticate", `Bearer realm="sandgate"`)
@@ -111,7 +111,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 // recoverPanics turns a panic into a clean SANDGATE-INTERNAL answer, logging
 // the panic value but never sending a stack.
-func (s *Server) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+func (s edge) recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			r := recover()

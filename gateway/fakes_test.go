@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -216,10 +217,11 @@ func (a *fakeAudit) DatabaseStatus(context.Context) (string, error) {
 	return "primary 127.0.0.1:5433 of 127.0.0.1:5432, 127.0.0.1:5433", nil
 }
 
-// fakeStore is an in-memory RunStore.
+// fakeStore is an in-memory RunStore and IdempotencyKeys.
 type fakeStore struct {
 	mu   sync.Mutex
 	runs map[string]sandgate.Run
+	keys map[string]fakeKey
 	err  error
 	// updateFailures makes that many UpdateRun calls fail.
 	updateFailures int
@@ -228,27 +230,55 @@ type fakeStore struct {
 	lostAnswer error
 }
 
-func newFakeStore() *fakeStore { return &fakeStore{runs: map[string]sandgate.Run{}} }
+func newFakeStore() *fakeStore {
+	return &fakeStore{runs: map[string]sandgate.Run{}, keys: map[string]fakeKey{}}
+}
 
-func (s *fakeStore) CreateRun(_ context.Context, run *sandgate.Run) (*sandgate.Run, bool, error) {
+// fakeKey is an idempotency key's claim.
+type fakeKey struct {
+	runID, digest string
+	at            time.Time
+}
+
+func (s *fakeStore) CreateRun(_ context.Context, run *sandgate.Run) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return nil, false, s.err
+		return s.err
 	}
-	if run.IdempotencyKey != "" {
-		for _, r := range s.runs {
-			if r.Principal == run.Principal && r.IdempotencyKey == run.IdempotencyKey {
-				c := r
-				return &c, false, nil
-			}
-		}
+	if _, ok := s.runs[run.ID]; ok {
+		return sandgate.Errorf(sandgate.CodeConflict, "run %s already exists", run.ID)
 	}
 	s.runs[run.ID] = *run
-	if s.lostAnswer != nil {
-		return nil, false, s.lostAnswer
+	return s.lostAnswer
+}
+
+// ClaimIdempotencyKey claims as the run store does: a key held by a run
+// that exists, or claimed less than a minute ago, stays its holder's.
+func (s *fakeStore) ClaimIdempotencyKey(_ context.Context, principal, key, runID, digest string) (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return "", "", s.err
 	}
-	return nil, true, nil
+	k := principal + "\x00" + key
+	if cur, ok := s.keys[k]; ok && cur.runID != runID {
+		if _, stored := s.runs[cur.runID]; stored || time.Since(cur.at) < time.Minute {
+			return cur.runID, cur.digest, nil
+		}
+	}
+	s.keys[k] = fakeKey{runID: runID, digest: digest, at: time.Now()}
+	return "", "", nil
+}
+
+func (s *fakeStore) ReleaseIdempotencyKey(_ context.Context, principal, key, runID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := principal + "\x00" + key
+	if cur, ok := s.keys[k]; ok && cur.runID == runID {
+		delete(s.keys, k)
+	}
+	return nil
 }
 
 func (s *fakeStore) UpdateRun(_ context.Context, run *sandgate.Run) error {
@@ -585,4 +615,19 @@ func (f *fakeSessions) ListSessions(_ context.Context, flt sandgate.SessionFilte
 		}
 	}
 	return out, nil
+}
+
+// generic returns v as encoding/json's generic form.
+func generic(v any) any {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var g any
+	if err := dec.Decode(&g); err != nil {
+		return nil
+	}
+	return g
 }

@@ -197,7 +197,7 @@ func (e *testEnv) waitFinished(id string) sandgate.Run {
 	e.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		if r, err := e.store.GetRun(context.Background(), id); err == nil && r.State == sandgate.StateFinished && e.srv.svc.live.get(id) == nil {
+		if r, err := e.store.GetRun(context.Background(), id); err == nil && r.State == sandgate.StateFinished && e.srv.node.runs.live.get(id) == nil {
 			return *r
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -113,7 +114,7 @@ type liveRun struct {
 	// teamConcurrency is the team's limit of runs holding a container.
 	teamConcurrency int
 	// upload is the run's workspace archive, removed when the run ends.
-	upload *upload
+	upload *admission.Upload
 	// session is the session a command runs in; empty for other runs.
 	session string
 	entries []logEntry
@@ -121,11 +122,8 @@ type liveRun struct {
 	done    chan struct{}
 	// out are the streams as the executor captures them: the run's
 	// output is held there once, for followers and for the final run.
-	out map[sandgate.Stream]*sandgate.OutputBuffer
-	// cancelRequested records that DELETE asked for the run's end, so an
-	// executor that saw only its context cancelled is reported as cancelled.
-	cancelRequested bool
-	cancel          context.CancelFunc
+	out    map[sandgate.Stream]*sandgate.OutputBuffer
+	cancel context.CancelFunc
 	// storeMu orders the run's store updates; finalStored, under it, says
 	// the end is stored, after which no earlier state is.
 	storeMu     sync.Mutex
@@ -313,19 +311,13 @@ func (l *liveRun) snapshotMeta() sandgate.Run {
 	return r
 }
 
-// requestCancel marks the run as cancelled by a client and returns its
-// context's cancel function.
+// requestCancel returns the run's context's cancel function, for a
+// cancel the executor did not take (the run was not in it yet). The
+// outcome is the executor's: a job whose context ends is cancelled.
 func (l *liveRun) requestCancel() context.CancelFunc {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.cancelRequested = true
 	return l.cancel
-}
-
-func (l *liveRun) wasCancelRequested() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.cancelRequested
 }
 
 // hub holds the runs executing on this node.

@@ -84,11 +84,13 @@ type Metrics struct {
 	runsActive func() int
 	// sessionsOpen counts the sessions open on this node.
 	sessionsOpen func() int
-	counter      ActiveContainerCounter
-	queue        QueueDepther
-	spool        SpoolSizer
-	spoolCounts  SpoolCounter
-	sinks        SinkReporter
+	// uploads reports the bytes uploads hold and how many are in flight.
+	uploads     func() (int64, int)
+	counter     ActiveContainerCounter
+	queue       QueueDepther
+	spool       SpoolSizer
+	spoolCounts SpoolCounter
+	sinks       SinkReporter
 }
 
 // NewMetrics creates the collectors and registers them on reg. A nil reg
@@ -173,6 +175,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			}
 			return float64(f())
 		}),
+		gauge("sandgate_upload_bytes", "Bytes held by uploads on this node: in flight (as declared) and spooled for queued runs.", func() float64 {
+			b, _ := m.uploadTotals()
+			return float64(b)
+		}),
+		gauge("sandgate_uploads_in_flight", "Uploads being read on this node.", func() float64 {
+			_, n := m.uploadTotals()
+			return float64(n)
+		}),
 		gauge("sandgate_runs_active", "Runs executing on this node.", func() float64 {
 			m.mu.Lock()
 			f := m.runsActive
@@ -250,10 +260,10 @@ func (m *Metrics) observeRequest(method, route string, status int, d time.Durati
 }
 
 // attach connects the gauges that read from the gateway's parts.
-func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int) {
+func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int, uploads func() (int64, int)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.runsActive, m.sessionsOpen = runsActive, sessionsOpen
+	m.runsActive, m.sessionsOpen, m.uploads = runsActive, sessionsOpen, uploads
 	if c, ok := d.Executor.(ActiveContainerCounter); ok {
 		m.counter = c
 	}
@@ -267,6 +277,17 @@ func (m *Metrics) attach(d Deps, runsActive, sessionsOpen func() int) {
 		m.spoolCounts = s
 	}
 	m.sinks = d.Sinks
+}
+
+// uploadTotals are the uploads' bytes and count, 0 before attach.
+func (m *Metrics) uploadTotals() (int64, int) {
+	m.mu.Lock()
+	f := m.uploads
+	m.mu.Unlock()
+	if f == nil {
+		return 0, 0
+	}
+	return f()
 }
 
 // The audit sinks' series, one per sink, read at each scrape.
@@ -463,7 +484,8 @@ func (m *Metrics) observeUsage(outcome sandgate.Outcome, u *sandgate.Usage) {
 	}
 }
 
-func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
+// Decided counts a decision of the policy in force (admission.Observer).
+func (m *Metrics) Decided(op sandgate.Operation, d sandgate.Decision) {
 	result := "denied"
 	if d.Allow {
 		result = "allowed"
@@ -476,6 +498,10 @@ func (m *Metrics) decision(op sandgate.Operation, d sandgate.Decision) {
 		m.ruleHits.WithLabelValues(v.Rule, "warn", result).Inc()
 	}
 }
+
+// TeamLimited counts a request refused for its team's limits
+// (admission.Observer).
+func (m *Metrics) TeamLimited(team string) { m.teamLimited.WithLabelValues(team).Inc() }
 
 // spoolCounter exports the i-th of SpoolCounts as a counter.
 func spoolCounter(name, help string, m *Metrics, i int) prometheus.Collector {

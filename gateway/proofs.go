@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -23,7 +24,7 @@ import (
 
 // proofs returns the trail's proofs, or NOT-FOUND when this gateway was
 // wired without them.
-func (s *Server) proofs() (sandgate.AuditProofs, error) {
+func (s proofRoutes) proofs() (sandgate.AuditProofs, error) {
 	if s.d.Proofs == nil {
 		return nil, sandgate.Errorf(sandgate.CodeNotFound, "this gateway serves no audit proofs")
 	}
@@ -62,7 +63,7 @@ func wantsJSON(c echo.Context) bool {
 }
 
 // auditCheckpoint is GET /v1/audit/checkpoint.
-func (s *Server) auditCheckpoint(c echo.Context) error {
+func (s proofRoutes) auditCheckpoint(c echo.Context) error {
 	if err := checkQuery(c, "chain"); err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func (s *Server) auditCheckpoint(c echo.Context) error {
 }
 
 // auditInclusion is GET /v1/audit/proof/inclusion.
-func (s *Server) auditInclusion(c echo.Context) error {
+func (s proofRoutes) auditInclusion(c echo.Context) error {
 	if err := checkQuery(c, "event_id", "tree_size"); err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (s *Server) auditInclusion(c echo.Context) error {
 }
 
 // auditConsistency is GET /v1/audit/proof/consistency.
-func (s *Server) auditConsistency(c echo.Context) error {
+func (s proofRoutes) auditConsistency(c echo.Context) error {
 	if err := checkQuery(c, "chain", "from", "to"); err != nil {
 		return err
 	}
@@ -137,7 +138,7 @@ func (s *Server) auditConsistency(c echo.Context) error {
 const maxCosignatureBody = 32 << 10
 
 // auditCosign is POST /v1/audit/checkpoint/cosignature.
-func (s *Server) auditCosign(c echo.Context) error {
+func (s proofRoutes) auditCosign(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -166,7 +167,7 @@ func (s *Server) auditCosign(c echo.Context) error {
 // receipt` builds, as a file. A submitter gets their team's runs only;
 // auditors and admins any run the trail holds, also one whose record
 // the run store no longer keeps.
-func (s *Server) runReceipt(c echo.Context) error {
+func (s proofRoutes) runReceipt(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -174,7 +175,7 @@ func (s *Server) runReceipt(c echo.Context) error {
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
 		return sandgate.Errorf(sandgate.CodeNotFound, "run %s not found", id)
 	}
-	if _, err := s.svc.get(ctx, who, id); err != nil && !(seesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
+	if _, err := s.admit(c, admission.ReadRun{Run: id}); err != nil && !(admission.SeesAllTeams(who) && sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound) {
 		return err
 	}
 	p, err := s.proofs()
@@ -197,7 +198,7 @@ const maxWitnessAlarmBody = 16 << 10
 // checkpoint it refused. The alarm must be signed by the key posted with
 // it; it is recorded as audit.witness_alarm (actor: the token's
 // principal) and counted in sandgate_audit_witness_alarms_total.
-func (s *Server) auditWitnessAlarm(c echo.Context) error {
+func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
@@ -221,16 +222,14 @@ func (s *Server) auditWitnessAlarm(c echo.Context) error {
 		return unavailable(err, "the audit trail")
 	}
 	who := principal(c)
-	ev := sandgate.Event{
-		ID: s.d.IDs(), Type: sandgate.EventAuditWitnessAlarm, Time: s.svc.now(), Outcome: a.Kind,
-		CorrelationID: correlationID(c), Actor: who.Name, Team: who.Team, Node: s.cfg.Node,
-		Payload: map[string]any{
+	ev := sandgate.NewAuditWitnessAlarm(sandgate.PrincipalSubject(who, correlationID(c), s.cfg.Node), s.d.Clock(), a.Kind,
+		map[string]any{
 			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
 			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
 			"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
 			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": req.Alarm,
-		},
-	}
+		})
+	ev.ID = s.d.IDs()
 	if err := s.d.Recorder.Record(ctx, ev); err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
 	}

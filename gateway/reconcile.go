@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 )
 
 // unfinishedStates are the states of a run a gateway process had not seen
@@ -34,10 +35,10 @@ const reconcileListTimeout = 30 * time.Second
 // for them to end. When the executor cannot adopt, the runs are ended as
 // lost. It returns UNAVAILABLE when the run store does not answer.
 func (s *Server) Reconcile(ctx context.Context) (int, error) {
-	return s.svc.reconcile(ctx)
+	return s.node.reconcile(ctx)
 }
 
-func (s *service) reconcile(ctx context.Context) (int, error) {
+func (s *node) reconcile(ctx context.Context) (int, error) {
 	if s.cluster != nil {
 		// Registered (heartbeat fresh) before the runs are listed: a
 		// survivor that would take this node over now finds it alive, or
@@ -58,7 +59,7 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 	if err != nil {
 		return sessions, err
 	}
-	runs = s.loseSessionCommands(ctx, runs)
+	runs = s.runs.loseSessionCommands(ctx, runs)
 	if len(runs) == 0 {
 		return sessions, nil
 	}
@@ -80,7 +81,7 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 	}
 	s.log.Info("reconciling unfinished runs of this node", "count", len(runs))
 	for _, run := range runs {
-		s.adopt(run, rec)
+		s.runs.adoptDone(run, rec, s.teams, func() {})
 	}
 	return sessions + len(runs), nil
 }
@@ -91,7 +92,7 @@ func (s *service) reconcile(ctx context.Context) (int, error) {
 // idle timer started again from the last use the store knows. A session
 // whose container is gone ends with reason lost. It returns how many it
 // took over.
-func (s *service) reconcileSessions(ctx context.Context, rec sandgate.Reconciler) (int, error) {
+func (s *node) reconcileSessions(ctx context.Context, rec sandgate.Reconciler) (int, error) {
 	if s.d.Sessions == nil {
 		return 0, nil
 	}
@@ -115,14 +116,14 @@ func (s *service) reconcileSessions(ctx context.Context, rec sandgate.Reconciler
 			if ss.ContainerID == "" {
 				msg = "the gateway restarted before the session's container ran"
 			}
-			s.endSession(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
+			s.sessions.end(l, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
 				Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, log)
 			continue
 		}
 		rec.Hold(ss.ID)
 		rec.HoldContainers(ss.ContainerID)
-		release := s.teams.hold(ss.Team, ss.Spec.Resources)
-		s.openSession(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
+		release := s.teams.Hold(ss.Team, ss.Spec.Resources)
+		s.sessions.start(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
 	}
 	if n > 0 {
 		s.log.Info("reconciling open sessions of this node", "count", n)
@@ -133,7 +134,7 @@ func (s *service) reconcileSessions(ctx context.Context, rec sandgate.Reconciler
 // loseSessionCommands ends as lost the unfinished runs that were commands
 // in a session: their process is not followed after a restart (the
 // session, when adopted, goes on). It returns the other runs.
-func (s *service) loseSessionCommands(ctx context.Context, runs []sandgate.Run) []sandgate.Run {
+func (s *runs) loseSessionCommands(ctx context.Context, runs []sandgate.Run) []sandgate.Run {
 	if s.d.Sessions == nil {
 		return runs
 	}
@@ -144,7 +145,7 @@ func (s *service) loseSessionCommands(ctx context.Context, runs []sandgate.Run) 
 			out = append(out, run)
 			continue
 		}
-		if _, err := uuid.Parse(sid); err != nil {
+		if _, err := uuid.Parse(sid); err != nil || s.d.Sessions == nil {
 			out = append(out, run)
 			continue
 		}
@@ -157,23 +158,24 @@ func (s *service) loseSessionCommands(ctx context.Context, runs []sandgate.Run) 
 			continue
 		}
 		msg := "the gateway restarted while the command ran in its session; its process was not followed"
-		final := run
-		applyResult(&final, sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
-			Error: &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}}, nil, s.now())
-		s.d.Recorder.Emit(sandgate.Event{
-			Type: sandgate.EventRunLost, Time: s.now(), Outcome: string(sandgate.OutcomeLost),
-			CorrelationID: run.CorrelationID, RunID: run.ID, DecisionID: run.DecisionID,
-			ContainerID: run.ContainerID, Actor: run.Principal, Team: run.Team, Node: s.cfg.Node,
-			Payload: map[string]any{"reason": msg, "reconciled": true, "session_id": sid},
-		})
-		lr := newLiveRun(run, run.Spec.OutputLimitBytes)
-		s.store(lr, final, s.log.With("run_id", run.ID))
+		s.lose(run, msg, sandgate.CodeContainerCreate, map[string]any{"reason": msg, "reconciled": true, "session_id": sid})
 	}
 	return out
 }
 
+// lose ends a run this node cannot follow as lost with msg: run.lost in
+// the trail, the end in the store.
+func (s *runs) lose(run sandgate.Run, msg string, code sandgate.ErrorCode, payload map[string]any) {
+	res := sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(), Error: &sandgate.ErrorInfo{Code: code, Message: msg}}
+	final := run
+	applyResult(&final, res, nil, s.now())
+	s.d.Recorder.Emit(sandgate.NewRunLost(sandgate.RunSubject(run, s.cfg.Node), s.now(), res, payload))
+	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
+	s.store(lr, final, s.log.With("run_id", run.ID))
+}
+
 // unfinishedRuns lists every run of this node that is not finished.
-func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
+func (s *node) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
 	ctx, cancel := context.WithTimeout(ctx, reconcileListTimeout)
 	defer cancel()
 	var out []sandgate.Run
@@ -200,22 +202,16 @@ func (s *service) unfinishedRuns(ctx context.Context) ([]sandgate.Run, error) {
 	return out, nil
 }
 
-// adopt finishes one unfinished run in its own goroutine.
-func (s *service) adopt(run sandgate.Run, rec sandgate.Reconciler) {
-	s.adoptDone(run, rec, func() {})
-}
-
-// adoptDone is adopt, calling done once the run has ended and been
-// stored.
-func (s *service) adoptDone(run sandgate.Run, rec sandgate.Reconciler, done func()) {
+// adoptDone finishes one unfinished run in its own goroutine, calling
+// done once the run has ended and been stored. The run holds its place in
+// its team's count (teams) whatever the limits: it was admitted before.
+func (s *runs) adoptDone(run sandgate.Run, rec sandgate.Reconciler, teams *admission.Teams, done func()) {
 	// The stored spec is the admitted one: its output limit is set.
 	lr := newLiveRun(run, run.Spec.OutputLimitBytes)
 	ctx, cancel := context.WithCancel(s.runCtx)
 	lr.cancel = cancel
 	s.live.add(run.ID, lr)
-	// It holds its team's resources like any run, limits or not: it was
-	// admitted before the restart.
-	release := s.teams.hold(run.Team, run.Spec.Resources)
+	release := teams.Hold(run.Team, run.Spec.Resources)
 	s.holdSlot(run)
 	s.wg.Add(1)
 	go func() {
@@ -229,7 +225,7 @@ func (s *service) adoptDone(run sandgate.Run, rec sandgate.Reconciler, done func
 }
 
 // finishAdopted drives an adopted run to its end and stores the result.
-func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.Reconciler) {
+func (s *runs) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.Reconciler) {
 	defer s.live.remove(lr.run.ID)
 	run := lr.snapshot()
 	log := s.log.With("run_id", run.ID, "correlation_id", run.CorrelationID)
@@ -264,12 +260,7 @@ func (s *service) finishAdopted(ctx context.Context, lr *liveRun, rec sandgate.R
 		msg := "the gateway restarted and its executor cannot take over running containers"
 		res = sandgate.Result{Outcome: sandgate.OutcomeLost, FinishedAt: s.now(),
 			Error: &sandgate.ErrorInfo{Code: sandgate.CodeInternal, Message: msg}}
-		s.d.Recorder.Emit(sandgate.Event{
-			Type: sandgate.EventRunLost, Time: s.now(), Outcome: string(sandgate.OutcomeLost),
-			CorrelationID: run.CorrelationID, RunID: run.ID, DecisionID: run.DecisionID,
-			ContainerID: run.ContainerID, Actor: run.Principal, Team: run.Team, Node: s.cfg.Node,
-			Payload: map[string]any{"reason": msg, "reconciled": true},
-		})
+		s.d.Recorder.Emit(sandgate.NewRunLost(sandgate.RunSubject(run, s.cfg.Node), s.now(), res, map[string]any{"reason": msg, "reconciled": true}))
 	}
 	s.complete(lr, res, err, log, "adopted run finished")
 }

@@ -92,7 +92,7 @@ func TestReconcile(t *testing.T) {
 			e := newEnv(t)
 			for _, r := range seed {
 				r.Principal, r.Team, r.CreatedAt = "alice", "payments", now
-				if _, _, err := e.store.CreateRun(context.Background(), &r); err != nil {
+				if err := e.store.CreateRun(context.Background(), &r); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,9 +9,11 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -58,12 +59,23 @@ type replayQuery struct {
 	drift bool
 }
 
+// replays runs policy replays: the trail's recorded decisions read back,
+// each re-evaluated through the gate (admission.Replay) with a candidate
+// bundle, and the changes reported.
+type replays struct {
+	base
+	gate *admission.Gate
+	mask sandgate.Masker
+	// replaying holds the one policy replay this gateway runs at a time.
+	replaying sync.Mutex
+}
+
 // replay evaluates the recorded admission inputs of the range with the
 // candidate bundle made of q.files and reports the decisions that would
 // change. Nothing runs and nothing but the replay's own policy.replayed
 // event is written. A candidate the engine refuses is POLICY-INVALID (or
 // INVALID-REQUEST for bad file names), recorded as a refused replay.
-func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
+func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery) (api.ReplayReport, error) {
 	loader, ok := s.d.Policies.(sandgate.CandidateLoader)
 	if !ok {
 		if loader, ok = s.d.Admitter.(sandgate.CandidateLoader); !ok {
@@ -90,10 +102,11 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 		return api.ReplayReport{}, unavailable(err, "the policy engine")
 	}
 	r := &replayer{
+		gate:     s.gate,
 		cand:     cand,
 		examples: q.examples,
 		current:  s.d.Policies.Status().Revision,
-		fallback: s.policySettings(),
+		fallback: s.gate.Settings(),
 		rep: api.ReplayReport{
 			CandidateRevision: cand.Revision(),
 			CurrentRevision:   s.d.Policies.Status().Revision,
@@ -125,7 +138,7 @@ func (s *service) replay(ctx context.Context, p sandgate.Principal, corr string,
 // recordReplay commits the replay's policy.replayed event: the candidate's
 // revision and files, the filters and the counts (rep), or the reason the
 // candidate was refused (refused).
-func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
+func (s *replays) recordReplay(ctx context.Context, p sandgate.Principal, corr string, q replayQuery, rep *api.ReplayReport, refused error) error {
 	filter := map[string]any{"limit": q.limit}
 	if q.team != "" {
 		filter["team"] = q.team
@@ -156,11 +169,9 @@ func (s *service) recordReplay(ctx context.Context, p sandgate.Principal, corr s
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	err := s.d.Recorder.Record(rctx, sandgate.Event{
-		Type: sandgate.EventPolicyReplayed, Time: s.now(), Outcome: outcome, CorrelationID: corr,
-		Actor: p.Name, Team: p.Team, Node: s.cfg.Node, PolicyRevision: s.d.Policies.Status().Revision,
-		Payload: payload,
-	})
+	subject := sandgate.PrincipalSubject(p, corr, s.cfg.Node)
+	subject.PolicyRevision = s.d.Policies.Status().Revision
+	err := s.d.Recorder.Record(rctx, sandgate.NewPolicyReplayed(subject, s.now(), outcome, payload))
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the replay now; retry later")
 	}
@@ -210,6 +221,7 @@ func timePtr(t time.Time) *time.Time {
 
 // replayer is one replay: the candidate, and the report it builds.
 type replayer struct {
+	gate     *admission.Gate
 	cand     sandgate.PolicyCandidate
 	examples int
 	// fallback are the settings a record without its own is replayed with.
@@ -230,7 +242,8 @@ const (
 )
 
 // run reads the range's records page by page and replays each decision,
-// until the range or the limit ends.
+// until the range or the limit ends. A decision's input is its request's
+// record (run.requested), or a review's own.
 func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQuery) error {
 	f := sandgate.AuditFilter{Types: replayTypes, Team: q.team, Since: q.since, Until: q.until, Limit: replayPage}
 	pending := map[string]sandgate.AuditRecord{}
@@ -259,9 +272,9 @@ func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQ
 					continue
 				}
 				delete(pending, rec.DecisionID)
-				err = r.one(ctx, req, rec, sandgate.OperationRun)
+				err = r.one(ctx, req, rec)
 			case sandgate.EventAdmissionReviewed:
-				err = r.one(ctx, rec, rec, sandgate.OperationReview)
+				err = r.one(ctx, rec, rec)
 			}
 			if err != nil {
 				return err
@@ -277,19 +290,13 @@ func (r *replayer) run(ctx context.Context, trail sandgate.AuditTrail, q replayQ
 }
 
 // one replays the decision recorded in dec whose input req records.
-func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sandgate.Operation) error {
-	doc, ok := req.Payload["spec"].(map[string]any)
+func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord) error {
+	rec, exact, ok := r.record(req)
 	if !ok {
 		r.rep.Skipped++
 		return nil
 	}
-	spec, err := specFromDoc(doc)
-	if err != nil {
-		r.rep.Skipped++
-		return nil
-	}
-	in, exact := r.input(req, op, spec)
-	got, err := r.cand.Decide(ctx, in)
+	got, err := r.gate.Reevaluate(ctx, rec, r.cand)
 	if err != nil {
 		return err
 	}
@@ -300,9 +307,9 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 		r.rep.Approximate++
 	}
 	dependent := false
-	if hasMasked(doc) {
+	if doc, _ := req.Payload["spec"].(map[string]any); hasMasked(doc) {
 		r.rep.MaskedInputs++
-		if dependent, err = r.maskDependent(ctx, in, doc, got); err != nil {
+		if dependent, err = r.maskDependent(ctx, rec, doc, got); err != nil {
 			return err
 		}
 		if dependent {
@@ -314,12 +321,12 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 	newRules := denyRules(got.Violations)
 	ex := api.ReplayExample{
 		DecisionID: dec.DecisionID, RunID: dec.RunID, CorrelationID: dec.CorrelationID,
-		Principal: dec.Actor, Team: dec.Team, Operation: string(op), RecordedAt: at,
+		Principal: dec.Actor, Team: dec.Team, Operation: string(rec.Input.Operation), RecordedAt: at,
 		RecordedRevision: dec.PolicyRevision, RecordedAllow: oldAllow, RecordedRules: oldRules,
 		CandidateAllow: got.Allow, CandidateRules: newRules, Approximate: !exact, MaskDependent: dependent,
 	}
 	if r.inForce != nil {
-		if err := r.drift(ctx, in, ex); err != nil {
+		if err := r.drift(ctx, rec, ex); err != nil {
 			return err
 		}
 	}
@@ -340,11 +347,10 @@ func (r *replayer) one(ctx context.Context, req, dec sandgate.AuditRecord, op sa
 	return nil
 }
 
-// drift evaluates in with the policy in force and counts the decision
-// when it differs from the record ex describes. The policy in force puts
-// its own settings in the input.
-func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api.ReplayExample) error {
-	d, err := r.inForce.Decide(ctx, in)
+// drift evaluates the record with the policy in force and counts the
+// decision when it differs from the record ex describes.
+func (r *replayer) drift(ctx context.Context, rec sandgate.DecisionRecord, ex api.ReplayExample) error {
+	d, err := r.gate.Reevaluate(ctx, rec, r.inForce)
 	if err != nil {
 		return err
 	}
@@ -364,14 +370,32 @@ func (r *replayer) drift(ctx context.Context, in sandgate.AdmissionInput, ex api
 	return nil
 }
 
-// input rebuilds the policy input a record holds, and reports whether it
-// is exact: records made before the trail kept the principal's roles and
-// the settings are replayed with the submitter role for runs (the role
-// POST /v1/runs requires), none for reviews, and the gateway's settings.
-func (r *replayer) input(rec sandgate.AuditRecord, op sandgate.Operation, spec sandgate.RunSpec) (sandgate.AdmissionInput, bool) {
+// record reads the decision record a request's event holds, and whether
+// it is exact. A record written in the one shape (sandgate.DecisionRecord)
+// is the input exactly as the engine saw it, whatever the operation.
+// Records written before are rebuilt as well as they can be: as operation
+// run (or review), with the submitter role for runs (the role POST
+// /v1/runs requires), none for reviews, and the settings they kept or
+// the gateway's; they are approximate.
+func (r *replayer) record(req sandgate.AuditRecord) (sandgate.DecisionRecord, bool, bool) {
+	if rec, ok := sandgate.ReadDecisionRecord(req.Payload); ok {
+		return rec, true, true
+	}
+	doc, ok := req.Payload["spec"].(map[string]any)
+	if !ok {
+		return sandgate.DecisionRecord{}, false, false
+	}
+	spec, err := specFromDoc(doc)
+	if err != nil {
+		return sandgate.DecisionRecord{}, false, false
+	}
+	op := sandgate.OperationRun
+	if req.Type == sandgate.EventAdmissionReviewed {
+		op = sandgate.OperationReview
+	}
 	exact := true
-	p := sandgate.Principal{Name: rec.Actor, Team: rec.Team, Roles: []sandgate.Role{}}
-	if raw, ok := rec.Payload["principal_roles"].([]any); ok {
+	p := sandgate.Principal{Name: req.Actor, Team: req.Team, Roles: []sandgate.Role{}}
+	if raw, ok := req.Payload["principal_roles"].([]any); ok {
 		for _, v := range raw {
 			if s, ok := v.(string); ok {
 				p.Roles = append(p.Roles, sandgate.Role(s))
@@ -383,19 +407,25 @@ func (r *replayer) input(rec sandgate.AuditRecord, op sandgate.Operation, spec s
 			p.Roles = append(p.Roles, sandgate.RoleSubmitter)
 		}
 	}
-	st, ok := recordedSettings(rec.Payload["settings"])
+	st, ok := recordedSettings(req.Payload["settings"])
 	if !ok {
 		exact = false
 		st = r.fallback
 		st.MountRoots = slices.Clone(st.MountRoots)
 	}
-	return sandgate.AdmissionInput{
+	// A session's and a command's decisions recorded before the one shape
+	// kept neither their operation nor their session in the input.
+	if o, _ := req.Payload["operation"].(string); o != "" && o != string(op) {
+		exact = false
+	}
+	return sandgate.DecisionRecord{Input: sandgate.AdmissionInput{
 		APIVersion: sandgate.APIVersion, Operation: op, Principal: p,
 		Request: sandgate.Normalized{RunSpec: spec}, Settings: st,
-	}, exact
+	}}, exact, true
 }
 
-// recordedSettings reads the settings recordInput wrote.
+// recordedSettings reads the settings a record written before the one
+// shape kept.
 func recordedSettings(v any) (sandgate.Settings, bool) {
 	m, ok := v.(map[string]any)
 	if !ok {
@@ -420,7 +450,7 @@ func recordedSettings(v any) (sandgate.Settings, bool) {
 // with every masked value replaced by "". The replay cannot know the
 // values themselves; a rule that treats a hash and "" alike but the real
 // value otherwise goes unseen.
-func (r *replayer) maskDependent(ctx context.Context, in sandgate.AdmissionInput, doc map[string]any, got sandgate.Decision) (bool, error) {
+func (r *replayer) maskDependent(ctx context.Context, rec sandgate.DecisionRecord, doc map[string]any, got sandgate.Decision) (bool, error) {
 	for _, v := range slices.Concat(got.Violations, got.Warnings) {
 		if strings.Contains(v.Message, sandgate.MaskPrefix) {
 			return true, nil
@@ -430,8 +460,8 @@ func (r *replayer) maskDependent(ctx context.Context, in sandgate.AdmissionInput
 	if err != nil {
 		return true, nil
 	}
-	in.Request = sandgate.Normalized{RunSpec: spec}
-	alt, err := r.cand.Decide(ctx, in)
+	rec.Input.Request = sandgate.Normalized{RunSpec: spec}
+	alt, err := r.gate.Reevaluate(ctx, rec, r.cand)
 	if err != nil {
 		return false, err
 	}
@@ -449,150 +479,4 @@ func specFromDoc(doc map[string]any) (sandgate.RunSpec, error) {
 	var spec sandgate.RunSpec
 	err = json.Unmarshal(raw, &spec)
 	return spec, err
-}
-
-// hasMasked reports whether v holds a masked value.
-func hasMasked(v any) bool {
-	switch x := v.(type) {
-	case string:
-		return strings.HasPrefix(x, sandgate.MaskPrefix)
-	case map[string]any:
-		for _, e := range x {
-			if hasMasked(e) {
-				return true
-			}
-		}
-	case []any:
-		for _, e := range x {
-			if hasMasked(e) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// unmasked is a copy of v with every masked value replaced by "".
-func unmasked(v any) any {
-	switch x := v.(type) {
-	case string:
-		if strings.HasPrefix(x, sandgate.MaskPrefix) {
-			return ""
-		}
-		return x
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[k] = unmasked(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = unmasked(e)
-		}
-		return out
-	}
-	return v
-}
-
-// recordedVerdict reads a recorded decision: allowed or not, and its
-// denying rules.
-func recordedVerdict(rec sandgate.AuditRecord) (bool, []string) {
-	allow, ok := rec.Payload["allow"].(bool)
-	if !ok {
-		allow = rec.Type == sandgate.EventAdmissionAllowed || rec.Outcome == "allowed"
-	}
-	rules := []string{}
-	list, _ := rec.Payload["violations"].([]any)
-	for _, v := range list {
-		m, _ := v.(map[string]any)
-		rule, _ := m["rule"].(string)
-		if action, _ := m["action"].(string); rule == "" || action == "warn" {
-			continue
-		}
-		if !slices.Contains(rules, rule) {
-			rules = append(rules, rule)
-		}
-	}
-	slices.Sort(rules)
-	return allow, rules
-}
-
-// denyRules are the rules of the violations that deny, sorted, once each.
-func denyRules(vs []sandgate.Violation) []string {
-	rules := []string{}
-	for _, v := range vs {
-		if v.Action != "warn" && !slices.Contains(rules, v.Rule) {
-			rules = append(rules, v.Rule)
-		}
-	}
-	slices.Sort(rules)
-	return rules
-}
-
-// without is a less b.
-func without(a, b []string) []string {
-	out := []string{}
-	for _, x := range a {
-		if !slices.Contains(b, x) {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// changeSet gathers the decisions of one kind of change by rule.
-type changeSet struct {
-	count  int
-	groups map[[2]string]*api.ReplayRuleGroup
-}
-
-// add counts a decision under each rule it added and removed, keeping the
-// first examples of each.
-func (c *changeSet) add(ex api.ReplayExample, added, removed []string, examples int) {
-	c.count++
-	if c.groups == nil {
-		c.groups = map[[2]string]*api.ReplayRuleGroup{}
-	}
-	put := func(rule, change string) {
-		k := [2]string{rule, change}
-		g := c.groups[k]
-		if g == nil {
-			g = &api.ReplayRuleGroup{Rule: rule, Change: change, Examples: []api.ReplayExample{}}
-			c.groups[k] = g
-		}
-		g.Count++
-		if len(g.Examples) < examples {
-			g.Examples = append(g.Examples, ex)
-		}
-	}
-	for _, rule := range added {
-		put(rule, api.ReplayRuleAdded)
-	}
-	for _, rule := range removed {
-		put(rule, api.ReplayRuleRemoved)
-	}
-}
-
-// view is the change set as the report shows it: the most frequent rule
-// first.
-func (c *changeSet) view() api.ReplayChanges {
-	out := api.ReplayChanges{Count: c.count, Rules: make([]api.ReplayRuleGroup, 0, len(c.groups))}
-	for _, g := range c.groups {
-		out.Rules = append(out.Rules, *g)
-	}
-	slices.SortFunc(out.Rules, func(a, b api.ReplayRuleGroup) int {
-		return cmp.Or(b.Count-a.Count, cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Change, b.Change))
-	})
-	return out
-}
-
-// report is the replay's report as it stands.
-func (r *replayer) report() api.ReplayReport {
-	rep := r.rep
-	rep.NewlyDenied = r.changes[newlyDenied].view()
-	rep.NewlyAllowed = r.changes[newlyAllowed].view()
-	rep.Changed = r.changes[changedRules].view()
-	return rep
 }

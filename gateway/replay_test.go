@@ -229,9 +229,11 @@ func TestReplayReportsChangedDecisions(t *testing.T) {
 	}
 }
 
-// TestReplayRecordsInputs: runs and reviews record the principal's roles
-// and the settings, so that a replay is exact; records without them are
-// replayed approximately, with the submitter role for a run.
+// TestReplayRecordsInputs: runs and reviews record their decision's
+// input in the one shape (the operation, the principal with its roles and
+// how it signed in, the spec, the settings), so that a replay is exact;
+// records written before are replayed approximately, with the submitter
+// role for a run.
 func TestReplayRecordsInputs(t *testing.T) {
 	e := newEnv(t)
 	recordHistory(t, e)
@@ -239,10 +241,11 @@ func TestReplayRecordsInputs(t *testing.T) {
 		if ev.Type != sandgate.EventRunRequested && ev.Type != sandgate.EventAdmissionReviewed {
 			continue
 		}
-		roles, _ := ev.Payload["principal_roles"].([]string)
-		st, _ := ev.Payload["settings"].(map[string]any)
-		if len(roles) != 1 || st == nil || !slices.Equal(st["mount_roots"].([]string), []string{"/srv/work"}) {
-			t.Errorf("%s by %s: roles %v settings %v", ev.Type, ev.Actor, roles, st)
+		rec, ok := sandgate.ReadDecisionRecord(generic(ev.Payload).(map[string]any))
+		in := rec.Input
+		if !ok || len(in.Principal.Roles) != 1 || in.Principal.Name != ev.Actor || rec.SignIn != sandgate.SignInToken ||
+			!slices.Equal(in.Settings.MountRoots, []string{"/srv/work"}) || len(in.Request.Command) == 0 {
+			t.Errorf("%s by %s: record %+v (read %v)", ev.Type, ev.Actor, rec, ok)
 		}
 	}
 	// An older record: no roles, no settings.
@@ -336,11 +339,11 @@ func TestReplayBounds(t *testing.T) {
 	if last.Outcome != "refused" || !slices.Equal(last.Payload["errors"].([]string), []string{"broken.rego:1: rego_parse_error: unexpected eof"}) {
 		t.Errorf("the refused replay's event: %+v", last)
 	}
-	e.srv.svc.replaying.Lock()
+	e.srv.replays.replaying.Lock()
 	if r := e.do(http.MethodPost, "/v1/policies/replay", tokAdmin, replayBody(`{}`)); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
 		t.Errorf("a second replay at once: %d %s", r.status, r.body)
 	}
-	e.srv.svc.replaying.Unlock()
+	e.srv.replays.replaying.Unlock()
 	for _, tok := range []string{tokAlice, tokAuditor} {
 		if r := e.do(http.MethodPost, "/v1/policies/replay", tok, replayBody(`{}`)); r.status != http.StatusForbidden {
 			t.Errorf("replay by %s: %d, want 403", tok, r.status)

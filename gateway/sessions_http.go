@@ -1,41 +1,38 @@
 package gateway
 
 import (
-	"archive/tar"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/workspace"
 )
 
 // createSession is POST /v1/sessions: 201 with the open session.
-func (s *Server) createSession(c echo.Context) error {
+func (s sessionRoutes) createSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
 	if err := requireJSON(c); err != nil {
 		return err
 	}
-	spec, err := sandgate.DecodeSessionSpec(c.Request().Body)
+	body, err := requestBody(c)
 	if err != nil {
 		return err
 	}
-	ss, err := s.svc.createSession(c.Request().Context(), principal(c), correlationID(c), spec)
+	ans, err := s.admit(c, admission.OpenSession{Body: body})
 	if err != nil {
 		return err
 	}
+	ss := ans.Session
 	c.Response().Header().Set("Location", "/v1/sessions/"+ss.ID)
 	status := http.StatusCreated
 	if ss.StartedAt == nil {
@@ -45,7 +42,7 @@ func (s *Server) createSession(c echo.Context) error {
 }
 
 // listSessions is GET /v1/sessions.
-func (s *Server) listSessions(c echo.Context) error {
+func (s sessionRoutes) listSessions(c echo.Context) error {
 	if err := checkQuery(c, "state", "limit"); err != nil {
 		return err
 	}
@@ -60,7 +57,7 @@ func (s *Server) listSessions(c echo.Context) error {
 		}
 		f.Limit = n
 	}
-	list, err := s.svc.listSessions(c.Request().Context(), principal(c), f)
+	list, err := s.node.sessions.list(c.Request().Context(), principal(c), f)
 	if err != nil {
 		return err
 	}
@@ -68,27 +65,28 @@ func (s *Server) listSessions(c echo.Context) error {
 }
 
 // getSession is GET /v1/sessions/{id}.
-func (s *Server) getSession(c echo.Context) error {
+func (s sessionRoutes) getSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ss, err := s.svc.getSession(c.Request().Context(), principal(c), c.Param("id"))
+	ans, err := s.admit(c, admission.ReadSession{Session: c.Param("id")})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.SessionView(*ss))
+	return c.JSON(http.StatusOK, api.SessionView(*ans.Session))
 }
 
 // deleteSession is DELETE /v1/sessions/{id}: 200 once the session has
 // ended, 202 while it is still stopping.
-func (s *Server) deleteSession(c echo.Context) error {
+func (s sessionRoutes) deleteSession(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
 	}
-	ss, err := s.svc.deleteSession(c.Request().Context(), principal(c), c.Param("id"))
+	ans, err := s.admit(c, admission.EndSession{Session: c.Param("id")})
 	if err != nil {
 		return err
 	}
+	ss := ans.Session
 	status := http.StatusOK
 	if ss.State != sandgate.SessionEnded {
 		status = http.StatusAccepted
@@ -98,7 +96,7 @@ func (s *Server) deleteSession(c echo.Context) error {
 
 // execInSession is POST /v1/sessions/{id}/runs: the command's run, 202
 // with Location, or 200 when ?wait saw it finish.
-func (s *Server) execInSession(c echo.Context) error {
+func (s sessionRoutes) execInSession(c echo.Context) error {
 	if err := checkQuery(c, "wait"); err != nil {
 		return err
 	}
@@ -109,15 +107,16 @@ func (s *Server) execInSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	x, err := sandgate.DecodeExecSpec(c.Request().Body)
+	body, err := requestBody(c)
 	if err != nil {
 		return err
 	}
 	ctx, p := c.Request().Context(), principal(c)
-	run, err := s.svc.execInSession(ctx, p, correlationID(c), c.Param("id"), x)
+	ans, err := s.admit(c, admission.Command{Session: c.Param("id"), Body: body})
 	if err != nil {
 		return err
 	}
+	run := ans.Run
 	if wait > 0 && run.State != sandgate.StateFinished {
 		if r, err := s.waitRun(ctx, p, run.ID, wait); err == nil {
 			run = r
@@ -142,9 +141,9 @@ var archiveFormats = map[string]string{
 
 // putSessionFiles is PUT /v1/sessions/{id}/files?path=: a file written at
 // path, or (by Content-Type) a tar, tar.gz or zip unpacked in the
-// directory path names. The body is spooled to a file first, at most
-// MaxWorkspaceBytes.
-func (s *Server) putSessionFiles(c echo.Context) error {
+// directory path names. The gate spools the body to a file, at most
+// MaxWorkspaceBytes, once the session is found to be the caller's.
+func (s sessionRoutes) putSessionFiles(c echo.Context) error {
 	if err := checkQuery(c, "path", "mode"); err != nil {
 		return err
 	}
@@ -175,107 +174,31 @@ func (s *Server) putSessionFiles(c echo.Context) error {
 			return err
 		}
 	}
-	f, size, sum, err := s.spoolBody(c.Request().Body, path, format, mode)
+	body, err := requestBody(c)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		f.Close()
-		os.Remove(f.Name())
-	}()
-	d, err := s.svc.putFiles(c.Request().Context(), principal(c), correlationID(c), c.Param("id"),
-		sandgate.FileUpload{Path: path, Format: format, Body: f, Size: size}, sum)
+	// The gate finds the session and checks whose it is before a byte of
+	// the body is read, and counts the upload before it reads it.
+	ans, err := s.admit(c,
+		admission.PutFiles{Session: c.Param("id"), Path: path, Format: format, Mode: mode, Body: body})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.FileResult(d))
-}
-
-// spoolBody writes the body to a temporary file: as it is for an
-// archive, as a tar of the one entry path for a file, whose content's
-// SHA-256 it returns as well (the digest the trail records for it).
-func (s *Server) spoolBody(body io.Reader, path, format string, mode int64) (*os.File, int64, string, error) {
-	if err := os.MkdirAll(s.cfg.UploadDir, 0o700); err != nil {
-		return nil, 0, "", sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
-	}
-	f, err := os.CreateTemp(s.cfg.UploadDir, "session-*.upload")
-	if err != nil {
-		return nil, 0, "", sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
-	}
-	fail := func(err error) (*os.File, int64, string, error) {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, 0, "", err
-	}
-	limit := s.cfg.MaxWorkspaceBytes
-	if format != sandgate.FileFormatFile {
-		n, err := io.Copy(f, io.LimitReader(body, limit+1))
-		if err != nil {
-			return fail(bodyError(err, "body"))
-		}
-		if n > limit {
-			return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the archive exceeds %d bytes", limit))
-		}
-		return f, n, "", nil
-	}
-	// The file's size is needed before its bytes in a tar header: the
-	// bytes go to the file first, after room for the header.
-	const hdrRoom = 4096
-	if _, err := f.Seek(hdrRoom, io.SeekStart); err != nil {
-		return fail(err)
-	}
-	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, limit+1))
-	if err != nil {
-		return fail(bodyError(err, "body"))
-	}
-	if n > limit {
-		return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the file exceeds %d bytes", limit))
-	}
-	sum := hex.EncodeToString(h.Sum(nil))
-	out, err := os.CreateTemp(s.cfg.UploadDir, "session-*.upload")
-	if err != nil {
-		return fail(sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now"))
-	}
-	tw := tar.NewWriter(out)
-	hdr := &tar.Header{Name: path, Mode: mode, Size: n, Typeflag: tar.TypeReg, ModTime: time.Now(), Format: tar.FormatPAX}
-	if err := tw.WriteHeader(hdr); err == nil {
-		_, err = io.Copy(tw, io.NewSectionReader(f, hdrRoom, n))
-		if err == nil {
-			err = tw.Close()
-		}
-		if err != nil {
-			out.Close()
-			os.Remove(out.Name())
-			return fail(err)
-		}
-	} else {
-		out.Close()
-		os.Remove(out.Name())
-		return fail(sandgate.FieldError("path", "cannot name a file: %v", err))
-	}
-	f.Close()
-	os.Remove(f.Name())
-	st, err := out.Stat()
-	if err != nil {
-		out.Close()
-		os.Remove(out.Name())
-		return nil, 0, "", err
-	}
-	return out, st.Size(), sum, nil
+	return c.JSON(http.StatusOK, api.FileResult(ans.File))
 }
 
 // getSessionFiles is GET /v1/sessions/{id}/files?path=: the file, or the
 // directory as a tar (application/x-tar). X-Content-SHA256 is not sent:
 // the digest is known only at the end, and the trail records it.
-func (s *Server) getSessionFiles(c echo.Context) error {
+func (s sessionRoutes) getSessionFiles(c echo.Context) error {
 	if err := checkQuery(c, "path"); err != nil {
 		return err
 	}
 	path := c.QueryParam("path")
 	w := c.Response()
-	_, err := s.svc.getFiles(c.Request().Context(), principal(c), correlationID(c), c.Param("id"), path,
-		func(kind string) (writer, error) {
+	_, err := s.admit(c, admission.GetFiles{Session: c.Param("id"), Path: path,
+		Out: func(kind string) (io.Writer, error) {
 			ct := "application/octet-stream"
 			name := path
 			if kind == sandgate.FileFormatTar {
@@ -290,7 +213,7 @@ func (s *Server) getSessionFiles(c echo.Context) error {
 			w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", sanitizeFilename(base)))
 			w.WriteHeader(http.StatusOK)
 			return w, nil
-		})
+		}})
 	if err != nil && w.Committed {
 		// The answer has begun: it is cut short, and the trail says why.
 		s.logger(c).Warn("session file read stopped", "error", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -23,7 +24,7 @@ const storePoll = time.Second
 // exit event. A finished run replays its stored output. Each event's id is
 // the stream position after it ("entry.stdout_bytes.stderr_bytes"), so a
 // client may resume with Last-Event-ID, live or after the run ended.
-func (s *Server) runLogs(c echo.Context) error {
+func (s logRoutes) runLogs(c echo.Context) error {
 	if err := checkQuery(c, "follow"); err != nil {
 		return err
 	}
@@ -44,19 +45,20 @@ func (s *Server) runLogs(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	p := principal(c)
-	run, err := s.svc.get(ctx, p, c.Param("id"))
+	ans, err := s.admit(c, admission.ReadRun{Run: c.Param("id")})
 	if err != nil {
 		return err
 	}
+	run := ans.Run
 	sw := &sseWriter{c: c}
 	sw.begin()
-	if lr := s.svc.live.get(run.ID); lr != nil {
+	if lr := s.node.runs.live.get(run.ID); lr != nil {
 		return s.streamLive(ctx, sw, lr, cur, follow)
 	}
 	return s.streamStored(ctx, sw, p, run, cur, follow)
 }
 
-func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
+func (s logRoutes) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur logCursor, follow bool) error {
 	heartbeat := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer heartbeat.Stop()
 	for {
@@ -86,7 +88,7 @@ func (s *Server) streamLive(ctx context.Context, sw *sseWriter, lr *liveRun, cur
 // streamStored replays a run from the store, from the cursor's offsets. A
 // run that is not finished and not live here executes on another node: its
 // state is sent, and when following, the store is polled until it ends.
-func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
+func (s logRoutes) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Principal, run *sandgate.Run, cur logCursor, follow bool) error {
 	cur.next = 0
 	send := func(name string, v any) error {
 		data, err := marshal(v)
@@ -109,12 +111,12 @@ func (s *Server) streamStored(ctx context.Context, sw *sseWriter, p sandgate.Pri
 			case <-s.stopping:
 				return nil
 			}
-			r, err := s.svc.get(ctx, p, run.ID)
+			r, err := s.readRun(ctx, p, run.ID)
 			if err != nil {
 				s.logger(sw.c).Warn("poll run for logs", "error", err)
 				continue
 			}
-			if lr := s.svc.live.get(r.ID); lr != nil {
+			if lr := s.node.runs.live.get(r.ID); lr != nil {
 				return s.streamLive(ctx, sw, lr, logCursor{stdout: cur.stdout, stderr: cur.stderr}, follow)
 			}
 			run = r

@@ -68,7 +68,7 @@ func TestLogsStreamBeforeRunEnds(t *testing.T) {
 			break
 		}
 	}
-	if e.srv.svc.live.get(v.ID) == nil {
+	if e.srv.node.runs.live.get(v.ID) == nil {
 		t.Fatal("the run ended before the first bytes were read")
 	}
 	if !e.exec.release(v.ID) {

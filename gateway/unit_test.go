@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
 )
@@ -113,55 +114,6 @@ func TestBearerToken(t *testing.T) {
 				t.Errorf("bearerToken(%q) = %q, %v", tc.header, got, ok)
 			}
 		})
-	}
-}
-
-// TestMaskSpec checks that env values, stdin and masked paths become
-// keyed hashes, deterministic under one key and different under another.
-func TestMaskSpec(t *testing.T) {
-	m := masker{key: []byte("k1-0123456789abcdef")}
-	spec := sandgate.RunSpec{
-		Image: "img", Command: []string{"run", "--password", "pw"}, Stdin: "secret input",
-		Env:       map[string]string{"TOKEN": "t0k", "EMPTY": ""},
-		Labels:    map[string]string{"token": "lab", "team": "x"},
-		Resources: sandgate.Resources{MemoryMB: 64},
-	}
-	got := m.specDoc(spec, []string{"labels.token", "command.2", "resources", "no.such.path", "command.99"})
-	raw, _ := json.Marshal(got)
-	for _, secret := range []string{"t0k", `"lab"`, `"pw"`, "secret input"} {
-		if strings.Contains(string(raw), secret) {
-			t.Errorf("masked spec leaks %s: %s", secret, raw)
-		}
-	}
-	want := map[string]any{
-		"TOKEN": m.hash("t0k"), "EMPTY": m.hash(""),
-	}
-	if diff := cmp.Diff(want, got["env"]); diff != "" {
-		t.Errorf("env (-want +got):\n%s", diff)
-	}
-	labels := got["labels"].(map[string]any)
-	if labels["team"] != "x" || labels["token"] != m.hash("lab") {
-		t.Errorf("labels = %v", labels)
-	}
-	cmd := got["command"].([]any)
-	if cmd[0] != "run" || cmd[2] != m.hash("pw") {
-		t.Errorf("command = %v", cmd)
-	}
-	if got["resources"].(map[string]any)["memory_mb"] != m.hash("64") {
-		t.Errorf("resources = %v", got["resources"])
-	}
-	other := masker{key: []byte("k2-0123456789abcdef")}
-	same := masker{key: []byte("k1-0123456789abcdef")}
-	if m.hash("t0k") == other.hash("t0k") || m.hash("t0k") != same.hash("t0k") || !strings.HasPrefix(m.hash("x"), maskPrefix) {
-		t.Errorf("hash is not keyed and deterministic")
-	}
-	muts := maskMutations(m, []sandgate.Mutation{
-		{Op: "replace", Path: "/network", Value: "none", Rule: "air_gapped_network"},
-		{Op: "replace", Path: "/env/TOKEN", Value: "new", Rule: "r"},
-		{Op: "replace", Path: "/labels/token", Value: "v", Rule: "r"},
-	}, []string{"labels.token"})
-	if muts[0]["value"] != "none" || muts[1]["value"] != m.hash("new") || muts[2]["value"] != m.hash("v") {
-		t.Errorf("mutations = %v", muts)
 	}
 }
 
@@ -448,37 +400,22 @@ func TestClient(t *testing.T) {
 	}
 }
 
-// redactingRecorder is a Recorder that redacts with its own key, as the
+// maskingRecorder is a Recorder that masks with its own key, as the
 // audit store does.
-type redactingRecorder struct {
+type maskingRecorder struct {
 	*fakeRecorder
-	m masker
+	m sandgate.Masker
 }
 
-func (r redactingRecorder) Redact(doc map[string]any, mask []string) map[string]any {
-	if env, ok := doc["env"]; ok {
-		doc["env"] = r.m.all(env)
-	}
-	for _, p := range mask {
-		r.m.at(doc, strings.Split(p, "."))
-	}
-	return doc
-}
+func (r maskingRecorder) Masker() sandgate.Masker { return r.m }
 
-func (r redactingRecorder) RedactSpec(spec sandgate.RunSpec, mask []string) map[string]any {
-	raw, _ := json.Marshal(spec)
-	var doc map[string]any
-	_ = json.Unmarshal(raw, &doc)
-	return r.Redact(doc, mask)
-}
-
-// TestRecorderRedactor checks that without a MaskKey the gateway hashes
-// with the Recorder's redactor, so that its hashes match the trail's.
-func TestRecorderRedactor(t *testing.T) {
-	m := masker{key: []byte("audit-store-key-0123")}
+// TestRecorderMasker checks that without a MaskKey the gateway hashes
+// with the Recorder's masker, so that its hashes are the trail's.
+func TestRecorderMasker(t *testing.T) {
+	m := sandgate.NewMasker([]byte("audit-store-key-0123"))
 	e := newEnv(t)
-	rec := redactingRecorder{fakeRecorder: e.recorder, m: m}
-	// Build a second server over the same fakes with the redacting
+	rec := maskingRecorder{fakeRecorder: e.recorder, m: m}
+	// Build a second server over the same fakes with the masking
 	// recorder and no MaskKey.
 	d := e.srv.d
 	d.Recorder = rec
@@ -490,8 +427,9 @@ func TestRecorderRedactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := sandgate.RunSpec{Command: []string{"echo"}, Stdin: "in", Env: map[string]string{"K": "v"}}
-	if _, err := srv.svc.review(context.Background(), sandgate.Principal{Name: "alice", Team: "payments"}, "c", spec); err != nil {
+	who := admission.Caller{Principal: sandgate.Principal{Name: "alice", Team: "payments"}, CorrelationID: "c"}
+	body := admission.Body{R: strings.NewReader(`{"command":["echo"],"stdin":"in","env":{"K":"v"}}`), Size: -1}
+	if _, err := srv.gate.Admit(context.Background(), who, admission.Review{Body: body}); err != nil {
 		t.Fatal(err)
 	}
 	evs := rec.ofType(sandgate.EventAdmissionReviewed)
@@ -499,14 +437,17 @@ func TestRecorderRedactor(t *testing.T) {
 		t.Fatalf("events = %+v", evs)
 	}
 	got := generic(evs[0].Payload["spec"]).(map[string]any)
-	if got["env"].(map[string]any)["K"] != m.hash("v") || got["stdin"] != m.hash("in") {
+	if got["env"].(map[string]any)["K"] != m.Hash("v") || got["stdin"] != m.Hash("in") {
 		t.Errorf("spec = %v", got)
-	}
-	if v := (redactorSecrets{r: rec}).value(map[string]any{"a": "b"}); v.(map[string]any)["a"] != m.hash("b") {
-		t.Errorf("value = %v", v)
 	}
 	if err := srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	// A recorder with no masker of its own needs a MaskKey.
+	d.Recorder = e.recorder
+	d.Registry = prometheus.NewRegistry()
+	if _, err := New(cfg, d); err == nil {
+		t.Errorf("New without a MaskKey or a masking recorder succeeded")
 	}
 }
 
@@ -564,34 +505,6 @@ func TestMetricsFromEventTimes(t *testing.T) {
 	m.Observe(at(sandgate.EventContainerRemoved, "old", 6000))
 	if n := m.containers.Load(); n != 0 {
 		t.Errorf("active after an unknown removal = %d, want 0", n)
-	}
-}
-
-// TestSpecDigest checks that the digest ignores how empty values are
-// spelled and sees every real difference.
-func TestSpecDigest(t *testing.T) {
-	f := false
-	base := sandgate.RunSpec{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1}}
-	same := []sandgate.RunSpec{
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1}, Env: map[string]string{}, CapAdd: []string{}},
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1.0}, Labels: map[string]string{}, Ports: nil},
-	}
-	for i, s := range same {
-		if specDigest(s) != specDigest(base) {
-			t.Errorf("same[%d] digests differently", i)
-		}
-	}
-	different := []sandgate.RunSpec{
-		{Command: []string{"echo", "x"}, Resources: sandgate.Resources{CPUs: 1}},
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 2}},
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1}, Env: map[string]string{"A": ""}},
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1}, ReadOnlyRootfs: &f},
-		{Command: []string{"echo"}, Resources: sandgate.Resources{CPUs: 1}, Privileged: true},
-	}
-	for i, s := range different {
-		if specDigest(s) == specDigest(base) {
-			t.Errorf("different[%d] digests the same", i)
-		}
 	}
 }
 

@@ -1,6 +1,9 @@
 package gateway
 
 import (
+	"archive/tar"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,47 +12,162 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-
-	"github.com/labstack/echo/v4"
+	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/workspace"
 )
 
-// A run may come as multipart/form-data: a "spec" part holding the run
-// spec as JSON and a "workspace" part holding a tar, tar.gz or zip archive
-// of the files to unpack into its workdir. The archive is streamed to a
-// temporary file (never held in memory), capped at MaxWorkspaceBytes, and
-// every entry is checked (workspace.Inspect) before anything is decided:
-// a hostile entry is a 400 naming it, and nothing is left behind. The
-// file is handed to the executor, which unpacks it (checking it again)
+// spooler writes the uploads the gate reads (a run's workspace archive, a
+// file or an archive put into a session) to the gateway's upload
+// directory, never into memory, capped at MaxWorkspaceBytes, and checks
+// archives entry by entry (workspace.Inspect) before anything is decided:
+// a hostile entry is a 400 naming it, and nothing is left behind. A run's
+// archive is handed to the executor, which unpacks it (checking it again)
 // into the run's workspace, and removed when the run ends.
-
-// upload is a checked workspace archive waiting for its run.
-type upload struct {
-	path     string
-	manifest workspace.Manifest
+type spooler struct {
+	dir         string
+	maxBytes    int64
+	maxUnpacked int64
 }
 
-// archive is the summary of the upload the spec and the trail carry.
-func (u *upload) archive() *sandgate.WorkspaceArchive {
-	m := u.manifest
-	return &sandgate.WorkspaceArchive{Format: m.Format, SHA256: m.SHA256, ArchiveBytes: m.ArchiveBytes, Entries: m.Entries, UnpackedBytes: m.UnpackedBytes}
-}
+var _ admission.Workspaces = spooler{}
 
-// localPath is where the archive is, "" for none; nil-safe.
-func (u *upload) localPath() string {
-	if u == nil {
-		return ""
+// CheckSpec refuses, naming it, an artifact pattern that is not a valid
+// glob and an inline file the workspace would refuse to write (its path,
+// encoding, content or mode), before anything is decided.
+func (spooler) CheckSpec(spec sandgate.RunSpec) error {
+	for i, p := range spec.Artifacts {
+		if err := workspace.CheckPattern(fmt.Sprintf("artifacts[%d]", i), p); err != nil {
+			return err
+		}
 	}
-	return u.path
+	for i, f := range spec.Files {
+		if _, _, err := workspace.DecodeFile(workspace.File{Path: f.Path, Content: f.Content, Encoding: f.Encoding, Mode: f.Mode}, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// remove deletes the archive; nil-safe.
-func (u *upload) remove() {
-	if u != nil {
-		os.Remove(u.path)
+// create makes a new file in the upload directory.
+func (sp spooler) create(pattern string) (*os.File, error) {
+	if err := os.MkdirAll(sp.dir, 0o700); err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
 	}
+	f, err := os.CreateTemp(sp.dir, pattern)
+	if err != nil {
+		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
+	}
+	return f, nil
+}
+
+// Archive writes a run's workspace archive from r to a file, at most
+// maxBytes of it, and checks every entry.
+func (sp spooler) Archive(r io.Reader) (*admission.Upload, error) {
+	f, err := sp.create("workspace-*.upload")
+	if err != nil {
+		return nil, err
+	}
+	up := &admission.Upload{Path: f.Name()}
+	ok := false
+	defer func() {
+		f.Close()
+		if !ok {
+			up.Remove()
+		}
+	}()
+	n, err := io.Copy(f, io.LimitReader(r, sp.maxBytes+1))
+	if err != nil {
+		return nil, bodyError(err, "workspace")
+	}
+	if n > sp.maxBytes {
+		return nil, &sandgate.Error{Code: sandgate.CodeTooLarge, Field: "workspace",
+			Message: fmt.Sprintf("the archive exceeds %d bytes", sp.maxBytes)}
+	}
+	lim := workspace.DefaultLimits
+	lim.MaxBytes = sp.maxUnpacked
+	m, err := workspace.Inspect(f, n, lim)
+	if err != nil {
+		return nil, err
+	}
+	up.Size = n
+	up.Archive = &sandgate.WorkspaceArchive{Format: m.Format, SHA256: m.SHA256, ArchiveBytes: m.ArchiveBytes, Entries: m.Entries, UnpackedBytes: m.UnpackedBytes}
+	ok = true
+	return up, nil
+}
+
+// Files writes what PUT /v1/sessions/{id}/files sends: an archive as it
+// is, or a file as a tar of the one entry path, whose content's SHA-256 it
+// returns as well (the digest the trail records for it).
+func (sp spooler) Files(r io.Reader, path, format string, mode int64) (*admission.Upload, error) {
+	f, err := sp.create("session-*.upload")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*admission.Upload, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	limit := sp.maxBytes
+	if format != sandgate.FileFormatFile {
+		n, err := io.Copy(f, io.LimitReader(r, limit+1))
+		if err != nil {
+			return fail(bodyError(err, "body"))
+		}
+		if n > limit {
+			return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the archive exceeds %d bytes", limit))
+		}
+		f.Close()
+		return &admission.Upload{Path: f.Name(), Size: n}, nil
+	}
+	// The file's size is needed before its bytes in a tar header: the
+	// bytes go to the file first, after room for the header.
+	const hdrRoom = 4096
+	if _, err := f.Seek(hdrRoom, io.SeekStart); err != nil {
+		return fail(err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, limit+1))
+	if err != nil {
+		return fail(bodyError(err, "body"))
+	}
+	if n > limit {
+		return fail(sandgate.Errorf(sandgate.CodeTooLarge, "the file exceeds %d bytes", limit))
+	}
+	out, err := sp.create("session-*.upload")
+	if err != nil {
+		return fail(err)
+	}
+	tw := tar.NewWriter(out)
+	hdr := &tar.Header{Name: path, Mode: mode, Size: n, Typeflag: tar.TypeReg, ModTime: time.Now(), Format: tar.FormatPAX}
+	if err := tw.WriteHeader(hdr); err != nil {
+		err = sandgate.FieldError("path", "cannot name a file: %v", err)
+		out.Close()
+		os.Remove(out.Name())
+		return fail(err)
+	}
+	_, err = io.Copy(tw, io.NewSectionReader(f, hdrRoom, n))
+	if err == nil {
+		err = tw.Close()
+	}
+	var size int64
+	if err == nil {
+		var st os.FileInfo
+		if st, err = out.Stat(); err == nil {
+			size = st.Size()
+		}
+	}
+	out.Close()
+	if err != nil {
+		os.Remove(out.Name())
+		return fail(err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return &admission.Upload{Path: out.Name(), Size: size, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
 // isMultipart reports whether the request's body is multipart/form-data.
@@ -58,115 +176,25 @@ func isMultipart(req *http.Request) bool {
 	return err == nil && mt == "multipart/form-data"
 }
 
-// readMultipartRun reads a multipart run: its spec (decoded strictly,
-// as a JSON body is) and its workspace archive, if any, checked. The
-// caller removes the upload once it has no use for it.
-func (s *Server) readMultipartRun(c echo.Context) (sandgate.RunSpec, *upload, error) {
-	mr, err := c.Request().MultipartReader()
-	if err != nil {
-		return sandgate.RunSpec{}, nil, sandgate.FieldError("Content-Type", "multipart/form-data needs a boundary: %v", err)
-	}
-	var (
-		spec    *sandgate.RunSpec
-		up      *upload
-		success bool
-	)
-	defer func() {
-		if !success {
-			up.remove()
-		}
-	}()
-	for parts := 0; ; parts++ {
-		part, err := mr.NextPart()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return sandgate.RunSpec{}, nil, bodyError(err, "multipart body")
-		}
-		if parts >= 2 {
-			return sandgate.RunSpec{}, nil, sandgate.FieldError(part.FormName(), "a multipart run has two parts at most: spec and workspace")
-		}
-		switch name := part.FormName(); name {
-		case "spec":
-			if spec != nil {
-				return sandgate.RunSpec{}, nil, sandgate.FieldError("spec", "given more than once")
-			}
-			sp, err := sandgate.DecodeRunSpec(part)
-			if err != nil {
-				return sandgate.RunSpec{}, nil, err
-			}
-			spec = &sp
-		case "workspace":
-			if up != nil {
-				return sandgate.RunSpec{}, nil, sandgate.FieldError("workspace", "given more than once")
-			}
-			if up, err = s.spoolWorkspace(part); err != nil {
-				return sandgate.RunSpec{}, nil, err
-			}
-		default:
-			return sandgate.RunSpec{}, nil, sandgate.FieldError(name, "unknown part: a multipart run has a spec part and a workspace part")
-		}
-		part.Close()
-	}
-	if spec == nil {
-		return sandgate.RunSpec{}, nil, sandgate.FieldError("spec", "is required: the run spec as JSON")
-	}
-	success = true
-	return *spec, up, nil
-}
-
-// spoolWorkspace writes the workspace part to a temporary file, at most
-// MaxWorkspaceBytes of it, and checks every entry of the archive.
-func (s *Server) spoolWorkspace(part io.Reader) (*upload, error) {
-	if err := os.MkdirAll(s.cfg.UploadDir, 0o700); err != nil {
-		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
-	}
-	f, err := os.CreateTemp(s.cfg.UploadDir, "workspace-*.upload")
-	if err != nil {
-		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "the gateway cannot keep uploads now")
-	}
-	up := &upload{path: f.Name()}
-	ok := false
-	defer func() {
-		f.Close()
-		if !ok {
-			up.remove()
-		}
-	}()
-	n, err := io.Copy(f, io.LimitReader(part, s.cfg.MaxWorkspaceBytes+1))
-	if err != nil {
-		return nil, bodyError(err, "workspace")
-	}
-	if n > s.cfg.MaxWorkspaceBytes {
-		return nil, &sandgate.Error{Code: sandgate.CodeTooLarge, Field: "workspace",
-			Message: fmt.Sprintf("the archive exceeds %d bytes", s.cfg.MaxWorkspaceBytes)}
-	}
-	lim := workspace.DefaultLimits
-	lim.MaxBytes = s.cfg.MaxWorkspaceUnpackedBytes
-	if up.manifest, err = workspace.Inspect(f, n, lim); err != nil {
-		return nil, err
-	}
-	ok = true
-	return up, nil
-}
-
-// removeStaleUploads removes the workspace archives in dir: at start, no
+// removeStaleUploads removes the uploads in dir: at start, no request or
 // run of this process holds one yet.
 func removeStaleUploads(dir string, log *slog.Logger) {
-	stale, _ := filepath.Glob(filepath.Join(dir, "workspace-*.upload"))
-	for _, p := range stale {
-		if err := os.Remove(p); err == nil {
-			log.Info("removed a workspace archive a previous process left", "path", p)
+	for _, pattern := range []string{"workspace-*.upload", "session-*.upload"} {
+		stale, _ := filepath.Glob(filepath.Join(dir, pattern))
+		for _, p := range stale {
+			if err := os.Remove(p); err == nil {
+				log.Info("removed an upload a previous process left", "path", p)
+			}
 		}
 	}
 }
 
-// bodyError is a failure to read the request body: too large, or cut.
+// bodyError is a failure to read the request body: too large, cut, too
+// slow (the gate's own errors pass as they are).
 func bodyError(err error, what string) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return sandgate.Errorf(sandgate.CodeTooLarge, "body exceeds %d bytes", mbe.Limit-1)
+	var se *sandgate.Error
+	if errors.As(err, &se) {
+		return se
 	}
 	return sandgate.FieldError(what, "cannot be read: %v", err)
 }

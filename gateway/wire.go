@@ -58,18 +58,6 @@ func decisionView(d sandgate.Decision, withSpec bool) api.DecisionView {
 	return v
 }
 
-// decisionDetails returns the decision as error details.
-func decisionDetails(v api.DecisionView) map[string]any {
-	return map[string]any{
-		"allow":           v.Allow,
-		"violations":      v.Violations,
-		"warnings":        v.Warnings,
-		"mutations":       v.Mutations,
-		"policy_revision": v.PolicyRevision,
-		"decision_id":     v.DecisionID,
-	}
-}
-
 func exitData(r *sandgate.Run) api.ExitData {
 	return api.ExitData{
 		State: sandgate.StateFinished, Outcome: r.Outcome, ExitCode: r.ExitCode, OOMKilled: r.OOMKilled,

@@ -94,7 +94,7 @@ func TestRunArtifacts(t *testing.T) {
 	s := testStore(t, audittest.NewMigratedDatabase(t), nil)
 	ctx := context.Background()
 	run := testRun("r-art", time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	if _, _, err := s.CreateRun(ctx, run); err != nil {
+	if err := s.CreateRun(ctx, run); err != nil {
 		t.Fatal(err)
 	}
 	a, _, err := s.PutBlob(ctx, bytes.NewReader([]byte("a")))

@@ -25,7 +25,7 @@ func TestTakeOverExactlyOnce(t *testing.T) {
 	mk := func(id string, st sandgate.State) {
 		t.Helper()
 		r := &sandgate.Run{ID: id, Principal: "alice", Team: "payments", Node: "dead", State: st, Spec: sandgate.RunSpec{Image: "x"}}
-		if _, _, err := s.CreateRun(ctx, r); err != nil {
+		if err := s.CreateRun(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -132,8 +132,8 @@ func TestClaimIdempotencyKeyRace(t *testing.T) {
 		// The winner's run is created under its claim; a release after
 		// that is refused for another run ID.
 		s := testStore(t, dsn, nil)
-		if _, created, err := s.CreateRun(ctx, &sandgate.Run{ID: id, Principal: "alice", IdempotencyKey: "k-1", Spec: sandgate.RunSpec{Image: "x"}}); err != nil || !created {
-			t.Fatalf("CreateRun under its own claim: created=%v, %v", created, err)
+		if err := s.CreateRun(ctx, &sandgate.Run{ID: id, Principal: "alice", IdempotencyKey: "k-1", Spec: sandgate.RunSpec{Image: "x"}}); err != nil {
+			t.Fatalf("CreateRun under its own claim: %v", err)
 		}
 		if err := s.ReleaseIdempotencyKey(ctx, "alice", "k-1", "run-other"); err != nil {
 			t.Fatal(err)
@@ -207,7 +207,7 @@ func TestClaimIdempotencyKeyAbandoned(t *testing.T) {
 			t.Fatalf("first claim of %s: %q, %v", tc.key, held, err)
 		}
 		if tc.stored {
-			if _, _, err := s.CreateRun(ctx, &sandgate.Run{ID: tc.key + "-1", Principal: "alice", IdempotencyKey: tc.key, Spec: sandgate.RunSpec{Image: "x"}}); err != nil {
+			if err := s.CreateRun(ctx, &sandgate.Run{ID: tc.key + "-1", Principal: "alice", IdempotencyKey: tc.key, Spec: sandgate.RunSpec{Image: "x"}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -205,18 +205,16 @@ func (row *runRow) run() (*sandgate.Run, error) {
 }
 
 // CreateRun inserts run (State defaults to pending, CreatedAt to now).
-// When run.IdempotencyKey is set and its principal used the key within
-// IdempotencyWindow, nothing is inserted and the earlier run is returned
-// with created=false; concurrent requests with one key create one run.
-// A key claimed for this very run (ClaimIdempotencyKey) is the run's.
+// Whether an Idempotency-Key names an earlier run was decided before,
+// once, by ClaimIdempotencyKey; the run keeps its key for the record.
 // Errors: INVALID-REQUEST (no ID or principal), CONFLICT (the ID exists),
 // UNAVAILABLE (database).
-func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run, bool, error) {
+func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) error {
 	if run.ID == "" {
-		return nil, false, sandgate.FieldError("id", "is required")
+		return sandgate.FieldError("id", "is required")
 	}
 	if run.Principal == "" {
-		return nil, false, sandgate.FieldError("principal", "is required")
+		return sandgate.FieldError("principal", "is required")
 	}
 	if run.State == "" {
 		run.State = sandgate.StatePending
@@ -227,51 +225,18 @@ func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) (*sandgate.Run
 	run.CreatedAt = pgTime(run.CreatedAt)
 	row, err := toRow(run)
 	if err != nil {
-		return nil, false, sandgate.WrapError(sandgate.CodeInvalidRequest, err, "run cannot be stored")
+		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "run cannot be stored")
 	}
 	row.UpdatedAt = pgTime(s.cfg.Clock())
-	errExists := errors.New("idempotency key in use")
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Create(row).Error; err != nil {
-			return err
-		}
-		if run.IdempotencyKey == "" {
-			return nil
-		}
-		now := s.cfg.Clock()
-		var taken []string
-		err := tx.Raw(`INSERT INTO idempotency_keys (principal, key, run_id, created_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (principal, key) DO UPDATE SET run_id = EXCLUDED.run_id, created_at = EXCLUDED.created_at
-			WHERE idempotency_keys.created_at <= ? OR idempotency_keys.run_id = EXCLUDED.run_id
-			RETURNING run_id`, run.Principal, run.IdempotencyKey, run.ID, now, now.Add(-IdempotencyWindow)).Scan(&taken).Error
-		if err != nil {
-			return err
-		}
-		if len(taken) == 0 {
-			return errExists
-		}
+	err = s.db.WithContext(ctx).Create(row).Error
+	if err == nil {
 		return nil
-	})
-	switch {
-	case err == nil:
-		return nil, true, nil
-	case errors.Is(err, errExists):
-		var runID string
-		if err := s.db.WithContext(ctx).Raw(`SELECT run_id FROM idempotency_keys WHERE principal = ? AND key = ?`,
-			run.Principal, run.IdempotencyKey).Row().Scan(&runID); err != nil {
-			return nil, false, storeErr(err, "read idempotency key")
-		}
-		existing, err := s.GetRun(ctx, runID)
-		if err != nil {
-			return nil, false, err
-		}
-		return existing, false, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "runs_pkey" {
-		return nil, false, sandgate.Errorf(sandgate.CodeConflict, "run %s already exists", run.ID)
+		return sandgate.Errorf(sandgate.CodeConflict, "run %s already exists", run.ID)
 	}
-	return nil, false, storeErr(err, "create run")
+	return storeErr(err, "create run")
 }
 
 // UpdateRun saves the run's node, state, outcome and result fields (exit

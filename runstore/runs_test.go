@@ -30,10 +30,10 @@ func TestRunStoreCRUD(t *testing.T) {
 	ctx := context.Background()
 	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	run := testRun("r1", created)
-	if _, ok, err := s.CreateRun(ctx, run); err != nil || !ok {
-		t.Fatalf("CreateRun = %v, %v", ok, err)
+	if err := s.CreateRun(ctx, run); err != nil {
+		t.Fatalf("CreateRun = %v", err)
 	}
-	if _, _, err := s.CreateRun(ctx, testRun("r1", created)); !isCode(err, sandgate.CodeConflict) {
+	if err := s.CreateRun(ctx, testRun("r1", created)); !isCode(err, sandgate.CodeConflict) {
 		t.Errorf("CreateRun(dup) = %v, want CONFLICT", err)
 	}
 	got, err := s.GetRun(ctx, "r1")
@@ -85,7 +85,7 @@ func TestRunStoreCRUD(t *testing.T) {
 	if err := s.UpdateRun(ctx, testRun("nope", created)); !isCode(err, sandgate.CodeNotFound) {
 		t.Errorf("UpdateRun(nope) = %v, want NOT-FOUND", err)
 	}
-	if _, _, err := s.CreateRun(ctx, &sandgate.Run{Principal: "a"}); !isCode(err, sandgate.CodeInvalidRequest) {
+	if err := s.CreateRun(ctx, &sandgate.Run{Principal: "a"}); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Errorf("CreateRun(no id) = %v, want INVALID-REQUEST", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestRunStoreUsage(t *testing.T) {
 	ctx := context.Background()
 	created := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, id := range []string{"with", "without"} {
-		if _, _, err := s.CreateRun(ctx, testRun(id, created)); err != nil {
+		if err := s.CreateRun(ctx, testRun(id, created)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,8 +139,9 @@ func TestRunStoreUsage(t *testing.T) {
 }
 
 // TestRunStoreIdempotency: one key, one principal, one run for 24 hours,
-// also when the requests race; another principal or an expired key makes
-// a new run.
+// decided by the key's claim alone, also when the requests race; another
+// principal or an expired key claims it afresh. CreateRun decides nothing
+// of keys: it stores the run under the claim made for it.
 func TestRunStoreIdempotency(t *testing.T) {
 	dsn := audittest.NewMigratedDatabase(t)
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -150,40 +151,42 @@ func TestRunStoreIdempotency(t *testing.T) {
 	ctx := context.Background()
 
 	var wg sync.WaitGroup
-	createdIDs := make(chan string, 8)
+	winners := make(chan string, 8)
 	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := testRun(fmt.Sprintf("race-%d", i), now)
-			r.IdempotencyKey = "k1"
-			existing, created, err := s.CreateRun(ctx, r)
+			id := fmt.Sprintf("race-%d", i)
+			held, _, err := s.ClaimIdempotencyKey(ctx, "alice", "k1", id, "d")
 			if err != nil {
-				t.Errorf("CreateRun: %v", err)
+				t.Errorf("ClaimIdempotencyKey: %v", err)
 				return
 			}
-			if created {
-				createdIDs <- r.ID
-			} else if existing == nil || existing.IdempotencyKey != "k1" {
-				t.Errorf("existing = %+v", existing)
+			if held == "" {
+				winners <- id
 			}
 		}()
 	}
 	wg.Wait()
-	close(createdIDs)
-	var winners []string
-	for id := range createdIDs {
-		winners = append(winners, id)
+	close(winners)
+	var won []string
+	for id := range winners {
+		won = append(won, id)
 	}
-	if len(winners) != 1 {
-		t.Fatalf("runs created with one key = %v, want exactly one", winners)
+	if len(won) != 1 {
+		t.Fatalf("claims won with one key = %v, want exactly one", won)
+	}
+	r := testRun(won[0], now)
+	r.IdempotencyKey = "k1"
+	if err := s.CreateRun(ctx, r); err != nil {
+		t.Fatalf("CreateRun under its claim: %v", err)
 	}
 
 	tests := []struct {
 		name      string
 		principal string
 		advance   time.Duration
-		created   bool
+		claimed   bool
 	}{
 		{"same principal within 24h", "alice", 23 * time.Hour, false},
 		{"other principal", "bob", 0, true},
@@ -195,19 +198,30 @@ func TestRunStoreIdempotency(t *testing.T) {
 			mu.Lock()
 			now = now.Add(tt.advance)
 			mu.Unlock()
-			r := testRun(fmt.Sprintf("later-%d", i), clock())
-			r.Principal, r.IdempotencyKey = tt.principal, "k1"
-			existing, created, err := s.CreateRun(ctx, r)
+			id := fmt.Sprintf("later-%d", i)
+			held, _, err := s.ClaimIdempotencyKey(ctx, tt.principal, "k1", id, "d")
 			if err != nil {
-				t.Fatalf("CreateRun: %v", err)
+				t.Fatalf("ClaimIdempotencyKey: %v", err)
 			}
-			if created != tt.created {
-				t.Fatalf("created = %v, want %v (existing %+v)", created, tt.created, existing)
+			if (held == "") != tt.claimed {
+				t.Fatalf("claimed = %v (held by %q), want %v", held == "", held, tt.claimed)
 			}
-			if !created && existing.Principal != tt.principal {
-				t.Errorf("existing run of %s for %s", existing.Principal, tt.principal)
+			if held == "" {
+				r := testRun(id, clock())
+				r.Principal, r.IdempotencyKey = tt.principal, "k1"
+				if err := s.CreateRun(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			} else if existing, err := s.GetRun(ctx, held); err != nil || existing.Principal != tt.principal {
+				t.Errorf("the key names run %s of %v (%v), want one of %s", held, existing, err, tt.principal)
 			}
 		})
+	}
+	// Two runs may carry one key: CreateRun refuses a run only for its ID.
+	dup := testRun("dup-key", now)
+	dup.IdempotencyKey = "k1"
+	if err := s.CreateRun(ctx, dup); err != nil {
+		t.Errorf("CreateRun of a second run with a key = %v; the key's claim is what decides", err)
 	}
 }
 
@@ -224,7 +238,7 @@ func TestListRuns(t *testing.T) {
 		if i%4 == 0 {
 			r.State, r.Outcome = sandgate.StateFinished, sandgate.OutcomeFailed
 		}
-		if _, _, err := s.CreateRun(ctx, r); err != nil {
+		if err := s.CreateRun(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -287,7 +301,7 @@ func TestListRuns(t *testing.T) {
 func TestRunStoreAsAppRole(t *testing.T) {
 	s := testStore(t, audittest.NewMigratedDatabase(t)+" role=sandgate_app", nil)
 	ctx := context.Background()
-	if _, _, err := s.CreateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", IdempotencyKey: "k"}); err != nil {
+	if err := s.CreateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", IdempotencyKey: "k"}); err != nil {
 		t.Fatalf("CreateRun as sandgate_app: %v", err)
 	}
 	if err := s.UpdateRun(ctx, &sandgate.Run{ID: "r1", Principal: "alice", State: sandgate.StateRunning}); err != nil {

@@ -1,6 +1,6 @@
 // Package sandgatetest holds the helpers the tests of several sandgate
-// packages share: waiting for a condition, random names, free loopback
-// ports, tar archives built from a list of entries, and the statistics
+// packages share: the unit tier's skip of integration tests, waiting for
+// a condition, random names, free loopback ports, tar archives built from a list of entries, and the statistics
 // the benchmarks report. It links the standard library only, so that any
 // package's tests, in-package ones included, can use it.
 package sandgatetest
@@ -31,6 +31,16 @@ func WaitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// SkipShort skips t under go test -short, the unit tier: t needs what
+// (the Docker daemon, a Postgres server, rsyslog), as integration tests
+// do. The test-support packages that give tests those services call it.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: an integration test, not run with -short", what)
 	}
 }
 

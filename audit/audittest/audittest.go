@@ -3,7 +3,7 @@
 // It connects with SANDGATE_TEST_DATABASE_URL, or the local socket
 // (host=/var/run/postgresql dbname=postgres) when that is unset. When
 // Postgres does not answer, a test fails under CI=true and is skipped
-// otherwise.
+// otherwise. Under go test -short (the unit tier) it is skipped.
 package audittest
 
 import (
@@ -23,6 +23,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
 	"github.com/sandgate/sandgate/migrations"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 // DefaultAdminDSN is used when SANDGATE_TEST_DATABASE_URL is unset.
@@ -40,6 +41,7 @@ func AdminDSN() string {
 // the test ends, and returns a DSN for it.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
+	sandgatetest.SkipShort(t, "Postgres")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin := AdminDSN()
@@ -90,6 +92,7 @@ func NewMigratedDatabase(t testing.TB) string {
 // test ends.
 func OpenDB(t testing.TB, dsn string) *sql.DB {
 	t.Helper()
+	sandgatetest.SkipShort(t, "Postgres")
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatalf("audittest: open %s: %v", dsn, err)

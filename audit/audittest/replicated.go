@@ -46,6 +46,7 @@ type Server struct {
 // PostgreSQL binaries the test is skipped, or fails under CI=true.
 func NewReplicated(t testing.TB, synchronous bool) *Replicated {
 	t.Helper()
+	sandgatetest.SkipShort(t, "Postgres servers of its own")
 	if _, err := os.Stat(filepath.Join(pgBin, "initdb")); err != nil {
 		unavailable(t, fmt.Errorf("PostgreSQL 15 binaries: %w", err))
 	}

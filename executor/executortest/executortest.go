@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/sandgatetest"
 )
 
 var (
@@ -32,8 +33,10 @@ func DockerHost() string { return os.Getenv("DOCKER_HOST") }
 // sandgate/sandbox:latest exists, building it when it does not. When the
 // daemon is missing it skips the test, except under CI=true, where a
 // missing daemon fails it: CI never silently skips integration tests.
+// Under go test -short (the unit tier) it skips.
 func RequireDocker(t testing.TB) {
 	t.Helper()
+	sandgatetest.SkipShort(t, "the Docker daemon")
 	once.Do(func() { readyErr = prepare() })
 	if readyErr == nil {
 		return

@@ -51,7 +51,7 @@ var Codes = []sandgate.ErrorCode{
 	sandgate.CodePolicyInvalid, sandgate.CodeImageUnavailable, sandgate.CodeMountError, sandgate.CodeResourceLimit,
 	sandgate.CodeRateLimited, sandgate.CodeContainerCreate, sandgate.CodeAuditUnavailable,
 	sandgate.CodeDockerUnavailable, sandgate.CodeUnavailable, sandgate.CodeInternal, sandgate.CodeRangeNotSatisfiable,
-	sandgate.CodePurged,
+	sandgate.CodePurged, sandgate.CodeStorageFull,
 }
 
 // StatusOf maps every error code to its one HTTP status. The sandbox codes
@@ -86,6 +86,8 @@ func StatusOf(code sandgate.ErrorCode) int {
 		return http.StatusServiceUnavailable
 	case sandgate.CodeContainerCreate:
 		return http.StatusBadGateway
+	case sandgate.CodeStorageFull:
+		return http.StatusInsufficientStorage
 	}
 	return http.StatusInternalServerError
 }
@@ -116,6 +118,8 @@ func CodeForStatus(status int) sandgate.ErrorCode {
 		return sandgate.CodeRangeNotSatisfiable
 	case http.StatusGone:
 		return sandgate.CodePurged
+	case http.StatusInsufficientStorage:
+		return sandgate.CodeStorageFull
 	}
 	if status >= 500 {
 		return sandgate.CodeUnavailable

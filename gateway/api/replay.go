@@ -42,10 +42,11 @@ type ReplayReport struct {
 	NewlyDenied  ReplayChanges `json:"newly_denied"`
 	NewlyAllowed ReplayChanges `json:"newly_allowed"`
 	Changed      ReplayChanges `json:"changed"`
-	// Approximate counts the replayed decisions whose record lacks part
-	// of the input (the principal's roles, the settings: records written
-	// before sandgate recorded them); the replay used the submitter role
-	// for runs, no role for reviews, and the gateway's settings now.
+	// Approximate counts the replayed decisions recorded before the
+	// decision record's one shape (sandgate.DecisionRecord): replayed as
+	// operation run (or review), with the submitter role for runs when no
+	// roles were kept, no role for reviews, and the settings they kept or
+	// the gateway's now. Every decision recorded since replays exactly.
 	Approximate int `json:"approximate"`
 	// MaskedInputs counts the replayed decisions whose recorded spec holds
 	// masked values (keyed hashes: env values, stdin, file contents, the
@@ -117,7 +118,7 @@ type ReplayExample struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	Principal     string `json:"principal"`
 	Team          string `json:"team"`
-	// Operation is "run" or "review".
+	// Operation is "run", "review", "session" or "exec".
 	Operation  string    `json:"operation"`
 	RecordedAt time.Time `json:"recorded_at"`
 	// RecordedRevision, RecordedAllow and RecordedRules are the recorded

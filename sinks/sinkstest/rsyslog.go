@@ -47,6 +47,7 @@ type Rsyslog struct {
 // Require fails (CI=true) or skips the test when rsyslogd is missing.
 func Require(t testing.TB) {
 	t.Helper()
+	sandgatetest.SkipShort(t, "rsyslog")
 	if _, err := os.Stat(Rsyslogd); err != nil {
 		msg := "rsyslogd is not installed (apt-get install rsyslog rsyslog-gnutls, or bash deploy/bootstrap.sh)"
 		if os.Getenv("CI") == "true" {

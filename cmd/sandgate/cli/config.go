@@ -184,9 +184,6 @@ func (e *envReader) duration(key string, dst *time.Duration, positive bool, exam
 	*dst = d
 }
 
-// err is the values that could not be parsed, or nil.
-func (e *envReader) err() error { return invalidError(e.invalid) }
-
 // invalidError joins the messages of values that could not be parsed.
 func invalidError(invalid []string) error {
 	if len(invalid) == 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway"
 )
@@ -28,7 +29,11 @@ type gatewayConfig struct {
 	// (SANDGATE_CALLBACK_KEY_FILE; default callback.key next to the
 	// spool); generated on first start.
 	CallbackKeyFile string
-	invalid         []string
+	// Uploads bound the uploads under way and the bytes they hold
+	// (SANDGATE_UPLOAD_*, read by package admission; the gate fills in
+	// the defaults).
+	Uploads admission.UploadLimits
+	invalid []string
 }
 
 // readGatewayConfig reads the gateway's settings; stateDir holds the keys
@@ -43,6 +48,10 @@ func readGatewayConfig(getenv func(string) string, stateDir string) gatewayConfi
 	e.boolean("SANDGATE_CONSOLE", &c.Console)
 	if c.CallbackKeyFile == "" {
 		c.CallbackKeyFile = filepath.Join(stateDir, "callback.key")
+	}
+	var err error
+	if c.Uploads, err = admission.UploadLimitsFromEnv(getenv); err != nil {
+		e.invalid = append(e.invalid, err.Error())
 	}
 	c.invalid = e.invalid
 	return c
@@ -105,6 +114,7 @@ func gatewaySettings(cfg *config, p *parts) gateway.Config {
 		CallbackKey:        p.callbackKey,
 		UploadDir:          cfg.UploadDir,
 		MaxWorkspaceBytes:  cfg.MaxWorkspaceBytes,
+		Uploads:            cfg.Uploads,
 		ReplayMaxDecisions: cfg.ReplayMaxDecisions,
 		ReplayTimeout:      cfg.ReplayTimeout,
 		AdvertiseURL:       p.advertise,

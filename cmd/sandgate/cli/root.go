@@ -165,6 +165,7 @@ func (a *app) settingsOf() map[string][]use {
 		"volume":  {client},
 		// The bundle is a directory, or the embedded one: no gateway.
 		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
+		"policy verify": {{c: &c.policyConfig, flags: []string{"policy-dir", "policy-verify-keys"}}},
 		"policy eval":   {{c: &c.policyConfig, all: true}},
 		"policy replay": {client},
 		// The trail, directly on the database; the operator's commands

@@ -63,13 +63,9 @@ func serve(ctx context.Context, a *app) error {
 	if err != nil {
 		return err
 	}
-	down.closeWith("listener", ln, logger)
+	down.push(func() { _ = ln.Close() }) // Serve closes it once it serves
 	p := &parts{logger: logger, advertise: cfg.advertised(ln.Addr())}
 	if err := checkServe(ctx, cfg, p, &down); err != nil {
-		return err
-	}
-	settings := gatewaySettings(cfg, p)
-	if err := settings.Validate(); err != nil {
 		return err
 	}
 
@@ -146,6 +142,9 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 		return err
 	}
 	down.closeWith("images", p.images, p.logger)
+	if err := gatewaySettings(cfg, p).Validate(); err != nil {
+		return err
+	}
 	return cfg.databaseConfig.prepare(ctx, p.logger)
 }
 

@@ -47,13 +47,13 @@ func startTraces(t *testing.T, db *sql.DB, node string) map[string]int {
 
 // secondServe runs `sandgate serve` with env until it returns, which it
 // must: it is expected to refuse to start.
-func secondServe(t *testing.T, env map[string]string) (error, string) {
+func secondServe(t *testing.T, env map[string]string) (logs string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var logs syncBuffer
+	var out syncBuffer
 	listening := make(chan string, 1)
-	err := runApp(ctx, []string{"serve"}, env, &logs, func(addr, _ string) {
+	err = runApp(ctx, []string{"serve"}, env, &out, func(addr, _ string) {
 		listening <- addr
 		cancel() // it started after all: stop it, the test fails below
 	})
@@ -62,7 +62,7 @@ func secondServe(t *testing.T, env map[string]string) (error, string) {
 		t.Errorf("the second serve started, on %s", addr)
 	default:
 	}
-	return err, logs.String()
+	return out.String(), err
 }
 
 // TestServeFailedStartLeavesNoTrace is the attack of #28 item 9: with a
@@ -79,7 +79,7 @@ func TestServeFailedStartLeavesNoTrace(t *testing.T) {
 
 	env := secondNodeEnv(t, first.Env, "second-"+sandgatetest.RandomHex(t, 4))
 	env["SANDGATE_LISTEN"] = addr
-	err, logs := secondServe(t, env)
+	logs, err := secondServe(t, env)
 	if err == nil || !strings.Contains(err.Error(), "listen on "+addr) || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("second serve on %s = %v, want the listen error naming the address\n%s", addr, err, logs)
 	}
@@ -140,7 +140,7 @@ func TestServeRefusesBeforeRegistering(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			env := secondNodeEnv(t, first.Env, "refused-"+sandgatetest.RandomHex(t, 4))
 			maps.Copy(env, tt.env)
-			err, logs := secondServe(t, env)
+			logs, err := secondServe(t, env)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("serve = %v, want an error naming %q\n%s", err, tt.want, logs)
 			}

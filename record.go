@@ -1,0 +1,122 @@
+package sandgate
+
+import (
+	"encoding/json"
+	"slices"
+)
+
+// SignInToken is how a principal signed in with a bearer token of the
+// tokens file.
+const SignInToken = "token"
+
+// DecisionRecordVersion marks the payloads written in the shape of
+// DecisionRecord; a payload without it was written before, and replays
+// only approximately.
+const DecisionRecordVersion = 2
+
+// DecisionRecord is what the trail keeps of every decision, in one shape
+// whatever the operation (run, review, session, exec): the operation, the
+// principal with its roles and how it signed in, and exactly the policy
+// input the engine evaluated, its request's secrets as keyed hashes. A
+// replay rebuilds the input from it and evaluates that.
+type DecisionRecord struct {
+	// Input is the policy input as the engine received it.
+	Input AdmissionInput
+	// SignIn is how the principal authenticated (SignInToken).
+	SignIn string
+}
+
+// Payload is the record as the trail keeps it (the payload of
+// run.requested, and part of admission.reviewed's), the request's
+// secrets and the decision's mask paths hashed by m.
+func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
+	in := r.Input
+	roles := make([]any, len(in.Principal.Roles))
+	for i, role := range in.Principal.Roles {
+		roles[i] = string(role)
+	}
+	roots := make([]any, len(in.Settings.MountRoots))
+	for i, root := range in.Settings.MountRoots {
+		roots[i] = root
+	}
+	p := map[string]any{
+		"record":      DecisionRecordVersion,
+		"api_version": in.APIVersion,
+		"operation":   string(in.Operation),
+		"principal":   map[string]any{"name": in.Principal.Name, "team": in.Principal.Team, "roles": roles, "sign_in": r.SignIn},
+		"spec":        m.Spec(in.Request.RunSpec, mask),
+		"settings":    map[string]any{"air_gapped": in.Settings.AirGapped, "mount_roots": roots},
+	}
+	if s := in.Session; s != nil {
+		p["session"] = map[string]any{"id": s.ID, "idle_timeout_seconds": s.IdleTimeoutSeconds, "max_lifetime_seconds": s.MaxLifetimeSeconds}
+	}
+	return p
+}
+
+// ReadDecisionRecord reads back a record that Payload wrote and the trail
+// returned (numbers as json.Number or float64). ok is false for a payload
+// written before records had this shape, or one that does not parse.
+func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
+	var doc struct {
+		Record     int       `json:"record"`
+		APIVersion string    `json:"api_version"`
+		Operation  Operation `json:"operation"`
+		Principal  *struct {
+			Name   string `json:"name"`
+			Team   string `json:"team"`
+			Roles  []Role `json:"roles"`
+			SignIn string `json:"sign_in"`
+		} `json:"principal"`
+		Spec     *RunSpec      `json:"spec"`
+		Settings *Settings     `json:"settings"`
+		Session  *SessionInput `json:"session"`
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil || json.Unmarshal(raw, &doc) != nil {
+		return DecisionRecord{}, false
+	}
+	if doc.Record != DecisionRecordVersion || doc.Operation == "" || doc.Principal == nil || doc.Spec == nil || doc.Settings == nil {
+		return DecisionRecord{}, false
+	}
+	p := Principal{Name: doc.Principal.Name, Team: doc.Principal.Team, Roles: slices.Clone(doc.Principal.Roles)}
+	if p.Roles == nil {
+		p.Roles = []Role{}
+	}
+	st := *doc.Settings
+	if st.MountRoots == nil {
+		st.MountRoots = []string{}
+	}
+	return DecisionRecord{
+		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session},
+		SignIn: doc.Principal.SignIn,
+	}, true
+}
+
+// DecisionPayload is a decision as the trail records it (the payload of
+// admission.allowed and admission.denied, and part of
+// admission.reviewed's): the verdict, the violations and warnings, and
+// the mutations with their secrets hashed by m. It is built of maps and
+// slices only, so that the trail encodes it as it is, in canonical key
+// order. withSpec adds the admitted spec, masked.
+func DecisionPayload(m Masker, d Decision, withSpec bool) map[string]any {
+	p := map[string]any{
+		"allow":      d.Allow,
+		"violations": violationDocs(d.Violations),
+		"warnings":   violationDocs(d.Warnings),
+		"mutations":  m.Mutations(d.Mutations, d.Mask),
+	}
+	if withSpec {
+		p["spec"] = m.Spec(d.Spec.RunSpec, d.Mask)
+	}
+	return p
+}
+
+// violationDocs is vs as the JSON documents the API shows, never null.
+func violationDocs(vs []Violation) []map[string]any {
+	out := make([]map[string]any, len(vs))
+	for i, v := range vs {
+		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "severity": v.Severity, "action": v.Action, "count": v.Count}
+	}
+	return out
+}
