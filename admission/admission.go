@@ -119,9 +119,9 @@ type Deps struct {
 	// command: its error refuses it (a node that was taken over and is
 	// fenced starts no work).
 	Accepting func() error
-	Clock    sandgate.Clock
-	IDs      sandgate.IDSource
-	Logger   *slog.Logger
+	Clock     sandgate.Clock
+	IDs       sandgate.IDSource
+	Logger    *slog.Logger
 }
 
 // Config is the gate's behaviour.
