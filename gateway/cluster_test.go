@@ -343,6 +343,9 @@ func TestFencedNodeStartsNoWork(t *testing.T) {
 		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "taken over by node other") {
 			t.Errorf("a run on a fenced node: %d %s", r.status, r.body)
 		}
+		if r := e.do(http.MethodPost, "/v1/sessions", tokAlice, "{}"); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "taken over by node other") {
+			t.Errorf("a session on a fenced node: %d %s", r.status, r.body)
+		}
 		if r := e.do(http.MethodGet, "/readyz", "", ""); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "gateway: this node was taken over by node other") {
 			t.Errorf("readyz: %d %s", r.status, r.body)
 		}
