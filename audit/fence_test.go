@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -42,7 +43,7 @@ func TestFenceRefusesAClosedChain(t *testing.T) {
 	if err := b.Record(ctx, lifecycle(0, "run-b")); err != nil {
 		t.Fatal(err)
 	}
-	closed, err := b.CloseChainsOf(ctx, "node-a", "node-a stopped heartbeating")
+	closed, err := b.Takeover().CloseChainsOf(ctx, "node-a", "node-a stopped heartbeating")
 	if err != nil || len(closed) != 1 || closed[0].Seq != 3 {
 		t.Fatalf("closed = %+v %v, want a's chain at seq 3", closed, err)
 	}
@@ -68,7 +69,7 @@ func TestFenceRefusesAClosedChain(t *testing.T) {
 	if n := count(t, db, `SELECT count(*) FROM audit_checkpoints WHERE chain_id = $1 AND seq > 3`, a.ChainID()); n != 0 {
 		t.Errorf("%d checkpoints of a's chain past the fence", n)
 	}
-	rep, err := readOnly(t, dsn, nil).Verify(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, trusting(a.PublicKey(), b.PublicKey())).Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Errorf("verify: %v %+v", err, rep.Problems)
 	}
@@ -116,10 +117,10 @@ func TestFenceRefusesEveryPath(t *testing.T) {
 	prev := hash
 	for i := range recs {
 		c := a.prepare(lifecycle(100+i, "run-a-past"))
-		body := c.body(time.Now())
+		body := c.Body(time.Now())
 		s := seq + 1 + int64(i)
-		recs[i] = &sealed{Event: c.Event, ChainID: chain, Seq: s, RecordedAt: pgTime(time.Now()), Body: body,
-			PrevHash: prev, Hash: ChainHash(prev, chain, s, body), payload: c.payload}
+		recs[i] = &sealed{Event: c.Event, ChainID: chain, Seq: s, RecordedAt: proof.CanonicalTime(time.Now()), Body: body,
+			PrevHash: prev, Hash: proof.ChainHash(prev, chain, s, body), payload: c.PayloadJSON()}
 		prev = recs[i].Hash
 	}
 	if err := a.w.insert(recs, false); !isFenced(err) {

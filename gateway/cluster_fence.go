@@ -20,8 +20,9 @@ import (
 // sandgate_node_fenced and sandgate_audit_held_events, and in its log.
 // Restarted, it begins a new chain and joins the cluster again.
 
-// FenceReporter is implemented by an audit trail that knows whether a
-// survivor fenced this node's chains (audit.Store).
+// FenceReporter is implemented by the trail's writer when it knows
+// whether a survivor fenced this node's chains (audit.Store, the
+// Recorder).
 type FenceReporter interface {
 	// Fenced returns the events held because of a fence (refused by the
 	// database, kept in the spool), and AUDIT-UNAVAILABLE naming the
@@ -46,7 +47,7 @@ func (s *node) fenced() error {
 			return err
 		}
 	}
-	if fr, ok := s.d.Audit.(FenceReporter); ok {
+	if fr := s.fenceReporter(); fr != nil {
 		if _, err := fr.Fenced(); err != nil {
 			return sandgate.Errorf(sandgate.CodeUnavailable, "this node was taken over; it starts no new work until it is restarted: %s", sandgate.ErrorMessageOf(err))
 		}
@@ -56,11 +57,23 @@ func (s *node) fenced() error {
 
 // heldEvents is how many events the audit trail holds because of a fence.
 func (s *node) heldEvents() int64 {
-	if fr, ok := s.d.Audit.(FenceReporter); ok {
+	if fr := s.fenceReporter(); fr != nil {
 		held, _ := fr.Fenced()
 		return held
 	}
 	return 0
+}
+
+// fenceReporter is the Recorder, or else the audit trail, when it
+// reports fences.
+func (s *node) fenceReporter() FenceReporter {
+	if fr, ok := s.d.Recorder.(FenceReporter); ok {
+		return fr
+	}
+	if fr, ok := s.d.Audit.(FenceReporter); ok {
+		return fr
+	}
+	return nil
 }
 
 // fenceTakenOver fences this node after its heartbeat found its row gone:

@@ -307,10 +307,10 @@ func TestForwardOnlyWhatTheCallerMayReach(t *testing.T) {
 	}
 }
 
-// fencedTrail is an audit trail whose writer was refused as fenced,
-// holding events.
+// fencedTrail is a trail's writer that was refused as fenced, holding
+// events.
 type fencedTrail struct {
-	sandgate.AuditTrail
+	sandgate.Recorder
 	held int64
 }
 
@@ -359,7 +359,7 @@ func TestFencedNodeStartsNoWork(t *testing.T) {
 			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
 			e.cluster = fc
 		})
-		e.srv.node.d.Audit = fencedTrail{AuditTrail: e.srv.node.d.Audit, held: 7}
+		e.srv.node.d.Recorder = fencedTrail{Recorder: e.srv.node.d.Recorder, held: 7}
 		e.srv.node.cluster.beat(context.Background())
 		if r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "fenced at seq 3") {
 			t.Errorf("a run on a node whose chain is fenced: %d %s", r.status, r.body)
