@@ -62,6 +62,9 @@ type ClusterStore interface {
 // go of the connection once every adopted run and session has ended.
 type RemoteReconciler interface {
 	sandgate.Reconciler
+	// Holder names the live gateway holding the dead node's lease on its
+	// daemon, "" when none does.
+	Holder(ctx context.Context) (string, error)
 	// Sessions runs commands in the sessions adopted through Adopt.
 	Sessions() sandgate.SessionExecutor
 	Close() error
@@ -260,7 +263,11 @@ func (c *cluster) beat(ctx context.Context) {
 				defer c.twg.Done()
 				defer c.end(n.Name)
 				if c.answers(ctx, n) {
-					c.lateButAlive(n)
+					c.lateButAlive(n, "it answers at its address")
+					return
+				}
+				if holder := c.leaseHolder(ctx, n); holder != "" {
+					c.lateButAlive(n, "its daemon sees its lease renewed by "+holder)
 					return
 				}
 				c.takeOver(ctx, n.Name)

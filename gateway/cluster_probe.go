@@ -22,6 +22,13 @@ import (
 // advertises no address, is taken over; its chains are fenced in the
 // same transaction, so that if it was alive after all it records
 // nothing more.
+//
+// Nor is one taken over whose Docker daemon, reached as a takeover
+// reaches it, sees its lease renewed by a live gateway (executor's node
+// lease): it runs its containers on, cut off from the database and its
+// peers only, and a survivor adopting them would make them two owners'.
+// A daemon that does not answer says nothing either way: the node is
+// taken over, its runs lost, its chains fenced.
 
 const (
 	// probeTimeout bounds one look at a lapsed node's address.
@@ -69,9 +76,29 @@ func (c *cluster) answers(ctx context.Context, n sandgate.Node) bool {
 	return false
 }
 
+// leaseHolder names the live gateway that holds node n's lease on its
+// Docker daemon; "" when none does, or the daemon does not answer.
+func (c *cluster) leaseHolder(ctx context.Context, n sandgate.Node) string {
+	if c.n.d.RemoteReconcilers == nil {
+		return ""
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	rec, err := c.n.d.RemoteReconcilers(dctx, n.Name, n.DockerHost)
+	if err != nil {
+		return ""
+	}
+	defer rec.Close()
+	holder, err := rec.Holder(dctx)
+	if err != nil {
+		return ""
+	}
+	return holder
+}
+
 // lateButAlive logs, at most every lateLogEvery per node, that node n's
-// heartbeat is late but it answers, so it is not taken over.
-func (c *cluster) lateButAlive(n sandgate.Node) {
+// heartbeat is late but it is alive (why), so it is not taken over.
+func (c *cluster) lateButAlive(n sandgate.Node, why string) {
 	c.mu.Lock()
 	if c.lateLogged == nil {
 		c.lateLogged = map[string]time.Time{}
@@ -83,7 +110,7 @@ func (c *cluster) lateButAlive(n sandgate.Node) {
 	}
 	c.mu.Unlock()
 	if due {
-		c.n.log.Warn("a node's heartbeat is late, but it answers at its address: it is not taken over",
+		c.n.log.Warn("a node's heartbeat is late, but it is alive: it is not taken over", "why", why,
 			"late_node", n.Name, "heartbeat_age", n.HeartbeatAge.String(), "advertise_url", n.AdvertiseURL)
 	}
 }
