@@ -31,7 +31,8 @@ var owners = map[string][]string{
 // is small enough to read whole.
 // The audit sinks' senders (syslog, webhook) and their OCSF mapping read
 // a YAML file and speak to the network with the standard library alone;
-// the egress proxy needs nothing but the standard library. The admission
+// the egress proxy needs nothing but the standard library; the secrets'
+// keyring and vault the standard library's AES-GCM. The admission
 // gate links the standard library and the root package alone: it meets
 // HTTP, the database and the daemon only at interfaces.
 var narrow = map[string][]string{
@@ -39,6 +40,7 @@ var narrow = map[string][]string{
 	"workspace": {"github.com/bmatcuk/doublestar/v4"},
 	"sinks":     {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},
 	"egress":    {"golang.org/x/time/rate"},
+	"secrets":   {},
 }
 
 // boundaries may not import each other, except where allowed.
