@@ -33,7 +33,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Workspace:   &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
 		CallbackURL: "https://hooks.example.com/done",
 		Egress:      []string{"pypi.org:443", "10.2.0.0/16:5432"}, EgressLimits: &sandgate.EgressLimits{Connections: 5, Bytes: 1 << 20},
-		Secrets:     []string{"demo", "npm"},
+		Secrets: []string{"demo", "npm"},
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {
