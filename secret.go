@@ -158,9 +158,9 @@ type SecretStore interface {
 	// PutSecret stores a new version of name in one transaction: seal is
 	// called with the version the secret will have (1 for a name never
 	// stored, one more than the last otherwise, a deleted one included)
-	// and whether a version is stored now, and returns the row to store;
-	// an error from seal rolls back and is returned as it is.
-	PutSecret(ctx context.Context, name string, seal func(version int64, exists bool) (SealedSecret, error)) error
+	// and the version stored now (nil when none is), and returns the row
+	// to store; an error from seal rolls back and is returned as it is.
+	PutSecret(ctx context.Context, name string, seal func(version int64, prev *SecretInfo) (SealedSecret, error)) error
 	// ListSecrets is every stored secret, by name.
 	ListSecrets(ctx context.Context) ([]SecretInfo, error)
 	// SealedSecrets are the stored secrets among names.

@@ -157,6 +157,10 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 	}
 	up := cfg.Uploads
 	up.MaxBytes = cfg.MaxWorkspaceBytes
+	var secrets admission.Secrets
+	if d.Secrets != nil {
+		secrets = d.Secrets
+	}
 	return admission.New(admission.Config{
 		Node: cfg.Node, AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots,
 		Callbacks: len(cfg.CallbackKey) > 0, Sessions: d.keepsSessions(), Uploads: up,
@@ -164,6 +168,6 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Admitter: d.Admitter, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions,
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x,
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
-		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
+		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger, Secrets: secrets,
 	}, teams)
 }

@@ -90,17 +90,21 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(tx *gorm.DB) erro
 }
 
 // PutSecret stores a new version of name (sandgate.SecretStore).
-func (s *Store) PutSecret(ctx context.Context, name string, seal func(version int64, exists bool) (sandgate.SealedSecret, error)) error {
+func (s *Store) PutSecret(ctx context.Context, name string, seal func(version int64, prev *sandgate.SecretInfo) (sandgate.SealedSecret, error)) error {
 	return s.inTx(ctx, "put secret", func(tx *gorm.DB) error {
 		row, err := lockedSecret(tx, name)
 		if err != nil {
 			return err
 		}
-		version, exists := int64(1), false
+		version, prev := int64(1), (*sandgate.SecretInfo)(nil)
 		if row != nil {
-			version, exists = row.Version+1, row.DeletedAt == nil
+			version = row.Version + 1
+			if row.DeletedAt == nil {
+				info := row.sealed().SecretInfo
+				prev = &info
+			}
 		}
-		sealed, err := seal(version, exists)
+		sealed, err := seal(version, prev)
 		if err != nil {
 			return errSeal{err}
 		}

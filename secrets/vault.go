@@ -57,46 +57,48 @@ func New(o Options) (*Vault, error) {
 }
 
 // Put stores value as name's next version, set by s's actor, and records
-// secret.set (a name with no value stored) or secret.rotated, committed
-// before the version is: a change the trail cannot take is not made
-// (AUDIT-UNAVAILABLE). INVALID-REQUEST names the field at fault: "name"
-// or "value".
-func (v *Vault) Put(ctx context.Context, s sandgate.Subject, name, value string) (sandgate.SecretInfo, error) {
+// secret.set (a name with no value stored: created is true) or
+// secret.rotated, committed before the version is: a change the trail
+// cannot take is not made (AUDIT-UNAVAILABLE). INVALID-REQUEST names the
+// field at fault: "name" or "value".
+func (v *Vault) Put(ctx context.Context, s sandgate.Subject, name, value string) (info sandgate.SecretInfo, created bool, err error) {
 	if err := sandgate.CheckSecretName("name", name); err != nil {
-		return sandgate.SecretInfo{}, err
+		return sandgate.SecretInfo{}, false, err
 	}
 	if err := sandgate.CheckSecretValue(value); err != nil {
-		return sandgate.SecretInfo{}, err
+		return sandgate.SecretInfo{}, false, err
 	}
 	if v.rec == nil {
-		return sandgate.SecretInfo{}, errors.New("secrets: no Recorder to record the change")
+		return sandgate.SecretInfo{}, false, errors.New("secrets: no Recorder to record the change")
 	}
-	var info sandgate.SecretInfo
-	err := v.store.PutSecret(ctx, name, func(version int64, exists bool) (sandgate.SealedSecret, error) {
+	err = v.store.PutSecret(ctx, name, func(version int64, prev *sandgate.SecretInfo) (sandgate.SealedSecret, error) {
 		now := v.now().UTC().Truncate(time.Microsecond)
 		sealed := sandgate.SealedSecret{SecretInfo: sandgate.SecretInfo{
 			Name: name, Version: version, ValueHash: v.mask.Hash(value), SetBy: s.Actor, SetAt: now,
 			CreatedBy: s.Actor, CreatedAt: now,
 		}}
+		if prev != nil {
+			sealed.CreatedBy, sealed.CreatedAt = prev.CreatedBy, prev.CreatedAt
+		}
 		if err := v.keys.seal(&sealed, value); err != nil {
 			return sealed, err
 		}
 		payload := infoPayload(sealed.SecretInfo)
 		ev := sandgate.NewSecretSet(s, now, payload)
-		if exists {
-			payload["previous_version"] = version - 1
+		if prev != nil {
+			payload["previous_version"] = prev.Version
 			ev = sandgate.NewSecretRotated(s, now, payload)
 		}
 		if err := v.rec.Record(ctx, ev); err != nil {
 			return sealed, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the change now; the secret was not changed, retry later")
 		}
-		info = sealed.SecretInfo
+		info, created = sealed.SecretInfo, prev == nil
 		return sealed, nil
 	})
 	if err != nil {
-		return sandgate.SecretInfo{}, err
+		return sandgate.SecretInfo{}, false, err
 	}
-	return info, nil
+	return info, created, nil
 }
 
 // infoPayload is what the trail records of a secret: never its value.

@@ -85,14 +85,14 @@ func TestVaultLifecycle(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
 	v := newVault(t, newStore(t), "k1 "+hexA+"\n", rec)
-	if _, err := v.Put(ctx, alice, "demo", "tok-1"); err != nil {
-		t.Fatal(err)
+	if _, created, err := v.Put(ctx, alice, "demo", "tok-1"); err != nil || !created {
+		t.Fatal(created, err)
 	}
 	bob := alice
 	bob.Actor = "bob"
-	info, err := v.Put(ctx, bob, "demo", "tok-2")
-	if err != nil || info.Version != 2 {
-		t.Fatalf("second put: %+v %v", info, err)
+	info, created, err := v.Put(ctx, bob, "demo", "tok-2")
+	if err != nil || info.Version != 2 || created || info.CreatedBy != "alice" {
+		t.Fatalf("second put: %+v %v %v", info, created, err)
 	}
 	list, err := v.List(ctx)
 	if err != nil || len(list) != 1 {
@@ -115,8 +115,8 @@ func TestVaultLifecycle(t *testing.T) {
 	if _, err := v.Reveal(ctx, []sandgate.SecretBinding{{Name: "demo"}}); sandgate.ErrorCodeOf(err) != sandgate.CodeNotFound {
 		t.Errorf("a removed secret revealed: %v", err)
 	}
-	info, err = v.Put(ctx, bob, "demo", "tok-3")
-	if err != nil || info.Version != 3 || info.CreatedBy != "bob" {
+	info, created, err = v.Put(ctx, bob, "demo", "tok-3")
+	if err != nil || info.Version != 3 || info.CreatedBy != "bob" || !created {
 		t.Fatalf("put after delete: %+v %v", info, err)
 	}
 	want := "secret.set:1 secret.rotated:2 secret.deleted:2 secret.set:3"
@@ -155,7 +155,7 @@ func TestVaultRefusesBadInput(t *testing.T) {
 		"value not UTF-8":   {"demo", "tok\xff", "value"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := v.Put(context.Background(), alice, tc.name, tc.value)
+			_, _, err := v.Put(context.Background(), alice, tc.name, tc.value)
 			var se *sandgate.Error
 			if !errors.As(err, &se) || se.Code != sandgate.CodeInvalidRequest || se.Field != tc.field {
 				t.Fatalf("err = %v, want INVALID-REQUEST on %s", err, tc.field)
@@ -165,7 +165,7 @@ func TestVaultRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := v.Put(context.Background(), alice, "demo", strings.Repeat("v", 64<<10)); err != nil {
+	if _, _, err := v.Put(context.Background(), alice, "demo", strings.Repeat("v", 64<<10)); err != nil {
 		t.Errorf("a value of exactly 64 KiB: %v", err)
 	}
 	if got := rec.types(); len(got) != 1 {
@@ -178,11 +178,11 @@ func TestVaultAuditUnavailable(t *testing.T) {
 	ctx := context.Background()
 	rec := &recorder{}
 	v := newVault(t, newStore(t), "k1 "+hexA+"\n", rec)
-	if _, err := v.Put(ctx, alice, "demo", "tok-1"); err != nil {
+	if _, _, err := v.Put(ctx, alice, "demo", "tok-1"); err != nil {
 		t.Fatal(err)
 	}
 	rec.fail = sandgate.Errorf(sandgate.CodeAuditUnavailable, "down")
-	if _, err := v.Put(ctx, alice, "demo", "tok-2"); sandgate.ErrorCodeOf(err) != sandgate.CodeAuditUnavailable {
+	if _, _, err := v.Put(ctx, alice, "demo", "tok-2"); sandgate.ErrorCodeOf(err) != sandgate.CodeAuditUnavailable {
 		t.Fatalf("put: %v", err)
 	}
 	if err := v.Delete(ctx, alice, "demo"); sandgate.ErrorCodeOf(err) != sandgate.CodeAuditUnavailable {
@@ -204,12 +204,12 @@ func TestVaultReEncrypt(t *testing.T) {
 	rec := &recorder{}
 	v1 := newVault(t, store, "k1 "+hexA+"\n", rec)
 	for i, name := range []string{"a", "b", "c"} {
-		if _, err := v1.Put(ctx, alice, name, fmt.Sprintf("tok-%d", i)); err != nil {
+		if _, _, err := v1.Put(ctx, alice, name, fmt.Sprintf("tok-%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	both := newVault(t, store, "k2 "+hexB+"\nk1 "+hexA+"\n", rec)
-	if _, err := both.Put(ctx, alice, "d", "tok-3"); err != nil {
+	if _, _, err := both.Put(ctx, alice, "d", "tok-3"); err != nil {
 		t.Fatal(err)
 	}
 	n, err := both.ReEncrypt(ctx)
@@ -254,7 +254,7 @@ func TestVaultConcurrentPuts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := v.Put(ctx, alice, "demo", fmt.Sprintf("tok-%d", i)); err != nil {
+			if _, _, err := v.Put(ctx, alice, "demo", fmt.Sprintf("tok-%d", i)); err != nil {
 				t.Error(err)
 			}
 		}()
