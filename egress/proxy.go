@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,10 @@ type Options struct {
 	// DialTimeout bounds resolving and connecting. Default
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
+	// UpstreamRoots verify the destinations of the connections of runs
+	// with secrets, whose TLS the proxy opens itself; nil is the host's
+	// roots.
+	UpstreamRoots *x509.CertPool
 	// SourceWait is how long a connection from an address no run holds
 	// waits for a run to be registered there (its container may start
 	// before the executor has learnt its address). Default
@@ -110,6 +115,12 @@ type Run struct {
 	Limits sandgate.EgressLimits
 	// Private are the loopback and private prefixes the run may reach.
 	Private []netip.Prefix
+	// Secrets are what the proxy writes into the run's requests
+	// (docs/secrets.md); with them, CA is required: the run's authority,
+	// whose certificate the run trusts, with which the proxy terminates
+	// every TLS tunnel of the run to read its requests.
+	Secrets []Secret
+	CA      *RunCA
 }
 
 // Proxy is the egress proxy: one listener, the registry of run addresses
@@ -185,7 +196,16 @@ func (p *Proxy) Register(src netip.Addr, r Run) error {
 	if other, ok := p.runs[src]; ok {
 		return fmt.Errorf("egress: address %s is already run %s's", src, other.run.RunID)
 	}
-	st := &runState{run: r, dests: dests, aggs: map[destKey]*agg{}, decisions: map[string]sandgate.EgressDecision{}, conns: map[net.Conn]struct{}{}}
+	secrets, err := newSecretSet(r.Secrets)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", r.RunID, err)
+	}
+	if secrets != nil && r.CA == nil {
+		return fmt.Errorf("run %s: a run with secrets needs its certificate authority", r.RunID)
+	}
+	st := &runState{run: r, dests: dests, aggs: map[destKey]*agg{}, decisions: map[string]sandgate.EgressDecision{}, conns: map[net.Conn]struct{}{},
+		secrets: secrets, ca: r.CA, secretRec: &secretRecord{aggs: map[secretKey]*secretAgg{}}}
+	st.run.Secrets = nil // the values live in secrets alone
 	st.bytesLeft.Store(r.Limits.Bytes)
 	if r.Limits.Bytes <= 0 {
 		st.bytesLeft.Store(math.MaxInt64)
@@ -383,11 +403,28 @@ func (p *Proxy) handle(c net.Conn) {
 
 	up := &counted{Conn: upstream, n: &rec.sent, st: st, p: p, dir: "sent"}
 	down := &counted{Conn: c, n: &rec.recv, st: st, p: p, dir: "received"}
+	connected := false
+	if st.secrets != nil {
+		if p.intercept(st, rec, c, br, upstream, up, down, req) {
+			p.ended(st, rec)
+			return
+		}
+		connected = true // a tunnel relayed unread, its 200 sent
+	}
+	p.pipe(st, rec, c, br, upstream, up, down, req, connected)
+	p.ended(st, rec)
+}
+
+// pipe relays a connection both ways until either side ends it: a CONNECT
+// tunnel (its 200 sent first, unless connected says it was, and its TLS
+// ClientHello checked) or a plain-HTTP request sent on in origin form.
+func (p *Proxy) pipe(st *runState, rec *conn, c net.Conn, br *bufio.Reader, upstream net.Conn, up, down *counted, req *http.Request, connected bool) {
 	done := make(chan struct{})
 	if req.Method == http.MethodConnect {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			p.allowed(st, rec)
-			return
+		if !connected {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+				return
+			}
 		}
 		go func() {
 			defer close(done)
@@ -432,7 +469,14 @@ func (p *Proxy) handle(c net.Conn) {
 		c.Close()
 		<-done
 	}
-	if rec.reason == ReasonSNIMismatch || rec.reason == ReasonBadClientHello {
+}
+
+// ended records a connection that was made: refused after all when its
+// reason is one that refuses (domain fronting, a TLS handshake that
+// failed, a request naming another host), allowed otherwise.
+func (p *Proxy) ended(st *runState, rec *conn) {
+	switch rec.reason {
+	case ReasonSNIMismatch, ReasonBadClientHello, ReasonUpstreamTLS, ReasonHostMismatch:
 		p.denied(st, rec)
 		return
 	}
