@@ -122,7 +122,7 @@ func (e *Executor) ensureEgress(ctx context.Context, r *run) (*egressNet, error)
 	}
 	p := egress.New(egress.Options{
 		Decider: e.cfg.EgressDecider, Events: e.events, Lookup: e.cfg.EgressLookup, Metrics: e.cfg.EgressMetrics,
-		Node: e.cfg.Node, AggregateEvery: e.cfg.EgressAggregate, Now: e.cfg.Clock,
+		Node: e.cfg.Node, AggregateEvery: e.cfg.EgressAggregate, Now: e.cfg.Clock, UpstreamRoots: e.cfg.EgressUpstreamRoots,
 		Log: e.log.With("component", "egress"),
 	})
 	go func() {
@@ -235,6 +235,7 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 	if j.SessionContainer {
 		run.SessionID = j.RunID
 	}
+	h.r.secrets.proxyRun(&run)
 	err = eg.proxy.Register(addr, run)
 	if err != nil {
 		return nil, netip.Addr{}, sandgate.WrapError(sandgate.CodeContainerCreate, err, "register the run with the egress proxy")

@@ -28,6 +28,10 @@ type run struct {
 	// exited: commands of a session that end then ended with it.
 	ending atomic.Bool
 
+	// secrets are a run with secrets' authority and placeholders, made
+	// with its container (secrets.go); nil otherwise.
+	secrets *runSecrets
+
 	mu          sync.Mutex
 	agent       *agentLink    // the container's agent, once authenticated
 	ws          *runWorkspace // a session's workspace
@@ -187,6 +191,10 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 		// its only upstream is the gateway address, where the firewall
 		// drops them. Names are resolved by the proxy.
 		set.host.DNS = []string{eg.gateway.String()}
+		if r.secrets, err = e.withSecrets(r, &set); err != nil {
+			return e.failed(r, err), err
+		}
+		defer r.secrets.remove()
 	}
 	var ws *runWorkspace
 	if r.job.Spec.HasWorkspace() || r.job.SessionContainer {

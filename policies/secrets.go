@@ -39,7 +39,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // reservedEnv are the variables the executor sets in an egress run with
 // secrets: a placeholder may not take their place.
 var reservedEnv = []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy",
-	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "PATH", "HOME"}
+	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PATH", "HOME"}
 
 // secretBindings reads data.sandgate.config.secrets, refusing a bundle
 // with an entry the proxy could not use as written: a name that is not a

@@ -177,11 +177,11 @@ func (v *Vault) Reveal(ctx context.Context, bindings []sandgate.SecretBinding) (
 	return out, nil
 }
 
-// ReEncrypt wraps every stored secret's data key under the primary key
-// (after a new key was put first in the key file), and returns how many
-// it rewrapped; the values' ciphertexts are left as they are. A secret
-// whose key the file no longer holds stops it with an error naming the
-// secret and the key.
-func (v *Vault) ReEncrypt(ctx context.Context) (int, error) {
-	return v.store.RewrapSecrets(ctx, v.keys.rewrap)
+// ReEncrypt wraps every secret of store's data key under keys' primary
+// key (after a new key was put first in the key file), and returns how
+// many it rewrapped; the values' ciphertexts are left as they are. A
+// secret whose key the file no longer holds stops it with an error
+// naming the secret and the key.
+func ReEncrypt(ctx context.Context, keys *Keyring, store sandgate.SecretStore) (int, error) {
+	return store.RewrapSecrets(ctx, keys.rewrap)
 }

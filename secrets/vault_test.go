@@ -212,11 +212,11 @@ func TestVaultReEncrypt(t *testing.T) {
 	if _, _, err := both.Put(ctx, alice, "d", "tok-3"); err != nil {
 		t.Fatal(err)
 	}
-	n, err := both.ReEncrypt(ctx)
+	n, err := ReEncrypt(ctx, both.keys, store)
 	if err != nil || n != 3 {
 		t.Fatalf("re-encrypt: %d %v", n, err)
 	}
-	if n, err := both.ReEncrypt(ctx); err != nil || n != 0 {
+	if n, err := ReEncrypt(ctx, both.keys, store); err != nil || n != 0 {
 		t.Fatalf("second re-encrypt: %d %v", n, err)
 	}
 	only := newVault(t, store, "k2 "+hexB+"\n", rec)
@@ -238,7 +238,7 @@ func TestVaultReEncrypt(t *testing.T) {
 	}
 	// Without the key a secret is sealed under, it does not open, and
 	// re-encrypt says which.
-	if _, err := newVault(t, store, "k3 "+hexA+"\n", rec).ReEncrypt(ctx); err == nil || !strings.Contains(err.Error(), "key k2") {
+	if _, err := ReEncrypt(ctx, keyring(t, "k3 "+hexA+"\n"), store); err == nil || !strings.Contains(err.Error(), "key k2") {
 		t.Errorf("re-encrypt without the key: %v", err)
 	}
 }

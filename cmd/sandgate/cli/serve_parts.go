@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/policies"
 	"github.com/sandgate/sandgate/runstore"
+	"github.com/sandgate/sandgate/secrets"
 )
 
 // parts are the components serve builds, each from its own config, and
@@ -41,10 +42,12 @@ type parts struct {
 	engine        *policies.Engine
 	exec          *executor.Executor
 	images        *executor.Images
+	keyring       *secrets.Keyring
 
 	store    *audit.Store
 	runs     *runstore.Store
 	streamer *audit.Streamer
+	vault    *secrets.Vault
 }
 
 // teardown is what serve undoes when it returns, last made first undone:
