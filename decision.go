@@ -57,6 +57,19 @@ const APIVersion = "sandgate/v1"
 type Settings struct {
 	AirGapped  bool     `json:"air_gapped"`
 	MountRoots []string `json:"mount_roots"`
+	// HostGroups are groups of the host that open doors on it, found at
+	// start: the group of the Docker daemon's socket and the groups that
+	// own the mount roots. No run may hold one, as the gids of
+	// data.sandgate.config.privileged_gids.
+	HostGroups []HostGroup `json:"host_groups"`
+}
+
+// HostGroup is a group of the host and what it owns there.
+type HostGroup struct {
+	GID int64 `json:"gid"`
+	// Owns names what membership opens: "the Docker socket
+	// /var/run/docker.sock", "the mount root /srv/work".
+	Owns string `json:"owns"`
 }
 
 // AdmissionInput is the policy input document (`input` in Rego).
@@ -160,6 +173,11 @@ type Enforcement struct {
 	// Secrets are the bindings of the secrets the run asks for
 	// (data.sandgate.config.secrets): where the egress proxy writes each.
 	Secrets []SecretBinding `json:"secrets,omitempty"`
+	// ImageSigners are, by image repository, the keys (their IDs in
+	// SANDGATE_IMAGE_VERIFY_KEYS) one of which must have signed the image
+	// a run of the team resolves; a repository not listed needs no
+	// signature (data.sandgate.config.image_signers).
+	ImageSigners map[string][]string `json:"image_signers,omitempty"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's
@@ -206,6 +224,11 @@ type PolicyStatus struct {
 	LoadedAt    time.Time      `json:"loaded_at"`
 	LastError   string         `json:"last_error,omitempty"`
 	LastErrorAt *time.Time     `json:"last_error_at,omitempty"`
+	// SignedBy is the pinned key that signed the bundle in force and
+	// SignedRevision the revision its signed manifest names; both are
+	// empty when no verification keys are pinned.
+	SignedBy       string `json:"signed_by,omitempty"`
+	SignedRevision string `json:"signed_revision,omitempty"`
 }
 
 // PolicyAdmin is the policy engine as security staff drive it.

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/seccomp"
 )
 
 // VolumePrefix is prepended to the Docker name of every named cache volume,
@@ -86,13 +87,12 @@ type settings struct {
 // for something the hardening forbids (a policy would have had to allow
 // it) is refused rather than silently weakened or silently ignored.
 func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
-	node, maxConcurrent := ecfg.Node, ecfg.MaxConcurrent
 	// Normalisation filled every default in: nothing is defaulted here.
 	s := job.Spec.RunSpec
 	if err := refuseUnsafe(s); err != nil {
 		return settings{}, err
 	}
-	user, res := s.User, s.Resources
+	res := s.Resources
 	switch {
 	case res.MemoryMB < minMemoryMB:
 		return settings{}, sandgate.Errorf(sandgate.CodeResourceLimit, "resources.memory_mb must be at least %d, not %d", minMemoryMB, res.MemoryMB)
@@ -101,29 +101,52 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	case res.Pids < 1 || res.TmpfsMB < 1 || res.Nofile < 1:
 		return settings{}, sandgate.Errorf(sandgate.CodeResourceLimit, "resources.pids, tmpfs_mb and nofile must be positive")
 	}
+	mounts, err := mountsFor(s, job.Team)
+	if err != nil {
+		return settings{}, err
+	}
+	// sandgate's own seccomp profile, whatever the spec says: "default"
+	// is the only profile a spec may name, and it means this one.
+	profile, err := seccomp.SecurityOpt()
+	if err != nil {
+		return settings{}, fmt.Errorf("seccomp profile: %w", err)
+	}
+	host := hostConfig(s, ecfg.MaxConcurrent, profile)
+	host.NetworkMode = container.NetworkMode(networkOf(job, ecfg))
+	host.Mounts = mounts
+	return settings{name: containerName(job), config: containerConfig(job, ecfg), host: host}, nil
+}
 
-	network := s.Network
-	switch {
+// networkOf is the Docker network of job's container.
+func networkOf(job sandgate.Job, ecfg Config) string {
+	switch network := job.Spec.Network; {
 	case job.AirGapped:
-		network = "none"
+		return "none"
 	case network == "bridge":
 		// Never Docker's default bridge: sandgate's own, where runs
 		// cannot reach each other.
-		network = ecfg.BridgeNetwork
+		return ecfg.BridgeNetwork
 	case network == sandgate.NetworkEgress:
 		// The internal egress network: the proxy is the only way out
 		// (egress.go sets its address in the environment).
-		network = ecfg.EgressNetwork
+		return ecfg.EgressNetwork
+	default:
+		return network
 	}
-	image := s.Image
+}
 
+// containerConfig is the container's process, environment and labels:
+// the spec's labels but sandgate's own, and sandgate's, which name the
+// run, its session and task, its correlation, its node and the instance
+// that made it.
+func containerConfig(job sandgate.Job, ecfg Config) *container.Config {
+	s := job.Spec.RunSpec
 	env := make([]string, 0, len(s.Env))
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-
-	labels := make(map[string]string, len(s.Labels)+6)
+	labels := make(map[string]string, len(s.Labels)+7)
 	for k, v := range s.Labels {
 		if !strings.HasPrefix(k, "sandgate.") {
 			labels[k] = v
@@ -134,15 +157,15 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	labels[sandgate.LabelSession] = s.SessionID
 	labels[sandgate.LabelTask] = s.TaskID
 	labels[sandgate.LabelCorrelationID] = job.CorrelationID
-	labels[sandgate.LabelNode] = node
-
+	labels[sandgate.LabelNode] = ecfg.Node
+	labels[LabelInstance] = ecfg.Instance
 	stdin := s.Stdin != ""
-	cfg := &container.Config{
-		Image:        image,
+	return &container.Config{
+		Image:        s.Image,
 		Cmd:          append([]string(nil), s.Command...),
 		Env:          env,
 		WorkingDir:   s.Workdir,
-		User:         user,
+		User:         s.User,
 		Labels:       labels,
 		AttachStdout: true,
 		AttachStderr: true,
@@ -151,12 +174,15 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 		StdinOnce:    stdin,
 		StopSignal:   "SIGTERM",
 	}
+}
 
-	mounts, err := mountsFor(s, job.Team)
-	if err != nil {
-		return settings{}, err
-	}
-	secOpt := []string{"no-new-privileges"}
+// hostConfig is the hardening every container gets, with the spec's
+// admitted runtime, capabilities, security options and resources, and
+// seccompOpt, the option that applies sandgate's seccomp profile; its
+// network and mounts are containerSettings'.
+func hostConfig(s sandgate.RunSpec, maxConcurrent int, seccompOpt string) *container.HostConfig {
+	res := s.Resources
+	secOpt := []string{"no-new-privileges", seccompOpt}
 	if sec := s.Security; sec != nil {
 		if sec.AppArmor != "" {
 			secOpt = append(secOpt, "apparmor="+sec.AppArmor)
@@ -182,8 +208,8 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	// containers that run as it; PidsLimit is the per-container bound, so
 	// nproc leaves room for every concurrent run to reach its own limit.
 	nproc := res.Pids * int64(max(maxConcurrent, 1))
-	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(network),
+	return &container.HostConfig{
+		Runtime:        s.Runtime,
 		IpcMode:        ipc,
 		Privileged:     false,
 		CapDrop:        []string{"ALL"},
@@ -191,7 +217,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 		SecurityOpt:    secOpt,
 		ReadonlyRootfs: true,
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", res.TmpfsMB)},
-		Mounts:         mounts,
 		Init:           &init,
 		Sysctls:        s.Sysctls,
 		// Output is captured through the attach stream; a log driver would
@@ -208,7 +233,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 			},
 		},
 	}
-	return settings{name: containerName(job), config: cfg, host: host}, nil
 }
 
 // refuseUnsafe refuses a spec that asks for what no sandgate container
@@ -252,7 +276,7 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 	if sec := s.Security; sec != nil {
 		switch {
 		case sec.Seccomp != "" && sec.Seccomp != "default" && sec.Seccomp != "runtime/default":
-			return refuse("security_opt", "only Docker's default seccomp profile is used, not %q", sec.Seccomp)
+			return refuse("security_opt", "only sandgate's seccomp profile is used, not %q", sec.Seccomp)
 		case sec.AppArmor == "unconfined":
 			return refuse("security_opt", "apparmor is never unconfined")
 		case !sec.NoNewPrivileges:

@@ -44,8 +44,8 @@ type runSecrets struct {
 // withSecrets gives r's container its placeholders and its trust, and
 // keeps for the proxy what it will be given; nil for a run without
 // secrets. The caller removes the trust file once the container is gone.
-func (e *Executor) withSecrets(r *run, set *settings) (*runSecrets, error) {
-	job := r.job
+func (e *Executor) withSecrets(h *handle, set *settings) (*runSecrets, error) {
+	job := h.job
 	if len(job.Secrets) == 0 {
 		return nil, nil
 	}

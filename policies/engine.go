@@ -69,6 +69,12 @@ type Options struct {
 	// Debounce is Watch's quiet period after a file change. Default
 	// DefaultDebounce.
 	Debounce time.Duration
+	// VerifyKeys, when set, are the keys every bundle must be signed by
+	// (SANDGATE_POLICY_VERIFY_KEYS): an unsigned or wrongly signed bundle,
+	// or one with a file changed or added after signing, is refused at
+	// start and at every reload. The embedded bundle is unsigned, so Dir
+	// must be set.
+	VerifyKeys *VerifyKeys
 }
 
 // policy is one loaded, tested and prepared revision of a bundle.
@@ -86,6 +92,8 @@ type policy struct {
 	config  map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
+	// signature is who signed it; nil when no keys are pinned.
+	signature *Signature
 }
 
 // Engine evaluates admission decisions against a policy bundle and keeps it
@@ -100,6 +108,7 @@ type Engine struct {
 	events   sandgate.EventSink
 	log      *slog.Logger
 	debounce time.Duration
+	keys     *VerifyKeys
 
 	current atomic.Pointer[policy]
 
@@ -132,6 +141,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		events:   opts.Events,
 		log:      opts.Logger,
 		debounce: opts.Debounce,
+		keys:     opts.VerifyKeys,
 	}
 	_, e.source = bundleFS(opts.Dir)
 	if e.log == nil {
@@ -212,9 +222,20 @@ func (e *Engine) TeamLimits(team string) sandgate.TeamLimits {
 // pull goes anywhere.
 func (e *Engine) Enforcement(team string) sandgate.Enforcement {
 	if p := e.current.Load(); p != nil {
-		return p.teams.enforcement(team)
+		return withHostGroups(p.teams.enforcement(team), e.settings.HostGroups)
 	}
-	return sandgate.Enforcement{PrivilegedGIDs: []int64{0}}
+	return withHostGroups(sandgate.Enforcement{PrivilegedGIDs: []int64{0}}, e.settings.HostGroups)
+}
+
+// withHostGroups adds the host's groups (Settings.HostGroups) to the
+// privileged gids the executor holds runs to.
+func withHostGroups(enf sandgate.Enforcement, groups []sandgate.HostGroup) sandgate.Enforcement {
+	for _, g := range groups {
+		if !slices.Contains(enf.PrivilegedGIDs, g.GID) {
+			enf.PrivilegedGIDs = append(enf.PrivilegedGIDs, g.GID)
+		}
+	}
+	return enf
 }
 
 // PolicyConfig returns the configuration of the policy in force (the
@@ -233,6 +254,7 @@ func (e *Engine) PolicyConfig() map[string]any {
 func (e *Engine) Settings() sandgate.Settings {
 	s := e.settings
 	s.MountRoots = slices.Clone(s.MountRoots)
+	s.HostGroups = slices.Clone(s.HostGroups)
 	return s
 }
 
@@ -244,6 +266,9 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 		st.Revision = p.revision
 		st.Modules = slices.Clone(p.modules)
 		st.LoadedAt = p.loadedAt
+		if p.signature != nil {
+			st.SignedBy, st.SignedRevision = p.signature.KeyID, p.signature.Revision
+		}
 	}
 	e.mu.Lock()
 	st.LastError = e.lastErr
@@ -276,8 +301,8 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	old := e.current.Load()
-	b, err := readBundle(e.dir)
-	if err == nil && old != nil && b.revision == old.revision {
+	b, err := readVerifiedBundle(e.dir, e.keys)
+	if err == nil && old != nil && b.revision == old.revision && b.signature.same(old.signature) {
 		e.setLastError(nil)
 		return false, nil
 	}
@@ -302,10 +327,16 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	}
 	e.current.Store(p)
 	e.setLastError(nil)
-	e.logger().Info("policy loaded", "source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old))
-	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, map[string]any{
+	payload := map[string]any{
 		"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
-	}))
+	}
+	attrs := []any{"source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old)}
+	if p.signature != nil {
+		payload["signer_key_id"], payload["signed_revision"] = p.signature.KeyID, p.signature.Revision
+		attrs = append(attrs, "signer_key_id", p.signature.KeyID, "signed_revision", p.signature.Revision)
+	}
+	e.logger().Info("policy loaded", attrs...)
+	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, payload))
 	return true, nil
 }
 
@@ -377,17 +408,18 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		mask = []string{}
 	}
 	return &policy{
-		egress:   egress,
-		query:    query,
-		revision: b.revision,
-		modules:  b.modules,
-		loadedAt: e.now(),
-		defaults: defaults,
-		mask:     mask,
-		teams:    teams,
-		secrets:  secrets,
-		config:   b.config(),
-		rules:    ruleMetas(infos),
+		egress:    egress,
+		query:     query,
+		revision:  b.revision,
+		modules:   b.modules,
+		loadedAt:  e.now(),
+		defaults:  defaults,
+		mask:      mask,
+		teams:     teams,
+		secrets:   secrets,
+		config:    b.config(),
+		rules:     ruleMetas(infos),
+		signature: b.signature,
 	}, nil
 }
 
@@ -496,7 +528,12 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 	}
 	d.PolicyRevision = p.revision
 	d.Mask = slices.Clone(p.mask)
-	d.Enforcement = p.teams.enforcement(in.Principal.Team)
+	hostGroups := e.settings.HostGroups
+	if len(hostGroups) == 0 {
+		// A candidate has no settings of its own: the recorded input's.
+		hostGroups = in.Settings.HostGroups
+	}
+	d.Enforcement = withHostGroups(p.teams.enforcement(in.Principal.Team), hostGroups)
 	if err := ctx.Err(); err != nil {
 		return deny(d, RulePolicyError, "the request was cancelled before it was decided"), err
 	}
@@ -511,10 +548,13 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		airGapped = 1
 	}
 	settings := e.settingsTerms[airGapped]
-	if len(e.settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0 {
+	if (len(e.settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0) || (len(e.settings.HostGroups) == 0 && len(in.Settings.HostGroups) > 0) {
 		st := e.settings
 		st.AirGapped = st.AirGapped || in.Settings.AirGapped
-		st.MountRoots = in.Settings.MountRoots
+		if len(st.MountRoots) == 0 {
+			st.MountRoots = in.Settings.MountRoots
+		}
+		st.HostGroups = hostGroups
 		settings = settingsTerm(st)
 	}
 	now := e.now()

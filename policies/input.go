@@ -77,9 +77,18 @@ func withSecrets(v ast.Value, secrets map[string]sandgate.SecretState) ast.Value
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf
+	groups := ast.NullTerm()
+	if st.HostGroups != nil {
+		terms := make([]*ast.Term, len(st.HostGroups))
+		for i, g := range st.HostGroups {
+			terms[i] = ast.ObjectTerm(item("gid", ast.IntNumberTerm(int(g.GID))), item("owns", b.str(g.Owns)))
+		}
+		groups = ast.ArrayTerm(terms...)
+	}
 	return ast.ObjectTerm(
 		item("air_gapped", ast.InternedTerm(st.AirGapped)),
 		item("mount_roots", b.strings(st.MountRoots)),
+		item("host_groups", groups),
 	)
 }
 
@@ -103,7 +112,7 @@ var inputKeys = internedTerms(
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
 	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes", "bytes_per_second",
-	"secrets", "version",
+	"runtime", "secrets", "version",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -231,6 +240,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	addInt(&items, "timeout_seconds", int64(s.TimeoutSeconds))
 	addInt(&items, "output_limit_bytes", s.OutputLimitBytes)
 	str("pull_policy", string(s.PullPolicy))
+	str("runtime", s.Runtime)
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
 	str("callback_url", s.CallbackURL)

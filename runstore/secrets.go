@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // The secrets table (migration 15) keeps each secret's last version
@@ -119,7 +120,7 @@ func (s *Store) PutSecret(ctx context.Context, name string, seal func(version in
 				created_at = CASE WHEN secrets.deleted_at IS NULL THEN secrets.created_at ELSE EXCLUDED.created_at END,
 				deleted_at = NULL`,
 			name, version, sealed.KeyID, sealed.WrappedKey, sealed.Ciphertext, sealed.ValueHash,
-			sealed.SetBy, pgTime(sealed.SetAt), sealed.CreatedBy, pgTime(sealed.CreatedAt)).Error
+			sealed.SetBy, pgstore.Time(sealed.SetAt), sealed.CreatedBy, pgstore.Time(sealed.CreatedAt)).Error
 	})
 }
 
@@ -172,7 +173,7 @@ func (s *Store) DeleteSecret(ctx context.Context, name string, done func(sandgat
 		}
 		// Who removed it is the trail's secret.deleted.
 		return tx.Exec(`UPDATE secrets SET key_id = NULL, wrapped_key = NULL, ciphertext = NULL, value_hash = NULL,
-			deleted_at = ? WHERE name = ?`, pgTime(s.cfg.Clock()), name).Error
+			deleted_at = ? WHERE name = ?`, pgstore.Time(s.cfg.Clock()), name).Error
 	})
 }
 
