@@ -64,6 +64,7 @@ test_secret_destination_not_in_egress if {
 		d := secret_check(secret_input(["demo"], egress))
 		fixtures.denied_by(d, "secret_destinations")
 	}
+
 	# A wildcard destination is covered only by the same wildcard, or a wider one.
 	fixtures.denied_by(secret_check(secret_input(["npm"], ["registry.npmjs.org:443"])), "secret_destinations")
 }
