@@ -86,6 +86,7 @@ type secretFixture struct {
 	addr                 string
 	events               *events
 	ca                   *egress.RunCA
+	upCA                 *egress.RunCA // the upstreams' authority
 	api, other, plain    *echoUpstream
 	dApi, dOther, dPlain string
 }
@@ -97,6 +98,7 @@ func newSecretFixture(t testing.TB, trustUpstream bool, extra ...string) *secret
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.upCA = upCA
 	f.api = newEchoUpstream(t, leafOf(t, upCA, "api.test"))
 	f.other = newEchoUpstream(t, leafOf(t, upCA, "other.test"))
 	f.plain = newEchoUpstream(t, nil)
