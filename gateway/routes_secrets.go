@@ -15,7 +15,6 @@ import (
 // REQUEST naming "name" or "value", NOT-FOUND, AUDIT-UNAVAILABLE (the
 // change is then not made), UNAVAILABLE.
 type SecretVault interface {
-	// Put stores value as name's next version, set by s's actor.
 	// Put stores value as name's next version, set by s's actor; created
 	// says it is the secret's first (or first since its removal).
 	Put(ctx context.Context, s sandgate.Subject, name, value string) (info sandgate.SecretInfo, created bool, err error)
