@@ -127,7 +127,7 @@ func (x *exchange) one(req *http.Request) bool {
 	if err := req.Write(x.sw); err != nil {
 		return false
 	}
-	resp, err := x.answer(req)
+	resp, err := x.answer(req, used)
 	if err != nil {
 		return false
 	}
@@ -149,13 +149,16 @@ func (x *exchange) one(req *http.Request) bool {
 }
 
 // answer reads the destination's answer to req, sending the run any
-// informational answer before it.
-func (x *exchange) answer(req *http.Request) (*http.Response, error) {
+// informational answer before it, with the values of used removed from
+// its headers (a 103's Link may echo what it was sent).
+func (x *exchange) answer(req *http.Request, used []*boundSecret) (*http.Response, error) {
+	pats := patternsOf(used)
 	for {
 		resp, err := http.ReadResponse(x.sr, req)
 		if err != nil {
 			return nil, err
 		}
+		scrubHeader(resp.Header, pats)
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				resp.Body.Close()
@@ -211,18 +214,8 @@ func innerHost(req *http.Request, host string, port int) error {
 // body as it is read (decompressed first when the destination compressed
 // it although asked not to; refused when it cannot be read).
 func scrubAnswer(resp *http.Response, used []*boundSecret) error {
-	var pats [][]byte
-	for _, b := range used {
-		pats = append(pats, b.patterns...)
-	}
-	for _, vs := range resp.Header {
-		for i := range vs {
-			b := []byte(vs[i])
-			if scrub(b, pats) {
-				vs[i] = string(b)
-			}
-		}
-	}
+	pats := patternsOf(used)
+	scrubHeader(resp.Header, pats)
 	resp.Trailer = nil
 	if resp.ContentLength == 0 || resp.Request.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
 		return nil
@@ -256,6 +249,30 @@ func scrubAnswer(resp *http.Response, used []*boundSecret) error {
 	}
 	resp.Body = readCloser{newScrubReader(body, pats), body}
 	return nil
+}
+
+// patternsOf are the forms the values of used are removed as.
+func patternsOf(used []*boundSecret) [][]byte {
+	var pats [][]byte
+	for _, b := range used {
+		pats = append(pats, b.patterns...)
+	}
+	return pats
+}
+
+// scrubHeader removes pats from h's values, in place.
+func scrubHeader(h http.Header, pats [][]byte) {
+	if len(pats) == 0 {
+		return
+	}
+	for _, vs := range h {
+		for i := range vs {
+			b := []byte(vs[i])
+			if scrub(b, pats) {
+				vs[i] = string(b)
+			}
+		}
+	}
 }
 
 // readCloser reads from one reader and closes another.

@@ -48,6 +48,12 @@ func newEchoUpstream(t testing.TB, cert *tls.Certificate) *echoUpstream {
 		u.seen = append(u.seen, r.Header.Clone())
 		u.mu.Unlock()
 		doc, _ := json.Marshal(map[string]any{"host": r.Host, "path": r.URL.Path, "headers": r.Header})
+		if r.URL.Path == "/hints" {
+			// An informational answer before the final one, echoing too.
+			w.Header().Set("Link", "</style.css?auth="+r.Header.Get("Authorization")+">; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+		}
 		w.Header().Set("X-Echo-Authorization", r.Header.Get("Authorization"))
 		body := fmt.Sprintf("%s\nbase64: %s\nraw-b64: %s\n", doc, base64.StdEncoding.EncodeToString(doc),
 			base64.RawURLEncoding.EncodeToString([]byte("x"+r.Header.Get("Authorization"))))
@@ -403,6 +409,39 @@ func TestProxySecretRawTunnel(t *testing.T) {
 	io.WriteString(conn, "hello\n")
 	if line, err := br.ReadString('\n'); err != nil || line != "echo hello\n" {
 		t.Fatalf("echo %q %v", line, err)
+	}
+}
+
+// TestProxySecretInformationalScrubbed: a destination that echoes the
+// value in an informational answer (103 Early Hints) before its final
+// one has it removed there too, over plain HTTP and over TLS; read raw,
+// as a client that shows its 1xx answers would.
+func TestProxySecretInformationalScrubbed(t *testing.T) {
+	f := newSecretFixture(t, true)
+	read := func(c net.Conn, host string) string {
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "GET %s/hints HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n",
+			map[bool]string{true: "http://" + host, false: ""}[host == f.dPlain], host, placeholder)
+		b, _ := io.ReadAll(c)
+		return string(b)
+	}
+	plain, err := net.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	tc := tls.Client(tunnelTo(t, f.addr, f.dApi), &tls.Config{ServerName: "api.test", RootCAs: poolOf(f.ca)})
+	defer tc.Close()
+	for name, out := range map[string]string{"plain": read(plain, f.dPlain), "tls": read(tc, f.dApi)} {
+		if !strings.Contains(out, "HTTP/1.1 103") || !strings.Contains(out, "HTTP/1.1 200") {
+			t.Errorf("%s: no 103 then 200: %q", name, out)
+		}
+		if leaks(out) {
+			t.Errorf("%s: the answer reveals the value: %q", name, out)
+		}
+	}
+	if got := f.api.requests(); len(got) != 1 || got[0].Get("Authorization") != "Bearer "+secretValue {
+		t.Errorf("the destination was sent %v", got)
 	}
 }
 
