@@ -133,7 +133,7 @@ func newSecretFixture(t testing.TB, trustUpstream bool, extra ...string) *secret
 	}
 	err = f.proxy.Register(netip.MustParseAddr("127.0.0.1"), egress.Run{
 		RunID: "run-1", CorrelationID: "corr-1", DecisionID: "dec-1", Principal: "alice", Team: "payments",
-		Egress: dests, Limits: sandgate.EgressLimits{Connections: 1000, Bytes: 1 << 30},
+		Egress: dests, Limits: sandgate.EgressLimits{Connections: 1 << 20, Bytes: 1 << 40},
 		Private: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, CA: f.ca,
 		Secrets: []egress.Secret{{Name: "demo", Version: 3, Placeholder: placeholder, Value: sandgate.NewSecretValue(secretValue),
 			Destinations: []string{f.dApi, f.dPlain}, Header: "Authorization", Format: "Bearer {value}"}},
