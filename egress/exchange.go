@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,8 @@ type exchange struct {
 	// connection ends. tunnel is a CONNECT tunnel's HTTP, whose every
 	// request must name the tunnel's destination.
 	plain, tunnel bool
+	// tls is a tunnel whose TLS the proxy terminated.
+	tls bool
 	// The run's side: read through cr (its heads bounded by limit),
 	// written to cw. The destination's: written to sw, read through sr.
 	cw    net.Conn
@@ -114,6 +117,12 @@ func (x *exchange) one(req *http.Request) bool {
 			refuse(x.cw, http.StatusForbidden, fmt.Sprintf("sandgate egress: %s refused: %s", dest, rec.msg))
 			return false
 		}
+	}
+	if b := secrets.bound(rec.host, rec.port); b != nil && !x.tls && slices.Contains(x.p.opt.TLSPorts, rec.port) {
+		x.p.recordSecret(x.st, b, rec.host, rec.port, 1, "cleartext")
+		refuse(x.cw, http.StatusForbidden, fmt.Sprintf("sandgate egress: %s refused: secret %s is written to it over TLS alone, and this request is in the clear",
+			dest, b.Name))
+		return false
 	}
 	used := secrets.inject(req, rec.host, rec.port)
 	prepare(req, len(used) > 0, x.plain)

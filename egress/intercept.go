@@ -174,7 +174,7 @@ func (p *Proxy) intercept(st *runState, rec *conn, c net.Conn, br *bufio.Reader,
 			return true
 		}
 		defer sv.Close()
-		x.tunnel = true
+		x.tunnel, x.tls = true, true
 		x.setClient(cl, bufio.NewReader(cl))
 		x.sw, x.sr = sv, bufio.NewReader(sv)
 	case tunnelHTTP:

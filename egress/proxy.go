@@ -93,6 +93,12 @@ type Options struct {
 	// with secrets, whose TLS the proxy opens itself; nil is the host's
 	// roots.
 	UpstreamRoots *x509.CertPool
+	// TLSPorts are the ports a secret is written to over TLS alone: a
+	// request in the clear (plain HTTP, or HTTP in a tunnel) to a
+	// destination a secret is bound to on one of them is refused, so
+	// that a run cannot have the value sent unencrypted to an HTTPS
+	// destination. Default DefaultTLSPorts.
+	TLSPorts []int
 	// SourceWait is how long a connection from an address no run holds
 	// waits for a run to be registered there (its container may start
 	// before the executor has learnt its address). Default
@@ -154,6 +160,9 @@ func New(opt Options) *Proxy {
 	}
 	if opt.SourceWait <= 0 {
 		opt.SourceWait = DefaultSourceWait
+	}
+	if opt.TLSPorts == nil {
+		opt.TLSPorts = DefaultTLSPorts
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now

@@ -24,6 +24,9 @@ const (
 	ReasonUnreadableAnswer = "unreadable_answer"
 )
 
+// DefaultTLSPorts are Options.TLSPorts' default: HTTPS's.
+var DefaultTLSPorts = []int{443}
+
 // Secret is a secret the proxy writes into a run's requests.
 type Secret struct {
 	Name    string
@@ -115,6 +118,16 @@ func (s *secretSet) check(req *http.Request, host string, port int) *misdirectio
 					return &misdirection{b, "header"}
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// bound is the first secret bound to host:port, nil when none is.
+func (s *secretSet) bound(host string, port int) *boundSecret {
+	for i := range s.secrets {
+		if s.secrets[i].boundTo(host, port) {
+			return &s.secrets[i]
 		}
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -99,6 +100,13 @@ type secretFixture struct {
 
 func newSecretFixture(t testing.TB, trustUpstream bool, extra ...string) *secretFixture {
 	t.Helper()
+	return secretFixtureWith(t, trustUpstream, nil, extra...)
+}
+
+// secretFixtureWith is newSecretFixture with the proxy's TLSPorts those
+// tlsPorts names once the upstreams listen (nil: the default).
+func secretFixtureWith(t testing.TB, trustUpstream bool, tlsPorts func(*secretFixture) []int, extra ...string) *secretFixture {
+	t.Helper()
 	f := &secretFixture{events: &events{}}
 	upCA, err := egress.NewRunCA("upstream", time.Now())
 	if err != nil {
@@ -114,8 +122,12 @@ func newSecretFixture(t testing.TB, trustUpstream bool, extra ...string) *secret
 	if trustUpstream {
 		roots.AddCert(upCA.Certificate())
 	}
+	var ports []int
+	if tlsPorts != nil {
+		ports = tlsPorts(f)
+	}
 	f.proxy = egress.New(egress.Options{
-		Decider: policytest.Engine(t, policytest.EgressDestinations("payments", dests...)), Events: f.events, Node: "n1",
+		Decider: policytest.Engine(t, policytest.EgressDestinations("payments", dests...)), Events: f.events, Node: "n1", TLSPorts: ports,
 		SourceWait: 50 * time.Millisecond, AggregateEvery: time.Hour, UpstreamRoots: roots,
 		Lookup: func(context.Context, string) ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
@@ -442,6 +454,48 @@ func TestProxySecretInformationalScrubbed(t *testing.T) {
 	}
 	if got := f.api.requests(); len(got) != 1 || got[0].Get("Authorization") != "Bearer "+secretValue {
 		t.Errorf("the destination was sent %v", got)
+	}
+}
+
+// TestProxySecretClearToTLSPort: a run cannot have a secret bound to a
+// destination on a TLS port written to it in the clear, by a plain-HTTP
+// request or by HTTP in a CONNECT tunnel: both refused and recorded as
+// secret.misdirected ("cleartext"), the destination sent nothing. The
+// plain upstream stands for an HTTPS destination here (its port made a
+// TLS port), so that what would cross the network is seen. Its variant:
+// over TLS the same destination gets the value (TestProxySecretInjected).
+func TestProxySecretClearToTLSPort(t *testing.T) {
+	f := secretFixtureWith(t, true, func(f *secretFixture) []int {
+		p, _ := strconv.Atoi(f.plain.port)
+		return []int{p}
+	})
+	status, body, _ := f.do(t, f.client(), http.MethodGet, "http://"+f.dPlain+"/echo", map[string]string{"Authorization": "Bearer " + placeholder})
+	if status != http.StatusForbidden || !strings.Contains(body, "over TLS alone") {
+		t.Errorf("plain HTTP to a TLS port: %d %s", status, body)
+	}
+	c := tunnelTo(t, f.addr, f.dPlain)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /echo HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n\r\n", f.dPlain, placeholder)
+	out, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(out), "HTTP/1.1 403") || leaks(string(out)) {
+		t.Errorf("HTTP in a tunnel to a TLS port: %q", out)
+	}
+	if got := f.plain.requests(); len(got) != 0 {
+		t.Errorf("the destination was sent %v", got)
+	}
+	f.proxy.Unregister(netip.MustParseAddr("127.0.0.1"))
+	var clear int
+	for _, ev := range f.events.of(sandgate.EventSecretMisdirected) {
+		if ev.Payload["where"] == "cleartext" {
+			clear++
+		}
+		if w, ok := ev.Payload["wheres"].(map[string]any); ok {
+			n, _ := w["cleartext"].(int64)
+			clear += int(n)
+		}
+	}
+	if clear != 2 {
+		t.Errorf("secret.misdirected (cleartext): %d, want 2: %+v", clear, f.events.of(sandgate.EventSecretMisdirected))
 	}
 }
 
