@@ -84,6 +84,20 @@ const (
 	// chain with a final checkpoint signed by the survivor's key: the
 	// chain, its node, the head it signed, and the signing node and key.
 	EventAuditChainClosed EventType = "audit.chain_closed"
+	// EventSecretSet records a secret's first version (or its first after
+	// a delete), EventSecretRotated a new version of a stored one,
+	// EventSecretDeleted its removal: by whom, the name, the version and
+	// the value's keyed hash, never the value.
+	EventSecretSet     EventType = "secret.set"
+	EventSecretRotated EventType = "secret.rotated"
+	EventSecretDeleted EventType = "secret.deleted"
+	// EventSecretUsed records that the egress proxy wrote a run's secret
+	// into its requests to a destination; EventSecretMisdirected a
+	// request refused for carrying a secret's placeholder where the
+	// secret may not go. Both are aggregated per destination like the
+	// egress events.
+	EventSecretUsed        EventType = "secret.used"
+	EventSecretMisdirected EventType = "secret.misdirected"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -102,6 +116,7 @@ var EventTypes = []EventType{
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
+	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
 }
 
 // Known reports whether t is one of EventTypes.
