@@ -83,7 +83,7 @@ func (g *trailGen) runEvents(t time.Time) []canonical {
 		PolicyRevision: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
 	spec := map[string]any{"image": "sandgate/sandbox:latest", "command": []any{"sh", "-c", "make test"},
 		"env": map[string]any{"CI": "hmac-sha256:3c1f"}, "user": "10001:10001", "network": "none", "read_only_rootfs": true,
-		"resources": map[string]any{"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 100, "nofile": 1024},
+		"resources":       map[string]any{"memory_mb": 512, "cpus": 1, "pids": 256, "tmpfs_mb": 100, "nofile": 1024},
 		"timeout_seconds": 1800, "output_limit_bytes": 1048576, "labels": map[string]any{"ticket": "ENG-1"}}
 	mk := func(typ sandgate.EventType, outcome string, payload map[string]any) sandgate.Event {
 		ev := base
@@ -99,7 +99,7 @@ func (g *trailGen) runEvents(t time.Time) []canonical {
 	evs := []sandgate.Event{
 		mk(sandgate.EventRunRequested, "", map[string]any{"operation": "run", "via": "api",
 			"principal": map[string]any{"name": actor, "team": team, "roles": []any{"submitter"}, "method": "token"},
-			"input": map[string]any{"api_version": "sandgate/v1", "operation": "run", "request": spec}}),
+			"input":     map[string]any{"api_version": "sandgate/v1", "operation": "run", "request": spec}}),
 		mk(sandgate.EventAdmissionAllowed, "allowed", map[string]any{"violations": []any{}, "warnings": []any{}, "mutations": []any{}}),
 		mk(sandgate.EventImageResolved, "", map[string]any{"image": "sandgate/sandbox:latest", "image_id": "sha256:4b1c"}),
 		mk(sandgate.EventContainerCreated, "", map[string]any{"name": "sandgate-none-none-" + run[24:]}),
