@@ -86,7 +86,9 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"audit verify-receipt": nil,
 		// Its own --gateway and --token, defaulting to the client's.
 		"audit witness": nil,
-		"migrate up":    dsn, "migrate status": dsn,
+		// Its own --signing-key-file and --node: which key, for which node.
+		"audit endorse-key": {"node", "signing-key-file"},
+		"migrate up":        dsn, "migrate status": dsn,
 		"image build": nil, "image load": nil, "image sign": nil, "image list": nil, "image prune": nil,
 		"sandbox list": nil, "sandbox cleanup": nil,
 		"version": nil,
