@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -40,7 +42,11 @@ func BenchmarkScaleTrail(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	s := readOnly(b, dsn, nil)
+	// The verifier pins the node's key, as an operator does
+	// (SANDGATE_TRUSTED_KEYS_FILE).
+	s := readOnly(b, dsn, func(c *Config) {
+		c.Anchors = proof.Anchors{Pinned: []ed25519.PublicKey{g.key.Public().(ed25519.PublicKey)}}
+	})
 	var base trailFigures
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
@@ -101,7 +107,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 func measureTrail(b *testing.B, s *Store, g *trailGen) trailFigures {
 	ctx := context.Background()
 	var f trailFigures
-	var corr, run, proof []time.Duration
+	var corr, run, proofLat []time.Duration
 	for i := range 300 {
 		id := g.runIDs[(i*7919)%len(g.runIDs)]
 		for _, q := range []struct {
@@ -109,7 +115,7 @@ func measureTrail(b *testing.B, s *Store, g *trailGen) trailFigures {
 			into   *[]time.Duration
 		}{{sandgate.AuditFilter{CorrelationID: id, Limit: 100}, &corr}, {sandgate.AuditFilter{RunID: id, Limit: 100}, &run}} {
 			t0 := time.Now()
-			evs, _, err := s.Query(ctx, q.filter)
+			evs, _, err := s.Reader().Query(ctx, q.filter)
 			*q.into = append(*q.into, time.Since(t0))
 			if err != nil || len(evs) == 0 || evs[0].RunID != id {
 				b.Fatalf("Query(%+v): %d events, %v", q.filter, len(evs), err)
@@ -117,24 +123,24 @@ func measureTrail(b *testing.B, s *Store, g *trailGen) trailFigures {
 		}
 		ev := g.eventIDs[(i*7919)%len(g.eventIDs)]
 		t0 := time.Now()
-		p, err := s.InclusionProof(ctx, ev, 0)
-		proof = append(proof, time.Since(t0))
+		p, err := s.Proofs().InclusionProof(ctx, ev, 0)
+		proofLat = append(proofLat, time.Since(t0))
 		if err != nil {
 			b.Fatalf("InclusionProof(%s): %v", ev, err)
 		}
-		if err := tlog.CheckRecord(toHashes(p.Hashes), p.TreeSize, tlog.Hash(p.Checkpoint.RootHash), p.LeafIndex, LeafHash(p.EventHash)); err != nil {
+		if err := tlog.CheckRecord(toHashes(p.Hashes), p.TreeSize, tlog.Hash(p.Checkpoint.RootHash), p.LeafIndex, proof.LeafHash(p.EventHash)); err != nil {
 			b.Fatalf("inclusion of %s: %v", ev, err)
 		}
 	}
 	f.corrP50, f.corrP99 = sandgatetest.Median(corr), sandgatetest.Percentile(corr, 99)
 	f.runP50, f.runP99 = sandgatetest.Median(run), sandgatetest.Percentile(run, 99)
-	f.proofP50, f.proofP99 = sandgatetest.Median(proof), sandgatetest.Percentile(proof, 99)
+	f.proofP50, f.proofP99 = sandgatetest.Median(proofLat), sandgatetest.Percentile(proofLat, 99)
 
 	exported := min(g.n, 1_000_000)
 	var cw countingWriter
 	cpu0 := processCPU()
 	t0 := time.Now()
-	err := s.Export(ctx, sandgate.AuditFilter{Since: g.now.Add(-time.Duration(exported) * g.step)}, sandgate.ExportJSONL, io.Writer(&cw))
+	err := s.Reader().Export(ctx, sandgate.AuditFilter{Since: g.now.Add(-time.Duration(exported) * g.step)}, sandgate.ExportJSONL, io.Writer(&cw))
 	elapsed := time.Since(t0)
 	if err != nil || cw.lines < exported {
 		b.Fatalf("Export: %d lines of %d, %v", cw.lines, exported, err)
@@ -144,7 +150,7 @@ func measureTrail(b *testing.B, s *Store, g *trailGen) trailFigures {
 
 	cpu0 = processCPU()
 	t0 = time.Now()
-	rep, err := s.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := s.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	elapsed = time.Since(t0)
 	f.verifyCPU = (processCPU() - cpu0) / time.Duration(max(rep.Checked, 1))
 	if err != nil || !rep.OK || rep.Checked < int64(g.n) {

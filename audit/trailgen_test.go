@@ -15,13 +15,14 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // trailGen makes a trail as gateways write one, straight into Postgres
 // with COPY, for the scale benchmarks: runs of seven events each
 // (run.requested with the decision record's size of payload,
 // admission.allowed, image.resolved, container.created, started, exited,
-// removed), each event a canonical body hashed into its chain, the chain's
+// removed), each event a proof.Canonical body hashed into its chain, the chain's
 // Merkle tree stored a run of hashes per 1000 events, a checkpoint with a
 // signed note every 1000 events and a final one at the chain's end, signed
 // by the node's registered key. Each chain is a process lifetime of one
@@ -51,7 +52,7 @@ func newTrailGen(b *testing.B, dsn string) *trailGen {
 	if err := s.Close(context.Background()); err != nil {
 		b.Fatal(err)
 	}
-	key, err := LoadSigningKey(dir+"/key", false)
+	key, err := proof.LoadSigningKey(dir+"/key", false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func (g *trailGen) v7(t time.Time) string {
 	return uuid.UUID(u).String()
 }
 
-// runEvents are the seven events of one run at t, canonical.
-func (g *trailGen) runEvents(t time.Time) []canonical {
+// runEvents are the seven events of one run at t, proof.Canonical.
+func (g *trailGen) runEvents(t time.Time) []proof.Canonical {
 	run := g.v7(t)
 	team := fmt.Sprintf("team-%d", g.rnd.IntN(200))
 	actor := team + "-ci"
@@ -107,9 +108,9 @@ func (g *trailGen) runEvents(t time.Time) []canonical {
 		exited,
 		mk(sandgate.EventContainerRemoved, "", nil),
 	}
-	out := make([]canonical, len(evs))
+	out := make([]proof.Canonical, len(evs))
 	for i, ev := range evs {
-		c, err := canonicalize(ev)
+		c, err := proof.Canonicalize(ev)
 		if err != nil {
 			panic(err)
 		}
@@ -146,7 +147,7 @@ func (g *trailGen) chain(ctx context.Context, s *pgx.Conn, n int, start time.Tim
 	chainID := newChainID(g.node)
 	pub := g.key.Public().(ed25519.PublicKey)
 	if _, err := s.Exec(ctx, `INSERT INTO audit_chains (chain_id, node, key_id, created_at) VALUES ($1, $2, $3, $4)`,
-		chainID, g.node, KeyID(pub), start); err != nil {
+		chainID, g.node, proof.KeyID(pub), start); err != nil {
 		return err
 	}
 	w := &writer{chainID: chainID, cols: eventColumnNames}
@@ -160,7 +161,7 @@ func (g *trailGen) chain(ctx context.Context, s *pgx.Conn, n int, start time.Tim
 		}
 		return out, nil
 	})
-	var pending []canonical
+	var pending []proof.Canonical
 	var rows, treeRows, cps [][]any
 	flush := func() error {
 		if len(rows) > 0 {
@@ -184,18 +185,18 @@ func (g *trailGen) chain(ctx context.Context, s *pgx.Conn, n int, start time.Tim
 	}
 	treeFrom := int64(0)
 	for seq := int64(1); seq <= int64(n); seq++ {
-		at := pgTime(start.Add(time.Duration(seq) * g.step))
+		at := proof.CanonicalTime(start.Add(time.Duration(seq) * g.step))
 		if len(pending) == 0 {
 			pending = g.runEvents(at)
 		}
 		c := pending[0]
 		pending = pending[1:]
 		c.Time = at
-		body := c.body(at)
-		h := ChainHash(head, chainID, seq, body)
-		rec := &sealed{Event: c.Event, ChainID: chainID, Seq: seq, RecordedAt: at, Body: body, PrevHash: head, Hash: h, payload: c.payload}
+		body := c.Body(at)
+		h := proof.ChainHash(head, chainID, seq, body)
+		rec := &sealed{Event: c.Event, ChainID: chainID, Seq: seq, RecordedAt: at, Body: body, PrevHash: head, Hash: h, payload: c.PayloadJSON()}
 		if head == nil {
-			rec.PrevHash = make([]byte, HashSize)
+			rec.PrevHash = make([]byte, proof.HashSize)
 		}
 		r, err := w.eventRows([]*sealed{rec})
 		if err != nil {
@@ -203,7 +204,7 @@ func (g *trailGen) chain(ctx context.Context, s *pgx.Conn, n int, start time.Tim
 		}
 		rows = append(rows, r[0])
 		head = h
-		hs, err := tlog.StoredHashesForRecordHash(seq-1, LeafHash(h), hr)
+		hs, err := tlog.StoredHashesForRecordHash(seq-1, proof.LeafHash(h), hr)
 		if err != nil {
 			return err
 		}
@@ -219,11 +220,11 @@ func (g *trailGen) chain(ctx context.Context, s *pgx.Conn, n int, start time.Tim
 			if err != nil {
 				return err
 			}
-			note, err := SignNote(g.key, Origin(g.node, chainID), seq, root)
+			note, err := proof.SignNote(g.key, proof.Origin(g.node, chainID), seq, root)
 			if err != nil {
 				return err
 			}
-			cp := signCheckpoint(g.key, chainID, seq, head, at, final, lastSig)
+			cp := proof.SignCheckpoint(g.key, chainID, seq, head, at, final, lastSig)
 			sig, _ := hex.DecodeString(cp.Signature)
 			cps = append(cps, []any{chainID, seq, head, cp.CreatedAt, final, nilIfEmpty(lastSig), sig, cp.KeyID, []byte(pub), note})
 			lastSig = sig
