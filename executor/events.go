@@ -21,43 +21,44 @@ type trail struct {
 	container func() string
 }
 
-// event is the one literal every run's event is made from. res, when not
-// nil, gives the event the run's outcome and exit code.
-func (t *trail) event(typ sandgate.EventType, res *sandgate.Result, payload map[string]any) sandgate.Event {
+// subject is who and what the run's events are about: the job's
+// correlation, run, decision, principal and team, and the run's container
+// so far. A run's lifecycle events carry no policy revision: the
+// admission's events do.
+func (t *trail) subject() sandgate.Subject {
+	s := sandgate.JobSubject(*t.job, t.node)
+	s.PolicyRevision = ""
+	s.ContainerID = t.container()
+	return s
+}
+
+// withSession adds the session the run belongs to (a command's session,
+// or the session itself for its container's events) to payload.
+func (t *trail) withSession(payload map[string]any) map[string]any {
 	sid := t.job.SessionID
 	if t.job.SessionContainer {
 		sid = t.job.RunID
 	}
-	if sid != "" {
-		if payload == nil {
-			payload = map[string]any{}
-		}
-		payload["session_id"] = sid
+	if sid == "" {
+		return payload
 	}
-	ev := sandgate.Event{
-		Type:          typ,
-		Time:          t.now(),
-		CorrelationID: t.job.CorrelationID,
-		RunID:         t.job.RunID,
-		DecisionID:    t.job.DecisionID,
-		ContainerID:   t.container(),
-		Actor:         t.job.Principal,
-		Team:          t.job.Team,
-		Node:          t.node,
-		Payload:       payload,
+	if payload == nil {
+		payload = map[string]any{}
 	}
-	if res != nil {
-		ev.Outcome = string(res.Outcome)
-		if res.ExitCode != nil {
-			c := *res.ExitCode
-			ev.ExitCode = &c
-		}
-	}
-	return ev
+	payload["session_id"] = sid
+	return payload
 }
 
-func (t *trail) emit(typ sandgate.EventType, res *sandgate.Result, payload map[string]any) {
-	t.sink.Emit(t.event(typ, res, payload))
+// emit records one event of the run, made by the root package's
+// constructor of its type.
+func (t *trail) emit(build func(sandgate.Subject, time.Time, map[string]any) sandgate.Event, payload map[string]any) {
+	t.sink.Emit(build(t.subject(), t.now(), t.withSession(payload)))
+}
+
+// emitEnd records one of the run's ending events, with res's outcome and
+// exit code.
+func (t *trail) emitEnd(build func(sandgate.Subject, time.Time, sandgate.Result, map[string]any) sandgate.Event, res sandgate.Result, payload map[string]any) {
+	t.sink.Emit(build(t.subject(), t.now(), res, t.withSession(payload)))
 }
 
 // imageResolved: the run's image is present (pulled when it was), and
@@ -67,7 +68,7 @@ func (t *trail) imageResolved(ref, id, signer string, pulled, cached bool, polic
 	if signer != "" {
 		p["signer"] = signer
 	}
-	t.emit(sandgate.EventImageResolved, nil, p)
+	t.emit(sandgate.NewImageResolved, p)
 }
 
 // imageUnavailable: the run's image is not there and may not, or could
@@ -77,32 +78,32 @@ func (t *trail) imageUnavailable(ref, reason string, extra map[string]any) {
 	for k, v := range extra {
 		p[k] = v
 	}
-	t.emit(sandgate.EventImageUnavailable, nil, p)
+	t.emit(sandgate.NewImageUnavailable, p)
 }
 
 // created: the run has its container (made, claimed warm, or found).
 func (t *trail) created(payload map[string]any) {
-	t.emit(sandgate.EventContainerCreated, nil, payload)
+	t.emit(sandgate.NewContainerCreated, payload)
 }
 
 // started: the run's command runs.
 func (t *trail) started(payload map[string]any) {
-	t.emit(sandgate.EventContainerStarted, nil, payload)
+	t.emit(sandgate.NewContainerStarted, payload)
 }
 
 // exited: the run's command ended with res's exit code.
 func (t *trail) exited(res sandgate.Result, payload map[string]any) {
-	t.emit(sandgate.EventContainerExited, &res, payload)
+	t.emitEnd(sandgate.NewContainerExited, res, payload)
 }
 
 // oomKilled: the kernel's OOM killer ended the command.
 func (t *trail) oomKilled(res sandgate.Result, memoryMB int64) {
-	t.emit(sandgate.EventContainerOOMKilled, &res, map[string]any{"memory_mb": memoryMB})
+	t.emitEnd(sandgate.NewContainerOOMKilled, res, map[string]any{"memory_mb": memoryMB})
 }
 
 // timedOut: the run was stopped at its timeout.
 func (t *trail) timedOut(res sandgate.Result, timeoutSeconds int) {
-	t.emit(sandgate.EventRunTimedOut, &res, map[string]any{"timeout_seconds": timeoutSeconds})
+	t.emitEnd(sandgate.NewRunTimedOut, res, map[string]any{"timeout_seconds": timeoutSeconds})
 }
 
 // cancelled: the run was cancelled (reason "cancelled" or "shutdown"),
@@ -111,10 +112,9 @@ func (t *trail) cancelled(res sandgate.Result, reason string, beforeStart bool) 
 	p := map[string]any{"reason": reason}
 	if beforeStart {
 		p["before_start"] = true
-		t.emit(sandgate.EventRunCancelled, nil, p)
-		return
+		res = sandgate.Result{}
 	}
-	t.emit(sandgate.EventRunCancelled, &res, p)
+	t.emitEnd(sandgate.NewRunCancelled, res, p)
 }
 
 // failed: the run could not be run, or was ended by someone else through
@@ -124,7 +124,9 @@ func (t *trail) failed(res sandgate.Result, extra map[string]any) {
 	for k, v := range extra {
 		p[k] = v
 	}
-	t.emit(sandgate.EventRunFailed, &res, p)
+	t.emitEnd(func(s sandgate.Subject, at time.Time, res sandgate.Result, p map[string]any) sandgate.Event {
+		return sandgate.NewRunFailed(s, at, res, "", p)
+	}, res, p)
 }
 
 // lost: the run's end cannot be known; res.Error says why.
@@ -133,17 +135,17 @@ func (t *trail) lost(res sandgate.Result, extra map[string]any) {
 	for k, v := range extra {
 		p[k] = v
 	}
-	t.emit(sandgate.EventRunLost, &res, p)
+	t.emitEnd(sandgate.NewRunLost, res, p)
 }
 
 // removed: the run's container is gone.
 func (t *trail) removed() {
-	t.emit(sandgate.EventContainerRemoved, nil, nil)
+	t.emit(sandgate.NewContainerRemoved, nil)
 }
 
 // retry: a Docker call of the run failed transiently and is tried again.
 func (t *trail) retry(op string, attempt int, wait time.Duration, err error) {
-	t.emit(sandgate.EventExecutorRetry, nil, map[string]any{
+	t.emit(sandgate.NewExecutorRetry, map[string]any{
 		"operation": op, "attempt": attempt, "wait_ms": wait.Milliseconds(), "error": err.Error(),
 	})
 }
@@ -158,7 +160,7 @@ func (t *trail) artifactsCollected(a *sandgate.Artifacts) {
 	if a.Error != "" {
 		p["error"] = a.Error
 	}
-	t.emit(sandgate.EventArtifactsCollected, nil, p)
+	t.emit(sandgate.NewArtifactsCollected, p)
 }
 
 // outputPayload adds the sizes and digests of the output, never the data.
@@ -174,13 +176,7 @@ func outputPayload(res sandgate.Result, p map[string]any) map[string]any {
 // orphanRemoved is the event of a container removed because no live run
 // owned it.
 func orphanRemoved(now time.Time, node string, s sandgate.Sandbox) sandgate.Event {
-	return sandgate.Event{
-		Type:          sandgate.EventOrphanRemoved,
-		Time:          now,
-		CorrelationID: s.CorrelationID,
-		RunID:         s.RunID,
-		ContainerID:   s.ContainerID,
-		Node:          node,
-		Payload:       map[string]any{"name": s.Name, "image": s.Image, "state": s.State, "session": s.Session, "task": s.Task},
-	}
+	sub := sandgate.Subject{CorrelationID: s.CorrelationID, RunID: s.RunID, ContainerID: s.ContainerID, Node: node}
+	return sandgate.NewOrphanRemoved(sub, now,
+		map[string]any{"name": s.Name, "image": s.Image, "state": s.State, "session": s.Session, "task": s.Task})
 }
