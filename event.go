@@ -84,6 +84,13 @@ const (
 	// chain with a final checkpoint signed by the survivor's key: the
 	// chain, its node, the head it signed, and the signing node and key.
 	EventAuditChainClosed EventType = "audit.chain_closed"
+	// EventImagePullProgress records how far a run's image pull has come
+	// (layers done of layers seen, bytes fetched), at most one a second
+	// per pull and once at its end.
+	EventImagePullProgress EventType = "image.pull_progress"
+	// EventRunCPUThrottled records that a run spent more than the
+	// node's set share of its wall time throttled by its CPU limit.
+	EventRunCPUThrottled EventType = "run.cpu_throttled"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -102,6 +109,7 @@ var EventTypes = []EventType{
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
+	EventImagePullProgress, EventRunCPUThrottled,
 }
 
 // Known reports whether t is one of EventTypes.
