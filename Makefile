@@ -55,9 +55,9 @@ test: bootstrap image language-images
 # (-coverpkg), so that a package's figure counts what any test reached,
 # the end-to-end tests' included; deploy/coverage prints it per package
 # against the goal of 80 % (reported, not enforced). It is not part of
-# make test: -coverpkg over the module made the race-enabled tests 12 to
-# 32 % slower (admission, runstore; docs/benchmarks.md), and the e2e
-# package is already near CI's 20-minute bound. .ci/run runs it with
+# make test: -coverpkg over the module made the race-enabled tests of
+# admission 12 and 27 % slower (runstore +32 and -11 %, on a loaded
+# machine), and the e2e package is already near CI's 20-minute bound. .ci/run runs it with
 # SANDGATE_CI_COVERAGE=1.
 COVER_OUT := bin/cover.out
 coverage: bootstrap image language-images

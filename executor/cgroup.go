@@ -217,7 +217,8 @@ func (c *cgroupReader) readV1(s *usageSample) error {
 	}
 	if b, err := os.ReadFile(filepath.Join(d.throttle, "cpu.stat")); err == nil {
 		kv := parseKeyValues(string(b))
-		s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_time"], true
+		_, ok := kv["nr_periods"]
+		s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_time"], ok
 	}
 	if v, err := readInt(filepath.Join(d.memory, "memory.max_usage_in_bytes")); err == nil {
 		s.memPeak, s.memOK = v, true
@@ -245,7 +246,10 @@ func (c *cgroupReader) readV2(s *usageSample) error {
 	kv := parseKeyValues(string(b))
 	s.cpu, s.cpuUser, s.cpuSystem = kv["usage_usec"]*1000, kv["user_usec"]*1000, kv["system_usec"]*1000
 	s.cpuOK = true
-	s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_usec"]*1000, true
+	// The throttle counters are there when the cpu controller is
+	// enabled for the cgroup (Docker enables it).
+	_, throttleOK := kv["nr_periods"]
+	s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_usec"]*1000, throttleOK
 	// memory.peak is there from Linux 5.19; before, the most seen.
 	if v, err := readInt(filepath.Join(d.memory, "memory.peak")); err == nil {
 		s.memPeak, s.memOK = v, true
