@@ -232,7 +232,9 @@ func pullJob(t *testing.T, r *registry, repo string) sandgate.Job {
 	ref := r.proxy + "/" + repo + ":v1"
 	job := newJob(t, func(s *sandgate.RunSpec) { s.Image, s.PullPolicy = ref, sandgate.PullAlways }, "sh", "-c", "wc -c < /blob")
 	job.Enforcement.PullRegistries = []string{r.proxy}
-	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true}) })
+	t.Cleanup(func() {
+		docker(t).ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true, PruneChildren: true})
+	})
 	return job
 }
 
