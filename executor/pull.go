@@ -109,4 +109,7 @@ func (p *pullProgress) emit(final bool, err error) {
 		payload["error"] = err.Error()
 	}
 	p.t.pullProgress(payload)
+	if f := p.t.job.PullProgress; f != nil {
+		f(payload)
+	}
 }
