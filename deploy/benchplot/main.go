@@ -5,7 +5,8 @@
 //	go run ./deploy/benchplot -in docs/benchmarks/scale.txt -out docs/benchmarks
 //
 // writes one SVG per chart of the charts table, which docs/benchmarks.md
-// shows. A benchmark line such as
+// shows, and scale.md: every metric by size in a table, a value that
+// misses its goal marked (docs/benchmarks.md links it). A benchmark line such as
 //
 //	BenchmarkScaleRunStore/runs=100000-2  1  123 ns/op  4.5 list-p99-ms  0.8 get-p99-ms
 //
@@ -122,7 +123,7 @@ func (r results) points(bench, metric string) []point {
 
 func main() {
 	in := flag.String("in", "docs/benchmarks/scale.txt", "go test -bench output")
-	out := flag.String("out", "docs/benchmarks", "directory for the SVG files")
+	out := flag.String("out", "docs/benchmarks", "directory for the SVG files and scale.md")
 	flag.Parse()
 	if err := run(*in, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "benchplot:", err)
@@ -151,5 +152,9 @@ func run(in, out string) error {
 		}
 		fmt.Println("wrote", filepath.Join(out, c.file))
 	}
+	if err := os.WriteFile(filepath.Join(out, "scale.md"), []byte(table(res)), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("wrote", filepath.Join(out, "scale.md"))
 	return nil
 }

@@ -51,4 +51,16 @@ func TestParseAndRender(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "runstore.svg")); err != nil {
 		t.Error(err)
 	}
+	md, err := os.ReadFile(filepath.Join(dir, "scale.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The medians by size; list p99 at 10000 runs (30.07) meets its
+	// goal, get p99 (29.02) misses it; at 100000 both meet theirs.
+	for _, want := range []string{"### ScaleRunStore", "| metric | 10000 | 100000 | goal |",
+		"| get-p99-ms | 29.02 ✗ | 3.1 | get p99 ≤ 5 ms |", "| list-p99-ms | 30.07 | 14 | list p99 ≤ 50 ms |", "| get-p50-ms | 0.3567 | 0.5 | |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("scale.md lacks %q:\n%s", want, md)
+		}
+	}
 }
