@@ -416,6 +416,16 @@ func databaseFailover(t *testing.T, c *cluster, nodes []*procServer, short bool)
 		}
 	}
 	time.Sleep(phase) // the operator (or a failover manager) takes a moment
+	// The outage lasts until a run in flight has ended into a spool: the
+	// drill proves spooled events delivered after the promotion, so it
+	// must have some, however fast this machine answers.
+	sandgatetest.WaitFor(t, "an event spooled while no primary exists", 2*time.Minute, func() bool {
+		var spooled float64
+		for _, n := range nodes {
+			spooled += metric(t, n, "sandgate_audit_spooled_events_total")
+		}
+		return spooled > 0
+	})
 
 	c.sh(t, "promote")
 	promoted := time.Now()
