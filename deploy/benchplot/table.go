@@ -78,6 +78,9 @@ func table(res results) string {
 		b.WriteString(strings.Repeat("--:|", len(xs)))
 		b.WriteString("---|\n")
 		for _, m := range slices.Sorted(maps.Keys(metrics)) {
+			if m == "ns/op" {
+				continue // the whole benchmark's time, set-up included
+			}
 			g, hasGoal := goals[bench][m]
 			fmt.Fprintf(&b, "| %s |", m)
 			for i, x := range xs {
