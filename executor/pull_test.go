@@ -327,6 +327,36 @@ func TestPullFromRegistry(t *testing.T) {
 	})
 }
 
+// TestPullRefusedIsNotRetried: a registry that answers that the image is
+// not there is not asked again: the run fails with image unavailable,
+// after one attempt and no executor.retry of op pull.
+func TestPullRefusedIsNotRetried(t *testing.T) {
+	r := startRegistry(t)
+	ex, rec := newTestExecutor(t, nil)
+	job := pullJob(t, r, "pulltest/none-"+sandgatetest.RandomHex(t, 4))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := ex.Execute(ctx, job)
+	if sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
+		t.Fatalf("Execute = %v (%+v), want image unavailable", err, res.Error)
+	}
+	var unavailable bool
+	for _, ev := range rec.of(job.RunID) {
+		unavailable = unavailable || ev.Type == sandgate.EventImageUnavailable && strings.Contains(fmt.Sprint(ev.Payload["reason"]), "pull")
+	}
+	if !unavailable {
+		t.Errorf("no image.unavailable naming the pull: %v", rec.typesOf(job.RunID))
+	}
+	for _, ev := range rec.of(job.RunID) {
+		if ev.Type == sandgate.EventExecutorRetry && ev.Payload["operation"] == "pull" {
+			t.Errorf("a refused pull was retried: %v", ev.Payload)
+		}
+		if ev.Type == sandgate.EventImagePullProgress && ev.Payload["attempt"] != 1 {
+			t.Errorf("progress of attempt %v: %v", ev.Payload["attempt"], ev.Payload)
+		}
+	}
+}
+
 func payloads(evs []sandgate.Event) []map[string]any {
 	out := make([]map[string]any, len(evs))
 	for i, ev := range evs {
