@@ -250,7 +250,9 @@ func TestRunCPUThrottled(t *testing.T) {
 		return out
 	}
 
-	busy := newJob(t, limited, "sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`)
+	// A fifth of burnCPU's work: about 0.3 s of one CPU, so at least 3 s
+	// under the limit, however loaded the host.
+	busy := newJob(t, limited, "sh", "-c", `i=0; while [ $i -lt 120000 ]; do i=$((i+1)); done`)
 	res := execute(t, ex, busy)
 	u := res.Usage
 	if res.Outcome != sandgate.OutcomeSucceeded || u == nil {
