@@ -94,6 +94,27 @@ const (
 	EventApprovalGranted   EventType = "approval.granted"
 	EventApprovalDenied    EventType = "approval.denied"
 	EventApprovalExpired   EventType = "approval.expired"
+	// EventSecretSet records a secret's first version (or its first after
+	// a delete), EventSecretRotated a new version of a stored one,
+	// EventSecretDeleted its removal: by whom, the name, the version and
+	// the value's keyed hash, never the value.
+	EventSecretSet     EventType = "secret.set"
+	EventSecretRotated EventType = "secret.rotated"
+	EventSecretDeleted EventType = "secret.deleted"
+	// EventSecretUsed records that the egress proxy wrote a run's secret
+	// into its requests to a destination; EventSecretMisdirected a
+	// request refused for carrying a secret's placeholder where the
+	// secret may not go. Both are aggregated per destination like the
+	// egress events.
+	EventSecretUsed        EventType = "secret.used"
+	EventSecretMisdirected EventType = "secret.misdirected"
+	// EventImagePullProgress records how far a run's image pull has come
+	// (layers done of layers seen, bytes fetched), at most one a second
+	// per pull and once at its end.
+	EventImagePullProgress EventType = "image.pull_progress"
+	// EventRunCPUThrottled records that a run spent more than the
+	// node's set share of its wall time throttled by its CPU limit.
+	EventRunCPUThrottled EventType = "run.cpu_throttled"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -113,6 +134,8 @@ var EventTypes = []EventType{
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
 	EventApprovalRequested, EventApprovalGranted, EventApprovalDenied, EventApprovalExpired,
+	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
+	EventImagePullProgress, EventRunCPUThrottled,
 }
 
 // Known reports whether t is one of EventTypes.

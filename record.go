@@ -57,6 +57,13 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	if a := in.Approval; a != nil {
 		p["approval"] = approvalDoc(*a)
 	}
+	if len(in.Secrets) > 0 {
+		secrets := make(map[string]any, len(in.Secrets))
+		for name, st := range in.Secrets {
+			secrets[name] = map[string]any{"version": st.Version}
+		}
+		p["secrets"] = secrets
+	}
 	return p
 }
 
@@ -92,10 +99,11 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 			Roles  []Role          `json:"roles"`
 			SignIn json.RawMessage `json:"sign_in"`
 		} `json:"principal"`
-		Spec     *RunSpec       `json:"spec"`
-		Settings *Settings      `json:"settings"`
-		Session  *SessionInput  `json:"session"`
-		Approval *ApprovalInput `json:"approval"`
+		Spec     *RunSpec               `json:"spec"`
+		Settings *Settings              `json:"settings"`
+		Session  *SessionInput          `json:"session"`
+		Approval *ApprovalInput         `json:"approval"`
+		Secrets  map[string]SecretState `json:"secrets"`
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil || json.Unmarshal(raw, &doc) != nil {
@@ -114,7 +122,7 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Approval: doc.Approval},
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Approval: doc.Approval, Secrets: doc.Secrets},
 		SignIn: readSignIn(doc.Principal.SignIn),
 	}, true
 }

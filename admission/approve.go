@@ -320,7 +320,11 @@ func (r approved) normalize(ctx context.Context, p *pass) error {
 	if err := p.fitTeam(ctx, h.spec.Resources, slot); err != nil {
 		return err
 	}
-	p.input = input(op, p.who.Principal, h.spec, p.g.settings(), h.session)
+	secrets, err := p.g.secretStates(ctx, h.spec)
+	if err != nil {
+		return err
+	}
+	p.input = input(op, p.who.Principal, h.spec, p.g.settings(), h.session, secrets)
 	p.input.Approval = &sandgate.ApprovalInput{ID: r.a.ID, Approver: r.approver, Rules: ruleNames(r.a.Reasons), Comment: r.a.Comment}
 	return nil
 }

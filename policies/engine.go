@@ -89,7 +89,9 @@ type policy struct {
 	mask      []string
 	teams     teamConfig
 	approvals approvalConfig
-	config    map[string]any
+	// secrets are the bindings of data.sandgate.config.secrets by name.
+	secrets map[string]sandgate.SecretBinding
+	config  map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
 	// signature is who signed it; nil when no keys are pinned.
@@ -379,6 +381,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err != nil {
 		return nil, &loadError{[]string{err.Error()}}
 	}
+	secrets, err := b.secretBindings()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
 	store := b.store()
 	results, err := b.runTests(ctx, store, false)
 	if err != nil {
@@ -425,6 +431,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		defaults:  defaults,
 		mask:      mask,
 		teams:     teams,
+		secrets:   secrets,
 		config:    b.config(),
 		rules:     ruleMetas(infos),
 		signature: b.signature,
@@ -569,7 +576,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 
 	spec := in.Request
 	for pass := 1; ; pass++ {
-		input := withApproval(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session), in.Approval)
+		input := withSecrets(withApproval(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session), in.Approval), in.Secrets)
 		rs, err := p.eval(ctx, input, now)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -592,6 +599,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec
+			d.Enforcement.Secrets = p.bindings(spec.Secrets)
 			return d, nil
 		}
 		if pass == maxPasses {
@@ -610,6 +618,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec
+			d.Enforcement.Secrets = p.bindings(spec.Secrets)
 			return d, nil
 		}
 		spec = next

@@ -29,6 +29,7 @@ type config struct {
 	identityConfig
 	nodeConfig
 	sinkConfig
+	secretsConfig
 }
 
 // readConfig reads every component's configuration from getenv.
@@ -46,6 +47,7 @@ func readConfig(getenv func(string) string) config {
 		identityConfig:  readIdentityConfig(getenv),
 		nodeConfig:      readNodeConfig(getenv, trail.stateDir()),
 		sinkConfig:      readSinkConfig(getenv),
+		secretsConfig:   readSecretsConfig(getenv),
 	}
 }
 
@@ -53,7 +55,7 @@ func readConfig(getenv func(string) string) config {
 // validated (and their errors listed).
 func (c *config) server() []component {
 	return []component{&c.gatewayConfig, &c.identityConfig, &c.databaseConfig, &c.trailConfig, &c.policyConfig, &c.executorConfig,
-		&c.egressConfig, &c.workspaceConfig, &c.nodeConfig, &c.sinkConfig}
+		&c.egressConfig, &c.workspaceConfig, &c.nodeConfig, &c.sinkConfig, &c.secretsConfig}
 }
 
 // component is one component's configuration: its flags, bound to its

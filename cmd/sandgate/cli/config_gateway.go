@@ -141,6 +141,10 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 	if p.streamer != nil {
 		sinkReporter = p.streamer
 	}
+	var vault gateway.SecretVault
+	if p.vault != nil {
+		vault = p.vault
+	}
 	return gateway.New(gatewaySettings(cfg, p), gateway.Deps{
 		Admitter:   p.engine,
 		Policies:   p.engine,
@@ -157,6 +161,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Artifacts:  p.runs,
 		Images:     p.images,
 		Sinks:      sinkReporter,
+		Secrets:    vault,
 		Principals: p.principals,
 		Authorizer: p.engine,
 		Tokens:     p.tokenVerifier(),
@@ -167,6 +172,8 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Gatherer:   p.registry,
 		Metrics:    p.metrics,
 		Cluster:    p.runs,
+		// The heartbeat and takeovers, on connections no request takes.
+		ClusterControl: p.control,
 		// A dead node's containers are adopted through its daemon, their
 		// events recorded here.
 		RemoteReconcilers: remoteReconcilers(cfg, p.metrics.Sink(p.store), p.logger),

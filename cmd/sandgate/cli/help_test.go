@@ -76,6 +76,8 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client,
 		"volume list": client, "volume rm": client,
 		"approvals list": client, "approvals approve": client, "approvals deny": client,
+		"secrets set": client, "secrets list": client, "secrets rm": client,
+		"secrets re-encrypt": {"database-url", "secrets-key-file"}, "secrets new-key": nil,
 		"policy check": {"policy-dir"}, "policy test": {"policy-dir"}, "policy rules": {"policy-dir"},
 		"policy eval": {"air-gapped", "mount-root", "policy-dir", "policy-verify-keys"},
 		"policy sign": {"policy-dir"}, "policy verify": {"policy-dir", "policy-verify-keys"},
