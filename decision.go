@@ -207,7 +207,8 @@ type PolicyAdmin interface {
 	Status() PolicyStatus
 	// Reload loads the bundle again from its directory. On a compile or
 	// test failure it keeps the old policy and returns POLICY-INVALID with
-	// the errors in Details["errors"].
+	// the errors in Details["errors"]; with no directory (the embedded
+	// bundle) it returns CONFLICT naming SANDGATE_POLICY_DIR.
 	Reload(ctx context.Context) (PolicyStatus, error)
 }
 

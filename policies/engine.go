@@ -256,8 +256,16 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 // Reload reads the bundle again. A bundle identical to the one in force is
 // a no-op. On any failure it keeps the policy in force, records the error
 // in Status, emits policy.load_failed and returns POLICY-INVALID with the
-// problems in Details["errors"].
+// problems in Details["errors"]. The embedded bundle (no directory) is
+// answered CONFLICT, saying how to load a bundle that can be reloaded.
 func (e *Engine) Reload(ctx context.Context) (sandgate.PolicyStatus, error) {
+	if e.dir == "" {
+		// The embedded bundle cannot change under a running binary:
+		// a reload would quietly do nothing, which reads as success.
+		return e.Status(), sandgate.Errorf(sandgate.CodeConflict,
+			"the policy in force is the bundle embedded in the binary, which cannot be reloaded: "+
+				"start the gateway with SANDGATE_POLICY_DIR set to a bundle directory (a copy of policies/ to begin with) to load and reload your own")
+	}
 	return e.ReloadFor(ctx, "api")
 }
 
