@@ -100,13 +100,17 @@ func newSessionExecCmd(a *app) *cobra.Command {
 		timeout time.Duration
 		stdin   bool
 		detach  bool
+		limit   int64
 	)
 	cmd := &cobra.Command{
 		Use:   "exec SESSION -- COMMAND [ARG...]",
 		Short: "Run a command in a session; stream its output and exit with its code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			x := api.ExecRequest{Command: args[1:], Workdir: workdir}
+			x := api.ExecRequest{Command: args[1:], Workdir: workdir, OutputLimitBytes: limit}
+			if limit < 0 {
+				return &ExitError{Code: exitUsage, Message: "--output-limit must be positive"}
+			}
 			if timeout > 0 {
 				x.TimeoutSeconds = int(math.Ceil(timeout.Seconds()))
 			}
@@ -149,6 +153,7 @@ func newSessionExecCmd(a *app) *cobra.Command {
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable K=V (or K to take it from here); repeatable")
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory (relative: under the session's)")
 	f.DurationVar(&timeout, "timeout", 0, "timeout of the command (default the session's)")
+	f.Int64Var(&limit, "output-limit", 0, "bytes of stdout and of stderr kept, each (default and maximum from the policy)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send this process's stdin to the command")
 	f.BoolVarP(&detach, "detach", "d", false, "print the run ID and return at once")
 	return cmd
