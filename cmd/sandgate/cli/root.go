@@ -175,8 +175,12 @@ func (a *app) settingsOf() map[string][]use {
 		"policy eval":   {{c: &c.policyConfig, all: true}},
 		"policy replay": {client},
 		// The trail, directly on the database; the operator's commands
-		// record what they do on a chain of this node's.
+		// record what they do on a chain of this node's. Its readers go
+		// through the gateway, or the database with --database-url.
 		"audit":                {dsn, trail},
+		"audit query":          {client, dsn, trail},
+		"audit export":         {client, dsn, trail},
+		"audit receipt":        {client, dsn, trail},
 		"audit rotate-key":     {dsn, trail, node},
 		"audit archive":        {dsn, trail, node},
 		"audit purge":          {dsn, trail, node},

@@ -295,7 +295,7 @@ func TestRunsCommands(t *testing.T) {
 			}
 		}},
 		{"bad since", []string{"runs", "list", "--since", "yesterday"}, cliResult{}, func(t *testing.T, r cliResult) {
-			if r.code != 1 || !strings.Contains(r.message, "neither an RFC 3339 time nor a duration") {
+			if r.code != exitUsage || !strings.Contains(r.message, "neither an RFC 3339 time nor a duration") {
 				t.Errorf("result = %+v", r)
 			}
 		}},
@@ -312,6 +312,18 @@ func TestRunsCommands(t *testing.T) {
 	got := runCLI(t, fake, "tok", "", "runs", "get", "missing/../x")
 	if got.code != 1 || !strings.Contains(got.message, "SANDGATE-NOT-FOUND") {
 		t.Errorf("missing run: %+v", got)
+	}
+}
+
+// TestRunsLogsExitCode: sandgate runs logs exits as sandgate run does once
+// the run has ended: with the run's code, or sandgate's codes for the rest.
+func TestRunsLogsExitCode(t *testing.T) {
+	fake := &fakeGatewayAPI{}
+	for word, want := range map[string]int{"ok": 0, "fail": 3, "timeout": exitTimedOut, "oom": 137, "cancel": exitCancelled, "error": exitPlatform} {
+		got := runCLI(t, fake, "tok", "", "runs", "logs", "-f", "run-"+word)
+		if got.code != want || got.stdout != "out\n" {
+			t.Errorf("runs logs -f run-%s: exit %d stdout %q (%s), want %d", word, got.code, got.stdout, got.message, want)
+		}
 	}
 }
 

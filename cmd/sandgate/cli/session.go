@@ -249,7 +249,7 @@ func copyIn(ctx context.Context, a *app, id, p, src string) error {
 
 func newSessionLsCmd(a *app) *cobra.Command {
 	var state string
-	var asJSON bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List sessions, newest first",
@@ -263,7 +263,7 @@ func newSessionLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -280,7 +280,7 @@ func newSessionLsCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "open or ended")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	out = bindOutput(cmd)
 	return cmd
 }
 

@@ -214,14 +214,15 @@ func downloadOne(ctx context.Context, c *client.Client, root *os.Root, runID, re
 
 // newRunsArtifactsCmd builds `sandgate runs artifacts RUN [PATH]`.
 func newRunsArtifactsCmd(a *app) *cobra.Command {
-	var output string
-	var asTar, asJSON bool
+	var download string
+	var asTar bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "artifacts RUN [PATH]",
 		Short: "List a run's artifacts, or download one or all of them",
 		Example: `  sandgate runs artifacts 0193…           # list path, size, SHA-256
   sandgate runs artifacts 0193… out/report.json > report.json
-  sandgate runs artifacts 0193… --output ./out
+  sandgate runs artifacts 0193… --download ./out
   sandgate runs artifacts 0193… --tar > artifacts.tar`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -241,8 +242,8 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 					return clientError(a, err)
 				}
 				return nil
-			case output != "":
-				if err := downloadArtifacts(ctx, a, c, args[0], output); err != nil {
+			case download != "":
+				if err := downloadArtifacts(ctx, a, c, args[0], download); err != nil {
 					return clientError(a, err)
 				}
 				return nil
@@ -251,7 +252,7 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -262,8 +263,9 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "download every artifact into this directory")
+	cmd.Flags().StringVar(&download, "download", "", "download every artifact into this directory")
 	cmd.Flags().BoolVar(&asTar, "tar", false, "write every artifact as one tar stream to stdout")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	out = bindOutput(cmd)
+	out.hint = "; to download every artifact into a directory, use --download DIR"
 	return cmd
 }
