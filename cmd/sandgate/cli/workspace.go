@@ -92,12 +92,28 @@ func ignored(rules []ignoreRule, rel string, isDir bool) bool {
 // Symlinks and other special files are left out (the gateway refuses
 // them) and reported through skipped.
 func packWorkspace(dir string, w io.Writer, skipped func(rel, why string)) error {
+	return packTree(dir, "", w, skipped)
+}
+
+// packTree is packWorkspace with every entry under prefix (a clean
+// relative path, "" for none), which is itself an entry: a directory
+// copied under another name (sandgate session cp ./src ID:app).
+func packTree(dir, prefix string, w io.Writer, skipped func(rel, why string)) error {
 	rules, err := readIgnore(dir)
 	if err != nil {
 		return err
 	}
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
+	if prefix != "" {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: prefix + "/", Mode: int64(st.Mode().Perm()), ModTime: st.ModTime()}); err != nil {
+			return err
+		}
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -119,14 +135,14 @@ func packWorkspace(dir string, w io.Writer, skipped func(rel, why string)) error
 		}
 		switch {
 		case d.IsDir():
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()})
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(prefix, rel) + "/", Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()})
 		case info.Mode().IsRegular():
 			f, err := os.Open(p)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: info.Size(), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()}); err != nil {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(prefix, rel), Size: info.Size(), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()}); err != nil {
 				return err
 			}
 			if _, err := io.CopyN(tw, f, info.Size()); err != nil {
