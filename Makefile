@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test test-cluster cluster-drills lint bench soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
+.PHONY: all build run test docs-test test-cluster cluster-drills lint bench soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
 
 all: build
 
@@ -49,6 +49,13 @@ test: bootstrap image language-images
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory cluster-drills CLUSTER_SHORT=1; \
 	elif [ "$$CI" = true ]; then echo "make test: the cluster drills need root (CI=true)"; exit 1; \
 	else echo "make test: skipping the cluster drills (need root: sudo make test-cluster)"; fi
+
+# make docs-test: every shell example of README.md and docs/ marked
+# <!-- docs-test: run --> runs against a real gateway (bash -e, in a fresh
+# directory with the fixtures the docs name); a block marked neither run
+# nor skip with a reason fails too. make test runs it with the rest.
+docs-test: bootstrap image language-images
+	$(GO) test -count=1 -run '^(TestDocsMarkers|TestDocsExamples)$$' -v -timeout 20m ./cmd/sandgate/e2e
 
 # make test-cluster: the cluster drills on this machine (deploy/cluster.sh:
 # a second Docker daemon, a Postgres 15 primary with a synchronous streaming
