@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -86,7 +87,12 @@ func TestAuditCLIThroughAPI(t *testing.T) {
 	if err := json.Unmarshal([]byte(got.stdout), &rec); err != nil {
 		t.Fatalf("audit receipt: exit %d %s %v", got.code, got.stderr, err)
 	}
-	if rep := audit.VerifyReceipt(rec, nil); !rep.OK {
+	gwKey, err := proof.LoadSigningKey(filepath.Join(filepath.Dir(s.Env["SANDGATE_SPOOL_DIR"]), "checkpoint.key"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{gwKey.Public().(ed25519.PublicKey)}}}
+	if rep := proof.VerifyReceipt(rec, pinned); !rep.OK {
 		t.Errorf("the receipt from the API does not verify: %+v", rep)
 	}
 
