@@ -39,7 +39,8 @@ func auditQuery(f sandgate.AuditFilter) url.Values {
 
 // AuditEvents returns one page of the trail's events that f matches, with
 // the caller's token and role (auditor, admin): f.Limit events at most
-// (the gateway's default when 0), from f.Cursor on.
+// (the gateway's default when 0), from f.Cursor on, newest first with
+// f.Newest.
 func (c *Client) AuditEvents(ctx context.Context, f sandgate.AuditFilter) (api.AuditEventList, error) {
 	q := auditQuery(f)
 	if f.Limit > 0 {
@@ -47,6 +48,9 @@ func (c *Client) AuditEvents(ctx context.Context, f sandgate.AuditFilter) (api.A
 	}
 	if f.Cursor != "" {
 		q.Set("cursor", f.Cursor)
+	}
+	if f.Newest {
+		q.Set("order", "newest")
 	}
 	var page api.AuditEventList
 	err := c.do(ctx, http.MethodGet, "/v1/audit/events", q, nil, nil, &page)
