@@ -143,4 +143,3 @@ func openOutput(a *app, path string) (io.Writer, func() error, error) {
 		return f.Close()
 	}, nil
 }
-

@@ -30,10 +30,10 @@ type fakeGatewayAPI struct {
 	// holdCancel keeps the "hang" run going after its DELETE, as a
 	// container that takes its grace period to stop does.
 	holdCancel bool
-	mu       sync.Mutex
-	specs    []sandgate.RunSpec
-	headers  []http.Header
-	canceled []string
+	mu         sync.Mutex
+	specs      []sandgate.RunSpec
+	headers    []http.Header
+	canceled   []string
 }
 
 var cliExits = map[string]api.ExitData{
