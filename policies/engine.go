@@ -90,6 +90,8 @@ type policy struct {
 	config   map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
+	// described are the rules as Status shows them.
+	described []sandgate.PolicyRule
 	// signature is who signed it; nil when no keys are pinned.
 	signature *Signature
 }
@@ -264,6 +266,7 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 		st.Revision = p.revision
 		st.Modules = slices.Clone(p.modules)
 		st.LoadedAt = p.loadedAt
+		st.Rules = slices.Clone(p.described)
 		if p.signature != nil {
 			st.SignedBy, st.SignedRevision = p.signature.KeyID, p.signature.Revision
 		}
@@ -420,6 +423,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		teams:     teams,
 		config:    b.config(),
 		rules:     ruleMetas(infos),
+		described: b.describeRules(infos),
 		signature: b.signature,
 	}, nil
 }
