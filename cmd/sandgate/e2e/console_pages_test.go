@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +56,11 @@ func TestConsolePages(t *testing.T) {
 		t.Fatalf("session = %d %s", status, body)
 	}
 	t.Cleanup(func() { s.doAs(t, tok["casey"], http.MethodDelete, "/v1/sessions/"+sess.ID, "") })
+	// A review the default bundle allows and the candidate replayed on
+	// the policies page denies (no_telnet).
+	if status, _, body := s.doAs(t, tok["casey"], http.MethodPost, "/v1/admission/review", `{"command":["telnet","example.org"]}`); status != http.StatusOK {
+		t.Fatalf("review = %d %s", status, body)
+	}
 	if status, _, body := s.doAs(t, tok["casey"], http.MethodPost, "/v1/sessions/"+sess.ID+"/runs?wait=60s", `{"command":["echo","in a session"]}`); status != http.StatusOK {
 		t.Fatalf("session command = %d %s", status, body)
 	}
@@ -69,7 +78,7 @@ func TestConsolePages(t *testing.T) {
 		{"run", "#/runs/" + exited.ID, `document.getElementById('run-state')?.dataset.state === 'finished' && !!document.getElementById('sec-lifecycle')`},
 		{"sessions", "#/sessions", fmt.Sprintf(`!!document.querySelector('a[data-key="session-%s"]')`, sess.ID)},
 		{"session", "#/sessions/" + sess.ID, `!!document.getElementById('sec-commands')`},
-		{"policies", "#/policies", `document.getElementById('policy-revision')?.textContent.startsWith('sha256:')`},
+		{"policies", "#/policies", `document.getElementById('policy-revision')?.textContent.startsWith('sha256:') && !!document.querySelector('table.loads tbody tr')`},
 		{"audit", "#/audit", `!!document.querySelector('table.events tbody tr[data-type]') && document.getElementById('verify-result').textContent.includes('events checked')`},
 		{"nodes", "#/nodes", `!!document.querySelector('table.nodes tbody tr')`},
 	}
@@ -102,6 +111,8 @@ func TestConsolePages(t *testing.T) {
 			}
 		case "audit":
 			checkAuditPage(t, b, exited)
+		case "policies":
+			checkPoliciesPage(t, b)
 		}
 	}
 	if got := b.consoleProblems(); len(got) > 0 {
@@ -229,5 +240,72 @@ func TestConsoleKeyboard(t *testing.T) {
 	}
 	if got := b.consoleProblems(); len(got) > 0 {
 		t.Errorf("the browser reported errors or dialogs: %q", got)
+	}
+}
+
+// checkPoliciesPage: the rules with severity, controls, tests and place;
+// the load history; a candidate uploaded as a .tar.gz is replayed and
+// its newly denied decision shown by rule.
+func checkPoliciesPage(t *testing.T, b *browserSession) {
+	t.Helper()
+	row := b.text(`[...document.querySelectorAll('table.rules tbody tr')].find(tr => tr.querySelector('code')?.textContent === 'no_privileged')?.innerText || ''`)
+	if !strings.Contains(row, "CIS-5.5") || !strings.Contains(row, "critical") || !strings.Contains(row, ".rego:") {
+		t.Errorf("the no_privileged rule reads %q, want its severity, controls and place", row)
+	}
+	tests := b.text(`[...document.querySelectorAll('table.rules tbody tr')].find(tr => tr.querySelector('code')?.textContent === 'no_privileged')?.querySelector('td.num')?.textContent || ''`)
+	if tests == "" || tests == "0" {
+		t.Errorf("no_privileged is named by %q tests", tests)
+	}
+	if got := b.text(`document.querySelector('table.loads tbody tr').innerText`); !strings.Contains(got, "loaded") {
+		t.Errorf("the load history's newest row = %q", got)
+	}
+	strict := bundleWith(t, func(map[string]any) {})
+	if err := os.WriteFile(filepath.Join(strict, "no_telnet.rego"), []byte(noTelnetRule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "candidate.tar.gz")
+	writeTarGz(t, archive, strict, "candidate")
+	b.do("upload the candidate", chromedp.SetUploadFiles(chromedp.CSS("#replay-archive"), []string{archive}))
+	b.waitJS("the replay answers", `!!document.getElementById('replay-denied') || !!document.querySelector('#sec-replay-a-candidate-bundle ~ div .error')`, 60*time.Second)
+	if got := b.text(`document.getElementById('replay-denied').textContent`); got != "Newly denied: 1" {
+		t.Errorf("the replay's heading = %q, want Newly denied: 1", got)
+	}
+	if got := b.text(`document.querySelector('table.replay tbody tr').innerText`); !strings.Contains(got, "no_telnet") || !strings.Contains(got, "review by casey") {
+		t.Errorf("the newly denied example = %q", got)
+	}
+}
+
+// writeTarGz writes the regular files of dir into a .tar.gz under top/,
+// as tar -czf of a bundle directory makes it.
+func writeTarGz(t *testing.T, path, dir, top string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zw := gzip.NewWriter(f)
+	tw := tar.NewWriter(zw)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: top + "/" + e.Name(), Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
