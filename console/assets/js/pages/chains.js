@@ -103,7 +103,7 @@ export function chainsSection() {
   let alarms = new Map();
   let rep = null;
   const draw = () => fill(body, table('The trail\u2019s chains', [
-    {label: 'Chain', cell: (cp) => h('span', {class: 'mono', title: cp.origin || cp.chain_id}, String(cp.chain_id || '').slice(0, 12))},
+    {label: 'Chain', cell: (cp) => h('span', {class: 'mono', title: cp.origin || cp.chain_id}, String(cp.chain_id || ''))},
     {label: 'Verify', cell: (cp) => verifyCell(rep, cp.chain_id)},
     {label: 'Latest checkpoint', cell: checkpointCell},
     {label: 'Witnesses', cell: witnessCell},
