@@ -143,7 +143,25 @@ type evalResponse struct {
 	Mask        []string                `json:"mask,omitempty"`
 	Modules     []sandgate.PolicyModule `json:"modules,omitempty"`
 	Decision    *sandgate.Decision      `json:"decision,omitempty"`
-	Enforcement *sandgate.Enforcement   `json:"enforcement,omitempty"`
+	Enforcement *evalEnforcement        `json:"enforcement,omitempty"`
+}
+
+// evalEnforcement is a decision's enforcement across the pipe, exactly:
+// the image signers' map is sent even when empty (the root type omits an
+// empty one), so that the parent's decision is the child's.
+type evalEnforcement struct {
+	sandgate.Enforcement
+	ImageSigners map[string][]string `json:"image_signers"`
+}
+
+func toEvalEnforcement(e sandgate.Enforcement) *evalEnforcement {
+	return &evalEnforcement{Enforcement: e, ImageSigners: e.ImageSigners}
+}
+
+func (e *evalEnforcement) enforcement() sandgate.Enforcement {
+	out := e.Enforcement
+	out.ImageSigners = e.ImageSigners
+	return out
 }
 
 // evalError is a *sandgate.Error across the pipe: its problems are what

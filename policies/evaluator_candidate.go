@@ -91,7 +91,7 @@ func (c *remoteCandidate) Decide(ctx context.Context, in sandgate.AdmissionInput
 	}
 	d := *resp.Decision
 	if resp.Enforcement != nil {
-		d.Enforcement = *resp.Enforcement
+		d.Enforcement = resp.Enforcement.enforcement()
 	}
 	return d, nil
 }

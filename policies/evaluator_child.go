@@ -158,8 +158,7 @@ func (s *evalServer) handle(req evalRequest) (resp evalResponse) {
 		if err != nil {
 			return evalResponse{Error: toEvalError(err)}
 		}
-		enf := d.Enforcement
-		return evalResponse{Decision: &d, Enforcement: &enf}
+		return evalResponse{Decision: &d, Enforcement: toEvalEnforcement(d.Enforcement)}
 	}
 	return evalResponse{Error: &evalError{Code: sandgate.CodeUnavailable, Message: fmt.Sprintf("the policy evaluator has no operation %q", req.Op)}}
 }
