@@ -213,9 +213,11 @@ func (ev *Evaluator) start(ctx context.Context) (*evalProcess, error) {
 	cmd := exec.CommandContext(ctx, ev.binary, EvaluatorCommand,
 		strconv.FormatInt(ev.limits.MemoryMB, 10), strconv.FormatInt(ev.limits.CPUSeconds, 10))
 	// Nothing of the gateway's environment (its database's address, its
-	// keys' paths) reaches the child: the marker, one processor, and a
-	// collector that works hard before the hard limit.
-	cmd.Env = []string{evaluatorMarker + "=1", "GOMAXPROCS=1", fmt.Sprintf("GOMEMLIMIT=%dMiB", ev.limits.MemoryMB*3/4)}
+	// keys' paths) reaches the child: the marker, one processor, a
+	// collector that works hard before the hard limit, and (for a binary
+	// built with cgo, as test binaries are) one C heap, not one 64 MiB
+	// reservation of address space per thread.
+	cmd.Env = []string{evaluatorMarker + "=1", "GOMAXPROCS=1", fmt.Sprintf("GOMEMLIMIT=%dMiB", ev.limits.MemoryMB*3/4), "MALLOC_ARENA_MAX=1"}
 	cmd.Stdin, cmd.Stdout = inR, outW
 	p := &evalProcess{ev: ev, ctx: ctx, cmd: cmd, in: inW, out: outR, stderr: &headBuffer{max: stderrHead}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr

@@ -91,7 +91,7 @@ func TestEvaluatorCandidateDecidesExactly(t *testing.T) {
 func TestEvaluatorMemoryLimit(t *testing.T) {
 	ctx := context.Background()
 	dir := copyBundle(t)
-	e := evaluatorEngine(t, dir, policies.EvaluatorLimits{MemoryMB: 256})
+	e := evaluatorEngine(t, dir, policies.EvaluatorLimits{MemoryMB: 384})
 	rev := e.Status().Revision
 	bomb := []byte("package sandgate.bomb_test\n\ntest_bomb if {\n\tcount(numbers.range(1, 4000000)) > 1\n}\n")
 	files, err := policies.BundleFiles(dir)
