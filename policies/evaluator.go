@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -322,13 +323,20 @@ func (p *evalProcess) failure(ctx context.Context, cause error) error {
 	case st.ExitCode() == exitCPULimit || (ws.Signaled() && cpu >= time.Duration(lim.CPUSeconds)*time.Second):
 		return invalidBy(fmt.Sprintf("its evaluation used the policy evaluator's cpu limit of %d s", lim.CPUSeconds),
 			map[string]any{"limit": "cpu", "cpu_seconds": lim.CPUSeconds})
-	case st.ExitCode() == exitRuntime || (ws.Signaled() && ws.Signal() == syscall.SIGKILL):
+	case st.ExitCode() == exitRuntime || (ws.Signaled() && ws.Signal() == syscall.SIGKILL) || outOfMemory(p.stderr.String()):
 		p.ev.log.Warn("the policy evaluator ran out of memory", "limit_mb", lim.MemoryMB, "stderr", p.stderr.String())
 		return invalidBy(fmt.Sprintf("its evaluation needed more than the policy evaluator's memory limit of %d MiB", lim.MemoryMB),
 			map[string]any{"limit": "memory", "memory_mb": lim.MemoryMB})
 	}
 	p.ev.log.Error("the policy evaluator ended", "status", st.String(), "stderr", p.stderr.String())
 	return sandgate.Errorf(sandgate.CodeUnavailable, "the policy evaluator ended unexpectedly (%s)", st)
+}
+
+// outOfMemory reports whether the child's standard error says it could
+// not map memory: the Go runtime's "out of memory", or, in a binary built
+// with -race, the race detector's failed allocation (it exits 66).
+func outOfMemory(stderr string) bool {
+	return strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "ThreadSanitizer failed to allocate")
 }
 
 // invalidBy refuses a bundle for a limit: POLICY-INVALID, with the limit

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -18,7 +19,7 @@ import (
 // run in children of this test binary under limits.
 func evaluatorEngine(t *testing.T, dir string, limits policies.EvaluatorLimits) *policies.Engine {
 	t.Helper()
-	ev, err := policies.NewEvaluator("", limits, nil)
+	ev, err := policies.NewEvaluator("", limits, slog.New(slog.NewTextHandler(t.Output(), nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
