@@ -217,9 +217,10 @@ func TestReloadTestsCannotTakeTheGatewaysMemory(t *testing.T) {
 }
 
 // TestCandidateCPULimit: a candidate whose tests spin is refused when it
-// has used the evaluator's CPU limit, naming it.
+// has used the evaluator's CPU limit, naming it. The limit, 15 s, leaves
+// room for the default bundle's own tests at start under -race.
 func TestCandidateCPULimit(t *testing.T) {
-	s := startServer(t, withEnv("SANDGATE_POLICY_EVAL_CPU_SECONDS", "2"))
+	s := startServer(t, withEnv("SANDGATE_POLICY_EVAL_CPU_SECONDS", "15"))
 	files := bombFiles(t, map[string]string{"spin_test.rego": cpuBombTest})
 	_, err := s.Client.ReplayPolicy(context.Background(), files, client.ReplayOptions{})
 	wantLimitRefusal(t, err, "cpu")
