@@ -113,11 +113,18 @@ type Deps struct {
 	Workspaces Workspaces
 	// Masker hashes secrets for the trail and the store.
 	Masker sandgate.Masker
+	// Secrets says which stored secrets a request names (input.secrets);
+	// without it a request that names any is refused.
+	Secrets Secrets
 	// Observer, when set, is told of decisions and refusals (metrics).
 	Observer Observer
-	Clock    sandgate.Clock
-	IDs      sandgate.IDSource
-	Logger   *slog.Logger
+	// Accepting, when set, is asked before a new run, session or
+	// command: its error refuses it (a node that was taken over and is
+	// fenced starts no work).
+	Accepting func() error
+	Clock     sandgate.Clock
+	IDs       sandgate.IDSource
+	Logger    *slog.Logger
 }
 
 // Config is the gate's behaviour.

@@ -167,6 +167,20 @@ type AuditEventList struct {
 // VerifyReport is GET /v1/audit/verify.
 type VerifyReport = sandgate.VerifyReport
 
+// SecretPut is the body of PUT /v1/secrets/{name}. Value is a pointer so
+// that a body without it is told apart from an empty one.
+type SecretPut struct {
+	Value *string `json:"value"`
+}
+
+// SecretInfo is a stored secret as the API shows it: never its value.
+type SecretInfo = sandgate.SecretInfo
+
+// SecretList is GET /v1/secrets.
+type SecretList struct {
+	Secrets []sandgate.SecretInfo `json:"secrets"`
+}
+
 // VolumeList is GET /v1/volumes.
 type VolumeList struct {
 	Volumes []sandgate.CacheVolume `json:"volumes"`
@@ -186,6 +200,8 @@ type CleanupResult struct {
 // Health is GET /healthz.
 type Health struct {
 	Status string `json:"status"`
+	// Node names the node that answered.
+	Node string `json:"node,omitempty"`
 }
 
 // Readiness is GET /readyz when ready, and the details of its 503 answer
@@ -254,6 +270,12 @@ type NodeView struct {
 	HeartbeatAgeMS int64      `json:"heartbeat_age_ms"`
 	TakenOverBy    string     `json:"taken_over_by,omitempty"`
 	TakenOverAt    *time.Time `json:"taken_over_at,omitempty"`
+	// HeldEvents are the audit events the node holds in its spool
+	// because the database refused them as fenced, as it last reported.
+	HeldEvents int64 `json:"held_events,omitempty"`
+	// Fenced, for the node that answered, says why it starts no new
+	// work (it was taken over); empty when it is not fenced.
+	Fenced string `json:"fenced,omitempty"`
 	// Self is true for the node that answered.
 	Self bool `json:"self"`
 }

@@ -139,6 +139,10 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 	if p.streamer != nil {
 		sinkReporter = p.streamer
 	}
+	var vault gateway.SecretVault
+	if p.vault != nil {
+		vault = p.vault
+	}
 	return gateway.New(gatewaySettings(cfg, p), gateway.Deps{
 		Admitter:   p.engine,
 		Policies:   p.engine,
@@ -154,6 +158,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Artifacts:  p.runs,
 		Images:     p.images,
 		Sinks:      sinkReporter,
+		Secrets:    vault,
 		Principals: p.principals,
 		Console:    consoleHandler,
 		Logger:     p.logger.With("component", "gateway"),
@@ -161,6 +166,8 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Gatherer:   p.registry,
 		Metrics:    p.metrics,
 		Cluster:    p.runs,
+		// The heartbeat and takeovers, on connections no request takes.
+		ClusterControl: p.control,
 		// A dead node's containers are adopted through its daemon, their
 		// events recorded here.
 		RemoteReconcilers: remoteReconcilers(cfg, p.metrics.Sink(p.store), p.logger),
