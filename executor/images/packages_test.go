@@ -32,7 +32,7 @@ func TestParsePackages(t *testing.T) {
 		"a control char":    "a\t1\x1b[31m\tamd64\ta\t1\n",
 		"no version":        "a\t\tamd64\ta\t1\n",
 		"a field too long":  "a\t" + strings.Repeat("1", maxPackageField+1) + "\tamd64\ta\t1\n",
-		"too many packages": manyPackages(maxPackages+1),
+		"too many packages": manyPackages(maxPackages + 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := parsePackages([]byte(in)); err == nil {
@@ -49,4 +49,3 @@ func manyPackages(n int) string {
 	}
 	return b.String()
 }
-
