@@ -262,6 +262,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", adm.volumes, admins)
 	v1.DELETE("/volumes/:team/:name", adm.removeVolume, admins)
 	v1.GET("/nodes", adm.listNodes, admins)
+	v1.GET("/images/:ref/packages", imageRoutes{s.web}.imagePackages, auditors)
 
 	ses := sessionRoutes{s.web}
 	v1.POST("/sessions", ses.createSession, sub)

@@ -167,6 +167,10 @@ type AuditEventList struct {
 // VerifyReport is GET /v1/audit/verify.
 type VerifyReport = sandgate.VerifyReport
 
+// ImagePackagesView is GET /v1/images/{ref}/packages: the image's ID and
+// the Debian packages it carries, or why it carries no list.
+type ImagePackagesView = sandgate.ImagePackages
+
 // VolumeList is GET /v1/volumes.
 type VolumeList struct {
 	Volumes []sandgate.CacheVolume `json:"volumes"`
