@@ -1,6 +1,10 @@
 package sandgate
 
-import "context"
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+)
 
 // Package is one Debian package in an image, as dpkg names it.
 type Package struct {
@@ -41,4 +45,18 @@ type ImagePackageLister interface {
 	// ImagePackages returns ref's list: NOT-FOUND (field "ref") when the
 	// daemon has no such image, DOCKER-UNAVAILABLE when it does not answer.
 	ImagePackages(ctx context.Context, ref string) (ImagePackages, error)
+}
+
+// PackagesLabel is the image label a package list travels in: compact
+// JSON of the image's []Package, written by `sandgate image build`, kept
+// by `docker save` and `sandgate image load` (it is in the configuration
+// the image ID is the digest of).
+const PackagesLabel = "org.sandgate.packages"
+
+// PackageListDigest is the SHA-256 of a PackagesLabel value
+// ("sha256:…"): ImagePackages.Digest, and image.resolved's
+// packages_sha256.
+func PackageListDigest(label string) string {
+	sum := sha256.Sum256([]byte(label))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -3,8 +3,6 @@ package images
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -31,7 +29,7 @@ import (
 // the same image ID.
 const (
 	// LabelPackages holds the image's package list as compact JSON.
-	LabelPackages = "org.sandgate.packages"
+	LabelPackages = sandgate.PackagesLabel
 	// LabelNoPackages says, on an image sandgate built without a list,
 	// why it has none.
 	LabelNoPackages = "org.sandgate.packages.none"
@@ -119,13 +117,6 @@ func packagesLabel(pkgs []sandgate.Package) (string, error) {
 	return string(b), nil
 }
 
-// PackagesDigest is the SHA-256 of a LabelPackages value, as
-// image.resolved records it ("sha256:…").
-func PackagesDigest(label string) string {
-	sum := sha256.Sum256([]byte(label))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
 // packageVersions are pkgs as name=version, for LabelDebianPackages.
 func packageVersions(pkgs []sandgate.Package) []string {
 	out := make([]string, 0, len(pkgs))
@@ -196,7 +187,7 @@ func (im *Images) ImagePackages(ctx context.Context, ref string) (sandgate.Image
 		out.Reason = fmt.Sprintf("the image's %s label is not a package list sandgate wrote", LabelPackages)
 		return out, nil
 	}
-	out.Listed, out.Digest = true, PackagesDigest(label)
+	out.Listed, out.Digest = true, sandgate.PackageListDigest(label)
 	if pkgs != nil {
 		out.Packages = pkgs
 	}
