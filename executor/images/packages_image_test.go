@@ -150,3 +150,34 @@ func dpkgList(out string) (map[string]string, map[string]bool) {
 	}
 	return pkgs, docs
 }
+
+// TestSandboxImagePackageList builds the sandbox image under a scratch
+// tag: its list names the one Debian package its busybox came from, and
+// the version is the one the busybox in the image prints in its banner
+// ("BusyBox v1.37.0 (Debian 1:1.37.0-6+b9)").
+func TestSandboxImagePackageList(t *testing.T) {
+	im := newTestImages(t)
+	ctx := context.Background()
+	tag := "sandgate/sandbox-packages-test:" + sandgatetest.RandomHex(t, 4)
+	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{PruneChildren: true}) })
+	id, err := im.BuildSandboxImage(ctx, images.BuildOptions{Tag: tag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := im.ImagePackages(ctx, tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !list.Listed {
+		// A busybox of no Debian package (not the case on Debian hosts,
+		// where it is the host's or Debian's busybox-static) must say so.
+		t.Fatalf("the sandbox image has no list: %q", list.Reason)
+	}
+	if len(list.Packages) != 1 || list.Packages[0].Name != "busybox-static" || list.Packages[0].Source != "busybox" {
+		t.Fatalf("the sandbox image's list: %+v", list.Packages)
+	}
+	banner := runWithBusybox(t, id, "/bin/busybox 2>&1 | head -n 1")
+	if want := "(Debian " + list.Packages[0].Version + ")"; !strings.Contains(banner, want) {
+		t.Errorf("the image's busybox says %q; the list says %s", banner, want)
+	}
+}

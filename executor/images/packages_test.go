@@ -49,3 +49,21 @@ func manyPackages(n int) string {
 	}
 	return b.String()
 }
+
+// TestSandboxPackageLabels: a busybox from a Debian package gives the
+// sandbox image its list; one of no package says so plainly, with why.
+func TestSandboxPackageLabels(t *testing.T) {
+	pkg := sandgate.Package{Name: "busybox-static", Version: "1:1.37.0-6+b9", Architecture: "amd64", Source: "busybox", SourceVersion: "1:1.37.0-6"}
+	got, err := sandboxPackageLabels(busybox{packages: []sandgate.Package{pkg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"name":"busybox-static","version":"1:1.37.0-6+b9","architecture":"amd64","source":"busybox","source_version":"1:1.37.0-6"}]`
+	if diff := cmp.Diff(map[string]string{LabelPackages: want}, got); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	got, err = sandboxPackageLabels(busybox{noPackages: "named with --busybox"})
+	if err != nil || got[LabelNoPackages] != "named with --busybox" || got[LabelPackages] != "" {
+		t.Errorf("labels of a busybox of no package: %v, %v", got, err)
+	}
+}
