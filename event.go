@@ -84,6 +84,27 @@ const (
 	// chain with a final checkpoint signed by the survivor's key: the
 	// chain, its node, the head it signed, and the signing node and key.
 	EventAuditChainClosed EventType = "audit.chain_closed"
+	// EventSecretSet records a secret's first version (or its first after
+	// a delete), EventSecretRotated a new version of a stored one,
+	// EventSecretDeleted its removal: by whom, the name, the version and
+	// the value's keyed hash, never the value.
+	EventSecretSet     EventType = "secret.set"
+	EventSecretRotated EventType = "secret.rotated"
+	EventSecretDeleted EventType = "secret.deleted"
+	// EventSecretUsed records that the egress proxy wrote a run's secret
+	// into its requests to a destination; EventSecretMisdirected a
+	// request refused for carrying a secret's placeholder where the
+	// secret may not go. Both are aggregated per destination like the
+	// egress events.
+	EventSecretUsed        EventType = "secret.used"
+	EventSecretMisdirected EventType = "secret.misdirected"
+	// EventImagePullProgress records how far a run's image pull has come
+	// (layers done of layers seen, bytes fetched), at most one a second
+	// per pull and once at its end.
+	EventImagePullProgress EventType = "image.pull_progress"
+	// EventRunCPUThrottled records that a run spent more than the
+	// node's set share of its wall time throttled by its CPU limit.
+	EventRunCPUThrottled EventType = "run.cpu_throttled"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -102,6 +123,8 @@ var EventTypes = []EventType{
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
+	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
+	EventImagePullProgress, EventRunCPUThrottled,
 }
 
 // Known reports whether t is one of EventTypes.

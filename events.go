@@ -100,6 +100,17 @@ func NewImageResolved(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventImageResolved, at, "", payload)
 }
 
+// NewImagePullProgress records how far a run's image pull has come.
+func NewImagePullProgress(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventImagePullProgress, at, "", payload)
+}
+
+// NewRunCPUThrottled records a run that spent more than the node's set
+// share of its time throttled by its CPU limit.
+func NewRunCPUThrottled(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventRunCPUThrottled, at, "", payload)
+}
+
 // NewImageUnavailable records an image that is not present and may not be
 // pulled.
 func NewImageUnavailable(s Subject, at time.Time, payload map[string]any) Event {
@@ -302,4 +313,32 @@ func NewNodeTakenOver(s Subject, at time.Time, payload map[string]any) Event {
 // NewAuditChainClosed records a dead node's chain closed by a survivor.
 func NewAuditChainClosed(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventAuditChainClosed, at, "closed", payload)
+}
+
+// NewSecretSet records a secret's first version, set by the subject's
+// actor.
+func NewSecretSet(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretSet, at, "set", payload)
+}
+
+// NewSecretRotated records a new version of a stored secret.
+func NewSecretRotated(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretRotated, at, "rotated", payload)
+}
+
+// NewSecretDeleted records a secret removed.
+func NewSecretDeleted(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretDeleted, at, "deleted", payload)
+}
+
+// NewSecretUsed records the proxy writing a run's secret into its
+// requests to a destination.
+func NewSecretUsed(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretUsed, at, "used", payload)
+}
+
+// NewSecretMisdirected records requests refused for carrying a secret's
+// placeholder where the secret may not go.
+func NewSecretMisdirected(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretMisdirected, at, "refused", payload)
 }

@@ -58,6 +58,13 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	if s := in.Session; s != nil {
 		p["session"] = map[string]any{"id": s.ID, "idle_timeout_seconds": s.IdleTimeoutSeconds, "max_lifetime_seconds": s.MaxLifetimeSeconds}
 	}
+	if len(in.Secrets) > 0 {
+		secrets := make(map[string]any, len(in.Secrets))
+		for name, st := range in.Secrets {
+			secrets[name] = map[string]any{"version": st.Version}
+		}
+		p["secrets"] = secrets
+	}
 	return p
 }
 
@@ -75,9 +82,10 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 			Roles  []Role `json:"roles"`
 			SignIn string `json:"sign_in"`
 		} `json:"principal"`
-		Spec     *RunSpec      `json:"spec"`
-		Settings *Settings     `json:"settings"`
-		Session  *SessionInput `json:"session"`
+		Spec     *RunSpec               `json:"spec"`
+		Settings *Settings              `json:"settings"`
+		Session  *SessionInput          `json:"session"`
+		Secrets  map[string]SecretState `json:"secrets"`
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil || json.Unmarshal(raw, &doc) != nil {
@@ -96,7 +104,7 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session},
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Secrets: doc.Secrets},
 		SignIn: doc.Principal.SignIn,
 	}, true
 }

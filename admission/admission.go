@@ -113,6 +113,9 @@ type Deps struct {
 	Workspaces Workspaces
 	// Masker hashes secrets for the trail and the store.
 	Masker sandgate.Masker
+	// Secrets says which stored secrets a request names (input.secrets);
+	// without it a request that names any is refused.
+	Secrets Secrets
 	// Observer, when set, is told of decisions and refusals (metrics).
 	Observer Observer
 	// Accepting, when set, is asked before a new run, session or

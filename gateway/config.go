@@ -219,6 +219,10 @@ type Deps struct {
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.
 	Console http.Handler
+	// Secrets keeps the secrets runs use through the egress proxy
+	// (package secrets' Vault). Optional: without it /v1/secrets answers
+	// NOT-FOUND and a run that names secrets is refused.
+	Secrets SecretVault
 	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
 	Principals Authenticator
 	// Clock defaults to time.Now.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,7 +43,10 @@ type executorConfig struct {
 	// load --signature` keeps them (SANDGATE_IMAGE_SIGNATURE_DIR).
 	ImageVerifyKeys   string
 	ImageSignatureDir string
-	invalid           []string
+	// dockerCallsConfig: retries, backoff and timeouts of Docker calls
+	// (config_docker.go).
+	dockerCallsConfig
+	invalid []string
 }
 
 func readExecutorConfig(getenv func(string) string) executorConfig {
@@ -57,6 +61,7 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 	e.int("SANDGATE_MAX_CONCURRENT", &c.MaxConcurrent)
 	e.int("SANDGATE_WARM_POOL", &c.WarmPool)
 	c.invalid = e.invalid
+	c.dockerCallsConfig = readDockerCallsConfig(getenv)
 	return c
 }
 
@@ -77,7 +82,7 @@ func (c *executorConfig) Validate() error {
 	case c.MaxConcurrent < 1 || c.MaxConcurrent > 256:
 		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)
 	}
-	return nil
+	return c.dockerCallsConfig.Validate()
 }
 
 // egressConfig places the egress network and its proxy.
@@ -88,7 +93,11 @@ type egressConfig struct {
 	EgressNetwork   string
 	EgressInterface string
 	EgressPort      int
-	invalid         []string
+	// EgressUpstreamCAFile holds PEM certificates the egress proxy
+	// trusts, besides the host's roots, for the destinations it opens TLS
+	// to on behalf of runs with secrets (SANDGATE_EGRESS_UPSTREAM_CA_FILE).
+	EgressUpstreamCAFile string
+	invalid              []string
 }
 
 func readEgressConfig(getenv func(string) string) egressConfig {
@@ -97,6 +106,7 @@ func readEgressConfig(getenv func(string) string) egressConfig {
 	e.str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	e.str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	e.int("SANDGATE_EGRESS_PORT", &c.EgressPort)
+	e.str("SANDGATE_EGRESS_UPSTREAM_CA_FILE", &c.EgressUpstreamCAFile)
 	c.invalid = e.invalid
 	return c
 }
@@ -171,29 +181,40 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 	if err := checkMountRoots(cfg.MountRoots); err != nil {
 		return nil, err
 	}
+	roots, err := cfg.egressConfig.upstreamRoots()
+	if err != nil {
+		return nil, err
+	}
 	imageKeys, err := cfg.imageKeys()
 	if err != nil {
 		return nil, err
 	}
 	exec, err := executor.New(executor.Config{
-		ImageSignatures: imagesig.Store{Dir: cfg.ImageSignatureDir},
-		ImageKeys:       imageKeys,
-		AgentBinary:     agent,
-		DockerHost:      cfg.DockerHost,
-		Node:            cfg.Node,
-		MaxConcurrent:   cfg.MaxConcurrent,
-		VolumeDir:       cfg.VolumeDir,
-		WorkspaceDir:    cfg.WorkspaceDir,
-		Blobs:           p.blobs,
-		WarmPool:        cfg.WarmPool,
-		WarmProfiles:    warm,
-		EgressDecider:   p.engine,
-		EgressNetwork:   cfg.EgressNetwork,
-		EgressInterface: cfg.EgressInterface,
-		EgressPort:      cfg.EgressPort,
-		EgressMetrics:   p.metrics.Egress(),
-		HostGroups:      cfg.hostGroups,
-		Logger:          p.logger.With("component", "executor"),
+		ImageSignatures:  imagesig.Store{Dir: cfg.ImageSignatureDir},
+		ImageKeys:        imageKeys,
+		AgentBinary:      agent,
+		DockerHost:       cfg.DockerHost,
+		Node:             cfg.Node,
+		MaxConcurrent:    cfg.MaxConcurrent,
+		VolumeDir:        cfg.VolumeDir,
+		WorkspaceDir:     cfg.WorkspaceDir,
+		Blobs:            p.blobs,
+		WarmPool:         cfg.WarmPool,
+		WarmProfiles:     warm,
+		EgressDecider:    p.engine,
+		EgressNetwork:    cfg.EgressNetwork,
+		EgressInterface:  cfg.EgressInterface,
+		EgressPort:       cfg.EgressPort,
+		EgressMetrics:    p.metrics.Egress(),
+		HostGroups:       cfg.hostGroups,
+		MaxRetries:       uint64(cfg.DockerRetries),
+		Backoff:          cfg.backoff(),
+		CallTimeout:      cfg.DockerCallTimeout,
+		PullTimeout:      cfg.PullTimeout,
+		CPUThrottleShare: cfg.CPUThrottleShare,
+		// The host's roots and SANDGATE_EGRESS_UPSTREAM_CA_FILE's.
+		EgressUpstreamRoots: roots,
+		Logger:              p.logger.With("component", "executor"),
 	}, p.metrics.Sink(p.events))
 	if err != nil {
 		return nil, fmt.Errorf("docker executor: %w", err)
@@ -230,4 +251,25 @@ func newImages(cfg *config, logger *slog.Logger) (*images.Images, error) {
 		return nil, fmt.Errorf("docker images: %w", err)
 	}
 	return im, nil
+}
+
+// upstreamRoots are the roots the egress proxy verifies the destinations
+// of runs with secrets against: the host's, and the certificates of
+// SANDGATE_EGRESS_UPSTREAM_CA_FILE.
+func (c *egressConfig) upstreamRoots() (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if c.EgressUpstreamCAFile == "" {
+		return pool, nil
+	}
+	pem, err := os.ReadFile(c.EgressUpstreamCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("SANDGATE_EGRESS_UPSTREAM_CA_FILE: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("SANDGATE_EGRESS_UPSTREAM_CA_FILE %s: no PEM certificate in it", c.EgressUpstreamCAFile)
+	}
+	return pool, nil
 }

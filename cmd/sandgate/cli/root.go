@@ -130,6 +130,7 @@ parse), 1 for any other error.`,
 		newImageCmd(a),
 		newSandboxCmd(a),
 		newVolumeCmd(a),
+		newSecretsCmd(a),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
@@ -163,6 +164,10 @@ func (a *app) settingsOf() map[string][]use {
 		"runs":    {client},
 		"session": {client},
 		"volume":  {client},
+		"secrets": {client},
+		// On the database, with the key file; and no settings at all.
+		"secrets re-encrypt": {dsn, {c: &c.secretsConfig, all: true}},
+		"secrets new-key":    nil,
 		// The bundle is a directory, or the embedded one: no gateway.
 		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
 		"policy verify": {{c: &c.policyConfig, flags: []string{"policy-dir", "policy-verify-keys"}}},
