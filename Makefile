@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 export CGO_ENABLED ?= 1
 
-.PHONY: all build run test coverage test-cluster cluster-drills lint bench bench-scale soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
+.PHONY: all build run test coverage docs-test test-cluster cluster-drills lint bench bench-scale soak bundle test-bundle gateway-image check-compose image language-images check-deps bootstrap clean console-screenshots
 
 all: build
 
@@ -64,6 +64,13 @@ coverage: bootstrap image language-images
 	@mkdir -p $(dir $(COVER_OUT))
 	$(GO) test -p 2 -count=1 -timeout 20m -coverpkg=./... -coverprofile=$(COVER_OUT) $(PKGS)
 	$(GO) run ./deploy/coverage -profile $(COVER_OUT) -goal 80
+
+# make docs-test: every shell example of README.md and docs/ marked
+# <!-- docs-test: run --> runs against a real gateway (bash -e, in a fresh
+# directory with the fixtures the docs name); a block marked neither run
+# nor skip with a reason fails too. make test runs it with the rest.
+docs-test: bootstrap image language-images
+	$(GO) test -count=1 -run '^(TestDocsMarkers|TestDocsExamples)$$' -v -timeout 20m ./cmd/sandgate/e2e
 
 # make test-cluster: the cluster drills on this machine (deploy/cluster.sh:
 # a second Docker daemon, a Postgres 15 primary with a synchronous streaming

@@ -271,6 +271,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", adm.volumes, may("volume.list", "volume"))
 	v1.DELETE("/volumes/:team/:name", adm.removeVolume, may("volume.remove", "volume"))
 	v1.GET("/nodes", adm.listNodes, may("node.list", "node"))
+	v1.GET("/images/:ref/packages", imageRoutes{s.web}.imagePackages, may("image.packages", "image"))
 
 	sec := secretRoutes{s.web}
 	v1.PUT("/secrets/:name", sec.putSecret, may("secret.set", "secret"))

@@ -75,6 +75,11 @@ type Options struct {
 	// start and at every reload. The embedded bundle is unsigned, so Dir
 	// must be set.
 	VerifyKeys *VerifyKeys
+	// Evaluator, when set, is where bundles not yet in force are loaded,
+	// tested and evaluated: every load's tests (at start and at each
+	// reload) and every candidate, each in a child process under the
+	// evaluator's limits. Without one, they run in this process.
+	Evaluator *Evaluator
 }
 
 // policy is one loaded, tested and prepared revision of a bundle.
@@ -94,6 +99,8 @@ type policy struct {
 	config  map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
+	// described are the rules as Status shows them.
+	described []sandgate.PolicyRule
 	// signature is who signed it; nil when no keys are pinned.
 	signature *Signature
 }
@@ -111,6 +118,7 @@ type Engine struct {
 	log      *slog.Logger
 	debounce time.Duration
 	keys     *VerifyKeys
+	eval     *Evaluator
 
 	current atomic.Pointer[policy]
 
@@ -144,6 +152,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		log:      opts.Logger,
 		debounce: opts.Debounce,
 		keys:     opts.VerifyKeys,
+		eval:     opts.Evaluator,
 	}
 	_, e.source = bundleFS(opts.Dir)
 	if e.log == nil {
@@ -268,6 +277,7 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 		st.Revision = p.revision
 		st.Modules = slices.Clone(p.modules)
 		st.LoadedAt = p.loadedAt
+		st.Rules = slices.Clone(p.described)
 		if p.signature != nil {
 			st.SignedBy, st.SignedRevision = p.signature.KeyID, p.signature.Revision
 		}
@@ -285,8 +295,16 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 // Reload reads the bundle again. A bundle identical to the one in force is
 // a no-op. On any failure it keeps the policy in force, records the error
 // in Status, emits policy.load_failed and returns POLICY-INVALID with the
-// problems in Details["errors"].
+// problems in Details["errors"]. The embedded bundle (no directory) is
+// answered CONFLICT, saying how to load a bundle that can be reloaded.
 func (e *Engine) Reload(ctx context.Context) (sandgate.PolicyStatus, error) {
+	if e.dir == "" {
+		// The embedded bundle cannot change under a running binary:
+		// a reload would quietly do nothing, which reads as success.
+		return e.Status(), sandgate.Errorf(sandgate.CodeConflict,
+			"the policy in force is the bundle embedded in the binary, which cannot be reloaded: "+
+				"start the gateway with SANDGATE_POLICY_DIR set to a bundle directory (a copy of policies/ to begin with) to load and reload your own")
+	}
 	return e.ReloadFor(ctx, "api")
 }
 
@@ -308,13 +326,21 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 		e.setLastError(nil)
 		return false, nil
 	}
+	// With an evaluator, the bundle's tests run in its child, on the very
+	// bytes this process then compiles and prepares without them.
+	if err == nil && e.eval != nil {
+		err = e.eval.check(ctx, e.source, b.files)
+	}
 	var p *policy
 	if err == nil {
-		p, err = e.prepare(ctx, b)
+		p, err = e.prepare(ctx, b, e.eval == nil)
 	}
 	if err != nil {
 		inv := invalid(e.source, err)
 		errs, _ := inv.(*sandgate.Error).Details["errors"].([]string)
+		if len(errs) == 0 {
+			errs = []string{sandgate.ErrorMessageOf(inv)}
+		}
 		e.setLastError(errs)
 		attempted := ""
 		if b != nil {
@@ -349,8 +375,9 @@ func revisionOf(p *policy) string {
 	return p.revision
 }
 
-// prepare compiles b, runs its tests and prepares the decision query.
-func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
+// prepare compiles b, runs its tests (unless the evaluator has run them:
+// tests false) and prepares the decision query.
+func (e *Engine) prepare(ctx context.Context, b *bundle, tests bool) (*policy, error) {
 	compiler, err := b.compile()
 	if err != nil {
 		return nil, err
@@ -386,12 +413,14 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		return nil, &loadError{[]string{err.Error()}}
 	}
 	store := b.store()
-	results, err := b.runTests(ctx, store, false)
-	if err != nil {
-		return nil, err
-	}
-	if failed := testFailures(results); len(failed) > 0 {
-		return nil, &loadError{failed}
+	if tests {
+		results, err := b.runTests(ctx, store, false)
+		if err != nil {
+			return nil, err
+		}
+		if failed := testFailures(results); len(failed) > 0 {
+			return nil, &loadError{failed}
+		}
 	}
 	query, err := rego.New(
 		rego.Query(DecisionQuery),
@@ -434,6 +463,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		secrets:   secrets,
 		config:    b.config(),
 		rules:     ruleMetas(infos),
+		described: b.describeRules(infos),
 		signature: b.signature,
 	}, nil
 }
