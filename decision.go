@@ -68,6 +68,8 @@ type AdmissionInput struct {
 	Settings   Settings   `json:"settings"`
 	// Session is set for the operations session and exec.
 	Session *SessionInput `json:"session,omitempty"`
+	// Port is set for the operation port: the session's port asked for.
+	Port *PortInput `json:"port,omitempty"`
 }
 
 // SessionInput is input.session: the session a spec is decided for.
@@ -95,6 +97,9 @@ type Violation struct {
 	// Action is "deny" or "warn"; a warn is reported and audited but does
 	// not block.
 	Action string `json:"action"`
+	// Fix is what the policy suggests doing instead: the finding's own
+	// "fix", else its rule's METADATA custom.fix; empty when it has none.
+	Fix string `json:"fix,omitempty"`
 	// Count is how many findings the violation stands for (capabilities,
 	// mounts, … at fault; 1 for a rule about the request as a whole). The
 	// policy engine sets it to at least 1.

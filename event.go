@@ -81,6 +81,15 @@ const (
 	// chain with a final checkpoint signed by the survivor's key: the
 	// chain, its node, the head it signed, and the signing node and key.
 	EventAuditChainClosed EventType = "audit.chain_closed"
+	// EventTerminalOpened and EventTerminalClosed record a terminal on a
+	// session (GET /v1/sessions/{id}/terminal): its opening, and its end
+	// with the bytes each way and the SHA-256 of its transcript.
+	EventTerminalOpened EventType = "terminal.opened"
+	EventTerminalClosed EventType = "terminal.closed"
+	// EventPortConnection records one connection to a session's port
+	// through the gateway, at its end: the bytes each way, its duration,
+	// and an HTTP request's method, path and status.
+	EventPortConnection EventType = "port.connection"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -99,6 +108,7 @@ var EventTypes = []EventType{
 	EventSessionCreated, EventSessionEnded, EventSessionFilePut, EventSessionFileGet,
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
+	EventTerminalOpened, EventTerminalClosed, EventPortConnection,
 }
 
 // Known reports whether t is one of EventTypes.

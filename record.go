@@ -24,6 +24,18 @@ type DecisionRecord struct {
 	Input AdmissionInput
 	// SignIn is how the principal authenticated (SignInToken).
 	SignIn string
+	// Via is the surface the request came through when it was not the
+	// HTTP API itself ("mcp"), and Client the client it named (an MCP
+	// client's name and version from initialize); both as the caller
+	// said, under the principal its token proved.
+	Via    string
+	Client *ClientInfo
+}
+
+// ClientInfo names the program a caller says it is.
+type ClientInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 // Payload is the record as the trail keeps it (the payload of
@@ -50,6 +62,15 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	if s := in.Session; s != nil {
 		p["session"] = map[string]any{"id": s.ID, "idle_timeout_seconds": s.IdleTimeoutSeconds, "max_lifetime_seconds": s.MaxLifetimeSeconds}
 	}
+	if in.Port != nil {
+		p["port"] = map[string]any{"number": in.Port.Number}
+	}
+	if r.Via != "" {
+		p["via"] = r.Via
+	}
+	if c := r.Client; c != nil {
+		p["client"] = map[string]any{"name": c.Name, "version": c.Version}
+	}
 	return p
 }
 
@@ -70,6 +91,9 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 		Spec     *RunSpec      `json:"spec"`
 		Settings *Settings     `json:"settings"`
 		Session  *SessionInput `json:"session"`
+		Port     *PortInput    `json:"port"`
+		Via      string        `json:"via"`
+		Client   *ClientInfo   `json:"client"`
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil || json.Unmarshal(raw, &doc) != nil {
@@ -88,8 +112,8 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session},
-		SignIn: doc.Principal.SignIn,
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Port: doc.Port},
+		SignIn: doc.Principal.SignIn, Via: doc.Via, Client: doc.Client,
 	}, true
 }
 
@@ -117,6 +141,9 @@ func violationDocs(vs []Violation) []map[string]any {
 	out := make([]map[string]any, len(vs))
 	for i, v := range vs {
 		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "severity": v.Severity, "action": v.Action, "count": v.Count}
+		if v.Fix != "" {
+			out[i]["fix"] = v.Fix
+		}
 	}
 	return out
 }
