@@ -40,6 +40,11 @@ type Caller struct {
 	// SignIn is how the principal authenticated (sandgate.SignInToken).
 	SignIn        string
 	CorrelationID string
+	// Via is the surface the request came through when not the HTTP API
+	// ("mcp"), and Client the client that surface named; the trail
+	// records both with each decision and file operation.
+	Via    string
+	Client *sandgate.ClientInfo
 }
 
 // Answer is what an admitted request yields; which fields are set
@@ -60,6 +65,8 @@ type Answer struct {
 	File sandgate.FileDigest
 	// Artifacts are a run's collected files (Artifacts).
 	Artifacts []sandgate.Artifact
+	// Stream is the terminal or port connection opened (Terminal, Port).
+	Stream *Stream
 }
 
 // Request is one operation through the gate. Its methods are the steps
@@ -113,6 +120,12 @@ type Deps struct {
 	Workspaces Workspaces
 	// Masker hashes secrets for the trail and the store.
 	Masker sandgate.Masker
+	// Streams opens terminals and port connections in sessions; without
+	// it those operations answer CONFLICT.
+	Streams Streams
+	// Transcripts keeps terminals' transcripts when the policy's data
+	// asks for them; without it they are hashed, not kept.
+	Transcripts Transcripts
 	// Observer, when set, is told of decisions and refusals (metrics).
 	Observer Observer
 	Clock    sandgate.Clock

@@ -59,6 +59,17 @@ func withSession(v ast.Value, s *sandgate.SessionInput) ast.Value {
 	return obj
 }
 
+// withPort adds the "port" member of a port connection's input
+// (operation port); other inputs have none.
+func withPort(v ast.Value, p *sandgate.PortInput) ast.Value {
+	obj, ok := v.(ast.Object)
+	if p == nil || !ok {
+		return v
+	}
+	obj.Insert(ast.StringTerm("port"), ast.ObjectTerm(item("number", ast.InternedTerm(p.Number))))
+	return obj
+}
+
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf
@@ -327,6 +338,7 @@ var (
 	keyMutations  = ast.StringTerm("mutations")
 	keyRule       = ast.StringTerm("rule")
 	keyMessage    = ast.StringTerm("message")
+	keyFix        = ast.StringTerm("fix")
 	keyControls   = ast.StringTerm("controls")
 	keySeverity   = ast.StringTerm("severity")
 	keyAction     = ast.StringTerm("action")
@@ -424,6 +436,9 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string, rules map[st
 			return nil, fmt.Errorf("%s[%d] names no rule", key.Value.(ast.String), i)
 		}
 		v.Message, _ = stringAt(vo, keyMessage)
+		if fix, ok := stringAt(vo, keyFix); ok {
+			v.Fix = truncateMessage(fix)
+		}
 		if a, ok := stringAt(vo, keyAction); ok && action == "warn" && a == "deny" {
 			return nil, fmt.Errorf("%s[%d] (%s) is a deny among the warnings", key.Value.(ast.String), i, v.Rule)
 		}
@@ -451,6 +466,9 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string, rules map[st
 		own := getValue(vo, keyControls)
 		if meta, ok := rules[v.Rule]; ok {
 			v.Severity = meta.severity
+			if v.Fix == "" {
+				v.Fix = meta.fix
+			}
 			n := len(meta.controls)
 			if a, ok := own.(*ast.Array); ok {
 				n += a.Len()

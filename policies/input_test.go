@@ -44,18 +44,21 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		pr       sandgate.Principal
 		settings sandgate.Settings
 		session  *sandgate.SessionInput
+		port     *sandgate.PortInput
 	}{
-		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}, nil},
+		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}, nil, nil},
 		{"empty lists", sandgate.RunSpec{Command: []string{}, CapAdd: []string{}, Env: map[string]string{}},
-			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}, nil},
-		{"normalised", normalized.RunSpec, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}, nil},
-		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}, nil},
+			sandgate.Principal{Roles: []sandgate.Role{}}, sandgate.Settings{MountRoots: []string{}}, nil, nil},
+		{"normalised", normalized.RunSpec, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"submitter"}}, sandgate.Settings{MountRoots: []string{"/srv"}}, nil, nil},
+		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}, nil, nil},
 		{"session", normalized.RunSpec, sandgate.Principal{Name: "a"}, sandgate.Settings{},
-			&sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 60, MaxLifetimeSeconds: 600}},
+			&sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 60, MaxLifetimeSeconds: 600}, nil},
+		{"port", normalized.RunSpec, sandgate.Principal{Name: "a"}, sandgate.Settings{},
+			&sandgate.SessionInput{ID: "s-1"}, &sandgate.PortInput{Number: 8080}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings, Session: tt.session}
+			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings, Session: tt.session, Port: tt.port}
 			raw, err := json.Marshal(in)
 			if err != nil {
 				t.Fatal(err)
@@ -70,7 +73,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := withSession(inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings)), in.Session)
+			got := withPort(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings)), in.Session), in.Port)
 			if ast.Compare(want, got) != 0 {
 				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
 			}

@@ -20,6 +20,7 @@ type teamConfig struct {
 	maxVolumes     perTeam[int]
 	teamLimits     perTeam[sandgate.TeamLimits]
 	egressPrivate  perTeam[[]string]
+	transcripts    bool
 }
 
 // perTeam is a value with a default and per-team overrides, as data
@@ -42,11 +43,12 @@ func (c teamConfig) limits(team string) sandgate.TeamLimits { return c.teamLimit
 // enforcement is what the executor holds team's runs to.
 func (c teamConfig) enforcement(team string) sandgate.Enforcement {
 	return sandgate.Enforcement{
-		PrivilegedGIDs:     slices.Clone(c.privilegedGIDs),
-		PullRegistries:     slices.Clone(c.pullRegistries),
-		VolumeQuotaMB:      c.volumeQuota.of(team),
-		MaxVolumes:         c.maxVolumes.of(team),
-		EgressPrivateCIDRs: slices.Clone(c.egressPrivate.of(team)),
+		PrivilegedGIDs:      slices.Clone(c.privilegedGIDs),
+		PullRegistries:      slices.Clone(c.pullRegistries),
+		VolumeQuotaMB:       c.volumeQuota.of(team),
+		MaxVolumes:          c.maxVolumes.of(team),
+		EgressPrivateCIDRs:  slices.Clone(c.egressPrivate.of(team)),
+		TerminalTranscripts: c.transcripts,
 	}
 }
 
@@ -93,6 +95,9 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 		}
 	}
 	if err := dataField(cfg, "egress_private_cidrs", &c.egressPrivate); err != nil {
+		return c, err
+	}
+	if err := dataField(cfg, "terminal_transcripts", &c.transcripts); err != nil {
 		return c, err
 	}
 	if err := dataField(cfg, "team_limits", &c.teamLimits); err != nil {
