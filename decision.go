@@ -158,6 +158,10 @@ type Enforcement struct {
 	// proxy may connect an egress run to; every other such address is
 	// refused (data.sandgate.config.egress_private_cidrs).
 	EgressPrivateCIDRs []string `json:"egress_private_cidrs"`
+	// TerminalTranscripts says a session's terminals are kept, byte for
+	// byte, as artifacts of the session
+	// (data.sandgate.config.terminal_transcripts).
+	TerminalTranscripts bool `json:"terminal_transcripts,omitempty"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's

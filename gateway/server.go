@@ -271,6 +271,12 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sessions/:id/runs", ses.execInSession, sub, toSessionOwner)
 	v1.PUT("/sessions/:id/files", ses.putSessionFiles, sub, toSessionOwner)
 	v1.GET("/sessions/:id/files", ses.getSessionFiles, readers, toSessionOwner)
+	str := streamRoutes{s.web}
+	v1.GET("/sessions/:id/terminal", str.terminal, sub, toSessionOwner)
+	for _, m := range portMethods {
+		v1.add(m, portRoute, str.port, sub, toSessionOwner)
+	}
+	s.mountMCP(v1)
 
 	v1.GET("/config", ops.config)
 	v1.GET("/whoami", ops.whoami)

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/mcp"
 )
 
 // gatewayConfig is the HTTP API's: where it listens, who may call it,
@@ -156,6 +157,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Sinks:      sinkReporter,
 		Principals: p.principals,
 		Console:    consoleHandler,
+		MCP:        mcp.Handler,
 		Logger:     p.logger.With("component", "gateway"),
 		Registry:   p.registry,
 		Gatherer:   p.registry,

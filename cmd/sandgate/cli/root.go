@@ -130,6 +130,7 @@ parse), 1 for any other error.`,
 		newImageCmd(a),
 		newSandboxCmd(a),
 		newVolumeCmd(a),
+		newMCPCmd(a),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
@@ -163,6 +164,7 @@ func (a *app) settingsOf() map[string][]use {
 		"runs":    {client},
 		"session": {client},
 		"volume":  {client},
+		"mcp":     {client},
 		// The bundle is a directory, or the embedded one: no gateway.
 		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
 		"policy eval":   {{c: &c.policyConfig, all: true}},
