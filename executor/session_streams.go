@@ -77,8 +77,13 @@ func (e *Executor) DialPort(_ context.Context, sessionID string, port int) (net.
 		return nil, err
 	}
 	st, err := l.conn.Open(agent.Open{Port: port}, streamOpenTimeout)
-	if err != nil {
+	if errors.Is(err, agent.ErrGone) {
 		return nil, agentStreamError(err, "connect to port in session "+sessionID)
+	}
+	if err != nil {
+		// Nothing listens there (yet): the session's to fix, and worth a
+		// retry once its program has started.
+		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "nothing in session %s accepts connections on port %d", sessionID, port)
 	}
 	return st.NetConn(), nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
+	"github.com/sandgate/sandgate/mcp"
 )
 
 // The test principals and their tokens.
@@ -98,7 +99,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
 		Runs: e.store, Sessions: e.sessions, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
-		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster,
+		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, MCP: mcp.Handler,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/admission"
+	"github.com/sandgate/sandgate/gateway/api"
 )
 
 // streamRoutes are a session's terminal (a WebSocket over a pseudo-
@@ -193,7 +194,7 @@ func headerHasToken(h http.Header, name, token string) bool {
 }
 
 // portMethods are the methods a session's port is served with.
-var portMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+var portMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
 
 // longLived clears the deadlines the server set on the connection: a
 // terminal or a WebSocket to a session's port lasts as long as its
@@ -251,17 +252,15 @@ func (s streamRoutes) port(c echo.Context) error {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			status = http.StatusBadGateway
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadGateway)
-			b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": "SANDGATE-UNAVAILABLE",
-				"message": "the session's port did not answer: " + shorten(err.Error(), 512), "correlation_id": correlationID(c)}})
-			_, _ = w.Write(b)
+			// The session's program took the connection and did not
+			// answer HTTP: the answer is the gateway's, in its shape.
+			status = http.StatusServiceUnavailable
+			edge{web: s.web}.handleError(sandgate.WrapError(sandgate.CodeUnavailable, err, "the session's port %d did not answer", n), c)
 		},
 	}
 	proxy.ServeHTTP(c.Response(), req)
 	outcome := "done"
-	if status == http.StatusBadGateway || status == 0 {
+	if status == http.StatusServiceUnavailable || status == 0 {
 		outcome = "failed"
 	}
 	st.Close(outcome, map[string]any{"status": status})
@@ -352,10 +351,57 @@ func (s *Server) mountMCP(v1 *authedRoutes) {
 	if s.d.MCP == nil {
 		return
 	}
-	h := echo.WrapHandler(s.d.MCP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mcp := s.d.MCP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.echo.ServeHTTP(w, r)
-	}), s.cfg.BodyLimit))
+	}), s.cfg.BodyLimit)
+	h := func(c echo.Context) error {
+		w := &errorShaper{w: c.Response()}
+		mcp.ServeHTTP(w, c.Request())
+		if w.status != 0 {
+			return &sandgate.Error{Code: api.CodeForStatus(w.status), Message: "MCP: " + strings.TrimSpace(w.body.String())}
+		}
+		return nil
+	}
 	for _, m := range []string{http.MethodPost, http.MethodGet, http.MethodDelete} {
 		v1.add(m, mcpRoute, h)
+	}
+}
+
+// errorShaper passes an answer on, except an error answer (4xx, 5xx),
+// which it keeps for the gateway to answer in its error shape: the MCP
+// transport's own refusals (a missing Accept, an unknown session) are
+// plain text.
+type errorShaper struct {
+	w      http.ResponseWriter
+	status int
+	body   strings.Builder
+}
+
+func (e *errorShaper) Header() http.Header { return e.w.Header() }
+
+func (e *errorShaper) WriteHeader(code int) {
+	if code >= 400 {
+		e.status = code
+		e.w.Header().Del("Content-Type")
+		e.w.Header().Del("Content-Length")
+		return
+	}
+	e.w.WriteHeader(code)
+}
+
+func (e *errorShaper) Write(b []byte) (int, error) {
+	if e.status != 0 {
+		if e.body.Len() < 1024 {
+			e.body.Write(b[:min(len(b), 1024-e.body.Len())])
+		}
+		return len(b), nil
+	}
+	return e.w.Write(b)
+}
+
+// Flush sends what was written: MCP answers are streams of events.
+func (e *errorShaper) Flush() {
+	if f, ok := e.w.(http.Flusher); ok && e.status == 0 {
+		f.Flush()
 	}
 }

@@ -73,7 +73,7 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 	want := map[string][]string{
 		"serve": server,
 		"run":   client, "runs list": client, "runs get": client, "runs cancel": client, "runs logs": client, "runs artifacts": client,
-		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client,
+		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client, "session shell": client, "mcp": client,
 		"volume list": client, "volume rm": client,
 		"policy check": {"policy-dir"}, "policy test": {"policy-dir"}, "policy rules": {"policy-dir"},
 		"policy eval":   {"air-gapped", "mount-root", "policy-dir"},

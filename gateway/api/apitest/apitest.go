@@ -227,6 +227,10 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 // prefix and the artifact's path.
 var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
 
+// portPath splits /v1/sessions/{id}/ports/{port}/{path} likewise: the
+// path asked of a session's port may have any number of segments, none.
+var portPath = regexp.MustCompile(`^(/v1/sessions/[^/]+/ports/[^/]+/)(.*)$`)
+
 // exchange is a request as the checker saw it.
 type exchange struct {
 	req    *http.Request
@@ -250,6 +254,11 @@ func (c *Checker) exchange(req *http.Request, body []byte) *exchange {
 	if m := artifactPath.FindStringSubmatch(vreq.URL.Path); m != nil {
 		u := *vreq.URL
 		u.Path, u.RawPath = m[1]+strings.ReplaceAll(m[2], "/", "%2F"), ""
+		vreq.URL = &u
+	}
+	if m := portPath.FindStringSubmatch(vreq.URL.Path); m != nil {
+		u := *vreq.URL
+		u.Path, u.RawPath = m[1]+"%2F"+strings.ReplaceAll(m[2], "/", "%2F"), ""
 		vreq.URL = &u
 	}
 	route, params, err := c.router.FindRoute(vreq)
