@@ -348,3 +348,32 @@ func (s *spoolFile) remove() {
 	_ = s.f.Close()
 	_ = os.Remove(s.f.Name())
 }
+
+// SessionArtifacts is GET /v1/sessions/{id}/artifacts and the read of one:
+// what the gate kept of the session (its terminals' transcripts), to
+// submitters of its team, auditors and admins, open or ended.
+type SessionArtifacts struct {
+	none
+	Session string
+}
+
+func (SessionArtifacts) operation() string { return "session_artifacts" }
+
+func (a SessionArtifacts) target(ctx context.Context, p *pass) error {
+	return p.findSession(ctx, a.Session, readers)
+}
+
+func (a SessionArtifacts) execute(ctx context.Context, p *pass) error {
+	p.answer.Session, p.answer.Artifacts = p.session, []sandgate.Artifact{}
+	if p.g.d.Artifacts == nil {
+		return nil
+	}
+	files, err := p.g.d.Artifacts.RunArtifacts(ctx, a.Session)
+	if err != nil {
+		return err
+	}
+	if files != nil {
+		p.answer.Artifacts = files
+	}
+	return nil
+}

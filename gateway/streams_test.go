@@ -218,6 +218,16 @@ func TestTerminalWebSocket(t *testing.T) {
 		p["transcript_sha256"] != sha256Hex("echo:hello\n") || p["exit_code"] != 0 {
 		t.Errorf("terminal.closed: %s %+v", closed[0].Outcome, p)
 	}
+	// The transcript is kept as the session's artifact (the data says so).
+	if p["transcript_artifact"] != "terminals/"+closed[0].RunID+".log" {
+		t.Errorf("transcript artifact %v", p["transcript_artifact"])
+	}
+	if r := e.do("GET", "/v1/sessions/"+id+"/artifacts/terminals/"+closed[0].RunID+".log", tokAuditor, ""); r.status != 200 || string(r.body) != "echo:hello\n" {
+		t.Errorf("the transcript: %d %q", r.status, r.body)
+	}
+	if r := e.do("GET", "/v1/sessions/"+id+"/artifacts", tokBob, ""); r.status != 404 {
+		t.Errorf("another team's transcripts: %d", r.status)
+	}
 	if r := e.do("GET", "/v1/sessions/"+id+"/terminal", tokAlice, ""); r.status != 400 {
 		t.Errorf("without an upgrade: %d %s", r.status, r.body)
 	}
