@@ -249,6 +249,10 @@ func (s streamRoutes) port(c echo.Context) error {
 		ModifyResponse: func(res *http.Response) error {
 			status = res.StatusCode
 			confine(res.Header)
+			// The session's own absolute paths are under its preview.
+			if loc := res.Header.Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
+				res.Header.Set("Location", "/v1/sessions/"+c.Param("id")+"/ports/"+strconv.Itoa(n)+loc)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
