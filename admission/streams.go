@@ -115,15 +115,34 @@ func (t Terminal) record(ctx context.Context, p *pass) error {
 	return p.commit(ctx, nil, p.via(map[string]any{"operation": string(sandgate.OperationTerminal), "session_id": t.Session}))
 }
 
+// store keeps the terminal as a run of its session, as its commands are:
+// listed with them, read like any run, its transcript its artifact.
+func (t Terminal) store(ctx context.Context, p *pass) error {
+	run := p.storedRun()
+	run.Spec.SessionID = t.Session
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if err := p.g.d.Runs.CreateRun(sctx, &run); err != nil {
+		p.failed("the terminal could not be stored; nothing was opened", map[string]any{"session_id": t.Session})
+		return unavailable(err, "the run store")
+	}
+	p.run = &run
+	return nil
+}
+
 func (t Terminal) execute(ctx context.Context, p *pass) error {
 	spec := t.Spec
 	spec.Command = t.command()
 	term, err := p.g.d.Streams.Terminal(ctx, t.Session, spec)
 	if err != nil {
-		p.failed("the terminal could not be opened: "+sandgate.ErrorMessageOf(err), map[string]any{"session_id": t.Session})
+		msg := "the terminal could not be opened: " + sandgate.ErrorMessageOf(err)
+		p.failed(msg, map[string]any{"session_id": t.Session})
+		p.endRun(ctx, sandgate.OutcomeError, nil, &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(err), Message: msg})
 		return err
 	}
 	opened := p.now()
+	p.run.State, p.run.StartedAt = sandgate.StateRunning, &opened
+	p.saveRun(ctx)
 	base := p.via(map[string]any{"session_id": t.Session, "command": spec.Command, "rows": spec.Rows, "cols": spec.Cols})
 	p.g.d.Recorder.Emit(sandgate.NewTerminalOpened(p.subject(p.id), opened, base))
 	transcript := newTranscript(p.dec.Enforcement.TerminalTranscripts, p.g.d.Transcripts)
@@ -138,15 +157,67 @@ func (t Terminal) execute(ctx context.Context, p *pass) error {
 		for k, v := range extra {
 			payload[k] = v
 		}
-		if a, err := transcript.keep(context.WithoutCancel(ctx), t.Session, p.id); err != nil {
+		if a, err := transcript.keep(context.WithoutCancel(ctx), p.id); err != nil {
 			payload["transcript_error"] = shorten(err.Error(), 1024)
 		} else if a != nil {
-			payload["transcript_artifact"] = a.Path
+			payload["transcript_artifact"], payload["transcript_bytes"] = a.Path, a.Size
 		}
 		p.g.d.Recorder.Emit(sandgate.NewTerminalClosed(p.subject(p.id), p.now(), outcome, p.via(payload)))
+		p.endTerminal(ctx, outcome, term, out, transcriptSummary(payload))
 	}
 	p.answer.Stream = s
+	p.answer.Run = p.run
 	return nil
+}
+
+// endTerminal stores the terminal's run as it ended: its program's exit
+// (succeeded or failed), cancelled when its client left first, lost when
+// its end was not seen.
+func (p *pass) endTerminal(ctx context.Context, how string, term sandgate.Terminal, out int64, arts *sandgate.ArtifactSummary) {
+	code, err := term.ExitCode()
+	var exit *int
+	outcome := sandgate.OutcomeCancelled
+	switch {
+	case how == "exited" && err == nil:
+		exit, outcome = &code, sandgate.OutcomeSucceeded
+		if code != 0 {
+			outcome = sandgate.OutcomeFailed
+		}
+	case how == "error" || err != nil:
+		outcome = sandgate.OutcomeLost
+	}
+	p.run.Stdout = sandgate.Output{Bytes: out, Encoding: sandgate.EncodingUTF8}
+	p.run.Artifacts = arts
+	p.endRun(ctx, outcome, exit, nil)
+}
+
+// endRun stores the pass's run finished.
+func (p *pass) endRun(ctx context.Context, outcome sandgate.Outcome, exit *int, e *sandgate.ErrorInfo) {
+	now := p.now()
+	r := p.run
+	r.State, r.Outcome, r.ExitCode, r.Error, r.FinishedAt = sandgate.StateFinished, outcome, exit, e, &now
+	if r.StartedAt != nil {
+		r.DurationMS = now.Sub(*r.StartedAt).Milliseconds()
+	}
+	p.saveRun(ctx)
+}
+
+func (p *pass) saveRun(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	if err := p.g.d.Runs.UpdateRun(sctx, p.run); err != nil {
+		p.g.d.Logger.Error("store the terminal's run", "run_id", p.run.ID, "error", err)
+	}
+}
+
+// transcriptSummary is the terminal run's artifact summary: its
+// transcript, when kept.
+func transcriptSummary(payload map[string]any) *sandgate.ArtifactSummary {
+	if _, kept := payload["transcript_artifact"]; !kept {
+		return nil
+	}
+	n, _ := payload["transcript_bytes"].(int64)
+	return &sandgate.ArtifactSummary{Count: 1, Bytes: n}
 }
 
 // Port is a connection to a port of an open session through the
@@ -263,6 +334,9 @@ type transcript struct {
 	err   error
 }
 
+// TranscriptPath is a terminal's transcript among its run's artifacts.
+const TranscriptPath = "transcript.log"
+
 // maxTranscriptBytes bounds a kept transcript; what comes after is
 // hashed, not kept, and the artifact says it was cut.
 const maxTranscriptBytes = 64 << 20
@@ -290,9 +364,9 @@ func (t *transcript) sum() string {
 	return hex.EncodeToString(t.h.Sum(nil))
 }
 
-// keep stores the transcript as the artifact terminals/<id>.log of the
-// session; nil when it is not kept.
-func (t *transcript) keep(ctx context.Context, session, id string) (*sandgate.Artifact, error) {
+// keep stores the transcript as the artifact transcript.log of the
+// terminal's run; nil when it is not kept.
+func (t *transcript) keep(ctx context.Context, id string) (*sandgate.Artifact, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.file == nil {
@@ -312,8 +386,8 @@ func (t *transcript) keep(ctx context.Context, session, id string) (*sandgate.Ar
 	if err != nil {
 		return nil, err
 	}
-	a := sandgate.Artifact{Path: "terminals/" + id + ".log", Size: size, SHA256: sum, Mode: 0o600}
-	if err := t.store.SaveArtifacts(cctx, session, []sandgate.Artifact{a}); err != nil {
+	a := sandgate.Artifact{Path: TranscriptPath, Size: size, SHA256: sum, Mode: 0o600}
+	if err := t.store.SaveArtifacts(cctx, id, []sandgate.Artifact{a}); err != nil {
 		return nil, err
 	}
 	return &a, nil
@@ -347,33 +421,4 @@ func (s *spoolFile) reader() (io.Reader, error) {
 func (s *spoolFile) remove() {
 	_ = s.f.Close()
 	_ = os.Remove(s.f.Name())
-}
-
-// SessionArtifacts is GET /v1/sessions/{id}/artifacts and the read of one:
-// what the gate kept of the session (its terminals' transcripts), to
-// submitters of its team, auditors and admins, open or ended.
-type SessionArtifacts struct {
-	none
-	Session string
-}
-
-func (SessionArtifacts) operation() string { return "session_artifacts" }
-
-func (a SessionArtifacts) target(ctx context.Context, p *pass) error {
-	return p.findSession(ctx, a.Session, readers)
-}
-
-func (a SessionArtifacts) execute(ctx context.Context, p *pass) error {
-	p.answer.Session, p.answer.Artifacts = p.session, []sandgate.Artifact{}
-	if p.g.d.Artifacts == nil {
-		return nil
-	}
-	files, err := p.g.d.Artifacts.RunArtifacts(ctx, a.Session)
-	if err != nil {
-		return err
-	}
-	if files != nil {
-		p.answer.Artifacts = files
-	}
-	return nil
 }

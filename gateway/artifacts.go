@@ -57,12 +57,7 @@ func (r *runs) saveArtifacts(run *sandgate.Run, a sandgate.Artifacts, log *slog.
 // runArtifacts returns the artifacts of a run the principal may read,
 // through the gate.
 func (s artifactRoutes) runArtifacts(c echo.Context) (*sandgate.Run, []sandgate.Artifact, error) {
-	var req admission.Request = admission.Artifacts{Run: c.Param("id")}
-	if strings.HasPrefix(c.Path(), "/v1/sessions/") {
-		// A session's artifacts: its terminals' transcripts.
-		req = admission.SessionArtifacts{Session: c.Param("id")}
-	}
-	ans, err := s.admit(c, req)
+	ans, err := s.admit(c, admission.Artifacts{Run: c.Param("id")})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -147,13 +147,6 @@ func exerciseAgentRoutes(t *testing.T, e *testEnv, session string) {
 			t.Errorf("%s port: %d %s", m, r.status, r.body)
 		}
 	}
-	sum, size, _ := e.arts.PutBlob(context.Background(), strings.NewReader("$ exit\r\n"))
-	_ = e.arts.SaveArtifacts(context.Background(), session, []sandgate.Artifact{{Path: "terminals/t.log", SHA256: sum, Size: size}})
-	for _, p := range []string{"/artifacts", "/artifacts/terminals/t.log"} {
-		if r := e.do("GET", "/v1/sessions/"+session+p, tokAuditor, ""); r.status != 200 {
-			t.Errorf("session %s: %d %s", p, r.status, r.body)
-		}
-	}
 	init := map[string]any{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": map[string]any{
 		"protocolVersion": "2025-06-18", "capabilities": map[string]any{}, "clientInfo": map[string]any{"name": "contract", "version": "1"}}}
 	_, sid, status := mcpCall(t, e, "", tokAlice, init)

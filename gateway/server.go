@@ -273,8 +273,6 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/sessions/:id/files", ses.getSessionFiles, readers, toSessionOwner)
 	str := streamRoutes{s.web}
 	v1.GET("/sessions/:id/terminal", str.terminal, sub, toSessionOwner)
-	v1.GET("/sessions/:id/artifacts", arts.listArtifacts, readers)
-	v1.GET("/sessions/:id/artifacts/*", arts.getArtifact, readers)
 	for _, m := range portMethods {
 		v1.add(m, portRoute, str.port, sub, toSessionOwner)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -89,11 +90,14 @@ func pumpTerminal(ctx context.Context, ws *websocket.Conn, st *admission.Stream)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
+	var left atomic.Bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer cancel()
-		readInput(ctx, ws, st)
+		if readInput(ctx, ws, st) {
+			left.Store(true)
+		}
 	}()
 	buf := make([]byte, 32<<10)
 	outcome := "exited"
@@ -109,6 +113,10 @@ func pumpTerminal(ctx context.Context, ws *websocket.Conn, st *admission.Stream)
 		if rerr != nil {
 			break
 		}
+	}
+	if left.Load() {
+		// The client left first: its leaving hung the terminal up.
+		outcome = "closed"
 	}
 	if outcome == "exited" {
 		<-term.Done()
@@ -128,27 +136,33 @@ func pumpTerminal(ctx context.Context, ws *websocket.Conn, st *admission.Stream)
 	return outcome
 }
 
-// readInput gives the terminal what the client sends, until it leaves;
-// the terminal is then closed, which ends the output's copy.
-func readInput(ctx context.Context, ws *websocket.Conn, st *admission.Stream) {
+// readInput gives the terminal what the client sends, until it leaves
+// (true) or the terminal ends (false); the terminal is then closed, which
+// ends the output's copy.
+func readInput(ctx context.Context, ws *websocket.Conn, st *admission.Stream) (clientLeft bool) {
 	term := st.Terminal
 	defer term.Close()
 	for {
 		typ, b, err := ws.Read(ctx)
 		if err != nil {
-			return
+			select {
+			case <-term.Done():
+				return false
+			default:
+				return ctx.Err() == nil
+			}
 		}
 		if typ == websocket.MessageBinary {
 			st.CountIn(len(b))
 			if _, err := term.Write(b); err != nil {
-				return
+				return false
 			}
 			continue
 		}
 		var m terminalControl
 		if json.Unmarshal(b, &m) != nil {
 			_ = ws.Close(websocket.StatusUnsupportedData, "a text message is a JSON control: resize or signal")
-			return
+			return true
 		}
 		switch m.Type {
 		case "resize":

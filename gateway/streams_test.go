@@ -218,15 +218,20 @@ func TestTerminalWebSocket(t *testing.T) {
 		p["transcript_sha256"] != sha256Hex("echo:hello\n") || p["exit_code"] != 0 {
 		t.Errorf("terminal.closed: %s %+v", closed[0].Outcome, p)
 	}
-	// The transcript is kept as the session's artifact (the data says so).
-	if p["transcript_artifact"] != "terminals/"+closed[0].RunID+".log" {
+	// The terminal is a run of its session, its transcript the run's
+	// artifact (the data says so).
+	if p["transcript_artifact"] != "transcript.log" {
 		t.Errorf("transcript artifact %v", p["transcript_artifact"])
 	}
-	if r := e.do("GET", "/v1/sessions/"+id+"/artifacts/terminals/"+closed[0].RunID+".log", tokAuditor, ""); r.status != 200 || string(r.body) != "echo:hello\n" {
+	if r := e.do("GET", "/v1/runs/"+closed[0].RunID+"/artifacts/transcript.log", tokAuditor, ""); r.status != 200 || string(r.body) != "echo:hello\n" {
 		t.Errorf("the transcript: %d %q", r.status, r.body)
 	}
-	if r := e.do("GET", "/v1/sessions/"+id+"/artifacts", tokBob, ""); r.status != 404 {
-		t.Errorf("another team's transcripts: %d", r.status)
+	run := e.do("GET", "/v1/runs/"+closed[0].RunID, tokAlice, "").run(t)
+	if run.Spec.SessionID != id || run.Outcome == nil || *run.Outcome != sandgate.OutcomeSucceeded || run.ExitCode == nil || *run.ExitCode != 0 {
+		t.Errorf("the terminal's run: %+v", run)
+	}
+	if r := e.do("GET", "/v1/runs/"+closed[0].RunID+"/artifacts", tokBob, ""); r.status != 404 {
+		t.Errorf("another team's transcript: %d", r.status)
 	}
 	if r := e.do("GET", "/v1/sessions/"+id+"/terminal", tokAlice, ""); r.status != 400 {
 		t.Errorf("without an upgrade: %d %s", r.status, r.body)

@@ -225,7 +225,7 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 // artifactPath splits GET /v1/runs/{id}/artifacts/{path} into its
 // prefix and the artifact's path.
-var artifactPath = regexp.MustCompile(`^(/v1/(?:runs|sessions)/[^/]+/artifacts/)(.+/.+)$`)
+var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
 
 // portPath splits /v1/sessions/{id}/ports/{port}/{path} likewise: the
 // path asked of a session's port may have any number of segments, none.
