@@ -110,7 +110,7 @@ type FileInput struct {
 	SessionID string `json:"session_id"`
 	Path      string `json:"path" jsonschema:"relative to the session's workdir"`
 	Content   string `json:"content"`
-	Encoding  string `json:"encoding,omitempty" jsonschema:"utf8 (the default) or base64"`
+	Encoding  string `json:"encoding,omitempty" jsonschema:"utf-8 (the default) or base64"`
 }
 
 // FileRef names a file of a session (session_read_file) or a run's
@@ -127,7 +127,7 @@ type FileResult struct {
 	Bytes    int64  `json:"bytes"`
 	SHA256   string `json:"sha256,omitempty"`
 	Content  string `json:"content,omitempty"`
-	Encoding string `json:"encoding,omitempty" jsonschema:"utf8 or base64"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"utf-8 or base64"`
 }
 
 // SessionRef names a session.
@@ -258,7 +258,7 @@ func (t tools) writeFile(ctx context.Context, req *sdk.CallToolRequest, in FileI
 	return t.call(ctx, req, func(c *client.Client) (any, error) {
 		content := []byte(in.Content)
 		switch in.Encoding {
-		case "", sandgate.EncodingUTF8:
+		case "", "utf8", sandgate.EncodingUTF8:
 		case sandgate.EncodingBase64:
 			b, err := base64.StdEncoding.DecodeString(in.Content)
 			if err != nil {
@@ -266,7 +266,7 @@ func (t tools) writeFile(ctx context.Context, req *sdk.CallToolRequest, in FileI
 			}
 			content = b
 		default:
-			return nil, sandgate.FieldError("encoding", "must be utf8 or base64")
+			return nil, sandgate.FieldError("encoding", "must be utf-8 or base64")
 		}
 		d, err := c.PutFile(ctx, in.SessionID, in.Path, 0o644, bytes.NewReader(content))
 		if err != nil {
