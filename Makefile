@@ -74,7 +74,7 @@ lint:
 	$(GO) run $(STATICCHECK) -tags $(LINT_TAGS) $(PKGS)
 
 check-deps:
-	$(GO) test -count=1 -run TestPackageBoundaries .
+	$(GO) test -count=1 -run 'TestPackageBoundaries|TestVerificationLinksNoDatabase' .
 
 # make bench: every Go benchmark once (each sizes its own sample: medians,
 # percentiles and ratios against `docker run --rm` are reported as metrics).

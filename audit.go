@@ -76,6 +76,23 @@ type VerifyReport struct {
 	// retention.applied events record them: verify starts each chain
 	// after them, so they are known-absent, not missing.
 	Purged []PurgedRange `json:"purged,omitempty"`
+	// Anchors are what the verification trusted keys from: pinned keys,
+	// cluster root keys, the local node's key; each says whether it was
+	// used. None means nothing vouched for any key (a problem).
+	Anchors []VerifyAnchor `json:"anchors,omitempty"`
+}
+
+// VerifyAnchor is one trust anchor of a verification: a pinned key, a
+// cluster root key, or the local node's key, where it was configured,
+// and whether it was used (a local key the trail registers for no node of
+// that name is not).
+type VerifyAnchor struct {
+	Kind   string `json:"kind"` // pinned | root | local
+	KeyID  string `json:"key_id"`
+	Node   string `json:"node,omitempty"`
+	Source string `json:"source,omitempty"`
+	Used   bool   `json:"used"`
+	Detail string `json:"detail,omitempty"`
 }
 
 // AuditTrail is the audit trail as auditors read it.
@@ -132,6 +149,10 @@ type CheckpointNote struct {
 	// Cosignatures are witnesses' signature lines for this checkpoint
 	// (tlog-cosignature/v1), in the order they were stored.
 	Cosignatures []string
+	// Endorsements are the cluster root's endorsements of the key that
+	// signed the note, as the trail records them: what a witness that
+	// trusts the root checks the note's key by.
+	Endorsements []KeyEndorsement
 }
 
 // InclusionProof proves that an event's hash is leaf LeafIndex of its
@@ -189,6 +210,20 @@ type Receipt struct {
 	// before the run's first event on them, when there are any: events
 	// of the run recorded there are known-absent, not missing.
 	Purged []PurgedRange `json:"purged,omitempty"`
+	// Endorsements are the cluster root's endorsements of the keys that
+	// signed the notes, as the trail records them: what a verifier that
+	// trusts the root checks the notes' keys by.
+	Endorsements []KeyEndorsement `json:"endorsements,omitempty"`
+}
+
+// KeyEndorsement is a cluster root key's signature over a node's
+// checkpoint key (sandgate-key-endorsement-v1; docs/audit.md).
+type KeyEndorsement struct {
+	Node      string `json:"node"`
+	KeyID     string `json:"key_id"`
+	PublicKey string `json:"public_key"`
+	RootKeyID string `json:"root_key_id"`
+	Signature string `json:"signature"`
 }
 
 // ReceiptEvent is one event of a receipt: its canonical body (the bytes
@@ -230,17 +265,23 @@ type PurgedRange struct {
 
 // WitnessAlarmReport is an alarm a witness raised, as it posts it: the
 // alarm as a note signed with the witness's key (tlog-cosignature/v1),
-// and that key's verifier key.
+// and that key's verifier key; and who posted it, with the request's
+// correlation ID.
 type WitnessAlarmReport struct {
-	Note       string
-	WitnessKey string
+	Note          string
+	WitnessKey    string
+	Actor, Team   string
+	CorrelationID string
 }
 
-// WitnessAlarm is a witness's alarm as the trail checked it: which log,
+// WitnessAlarm is a witness's alarm as the trail recorded it: which log,
 // what kind of inconsistency, the tree the witness had seen and the one
 // it was offered, signed by Witness at RaisedAt. KnownWitness says
-// whether that key has cosigned one of the trail's checkpoints before.
+// whether the operator pinned that witness's key. EventID is its
+// audit.witness_alarm event, or with Repeat the one it repeats.
 type WitnessAlarm struct {
+	EventID      string
+	Repeat       bool
 	Witness      string
 	WitnessKey   string
 	Origin       string
@@ -272,16 +313,21 @@ type AuditProofs interface {
 	// in 1..to.
 	ConsistencyProof(ctx context.Context, chainID string, from, to int64) (ConsistencyProof, error)
 	// AddCosignature stores a witness's cosignature of one of the
-	// trail's checkpoint notes and returns that checkpoint with its
-	// cosignatures; INVALID-REQUEST when the note is not one of the
-	// trail's or the signature does not verify with the witness's key.
+	// trail's checkpoint notes (one per witness per checkpoint) and
+	// returns that checkpoint with its cosignatures; INVALID-REQUEST
+	// when the witness's key is not one the operator pinned, the note is
+	// not one of the trail's under its chain's origin, or the signature
+	// does not verify with the witness's key.
 	AddCosignature(ctx context.Context, c Cosignature) (CheckpointNote, error)
 	// Receipt builds a run's receipt; NOT-FOUND when the trail holds no
 	// event of the run or one is not yet under a checkpoint note, GONE
 	// when retention dropped the month its events were in.
 	Receipt(ctx context.Context, runID string) (Receipt, error)
-	// CheckWitnessAlarm checks a witness's signed alarm and returns what
-	// it says; INVALID-REQUEST when it is malformed or its signature does
-	// not verify with the key posted with it.
-	CheckWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
+	// RecordWitnessAlarm checks a witness's signed alarm and records it
+	// (audit.witness_alarm), or answers the alarm it repeats;
+	// INVALID-REQUEST when it is malformed or its signature does not
+	// verify with the key posted with it, RATE-LIMITED past the alarms a
+	// principal or a witness may have recorded in an hour,
+	// AUDIT-UNAVAILABLE when the trail cannot record it.
+	RecordWitnessAlarm(ctx context.Context, r WitnessAlarmReport) (WitnessAlarm, error)
 }

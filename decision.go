@@ -158,8 +158,13 @@ type Enforcement struct {
 	// proxy may connect an egress run to; every other such address is
 	// refused (data.sandgate.config.egress_private_cidrs).
 	EgressPrivateCIDRs []string `json:"egress_private_cidrs"`
+	// ImageSigners are, by image repository, the keys (their IDs in
+	// SANDGATE_IMAGE_VERIFY_KEYS) one of which must have signed the image
+	// a run of the team resolves; a repository not listed needs no
+	// signature (data.sandgate.config.image_signers).
+	ImageSigners map[string][]string `json:"image_signers,omitempty"`
 	// TerminalTranscripts says a session's terminals are kept, byte for
-	// byte, as artifacts of the session
+	// byte, as the artifact of each terminal's run
 	// (data.sandgate.config.terminal_transcripts).
 	TerminalTranscripts bool `json:"terminal_transcripts,omitempty"`
 }
@@ -208,6 +213,11 @@ type PolicyStatus struct {
 	LoadedAt    time.Time      `json:"loaded_at"`
 	LastError   string         `json:"last_error,omitempty"`
 	LastErrorAt *time.Time     `json:"last_error_at,omitempty"`
+	// SignedBy is the pinned key that signed the bundle in force and
+	// SignedRevision the revision its signed manifest names; both are
+	// empty when no verification keys are pinned.
+	SignedBy       string `json:"signed_by,omitempty"`
+	SignedRevision string `json:"signed_revision,omitempty"`
 }
 
 // PolicyAdmin is the policy engine as security staff drive it.

@@ -3,6 +3,8 @@ package sandgate_test
 import (
 	"bytes"
 	"encoding/json"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
 	"slices"
@@ -19,8 +21,9 @@ var owners = map[string][]string{
 	"github.com/labstack/echo":         {"gateway"},
 	"github.com/getkin/kin-openapi":    {"gateway"}, // gateway/api/apitest, in tests
 	"github.com/open-policy-agent/opa": {"policies"},
-	"gorm.io/":                         {"audit", "runstore"},
-	"github.com/jackc/pgx":             {"audit", "runstore"},
+	"github.com/sigstore/":             {"imagesig"},
+	"gorm.io/":                         {"audit", "runstore", "pgstore"},
+	"github.com/jackc/pgx":             {"audit", "runstore", "pgstore"},
 	"github.com/pressly/goose":         {"migrations"},
 	"github.com/bmatcuk/doublestar":    {"workspace"},
 	"golang.org/x/mod/sumdb":           {"audit", "cmd"}, // transparency-log proofs
@@ -35,12 +38,16 @@ var owners = map[string][]string{
 // a YAML file and speak to the network with the standard library alone;
 // the egress proxy needs nothing but the standard library. The admission
 // gate links the standard library and the root package alone: it meets
-// HTTP, the database and the daemon only at interfaces.
+// HTTP, the database and the daemon only at interfaces. Audit
+// verification (package audit/proof: canonical bodies, chains, notes,
+// tree proofs, receipts, exports, archives, the witness) links no database
+// driver: an auditor verifies with what they are handed.
 var narrow = map[string][]string{
-	"admission": {},
-	"workspace": {"github.com/bmatcuk/doublestar/v4"},
-	"sinks":     {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},
-	"egress":    {"golang.org/x/time/rate"},
+	"admission":   {},
+	"audit/proof": {"golang.org/x/mod/sumdb/note", "golang.org/x/mod/sumdb/tlog"},
+	"workspace":   {"github.com/bmatcuk/doublestar/v4"},
+	"sinks":       {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},
+	"egress":      {"golang.org/x/time/rate"},
 }
 
 // boundaries may not import each other, except where allowed.
@@ -141,5 +148,52 @@ func TestPackageBoundaries(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("go list returned no packages")
+	}
+}
+
+// databaseDrivers are the import prefixes of the database drivers.
+var databaseDrivers = []string{"gorm.io/", "github.com/jackc/"}
+
+// TestVerificationLinksNoDatabase: package audit/proof links no database
+// driver, transitively; and the files of the commands that verify with no
+// database (audit verify --offline and --archive, verify-receipt,
+// witness) import neither a driver nor package audit, so those commands'
+// code reaches the trail's proofs through audit/proof alone.
+func TestVerificationLinksNoDatabase(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./audit/proof").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"/audit/proof") {
+		t.Fatalf("go list -deps ./audit/proof lists no audit/proof: %v", deps)
+	}
+	for _, dep := range deps {
+		for _, d := range databaseDrivers {
+			if strings.HasPrefix(dep, d) {
+				t.Errorf("audit/proof links %s: verification must need no database driver", dep)
+			}
+		}
+		if dep == module+"/audit" {
+			t.Errorf("audit/proof links package audit")
+		}
+	}
+	fset := token.NewFileSet()
+	for _, file := range []string{"cmd/sandgate/cli/offline.go", "cmd/sandgate/cli/trust.go", "cmd/sandgate/cli/witness.go"} {
+		f, err := parser.ParseFile(fset, file, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatalf("parse %s: %v", file, err)
+		}
+		for _, imp := range f.Imports {
+			path := strings.Trim(imp.Path.Value, `"`)
+			if path == module+"/audit" || path == module+"/runstore" || path == module+"/migrations" {
+				t.Errorf("%s imports %s: the commands that verify with no database use audit/proof alone", file, path)
+			}
+			for _, d := range databaseDrivers {
+				if strings.HasPrefix(path, d) {
+					t.Errorf("%s imports %s: the commands that verify with no database link no driver", file, path)
+				}
+			}
+		}
 	}
 }

@@ -41,6 +41,9 @@ const (
 	// the key it replaces and that key's endorsement.
 	EventAuditKeyRegistered EventType = "audit.key_registered"
 	EventAuditKeyRotated    EventType = "audit.key_rotated"
+	// EventAuditKeyEndorsed records a cluster root key's endorsement of a
+	// node's checkpoint key, which the node was configured with.
+	EventAuditKeyEndorsed EventType = "audit.key_endorsed"
 	// EventArtifactsCollected lists the files collected from a run's
 	// workspace after its command ended: path, size and SHA-256 of each.
 	EventArtifactsCollected EventType = "artifacts.collected"
@@ -100,7 +103,7 @@ var EventTypes = []EventType{
 	EventContainerExited, EventContainerOOMKilled, EventRunTimedOut, EventRunCancelled,
 	EventRunFailed, EventRunLost, EventContainerRemoved, EventExecutorRetry, EventOrphanRemoved,
 	EventPolicyLoaded, EventPolicyLoadFailed, EventAuthDenied, EventAuditExported, EventVolumeRemoved,
-	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated,
+	EventAuditArchived, EventRetentionApplied, EventAuditKeyRegistered, EventAuditKeyRotated, EventAuditKeyEndorsed,
 	EventArtifactsCollected,
 	EventCallbackDelivered, EventCallbackFailed,
 	EventPolicyReplayed,

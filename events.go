@@ -225,6 +225,12 @@ func NewAuditKeyRotated(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventAuditKeyRotated, at, "rotated", payload)
 }
 
+// NewAuditKeyEndorsed records a cluster root's endorsement of a node's
+// checkpoint key.
+func NewAuditKeyEndorsed(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventAuditKeyEndorsed, at, "endorsed", payload)
+}
+
 // NewArtifactsCollected records the files collected from a run's workspace.
 func NewArtifactsCollected(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventArtifactsCollected, at, "", payload)

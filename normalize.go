@@ -181,6 +181,10 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 		return Normalized{}, FieldError("pull_policy", "must be one of never, if-not-present, always; got %q", s.PullPolicy)
 	}
 
+	if s.Runtime != "" && !runtimeName.MatchString(s.Runtime) {
+		return Normalized{}, FieldError("runtime", "must be a runtime name the daemon knows (letters, digits, '.', '_', '-'), like runc, crun or runsc; got %q", s.Runtime)
+	}
+
 	if err := normalizeResources(&s.Resources, d.Resources); err != nil {
 		return Normalized{}, err
 	}
@@ -312,6 +316,10 @@ func cloneMap(m map[string]string) map[string]string {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// runtimeName is an OCI runtime's name as a Docker daemon registers it
+// ("runc", "io.containerd.runc.v2", "runsc", "kata-qemu").
+var runtimeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 func checkEnv(env map[string]string) error {
 	keys := make([]string, 0, len(env))

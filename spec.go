@@ -25,9 +25,14 @@ type RunSpec struct {
 	TimeoutSeconds   int               `json:"timeout_seconds,omitempty"`
 	OutputLimitBytes int64             `json:"output_limit_bytes,omitempty"`
 	PullPolicy       PullPolicy        `json:"pull_policy,omitempty"`
-	SessionID        string            `json:"session_id,omitempty"`
-	TaskID           string            `json:"task_id,omitempty"`
-	CallbackURL      string            `json:"callback_url,omitempty"` // where the finished run is POSTed, signed
+	// Runtime is the OCI runtime the daemon runs the container with
+	// (runc, crun, runsc for gVisor, kata for Kata Containers), as the
+	// daemon names it; "" is the daemon's default. Policy allowlists it
+	// per team (data runtimes).
+	Runtime     string `json:"runtime,omitempty"`
+	SessionID   string `json:"session_id,omitempty"`
+	TaskID      string `json:"task_id,omitempty"`
+	CallbackURL string `json:"callback_url,omitempty"` // where the finished run is POSTed, signed
 	// Egress are the destinations a run with network "egress" may reach
 	// through sandgate's proxy: "host:port", "*.domain:port", "cidr:port".
 	Egress       []string          `json:"egress,omitempty"`
@@ -289,6 +294,7 @@ func (s RunSpec) CheckBounds() error {
 		func() error { return size("uts_mode", s.UTSMode, MaxNamespaceMode) },
 		func() error { return size("userns_mode", s.UsernsMode, MaxNamespaceMode) },
 		func() error { return size("pull_policy", string(s.PullPolicy), MaxNameBytes) },
+		func() error { return size("runtime", s.Runtime, MaxNameBytes) },
 		func() error {
 			if err := count("mounts", len(s.Mounts), MaxMounts); err != nil {
 				return err
@@ -384,6 +390,7 @@ func (s RunSpec) Document() map[string]any {
 	setInt(d, "timeout_seconds", int64(s.TimeoutSeconds))
 	setInt(d, "output_limit_bytes", s.OutputLimitBytes)
 	setString(d, "pull_policy", string(s.PullPolicy))
+	setString(d, "runtime", s.Runtime)
 	setString(d, "session_id", s.SessionID)
 	setString(d, "task_id", s.TaskID)
 	setString(d, "callback_url", s.CallbackURL)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,35 +19,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
-// An archive is one month of the trail in a directory of its own: its rows
-// (events.jsonl), the checkpoints of its chains (checkpoints.jsonl) and a
-// manifest with the files' SHA-256, checked with no database by
-// VerifyArchive.
-
-// Archive file names inside a partition's archive directory.
-const (
-	ArchiveEventsFile      = "events.jsonl"
-	ArchiveCheckpointsFile = "checkpoints.jsonl"
-	ArchiveManifestFile    = "manifest.json"
-)
-
-// Problem kinds only archives have.
-const (
-	ProblemArchiveMismatch = "archive_mismatch" // a file differs from the manifest
-	ProblemUncovered       = "uncovered_rows"   // rows no checkpoint in the archive signs
-)
-
-// ArchiveManifest describes an archived partition: what Archive wrote and
-// records in its audit.archived event, and what Purge holds the partition
-// to.
-type ArchiveManifest struct {
-	Partition
-	CreatedAt time.Time         `json:"created_at"`
-	Files     map[string]string `json:"files"` // file name → hex SHA-256
-	KeyIDs    []string          `json:"key_ids"`
-}
+// Archive writes a month of the trail into a directory of its own
+// (proof.ArchiveManifest says what it holds), checked with no database by
+// proof.VerifyArchive.
 
 // Archive writes month partition name into dir/name: its rows
 // (events.jsonl, in chain order, as Export writes them), every checkpoint
@@ -56,30 +34,30 @@ type ArchiveManifest struct {
 // the current month, a month whose rows are not all under a checkpoint,
 // and a directory that already holds an archive. Rows waiting in the
 // default partition are first moved into their months (AdoptDefault).
-func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveManifest, error) {
-	if s.w == nil {
-		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeAuditUnavailable, "archive needs a writing store: it records audit.archived")
+func (s *Retention) Archive(ctx context.Context, name, dir, actor string) (proof.ArchiveManifest, error) {
+	if s.writer.w == nil {
+		return proof.ArchiveManifest{}, sandgate.Errorf(sandgate.CodeAuditUnavailable, "archive needs a writing store: it records audit.archived")
 	}
 	if _, err := s.AdoptDefault(ctx); err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	p, err := s.partition(ctx, name)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	if err := s.covered(ctx, p); err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	out := filepath.Join(dir, name)
-	if _, err := os.Stat(filepath.Join(out, ArchiveManifestFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(out, proof.ArchiveManifestFile)); err == nil {
 		return s.archivedBefore(ctx, p, out, actor)
 	}
 	if err := os.MkdirAll(out, 0o700); err != nil {
-		return ArchiveManifest{}, fmt.Errorf("archive: %w", err)
+		return proof.ArchiveManifest{}, fmt.Errorf("archive: %w", err)
 	}
-	m := ArchiveManifest{Partition: p, CreatedAt: s.cfg.Clock().UTC(), Files: map[string]string{}}
+	m := proof.ArchiveManifest{Partition: p, CreatedAt: s.cfg.Clock().UTC(), Files: map[string]string{}}
 	table := pgx.Identifier{p.Name}.Sanitize()
-	err = writeSynced(filepath.Join(out, ArchiveEventsFile), m.Files, func(w io.Writer) error {
+	err = writeSynced(filepath.Join(out, proof.ArchiveEventsFile), m.Files, func(w io.Writer) error {
 		rows, err := s.db.WithContext(ctx).Raw(`SELECT ` + eventColumns + ` FROM ` + table + ` ORDER BY chain_id, seq`).Rows()
 		if err != nil {
 			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read partition %s", p.Name)
@@ -107,13 +85,13 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 		return nil
 	})
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	keys := map[string]bool{}
-	err = writeSynced(filepath.Join(out, ArchiveCheckpointsFile), m.Files, func(w io.Writer) error {
+	err = writeSynced(filepath.Join(out, proof.ArchiveCheckpointsFile), m.Files, func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for _, c := range p.Chains {
-			if err := s.eachCheckpoint(ctx, c.ChainID, func(cp Checkpoint) error {
+			if err := s.eachCheckpoint(ctx, c.ChainID, func(cp proof.Checkpoint) error {
 				keys[cp.KeyID] = true
 				return enc.Encode(cp)
 			}); err != nil {
@@ -123,7 +101,7 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 		return nil
 	})
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	for k := range keys {
 		m.KeyIDs = append(m.KeyIDs, k)
@@ -131,69 +109,69 @@ func (s *Store) Archive(ctx context.Context, name, dir, actor string) (ArchiveMa
 	slices.Sort(m.KeyIDs)
 	manifest, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
-	if err := writeSynced(filepath.Join(out, ArchiveManifestFile), nil, func(w io.Writer) error {
+	if err := writeSynced(filepath.Join(out, proof.ArchiveManifestFile), nil, func(w io.Writer) error {
 		_, err := w.Write(append(manifest, '\n'))
 		return err
 	}); err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	if err := syncDir(out); err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	trusted, err := s.archiveKeys(ctx)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
-	rep, err := VerifyArchive(out, trusted...)
+	rep, err := proof.VerifyArchive(out, trusted...)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	if !rep.OK {
-		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "the archive of %s does not verify (%d problems, first: %s: %s); nothing recorded",
+		return proof.ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "the archive of %s does not verify (%d problems, first: %s: %s); nothing recorded",
 			p.Name, len(rep.Problems), rep.Problems[0].Kind, rep.Problems[0].Detail)
 	}
 	return m, s.recordArchived(ctx, m, append(manifest, '\n'), out, actor)
 }
 
 // recordArchived records audit.archived for the archive at out.
-func (s *Store) recordArchived(ctx context.Context, m ArchiveManifest, manifest []byte, out, actor string) error {
+func (s *Retention) recordArchived(ctx context.Context, m proof.ArchiveManifest, manifest []byte, out, actor string) error {
 	sum := sha256.Sum256(manifest)
-	return s.Record(ctx, sandgate.NewAuditArchived(sandgate.Subject{Actor: actor}, time.Time{},
-		archivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
-			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.asMap()))
+	return s.writer.Record(ctx, sandgate.NewAuditArchived(sandgate.Subject{Actor: actor}, time.Time{},
+		proof.ArchivedPayload{Partition: m.Name, From: m.From, To: m.To, Rows: m.Rows, Chains: m.Chains,
+			Files: m.Files, ManifestSHA256: hex.EncodeToString(sum[:]), Location: out}.AsMap()))
 }
 
 // archivedBefore handles an archive directory that already holds a
 // manifest: when it verifies and still matches the partition, it stands
 // (recorded now if an earlier run stopped before recording it);
 // otherwise Archive refuses to overwrite it.
-func (s *Store) archivedBefore(ctx context.Context, p Partition, out, actor string) (ArchiveManifest, error) {
-	manifest, err := os.ReadFile(filepath.Join(out, ArchiveManifestFile))
+func (s *Retention) archivedBefore(ctx context.Context, p proof.Partition, out, actor string) (proof.ArchiveManifest, error) {
+	manifest, err := os.ReadFile(filepath.Join(out, proof.ArchiveManifestFile))
 	if err != nil {
-		return ArchiveManifest{}, fmt.Errorf("archive: %w", err)
+		return proof.ArchiveManifest{}, fmt.Errorf("archive: %w", err)
 	}
-	var m ArchiveManifest
+	var m proof.ArchiveManifest
 	if err := json.Unmarshal(manifest, &m); err != nil {
-		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s holds a manifest that cannot be read (%v); archive to another directory", out, err)
+		return proof.ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s holds a manifest that cannot be read (%v); archive to another directory", out, err)
 	}
 	keys, err := s.archiveKeys(ctx)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
-	rep, err := VerifyArchive(out, keys...)
+	rep, err := proof.VerifyArchive(out, keys...)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
-	stale := sameAsArchived(p, archivedPayload{Rows: m.Rows, Chains: m.Chains})
+	stale := sameAsArchived(p, proof.ArchivedPayload{Rows: m.Rows, Chains: m.Chains})
 	if !rep.OK || stale != nil {
-		return ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s already holds an archive of %s that does not verify or no longer matches it; archive to another directory", out, p.Name)
+		return proof.ArchiveManifest{}, sandgate.Errorf(sandgate.CodeConflict, "%s already holds an archive of %s that does not verify or no longer matches it; archive to another directory", out, p.Name)
 	}
 	sum := sha256.Sum256(manifest)
 	rec, last, err := s.lastArchive(ctx, p.Name)
 	if err != nil {
-		return ArchiveManifest{}, err
+		return proof.ArchiveManifest{}, err
 	}
 	if rec != nil && last.ManifestSHA256 == hex.EncodeToString(sum[:]) {
 		return m, nil
@@ -201,27 +179,25 @@ func (s *Store) archivedBefore(ctx context.Context, p Partition, out, actor stri
 	return m, s.recordArchived(ctx, m, manifest, out, actor)
 }
 
-// archiveKeys are the keys an archive's checkpoints are checked against:
-// the pinned ones when there are, otherwise the keys the registry vouches
-// for, and this Store's own.
-func (s *Store) archiveKeys(ctx context.Context) ([]ed25519.PublicKey, error) {
-	keys := s.trusted
-	if len(keys) == 0 {
-		reg, err := s.Keys(ctx)
-		if err != nil {
-			return nil, err
-		}
-		keys, _ = registryKeys(reg, nil)
-		if s.key != nil {
-			pub := s.key.Public().(ed25519.PublicKey)
-			keys[KeyID(pub)] = pub
-		}
+// archiveKeys are the keys an archive's checkpoints are checked against
+// when it is written and before its month is dropped: those the Store's
+// anchors make trusted (proof.ResolveTrust over the registry and the
+// trail's endorsements) and those the registry vouches for. That check is
+// of the archive's files against the trail (whole, every row covered by
+// a checkpoint); auditors judge its keys with their own anchors (audit
+// verify --archive).
+func (s *Retention) archiveKeys(ctx context.Context) ([]ed25519.PublicKey, error) {
+	reg, err := s.keys(ctx)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]ed25519.PublicKey, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, k)
+	ends, err := s.endorsements(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	keys := proof.RegistryKnown(reg)
+	maps.Copy(keys, proof.ResolveTrust(s.cfg.Anchors, reg, ends).Keys())
+	return slices.Collect(maps.Values(keys)), nil
 }
 
 // writeSynced writes path (mode 0600, not overwriting) with fill, syncs
@@ -266,91 +242,4 @@ func syncDir(dir string) error {
 		return fmt.Errorf("archive: sync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// VerifyArchive checks an archive directory offline with the trusted
-// public keys; see VerifyArchiveWith.
-func VerifyArchive(dir string, trusted ...ed25519.PublicKey) (Report, error) {
-	return VerifyArchiveWith(dir, OfflineOptions{Trusted: trusted})
-}
-
-// VerifyArchiveWith checks an archive directory offline: each file's
-// SHA-256 against the manifest, every row's hash and link from the
-// boundary the manifest names, the rows and chains the manifest lists,
-// every checkpoint's signature and key (as VerifyExportWith), and that a
-// checkpoint by a known key signs each chain's last archived row.
-func VerifyArchiveWith(dir string, o OfflineOptions) (Report, error) {
-	raw, err := os.ReadFile(filepath.Join(dir, ArchiveManifestFile))
-	if err != nil {
-		return Report{}, fmt.Errorf("read archive: %w", err)
-	}
-	var m ArchiveManifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return Report{}, fmt.Errorf("read archive manifest: %w", err)
-	}
-	v := offlineVerifier(o)
-	for _, file := range []string{ArchiveEventsFile, ArchiveCheckpointsFile} {
-		got, err := fileSHA256(filepath.Join(dir, file))
-		if err != nil {
-			return Report{}, err
-		}
-		if want := m.Files[file]; got != want {
-			v.problem("", 0, ProblemArchiveMismatch, "%s has SHA-256 %s, the manifest says %s", file, got, want)
-		}
-	}
-	cps, err := os.Open(filepath.Join(dir, ArchiveCheckpointsFile))
-	if err != nil {
-		return Report{}, fmt.Errorf("read archive: %w", err)
-	}
-	defer cps.Close()
-	if err := readCheckpoints(cps, v); err != nil {
-		return Report{}, err
-	}
-	for _, c := range m.Chains {
-		prev, err := hex.DecodeString(c.PrevHash)
-		if err != nil || len(prev) != HashSize {
-			v.problem(c.ChainID, c.FirstSeq, ProblemBadInput, "manifest prev_hash %q is not a hash", c.PrevHash)
-			prev = nil
-		}
-		v.anchor(c.ChainID, c.FirstSeq, prev)
-		v.chain(c.ChainID).checkTail = false
-	}
-	events, err := os.Open(filepath.Join(dir, ArchiveEventsFile))
-	if err != nil {
-		return Report{}, fmt.Errorf("read archive: %w", err)
-	}
-	defer events.Close()
-	before := v.report.Checked
-	if err := readJSONLExport(bufio.NewReaderSize(events, 1<<20), v); err != nil {
-		return Report{}, err
-	}
-	if n := int64(v.report.Checked - before); n != m.Rows {
-		v.problem("", 0, ProblemArchiveMismatch, "%s holds %d rows, the manifest says %d", ArchiveEventsFile, n, m.Rows)
-	}
-	rep := v.result()
-	for _, c := range m.Chains {
-		st := v.chains[c.ChainID]
-		if st.lastSeq != c.LastSeq || hex.EncodeToString(st.lastHash) != c.LastHash {
-			v.problem(c.ChainID, c.LastSeq, ProblemArchiveMismatch, "chain ends at seq %d (hash %x), the manifest says %d (%s)", st.lastSeq, st.lastHash, c.LastSeq, c.LastHash)
-		}
-		if seq, _ := v.covered(st); seq < c.LastSeq {
-			v.problem(c.ChainID, c.LastSeq, ProblemUncovered, "no checkpoint in the archive by a known key signs seq %d or later", c.LastSeq)
-		}
-	}
-	rep.Problems = v.report.Problems
-	rep.OK = len(rep.Problems) == 0
-	return rep, nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("read archive: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("read archive: %w", err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -12,16 +12,23 @@
 // head every N events or T seconds, also when idle, so a truncated tail is
 // detectable. recorded_at is the database's clock. Each node's checkpoint
 // key is registered when first used (audit_keys, and an event of the
-// trail), so verify knows every legitimate key and reports any chain or
-// row no checkpoint by a known key covers. Verify checks it all online;
-// VerifyExport offline. A Streamer (stream.go) delivers the trail to
-// audit sinks (a SIEM), at least once and in order per chain, from a
-// cursor per sink kept in Postgres.
+// trail), with a cluster root's endorsement when the node has one.
+//
+// The rest has a type each, over the Store's pool: Reader (queries,
+// exports), Verifier (the live trail fed to package proof's verifier,
+// which trusts keys from configured anchors, never the registry alone),
+// Proofs (checkpoint notes, proofs, cosignatures, receipts, witness
+// alarms), Retention (archive, purge) and Takeover (a dead node's
+// chains). Everything that checks the trail without a database (canonical
+// form, notes, trees, offline verify, receipts, the witness) is package
+// audit/proof. A Streamer (stream.go) delivers the trail to audit sinks (a
+// SIEM), at least once and in order per chain, from a cursor per sink
+// kept in Postgres.
 //
 // The runs the API serves are package runstore's, which shares the Store's
-// database handle (DB). The two are the packages that import gorm and pgx:
-// here gorm for queries, pgx directly for the writer's batched multi-row
-// inserts.
+// database handle (DB). The two are the packages that import gorm and pgx
+// (what they do alike is package pgstore's): here gorm for queries, pgx
+// directly for the writer's batched multi-row inserts.
 package audit
 
 import (
@@ -42,11 +49,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // Config configures a Store. DSN is required; a writing Store also needs
@@ -125,11 +132,23 @@ type Config struct {
 	// hashes stay comparable across restarts without another secret to
 	// manage, but not across gateways or a rotation of the signing key.
 	MaskKey []byte
-	// TrustedKeys pins the checkpoint keys Verify trusts (with this
-	// Store's own, when it has one): every other key, registered or not,
-	// is then a problem. When the set is empty, Verify trusts the keys the
-	// trail's key registry vouches for (see VerifyTrail).
-	TrustedKeys []ed25519.PublicKey
+	// Anchors are what Verify trusts checkpoint keys from
+	// (proof.ResolveTrust): pinned keys, cluster root keys, the local
+	// node's key. A writing Store whose anchors name no local key, or its
+	// own, counts its own (SigningKeyFile, Node) as the key it signs
+	// with. Without any anchor in use, nothing is trusted and Verify
+	// reports it.
+	Anchors proof.Anchors
+	// Witnesses are the verifier keys of the witnesses the operator
+	// pinned ("name+hash+base64"): only their cosignatures are stored
+	// and served, and only their alarms are a known witness's.
+	Witnesses []string
+	// Endorsement, when set, is a cluster root key's endorsement of this
+	// node's signing key (sandgate audit endorse-key): the writer records
+	// it in the trail (audit.key_endorsed) with its key's registration, so
+	// verifiers that trust the root trust the key. Open refuses one of
+	// another key or node.
+	Endorsement *proof.Endorsement
 	// PreviousSigningKeyFile, when set, is the node's previous checkpoint
 	// key: the first time the new key is registered it is recorded as a
 	// rotation endorsed by this one (sandgate audit rotate-key).
@@ -192,28 +211,38 @@ func (c Config) Validate() error {
 	if c.SigningKeyFile == "" {
 		return errors.New("audit: SigningKeyFile is required for a writing store")
 	}
+	for _, k := range c.Witnesses {
+		if _, err := proof.NewCosignatureVerifier(k); err != nil {
+			return fmt.Errorf("audit: witness key %q: %w", k, err)
+		}
+	}
 	if c.SpoolMaxBytes > 0 && c.SpoolMaxBytes < 4096 {
 		return errors.New("audit: SpoolMaxBytes must be at least 4096")
 	}
 	return nil
 }
 
-// Store is the audit trail. It implements sandgate.Recorder and
-// sandgate.AuditTrail. It is safe for concurrent use.
+// Store is the audit trail's writer: its chains, their spools and
+// checkpoints, on a connection pool to the trail. It implements
+// sandgate.Recorder. What else is done with the trail has a type of its
+// own, sharing the pool: Reader (queries, exports, the key registry, sink
+// cursors), Verifier (verify), Proofs (checkpoints, proofs, cosignatures,
+// receipts, witness alarms), Retention (partitions, archive, purge) and
+// Takeover (a dead node's chains closed). It is safe for concurrent use.
 type Store struct {
-	cfg     Config
-	pool    *pgxpool.Pool
-	sqlDB   *sql.DB
-	db      *gorm.DB
-	key     ed25519.PrivateKey
-	prevKey ed25519.PrivateKey // the node's previous key, to endorse a rotation
-	// trusted are the pinned keys (Config.TrustedKeys and, with them, the
-	// Store's own); empty when none were given.
-	trusted  map[string]ed25519.PublicKey
-	ownClock bool // Config.Clock was injected: the writer stamps recorded_at
+	*trailDB
+	key      ed25519.PrivateKey
+	prevKey  ed25519.PrivateKey // the node's previous key, to endorse a rotation
+	ownClock bool               // Config.Clock was injected: the writer stamps recorded_at
 	maskKey  []byte
 	w        *writer
 	dw       *writer // Record's writer: w, or its own with DecisionChain
+
+	reader    *Reader
+	verifier  *Verifier
+	proofs    *Proofs
+	retention *Retention
+	takeover  *Takeover
 
 	// status is DatabaseStatus's last answer, shared for dbStatusTTL.
 	status dbStatus
@@ -222,10 +251,53 @@ type Store struct {
 	closeErr  error
 }
 
-var (
-	_ sandgate.Recorder   = (*Store)(nil)
-	_ sandgate.AuditTrail = (*Store)(nil)
-)
+// trailDB is what every part of the trail works with: the configuration
+// and the database handles (a pgx pool, and gorm over it), and the reads
+// several parts share.
+type trailDB struct {
+	cfg   Config
+	pool  *pgxpool.Pool
+	sqlDB *sql.DB
+	db    *gorm.DB
+}
+
+var _ sandgate.Recorder = (*Store)(nil)
+
+// Reader answers queries of the trail (also read-only: audit query and
+// export work with a role that may only SELECT).
+func (s *Store) Reader() *Reader { return s.reader }
+
+// Verifier checks the trail with the Store's anchors.
+func (s *Store) Verifier() *Verifier { return s.verifier }
+
+// Proofs answers the transparency-log questions (sandgate.AuditProofs).
+func (s *Store) Proofs() *Proofs { return s.proofs }
+
+// Retention archives and drops months of the trail.
+func (s *Store) Retention() *Retention { return s.retention }
+
+// Takeover closes a dead node's chains.
+func (s *Store) Takeover() *Takeover { return s.takeover }
+
+// Auditors is the trail as the API serves auditors (sandgate.AuditTrail):
+// the Reader's queries and exports, the Verifier's verify, the Store's
+// readiness and where its database stands (DatabaseStatus, which the
+// gateway's /readyz reports).
+func (s *Store) Auditors() sandgate.AuditTrail {
+	return auditors{Reader: s.reader, Verifier: s.verifier, store: s}
+}
+
+type auditors struct {
+	*Reader
+	*Verifier
+	store *Store
+}
+
+func (a auditors) Ready(ctx context.Context) error { return a.store.Ready(ctx) }
+
+func (a auditors) DatabaseStatus(ctx context.Context) (string, error) {
+	return a.store.DatabaseStatus(ctx)
+}
 
 // Open connects to Postgres and, unless cfg.ReadOnly, loads (or creates)
 // the signing key, opens the spool, finds where this chain stands (its
@@ -256,23 +328,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, trusted: map[string]ed25519.PublicKey{}, ownClock: ownClock}
+	s := &Store{trailDB: &trailDB{cfg: cfg, pool: pool}, ownClock: ownClock}
+	defer s.parts()
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
-	s.db, err = gorm.Open(postgres.New(postgres.Config{Conn: s.sqlDB}), &gorm.Config{
-		Logger:                 logger.Discard,
-		SkipDefaultTransaction: true,
-		NowFunc:                func() time.Time { return cfg.Clock().UTC() },
-	})
-	if err != nil {
+	if s.db, err = pgstore.Gorm(s.sqlDB, cfg.Clock); err != nil {
 		s.closeDB()
-		return nil, fmt.Errorf("audit: open gorm: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		s.closeDB()
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "audit database unreachable")
-	}
-	for _, k := range cfg.TrustedKeys {
-		s.trusted[KeyID(k)] = k
 	}
 	if cfg.ReadOnly {
 		return s, nil
@@ -281,20 +346,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.closeDB()
 		return nil, err
 	}
-	s.key, err = LoadSigningKey(cfg.SigningKeyFile, true)
+	s.key, err = proof.LoadSigningKey(cfg.SigningKeyFile, true)
 	if err != nil {
 		s.closeDB()
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if cfg.PreviousSigningKeyFile != "" {
-		if s.prevKey, err = LoadSigningKey(cfg.PreviousSigningKeyFile, false); err != nil {
+		if s.prevKey, err = proof.LoadSigningKey(cfg.PreviousSigningKeyFile, false); err != nil {
 			s.closeDB()
 			return nil, fmt.Errorf("audit: previous %w", err)
 		}
 	}
-	pub := s.key.Public().(ed25519.PublicKey)
-	if len(s.trusted) > 0 {
-		s.trusted[KeyID(pub)] = pub
+	if e := cfg.Endorsement; e != nil && (!e.Key().Equal(s.key.Public()) || e.Node != cfg.Node) {
+		s.closeDB()
+		return nil, fmt.Errorf("audit: the key endorsement is of key %s for node %q; this node signs with key %s as node %q",
+			e.KeyID, e.Node, proof.KeyID(s.key.Public().(ed25519.PublicKey)), cfg.Node)
+	}
+	own := s.key.Public().(ed25519.PublicKey)
+	if l := s.cfg.Anchors.Local; l == nil || (l.Key.Equal(own) && l.Node == cfg.Node) {
+		s.cfg.Anchors.Local = &proof.LocalKey{Node: cfg.Node, Key: own, File: cfg.SigningKeyFile, Signing: true}
 	}
 	s.maskKey = cfg.MaskKey
 	if len(s.maskKey) == 0 {
@@ -382,7 +452,7 @@ func (s *Store) Emit(ev sandgate.Event) {
 		s.cfg.Logger.Error("audit: event emitted to a read-only store", "event", ev)
 		return
 	}
-	s.w.enqueue(&request{events: []canonical{s.prepare(ev)}})
+	s.w.enqueue(&request{events: []proof.Canonical{s.prepare(ev)}})
 }
 
 // Queue queues a lifecycle event for the next group commit, like Emit,
@@ -396,7 +466,7 @@ func (s *Store) Queue(ctx context.Context, ev sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	return s.w.enqueueWithin(ctx, &request{events: []canonical{s.prepare(ev)}}, s.cfg.MaxBacklog)
+	return s.w.enqueueWithin(ctx, &request{events: []proof.Canonical{s.prepare(ev)}}, s.cfg.MaxBacklog)
 }
 
 // Record commits events durably, in order, with synchronous commit, and
@@ -412,7 +482,7 @@ func (s *Store) Record(ctx context.Context, events ...sandgate.Event) error {
 	if s.w == nil {
 		return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit store is read-only")
 	}
-	evs := make([]canonical, len(events))
+	evs := make([]proof.Canonical, len(events))
 	for i, ev := range events {
 		evs[i] = s.prepare(ev)
 	}
@@ -435,9 +505,9 @@ func (s *Store) await(ctx context.Context, r *request) error {
 
 // prepare fills ev in and puts it in canonical form, in the producer's
 // goroutine: what every event goes through before it is queued.
-func (s *Store) prepare(ev sandgate.Event) canonical {
+func (s *Store) prepare(ev sandgate.Event) proof.Canonical {
 	s.fill(&ev)
-	return mustCanonicalize(ev, s.cfg.Logger)
+	return proof.MustCanonicalize(ev, s.cfg.Logger)
 }
 
 // fill gives ev the ID, time and node it lacks. An ID that is not a UUID
@@ -559,4 +629,51 @@ func OpenDB(ctx context.Context, dsn string) (*sql.DB, error) {
 		return nil, sandgate.WrapError(sandgate.CodeUnavailable, err, "database unreachable")
 	}
 	return db, nil
+}
+
+// parts makes the Store's parts, sharing its pool: once Open has set
+// everything they use (the anchors and witnesses of the configuration).
+func (s *Store) parts() {
+	s.reader = &Reader{s.trailDB}
+	s.verifier = &Verifier{s.trailDB}
+	s.proofs = &Proofs{trailDB: s.trailDB, writer: s, witnesses: map[string]bool{}}
+	for _, k := range s.cfg.Witnesses {
+		s.proofs.witnesses[k] = true
+	}
+	s.retention = &Retention{trailDB: s.trailDB, writer: s}
+	s.takeover = &Takeover{trailDB: s.trailDB, writer: s}
+}
+
+// Reader answers queries of the trail: events, exports, checkpoints, the
+// key registry, sinks' cursors.
+type Reader struct{ *trailDB }
+
+// Verifier checks the live trail (VerifyTrail).
+type Verifier struct{ *trailDB }
+
+// Proofs answers transparency-log questions about the trail: checkpoint
+// notes, inclusion and consistency proofs, witnesses' cosignatures and
+// alarms, run receipts. It implements sandgate.AuditProofs.
+type Proofs struct {
+	*trailDB
+	writer *Store // records witness alarms; its chain is the default
+	// witnesses are Config.Witnesses; alarmMu makes one witness alarm at
+	// a time count against the bounds.
+	witnesses map[string]bool
+	alarmMu   sync.Mutex
+}
+
+// Retention archives and drops months of the trail (partitions,
+// archives, purge, the retention period's loop), recording what it does
+// through the writer.
+type Retention struct {
+	*trailDB
+	writer *Store
+}
+
+// Takeover closes the chains of a node a survivor took over, signing
+// with the survivor's key.
+type Takeover struct {
+	*trailDB
+	writer *Store
 }

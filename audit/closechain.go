@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // ChainClosure is a dead node's chain closed by a survivor: the head it
@@ -40,15 +41,15 @@ const keyWait = 30 * time.Second
 // chain then goes on after the closing checkpoint, and its own writer
 // signs the rest. It returns AUDIT-UNAVAILABLE when Postgres does not
 // answer or this Store's key is not registered in time.
-func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]ChainClosure, error) {
-	if s.key == nil || s.w == nil {
+func (s *Takeover) CloseChainsOf(ctx context.Context, dead, reason string) ([]ChainClosure, error) {
+	if s.writer.key == nil || s.writer.w == nil {
 		return nil, errors.New("audit: a read-only store cannot close chains")
 	}
 	if dead == s.cfg.Node {
 		return nil, errors.New("audit: a node does not close its own chain")
 	}
-	pub := s.key.Public().(ed25519.PublicKey)
-	keyID := KeyID(pub)
+	pub := s.writer.key.Public().(ed25519.PublicKey)
+	keyID := proof.KeyID(pub)
 	if err := s.awaitKey(ctx, keyID); err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]Chain
 		}
 		subject := sandgate.NodeSubject(s.cfg.Node)
 		subject.Actor = s.cfg.Node
-		err = s.Record(ctx, sandgate.NewAuditChainClosed(subject, s.cfg.Clock(), map[string]any{
+		err = s.writer.Record(ctx, sandgate.NewAuditChainClosed(subject, s.cfg.Clock(), map[string]any{
 			"chain_id": cl.ChainID, "closed_node": dead, "seq": cl.Seq, "head_hash": cl.HeadHash,
 			"signed_by_node": s.cfg.Node, "key_id": cl.KeyID, "reason": reason,
 		}))
@@ -91,7 +92,7 @@ func (s *Store) CloseChainsOf(ctx context.Context, dead, reason string) ([]Chain
 }
 
 // awaitKey waits until keyID is in the key registry.
-func (s *Store) awaitKey(ctx context.Context, keyID string) error {
+func (s *Takeover) awaitKey(ctx context.Context, keyID string) error {
 	deadline := time.Now().Add(keyWait)
 	for {
 		var n int
@@ -115,7 +116,7 @@ func (s *Store) awaitKey(ctx context.Context, keyID string) error {
 
 // closeChain signs a final checkpoint of chain's head unless its newest
 // checkpoint is one already.
-func (s *Store) closeChain(ctx context.Context, chainID, dead string) (ChainClosure, bool, error) {
+func (s *Takeover) closeChain(ctx context.Context, chainID, dead string) (ChainClosure, bool, error) {
 	fail := func(err error) (ChainClosure, bool, error) {
 		return ChainClosure{}, false, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "close chain %s", chainID)
 	}
@@ -148,9 +149,9 @@ func (s *Store) closeChain(ctx context.Context, chainID, dead string) (ChainClos
 	if err == nil && lastFinal && lastSeq == seq {
 		return ChainClosure{}, false, nil
 	}
-	cp := signCheckpoint(s.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
+	cp := proof.SignCheckpoint(s.writer.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)
-	pub := s.key.Public().(ed25519.PublicKey)
+	pub := s.writer.key.Public().(ed25519.PublicKey)
 	if _, err := tx.Exec(ctx, `INSERT INTO audit_checkpoints
 		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key)
 		VALUES ($1, $2, $3, $4, true, $5, $6, $7, $8)`,

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Group commit: the writer seals a batch into its chain and commits it in
@@ -18,17 +19,17 @@ import (
 // that may have (kept as sealed, for an idempotent redelivery).
 
 // seal assigns the next seq numbers and hashes to events.
-func (w *writer) seal(events []canonical) []*sealed {
+func (w *writer) seal(events []proof.Canonical) []*sealed {
 	now := w.cfg.Clock()
 	out := make([]*sealed, 0, len(events))
 	for i := range events {
 		c := &events[i]
-		body := c.body(now)
+		body := c.Body(now)
 		seq := w.headSeq + 1
-		h := ChainHash(w.headHash, w.chainID, seq, body)
+		h := proof.ChainHash(w.headHash, w.chainID, seq, body)
 		out = append(out, &sealed{
-			Event: c.Event, ChainID: w.chainID, Seq: seq, RecordedAt: pgTime(now),
-			Body: body, PrevHash: w.headHash, Hash: h, payload: c.payload,
+			Event: c.Event, ChainID: w.chainID, Seq: seq, RecordedAt: proof.CanonicalTime(now),
+			Body: body, PrevHash: w.headHash, Hash: h, payload: c.PayloadJSON(),
 		})
 		w.headSeq, w.headHash = seq, h
 	}
@@ -52,7 +53,7 @@ func (w *writer) commit(batch []*request) bool {
 		w.commitWith(batch[0])
 		return true
 	}
-	var all, emits []canonical
+	var all, emits []proof.Canonical
 	var syncs, rest []*request
 	for _, r := range batch {
 		if r.done != nil && r.ctx != nil && r.ctx.Err() != nil {

@@ -3,6 +3,8 @@ package audit
 import (
 	"errors"
 	"time"
+
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // While Postgres is away, lifecycle events are sealed into the spool (or
@@ -11,7 +13,7 @@ import (
 
 // spoolEvents seals lifecycle events into the spool. When the spool has no
 // room it leaves them queued and returns false.
-func (w *writer) spoolEvents(events []canonical, reqs []*request) bool {
+func (w *writer) spoolEvents(events []proof.Canonical, reqs []*request) bool {
 	if len(events) == 0 {
 		return true
 	}

@@ -207,12 +207,12 @@ func TestFailoverSynchronousReplica(t *testing.T) {
 			if stored != int64(len(d.ids)) || distinct != stored {
 				t.Errorf("stored %d events (%d distinct) of %d emitted or acknowledged: want each once", stored, distinct, len(d.ids))
 			}
-			after := readOnly(t, r.Replica.DSN("sandgate"), nil)
+			after := readOnly(t, r.Replica.DSN("sandgate"), trusting(s.PublicKey()))
 			st, err = after.Database(ctx)
 			if err != nil || st.Primary != r.Replica.Addr() || st.ReadOnly {
 				t.Errorf("after: database = %+v, %v; want primary %s", st, err, r.Replica.Addr())
 			}
-			rep, err := after.Verify(ctx, sandgate.VerifyRange{})
+			rep, err := after.Verifier().Verify(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/migrations"
 )
 
@@ -57,7 +58,7 @@ type forgedRow struct {
 // mallory's runs. It returns the rows as stored.
 func (a attacker) forgeChain(chain, node string, n int, claimed time.Time, extra ...sandgate.Event) []forgedRow {
 	a.t.Helper()
-	prev := make([]byte, HashSize)
+	prev := make([]byte, proof.HashSize)
 	var out []forgedRow
 	events := make([]sandgate.Event, 0, n+len(extra))
 	events = append(events, extra...)
@@ -75,7 +76,7 @@ func (a attacker) forgeChain(chain, node string, n int, claimed time.Time, extra
 		if err != nil {
 			a.t.Fatal(err)
 		}
-		payload, err := payloadOf(body)
+		payload, err := proof.PayloadOf(body)
 		if err != nil {
 			a.t.Fatal(err)
 		}
@@ -83,7 +84,7 @@ func (a attacker) forgeChain(chain, node string, n int, claimed time.Time, extra
 		if payload != nil {
 			p = string(payload)
 		}
-		h := ChainHash(prev, chain, seq, body)
+		h := proof.ChainHash(prev, chain, seq, body)
 		cols := `event_id, chain_id, seq, event_time, type, outcome, run_id, decision_id, actor, team, node, payload, body, prev_hash, hash`
 		vals := `$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15`
 		args := []any{ev.ID, chain, seq, ev.Time, string(ev.Type), textOrNil(ev.Outcome), textOrNil(ev.RunID), textOrNil(ev.DecisionID),
@@ -117,7 +118,7 @@ func (a attacker) forgeChain(chain, node string, n int, claimed time.Time, extra
 func (a attacker) sign(chain string, rows []forgedRow, key ed25519.PrivateKey) {
 	a.t.Helper()
 	last := rows[len(rows)-1]
-	cp := signCheckpoint(key, chain, last.seq, last.hash, time.Now(), true, nil)
+	cp := proof.SignCheckpoint(key, chain, last.seq, last.hash, time.Now(), true, nil)
 	sig, _ := hex.DecodeString(cp.Signature)
 	pub := key.Public().(ed25519.PublicKey)
 	if _, err := a.db.Exec(`INSERT INTO audit_checkpoints (chain_id, seq, head_hash, created_at, final, signature, key_id, public_key)
@@ -222,10 +223,10 @@ func TestForgedChainAsAppRole(t *testing.T) {
 			ro := readOnly(t, dsn, func(c *Config) {
 				c.Clock = func() time.Time { return later }
 				if tt.pinned {
-					c.TrustedKeys = []ed25519.PublicKey{gw.PublicKey()}
+					c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey()}
 				}
 			})
-			rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+			rep, err := ro.Verifier().Verify(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -283,24 +284,24 @@ func TestRegistryResidualRiskIsVisible(t *testing.T) {
 	pub := k.Public().(ed25519.PublicKey)
 	a.register("mallory-gw", "forged-new-node", k)
 	var at time.Time
-	if err := a.db.QueryRow(`SELECT first_used_at FROM audit_keys WHERE key_id = $1`, KeyID(pub)).Scan(&at); err != nil {
+	if err := a.db.QueryRow(`SELECT first_used_at FROM audit_keys WHERE key_id = $1`, proof.KeyID(pub)).Scan(&at); err != nil {
 		t.Fatal(err)
 	}
-	reg := KeyRecord{Node: "mallory-gw", KeyID: KeyID(pub), PublicKey: hex.EncodeToString(pub), FirstUsedAt: at,
-		ChainID: "forged-new-node", Source: KeySourceWriter}
+	reg := proof.KeyRecord{Node: "mallory-gw", KeyID: proof.KeyID(pub), PublicKey: hex.EncodeToString(pub), FirstUsedAt: at,
+		ChainID: "forged-new-node", Source: proof.KeySourceWriter}
 	rows := a.forgeChain("forged-new-node", "mallory-gw", 3, time.Now(), sandgate.Event{
-		Type: sandgate.EventAuditKeyRegistered, Outcome: "registered", Node: "mallory-gw", Payload: reg.payload(),
+		Type: sandgate.EventAuditKeyRegistered, Outcome: "registered", Node: "mallory-gw", Payload: reg.Payload(),
 	})
 	a.sign("forged-new-node", rows, k)
 
 	later := time.Now().Add(time.Hour)
-	rep, err := readOnly(t, dsn, func(c *Config) { c.Clock = func() time.Time { return later } }).VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Clock = func() time.Time { return later } }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var listed *KeyRecord
+	var listed *proof.KeyRecord
 	for i := range rep.Keys {
-		if rep.Keys[i].KeyID == KeyID(pub) {
+		if rep.Keys[i].KeyID == proof.KeyID(pub) {
 			listed = &rep.Keys[i]
 		}
 	}
@@ -310,12 +311,12 @@ func TestRegistryResidualRiskIsVisible(t *testing.T) {
 
 	rep, err = readOnly(t, dsn, func(c *Config) {
 		c.Clock = func() time.Time { return later }
-		c.TrustedKeys = []ed25519.PublicKey{gw.PublicKey()}
-	}).VerifyTrail(ctx, sandgate.VerifyRange{})
+		c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey()}
+	}).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]int{ProblemUntrustedKey: 1}, problemKinds(rep)); diff != "" || rep.Problems[0].ChainID != "forged-new-node" {
+	if diff := cmp.Diff(map[string]int{proof.ProblemUntrustedKey: 1}, problemKinds(rep)); diff != "" || rep.Problems[0].ChainID != "forged-new-node" {
 		t.Errorf("problems with the gateway's key pinned (-want +got):\n%s\n%+v", diff, rep.Problems)
 	}
 }
@@ -346,10 +347,10 @@ func TestForgedChainOffline(t *testing.T) {
 
 	ro := readOnly(t, dsn, nil)
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -357,12 +358,12 @@ func TestForgedChainOffline(t *testing.T) {
 		trusted []ed25519.PublicKey
 		want    map[string]int
 	}{
-		{"pinned", []ed25519.PublicKey{gw.PublicKey()}, map[string]int{ProblemUntrustedKey: 1, ProblemUnsignedChain: 1}},
-		{"no key", nil, map[string]int{ProblemUnpinnedKeys: 1, ProblemUnknownKey: 1, ProblemUnsignedChain: 1}},
+		{"pinned", []ed25519.PublicKey{gw.PublicKey()}, map[string]int{proof.ProblemUntrustedKey: 1, proof.ProblemUnsignedChain: 1}},
+		{"no key", nil, map[string]int{proof.ProblemUnpinnedKeys: 1, proof.ProblemUnknownKey: 1, proof.ProblemUnsignedChain: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := VerifyExport(bytes.NewReader(events.Bytes()), bytes.NewReader(cps.Bytes()), tt.trusted...)
+			rep, err := proof.VerifyExport(bytes.NewReader(events.Bytes()), bytes.NewReader(cps.Bytes()), tt.trusted...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -370,11 +371,11 @@ func TestForgedChainOffline(t *testing.T) {
 				t.Errorf("problems (-want +got):\n%s\n%+v", diff, rep.Problems)
 			}
 			for _, p := range rep.Problems {
-				if p.ChainID != "forged-offline" && p.Kind != ProblemUnpinnedKeys {
+				if p.ChainID != "forged-offline" && p.Kind != proof.ProblemUnpinnedKeys {
 					t.Errorf("problem outside the forged chain: %+v", p)
 				}
 			}
-			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(gw.PublicKey()) || !rep.Keys[0].Known {
+			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != proof.KeyID(gw.PublicKey()) || !rep.Keys[0].Known {
 				t.Errorf("keys = %+v, want the gateway's registration, from the export", rep.Keys)
 			}
 		})
@@ -382,8 +383,9 @@ func TestForgedChainOffline(t *testing.T) {
 }
 
 // TestMigrationKeepsTrailsVerifying: a trail written before migration 5
-// verifies after it without any key pinned (the keys that signed its
-// checkpoints are registered from them), while a chain the application
+// verifies after it, on its node's host (the keys that signed its
+// checkpoints are registered from them, so the node's local key counts),
+// while a chain the application
 // role added before it, dated 2099, is reported online and offline: rows
 // in the future, vouched for by no known key. The 2099 rows, which sat in
 // the default partition, are in their month's partition afterwards.
@@ -430,11 +432,12 @@ func TestMigrationKeepsTrailsVerifying(t *testing.T) {
 		t.Errorf("rows in audit_events_2099_01 = %d, want the 3 forged ones", got)
 	}
 
-	rep, err := readOnly(t, dsn, nil).VerifyTrail(ctx, sandgate.VerifyRange{})
+	pub := key.Public().(ed25519.PublicKey)
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "gw-old", Key: pub} }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{ProblemFutureRow: 1, ProblemUnsignedChain: 1}
+	want := map[string]int{proof.ProblemFutureRow: 1, proof.ProblemUnsignedChain: 1}
 	if diff := cmp.Diff(want, problemKinds(rep)); diff != "" {
 		t.Errorf("problems (-want +got):\n%s\n%+v", diff, rep.Problems)
 	}
@@ -443,21 +446,20 @@ func TestMigrationKeepsTrailsVerifying(t *testing.T) {
 			t.Errorf("problem outside the forged chain: %+v", p)
 		}
 	}
-	pub := key.Public().(ed25519.PublicKey)
-	if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(pub) || rep.Keys[0].Node != "gw-old" ||
-		rep.Keys[0].Source != KeySourceMigration || !rep.Keys[0].Known {
+	if len(rep.Keys) != 1 || rep.Keys[0].KeyID != proof.KeyID(pub) || rep.Keys[0].Node != "gw-old" ||
+		rep.Keys[0].Source != proof.KeySourceMigration || !rep.Keys[0].Known {
 		t.Errorf("keys = %+v, want gw-old's, registered by the migration", rep.Keys)
 	}
 
 	ro := readOnly(t, dsn, nil)
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportCSV, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportCSV, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
-	off, err := VerifyExport(&events, &cps, pub)
+	off, err := proof.VerifyExport(&events, &cps, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package audit
 
 import (
 	"context"
+	"crypto/ed25519"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // testStore opens a writing Store on dsn with a spool and key in a
@@ -90,12 +93,12 @@ func count(t testing.TB, db *sql.DB, query string, args ...any) int64 {
 	return n
 }
 
-func problemKinds[R sandgate.VerifyReport | Report](rep R) map[string]int {
+func problemKinds[R sandgate.VerifyReport | proof.Report](rep R) map[string]int {
 	var problems []sandgate.VerifyProblem
 	switch r := any(rep).(type) {
 	case sandgate.VerifyReport:
 		problems = r.Problems
-	case Report:
+	case proof.Report:
 		problems = r.Problems
 	}
 	kinds := map[string]int{}
@@ -215,9 +218,25 @@ func testLogger() *slog.Logger {
 // to microseconds in UTC, and its canonical body bytes, which hold its
 // payload in canonical form (numbers kept as written, strings cleaned).
 func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
-	c, err := canonicalize(ev)
+	c, err := proof.Canonicalize(ev)
 	if err != nil {
 		return c.Event, nil, err
 	}
-	return c.Event, c.body(recordedAt), nil
+	return c.Event, c.Body(recordedAt), nil
+}
+
+// jsonOf is v as JSON.
+func jsonOf(t testing.TB, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// trusting pins keys in a Store's configuration: what an auditor who has
+// the nodes' public keys verifies with.
+func trusting(keys ...ed25519.PublicKey) func(*Config) {
+	return func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, keys...) }
 }

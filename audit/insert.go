@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // How sealed records become audit_events rows: a small fresh batch in one
@@ -146,7 +148,7 @@ func (w *writer) eventRows(recs []*sealed) ([][]any, error) {
 		} else {
 			// Read back from the spool: the hashed body holds the payload
 			// (records an older version spooled hold it in Event as well).
-			p, err := payloadOf(r.Body)
+			p, err := proof.PayloadOf(r.Body)
 			if err != nil {
 				return nil, notCommitted{fmt.Errorf("event %s: payload of its body: %w", ev.ID, err)}
 			}

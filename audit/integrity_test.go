@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestAppendOnlyEvenForOwner: UPDATE, DELETE and TRUNCATE on the trail's
@@ -95,37 +96,37 @@ func TestVerifyCatchesTampering(t *testing.T) {
 		{
 			name:  "column changed",
 			stmts: []string{"UPDATE audit_events SET actor = 'mallory' WHERE seq = 3"},
-			want:  map[string]int{ProblemBodyMismatch: 1},
+			want:  map[string]int{proof.ProblemBodyMismatch: 1},
 			seq:   3,
 		},
 		{
 			name:  "body changed",
 			stmts: []string{`UPDATE audit_events SET body = convert_to(replace(convert_from(body, 'UTF8'), 'alice', 'mallo'), 'UTF8') WHERE seq = 4`},
-			want:  map[string]int{ProblemHashMismatch: 1, ProblemBodyMismatch: 1},
+			want:  map[string]int{proof.ProblemHashMismatch: 1, proof.ProblemBodyMismatch: 1},
 			seq:   4,
 		},
 		{
 			name:  "body and hash rewritten",
 			stmts: []string{`UPDATE audit_events SET hash = sha256(prev_hash || '\x0000'::bytea) WHERE seq = 5`},
-			want:  map[string]int{ProblemHashMismatch: 1, ProblemPrevHashMismatch: 1},
+			want:  map[string]int{proof.ProblemHashMismatch: 1, proof.ProblemPrevHashMismatch: 1},
 			seq:   5,
 		},
 		{
 			name:  "row deleted in the middle",
 			stmts: []string{"DELETE FROM audit_events WHERE seq = 7"},
-			want:  map[string]int{ProblemSeqGap: 1, ProblemPrevHashMismatch: 0},
+			want:  map[string]int{proof.ProblemSeqGap: 1, proof.ProblemPrevHashMismatch: 0},
 			seq:   7,
 		},
 		{
 			name:  "newest rows deleted",
 			stmts: []string{"DELETE FROM audit_events WHERE seq > 20"},
-			want:  map[string]int{ProblemMissingTail: 1},
+			want:  map[string]int{proof.ProblemMissingTail: 1},
 			seq:   26,
 		},
 		{
 			name:  "signed row replaced",
 			stmts: []string{"DELETE FROM audit_events WHERE seq = 10"},
-			want:  map[string]int{ProblemSeqGap: 1},
+			want:  map[string]int{proof.ProblemSeqGap: 1},
 			seq:   10,
 		},
 		{
@@ -133,19 +134,19 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			stmts: []string{"DELETE FROM audit_events WHERE seq > 21",
 				"DELETE FROM audit_checkpoints WHERE seq > 21"},
 			now:  time.Hour,
-			want: map[string]int{ProblemStaleCheckpoint: 1},
+			want: map[string]int{proof.ProblemStaleCheckpoint: 1},
 			seq:  21,
 		},
 		{
 			name:  "checkpoint deleted in the middle",
 			stmts: []string{"DELETE FROM audit_checkpoints WHERE seq = 11"},
-			want:  map[string]int{ProblemCheckpointChain: 1},
+			want:  map[string]int{proof.ProblemCheckpointChain: 1},
 			seq:   21,
 		},
 		{
 			name:  "checkpoint forged",
 			stmts: []string{`UPDATE audit_checkpoints SET head_hash = sha256('x'::bytea) WHERE seq = 21`},
-			want:  map[string]int{ProblemBadSignature: 1, ProblemCheckpointMismatch: 1},
+			want:  map[string]int{proof.ProblemBadSignature: 1, proof.ProblemCheckpointMismatch: 1},
 			seq:   21,
 		},
 	}
@@ -166,16 +167,16 @@ func TestVerifyCatchesTampering(t *testing.T) {
 			}
 			at := start.Add(tt.now)
 			ro := readOnly(t, dsn, func(c *Config) {
-				c.TrustedKeys = append(c.TrustedKeys, s.PublicKey())
+				c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey())
 				c.Clock = func() time.Time { return at }
 				c.CheckpointInterval = time.Minute
 			})
-			rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+			rep, err := ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 			if err != nil || !rep.OK {
 				t.Fatalf("before tampering: Verify = %+v, %v", rep, err)
 			}
 			tamper(t, db, tt.stmts...)
-			rep, err = ro.Verify(context.Background(), sandgate.VerifyRange{})
+			rep, err = ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatalf("Verify: %v", err)
 			}
@@ -196,8 +197,10 @@ func TestVerifyCatchesTampering(t *testing.T) {
 }
 
 // TestVerifyUntrustedKey: checkpoints signed by another key than the one
-// auditors pinned are reported; without a pinned key the key registry
-// vouches for the gateway's key.
+// auditors pinned are reported. The node's local key, registered for its
+// node, is trusted; the same key under another node name, or a key file
+// no node of the trail registered (issue #26's stray key), vouches for
+// nothing, and neither does the registry alone.
 func TestVerifyUntrustedKey(t *testing.T) {
 	dsn, _ := newDB(t)
 	s := testStore(t, dsn, nil)
@@ -209,26 +212,48 @@ func TestVerifyUntrustedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	otherPub := other.Public().(ed25519.PublicKey)
 	tests := []struct {
 		name    string
 		trusted []ed25519.PublicKey
+		local   *proof.LocalKey
 		want    map[string]int
 	}{
-		{"pinned to another key", []ed25519.PublicKey{other.Public().(ed25519.PublicKey)}, map[string]int{ProblemUntrustedKey: 1}},
-		{"pinned to the gateway's key", []ed25519.PublicKey{s.PublicKey()}, map[string]int{}},
-		{"the registry", nil, map[string]int{}},
+		{"pinned to another key", []ed25519.PublicKey{otherPub}, nil, map[string]int{proof.ProblemUntrustedKey: 1}},
+		{"pinned to the gateway's key", []ed25519.PublicKey{s.PublicKey()}, nil, map[string]int{}},
+		{"the registry alone", nil, nil, map[string]int{proof.ProblemUnpinnedKeys: 1}},
+		{"the local key, registered for its node", nil, &proof.LocalKey{Node: "test-node", Key: s.PublicKey()}, map[string]int{}},
+		{"the local key under another node's name", nil, &proof.LocalKey{Node: "gw-9", Key: s.PublicKey()}, map[string]int{proof.ProblemUnpinnedKeys: 1}},
+		{"a stray local key", nil, &proof.LocalKey{Node: "test-node", Key: otherPub}, map[string]int{proof.ProblemUnpinnedKeys: 1}},
+		{"a stray local key beside a pinned one", []ed25519.PublicKey{s.PublicKey()}, &proof.LocalKey{Node: "test-node", Key: otherPub}, map[string]int{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = tt.trusted }).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+			rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned, c.Anchors.Local = tt.trusted, tt.local }).Verifier().VerifyTrail(context.Background(), sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tt.want, problemKinds(rep)); diff != "" {
 				t.Errorf("problems (-want +got):\n%s\n%v", diff, rep.Problems)
 			}
-			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != KeyID(s.PublicKey()) || !rep.Keys[0].Known || rep.Pinned != len(tt.trusted) {
+			if len(rep.Keys) != 1 || rep.Keys[0].KeyID != proof.KeyID(s.PublicKey()) || !rep.Keys[0].Known || rep.Pinned != len(tt.trusted) {
 				t.Errorf("keys = %+v, pinned %d; want the gateway's, known", rep.Keys, rep.Pinned)
+			}
+			if tt.local == nil {
+				return
+			}
+			wantUsed := tt.local.Node == "test-node" && tt.local.Key.Equal(s.PublicKey())
+			var found bool
+			for _, a := range rep.Anchors {
+				if a.Kind == proof.AnchorLocal {
+					found = true
+					if a.Used != wantUsed || a.KeyID != proof.KeyID(tt.local.Key) || a.Detail == "" {
+						t.Errorf("local anchor = %+v, want used %t, with why", a, wantUsed)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("the report names no local anchor: %+v", rep.Anchors)
 			}
 		})
 	}
@@ -249,8 +274,8 @@ func TestStoreAsAppRole(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ro := readOnly(t, appDSN, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) })
-	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+	ro := readOnly(t, appDSN, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) })
+	rep, err := ro.Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK || rep.Checked != 3 { // two events and the key's registration
 		t.Fatalf("Verify as sandgate_app = %+v, %v", rep, err)
 	}
@@ -291,15 +316,15 @@ func TestVerifyOddPayloadText(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	ro := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) })
-	rep, err := ro.Verify(context.Background(), sandgate.VerifyRange{})
+	ro := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) })
+	rep, err := ro.Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Problems) > 0 {
 		t.Fatalf("verify found problems in bodies with odd payload text: %+v", rep.Problems)
 	}
-	recs, _, err := ro.Query(context.Background(), sandgate.AuditFilter{RunID: "r"})
+	recs, _, err := ro.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}

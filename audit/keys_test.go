@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestKeyRegisteredOnFirstUse: a writer registers its key for its node
@@ -47,13 +48,13 @@ func TestKeyRegisteredOnFirstUse(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	keys, err := readOnly(t, dsn, nil).Keys(ctx)
+	keys, err := readOnly(t, dsn, nil).Reader().Keys(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub := s.PublicKey()
-	want := []KeyRecord{{Node: "test-node", KeyID: KeyID(pub), PublicKey: hex.EncodeToString(pub), Source: KeySourceWriter}}
-	if diff := cmp.Diff(want, keys, cmpopts.IgnoreFields(KeyRecord{}, "FirstUsedAt", "ChainID")); diff != "" {
+	want := []proof.KeyRecord{{Node: "test-node", KeyID: proof.KeyID(pub), PublicKey: hex.EncodeToString(pub), Source: proof.KeySourceWriter}}
+	if diff := cmp.Diff(want, keys, cmpopts.IgnoreFields(proof.KeyRecord{}, "FirstUsedAt", "ChainID")); diff != "" {
 		t.Fatalf("registry (-want +got):\n%s", diff)
 	}
 	if keys[0].FirstUsedAt.Before(before) || keys[0].ChainID == "" {
@@ -61,7 +62,7 @@ func TestKeyRegisteredOnFirstUse(t *testing.T) {
 	}
 	var chain string
 	var seq, signedAt int64
-	if err := db.QueryRow(`SELECT chain_id, seq FROM audit_events WHERE type = 'audit.key_registered' AND payload->>'key_id' = $1`, KeyID(pub)).Scan(&chain, &seq); err != nil {
+	if err := db.QueryRow(`SELECT chain_id, seq FROM audit_events WHERE type = 'audit.key_registered' AND payload->>'key_id' = $1`, proof.KeyID(pub)).Scan(&chain, &seq); err != nil {
 		t.Fatalf("the registration event: %v", err)
 	}
 	if got := count(t, db, `SELECT count(*) FROM audit_events WHERE type IN ('audit.key_registered', 'audit.key_rotated')`); got != 1 {
@@ -70,7 +71,8 @@ func TestKeyRegisteredOnFirstUse(t *testing.T) {
 	if err := db.QueryRow(`SELECT min(seq) FROM audit_checkpoints WHERE chain_id = $1`, chain).Scan(&signedAt); err != nil || signedAt != seq {
 		t.Errorf("the chain's first checkpoint signs seq %d (%v), want the registration's, %d", signedAt, err, seq)
 	}
-	rep, err := readOnly(t, dsn, nil).VerifyTrail(ctx, sandgate.VerifyRange{})
+	// On the node's host: its key, registered for it, is the anchor.
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "test-node", Key: pub} }).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyTrail = %+v, %v", rep, err)
 	}
@@ -107,19 +109,27 @@ func TestKeyRotation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RegisterKey: %v", err)
 	}
-	if reg.Replaces != KeyID(a.PublicKey()) || reg.Endorsement == "" {
-		t.Fatalf("rotation = %+v, want it to replace %s with an endorsement", reg, KeyID(a.PublicKey()))
+	if reg.Replaces != proof.KeyID(a.PublicKey()) || reg.Endorsement == "" {
+		t.Fatalf("rotation = %+v, want it to replace %s with an endorsement", reg, proof.KeyID(a.PublicKey()))
 	}
 	if err := rot.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	b := write(second, nil)
-	rep, err := readOnly(t, dsn, nil).VerifyTrail(ctx, sandgate.VerifyRange{})
-	if err != nil || !rep.OK {
-		t.Fatalf("VerifyTrail after an endorsed rotation = %+v, %v", rep, err)
-	}
-	if len(rep.Keys) != 2 || !rep.Keys[1].Known || rep.Keys[1].Replaces != rep.Keys[0].KeyID {
-		t.Fatalf("keys = %+v, want the first and its endorsed successor, both known", rep.Keys)
+	// The first key pinned: its endorsed successor is trusted too. The
+	// node's host, holding the second: the key it replaced, registered
+	// for the node, too.
+	for name, mod := range map[string]func(*Config){
+		"the first key pinned": trusting(a.PublicKey()),
+		"the local key":        func(c *Config) { c.Anchors.Local = &proof.LocalKey{Node: "test-node", Key: b.PublicKey()} },
+	} {
+		rep, err := readOnly(t, dsn, mod).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
+		if err != nil || !rep.OK {
+			t.Fatalf("%s: VerifyTrail after an endorsed rotation = %+v, %v", name, rep, err)
+		}
+		if len(rep.Keys) != 2 || !rep.Keys[1].Known || !rep.Keys[1].Trusted || rep.Keys[1].Replaces != rep.Keys[0].KeyID {
+			t.Fatalf("%s: keys = %+v, want the first and its endorsed successor, both trusted", name, rep.Keys)
+		}
 	}
 
 	// A node started with a key of its own, nothing endorsing it.
@@ -129,16 +139,17 @@ func TestKeyRotation(t *testing.T) {
 		trusted []ed25519.PublicKey
 		want    map[string]int
 	}{
-		{"the registry", nil, map[string]int{ProblemUnendorsedKey: 1, ProblemUnknownKey: 1, ProblemUnsignedChain: 1}},
+		{"the registry alone", nil, map[string]int{proof.ProblemUnendorsedKey: 1, proof.ProblemUnknownKey: 1, proof.ProblemUnsignedChain: 1, proof.ProblemUnpinnedKeys: 1}},
+		{"the first key pinned", []ed25519.PublicKey{a.PublicKey()}, map[string]int{proof.ProblemUnendorsedKey: 1, proof.ProblemUntrustedKey: 1, proof.ProblemUnsignedChain: 1}},
 		{"the new key pinned", []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), c.PublicKey()}, map[string]int{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rep, err := readOnly(t, dsn, func(cfg *Config) {
-				cfg.TrustedKeys = tt.trusted
+				cfg.Anchors.Pinned = tt.trusted
 				later := time.Now().Add(time.Hour)
 				cfg.Clock = func() time.Time { return later }
-			}).VerifyTrail(ctx, sandgate.VerifyRange{})
+			}).Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,14 +189,14 @@ func TestParsePublicKeys(t *testing.T) {
 		want    []ed25519.PublicKey
 		wantErr bool
 	}{
-		{"PEM blocks", string(EncodePublicKey(pubs[0])) + "\n" + string(EncodePublicKey(pubs[1])), pubs, false},
+		{"PEM blocks", string(proof.EncodePublicKey(pubs[0])) + "\n" + string(proof.EncodePublicKey(pubs[1])), pubs, false},
 		{"hex lines", "# gw-1\n" + hex.EncodeToString(pubs[0]) + "\n\n  " + hex.EncodeToString(pubs[1]) + "  \n", pubs, false},
 		{"bad hex line", hex.EncodeToString(pubs[0]) + "\nnot a key\n", nil, true},
 		{"empty", "\n# nothing\n", nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParsePublicKeys([]byte(tt.data))
+			got, err := proof.ParsePublicKeys([]byte(tt.data))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("ParsePublicKeys error = %v, want error %v", err, tt.wantErr)
 			}

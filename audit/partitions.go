@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // audit_events is partitioned by UTC month of recorded_at
@@ -22,28 +23,6 @@ const (
 	defaultPartition = "audit_events_default"
 )
 
-// Partition is one partition of audit_events: a UTC month, or the default
-// partition that takes rows no month covers.
-type Partition struct {
-	Name    string           `json:"name"`
-	From    time.Time        `json:"from"` // zero for the default partition
-	To      time.Time        `json:"to"`
-	Default bool             `json:"default,omitempty"`
-	Rows    int64            `json:"rows"`
-	Chains  []PartitionChain `json:"chains"`
-}
-
-// PartitionChain is one chain's run of rows in a partition: seq FirstSeq
-// through LastSeq, linked before it to PrevHash.
-type PartitionChain struct {
-	ChainID  string `json:"chain_id"`
-	Rows     int64  `json:"rows"`
-	FirstSeq int64  `json:"first_seq"`
-	LastSeq  int64  `json:"last_seq"`
-	PrevHash string `json:"prev_hash"` // the first row's prev_hash
-	LastHash string `json:"last_hash"`
-}
-
 // partitionMonth parses a month partition's name into its bounds.
 func partitionMonth(name string) (from, to time.Time, ok bool) {
 	t, err := time.Parse("2006_01", strings.TrimPrefix(name, partitionPrefix))
@@ -55,16 +34,16 @@ func partitionMonth(name string) (from, to time.Time, ok bool) {
 
 // Partitions lists the partitions of audit_events, oldest month first and
 // the default partition last, with their rows per chain.
-func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
+func (s *Retention) Partitions(ctx context.Context) ([]proof.Partition, error) {
 	var names []string
 	err := s.db.WithContext(ctx).Raw(`SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = 'audit_events'::regclass`).Scan(&names).Error
 	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "list partitions")
 	}
-	var out []Partition
+	var out []proof.Partition
 	for _, name := range names {
-		p := Partition{Name: name, Default: name == defaultPartition}
+		p := proof.Partition{Name: name, Default: name == defaultPartition}
 		if !p.Default {
 			var ok bool
 			if p.From, p.To, ok = partitionMonth(name); !ok {
@@ -76,7 +55,7 @@ func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
 		}
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b Partition) int {
+	slices.SortFunc(out, func(a, b proof.Partition) int {
 		if a.Default != b.Default {
 			if a.Default {
 				return 1
@@ -94,7 +73,7 @@ func (s *Store) Partitions(ctx context.Context) ([]Partition, error) {
 // it moved. Archive and Purge do it first, and writers whenever they make
 // the months ahead, so retention handles those rows like any other. While
 // it moves rows, writers wait.
-func (s *Store) AdoptDefault(ctx context.Context) (int64, error) {
+func (s *Retention) AdoptDefault(ctx context.Context) (int64, error) {
 	var moved int64
 	if err := s.pool.QueryRow(ctx, `SELECT audit_adopt_default()`).Scan(&moved); err != nil {
 		return 0, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "move the default partition's rows into their months")
@@ -106,14 +85,14 @@ func (s *Store) AdoptDefault(ctx context.Context) (int64, error) {
 }
 
 // partitionStats fills p's rows and chains from the partition itself.
-func (s *Store) partitionStats(ctx context.Context, p *Partition) error {
+func (s *Retention) partitionStats(ctx context.Context, p *proof.Partition) error {
 	table := pgx.Identifier{p.Name}.Sanitize()
 	rows, err := s.pool.Query(ctx, `SELECT chain_id, count(*), min(seq), max(seq) FROM `+table+` GROUP BY chain_id ORDER BY chain_id`)
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read partition %s", p.Name)
 	}
-	p.Chains, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionChain, error) {
-		var c PartitionChain
+	p.Chains, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (proof.PartitionChain, error) {
+		var c proof.PartitionChain
 		err := r.Scan(&c.ChainID, &c.Rows, &c.FirstSeq, &c.LastSeq)
 		return c, err
 	})
@@ -133,29 +112,29 @@ func (s *Store) partitionStats(ctx context.Context, p *Partition) error {
 		c.PrevHash, c.LastHash = hex.EncodeToString(prev), hex.EncodeToString(last)
 	}
 	if p.Chains == nil {
-		p.Chains = []PartitionChain{}
+		p.Chains = []proof.PartitionChain{}
 	}
 	return nil
 }
 
 // partition returns the month partition named name, refusing the default
 // partition, unknown names and months that are not over.
-func (s *Store) partition(ctx context.Context, name string) (Partition, error) {
+func (s *Retention) partition(ctx context.Context, name string) (proof.Partition, error) {
 	from, to, ok := partitionMonth(name)
 	if !ok {
-		return Partition{}, sandgate.FieldError("partition", "%q is not a month partition (audit_events_YYYY_MM)", name)
+		return proof.Partition{}, sandgate.FieldError("partition", "%q is not a month partition (audit_events_YYYY_MM)", name)
 	}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
-		return Partition{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find partition %s", name)
+		return proof.Partition{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find partition %s", name)
 	}
 	if !exists {
-		return Partition{}, sandgate.Errorf(sandgate.CodeNotFound, "partition %s does not exist (already purged, or never created)", name)
+		return proof.Partition{}, sandgate.Errorf(sandgate.CodeNotFound, "partition %s does not exist (already purged, or never created)", name)
 	}
 	if thisMonth := monthStart(s.cfg.Clock()); to.After(thisMonth) {
-		return Partition{}, sandgate.Errorf(sandgate.CodeConflict, "partition %s is not over yet: only months before %s can be archived or purged", name, thisMonth.Format("2006-01"))
+		return proof.Partition{}, sandgate.Errorf(sandgate.CodeConflict, "partition %s is not over yet: only months before %s can be archived or purged", name, thisMonth.Format("2006-01"))
 	}
-	p := Partition{Name: name, From: from, To: to}
+	p := proof.Partition{Name: name, From: from, To: to}
 	return p, s.partitionStats(ctx, &p)
 }
 

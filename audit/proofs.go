@@ -13,13 +13,14 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // The proofs the trail answers: a chain's newest checkpoint note, an
 // event's inclusion in a checkpointed tree, one checkpointed tree's
 // consistency with an earlier size, and the witnesses' cosignatures.
 
-var _ sandgate.AuditProofs = (*Store)(nil)
+var _ sandgate.AuditProofs = (*Proofs)(nil)
 
 func dbErr(err error, what string) error {
 	return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "%s", what)
@@ -27,7 +28,7 @@ func dbErr(err error, what string) error {
 
 // noteAt returns chainID's newest checkpoint note of tree size size (0:
 // of any size) with its cosignatures.
-func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgate.CheckpointNote, error) {
+func (s *Proofs) noteAt(ctx context.Context, chainID string, size int64) (sandgate.CheckpointNote, error) {
 	var cp sandgate.CheckpointNote
 	cp.ChainID = chainID
 	// A note is signed before its tree's hashes are all stored (the
@@ -59,13 +60,15 @@ func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgat
 	}
 	cp.CreatedAt = cp.CreatedAt.UTC()
 	body, _, _ := strings.Cut(cp.Note, "\n\n")
-	c, err := ParseNoteText(body + "\n")
+	c, err := proof.ParseNoteText(body + "\n")
 	if err != nil {
 		return cp, sandgate.WrapError(sandgate.CodeInternal, err, "stored checkpoint note of chain %q", chainID)
 	}
 	cp.Origin, cp.RootHash = c.Origin, c.Root[:]
-	rows, err := s.pool.Query(ctx, `SELECT signature FROM audit_cosignatures
-		WHERE chain_id = $1 AND tree_size = $2 AND root_hash = $3 ORDER BY id`, chainID, cp.TreeSize, cp.RootHash)
+	// Only pinned witnesses' cosignatures are served: at most one each.
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (witness_key) signature FROM audit_cosignatures
+		WHERE chain_id = $1 AND tree_size = $2 AND root_hash = $3 AND witness_key = ANY($4) ORDER BY witness_key, id`,
+		chainID, cp.TreeSize, cp.RootHash, s.cfg.Witnesses)
 	if err != nil {
 		return cp, dbErr(err, "read cosignatures")
 	}
@@ -84,29 +87,40 @@ func (s *Store) noteAt(ctx context.Context, chainID string, size int64) (sandgat
 }
 
 // defaultChain is the chain asked for, or this Store's.
-func (s *Store) defaultChain(chainID string) (string, error) {
+func (s *Proofs) defaultChain(chainID string) (string, error) {
 	if chainID != "" {
 		return chainID, nil
 	}
-	if c := s.ChainID(); c != "" {
+	if c := s.writer.ChainID(); c != "" {
 		return c, nil
 	}
 	return "", sandgate.FieldError("chain", "chain is required")
 }
 
 // Checkpoint returns chainID's newest checkpoint note ("" for this
-// Store's chain) with its cosignatures.
-func (s *Store) Checkpoint(ctx context.Context, chainID string) (sandgate.CheckpointNote, error) {
+// Store's chain) with its cosignatures and the cluster root's
+// endorsements of the key that signed it.
+func (s *Proofs) Checkpoint(ctx context.Context, chainID string) (sandgate.CheckpointNote, error) {
 	chainID, err := s.defaultChain(chainID)
 	if err != nil {
 		return sandgate.CheckpointNote{}, err
 	}
-	return s.noteAt(ctx, chainID, 0)
+	cp, err := s.noteAt(ctx, chainID, 0)
+	if err != nil {
+		return cp, err
+	}
+	var pub []byte
+	if err := s.pool.QueryRow(ctx, `SELECT public_key FROM audit_checkpoints WHERE chain_id = $1 AND seq = $2 AND note = $3 LIMIT 1`,
+		chainID, cp.TreeSize, cp.Note).Scan(&pub); err != nil {
+		return cp, dbErr(err, "read the checkpoint's key")
+	}
+	cp.Endorsements, err = s.endorsementsOf(ctx, map[string]bool{proof.KeyID(pub): true})
+	return cp, err
 }
 
 // InclusionProof proves that the event eventID is in its chain's tree of
 // treeSize leaves (0: the newest checkpoint note's size).
-func (s *Store) InclusionProof(ctx context.Context, eventID string, treeSize int64) (sandgate.InclusionProof, error) {
+func (s *Proofs) InclusionProof(ctx context.Context, eventID string, treeSize int64) (sandgate.InclusionProof, error) {
 	var p sandgate.InclusionProof
 	id, err := uuid.Parse(eventID)
 	if err != nil {
@@ -147,7 +161,7 @@ func (s *Store) InclusionProof(ctx context.Context, eventID string, treeSize int
 
 // ConsistencyProof proves that chainID's tree of from leaves is a prefix
 // of its tree of to leaves (0: the newest checkpoint note's size).
-func (s *Store) ConsistencyProof(ctx context.Context, chainID string, from, to int64) (sandgate.ConsistencyProof, error) {
+func (s *Proofs) ConsistencyProof(ctx context.Context, chainID string, from, to int64) (sandgate.ConsistencyProof, error) {
 	var p sandgate.ConsistencyProof
 	chainID, err := s.defaultChain(chainID)
 	if err != nil {
@@ -192,13 +206,18 @@ func hashBytes[H ~[]tlog.Hash](hs H) [][]byte {
 const maxCosignedNote = 16 << 10
 
 // AddCosignature checks a witness's cosignature of one of the trail's
-// checkpoint notes and stores it.
-func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
+// checkpoint notes and stores it: only a witness the operator pinned
+// (Config.Witnesses), of a note under its chain's origin, once per
+// witness per checkpoint.
+func (s *Proofs) AddCosignature(ctx context.Context, c sandgate.Cosignature) (sandgate.CheckpointNote, error) {
 	var none sandgate.CheckpointNote
 	if len(c.Note) > maxCosignedNote {
 		return none, sandgate.FieldError("note", "note is longer than %d bytes", maxCosignedNote)
 	}
-	v, err := NewCosignatureVerifier(c.WitnessKey)
+	if !s.witnesses[c.WitnessKey] {
+		return none, sandgate.FieldError("witness_key", "%q is not a witness this gateway's operator pinned (SANDGATE_AUDIT_WITNESS_KEYS_FILE): its cosignatures are not taken", c.WitnessKey)
+	}
+	v, err := proof.NewCosignatureVerifier(c.WitnessKey)
 	if err != nil {
 		return none, sandgate.FieldError("witness_key", "%v", err)
 	}
@@ -206,12 +225,22 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 	if err != nil {
 		return none, sandgate.FieldError("note", "the note carries no valid cosignature by %s: %v", v.Name(), err)
 	}
-	stated, err := ParseNoteText(n.Text)
+	stated, err := proof.ParseNoteText(n.Text)
 	if err != nil {
 		return none, sandgate.FieldError("note", "%v", err)
 	}
-	// The origin is sandgate.<node>/<chain_id>.
-	_, chainID, _ := strings.Cut(stated.Origin, "/")
+	// The origin is sandgate.<node>/<chain_id>, the node the chain's
+	// writer's: a note under another origin (a rolled-back history
+	// renamed, issue #29) is no checkpoint of the chain.
+	chainID := stated.Origin[strings.LastIndex(stated.Origin, "/")+1:]
+	var node string
+	err = s.pool.QueryRow(ctx, `SELECT node FROM audit_chains WHERE chain_id = $1`, chainID).Scan(&node)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return none, dbErr(err, "find the chain")
+	}
+	if want := proof.Origin(node, chainID); err != nil || stated.Origin != want {
+		return none, sandgate.FieldError("note", "the note's origin %q is not that of a chain of this trail (chain %s's is %q)", stated.Origin, chainID, want)
+	}
 	var found bool
 	err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM audit_checkpoints
 		WHERE chain_id = $1 AND seq = $2 AND left(note, length($3)) = $3)`,
@@ -235,5 +264,5 @@ func (s *Store) AddCosignature(ctx context.Context, c sandgate.Cosignature) (san
 // NoteWithCosignatures returns a checkpoint's note with its witnesses'
 // signature lines appended: the form witnesses and clients read.
 func NoteWithCosignatures(cp sandgate.CheckpointNote) string {
-	return WithCosignatures(cp.Note, cp.Cosignatures)
+	return proof.WithCosignatures(cp.Note, cp.Cosignatures)
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // emitRun is BenchmarkEmitThroughput's measure: 8 producers emit total
@@ -138,7 +140,7 @@ func bigTree(b *testing.B, s *Store, n int64, samples int) (string, map[string]i
 		return h[:]
 	}
 	for i := range n {
-		hs, err := tlog.StoredHashesForRecordHash(i, LeafHash(leaf(i)), r)
+		hs, err := tlog.StoredHashesForRecordHash(i, proof.LeafHash(leaf(i)), r)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -160,7 +162,7 @@ func bigTree(b *testing.B, s *Store, n int64, samples int) (string, map[string]i
 	if err != nil {
 		b.Fatal(err)
 	}
-	msg, err := SignNote(s.key, Origin("bench", chain), n, root)
+	msg, err := proof.SignNote(s.key, proof.Origin("bench", chain), n, root)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -203,17 +205,17 @@ func BenchmarkProofLatency1M(b *testing.B) {
 		for i := range requests {
 			id := keys[i%len(keys)]
 			t0 := time.Now()
-			p, err := s.InclusionProof(ctx, id, 0)
+			p, err := s.Proofs().InclusionProof(ctx, id, 0)
 			incl[i] = time.Since(t0)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := tlog.CheckRecord(toHashes(p.Hashes), n, root, p.LeafIndex, LeafHash(p.EventHash)); err != nil {
+			if err := tlog.CheckRecord(toHashes(p.Hashes), n, root, p.LeafIndex, proof.LeafHash(p.EventHash)); err != nil {
 				b.Fatalf("inclusion of %d: %v", p.Seq, err)
 			}
 			from := 1 + int64(i)*(n/requests)
 			t0 = time.Now()
-			c, err := s.ConsistencyProof(ctx, chain, from, 0)
+			c, err := s.Proofs().ConsistencyProof(ctx, chain, from, 0)
 			cons[i] = time.Since(t0)
 			if err != nil {
 				b.Fatal(err)
@@ -241,7 +243,7 @@ func BenchmarkProofLatency1M(b *testing.B) {
 // now only hands each batch's hashes over (writer-ns/event).
 func BenchmarkTreeAddLeaves(b *testing.B) {
 	w := &writer{chainID: "bench-chain"}
-	tb := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), st: treeState{size: 0, frontier: map[int64]tlog.Hash{}}}
+	tb := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), st: proof.NewFrontier()}
 	w.tree = tb
 	go func() {
 		for range tb.rows {
@@ -267,7 +269,7 @@ func BenchmarkTreeAddLeaves(b *testing.B) {
 		m := <-tb.in
 		handing += time.Since(t0)
 		tb.add(m.first, m.hashes)
-		if _, err := tlog.TreeHash(tb.st.size, &tb.st); err != nil {
+		if _, err := tb.st.Root(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -299,7 +301,7 @@ func BenchmarkTreeCatchUp(b *testing.B) {
 			b.Fatal(err)
 		}
 		elapsed := time.Since(start)
-		cp, err := readOnly(b, dsn, nil).Checkpoint(context.Background(), s.ChainID())
+		cp, err := readOnly(b, dsn, nil).Proofs().Checkpoint(context.Background(), s.ChainID())
 		if err != nil || cp.TreeSize < int64(n) {
 			b.Fatalf("after catch-up: %+v %v", cp, err)
 		}

@@ -2,19 +2,16 @@ package audit
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // What retention leaves of a chain's tree, and how the rest of the trail
@@ -27,48 +24,12 @@ import (
 // and so still checks every later checkpoint note's root; an inclusion
 // proof or a receipt asked for what was dropped is SANDGATE-PURGED (410).
 
-// purgedTree is a chain's tree where retention dropped its rows: Size
-// leaves (the last purged seq), their Root, and the Frontier hashes
-// (base64, in frontierIndexes order), from which the tree's later roots
-// follow without the dropped leaves.
-type purgedTree struct {
-	ChainID  string   `json:"chain_id"`
-	Size     int64    `json:"tree_size"`
-	Root     string   `json:"root"`
-	Frontier []string `json:"frontier"`
-}
-
-// frontierOf decodes t into a tree of t.Size leaves, checking that its
-// frontier makes its root.
-func (t purgedTree) state() (*treeState, error) {
-	idx := frontierIndexes(t.Size)
-	if len(idx) != len(t.Frontier) {
-		return nil, fmt.Errorf("tree of %d leaves: %d frontier hashes, want %d", t.Size, len(t.Frontier), len(idx))
-	}
-	st := &treeState{size: t.Size, frontier: make(map[int64]tlog.Hash, len(idx))}
-	for i, x := range idx {
-		raw, err := base64.StdEncoding.DecodeString(t.Frontier[i])
-		if err != nil || len(raw) != tlog.HashSize {
-			return nil, fmt.Errorf("frontier hash %d is not base64 of 32 bytes", i)
-		}
-		st.frontier[x] = tlog.Hash(raw)
-	}
-	root, err := tlog.TreeHash(t.Size, st)
-	if err != nil {
-		return nil, err
-	}
-	if b64(root[:]) != t.Root {
-		return nil, fmt.Errorf("the frontier makes root %s, the record says %s", b64(root[:]), t.Root)
-	}
-	return st, nil
-}
-
 // treeFor makes sure chainID's stored tree has at least size leaves
 // (storing what is missing, computed from the rows still there) and
 // returns its frontier at size. errLeavesGone when rows it needs were
 // dropped before their tree was stored.
-func (s *Store) treeFor(ctx context.Context, chainID string, size int64) (purgedTree, error) {
-	t := purgedTree{ChainID: chainID, Size: size}
+func (s *Retention) treeFor(ctx context.Context, chainID string, size int64) (proof.PurgedTree, error) {
+	t := proof.PurgedTree{ChainID: chainID, Size: size}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return t, err
@@ -84,31 +45,26 @@ func (s *Store) treeFor(ctx context.Context, chainID string, size int64) (purged
 			return t, err
 		}
 	}
-	idx := frontierIndexes(size)
-	hs, err := r.ReadHashes(idx)
+	hs, err := r.ReadHashes(proof.FrontierIndexes(size))
 	if err != nil {
 		return t, err
 	}
-	root, err := tlog.TreeHash(size, r)
+	f, err := proof.FrontierOf(size, hs)
 	if err != nil {
 		return t, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return t, err
 	}
-	t.Root = b64(root[:])
-	for _, h := range hs {
-		t.Frontier = append(t.Frontier, b64(h[:]))
-	}
-	return t, nil
+	return proof.PurgedTreeOf(chainID, f)
 }
 
 // purgeTrees returns the trees of p's chains at their last purged seq,
 // storing hashes the stored trees lack. A chain whose earlier rows were
 // dropped before trees were kept has none: it is left out, and verify and
 // proofs of it start at the boundary without a tree.
-func (s *Store) purgeTrees(ctx context.Context, p Partition) ([]purgedTree, error) {
-	var out []purgedTree
+func (s *Retention) purgeTrees(ctx context.Context, p proof.Partition) ([]proof.PurgedTree, error) {
+	var out []proof.PurgedTree
 	for _, c := range p.Chains {
 		t, err := s.treeFor(ctx, c.ChainID, c.LastSeq)
 		if errors.Is(err, errLeavesGone) {
@@ -124,68 +80,23 @@ func (s *Store) purgeTrees(ctx context.Context, p Partition) ([]purgedTree, erro
 	return out, nil
 }
 
-// purgedRanges are the ranges a retention.applied payload records, one per
-// chain.
-func purgedRanges(p archivedPayload, eventID string) []sandgate.PurgedRange {
-	out := make([]sandgate.PurgedRange, 0, len(p.Chains))
-	for _, c := range p.Chains {
-		out = append(out, sandgate.PurgedRange{ChainID: c.ChainID, Partition: p.Partition, FirstSeq: c.FirstSeq, LastSeq: c.LastSeq,
-			LastHash: c.LastHash, From: p.From, To: p.To, EventID: eventID})
-	}
-	return out
-}
-
-// notePurged adds the ranges of an honoured retention.applied event to
-// the report, once each.
-func (v *verifier) notePurged(p archivedPayload, eventID string) {
-	if v.purgedSeen == nil {
-		v.purgedSeen = map[string]bool{}
-	}
-	for _, r := range purgedRanges(p, eventID) {
-		key := r.EventID + "\x00" + r.ChainID
-		if v.purgedSeen[key] {
-			continue
-		}
-		v.purgedSeen[key] = true
-		v.report.Purged = append(v.report.Purged, r)
-	}
-	sort.Slice(v.report.Purged, func(i, j int) bool {
-		a, b := v.report.Purged[i], v.report.Purged[j]
-		if a.ChainID != b.ChainID {
-			return a.ChainID < b.ChainID
-		}
-		return a.LastSeq < b.LastSeq
-	})
-}
-
-// seedTree starts chain's tree at a purge boundary from the frontier the
-// purge recorded, so the notes of later checkpoints are checked against
-// the kept rows.
-func (v *verifier) seedTree(chain string, a anchorPoint) {
-	if a.Tree == nil {
-		return
-	}
-	c := v.chain(chain)
-	c.tree = &treeState{size: a.Tree.size, frontier: maps.Clone(a.Tree.frontier)}
-}
-
 // retentionRecords reads every retention.applied event the trail holds,
 // oldest first, as recorded (not judged: verify decides which count).
-func (s *Store) retentionRecords(ctx context.Context) ([]retentionRef, error) {
+func (s *trailDB) retentionRecords(ctx context.Context) ([]proof.RetentionRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT event_id::text, chain_id, seq, payload FROM audit_events WHERE type = $1 ORDER BY recorded_at, chain_id, seq`,
 		string(sandgate.EventRetentionApplied))
 	if err != nil {
 		return nil, dbErr(err, "read retention events")
 	}
 	defer rows.Close()
-	var out []retentionRef
+	var out []proof.RetentionRecord
 	for rows.Next() {
-		var r retentionRef
+		var r proof.RetentionRecord
 		var raw []byte
-		if err := rows.Scan(&r.id, &r.chain, &r.seq, &raw); err != nil {
+		if err := rows.Scan(&r.EventID, &r.ChainID, &r.Seq, &raw); err != nil {
 			return nil, dbErr(err, "read retention events")
 		}
-		if json.Unmarshal(raw, &r.p) == nil {
+		if json.Unmarshal(raw, &r.Payload) == nil {
 			out = append(out, r)
 		}
 	}
@@ -199,7 +110,7 @@ func (s *Store) retentionRecords(ctx context.Context) ([]retentionRef, error) {
 // UUIDv7, made when it happened) is not in the trail because retention
 // dropped the month it was made in: SANDGATE-PURGED with the range, or
 // nil when no purge reaches its time.
-func (s *Store) purgedError(ctx context.Context, what, id string) error {
+func (s *trailDB) purgedError(ctx context.Context, what, id string) error {
 	u, err := uuid.Parse(id)
 	if err != nil || u.Version() != 7 {
 		return nil
@@ -210,16 +121,16 @@ func (s *Store) purgedError(ctx context.Context, what, id string) error {
 	if err != nil {
 		return err
 	}
-	var hit *retentionRef
+	var hit *proof.RetentionRecord
 	for i := range refs {
 		r := &refs[i]
 		// The month it was made in, or any month before the newest
 		// dropped: a row is recorded when it is made or later (spooled).
-		if !at.Before(r.p.From) && at.Before(r.p.To) {
+		if !at.Before(r.Payload.From) && at.Before(r.Payload.To) {
 			hit = r
 			break
 		}
-		if at.Before(r.p.To) && (hit == nil || r.p.To.After(hit.p.To)) {
+		if at.Before(r.Payload.To) && (hit == nil || r.Payload.To.After(hit.Payload.To)) {
 			hit = r
 		}
 	}
@@ -228,33 +139,24 @@ func (s *Store) purgedError(ctx context.Context, what, id string) error {
 	}
 	return &sandgate.Error{Code: sandgate.CodePurged,
 		Message: fmt.Sprintf("no %s %s remains in the trail: it dates from %s, and retention dropped %s (%s to %s, retention.applied event %s)",
-			what, id, at.Format(time.RFC3339), hit.p.Partition, hit.p.From.Format("2006-01-02"), hit.p.To.Format("2006-01-02"), hit.id),
-		Details: map[string]any{"partition": hit.p.Partition, "from": hit.p.From, "to": hit.p.To, "retention_event_id": hit.id,
-			"purged": purgedRanges(hit.p, hit.id)}}
+			what, id, at.Format(time.RFC3339), hit.Payload.Partition, hit.Payload.From.Format("2006-01-02"), hit.Payload.To.Format("2006-01-02"), hit.EventID),
+		Details: map[string]any{"partition": hit.Payload.Partition, "from": hit.Payload.From, "to": hit.Payload.To, "retention_event_id": hit.EventID,
+			"purged": hit.Payload.Ranges(hit.EventID)}}
 }
 
 // purgedOf returns the ranges of chains retention dropped, per chain.
-func (s *Store) purgedOf(ctx context.Context, chains map[string]bool) ([]sandgate.PurgedRange, error) {
+func (s *trailDB) purgedOf(ctx context.Context, chains map[string]bool) ([]sandgate.PurgedRange, error) {
 	refs, err := s.retentionRecords(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []sandgate.PurgedRange
 	for _, r := range refs {
-		for _, pr := range purgedRanges(r.p, r.id) {
+		for _, pr := range r.Payload.Ranges(r.EventID) {
 			if chains[pr.ChainID] {
 				out = append(out, pr)
 			}
 		}
 	}
 	return out, nil
-}
-
-// hexHash decodes a hex event hash, nil when malformed.
-func hexHash(s string) []byte {
-	h, err := hex.DecodeString(s)
-	if err != nil || len(h) != HashSize {
-		return nil
-	}
-	return h
 }

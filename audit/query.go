@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
@@ -16,6 +15,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // Query page sizes.
@@ -105,27 +106,9 @@ type eventCursor struct {
 	S int64     `json:"s"`
 }
 
-func encodeCursor(v any) string {
-	data, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(data)
-}
-
-func decodeCursor(s string, v any) error {
-	data, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return sandgate.FieldError("cursor", "not a cursor this server issued")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return sandgate.FieldError("cursor", "not a cursor this server issued")
-	}
-	return nil
-}
-
 // filtered applies f's filters (not its cursor or limit) to a query on
 // audit_events.
-func (s *Store) filtered(ctx context.Context, f sandgate.AuditFilter) *gorm.DB {
+func (s *Reader) filtered(ctx context.Context, f sandgate.AuditFilter) *gorm.DB {
 	q := s.db.WithContext(ctx).Table("audit_events")
 	eq := map[string]string{
 		"correlation_id": f.CorrelationID, "run_id": f.RunID, "decision_id": f.DecisionID,
@@ -166,7 +149,7 @@ func checkFilter(f sandgate.AuditFilter) error {
 // and seq) and the cursor of the next page, "" on the last page. Limit
 // defaults to 100 and is capped at 1000. A bad cursor or filter is
 // INVALID-REQUEST; a database failure AUDIT-UNAVAILABLE.
-func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
+func (s *Reader) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
 	if err := checkFilter(f); err != nil {
 		return nil, "", err
 	}
@@ -178,7 +161,7 @@ func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.A
 	q := s.filtered(ctx, f)
 	if f.Cursor != "" {
 		var c eventCursor
-		if err := decodeCursor(f.Cursor, &c); err != nil {
+		if err := pgstore.DecodeCursor(f.Cursor, &c); err != nil {
 			return nil, "", err
 		}
 		q = q.Where("(recorded_at, chain_id, seq) > (?, ?, ?)", c.T, c.C, c.S)
@@ -197,7 +180,7 @@ func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.A
 		}
 		if len(out) == limit {
 			last := out[len(out)-1]
-			next = encodeCursor(eventCursor{T: last.RecordedAt, C: last.ChainID, S: last.Seq})
+			next = pgstore.EncodeCursor(eventCursor{T: last.RecordedAt, C: last.ChainID, S: last.Seq})
 			break
 		}
 		out = append(out, r.record())
@@ -208,16 +191,11 @@ func (s *Store) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.A
 	return out, next, nil
 }
 
-// CSVHeader is the header row of a CSV export.
-var CSVHeader = []string{"chain_id", "seq", "event_id", "recorded_at", "event_time", "type", "outcome",
-	"correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
-	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
-
 // Export streams every matching event (ignoring Limit and Cursor) to w,
 // oldest first, as JSON Lines (one AuditRecord per line) or CSV (header
-// CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
+// proof.CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
 // one at a time, never all held. An unknown format is INVALID-REQUEST.
-func (s *Store) Export(ctx context.Context, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
+func (s *Reader) Export(ctx context.Context, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
 	if err := checkFilter(f); err != nil {
 		return err
 	}
@@ -233,7 +211,7 @@ func (s *Store) Export(ctx context.Context, f sandgate.AuditFilter, format sandg
 	var enc *json.Encoder
 	if format == sandgate.ExportCSV {
 		cw = csv.NewWriter(w)
-		if err := cw.Write(CSVHeader); err != nil {
+		if err := cw.Write(proof.CSVHeader); err != nil {
 			return fmt.Errorf("write export: %w", err)
 		}
 	} else {
@@ -289,8 +267,8 @@ type checkpointRow struct {
 	Note          string
 }
 
-func (r *checkpointRow) checkpoint() Checkpoint {
-	return Checkpoint{
+func (r *checkpointRow) checkpoint() proof.Checkpoint {
+	return proof.Checkpoint{
 		ChainID:       r.ChainID,
 		Seq:           r.Seq,
 		HeadHash:      hex.EncodeToString(r.HeadHash),
@@ -306,7 +284,7 @@ func (r *checkpointRow) checkpoint() Checkpoint {
 
 // eachCheckpoint calls fn with the checkpoints of chainID ("" for all) in
 // chain order (chain_id, seq, id).
-func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Checkpoint) error) error {
+func (s *trailDB) eachCheckpoint(ctx context.Context, chainID string, fn func(proof.Checkpoint) error) error {
 	q := s.db.WithContext(ctx).Table("audit_checkpoints").
 		Select("chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, coalesce(note, '')")
 	if chainID != "" {
@@ -336,9 +314,9 @@ func (s *Store) eachCheckpoint(ctx context.Context, chainID string, fn func(Chec
 // ExportCheckpoints streams the signed checkpoints of chainID ("" for all
 // chains) to w as JSON Lines, in chain order: what VerifyExport takes next
 // to an event export.
-func (s *Store) ExportCheckpoints(ctx context.Context, chainID string, w io.Writer) error {
+func (s *Reader) ExportCheckpoints(ctx context.Context, chainID string, w io.Writer) error {
 	enc := json.NewEncoder(w)
-	return s.eachCheckpoint(ctx, chainID, func(cp Checkpoint) error {
+	return s.eachCheckpoint(ctx, chainID, func(cp proof.Checkpoint) error {
 		if err := enc.Encode(cp); err != nil {
 			return fmt.Errorf("write checkpoints: %w", err)
 		}

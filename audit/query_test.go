@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -73,7 +74,7 @@ func TestQueryFilters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			recs, next, err := s.Query(context.Background(), tt.f)
+			recs, next, err := s.Reader().Query(context.Background(), tt.f)
 			if err != nil {
 				t.Fatalf("Query: %v", err)
 			}
@@ -85,7 +86,7 @@ func TestQueryFilters(t *testing.T) {
 			}
 		})
 	}
-	recs, _, err := s.Query(context.Background(), sandgate.AuditFilter{Type: sandgate.EventContainerExited})
+	recs, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Type: sandgate.EventContainerExited})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("Query exited = %v, %v", recs, err)
 	}
@@ -112,7 +113,7 @@ func TestQueryPaging(t *testing.T) {
 	var seqs []int64
 	cursor, pages := "", 0
 	for {
-		recs, next, err := s.Query(context.Background(), sandgate.AuditFilter{RunID: "paged", Limit: 5, Cursor: cursor})
+		recs, next, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "paged", Limit: 5, Cursor: cursor})
 		if err != nil {
 			t.Fatalf("Query: %v", err)
 		}
@@ -134,12 +135,12 @@ func TestQueryPaging(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"!!", "bm90IGpzb24", "eyJ4IjoxfQ"} {
-		_, _, err := s.Query(context.Background(), sandgate.AuditFilter{Cursor: bad})
+		_, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Cursor: bad})
 		if !isCode(err, sandgate.CodeInvalidRequest) {
 			t.Errorf("Query(cursor %q) = %v, want INVALID-REQUEST", bad, err)
 		}
 	}
-	if _, _, err := s.Query(context.Background(), sandgate.AuditFilter{Limit: -1}); !isCode(err, sandgate.CodeInvalidRequest) {
+	if _, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{Limit: -1}); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Errorf("Query(limit -1) = %v, want INVALID-REQUEST", err)
 	}
 }
@@ -162,16 +163,16 @@ func TestExportAndOfflineVerify(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, nil)
 	var jsonl, csvOut, cps bytes.Buffer
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportJSONL, &jsonl); err != nil {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportJSONL, &jsonl); err != nil {
 		t.Fatalf("Export jsonl: %v", err)
 	}
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportCSV, &csvOut); err != nil {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, sandgate.ExportCSV, &csvOut); err != nil {
 		t.Fatalf("Export csv: %v", err)
 	}
-	if err := ro.ExportCheckpoints(context.Background(), "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(context.Background(), "", &cps); err != nil {
 		t.Fatalf("ExportCheckpoints: %v", err)
 	}
-	if err := ro.Export(context.Background(), sandgate.AuditFilter{}, "xml", &bytes.Buffer{}); !isCode(err, sandgate.CodeInvalidRequest) {
+	if err := ro.Reader().Export(context.Background(), sandgate.AuditFilter{}, "xml", &bytes.Buffer{}); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Errorf("Export(xml) = %v, want INVALID-REQUEST", err)
 	}
 	lines := strings.Split(strings.TrimSpace(jsonl.String()), "\n")
@@ -200,18 +201,18 @@ func TestExportAndOfflineVerify(t *testing.T) {
 		{"jsonl intact", jsonl.String(), pub, map[string]int{}},
 		{"csv intact", csvOut.String(), pub, map[string]int{}},
 		{"out of order", strings.Join(append(append([]string{}, lines[10:]...), lines[:10]...), "\n"), pub, map[string]int{}},
-		{"column changed", replaceLine(2, func(m map[string]any) { m["actor"] = "mallory" }), pub, map[string]int{ProblemBodyMismatch: 1}},
+		{"column changed", replaceLine(2, func(m map[string]any) { m["actor"] = "mallory" }), pub, map[string]int{proof.ProblemBodyMismatch: 1}},
 		{"body changed", replaceLine(3, func(m map[string]any) {
 			m["body"] = strings.Replace(m["body"].(string), "bob", "eve", 1)
-		}), pub, map[string]int{ProblemHashMismatch: 1, ProblemBodyMismatch: 1}},
-		{"line dropped", strings.Join(append(append([]string{}, lines[:7]...), lines[8:]...), "\n"), pub, map[string]int{ProblemSeqGap: 1}},
-		{"tail dropped", strings.Join(lines[:20], "\n"), pub, map[string]int{ProblemMissingTail: 1}},
-		{"garbage line", jsonl.String() + "{not json\n", pub, map[string]int{ProblemBadInput: 1}},
-		{"other key", jsonl.String(), otherKey.Public().(ed25519.PublicKey), map[string]int{ProblemUntrustedKey: 1}},
+		}), pub, map[string]int{proof.ProblemHashMismatch: 1, proof.ProblemBodyMismatch: 1}},
+		{"line dropped", strings.Join(append(append([]string{}, lines[:7]...), lines[8:]...), "\n"), pub, map[string]int{proof.ProblemSeqGap: 1}},
+		{"tail dropped", strings.Join(lines[:20], "\n"), pub, map[string]int{proof.ProblemMissingTail: 1}},
+		{"garbage line", jsonl.String() + "{not json\n", pub, map[string]int{proof.ProblemBadInput: 1}},
+		{"other key", jsonl.String(), otherKey.Public().(ed25519.PublicKey), map[string]int{proof.ProblemUntrustedKey: 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rep, err := VerifyExport(strings.NewReader(tt.events), bytes.NewReader(cps.Bytes()), tt.key)
+			rep, err := proof.VerifyExport(strings.NewReader(tt.events), bytes.NewReader(cps.Bytes()), tt.key)
 			if err != nil {
 				t.Fatalf("VerifyExport: %v", err)
 			}
@@ -241,7 +242,7 @@ func TestIdleCheckpoints(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
@@ -263,7 +264,7 @@ func TestChainHashFormat(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want := sha256.Sum256(tt.input)
-			if diff := cmp.Diff(want[:], ChainHash(tt.prev, "node-1", 7, []byte(`{"a":1}`))); diff != "" {
+			if diff := cmp.Diff(want[:], proof.ChainHash(tt.prev, "node-1", 7, []byte(`{"a":1}`))); diff != "" {
 				t.Errorf("ChainHash (-want +got):\n%s", diff)
 			}
 		})

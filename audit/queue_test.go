@@ -68,7 +68,7 @@ func TestQueueBoundsTheBacklog(t *testing.T) {
 	sandgatetest.WaitFor(t, "every queued event committed", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events") == producers*each
 	})
-	if rep, err := s.Verify(context.Background(), sandgate.VerifyRange{}); err != nil || !rep.OK {
+	if rep, err := s.Verifier().Verify(context.Background(), sandgate.VerifyRange{}); err != nil || !rep.OK {
 		t.Fatalf("verify: %v %+v", err, rep.Problems)
 	}
 }
@@ -121,7 +121,7 @@ func TestQueueWaitsWhileTheTrailIsStuck(t *testing.T) {
 	if n := count(t, db, "SELECT count(*) FROM audit_events WHERE run_id = 'waited'"); n != 1 {
 		t.Errorf("%d events of the Queue that waited are in the trail, want 1", n)
 	}
-	if rep, err := s.Verify(context.Background(), sandgate.VerifyRange{}); err != nil || !rep.OK {
+	if rep, err := s.Verifier().Verify(context.Background(), sandgate.VerifyRange{}); err != nil || !rep.OK {
 		t.Fatalf("verify: %v %+v", err, rep.Problems)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // runReceipt records a run's events on two chains (decisions apart),
@@ -43,7 +45,7 @@ func runReceipt(t *testing.T) (Receipt, ed25519.PublicKey) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := readOnly(t, dsn, nil).Receipt(ctx, run)
+	rec, err := readOnly(t, dsn, nil).Proofs().Receipt(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +65,14 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	rep := VerifyReceipt(back, nil)
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{pub}}}
+	rep := proof.VerifyReceipt(back, pinned)
 	if !rep.OK {
 		t.Fatalf("receipt does not verify: %+v", rep.Problems)
+	}
+	if rep.End == nil || rep.End.Type != "container.exited" || rep.End.ExitCode == nil || *rep.End.ExitCode != 3 ||
+		rep.Decision == nil || rep.Decision.PolicyRevision != "sha256:abc" || len(rep.Proves) != len(back.Events) || rep.Statement == "" {
+		t.Errorf("what the receipt proves: decision %+v, end %+v, %d proven, %q", rep.Decision, rep.End, len(rep.Proves), rep.Statement)
 	}
 	want := []string{"run.requested", "admission.allowed", "container.created", "container.started", "container.exited", "artifacts.collected"}
 	if strings.Join(rep.Types, ",") != strings.Join(want, ",") {
@@ -103,25 +110,39 @@ func TestReceiptVerifiesOfflineAndIndependently(t *testing.T) {
 			t.Errorf("tlog.CheckRecord %s: %v", e.Type, err)
 		}
 	}
-	// Pinning the node's key (as PEM) passes; another key fails.
-	keys, err := PinnedVerifierKeys(back, [][]byte{EncodePublicKey(pub)})
-	if err != nil {
-		t.Fatal(err)
+	// Pinning the node's key as a note verifier key passes, as does the
+	// node's key as the local key; another key fails, and with nothing
+	// pinned the receipt's own keys vouch for nothing.
+	vkeys := proof.ReceiptOptions{VerifierKeys: back.Keys}
+	if rep := proof.VerifyReceipt(back, vkeys); !rep.OK {
+		t.Errorf("pinned verifier keys: %+v", rep.Problems)
 	}
-	if rep := VerifyReceipt(back, keys); !rep.OK {
-		t.Errorf("pinned node key: %+v", rep.Problems)
+	local := proof.ReceiptOptions{Anchors: proof.Anchors{Local: &proof.LocalKey{Node: "test-node", Key: pub}}}
+	if rep := proof.VerifyReceipt(back, local); !rep.OK {
+		t.Errorf("the local key: %+v", rep.Problems)
 	}
 	other, _, _ := ed25519.GenerateKey(nil)
-	keys, _ = PinnedVerifierKeys(back, [][]byte{[]byte(hex.EncodeToString(other))})
-	if rep := VerifyReceipt(back, keys); rep.OK || rep.Problems[0].Kind != ReceiptUntrustedKey {
+	if rep := proof.VerifyReceipt(back, proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{other}}}); rep.OK || rep.Problems[0].Kind != proof.ReceiptUntrustedKey {
 		t.Errorf("pinned other key: %+v", rep)
+	}
+	if rep := proof.VerifyReceipt(back, proof.ReceiptOptions{}); rep.OK || rep.Problems[0].Kind != proof.ReceiptUnpinnedKeys || len(rep.Proves) != len(back.Events) {
+		t.Errorf("nothing pinned: %+v", rep)
 	}
 }
 
 // TestReceiptTampering: each kind of change to a receipt is found and
-// named.
+// named: its events changed, re-hashed or taken out (the end, the
+// decision: issue #29 item 5), its notes re-signed, and a receipt made
+// larger than a receipt holds (checked in time linear in its size, each
+// note's key looked up by its hash; BenchmarkVerifyCraftedReceipt).
 func TestReceiptTampering(t *testing.T) {
-	rec, _ := runReceipt(t)
+	rec, pub := runReceipt(t)
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{pub}}}
+	drop := func(types ...string) func(r *Receipt) {
+		return func(r *Receipt) {
+			r.Events = slices.DeleteFunc(r.Events, func(e ReceiptEvent) bool { return slices.Contains(types, e.Type) })
+		}
+	}
 	clone := func() Receipt {
 		data, _ := json.Marshal(rec)
 		var r Receipt
@@ -136,33 +157,40 @@ func TestReceiptTampering(t *testing.T) {
 	}{
 		{"exit code changed in a body", func(r *Receipt) {
 			r.Events[4].Body = strings.Replace(r.Events[4].Body, `"exit_code":3`, `"exit_code":0`, 1)
-		}, ReceiptHashMismatch},
+		}, proof.ReceiptHashMismatch},
 		{"body re-hashed", func(r *Receipt) {
 			e := &r.Events[4]
 			e.Body = strings.Replace(e.Body, `"exit_code":3`, `"exit_code":0`, 1)
 			prev, _ := hex.DecodeString(e.PrevHash)
-			e.Hash = hex.EncodeToString(ChainHash(prev, e.ChainID, e.Seq, []byte(e.Body)))
-		}, ReceiptBadProof},
-		{"body not canonical", func(r *Receipt) { r.Events[0].Body = " " + r.Events[0].Body }, ReceiptBadBody},
-		{"another run's event", func(r *Receipt) { r.RunID = "run-2" }, ReceiptBadBody},
+			e.Hash = hex.EncodeToString(proof.ChainHash(prev, e.ChainID, e.Seq, []byte(e.Body)))
+		}, proof.ReceiptBadProof},
+		{"body not canonical", func(r *Receipt) { r.Events[0].Body = " " + r.Events[0].Body }, proof.ReceiptBadBody},
+		{"another run's event", func(r *Receipt) { r.RunID = "run-2" }, proof.ReceiptBadBody},
 		{"proof hash changed", func(r *Receipt) {
 			r.Events[2].Proof[0] = base64.StdEncoding.EncodeToString(make([]byte, 32))
-		}, ReceiptBadProof},
+		}, proof.ReceiptBadProof},
 		{"note re-signed by another key", func(r *Receipt) {
 			cp := &r.Checkpoints[0]
-			c, _ := ParseNoteText(strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n")
-			cp.Note, _ = SignNote(evil, c.Origin, c.Size, c.Root)
-		}, ReceiptBadNote},
+			c, _ := proof.ParseNoteText(strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n")
+			cp.Note, _ = proof.SignNote(evil, c.Origin, c.Size, c.Root)
+		}, proof.ReceiptUntrustedKey},
+		{"the end taken out", drop("container.exited"), proof.ReceiptMissingEnd},
+		{"the decision taken out", drop("admission.allowed"), proof.ReceiptMissingDecision},
+		{"more checkpoints than a receipt holds", func(r *Receipt) {
+			for range 100 {
+				r.Checkpoints = append(r.Checkpoints, r.Checkpoints[0])
+			}
+		}, proof.ReceiptTooLarge},
 		{"note root changed", func(r *Receipt) {
 			r.Checkpoints[0].Note = strings.Replace(r.Checkpoints[0].Note, "\n\n", "x\n\n", 1)
-		}, ReceiptBadNote},
-		{"format", func(r *Receipt) { r.Format = "v0" }, ReceiptBadFormat},
+		}, proof.ReceiptBadNote},
+		{"format", func(r *Receipt) { r.Format = "v0" }, proof.ReceiptBadFormat},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := clone()
 			tt.change(&r)
-			rep := VerifyReceipt(r, nil)
+			rep := proof.VerifyReceipt(r, pinned)
 			if rep.OK {
 				t.Fatal("tampered receipt verifies")
 			}

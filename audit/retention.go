@@ -2,7 +2,6 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Retention works on whole months: audit_events is partitioned by month of
@@ -23,9 +23,9 @@ import (
 
 // PurgeResult is what Purge did, or would do, to one partition.
 type PurgeResult struct {
-	Partition      Partition `json:"partition"`
-	ArchiveEventID string    `json:"archive_event_id"`
-	Location       string    `json:"location"`
+	Partition      proof.Partition `json:"partition"`
+	ArchiveEventID string          `json:"archive_event_id"`
+	Location       string          `json:"location"`
 	// ArchiveVerified is set when the archive was readable here and was
 	// verified again before the drop.
 	ArchiveVerified bool   `json:"archive_verified"`
@@ -33,41 +33,9 @@ type PurgeResult struct {
 	EventID         string `json:"event_id,omitempty"` // the retention.applied event
 }
 
-// archivedPayload is the payload of audit.archived and retention.applied.
-type archivedPayload struct {
-	Partition      string            `json:"partition"`
-	From           time.Time         `json:"from"`
-	To             time.Time         `json:"to"`
-	Rows           int64             `json:"rows"`
-	Chains         []PartitionChain  `json:"chains"`
-	Files          map[string]string `json:"files,omitempty"`
-	ManifestSHA256 string            `json:"manifest_sha256,omitempty"`
-	Location       string            `json:"location,omitempty"`
-	ArchiveEventID string            `json:"archive_event_id,omitempty"`
-	// Trees are, in retention.applied, each chain's tree at its last
-	// purged seq: what proofs and verify need of the dropped leaves.
-	Trees []purgedTree `json:"trees,omitempty"`
-}
-
-func (p archivedPayload) asMap() map[string]any {
-	data, _ := json.Marshal(p)
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	return m
-}
-
-func decodeArchived(payload map[string]any) (archivedPayload, error) {
-	var p archivedPayload
-	data, err := json.Marshal(payload)
-	if err == nil {
-		err = json.Unmarshal(data, &p)
-	}
-	return p, err
-}
-
 // covered checks that each chain's last row in p is under a signed
 // checkpoint, so that what stays after a purge is still vouched for.
-func (s *Store) covered(ctx context.Context, p Partition) error {
+func (s *Retention) covered(ctx context.Context, p proof.Partition) error {
 	for _, c := range p.Chains {
 		var top *int64
 		if err := s.pool.QueryRow(ctx, `SELECT max(seq) FROM audit_checkpoints WHERE chain_id = $1`, c.ChainID).Scan(&top); err != nil {
@@ -82,25 +50,25 @@ func (s *Store) covered(ctx context.Context, p Partition) error {
 }
 
 // lastArchive returns the newest audit.archived event of partition name.
-func (s *Store) lastArchive(ctx context.Context, name string) (*sandgate.AuditRecord, archivedPayload, error) {
+func (s *Retention) lastArchive(ctx context.Context, name string) (*sandgate.AuditRecord, proof.ArchivedPayload, error) {
 	var r eventRow
 	rows, err := s.db.WithContext(ctx).Raw(`SELECT `+eventColumns+` FROM audit_events
 		WHERE type = ? AND payload->>'partition' = ? ORDER BY recorded_at DESC, chain_id, seq DESC LIMIT 1`,
 		string(sandgate.EventAuditArchived), name).Rows()
 	if err != nil {
-		return nil, archivedPayload{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find the archive of %s", name)
+		return nil, proof.ArchivedPayload{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find the archive of %s", name)
 	}
 	defer rows.Close()
 	if !rows.Next() {
-		return nil, archivedPayload{}, rows.Err()
+		return nil, proof.ArchivedPayload{}, rows.Err()
 	}
 	if err := r.scan(rows); err != nil {
-		return nil, archivedPayload{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find the archive of %s", name)
+		return nil, proof.ArchivedPayload{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "find the archive of %s", name)
 	}
 	rec := r.record()
-	p, err := decodeArchived(rec.Payload)
+	p, err := proof.DecodeArchived(rec.Payload)
 	if err != nil {
-		return nil, archivedPayload{}, fmt.Errorf("audit.archived %s: %w", rec.ID, err)
+		return nil, proof.ArchivedPayload{}, fmt.Errorf("audit.archived %s: %w", rec.ID, err)
 	}
 	return &rec, p, nil
 }
@@ -115,8 +83,8 @@ func (s *Store) lastArchive(ctx context.Context, name string) (*sandgate.AuditRe
 // moved into their months (AdoptDefault), so a month of them is purged by
 // the same rules. With dryRun it checks and reports without dropping or
 // moving. The database role needs to own audit_events (DROP TABLE).
-func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor string) ([]PurgeResult, error) {
-	if s.w == nil {
+func (s *Retention) Purge(ctx context.Context, before time.Time, dryRun bool, actor string) ([]PurgeResult, error) {
+	if s.writer.w == nil {
 		return nil, sandgate.Errorf(sandgate.CodeAuditUnavailable, "purge needs a writing store: it records retention.applied")
 	}
 	limit := monthStart(s.cfg.Clock())
@@ -154,13 +122,13 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 			return out, err
 		}
 		res := PurgeResult{Partition: p, ArchiveEventID: rec.ID, Location: archived.Location}
-		if _, err := os.Stat(filepath.Join(archived.Location, ArchiveManifestFile)); err == nil {
+		if _, err := os.Stat(filepath.Join(archived.Location, proof.ArchiveManifestFile)); err == nil {
 			// The archive is reachable from here: it must still verify.
 			keys, err := s.archiveKeys(ctx)
 			if err != nil {
 				return out, err
 			}
-			rep, err := VerifyArchive(archived.Location, keys...)
+			rep, err := proof.VerifyArchive(archived.Location, keys...)
 			if err != nil {
 				return out, sandgate.Errorf(sandgate.CodeConflict, "partition %s: its archive at %s does not verify (%v); archive it again", p.Name, archived.Location, err)
 			}
@@ -193,11 +161,11 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 			return out, err
 		}
 		ev := sandgate.NewRetentionApplied(sandgate.Subject{Actor: actor}, time.Time{},
-			archivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
-				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.asMap())
+			proof.ArchivedPayload{Partition: p.Name, From: p.From, To: p.To, Rows: p.Rows, Chains: p.Chains,
+				ManifestSHA256: archived.ManifestSHA256, Location: archived.Location, ArchiveEventID: rec.ID, Trees: trees}.AsMap())
 		ev.ID = s.cfg.IDs()
 		table := pgx.Identifier{p.Name}.Sanitize()
-		err = s.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
+		err = s.writer.recordWith(ctx, ev, func(ctx context.Context, tx pgx.Tx) error {
 			// Nothing may land in the month between the checks and the
 			// drop: SHARE stops writes to it and lets readers go on. The
 			// drop needs audit_events itself exclusively, taken next,
@@ -231,7 +199,7 @@ func (s *Store) Purge(ctx context.Context, before time.Time, dryRun bool, actor 
 }
 
 // sameAsArchived reports how p differs from what its archive recorded.
-func sameAsArchived(p Partition, a archivedPayload) error {
+func sameAsArchived(p proof.Partition, a proof.ArchivedPayload) error {
 	if p.Rows != a.Rows {
 		return fmt.Errorf("%d rows now, %d archived", p.Rows, a.Rows)
 	}
@@ -249,69 +217,5 @@ func sameAsArchived(p Partition, a archivedPayload) error {
 
 // recordWith is Record for one event that commits together with also.
 func (s *Store) recordWith(ctx context.Context, ev sandgate.Event, also func(context.Context, pgx.Tx) error) error {
-	return s.await(ctx, &request{events: []canonical{s.prepare(ev)}, done: make(chan error, 1), ctx: ctx, also: also})
-}
-
-// retentionAnchors reads, from retention.applied events, where each
-// purged chain now begins: the last purged seq, its hash and its tree.
-// Only events that a checkpoint by a key v knows covers count: anyone with
-// the application role can insert a row that claims a purge. Those that
-// count are listed in v's report.
-func (s *Store) retentionAnchors(ctx context.Context, v *verifier) (map[string]anchorPoint, error) {
-	refs, err := s.retentionRecords(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]anchorPoint{}
-	covered := map[string]int64{}
-	for _, r := range refs {
-		seq, ok := covered[r.chain]
-		if !ok {
-			if c := v.chains[r.chain]; c != nil {
-				seq, _ = v.covered(c)
-			} else {
-				cps, err := s.checkpointsOf(ctx, r.chain)
-				if err != nil {
-					return nil, err
-				}
-				seq = v.knownSeq(cps)
-			}
-			covered[r.chain] = seq
-		}
-		if seq >= r.seq {
-			addAnchors(out, r.p)
-			v.notePurged(r.p, r.id)
-		}
-	}
-	return out, nil
-}
-
-// anchorPoint is where a purged chain's kept rows link to, and the tree
-// of the dropped rows when the purge recorded it.
-type anchorPoint struct {
-	Seq  int64
-	Hash []byte
-	Tree *treeState
-}
-
-func addAnchors(into map[string]anchorPoint, p archivedPayload) {
-	trees := map[string]purgedTree{}
-	for _, t := range p.Trees {
-		trees[t.ChainID] = t
-	}
-	for _, c := range p.Chains {
-		h := hexHash(c.LastHash)
-		if h == nil {
-			continue
-		}
-		if a, ok := into[c.ChainID]; !ok || c.LastSeq > a.Seq {
-			a = anchorPoint{Seq: c.LastSeq, Hash: h}
-			if t, ok := trees[c.ChainID]; ok && t.Size == c.LastSeq {
-				// A tree that does not make its own root is left out:
-				// later notes are then not checked, as without one.
-				a.Tree, _ = t.state()
-			}
-			into[c.ChainID] = a
-		}
-	}
+	return s.await(ctx, &request{events: []proof.Canonical{s.prepare(ev)}, done: make(chan error, 1), ctx: ctx, also: also})
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // The retention period: how long the trail keeps a month before
@@ -79,9 +80,9 @@ func (p RetentionPeriod) Cutoff(now time.Time) time.Time {
 type RetentionResult struct {
 	Period string `json:"period"`
 	// Cutoff is when the months dropped end at the latest.
-	Cutoff   time.Time         `json:"cutoff,omitzero"`
-	Archived []ArchiveManifest `json:"archived"`
-	Purged   []PurgeResult     `json:"purged"`
+	Cutoff   time.Time               `json:"cutoff,omitzero"`
+	Archived []proof.ArchiveManifest `json:"archived"`
+	Purged   []PurgeResult           `json:"purged"`
 	// Busy is set when another gateway was applying retention.
 	Busy bool `json:"busy,omitempty"`
 }
@@ -99,8 +100,8 @@ const retentionLock = "sandgate-audit-retention"
 // as Purge). With dryRun, it reports what it would do and changes
 // nothing. Gateways apply it one at a time: when another holds the lock,
 // it does nothing and says Busy.
-func (s *Store) ApplyRetention(ctx context.Context, period RetentionPeriod, archiveDir string, dryRun bool, actor string) (RetentionResult, error) {
-	res := RetentionResult{Period: period.String(), Archived: []ArchiveManifest{}, Purged: []PurgeResult{}}
+func (s *Retention) ApplyRetention(ctx context.Context, period RetentionPeriod, archiveDir string, dryRun bool, actor string) (RetentionResult, error) {
+	res := RetentionResult{Period: period.String(), Archived: []proof.ArchiveManifest{}, Purged: []PurgeResult{}}
 	if period.Forever() {
 		return res, nil
 	}
@@ -162,7 +163,7 @@ const retentionActor = "sandgate:retention"
 // RetentionLoop applies period every interval until ctx ends (the first
 // time after one interval), logging what it dropped and, once per
 // distinct cause, why it could not. A gateway runs it.
-func (s *Store) RetentionLoop(ctx context.Context, period RetentionPeriod, archiveDir string, interval time.Duration) {
+func (s *Retention) RetentionLoop(ctx context.Context, period RetentionPeriod, archiveDir string, interval time.Duration) {
 	if period.Forever() || interval <= 0 {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -47,7 +48,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 			c.Clock, c.IDs = clock.Now, v7At(clock.Now)
 			c.CheckpointEvery = 7
 			c.CheckpointInterval = 24 * time.Hour
-			c.TrustedKeys = trusted
+			c.Anchors.Pinned = trusted
 			c.noTree = noTree
 		})
 	}
@@ -97,7 +98,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if janSize >= janLast {
 		t.Fatalf("January's first checkpoint is at %d, its last row %d", janSize, janLast)
 	}
-	_, janCP, err := OpenNote(janNote, mustVerifierKey(t, janNote, gw.PublicKey()))
+	_, janCP, err := proof.OpenNote(janNote, mustVerifierKey(t, janNote, gw.PublicKey()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +110,11 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dry, err := admin.ApplyRetention(ctx, period, "", true, "ops")
+	dry, err := admin.Retention().ApplyRetention(ctx, period, "", true, "ops")
 	if err == nil || !isCode(err, sandgate.CodeConflict) || len(dry.Purged) != 0 {
 		t.Fatalf("dry run without an archive = %+v, %v; want CONFLICT never archived", dry, err)
 	}
-	res, err := admin.ApplyRetention(ctx, period, t.TempDir(), false, "ops")
+	res, err := admin.Retention().ApplyRetention(ctx, period, t.TempDir(), false, "ops")
 	if err != nil || len(res.Archived) != 1 || len(res.Purged) != 1 || !res.Purged[0].Dropped || res.Purged[0].Partition.Name != "audit_events_2025_01" {
 		t.Fatalf("ApplyRetention = %+v, %v; want January archived and dropped", res, err)
 	}
@@ -139,11 +140,11 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	}
 	trusted := func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{gw.PublicKey(), old.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{gw.PublicKey(), old.PublicKey(), admin.PublicKey()}
 	}
 	// Verify passes and says what was purged.
 	ro := readOnly(t, dsn, trusted)
-	rep, err := ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err := ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify after retention = %+v, %v", rep, err)
 	}
@@ -153,13 +154,13 @@ func TestRetentionKnownAbsent(t *testing.T) {
 
 	// Offline, on an export taken after the purge, too.
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
-	if off, err := VerifyExport(&events, &cps, gw.PublicKey(), old.PublicKey(), admin.PublicKey()); err != nil || !off.OK || len(off.Purged) != 2 {
+	if off, err := proof.VerifyExport(&events, &cps, gw.PublicKey(), old.PublicKey(), admin.PublicKey()); err != nil || !off.OK || len(off.Purged) != 2 {
 		t.Fatalf("VerifyExport after retention = %+v, %v", off, err)
 	}
 	// Each chain's tree starts again from the recorded frontier, so the
@@ -168,33 +169,35 @@ func TestRetentionKnownAbsent(t *testing.T) {
 	if err := db.QueryRow(`SELECT payload FROM audit_events WHERE type = 'retention.applied'`).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
-	var payload archivedPayload
+	var payload proof.ArchivedPayload
 	if err := json.Unmarshal(raw, &payload); err != nil {
 		t.Fatal(err)
 	}
-	anchors := map[string]anchorPoint{}
-	addAnchors(anchors, payload)
-	for _, c := range []string{chain, old.ChainID()} {
-		if a := anchors[c]; a.Tree == nil || a.Tree.size != a.Seq {
-			t.Errorf("chain %s: purge boundary %+v without its tree", c, a)
+	trees := map[string]proof.PurgedTree{}
+	for _, tr := range payload.Trees {
+		trees[tr.ChainID] = tr
+	}
+	for _, c := range payload.Chains {
+		if f, err := trees[c.ChainID].Tree(); err != nil || f.Size() != c.LastSeq {
+			t.Errorf("chain %s: purge boundary at seq %d without its tree (%v)", c.ChainID, c.LastSeq, err)
 		}
 	}
 
 	// Proofs: a kept event's inclusion, and consistency from January's
 	// signed tree to the newest, both checked by x/mod's tlog.
-	cp, err := ro.Checkpoint(ctx, chain)
+	cp, err := ro.Proofs().Checkpoint(ctx, chain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := tlog.Hash(cp.RootHash)
-	incl, err := ro.InclusionProof(ctx, febID, 0)
+	incl, err := ro.Proofs().InclusionProof(ctx, febID, 0)
 	if err != nil {
 		t.Fatalf("inclusion of a kept event: %v", err)
 	}
 	if err := tlog.CheckRecord(toHashes(incl.Hashes), incl.TreeSize, root, incl.LeafIndex, tlog.RecordHash(incl.EventHash)); err != nil {
 		t.Errorf("tlog.CheckRecord of a kept event: %v", err)
 	}
-	cons, err := ro.ConsistencyProof(ctx, chain, janSize, 0)
+	cons, err := ro.Proofs().ConsistencyProof(ctx, chain, janSize, 0)
 	if err != nil {
 		t.Fatalf("consistency across the purge: %v", err)
 	}
@@ -205,13 +208,13 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Errorf("tlog.CheckTree from January's note: %v", err)
 	}
 	// What was dropped is known-absent: 410, not 404.
-	if _, err := ro.InclusionProof(ctx, janID, 0); !isCode(err, sandgate.CodePurged) {
+	if _, err := ro.Proofs().InclusionProof(ctx, janID, 0); !isCode(err, sandgate.CodePurged) {
 		t.Errorf("inclusion of a purged event: %v, want SANDGATE-PURGED", err)
 	}
-	if _, err := ro.Receipt(ctx, januaryRun); !isCode(err, sandgate.CodePurged) {
+	if _, err := ro.Proofs().Receipt(ctx, januaryRun); !isCode(err, sandgate.CodePurged) {
 		t.Errorf("receipt of a purged run: %v, want SANDGATE-PURGED", err)
 	}
-	if _, err := ro.InclusionProof(ctx, v7At(time.Now)(), 0); !isCode(err, sandgate.CodeNotFound) {
+	if _, err := ro.Proofs().InclusionProof(ctx, v7At(time.Now)(), 0); !isCode(err, sandgate.CodeNotFound) {
 		t.Errorf("inclusion of an event that never was, made after every purge: %v, want NOT-FOUND", err)
 	}
 
@@ -223,17 +226,17 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := sandgate.Event{ID: v7At(clock.Now)(), Type: sandgate.EventRetentionApplied, Outcome: "dropped", Actor: "mallory",
-		Payload: archivedPayload{Partition: "audit_events_2025_02", From: time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC),
-			Chains: []PartitionChain{{ChainID: chain, FirstSeq: janLast + 1, LastSeq: febLast, LastHash: febHash}}}.asMap()}
+		Payload: proof.ArchivedPayload{Partition: "audit_events_2025_02", From: time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC),
+			Chains: []proof.PartitionChain{{ChainID: chain, FirstSeq: janLast + 1, LastSeq: febLast, LastHash: febHash}}}.AsMap()}
 	forged.Time = clock.Now()
 	fe, body, err := canonicalEvent(forged, clock.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	zero := make([]byte, HashSize)
+	zero := make([]byte, proof.HashSize)
 	if _, err := db.Exec(`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, outcome, actor, payload, body, prev_hash, hash)
 		VALUES ($1, 'forger', 1, $2, $2, $3, 'dropped', 'mallory', $4, $5, $6, $7)`,
-		fe.ID, clock.Now(), string(fe.Type), mustJSON(fe.Payload), body, zero, ChainHash(zero, "forger", 1, body)); err != nil {
+		fe.ID, clock.Now(), string(fe.Type), jsonOf(t, fe.Payload), body, zero, proof.ChainHash(zero, "forger", 1, body)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`DROP TABLE audit_events_2025_02`); err != nil {
@@ -246,12 +249,12 @@ func TestRetentionKnownAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro = readOnly(t, dsn, trusted)
-	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err = ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := problemKinds(rep)
-	if rep.OK || kinds[ProblemSeqGap] == 0 || kinds[ProblemBodyMismatch] == 0 || kinds[ProblemUnsignedChain] == 0 {
+	if rep.OK || kinds[proof.ProblemSeqGap] == 0 || kinds[proof.ProblemBodyMismatch] == 0 || kinds[proof.ProblemUnsignedChain] == 0 {
 		t.Fatalf("Verify with a forged drop and a changed row = %v; want seq_gap, body_mismatch and unsigned_chain", rep.Problems)
 	}
 	for _, p := range rep.Purged {
@@ -264,7 +267,7 @@ func TestRetentionKnownAbsent(t *testing.T) {
 // mustVerifierKey is the note verifier key of pub for note's origin.
 func mustVerifierKey(t *testing.T, note string, pub ed25519.PublicKey) string {
 	t.Helper()
-	k, err := NoteVerifierKey(NoteOrigin(note), pub)
+	k, err := proof.NoteVerifierKey(proof.NoteOrigin(note), pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +305,7 @@ func TestRetentionLoop(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		loop.RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
+		loop.Retention().RetentionLoop(lctx, RetentionPeriod{Months: 2}, t.TempDir(), 20*time.Millisecond)
 	}()
 	sandgatetest.WaitFor(t, "January dropped by the loop", 10*time.Second, func() bool {
 		return count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'retention.applied' AND actor = 'sandgate:retention'") == 1

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -49,7 +50,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 			c.Clock = clock.Now
 			c.CheckpointEvery = 7
 			c.CheckpointInterval = 24 * time.Hour
-			c.TrustedKeys = trusted
+			c.Anchors.Pinned = trusted
 		})
 	}
 	a, b := open(), open()
@@ -79,7 +80,7 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	// The operator's store (sandgate audit archive|purge) trusts both
 	// gateways' keys and writes a chain of its own.
 	admin := open(a.PublicKey(), b.PublicKey())
-	parts, err := admin.Partitions(ctx)
+	parts, err := admin.Retention().Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,60 +95,60 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	}
 
 	// Nothing archived: purge refuses and drops nothing.
-	if _, err := admin.Purge(ctx, time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "never archived") {
+	if _, err := admin.Retention().Purge(ctx, time.Date(2025, 2, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "never archived") {
 		t.Fatalf("Purge before any archive: %v, want CONFLICT never archived", err)
 	}
-	if _, err := admin.Archive(ctx, "audit_events_2025_04", t.TempDir(), "ops"); !isCode(err, sandgate.CodeConflict) {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_04", t.TempDir(), "ops"); !isCode(err, sandgate.CodeConflict) {
 		t.Fatalf("Archive of the current month: %v, want CONFLICT", err)
 	}
-	if _, err := admin.Archive(ctx, "audit_events_default", t.TempDir(), "ops"); !isCode(err, sandgate.CodeInvalidRequest) {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_default", t.TempDir(), "ops"); !isCode(err, sandgate.CodeInvalidRequest) {
 		t.Fatalf("Archive of the default partition: %v, want INVALID-REQUEST", err)
 	}
 
 	dir := t.TempDir()
-	m, err := admin.Archive(ctx, "audit_events_2025_01", dir, "ops")
+	m, err := admin.Retention().Archive(ctx, "audit_events_2025_01", dir, "ops")
 	if err != nil {
 		t.Fatalf("Archive January: %v", err)
 	}
 	if m.Rows != 26 || len(m.Chains) != 2 || m.Chains[0].FirstSeq != 1 || m.Chains[0].LastSeq != 13 {
 		t.Fatalf("manifest = %+v, want 26 rows, two chains of seq 1–13", m.Partition)
 	}
-	rep, err := VerifyArchive(filepath.Join(dir, "audit_events_2025_01"), a.PublicKey(), b.PublicKey())
+	rep, err := proof.VerifyArchive(filepath.Join(dir, "audit_events_2025_01"), a.PublicKey(), b.PublicKey())
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyArchive = %+v, %v", rep, err)
 	}
 	// Archiving again into the same place finds the archive standing and
 	// records nothing new; one that no longer verifies is not overwritten.
-	if _, err := admin.Archive(ctx, "audit_events_2025_01", dir, "ops"); err != nil {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_01", dir, "ops"); err != nil {
 		t.Fatalf("second Archive into the same directory: %v", err)
 	}
 	if got := count(t, db, "SELECT count(*) FROM audit_events WHERE type = 'audit.archived'"); got != 1 {
 		t.Fatalf("audit.archived events = %d, want 1", got)
 	}
 	other := t.TempDir()
-	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); err != nil {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_02", other, "ops"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(other, "audit_events_2025_02", ArchiveEventsFile), []byte("{}\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(other, "audit_events_2025_02", proof.ArchiveEventsFile), []byte("{}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Archive(ctx, "audit_events_2025_02", other, "ops"); !isCode(err, sandgate.CodeConflict) {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_02", other, "ops"); !isCode(err, sandgate.CodeConflict) {
 		t.Fatalf("Archive over a damaged archive: %v, want CONFLICT", err)
 	}
 	// Purge checks the newest archive of a month where it can read it.
-	if _, err := admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), true, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "does not verify") {
+	if _, err := admin.Retention().Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), true, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "does not verify") {
 		t.Fatalf("dry run with February's archive damaged: %v, want CONFLICT does not verify", err)
 	}
-	if _, err := admin.Archive(ctx, "audit_events_2025_02", dir, "ops"); err != nil {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_02", dir, "ops"); err != nil {
 		t.Fatal(err)
 	}
 
 	// Up to March: January and February are archived, March is not.
-	res, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), true, "ops")
+	res, err := admin.Retention().Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), true, "ops")
 	if !isCode(err, sandgate.CodeConflict) || len(res) != 2 || res[0].Dropped || res[1].Partition.Name != "audit_events_2025_02" {
 		t.Fatalf("dry run to April = %+v, %v; want January and February checked, then March refused", res, err)
 	}
-	res, err = admin.Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), false, "ops")
+	res, err = admin.Retention().Purge(ctx, time.Date(2025, 3, 1, 0, 0, 0, 0, time.UTC), false, "ops")
 	if err != nil || len(res) != 2 || !res[0].Dropped || !res[1].Dropped {
 		t.Fatalf("Purge January and February = %+v, %v", res, err)
 	}
@@ -167,34 +168,34 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{a.PublicKey(), b.PublicKey(), admin.PublicKey()}
 	})
-	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err = ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify after purge = %+v, %v", rep, err)
 	}
 	var events, cps bytes.Buffer
-	if err := ro.Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
+	if err := ro.Reader().Export(ctx, sandgate.AuditFilter{}, sandgate.ExportJSONL, &events); err != nil {
 		t.Fatal(err)
 	}
-	if err := ro.ExportCheckpoints(ctx, "", &cps); err != nil {
+	if err := ro.Reader().ExportCheckpoints(ctx, "", &cps); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = VerifyExport(&events, &cps, a.PublicKey(), b.PublicKey(), admin.PublicKey())
+	rep, err = proof.VerifyExport(&events, &cps, a.PublicKey(), b.PublicKey(), admin.PublicKey())
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyExport after purge = %+v, %v", rep, err)
 	}
 
 	// March archived, then a row slipped into it: refused.
 	admin = open(a.PublicKey(), b.PublicKey(), admin.PublicKey())
-	if _, err := admin.Archive(ctx, "audit_events_2025_03", dir, "ops"); err != nil {
+	if _, err := admin.Retention().Archive(ctx, "audit_events_2025_03", dir, "ops"); err != nil {
 		t.Fatalf("Archive March: %v", err)
 	}
 	if _, err := db.Exec(`INSERT INTO audit_events (event_id, chain_id, seq, recorded_at, event_time, type, body, prev_hash, hash)
 		VALUES (gen_random_uuid(), 'intruder', 1, '2025-03-20', '2025-03-20', 't', '\x7b7d', sha256(''), sha256(''))`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "changed since it was archived") {
+	if _, err := admin.Retention().Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops"); !isCode(err, sandgate.CodeConflict) || !strings.Contains(err.Error(), "changed since it was archived") {
 		t.Fatalf("Purge of a changed month: %v, want CONFLICT changed since archived", err)
 	}
 
@@ -202,11 +203,11 @@ func TestRetentionArchiveThenPurge(t *testing.T) {
 	if _, err := db.Exec(`DROP TABLE audit_events_2025_03`); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = ro.VerifyTrail(ctx, sandgate.VerifyRange{})
+	rep, err = ro.Verifier().VerifyTrail(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if problemKinds(rep)[ProblemSeqGap] == 0 {
+	if problemKinds(rep)[proof.ProblemSeqGap] == 0 {
 		t.Fatalf("Verify after a silent DROP = %v, want seq_gap", rep.Problems)
 	}
 }
@@ -229,11 +230,11 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 	})
 	clock.Set(time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
-	if _, err := s.Archive(ctx, "audit_events_2025_05", dir, "ops"); err != nil {
+	if _, err := s.Retention().Archive(ctx, "audit_events_2025_05", dir, "ops"); err != nil {
 		t.Fatal(err)
 	}
 	arch := filepath.Join(dir, "audit_events_2025_05")
-	path := filepath.Join(arch, ArchiveEventsFile)
+	path := filepath.Join(arch, proof.ArchiveEventsFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -241,12 +242,12 @@ func TestVerifyArchiveCatchesTampering(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Replace(data, []byte(`"run-1"`), []byte(`"run-2"`), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := VerifyArchive(arch, s.PublicKey())
+	rep, err := proof.VerifyArchive(arch, s.PublicKey())
 	if err != nil {
 		t.Fatal(err)
 	}
 	kinds := problemKinds(rep)
-	if rep.OK || kinds[ProblemArchiveMismatch] == 0 || kinds[ProblemBodyMismatch]+kinds[ProblemHashMismatch] == 0 {
+	if rep.OK || kinds[proof.ProblemArchiveMismatch] == 0 || kinds[proof.ProblemBodyMismatch]+kinds[proof.ProblemHashMismatch] == 0 {
 		t.Fatalf("VerifyArchive of an edited archive = %v, want archive_mismatch and a hash or body problem", rep.Problems)
 	}
 }
@@ -286,10 +287,10 @@ func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
 
 	admin := testStore(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{s.PublicKey()}
 	})
 	dir := t.TempDir()
-	m, err := admin.Archive(ctx, "audit_events_2025_03", dir, "ops")
+	m, err := admin.Retention().Archive(ctx, "audit_events_2025_03", dir, "ops")
 	if err != nil {
 		t.Fatalf("Archive March, whose rows were in the default partition: %v", err)
 	}
@@ -312,7 +313,7 @@ func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
 			t.Errorf("%s: %v, want refused as append-only", stmt, err)
 		}
 	}
-	res, err := admin.Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops")
+	res, err := admin.Retention().Purge(ctx, time.Date(2025, 4, 1, 0, 0, 0, 0, time.UTC), false, "ops")
 	if err != nil || len(res) != 1 || !res[0].Dropped {
 		t.Fatalf("Purge March = %+v, %v", res, err)
 	}
@@ -321,9 +322,9 @@ func TestRetentionAdoptsDefaultPartitionRows(t *testing.T) {
 	}
 	ro := readOnly(t, dsn, func(c *Config) {
 		c.Clock = clock.Now
-		c.TrustedKeys = []ed25519.PublicKey{s.PublicKey(), admin.PublicKey()}
+		c.Anchors.Pinned = []ed25519.PublicKey{s.PublicKey(), admin.PublicKey()}
 	})
-	rep, err := ro.Verify(ctx, sandgate.VerifyRange{})
+	rep, err := ro.Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify after purging the adopted month = %+v, %v", rep, err)
 	}

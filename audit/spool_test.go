@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -110,7 +111,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	if got := count(t, db, "SELECT max(seq) FROM audit_events"); got != 184 {
 		t.Errorf("max seq = %d, want 184 (gapless)", got)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
@@ -120,7 +121,7 @@ func TestPostgresStoppedMidStream(t *testing.T) {
 	// The tree followed the redeliveries: the final note's root is the
 	// RFC 6962 root of the chain's hashes.
 	leaves := chainHashes(t, db, s.ChainID())
-	cp, err := readOnly(t, dsn, nil).Checkpoint(context.Background(), s.ChainID())
+	cp, err := readOnly(t, dsn, nil).Proofs().Checkpoint(context.Background(), s.ChainID())
 	if err != nil || cp.TreeSize != int64(len(leaves)) || !bytes.Equal(cp.RootHash, rfc6962Root(leaves)) {
 		t.Errorf("tree after redelivery: size %d root %x (%v), want %d %x", cp.TreeSize, cp.RootHash, err, len(leaves), rfc6962Root(leaves))
 	}
@@ -235,9 +236,9 @@ func TestSpoolLockedPerProcess(t *testing.T) {
 func testSealed(seq int) *sealed {
 	ev, body, _ := canonicalEvent(lifecycle(seq, "spool"), time.Unix(1700000000, 0))
 	ev.ID = "0190f5d2-0000-7000-8000-00000000000" + string(rune('0'+seq%10))
-	prev := make([]byte, HashSize)
+	prev := make([]byte, proof.HashSize)
 	return &sealed{Event: ev, ChainID: "c", Seq: int64(seq), RecordedAt: time.Unix(1700000000, 0).UTC(),
-		Body: body, PrevHash: prev, Hash: ChainHash(prev, "c", int64(seq), body)}
+		Body: body, PrevHash: prev, Hash: proof.ChainHash(prev, "c", int64(seq), body)}
 }
 
 func spoolFrame(t *testing.T, seq int) []byte {
@@ -278,18 +279,18 @@ func TestSpooledPayloadDelivered(t *testing.T) {
 	dsn, db := newDB(t)
 	s := testStore(t, dsn, nil)
 	at := time.Date(2026, 11, 22, 16, 0, 0, 0, time.UTC)
-	prev := make([]byte, HashSize)
+	prev := make([]byte, proof.HashSize)
 	var recs []*sealed
 	for i, ev := range []sandgate.Event{lifecycle(1, "spooled"), lifecycle(2, "spooled-old"), {Type: sandgate.EventContainerStarted, RunID: "spooled-bare"}} {
 		ev.ID = fmt.Sprintf("0190f5d2-0000-7000-8000-00000000000%d", i)
 		ev.Time = at
 		payload := ev.Payload
-		c, err := canonicalize(ev)
+		c, err := proof.Canonicalize(ev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body := c.body(at)
-		h := ChainHash(prev, "legacy", int64(i+1), body)
+		body := c.Body(at)
+		h := proof.ChainHash(prev, "legacy", int64(i+1), body)
 		r := &sealed{Event: c.Event, ChainID: "legacy", Seq: int64(i + 1), RecordedAt: at, Body: body, PrevHash: prev, Hash: h}
 		if i == 1 {
 			r.Event.Payload = payload // as an older version spooled it
@@ -373,7 +374,7 @@ func TestSpooledEventRecordedAtDelivery(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := readOnly(t, dsn, nil).VerifyTrail(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, trusting(s.PublicKey())).Verifier().VerifyTrail(context.Background(), sandgate.VerifyRange{})
 	if err != nil || !rep.OK {
 		t.Fatalf("VerifyTrail = %+v, %v", rep, err)
 	}

@@ -532,7 +532,7 @@ type SinkCursor struct {
 
 // SinkCursors returns a sink's cursors (not its start marker), for tests
 // and operators.
-func (s *Store) SinkCursors(ctx context.Context, sink string) ([]SinkCursor, error) {
+func (s *Reader) SinkCursors(ctx context.Context, sink string) ([]SinkCursor, error) {
 	rows, err := s.pool.Query(ctx, `SELECT chain_id, seq FROM audit_sink_cursors WHERE sink = $1 AND chain_id <> '' ORDER BY chain_id`, sink)
 	if err != nil {
 		return nil, err

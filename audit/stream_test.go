@@ -170,7 +170,7 @@ func TestStreamToRsyslogInOrder(t *testing.T) {
 	})
 	want := trail(t, db)
 	checkDelivery(t, want, rsyslogEvents(t, r), false)
-	cursors, err := st.SinkCursors(context.Background(), "rsyslog")
+	cursors, err := st.Reader().SinkCursors(context.Background(), "rsyslog")
 	if err != nil {
 		t.Fatal(err)
 	}

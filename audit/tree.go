@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Each chain is also an RFC 6962 Merkle tree whose leaves are its events'
@@ -19,14 +20,12 @@ import (
 // audit_tree_hashes, a run of consecutive ones per row. The writer
 // computes them from the tree's right edge, kept in memory, as it commits
 // events, and signs each checkpoint note with the root computed the same
-// way; a builder goroutine beside it stores the runs, in order (treeState).
+// way; a builder goroutine beside it stores the runs, in order
+// (proof.Frontier).
 // The events' own commits are left as they were (a decision's commit is
 // one statement). After a restart, or when hashes were lost, the writer
 // catches the stored tree up from audit_events before its next note
 // (growTreeTo).
-
-// LeafHash returns the tree leaf hash of an event hash.
-func LeafHash(eventHash []byte) tlog.Hash { return tlog.RecordHash(eventHash) }
 
 // querier is what a tree reader reads through: a pool or a transaction.
 type querier interface {
@@ -142,50 +141,6 @@ func storedTreeSize(ctx context.Context, q querier, chainID string) (int64, erro
 // treeChunk is how many leaves one catch-up step reads and stores.
 const treeChunk = 50_000
 
-// treeState is a tree of size leaves known by its frontier: the stored
-// hashes on its right edge (the roots of the complete subtrees that make
-// up the tree), all a new leaf or the root needs. A writer's tree builder
-// keeps one for its chain; verify follows a chain's tree with one.
-type treeState struct {
-	size     int64 // leaves in the frontier; -1: unknown, catch up from the database
-	frontier map[int64]tlog.Hash
-}
-
-// frontierIndexes are the stored hash indexes of the complete subtrees a
-// tree of n leaves is made of.
-func frontierIndexes(n int64) []int64 {
-	var out []int64
-	for l := 0; n>>l > 0; l++ {
-		if (n>>l)&1 == 1 {
-			out = append(out, tlog.StoredHashIndex(l, (n>>l)-1))
-		}
-	}
-	return out
-}
-
-// ReadHashes reads the frontier (tlog.HashReader).
-func (t *treeState) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
-	out := make([]tlog.Hash, len(indexes))
-	for i, x := range indexes {
-		h, ok := t.frontier[x]
-		if !ok {
-			return nil, fmt.Errorf("tree hash %d is not on the frontier", x)
-		}
-		out[i] = h
-	}
-	return out, nil
-}
-
-// prune drops what the frontier no longer needs.
-func (t *treeState) prune() {
-	keep := frontierIndexes(t.size)
-	for k := range t.frontier {
-		if !slices.Contains(keep, k) {
-			delete(t.frontier, k)
-		}
-	}
-}
-
 // treeBuilder owns a writer's tree, off the writer's goroutine, which
 // only hands it the hashes of the events it committed: a hasher goroutine
 // keeps the tree's frontier, computes each event's stored hashes, answers
@@ -200,8 +155,8 @@ type treeBuilder struct {
 	in      chan treeMsg // from the writer, in chain order
 	rows    chan []any   // to the storer, in order: one audit_tree_hashes row each
 	done    chan struct{}
-	pending sync.WaitGroup // rows sent to the storer, not yet stored
-	st      treeState      // the hasher's alone
+	pending sync.WaitGroup  // rows sent to the storer, not yet stored
+	st      *proof.Frontier // the hasher's alone; nil: unknown, catch up from the database
 }
 
 // treeMsg is the writer's word to its tree: the hashes of events from
@@ -227,8 +182,7 @@ type rootReply struct {
 
 // startTree starts the builder of w's tree.
 func (w *writer) startTree() {
-	b := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), done: make(chan struct{}),
-		st: treeState{size: -1}}
+	b := &treeBuilder{w: w, in: make(chan treeMsg, 1024), rows: make(chan []any, 1024), done: make(chan struct{})}
 	w.tree = b
 	stored := make(chan struct{})
 	go func() { defer close(stored); b.store() }()
@@ -247,11 +201,11 @@ func (b *treeBuilder) hash() {
 		case m.root != nil:
 			root, err := b.root(m.root.ctx, m.root.size)
 			if err != nil {
-				b.st.size = -1
+				b.st = nil
 			}
 			m.root.reply <- rootReply{root, err}
 		case m.gap:
-			b.st.size = -1
+			b.st = nil
 		default:
 			b.add(m.first, m.hashes)
 		}
@@ -263,30 +217,25 @@ func (b *treeBuilder) hash() {
 // the tree's last leave it to catch up from the database at the next
 // checkpoint.
 func (b *treeBuilder) add(first int64, hashes [][]byte) {
-	t := &b.st
-	if t.size < 0 || len(hashes) == 0 {
+	t := b.st
+	if t == nil || len(hashes) == 0 {
 		return
 	}
-	if first != t.size+1 {
-		t.size = -1
+	if first != t.Size()+1 {
+		b.st = nil
 		return
 	}
-	start := tlog.StoredHashIndex(0, t.size)
+	start := tlog.StoredHashIndex(0, t.Size())
 	out := make([]tlog.Hash, 0, 2*len(hashes))
 	for _, h := range hashes {
-		hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(h), t)
+		hs, err := t.Push(h)
 		if err != nil {
-			t.size = -1
+			b.st = nil
 			return
 		}
-		x := tlog.StoredHashIndex(0, t.size)
-		for j, h := range hs {
-			t.frontier[x+int64(j)] = h
-		}
 		out = append(out, hs...)
-		t.size++
 	}
-	t.prune()
+	t.Prune()
 	b.pending.Add(1)
 	b.rows <- treeRow(b.w.chainID, start, out)
 }
@@ -296,14 +245,14 @@ func (b *treeBuilder) add(first int64, hashes [][]byte) {
 // from audit_events (synchronously, after the storer stored what it
 // holds) and the frontier read back.
 func (b *treeBuilder) root(ctx context.Context, size int64) (tlog.Hash, error) {
-	w, t := b.w, &b.st
+	w := b.w
 	if w.treeBroken.Load() {
 		b.pending.Wait() // the storer drops what is queued
 		w.treeBroken.Store(false)
-		t.size = -1
+		b.st = nil
 	}
-	if t.size == size {
-		return tlog.TreeHash(t.size, t)
+	if b.st != nil && b.st.Size() == size {
+		return b.st.Root()
 	}
 	b.pending.Wait()
 	tx, err := w.s.pool.Begin(ctx)
@@ -315,19 +264,16 @@ func (b *treeBuilder) root(ctx context.Context, size int64) (tlog.Hash, error) {
 	if err != nil {
 		return tlog.Hash{}, err
 	}
-	idx := frontierIndexes(size)
-	hs, err := r.ReadHashes(idx)
+	hs, err := r.ReadHashes(proof.FrontierIndexes(size))
 	if err != nil {
 		return tlog.Hash{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return tlog.Hash{}, err
 	}
-	t.frontier = make(map[int64]tlog.Hash, len(idx))
-	for i, x := range idx {
-		t.frontier[x] = hs[i]
+	if b.st, err = proof.FrontierOf(size, hs); err != nil {
+		return tlog.Hash{}, err
 	}
-	t.size = size
 	return root, nil
 }
 
@@ -464,7 +410,7 @@ func growTreeTo(ctx context.Context, tx pgx.Tx, chainID string, target int64) (*
 		hashes := make([]tlog.Hash, 0, 2*len(leaves))
 		for i, leaf := range leaves {
 			n := size + int64(i)
-			hs, err := tlog.StoredHashesForRecordHash(n, LeafHash(leaf), r)
+			hs, err := tlog.StoredHashesForRecordHash(n, proof.LeafHash(leaf), r)
 			if err != nil {
 				return nil, tlog.Hash{}, fmt.Errorf("chain %s leaf %d: %w", chainID, n, err)
 			}
@@ -481,7 +427,7 @@ func growTreeTo(ctx context.Context, tx pgx.Tx, chainID string, target int64) (*
 		size += int64(len(leaves))
 		// A long catch-up keeps only what the next chunk may need.
 		keep := map[int64]tlog.Hash{}
-		for _, x := range frontierIndexes(size) {
+		for _, x := range proof.FrontierIndexes(size) {
 			if h, ok := r.cache[x]; ok {
 				keep[x] = h
 			}
@@ -520,22 +466,4 @@ func readLeaves(ctx context.Context, q querier, chainID string, from, to int64) 
 		return nil, fmt.Errorf("chain %s: rows after seq %d missing: %w", chainID, next-1, errLeavesGone)
 	}
 	return out, nil
-}
-
-// push adds the leaf of an event hash to the frontier (pruned every 1024
-// leaves): how verify follows a chain's tree.
-func (t *treeState) push(eventHash []byte) error {
-	hs, err := tlog.StoredHashesForRecordHash(t.size, LeafHash(eventHash), t)
-	if err != nil {
-		return err
-	}
-	x := tlog.StoredHashIndex(0, t.size)
-	for j, h := range hs {
-		t.frontier[x+int64(j)] = h
-	}
-	t.size++
-	if t.size%1024 == 0 {
-		t.prune()
-	}
-	return nil
 }

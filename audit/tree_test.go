@@ -14,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // rfc6962Root is the Merkle tree hash of RFC 6962 section 2.1 over leaf
@@ -81,8 +82,8 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 	}
 	r := readOnly(t, dsn, nil)
 	leaves := chainHashes(t, db, chain)
-	origin := Origin("test-node", chain)
-	vkey, err := NoteVerifierKey(origin, pub)
+	origin := proof.Origin("test-node", chain)
+	vkey, err := proof.NoteVerifierKey(origin, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("note at %d: %v\n%s", seq, err, msg)
 		}
-		c, err := ParseNoteText(n.Text)
+		c, err := proof.ParseNoteText(n.Text)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		t.Fatalf("only %d checkpoint notes over %d events", len(sizes), len(leaves))
 	}
 
-	cp, err := r.Checkpoint(ctx, chain)
+	cp, err := r.Proofs().Checkpoint(ctx, chain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 			if seq < 1 {
 				continue
 			}
-			p, err := r.InclusionProof(ctx, ids[seq-1], size)
+			p, err := r.Proofs().InclusionProof(ctx, ids[seq-1], size)
 			if err != nil {
 				t.Fatalf("inclusion of seq %d in %d: %v", seq, size, err)
 			}
@@ -159,7 +160,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 			if from > size {
 				continue
 			}
-			p, err := r.ConsistencyProof(ctx, chain, from, size)
+			p, err := r.Proofs().ConsistencyProof(ctx, chain, from, size)
 			if err != nil {
 				t.Fatalf("consistency %d→%d: %v", from, size, err)
 			}
@@ -170,7 +171,7 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 	}
 
 	// A tampered proof or a wrong leaf fails the independent check.
-	p, err := r.InclusionProof(ctx, ids[3], 0)
+	p, err := r.Proofs().InclusionProof(ctx, ids[3], 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,14 +185,14 @@ func TestTreeAndProofsAgainstIndependentVerifiers(t *testing.T) {
 		err  error
 		code sandgate.ErrorCode
 	}{
-		{"bad event id", second(r.InclusionProof(ctx, "nope", 0)), sandgate.CodeInvalidRequest},
-		{"unknown event", second(r.InclusionProof(ctx, "0193a000-0000-7000-8000-000000000000", 0)), sandgate.CodeNotFound},
-		{"size below seq", second(r.InclusionProof(ctx, ids[20], 3)), sandgate.CodeInvalidRequest},
-		{"unsigned size", second(r.InclusionProof(ctx, ids[0], int64(len(leaves)+5))), sandgate.CodeNotFound},
-		{"from zero", second(r.ConsistencyProof(ctx, chain, 0, 0)), sandgate.CodeInvalidRequest},
-		{"from above to", second(r.ConsistencyProof(ctx, chain, 9, 7)), sandgate.CodeInvalidRequest},
-		{"unknown chain", second(r.ConsistencyProof(ctx, "nope", 1, 0)), sandgate.CodeNotFound},
-		{"chain needed read-only", second(r.Checkpoint(ctx, "")), sandgate.CodeInvalidRequest},
+		{"bad event id", second(r.Proofs().InclusionProof(ctx, "nope", 0)), sandgate.CodeInvalidRequest},
+		{"unknown event", second(r.Proofs().InclusionProof(ctx, "0193a000-0000-7000-8000-000000000000", 0)), sandgate.CodeNotFound},
+		{"size below seq", second(r.Proofs().InclusionProof(ctx, ids[20], 3)), sandgate.CodeInvalidRequest},
+		{"unsigned size", second(r.Proofs().InclusionProof(ctx, ids[0], int64(len(leaves)+5))), sandgate.CodeNotFound},
+		{"from zero", second(r.Proofs().ConsistencyProof(ctx, chain, 0, 0)), sandgate.CodeInvalidRequest},
+		{"from above to", second(r.Proofs().ConsistencyProof(ctx, chain, 9, 7)), sandgate.CodeInvalidRequest},
+		{"unknown chain", second(r.Proofs().ConsistencyProof(ctx, "nope", 1, 0)), sandgate.CodeNotFound},
+		{"chain needed read-only", second(r.Proofs().Checkpoint(ctx, "")), sandgate.CodeInvalidRequest},
 	} {
 		if got := sandgate.ErrorCodeOf(tc.err); got != tc.code {
 			t.Errorf("%s: %v, want %s", tc.name, tc.err, tc.code)
@@ -236,7 +237,7 @@ func TestTreeCatchesUpFromEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	leaves := chainHashes(t, db, chain)
-	cp, err := readOnly(t, dsn, nil).Checkpoint(context.Background(), chain)
+	cp, err := readOnly(t, dsn, nil).Proofs().Checkpoint(context.Background(), chain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,16 +254,16 @@ func TestTreeCatchesUpFromEvents(t *testing.T) {
 // cosignature verifier only over the same text.
 func TestNoteSignerMatchesXMod(t *testing.T) {
 	_, key, _ := ed25519.GenerateKey(nil)
-	msg, err := SignNote(key, "sandgate.gw1/gw1-abc", 5, tlog.RecordHash([]byte("x")))
+	msg, err := proof.SignNote(key, "sandgate.gw1/gw1-abc", 5, tlog.RecordHash([]byte("x")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	vkey, _ := note.NewEd25519VerifierKey("sandgate.gw1/gw1-abc", key.Public().(ed25519.PublicKey))
-	if _, _, err := OpenNote(msg, vkey); err != nil {
+	if _, _, err := proof.OpenNote(msg, vkey); err != nil {
 		t.Fatalf("x/mod verifier refuses the note: %v\n%s", err, msg)
 	}
 	_, wkey, _ := ed25519.GenerateKey(nil)
-	cs := NewCosigner("witness.example", wkey)
+	cs := proof.NewCosigner("witness.example", wkey)
 	n, _ := note.Open([]byte(msg), note.VerifierList())
 	if n != nil {
 		t.Fatal("opened without a verifier")
@@ -276,7 +277,7 @@ func TestNoteSignerMatchesXMod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wv, err := NewCosignatureVerifier(cs.VerifierKey())
+	wv, err := proof.NewCosignatureVerifier(cs.VerifierKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +305,7 @@ func TestVerifyChecksNotes(t *testing.T) {
 	}
 	verify := func() map[string]int {
 		t.Helper()
-		rep, err := readOnly(t, dsn, nil).Verify(context.Background(), sandgate.VerifyRange{})
+		rep, err := readOnly(t, dsn, trusting(key.Public().(ed25519.PublicKey))).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,19 +318,19 @@ func TestVerifyChecksNotes(t *testing.T) {
 	if err := db.QueryRow(`SELECT id, seq FROM audit_checkpoints WHERE chain_id = $1 AND note IS NOT NULL ORDER BY id LIMIT 1`, chain).Scan(&id, &seq); err != nil {
 		t.Fatal(err)
 	}
-	wrong, err := SignNote(key, Origin("test-node", chain), seq, tlog.RecordHash([]byte("not the tree")))
+	wrong, err := proof.SignNote(key, proof.Origin("test-node", chain), seq, tlog.RecordHash([]byte("not the tree")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, wrong, id))
-	if got := verify(); got[ProblemNoteMismatch] != 1 {
+	if got := verify(); got[proof.ProblemNoteMismatch] != 1 {
 		t.Fatalf("a note with another root, signed with the real key: %v", got)
 	}
 	_, other, _ := ed25519.GenerateKey(nil)
 	leaves := chainHashes(t, db, chain)
-	forged, _ := SignNote(other, Origin("test-node", chain), seq, tlog.Hash(rfc6962Root(leaves[:seq])))
+	forged, _ := proof.SignNote(other, proof.Origin("test-node", chain), seq, tlog.Hash(rfc6962Root(leaves[:seq])))
 	tamper(t, db, fmt.Sprintf(`UPDATE audit_checkpoints SET note = $n$%s$n$ WHERE id = %d`, forged, id))
-	if got := verify(); got[ProblemNoteMismatch] != 1 {
+	if got := verify(); got[proof.ProblemNoteMismatch] != 1 {
 		t.Fatalf("a note signed by another key: %v", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Verify against the live trail: the verifier fed from the database, with
@@ -13,7 +14,7 @@ import (
 // Verify checks the trail over r and returns the problems found (see
 // VerifyTrail, which also lists the keys). The error is AUDIT-UNAVAILABLE
 // when the database cannot be read.
-func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.VerifyReport, error) {
+func (s *Verifier) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.VerifyReport, error) {
 	rep, err := s.VerifyTrail(ctx, r)
 	return rep.VerifyReport, err
 }
@@ -33,37 +34,42 @@ func (s *Store) Verify(ctx context.Context, r sandgate.VerifyRange) (sandgate.Ve
 // and no row may be recorded after the database's clock. The report lists
 // the keys with their node and first use. The error is AUDIT-UNAVAILABLE
 // when the database cannot be read; problems are in the report.
-func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report, error) {
+func (s *Verifier) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (proof.Report, error) {
 	var dbNow time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&dbNow); err != nil {
-		return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
+		return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
 	}
-	keys, err := s.Keys(ctx)
+	keys, err := s.keys(ctx)
 	if err != nil {
-		return Report{}, err
+		return proof.Report{}, err
 	}
-	grace := 2 * s.cfg.CheckpointInterval
-	v := newVerifier(s.trusted, later(dbNow, s.cfg.Clock()), grace)
-	v.ordered, v.grace = true, grace
-	v.futureAfter, v.futureClock = dbNow, "database's"
-	v.keys = keys
-	v.resolveKeys()
+	endorsements, err := s.endorsements(ctx)
+	if err != nil {
+		return proof.Report{}, err
+	}
+	v := proof.NewOnlineVerifier(s.cfg.Anchors, keys, endorsements, dbNow, s.cfg.Clock(), s.cfg.CheckpointInterval)
 	chains, err := s.chainIDs(ctx, r.ChainID)
 	if err != nil {
-		return Report{}, err
+		return proof.Report{}, err
 	}
 	partial := r.ToSeq > 0 || !r.Until.IsZero()
 	for _, chain := range chains {
 		cps, err := s.checkpointsOf(ctx, chain)
 		if err != nil {
-			return Report{}, err
+			return proof.Report{}, err
 		}
-		v.checkpoints(chain, cps)
-		v.chain(chain).checkTail = !partial
+		v.Checkpoints(chain, cps)
+		if partial {
+			v.Partial(chain)
+		}
 	}
-	purged, err := s.retentionAnchors(ctx, v)
+	refs, err := s.retentionRecords(ctx)
 	if err != nil {
-		return Report{}, err
+		return proof.Report{}, err
+	}
+	purged, err := v.PurgeBoundaries(refs, func(chain string) ([]proof.Checkpoint, error) { return s.checkpointsOf(ctx, chain) })
+	if err != nil {
+		return proof.Report{}, err
 	}
 	for _, chain := range chains {
 		from, to := r.FromSeq, r.ToSeq
@@ -77,7 +83,7 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 			}
 			var span struct{ Lo, Hi *int64 }
 			if err := q.Select("min(seq) AS lo, max(seq) AS hi").Scan(&span).Error; err != nil {
-				return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain span")
+				return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain span")
 			}
 			if span.Lo == nil {
 				continue
@@ -90,8 +96,7 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 		if a, ok := purged[chain]; ok && from <= a.Seq+1 {
 			// Retention dropped the chain's rows up to a.Seq.
 			from = a.Seq + 1
-			v.anchor(chain, from, a.Hash)
-			v.seedTree(chain, a)
+			v.StartAfterPurge(chain, a)
 		} else if from > 1 {
 			var prev []byte
 			err := s.db.WithContext(ctx).Table("audit_events").Select("hash").
@@ -99,7 +104,7 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 			if err != nil {
 				prev = nil
 			}
-			v.anchor(chain, from, prev)
+			v.Anchor(chain, from, prev)
 		}
 		q := s.db.WithContext(ctx).Table("audit_events").Select(eventColumns).Where("chain_id = ?", chain)
 		if from > 0 {
@@ -110,42 +115,61 @@ func (s *Store) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (Report
 		}
 		rows, err := q.Order("seq").Rows()
 		if err != nil {
-			return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+			return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
 		}
 		for rows.Next() {
 			var er eventRow
 			if err := er.scan(rows); err != nil {
 				rows.Close()
-				return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+				return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
 			}
 			rec := er.record()
-			v.row(&rowData{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: rec.Event,
+			v.Row(&proof.Row{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: rec.Event,
 				Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+			return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
 		}
 	}
 	// Every row read was committed before this.
-	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&v.futureEnd); err != nil {
-		return Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
+	var end time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&end); err != nil {
+		return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
 	}
-	return v.result(), nil
+	return v.Finish(end), nil
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// endorsements reads the root endorsements the trail records
+// (audit.key_endorsed), oldest first.
+func (s *trailDB) endorsements(ctx context.Context) ([]proof.Endorsement, error) {
+	rows, err := s.pool.Query(ctx, `SELECT payload FROM audit_events WHERE type = $1 ORDER BY recorded_at, chain_id, seq`,
+		string(sandgate.EventAuditKeyEndorsed))
+	if err != nil {
+		return nil, dbErr(err, "read key endorsements")
 	}
-	return a
+	defer rows.Close()
+	var out []proof.Endorsement
+	for rows.Next() {
+		var p map[string]any
+		if err := rows.Scan(&p); err != nil {
+			return nil, dbErr(err, "read key endorsements")
+		}
+		if e, ok := proof.EndorsementFromEvent(sandgate.Event{Type: sandgate.EventAuditKeyEndorsed, Payload: p}); ok {
+			out = append(out, e)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(err, "read key endorsements")
+	}
+	return out, nil
 }
 
 // checkpointsOf returns chain's checkpoints in chain order.
-func (s *Store) checkpointsOf(ctx context.Context, chain string) ([]Checkpoint, error) {
-	var cps []Checkpoint
-	err := s.eachCheckpoint(ctx, chain, func(cp Checkpoint) error {
+func (s *trailDB) checkpointsOf(ctx context.Context, chain string) ([]proof.Checkpoint, error) {
+	var cps []proof.Checkpoint
+	err := s.eachCheckpoint(ctx, chain, func(cp proof.Checkpoint) error {
 		cps = append(cps, cp)
 		return nil
 	})
@@ -154,7 +178,7 @@ func (s *Store) checkpointsOf(ctx context.Context, chain string) ([]Checkpoint, 
 
 // chainIDs lists the chains to check: the registered ones and any that
 // have rows or checkpoints.
-func (s *Store) chainIDs(ctx context.Context, only string) ([]string, error) {
+func (s *trailDB) chainIDs(ctx context.Context, only string) ([]string, error) {
 	if only != "" {
 		return []string{only}, nil
 	}

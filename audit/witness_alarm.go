@@ -2,126 +2,96 @@ package audit
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"strconv"
-	"strings"
 	"time"
 
-	"golang.org/x/mod/sumdb/note"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
-// A witness's alarm travels to the gateway as a note signed with the
-// witness's own key (the cosignature/v1 key it cosigns with), so the trail
-// records who raised it and that it was not made up by whoever holds an
-// auditor's token. The note's text:
-//
-//	sandgate-witness-alarm/v1
-//	<origin>
-//	<kind>
-//	<seen size> <seen root, base64, "-" when none>
-//	<offered size> <offered root, base64>
-//	<raised at, RFC 3339>
-//	<detail, one line>
-//
-// Its first line is no tree size, so it can never pass for a checkpoint.
+// Witnesses' alarms, as the gateway takes them: checked against the key
+// posted with them (proof.ParseAlarm), known only when the operator
+// pinned that key (Config.Witnesses), recorded as audit.witness_alarm,
+// and bounded: an alarm that repeats one of the same witness within a day
+// is counted, not recorded again, and past alarmsPerHour recorded alarms
+// in an hour by the same principal, or of the same witness key, more are
+// refused (RATE-LIMITED). An auditor's token can make up a witness key,
+// so alarms are evidence only of what a pinned witness signed.
 
-// alarmHeader is the first line of an alarm note.
-const alarmHeader = "sandgate-witness-alarm/v1"
+// Alarm bounds.
+const (
+	alarmsPerHour = 10
+	alarmRepeats  = 24 * time.Hour
+)
 
-// maxAlarmDetail bounds the detail an alarm carries.
-const maxAlarmDetail = 2000
-
-// AlarmNote returns a as a note signed by the witness's cosigner.
-func (w *Witness) AlarmNote(a *WitnessAlarm) (string, error) {
-	seenRoot := a.SeenRoot
-	if a.SeenSize == 0 || seenRoot == "" {
-		seenRoot = "-"
-	}
-	offeredRoot := a.OfferedRoot
-	if offeredRoot == "" {
-		offeredRoot = "-"
-	}
-	detail := strings.Join(strings.Fields(a.Detail), " ")
-	if len(detail) > maxAlarmDetail {
-		detail = detail[:maxAlarmDetail]
-	}
-	text := fmt.Sprintf("%s\n%s\n%s\n%d %s\n%d %s\n%s\n%s\n", alarmHeader, oneLine(a.Origin), oneLine(a.Kind),
-		a.SeenSize, seenRoot, a.OfferedSize, offeredRoot, w.nowFunc().UTC().Format(time.RFC3339), detail)
-	signed, err := note.Sign(&note.Note{Text: text}, w.signer)
+// RecordWitnessAlarm checks a witness's signed alarm and records it as
+// audit.witness_alarm by r's principal, unless it repeats one the same
+// witness posted within a day: then it answers that one (Repeat set).
+// INVALID-REQUEST when the alarm is malformed or not signed by the key
+// posted with it, RATE-LIMITED past the bounds, AUDIT-UNAVAILABLE when
+// the trail cannot record it now.
+func (s *Proofs) RecordWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
+	a, err := proof.ParseAlarm(r)
 	if err != nil {
-		return "", fmt.Errorf("sign the alarm: %w", err)
+		return a, err
 	}
-	return string(signed), nil
-}
-
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), "_")
-	if s == "" {
-		return "-"
+	a.KnownWitness = s.witnesses[r.WitnessKey]
+	// One alarm at a time, so that a burst is counted against the bounds
+	// as it is recorded (per gateway: each node of a cluster bounds its
+	// own).
+	s.alarmMu.Lock()
+	defer s.alarmMu.Unlock()
+	if a.EventID, err = s.repeatedAlarm(ctx, a); err != nil || a.EventID != "" {
+		a.Repeat = a.EventID != ""
+		return a, err
 	}
-	return s
-}
-
-// VerifierKey is the witness's verifier key, posted with its alarms.
-func (w *Witness) VerifierKey() string { return w.signer.VerifierKey() }
-
-// maxAlarmNote bounds an alarm note taken from a witness.
-const maxAlarmNote = 8 << 10
-
-// CheckWitnessAlarm checks an alarm note against the witness key posted
-// with it and returns what it says, and whether that key has cosigned a
-// checkpoint of this trail before.
-func (s *Store) CheckWitnessAlarm(ctx context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
-	var a sandgate.WitnessAlarm
-	if len(r.Note) > maxAlarmNote {
-		return a, sandgate.FieldError("alarm", "the alarm is longer than %d bytes", maxAlarmNote)
-	}
-	v, err := NewCosignatureVerifier(r.WitnessKey)
+	var byPrincipal, byWitness int
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE actor = $2), count(*) FILTER (WHERE payload->>'witness_key' = $3)
+		FROM audit_events WHERE type = $1 AND recorded_at > now() - interval '1 hour'`,
+		string(sandgate.EventAuditWitnessAlarm), r.Actor, r.WitnessKey).Scan(&byPrincipal, &byWitness)
 	if err != nil {
-		return a, sandgate.FieldError("witness_key", "%v", err)
+		return a, dbErr(err, "count witness alarms")
 	}
-	n, err := note.Open([]byte(r.Note), note.VerifierList(v))
-	if err != nil {
-		return a, sandgate.FieldError("alarm", "the alarm is not signed by %s: %v", v.Name(), err)
+	if byPrincipal >= alarmsPerHour || byWitness >= alarmsPerHour {
+		return a, &sandgate.Error{Code: sandgate.CodeRateLimited,
+			Message: "too many witness alarms in the last hour from this principal or of this witness key; the alarms recorded stand",
+			Details: map[string]any{"limit_per_hour": alarmsPerHour, "principal_alarms": byPrincipal, "witness_alarms": byWitness}}
 	}
-	lines := strings.Split(strings.TrimSuffix(n.Text, "\n"), "\n")
-	if len(lines) != 7 || lines[0] != alarmHeader {
-		return a, sandgate.FieldError("alarm", "not a %s note", alarmHeader)
+	subject := sandgate.Subject{CorrelationID: r.CorrelationID, Actor: r.Actor, Team: r.Team, Node: s.cfg.Node}
+	ev := sandgate.NewAuditWitnessAlarm(subject, s.cfg.Clock(), a.Kind, map[string]any{
+		"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
+		"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
+		"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
+		"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": r.Note,
+	})
+	ev.ID = s.cfg.IDs()
+	if err := s.writer.Record(ctx, ev); err != nil {
+		return a, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
 	}
-	a.Witness, a.WitnessKey, a.Origin, a.Kind, a.Detail = v.Name(), r.WitnessKey, lines[1], lines[2], lines[6]
-	switch a.Kind {
-	case AlarmBadSignature, AlarmRollback, AlarmFork, AlarmInconsistent:
-	default:
-		return a, sandgate.FieldError("alarm", "unknown alarm kind %q", a.Kind)
-	}
-	var ok1, ok2 bool
-	a.SeenSize, a.SeenRoot, ok1 = sizeRoot(lines[3])
-	a.OfferedSize, a.OfferedRoot, ok2 = sizeRoot(lines[4])
-	if !ok1 || !ok2 {
-		return a, sandgate.FieldError("alarm", "the alarm's tree sizes and roots are malformed")
-	}
-	if a.RaisedAt, err = time.Parse(time.RFC3339, lines[5]); err != nil {
-		return a, sandgate.FieldError("alarm", "the alarm's time is not RFC 3339")
-	}
-	_, a.ChainID, _ = strings.Cut(a.Origin, "/")
-	err = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM audit_cosignatures WHERE witness_key = $1)`, r.WitnessKey).Scan(&a.KnownWitness)
-	if err != nil {
-		return a, dbErr(err, "read cosignatures")
-	}
+	a.EventID = ev.ID
 	return a, nil
 }
 
-// sizeRoot parses "<size> <root>" of an alarm note ("-": no root).
-func sizeRoot(line string) (int64, string, bool) {
-	sz, root, ok := strings.Cut(line, " ")
-	n, err := strconv.ParseInt(sz, 10, 64)
-	if !ok || err != nil || n < 0 || len(root) > 64 {
-		return 0, "", false
+// repeatedAlarm returns the ID of an alarm a repeats (the same witness
+// key, chain, kind and trees) recorded within alarmRepeats, "" when none.
+func (s *Proofs) repeatedAlarm(ctx context.Context, a sandgate.WitnessAlarm) (string, error) {
+	var id string
+	err := s.pool.QueryRow(ctx, `SELECT event_id::text FROM audit_events
+		WHERE type = $1 AND recorded_at > now() - make_interval(secs => $2)
+		AND payload->>'witness_key' = $3 AND payload->>'origin' = $4 AND payload->>'kind' = $5
+		AND payload->>'seen_size' = $6 AND payload->>'seen_root' = $7
+		AND payload->>'offered_size' = $8 AND payload->>'offered_root' = $9
+		ORDER BY recorded_at LIMIT 1`,
+		string(sandgate.EventAuditWitnessAlarm), alarmRepeats.Seconds(), a.WitnessKey, a.Origin, a.Kind,
+		strconv.FormatInt(a.SeenSize, 10), a.SeenRoot, strconv.FormatInt(a.OfferedSize, 10), a.OfferedRoot).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
 	}
-	if root == "-" {
-		root = ""
+	if err != nil {
+		return "", dbErr(err, "find a repeated witness alarm")
 	}
-	return n, root, true
+	return id, nil
 }

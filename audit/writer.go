@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,11 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // request is one Emit (done == nil) or Record (done != nil).
 type request struct {
-	events []canonical
+	events []proof.Canonical
 	done   chan error
 	ctx    context.Context // a Record's; once done before sealing, the events are not written
 	// also runs in the events' transaction, after they are inserted: the
@@ -92,7 +94,7 @@ type writer struct {
 	// keyReady is set once this writer's key is registered for its node
 	// and the trail records it (ensureKey).
 	keyReady bool
-	lastKey  KeyRecord
+	lastKey  proof.KeyRecord
 	// cols are the audit_events columns this writer inserts, casts their
 	// types: recorded_at only when it stamps rows with its own (injected)
 	// clock, otherwise the database sets it.
@@ -146,7 +148,7 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 // last spooled record when that is later. Spooled records are delivered
 // first.
 func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
-	w.headHash = make([]byte, HashSize)
+	w.headHash = make([]byte, proof.HashSize)
 	err := w.s.pool.QueryRow(ctx,
 		`SELECT seq, hash FROM audit_events WHERE chain_id = $1 ORDER BY seq DESC LIMIT 1`, w.chainID,
 	).Scan(&w.headSeq, &w.headHash)
@@ -176,7 +178,7 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	}
 	_, err = w.s.pool.Exec(ctx,
 		`INSERT INTO audit_chains (chain_id, node, key_id) VALUES ($1, $2, $3) ON CONFLICT (chain_id) DO NOTHING`,
-		w.chainID, w.cfg.Node, KeyID(w.key.Public().(ed25519.PublicKey)))
+		w.chainID, w.cfg.Node, proof.KeyID(w.key.Public().(ed25519.PublicKey)))
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "register chain")
 	}
@@ -280,4 +282,21 @@ func (w *writer) finish() {
 	} else if len(w.pending) > 0 {
 		w.logf("audit: closing with spooled events; they are delivered on the next start", "count", len(w.pending))
 	}
+}
+
+// sealed is an event with its place in a chain: what one audit_events row
+// holds.
+type sealed struct {
+	Event      sandgate.Event `json:"event"`
+	ChainID    string         `json:"chain_id"`
+	Seq        int64          `json:"seq"`
+	RecordedAt time.Time      `json:"recorded_at"`
+	Body       []byte         `json:"body"`
+	PrevHash   []byte         `json:"prev_hash"`
+	Hash       []byte         `json:"hash"`
+
+	// payload is the event's canonical payload JSON when sealed in this
+	// process. A record read back from the spool has it only in Body (or,
+	// written by an older version, in Event.Payload).
+	payload json.RawMessage
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestConcurrentWritersKeepOrderAndChain: many producers emitting and
@@ -71,7 +72,7 @@ func testConcurrentWriters(t *testing.T, decisionChain bool) {
 		FROM audit_events) x WHERE d <= 0`); got != 0 {
 		t.Fatalf("%d events out of their producer's order", got)
 	}
-	rep, err := readOnly(t, dsn, func(c *Config) { c.TrustedKeys = append(c.TrustedKeys, s.PublicKey()) }).Verify(context.Background(), sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, func(c *Config) { c.Anchors.Pinned = append(c.Anchors.Pinned, s.PublicKey()) }).Verifier().Verify(context.Background(), sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -143,11 +144,11 @@ func TestSecondWriterOnOneChainIsRefused(t *testing.T) {
 	for _, s := range []*Store{a, b, c} {
 		_ = s.Close(ctx)
 	}
-	rep, err := readOnly(t, dsn, nil).Verify(ctx, sandgate.VerifyRange{})
+	rep, err := readOnly(t, dsn, nil).Verifier().Verify(ctx, sandgate.VerifyRange{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kinds := problemKinds(rep); kinds[ProblemSeqOrder] > 0 || kinds[ProblemPrevHashMismatch] > 0 || kinds[ProblemHashMismatch] > 0 {
+	if kinds := problemKinds(rep); kinds[proof.ProblemSeqOrder] > 0 || kinds[proof.ProblemPrevHashMismatch] > 0 || kinds[proof.ProblemHashMismatch] > 0 {
 		t.Fatalf("the chain was forked: %v", rep.Problems)
 	}
 }

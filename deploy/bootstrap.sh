@@ -6,13 +6,25 @@
 # the console's browser tests) chromium when missing (as root; otherwise
 # prints what to run), starts dockerd and the PostgreSQL 15 cluster when they
 # are stopped, waits until both answer, and makes sure the current user has a
-# Postgres role and a "sandgate" database.
+# Postgres role and a "sandgate" database. It installs crun (runtime by
+# policy) and gives the dockremap user subordinate IDs (user namespaces),
+# and registers crun only with a daemon it starts itself: a daemon the host
+# already runs is never reconfigured. SANDGATE_DOCKER_USERNS=remap runs
+# sandgate's daemon with userns-remap (see "User namespaces" below).
 set -euo pipefail
 
 PG_VERSION=15
 PG_CLUSTER=main
 DB_NAME=${SANDGATE_DB_NAME:-sandgate}
 DOCKERD_LOG=${SANDGATE_DOCKERD_LOG:-/var/log/sandgate-dockerd.log}
+DOCKER_USERNS=${SANDGATE_DOCKER_USERNS:-}
+case "$DOCKER_USERNS" in
+  ''|remap) ;;
+  *) printf 'bootstrap: SANDGATE_DOCKER_USERNS must be empty or remap, not %s\n' "$DOCKER_USERNS" >&2; exit 1 ;;
+esac
+# sandgate's own daemon when the host runs another (userns-remap mode).
+SG_DOCKER_DIR=${SANDGATE_DOCKER_DIR:-/var/lib/sandgate/docker}
+SG_DOCKER_RUN=${SANDGATE_DOCKER_RUN:-/run/sandgate-docker}
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -40,6 +52,9 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # GnuTLS driver. (On a host with systemd, installing the package also
 # enables the system's logger, as Debian does.)
 [ -x /usr/sbin/rsyslogd ] || missing+=(rsyslog)
+# crun: the second OCI runtime the tests register on a private daemon
+# (runtime by policy), and sites may route teams to.
+command -v crun >/dev/null 2>&1 || missing+=(crun)
 compgen -G '/usr/lib/*/rsyslog/lmnsd_gtls.so' >/dev/null || missing+=(rsyslog-gnutls)
 if [ ${#missing[@]} -gt 0 ]; then
   if is_root || (command -v sudo >/dev/null && sudo -n true 2>/dev/null); then
@@ -52,8 +67,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# User namespaces ---------------------------------------------------------
+# dockerd --userns-remap=dockremap maps a container's uids onto the
+# dockremap user's subordinate range: uid 10001 inside is 231072+10001 on
+# the host, a uid that owns nothing. The range is made here, once, so that
+# neither the daemon nor a test has to edit /etc.
+ensure_remap_user() {
+  is_root || return 0
+  id dockremap >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin dockremap
+  grep -q '^dockremap:' /etc/subuid 2>/dev/null || echo 'dockremap:231072:65536' >>/etc/subuid
+  grep -q '^dockremap:' /etc/subgid 2>/dev/null || echo 'dockremap:231072:65536' >>/etc/subgid
+}
+ensure_remap_user
+
 # Docker ------------------------------------------------------------------
 docker_ok() { docker info >/dev/null 2>&1; }
+# The flags of a daemon this script starts, and so manages: crun
+# registered beside runc, and userns-remap when asked for.
+dockerd_flags=(--add-runtime "crun=$(command -v crun || echo /usr/bin/crun)")
+[ "$DOCKER_USERNS" = remap ] && dockerd_flags+=(--userns-remap=dockremap)
 if ! docker_ok; then
   if [ -n "${DOCKER_HOST:-}" ]; then
     die "DOCKER_HOST=$DOCKER_HOST does not answer; start that daemon or unset DOCKER_HOST"
@@ -69,10 +101,28 @@ if ! docker_ok; then
     fi
     # In a session of its own: the daemon outlives the shell, job or test
     # run that started it (a process-group kill of that job included).
-    setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    setsid nohup dockerd "${dockerd_flags[@]}" >>"$DOCKERD_LOG" 2>&1 </dev/null &
   fi
   for _ in $(seq 1 60); do docker_ok && break; sleep 0.5; done
   docker_ok || die "dockerd did not answer within 30s; see $DOCKERD_LOG"
+elif [ "$DOCKER_USERNS" = remap ] && ! docker info --format '{{.SecurityOptions}}' | grep -q 'name=userns'; then
+  # The host runs a daemon of its own: leave it as it is, and run
+  # sandgate's beside it, with its own socket, data, exec root and pid
+  # file. It makes no bridge and writes no iptables rule (two daemons
+  # must not share those): its runs have network none, which air-gapped
+  # sites force anyway; bridge and egress runs need the host's daemon.
+  is_root || die "SANDGATE_DOCKER_USERNS=remap starts sandgate's own dockerd, which needs root"
+  sg_sock="$SG_DOCKER_RUN/docker.sock"
+  if ! DOCKER_HOST="unix://$sg_sock" docker_ok; then
+    mkdir -p "$SG_DOCKER_DIR" "$SG_DOCKER_RUN"
+    say "starting sandgate's dockerd with userns-remap on $sg_sock (log: $DOCKERD_LOG)"
+    setsid nohup dockerd "${dockerd_flags[@]}" --data-root "$SG_DOCKER_DIR" --exec-root "$SG_DOCKER_RUN/exec" \
+      -H "unix://$sg_sock" --pidfile "$SG_DOCKER_RUN/docker.pid" \
+      --bridge none --iptables=false --ip-masq=false >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    for _ in $(seq 1 60); do DOCKER_HOST="unix://$sg_sock" docker_ok && break; sleep 0.5; done
+    DOCKER_HOST="unix://$sg_sock" docker_ok || die "sandgate's dockerd did not answer within 30s; see $DOCKERD_LOG"
+  fi
+  say "sandgate's daemon (userns-remap): export DOCKER_HOST=unix://$sg_sock, then make image"
 fi
 
 # PostgreSQL --------------------------------------------------------------

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/egress"
+	"github.com/sandgate/sandgate/imagesig"
 )
 
 // SandboxImage is the default sandbox image that BuildSandboxImage builds.
@@ -135,6 +136,14 @@ type Config struct {
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
 	Logger *slog.Logger
+
+	// ImageSignatures holds the signatures of the images loaded with one
+	// (sandgate image load --signature), by image ID; ImageKeys are the
+	// public keys they are verified with (SANDGATE_IMAGE_VERIFY_KEYS).
+	// Without keys no image is signed, and a run whose policy requires a
+	// signature fails (image_signatures.go).
+	ImageSignatures imagesig.Store
+	ImageKeys       *imagesig.Keys
 }
 
 // Validate fills in defaults and reports a configuration that cannot work.

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/seccomp"
 )
 
 // VolumePrefix is prepended to the Docker name of every named cache volume,
@@ -156,7 +157,13 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
-	secOpt := []string{"no-new-privileges"}
+	// sandgate's own seccomp profile, whatever the spec says: "default"
+	// is the only profile a spec may name, and it means this one.
+	profile, err := seccomp.SecurityOpt()
+	if err != nil {
+		return settings{}, fmt.Errorf("seccomp profile: %w", err)
+	}
+	secOpt := []string{"no-new-privileges", profile}
 	if sec := s.Security; sec != nil {
 		if sec.AppArmor != "" {
 			secOpt = append(secOpt, "apparmor="+sec.AppArmor)
@@ -184,6 +191,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	nproc := res.Pids * int64(max(maxConcurrent, 1))
 	host := &container.HostConfig{
 		NetworkMode:    container.NetworkMode(network),
+		Runtime:        s.Runtime,
 		IpcMode:        ipc,
 		Privileged:     false,
 		CapDrop:        []string{"ALL"},
@@ -252,7 +260,7 @@ func refuseUnsafe(s sandgate.RunSpec) error {
 	if sec := s.Security; sec != nil {
 		switch {
 		case sec.Seccomp != "" && sec.Seccomp != "default" && sec.Seccomp != "runtime/default":
-			return refuse("security_opt", "only Docker's default seccomp profile is used, not %q", sec.Seccomp)
+			return refuse("security_opt", "only sandgate's seccomp profile is used, not %q", sec.Seccomp)
 		case sec.AppArmor == "unconfined":
 			return refuse("security_opt", "apparmor is never unconfined")
 		case !sec.NoNewPrivileges:

@@ -109,6 +109,9 @@ type Executor struct {
 	// stopped once the executor was shut down or closed.
 	started, starting, stopped bool
 	startStop                  context.CancelFunc
+
+	// hostIDs is the daemon's userns-remap shift (userns.go).
+	hostIDs hostIDs
 }
 
 var (

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/seccomp"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -398,11 +399,15 @@ func TestHardeningInspect(t *testing.T) {
 		Ulimits: ulimits, Labels: sandgateLabels(c.Config.Labels), LogType: hc.LogConfig.Type, Mounts: hc.Mounts,
 		OomDisabled: hc.OomKillDisable != nil && *hc.OomKillDisable,
 	}
+	profile, err := seccomp.SecurityOpt()
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := hardening{
 		User: "10001:10001", NetworkMode: "none", Tmpfs: "rw,nosuid,nodev,size=16m,mode=1777",
 		Name:       "/sandgate-s-test-TestHardeningInspect-" + job.RunID[len(job.RunID)-12:],
 		Privileged: false, ReadonlyRootfs: true, Init: true,
-		CapDrop: []string{"ALL"}, CapAdd: []string{"CAP_NET_BIND_SERVICE"}, SecurityOpt: []string{"no-new-privileges"},
+		CapDrop: []string{"ALL"}, CapAdd: []string{"CAP_NET_BIND_SERVICE"}, SecurityOpt: []string{"no-new-privileges", profile},
 		Memory: 64 << 20, MemorySwap: 64 << 20, NanoCPUs: 5e8, PidsLimit: &pids,
 		Ulimits: []container.Ulimit{{Name: "nofile", Soft: 256, Hard: 256}, {Name: "nproc", Soft: nproc, Hard: nproc}},
 		Labels: map[string]string{

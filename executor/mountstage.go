@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/seccomp"
 )
 
 // DefaultStageDir is where bind-mount sources are pinned for the daemon.
@@ -453,12 +454,16 @@ func (e *Executor) probeStage(ctx context.Context, r *run, image string) error {
 		return err
 	}
 	defer e.stager.unstage(e.cfg.Node, probeID)
+	profile, err := seccomp.SecurityOpt()
+	if err != nil {
+		return err
+	}
 	var id string
 	err = e.call(ctx, r, "create probe container", func(ctx context.Context) error {
 		resp, err := e.docker.ContainerCreate(ctx,
 			&container.Config{Image: image, Cmd: []string{"true"}, Entrypoint: []string{}, User: "65534:65534",
 				Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: e.cfg.Node}},
-			&container.HostConfig{NetworkMode: "none", CapDrop: []string{"ALL"},
+			&container.HostConfig{NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges", profile},
 				Mounts: []mount.Mount{{Type: mount.TypeBind, Source: staged[0].Staged, Target: "/probe", ReadOnly: true}}},
 			nil, nil, "sandgate-probe-"+e.cfg.Node+"-"+marker[:8])
 		id = resp.ID

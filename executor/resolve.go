@@ -33,10 +33,7 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 	}
 	mayPull := policy != sandgate.PullNever && !r.job.AirGapped
 	registry, registryOK := pullRegistry(ref, r.job.Enforcement.PullRegistries)
-	resolved := func(id string, pulled, cached bool) (string, error) {
-		e.emit(r, sandgate.EventImageResolved, map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)})
-		return id, nil
-	}
+	var resolved func(id string, pulled, cached bool) (string, error)
 	unavailable := func(err error, format string, args ...any) (string, error) {
 		reason := fmt.Sprintf(format, args...)
 		e.emit(r, sandgate.EventImageUnavailable, map[string]any{"image": ref, "reason": reason, "pull_policy": string(policy), "air_gapped": r.job.AirGapped})
@@ -44,6 +41,18 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 			return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "image %s: %s", ref, reason)
 		}
 		return "", dockerError(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
+	}
+	resolved = func(id string, pulled, cached bool) (string, error) {
+		signer, refused := e.imageSigner(ref, id, r.job.Enforcement.ImageSigners)
+		if refused != "" {
+			return unavailable(nil, "%s", refused)
+		}
+		payload := map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)}
+		if signer != "" {
+			payload["signer"] = signer
+		}
+		e.emit(r, sandgate.EventImageResolved, payload)
+		return id, nil
 	}
 
 	if policy == sandgate.PullAlways && mayPull && !registryOK {
@@ -59,7 +68,9 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		}
 		return resolved(id, true, false)
 	}
-	if id, ok := e.cachedImageID(ref); ok {
+	// An image whose signature the policy requires is looked up afresh:
+	// a tag moved since the last run must not ride on the old answer.
+	if id, ok := e.cachedImageID(ref); ok && !signatureRequired(r, ref) {
 		return resolved(id, false, true)
 	}
 	id, err := e.inspectImage(ctx, r, ref)

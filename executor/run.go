@@ -132,6 +132,9 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	if err != nil {
 		return e.failed(r, err), err
 	}
+	if err := e.checkRuntime(ctx, r, set.host.Runtime); err != nil {
+		return e.failed(r, err), err
+	}
 
 	// Queue for a slot, fairly between teams; a run cancelled while
 	// queued never gets a container.
@@ -156,6 +159,10 @@ func (e *Executor) execute(r *run) (sandgate.Result, error) {
 	}
 	if pinned, ok := localPinID(set.config.Image, imageID); ok {
 		set.config.Image = pinned // the daemon resolves name@digest only against registry digests
+	} else if signatureRequired(r, set.config.Image) {
+		// The container is made from the image whose signature was
+		// checked, not from whatever its name points at by then.
+		set.config.Image = imageID
 	}
 
 	// Bind-mount sources are pinned now, just before create, and the

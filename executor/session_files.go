@@ -94,8 +94,12 @@ func (e *Executor) PutFiles(ctx context.Context, sessionID string, spec sandgate
 	}
 	lim := workspace.DefaultLimits
 	lim.MaxBytes = spec.Resources.WorkspaceMB << 20
+	shift, err := e.hostIDs.of(ctx, e, nil)
+	if err != nil {
+		return sandgate.FileDigest{}, err
+	}
 	m, err := workspace.UnpackWith(ctx, up.Body, up.Size, dst, workspace.Options{
-		Owner: workspace.Owner{UID: int(*spec.UID), GID: int(*spec.GID)}, Limits: lim, Replace: true,
+		Owner: workspace.Owner{UID: int(*spec.UID) + shift.UID, GID: int(*spec.GID) + shift.GID}, Limits: lim, Replace: true,
 	})
 	if err != nil {
 		return sandgate.FileDigest{}, err

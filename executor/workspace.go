@@ -135,7 +135,11 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 	if err := loopMount(ws.img, ws.mnt); err != nil {
 		return nil, refuse("workspace", err, "mount the run's workspace: %v", err)
 	}
-	uid, gid := int(*spec.UID), int(*spec.GID)
+	shift, err := e.hostIDs.of(ctx, e, r)
+	if err != nil {
+		return nil, err
+	}
+	uid, gid := int(*spec.UID)+shift.UID, int(*spec.GID)+shift.GID
 	if err := os.Mkdir(ws.data, 0o755); err != nil {
 		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
 	}

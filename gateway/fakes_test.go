@@ -543,11 +543,11 @@ func (a *fakeAudit) Receipt(_ context.Context, runID string) (sandgate.Receipt, 
 		Keys:        []string{"sandgate.test-node/test-node-1+00000000+AQ=="}}, nil
 }
 
-func (a *fakeAudit) CheckWitnessAlarm(_ context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
+func (a *fakeAudit) RecordWitnessAlarm(_ context.Context, r sandgate.WitnessAlarmReport) (sandgate.WitnessAlarm, error) {
 	if r.WitnessKey == "bad" {
 		return sandgate.WitnessAlarm{}, sandgate.FieldError("witness_key", "not a witness key")
 	}
-	return sandgate.WitnessAlarm{Witness: "witness.example", WitnessKey: r.WitnessKey, Origin: fakeNote.Origin, ChainID: fakeNote.ChainID,
+	return sandgate.WitnessAlarm{EventID: "0193a000-0000-7000-8000-0000000000aa", Witness: "witness.example", WitnessKey: r.WitnessKey, Origin: fakeNote.Origin, ChainID: fakeNote.ChainID,
 		Kind: "inconsistent", Detail: "the tree of 5 does not extend the tree of 3", SeenSize: 3, SeenRoot: "AAAA", OfferedSize: 5,
 		OfferedRoot: "AAAB", RaisedAt: fakeNote.CreatedAt}, nil
 }

@@ -67,6 +67,8 @@ type Metrics struct {
 	orphansRemoved   prometheus.Counter
 	callbacks        *prometheus.CounterVec
 	witnessAlarms    *prometheus.CounterVec
+	// witnessAlarmRepeats counts alarms that repeated one recorded.
+	witnessAlarmRepeats prometheus.Counter
 	// What finished runs used (sandgate.Usage), by outcome.
 	runCPU        *prometheus.HistogramVec
 	runMemoryPeak *prometheus.HistogramVec
@@ -141,8 +143,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"result"}),
 		witnessAlarms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandgate_audit_witness_alarms_total",
-			Help: "Witness alarms recorded (audit.witness_alarm), by kind (inconsistent, fork, rollback, bad_signature) and whether the witness had cosigned before.",
+			Help: "Witness alarms recorded (audit.witness_alarm), by kind (inconsistent, fork, rollback, bad_signature, origin, key) and whether the operator pinned the witness's key.",
 		}, []string{"kind", "known_witness"}),
+		witnessAlarmRepeats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandgate_audit_witness_alarm_repeats_total",
+			Help: "Witness alarms that repeated one the same witness posted within a day: counted, not recorded again.",
+		}),
 		// Runs last from milliseconds to the maximum timeout (hours), and
 		// use from a few MB to the node's memory: wide, coarse buckets.
 		runCPU: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -163,7 +169,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	collectors := []prometheus.Collector{
 		m.httpDuration, m.decisions, m.ruleHits, m.runsFinished, m.authDenied, m.teamLimited,
-		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks, m.witnessAlarms,
+		m.containerCreate, m.containerStart, m.containerCleanup, m.orphansRemoved, m.callbacks, m.witnessAlarms, m.witnessAlarmRepeats,
 		m.runCPU, m.runMemoryPeak, m.runWall,
 		sinkCollector{m},
 		gauge("sandgate_sessions_open", "Sessions open on this node.", func() float64 {
@@ -382,6 +388,9 @@ func (m *Metrics) Observe(ev sandgate.Event) {
 func (m *Metrics) witnessAlarm(kind string, known bool) {
 	m.witnessAlarms.WithLabelValues(kind, strconv.FormatBool(known)).Inc()
 }
+
+// witnessAlarmRepeat counts a witness alarm that repeated one recorded.
+func (m *Metrics) witnessAlarmRepeat() { m.witnessAlarmRepeats.Inc() }
 
 // runTimes are the times of one run's container steps so far.
 type runTimes struct {

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -196,8 +195,11 @@ const maxWitnessAlarmBody = 16 << 10
 
 // auditWitnessAlarm is POST /v1/audit/witness/alarm: a witness reports a
 // checkpoint it refused. The alarm must be signed by the key posted with
-// it; it is recorded as audit.witness_alarm (actor: the token's
-// principal) and counted in sandgate_audit_witness_alarms_total.
+// it; the trail records it as audit.witness_alarm (actor: the token's
+// principal), or counts it as a repeat, within its bounds
+// (AuditProofs.RecordWitnessAlarm); recorded alarms are counted in
+// sandgate_audit_witness_alarms_total, repeats in
+// sandgate_audit_witness_alarm_repeats_total.
 func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 	if err := checkQuery(c); err != nil {
 		return err
@@ -216,29 +218,22 @@ func (s proofRoutes) auditWitnessAlarm(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	a, err := p.CheckWitnessAlarm(ctx, sandgate.WitnessAlarmReport{Note: req.Alarm, WitnessKey: req.WitnessKey})
+	who := principal(c)
+	a, err := p.RecordWitnessAlarm(c.Request().Context(), sandgate.WitnessAlarmReport{Note: req.Alarm, WitnessKey: req.WitnessKey,
+		Actor: who.Name, Team: who.Team, CorrelationID: correlationID(c)})
 	if err != nil {
 		return unavailable(err, "the audit trail")
 	}
-	who := principal(c)
-	ev := sandgate.NewAuditWitnessAlarm(sandgate.PrincipalSubject(who, correlationID(c), s.cfg.Node), s.d.Clock(), a.Kind,
-		map[string]any{
-			"witness": a.Witness, "witness_key": a.WitnessKey, "known_witness": a.KnownWitness,
-			"origin": a.Origin, "chain_id": a.ChainID, "kind": a.Kind, "detail": a.Detail,
-			"seen_size": a.SeenSize, "seen_root": a.SeenRoot, "offered_size": a.OfferedSize, "offered_root": a.OfferedRoot,
-			"raised_at": a.RaisedAt.UTC().Format(time.RFC3339), "alarm": req.Alarm,
-		})
-	ev.ID = s.d.IDs()
-	if err := s.d.Recorder.Record(ctx, ev); err != nil {
-		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "the audit trail cannot record the alarm now; retry")
+	if a.Repeat {
+		s.metrics.witnessAlarmRepeat()
+	} else {
+		s.metrics.witnessAlarm(a.Kind, a.KnownWitness)
+		s.log.Error("witness alarm recorded", "witness", a.Witness, "origin", a.Origin, "kind", a.Kind, "detail", a.Detail,
+			"known_witness", a.KnownWitness, "event_id", a.EventID)
 	}
-	s.metrics.witnessAlarm(a.Kind, a.KnownWitness)
-	s.log.Error("witness alarm recorded", "witness", a.Witness, "origin", a.Origin, "kind", a.Kind, "detail", a.Detail,
-		"known_witness", a.KnownWitness, "event_id", ev.ID)
-	return c.JSON(http.StatusCreated, api.WitnessAlarmView{EventID: ev.ID, Witness: a.Witness, WitnessKey: a.WitnessKey,
+	return c.JSON(http.StatusCreated, api.WitnessAlarmView{EventID: a.EventID, Witness: a.Witness, WitnessKey: a.WitnessKey,
 		Origin: a.Origin, ChainID: a.ChainID, Kind: a.Kind, Detail: a.Detail, SeenSize: a.SeenSize, SeenRoot: a.SeenRoot,
-		OfferedSize: a.OfferedSize, OfferedRoot: a.OfferedRoot, RaisedAt: a.RaisedAt.UTC(), KnownWitness: a.KnownWitness})
+		OfferedSize: a.OfferedSize, OfferedRoot: a.OfferedRoot, RaisedAt: a.RaisedAt.UTC(), KnownWitness: a.KnownWitness, Repeat: a.Repeat})
 }
 
 // readStrictJSON reads a JSON body of at most max bytes into into, as

@@ -173,6 +173,11 @@ func (s opsRoutes) readyz(c echo.Context) error {
 			rd.Reasons = append(rd.Reasons, ch.Name+": "+ch.Error)
 		}
 	}
+	// A refused policy reload is a warning: the policy in force still
+	// decides, and the operator needs to know why the new one did not.
+	if st := s.d.Policies.Status(); st.Revision != "" && st.LastError != "" {
+		rd.Warnings = append(rd.Warnings, fmt.Sprintf("policy: a reload was refused and revision %s stays in force: %s", st.Revision, st.LastError))
+	}
 	// An audit sink behind or failing is a warning, never unreadiness:
 	// admissions do not depend on it, and the trail in Postgres is whole.
 	if s.d.Sinks != nil {

@@ -36,8 +36,13 @@ var (
 // LoadCandidate loads the bundle made of files (name to content) as a
 // candidate, with the engine's clock and decision IDs. See the package
 // function LoadCandidate.
+//
+// With verification keys pinned, a candidate follows the rule a reload
+// does: its files must carry a signature (.signatures.json, and the
+// .manifest it signs) by a pinned key covering each of them, or it is
+// POLICY-INVALID.
 func (e *Engine) LoadCandidate(ctx context.Context, files map[string][]byte) (sandgate.PolicyCandidate, error) {
-	c, err := LoadCandidate(ctx, files)
+	c, err := loadCandidate(ctx, files, e.keys)
 	if err != nil {
 		return nil, err
 	}
@@ -50,8 +55,14 @@ func (e *Engine) LoadCandidate(ctx context.Context, files map[string][]byte) (sa
 // candidate. A bad file name or too many files is INVALID-REQUEST naming
 // "files"; a bundle the engine would refuse (it does not compile, has a
 // rule without METADATA, defines no decision, or fails its own tests) is
-// POLICY-INVALID with every problem in Details["errors"].
+// POLICY-INVALID with every problem in Details["errors"]. A signature
+// (.signatures.json) and manifest (.manifest) among files are ignored:
+// Engine.LoadCandidate verifies them when keys are pinned.
 func LoadCandidate(ctx context.Context, files map[string][]byte) (*Candidate, error) {
+	return loadCandidate(ctx, files, nil)
+}
+
+func loadCandidate(ctx context.Context, files map[string][]byte, keys *VerifyKeys) (*Candidate, error) {
 	if len(files) == 0 {
 		return nil, sandgate.FieldError("files", "a candidate bundle needs at least one file")
 	}
@@ -59,16 +70,34 @@ func LoadCandidate(ctx context.Context, files map[string][]byte) (*Candidate, er
 		return nil, sandgate.FieldError("files", "a candidate bundle has at most %d files, not %d", MaxCandidateFiles, len(files))
 	}
 	list := make([]bundleFile, 0, len(files))
+	var signed signedFiles
 	for name, data := range files {
+		switch name {
+		case SignaturesFile:
+			signed.signatures = slices.Clone(data)
+			continue
+		case ManifestFile:
+			signed.manifest = slices.Clone(data)
+			continue
+		}
 		if ext := path.Ext(name); !candidateName.MatchString(name) || (ext != ".rego" && ext != ".json") {
 			return nil, sandgate.FieldError("files", "%q is not a bundle file name: a *.rego or *.json name without a directory, of at most 128 letters, digits, '.', '_' and '-'", shortName(name))
 		}
 		list = append(list, bundleFile{name: name, data: slices.Clone(data)})
 	}
+	var sig *Signature
+	if keys != nil {
+		s, err := keys.verify(list, signed)
+		if err != nil {
+			return nil, invalid(CandidateSource, &loadError{[]string{err.Error()}})
+		}
+		sig = &s
+	}
 	b, err := parseBundle(CandidateSource, list)
 	if err != nil {
 		return nil, invalid(CandidateSource, err)
 	}
+	b.signature = sig
 	e := &Engine{source: CandidateSource}
 	for i, airGapped := range []bool{false, true} {
 		e.settingsTerms[i] = settingsTerm(sandgate.Settings{AirGapped: airGapped, MountRoots: []string{}})
@@ -83,16 +112,31 @@ func LoadCandidate(ctx context.Context, files map[string][]byte) (*Candidate, er
 
 // BundleFiles reads the files of the bundle in dir ("" for the embedded
 // one) as the engine would load them: the *.rego and *.json files at the
-// top of the directory, hidden files and subdirectories left out. A
-// directory that cannot be read is a POLICY-INVALID error.
+// top of the directory, hidden files and subdirectories left out, and its
+// signature and manifest when it has them, so that a gateway that pins
+// keys can verify the candidate. A directory that cannot be read is a
+// POLICY-INVALID error.
 func BundleFiles(dir string) (map[string][]byte, error) {
 	files, source, err := readBundleFiles(dir)
 	if err != nil {
 		return nil, invalid(source, err)
 	}
-	out := make(map[string][]byte, len(files))
+	out := make(map[string][]byte, len(files)+2)
 	for _, f := range files {
 		out[f.name] = f.data
+	}
+	if dir != "" {
+		fsys, _ := bundleFS(dir)
+		signed, err := readSignedFiles(fsys)
+		if err != nil {
+			return nil, invalid(source, &loadError{[]string{err.Error()}})
+		}
+		if signed.signatures != nil {
+			out[SignaturesFile] = signed.signatures
+		}
+		if signed.manifest != nil {
+			out[ManifestFile] = signed.manifest
+		}
 	}
 	return out, nil
 }

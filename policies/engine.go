@@ -69,6 +69,12 @@ type Options struct {
 	// Debounce is Watch's quiet period after a file change. Default
 	// DefaultDebounce.
 	Debounce time.Duration
+	// VerifyKeys, when set, are the keys every bundle must be signed by
+	// (SANDGATE_POLICY_VERIFY_KEYS): an unsigned or wrongly signed bundle,
+	// or one with a file changed or added after signing, is refused at
+	// start and at every reload. The embedded bundle is unsigned, so Dir
+	// must be set.
+	VerifyKeys *VerifyKeys
 }
 
 // policy is one loaded, tested and prepared revision of a bundle.
@@ -84,6 +90,8 @@ type policy struct {
 	config   map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
+	// signature is who signed it; nil when no keys are pinned.
+	signature *Signature
 }
 
 // Engine evaluates admission decisions against a policy bundle and keeps it
@@ -98,6 +106,7 @@ type Engine struct {
 	events   sandgate.EventSink
 	log      *slog.Logger
 	debounce time.Duration
+	keys     *VerifyKeys
 
 	current atomic.Pointer[policy]
 
@@ -130,6 +139,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		events:   opts.Events,
 		log:      opts.Logger,
 		debounce: opts.Debounce,
+		keys:     opts.VerifyKeys,
 	}
 	_, e.source = bundleFS(opts.Dir)
 	if e.log == nil {
@@ -242,6 +252,9 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 		st.Revision = p.revision
 		st.Modules = slices.Clone(p.modules)
 		st.LoadedAt = p.loadedAt
+		if p.signature != nil {
+			st.SignedBy, st.SignedRevision = p.signature.KeyID, p.signature.Revision
+		}
 	}
 	e.mu.Lock()
 	st.LastError = e.lastErr
@@ -274,8 +287,8 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	e.loadMu.Lock()
 	defer e.loadMu.Unlock()
 	old := e.current.Load()
-	b, err := readBundle(e.dir)
-	if err == nil && old != nil && b.revision == old.revision {
+	b, err := readVerifiedBundle(e.dir, e.keys)
+	if err == nil && old != nil && b.revision == old.revision && b.signature.same(old.signature) {
 		e.setLastError(nil)
 		return false, nil
 	}
@@ -300,10 +313,16 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 	}
 	e.current.Store(p)
 	e.setLastError(nil)
-	e.logger().Info("policy loaded", "source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old))
-	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, map[string]any{
+	payload := map[string]any{
 		"source": e.source, "trigger": trigger, "previous_revision": revisionOf(old), "modules": p.modules,
-	}))
+	}
+	attrs := []any{"source", e.source, "trigger", trigger, "revision", p.revision, "previous_revision", revisionOf(old)}
+	if p.signature != nil {
+		payload["signer_key_id"], payload["signed_revision"] = p.signature.KeyID, p.signature.Revision
+		attrs = append(attrs, "signer_key_id", p.signature.KeyID, "signed_revision", p.signature.Revision)
+	}
+	e.logger().Info("policy loaded", attrs...)
+	e.emit(sandgate.NewPolicyLoaded(sandgate.Subject{PolicyRevision: p.revision}, time.Time{}, payload))
 	return true, nil
 }
 
@@ -371,16 +390,17 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		mask = []string{}
 	}
 	return &policy{
-		egress:   egress,
-		query:    query,
-		revision: b.revision,
-		modules:  b.modules,
-		loadedAt: e.now(),
-		defaults: defaults,
-		mask:     mask,
-		teams:    teams,
-		config:   b.config(),
-		rules:    ruleMetas(infos),
+		egress:    egress,
+		query:     query,
+		revision:  b.revision,
+		modules:   b.modules,
+		loadedAt:  e.now(),
+		defaults:  defaults,
+		mask:      mask,
+		teams:     teams,
+		config:    b.config(),
+		rules:     ruleMetas(infos),
+		signature: b.signature,
 	}, nil
 }
 

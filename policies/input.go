@@ -99,6 +99,7 @@ var inputKeys = internedTerms(
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
 	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes", "bytes_per_second",
+	"runtime",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -226,6 +227,7 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 	addInt(&items, "timeout_seconds", int64(s.TimeoutSeconds))
 	addInt(&items, "output_limit_bytes", s.OutputLimitBytes)
 	str("pull_policy", string(s.PullPolicy))
+	str("runtime", s.Runtime)
 	str("session_id", s.SessionID)
 	str("task_id", s.TaskID)
 	str("callback_url", s.CallbackURL)

@@ -2,7 +2,8 @@
 # no-new-privileges. Normalisation parses security_opt (both the "=" and ":"
 # spellings) into input.request.security, in lower case.
 #
-# The executor applies Docker's default seccomp profile and refuses any
+# The executor applies sandgate's own seccomp profile (Docker's default
+# less the calls kernel escapes use, executor/seccomp) and refuses any
 # other, so only the default's spellings are admitted. AppArmor runs the
 # default profile (docker-default) unless the data lists another
 # (allowed_apparmor_profiles); SELinux label options only from the data
@@ -14,30 +15,30 @@ import data.sandgate.config
 # METADATA
 # title: Seccomp confined
 # description: >-
-#   seccomp=unconfined is refused: Docker's default profile blocks the
-#   system calls a container has no business making.
+#   seccomp=unconfined is refused: sandgate's profile blocks the system
+#   calls a container has no business making.
 # custom:
 #   severity: high
 #   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "seccomp_unconfined",
-	"message": "seccomp must not be unconfined; Docker's default profile is applied",
+	"message": "seccomp must not be unconfined; sandgate's profile is applied",
 	"action": "deny",
 } if {
 	input.request.security.seccomp == "unconfined"
 }
 
 # METADATA
-# title: Docker's default seccomp profile
+# title: sandgate's seccomp profile
 # description: >-
 #   Any seccomp profile but default and runtime/default is refused: the
-#   executor applies Docker's default profile and no other.
+#   executor applies sandgate's profile and no other.
 # custom:
 #   severity: low
 #   controls: [CIS-5.22, PSS-baseline]
 finding contains {
 	"rule": "seccomp_profile",
-	"message": sprintf("seccomp profile %q is not applied: every container runs Docker's default profile; leave it out or ask for \"default\"", [profile]),
+	"message": sprintf("seccomp profile %q is not applied: every container runs sandgate's profile; leave it out or ask for \"default\"", [profile]),
 	"action": "deny",
 } if {
 	profile := input.request.security.seccomp

@@ -51,7 +51,7 @@ test_missing_security_is_denied if {
 	fixtures.denied_by(d, "no_new_privileges")
 }
 
-# The executor applies Docker's default seccomp profile and nothing else.
+# The executor applies sandgate's seccomp profile and nothing else.
 test_other_seccomp_profile_is_denied if {
 	every seccomp in ["builtin", "/etc/seccomp/permissive.json", "localhost/x", "{}", "default2"] {
 		d := fixtures.check with input as fixtures.input_with({"security": _security({"seccomp": seccomp})})

@@ -20,6 +20,7 @@ type teamConfig struct {
 	maxVolumes     perTeam[int]
 	teamLimits     perTeam[sandgate.TeamLimits]
 	egressPrivate  perTeam[[]string]
+	imageSigners   perTeam[map[string][]string]
 	transcripts    bool
 }
 
@@ -48,6 +49,7 @@ func (c teamConfig) enforcement(team string) sandgate.Enforcement {
 		VolumeQuotaMB:       c.volumeQuota.of(team),
 		MaxVolumes:          c.maxVolumes.of(team),
 		EgressPrivateCIDRs:  slices.Clone(c.egressPrivate.of(team)),
+		ImageSigners:        c.imageSigners.of(team),
 		TerminalTranscripts: c.transcripts,
 	}
 }
@@ -99,6 +101,16 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 	}
 	if err := dataField(cfg, "terminal_transcripts", &c.transcripts); err != nil {
 		return c, err
+	}
+	if err := dataField(cfg, "image_signers", &c.imageSigners); err != nil {
+		return c, err
+	}
+	for team, m := range c.imageSigners.all() {
+		for repo, keys := range m {
+			if repo == "" || strings.ContainsAny(repo, ":@ ") || len(keys) == 0 {
+				return c, fmt.Errorf("data.sandgate.config.image_signers: %s: %q must be an image repository (no tag or digest) with at least one key ID", team, repo)
+			}
+		}
 	}
 	if err := dataField(cfg, "team_limits", &c.teamLimits); err != nil {
 		return c, err

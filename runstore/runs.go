@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // IdempotencyWindow is how long an Idempotency-Key keeps returning the
@@ -66,8 +67,8 @@ func toRow(r *sandgate.Run) (*runRow, error) {
 		ID: r.ID, CorrelationID: r.CorrelationID, DecisionID: r.DecisionID, PolicyRevision: r.PolicyRevision,
 		Principal: r.Principal, Team: r.Team, Node: r.Node, State: string(r.State), Outcome: string(r.Outcome),
 		ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, ContainerID: r.ContainerID,
-		SessionID: r.Spec.SessionID, TaskID: r.Spec.TaskID, CreatedAt: pgTime(r.CreatedAt),
-		StartedAt: pgTimePtr(r.StartedAt), FinishedAt: pgTimePtr(r.FinishedAt), DurationMS: r.DurationMS,
+		SessionID: r.Spec.SessionID, TaskID: r.Spec.TaskID, CreatedAt: pgstore.Time(r.CreatedAt),
+		StartedAt: pgstore.TimePtr(r.StartedAt), FinishedAt: pgstore.TimePtr(r.FinishedAt), DurationMS: r.DurationMS,
 	}
 	if r.IdempotencyKey != "" {
 		k := r.IdempotencyKey
@@ -129,14 +130,6 @@ func splitOutput(o sandgate.Output) (meta, data []byte, err error) {
 	}
 	meta, err = json.Marshal(m)
 	return meta, data, err
-}
-
-func pgTimePtr(t *time.Time) *time.Time {
-	if t == nil || t.IsZero() {
-		return nil
-	}
-	u := pgTime(*t)
-	return &u
 }
 
 func utcPtr(t *time.Time) *time.Time {
@@ -222,12 +215,12 @@ func (s *Store) CreateRun(ctx context.Context, run *sandgate.Run) error {
 	if run.CreatedAt.IsZero() {
 		run.CreatedAt = s.cfg.Clock()
 	}
-	run.CreatedAt = pgTime(run.CreatedAt)
+	run.CreatedAt = pgstore.Time(run.CreatedAt)
 	row, err := toRow(run)
 	if err != nil {
 		return sandgate.WrapError(sandgate.CodeInvalidRequest, err, "run cannot be stored")
 	}
-	row.UpdatedAt = pgTime(s.cfg.Clock())
+	row.UpdatedAt = pgstore.Time(s.cfg.Clock())
 	err = s.db.WithContext(ctx).Create(row).Error
 	if err == nil {
 		return nil
@@ -253,7 +246,7 @@ func (s *Store) UpdateRun(ctx context.Context, run *sandgate.Run) error {
 		"started_at": row.StartedAt, "finished_at": row.FinishedAt, "duration_ms": row.DurationMS,
 		"stdout": row.Stdout, "stderr": row.Stderr, "stdout_data": row.StdoutData, "stderr_data": row.StderrData,
 		"warnings": row.Warnings, "artifacts": row.Artifacts, "usage": row.Usage,
-		"egress": row.Egress, "updated_at": pgTime(s.cfg.Clock()),
+		"egress": row.Egress, "updated_at": pgstore.Time(s.cfg.Clock()),
 	})
 	if res.Error != nil {
 		return storeErr(res.Error, "update run")
@@ -326,7 +319,7 @@ func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.
 	}
 	if f.Cursor != "" {
 		var c runCursor
-		if err := decodeCursor(f.Cursor, &c); err != nil {
+		if err := pgstore.DecodeCursor(f.Cursor, &c); err != nil {
 			return nil, "", err
 		}
 		q = q.Where("(created_at, id) < (?, ?)", c.T, c.ID)
@@ -343,7 +336,7 @@ func (s *Store) ListRuns(ctx context.Context, f sandgate.RunFilter) ([]sandgate.
 	if len(rows) > limit {
 		rows = rows[:limit]
 		last := rows[limit-1]
-		next = encodeCursor(runCursor{T: last.CreatedAt, ID: last.ID})
+		next = pgstore.EncodeCursor(runCursor{T: last.CreatedAt, ID: last.ID})
 	}
 	out := make([]sandgate.Run, 0, len(rows))
 	for i := range rows {

@@ -11,18 +11,14 @@
 package runstore
 
 import (
-	"bytes"
 	"database/sql"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // Config configures a Store.
@@ -49,14 +45,9 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	gdb, err := gorm.Open(postgres.New(postgres.Config{Conn: db}), &gorm.Config{
-		Logger:                 logger.Discard,
-		SkipDefaultTransaction: true,
-		DisableAutomaticPing:   true,
-		NowFunc:                func() time.Time { return cfg.Clock().UTC() },
-	})
+	gdb, err := pgstore.Gorm(db, cfg.Clock)
 	if err != nil {
-		return nil, fmt.Errorf("runstore: open gorm: %w", err)
+		return nil, fmt.Errorf("runstore: %w", err)
 	}
 	return &Store{cfg: cfg, db: gdb}, nil
 }
@@ -69,25 +60,4 @@ const (
 
 func storeErr(err error, what string) error {
 	return sandgate.WrapError(sandgate.CodeUnavailable, err, "%s: database unavailable", what)
-}
-
-// pgTime truncates t to what Postgres keeps, in UTC.
-func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
-
-func encodeCursor(v any) string {
-	data, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(data)
-}
-
-func decodeCursor(s string, v any) error {
-	data, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return sandgate.FieldError("cursor", "not a cursor this server issued")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return sandgate.FieldError("cursor", "not a cursor this server issued")
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/pgstore"
 )
 
 // sessionRow is one sessions row: the columns sessions are found by, and
@@ -39,8 +40,8 @@ func (s *Store) sessionRow(ss *sandgate.Session) (*sessionRow, error) {
 	}
 	return &sessionRow{
 		ID: ss.ID, Team: ss.Team, Node: ss.Node, State: string(ss.State),
-		CreatedAt: pgTime(ss.CreatedAt), LastActiveAt: pgTime(ss.LastActiveAt), EndedAt: pgTimePtr(ss.EndedAt),
-		UpdatedAt: pgTime(s.cfg.Clock()), Document: doc,
+		CreatedAt: pgstore.Time(ss.CreatedAt), LastActiveAt: pgstore.Time(ss.LastActiveAt), EndedAt: pgstore.TimePtr(ss.EndedAt),
+		UpdatedAt: pgstore.Time(s.cfg.Clock()), Document: doc,
 	}, nil
 }
 

@@ -106,6 +106,7 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventRetentionApplied:   {classEventLogActivity, 2, "Delete"},
 	sandgate.EventAuditKeyRegistered: {classEventLogActivity, 99, "Key Registered"},
 	sandgate.EventAuditKeyRotated:    {classEventLogActivity, 99, "Key Rotated"},
+	sandgate.EventAuditKeyEndorsed:   {classEventLogActivity, 99, "Key Endorsed"},
 	// A witness found the log's history rewritten or forked: about the
 	// log itself, of High severity and a Failure.
 	sandgate.EventAuditWitnessAlarm: {classEventLogActivity, 99, "Witness Alarm"},

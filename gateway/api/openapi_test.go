@@ -236,6 +236,8 @@ func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
 		{schema: "AuditRecord", typ: sandgate.AuditRecord{}},
 		{schema: "VerifyReport", typ: api.VerifyReport{}},
 		{schema: "VerifyReport.problems[]", typ: sandgate.VerifyProblem{}},
+		{schema: "VerifyReport.anchors[]", typ: sandgate.VerifyAnchor{}},
+		{schema: "Checkpoint.endorsements[]", typ: sandgate.KeyEndorsement{}},
 		{schema: "Checkpoint", typ: api.CheckpointView{}},
 		{schema: "InclusionProof", typ: api.InclusionProofView{}},
 		{schema: "ConsistencyProof", typ: api.ConsistencyProofView{}},

@@ -22,6 +22,8 @@ type CheckpointView struct {
 	// lines after the gateway's signature.
 	Note         string   `json:"note"`
 	Cosignatures []string `json:"cosignatures"`
+	// Endorsements are the cluster root's endorsements of the note's key.
+	Endorsements []sandgate.KeyEndorsement `json:"endorsements,omitempty"`
 }
 
 // InclusionProofView is GET /v1/audit/proof/inclusion.
@@ -87,7 +89,7 @@ func NewCheckpointView(cp sandgate.CheckpointNote) CheckpointView {
 		cos = []string{}
 	}
 	return CheckpointView{ChainID: cp.ChainID, Origin: cp.Origin, TreeSize: cp.TreeSize, RootHash: b64(cp.RootHash),
-		CreatedAt: cp.CreatedAt, Note: withCosignatures(cp), Cosignatures: cos}
+		CreatedAt: cp.CreatedAt, Note: withCosignatures(cp), Cosignatures: cos, Endorsements: cp.Endorsements}
 }
 
 // NewInclusionProofView returns the wire form of an inclusion proof.
@@ -130,4 +132,7 @@ type WitnessAlarmView struct {
 	OfferedRoot  string    `json:"offered_root,omitempty"`
 	RaisedAt     time.Time `json:"raised_at"`
 	KnownWitness bool      `json:"known_witness"`
+	// Repeat says the alarm repeats one recorded within a day (EventID
+	// is that one's): it was counted, not recorded again.
+	Repeat bool `json:"repeat,omitempty"`
 }

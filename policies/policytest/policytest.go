@@ -17,6 +17,18 @@ import (
 // edit applied to its data.sandgate.config.
 func Engine(t testing.TB, edit func(cfg map[string]any)) *policies.Engine {
 	t.Helper()
+	e, err := policies.New(context.Background(), policies.Options{Dir: Bundle(t, edit)})
+	if err != nil {
+		t.Fatalf("policies.New: %v", err)
+	}
+	return e
+}
+
+// Bundle writes the default bundle (this module's policies directory)
+// with edit (if any) applied to its data.sandgate.config to a new
+// directory and returns it.
+func Bundle(t testing.TB, edit func(cfg map[string]any)) string {
+	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	src := filepath.Join(filepath.Dir(file), "..")
 	dir := t.TempDir()
@@ -50,11 +62,7 @@ func Engine(t testing.TB, edit func(cfg map[string]any)) *policies.Engine {
 	if err := os.WriteFile(filepath.Join(dir, "data.json"), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e, err := policies.New(context.Background(), policies.Options{Dir: dir})
-	if err != nil {
-		t.Fatalf("policies.New: %v", err)
-	}
-	return e
+	return dir
 }
 
 // EgressDestinations is an edit that allows team the destinations.

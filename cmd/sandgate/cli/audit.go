@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // newAuditCmd builds `sandgate audit query|export|verify|public-key`, the
@@ -34,7 +35,7 @@ func newAuditCmd(a *app) *cobra.Command {
 	}
 	cmd.AddCommand(newAuditQueryCmd(a), newAuditExportCmd(a), newAuditVerifyCmd(a), newAuditPublicKeyCmd(a),
 		newAuditRotateKeyCmd(a), newAuditPartitionsCmd(a), newAuditArchiveCmd(a), newAuditPurgeCmd(a), newAuditRetentionCmd(a),
-		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a))
+		newAuditReceiptCmd(a), newAuditVerifyReceiptCmd(a), newAuditWitnessCmd(a), newAuditEndorseKeyCmd(a))
 	return cmd
 }
 
@@ -86,12 +87,19 @@ func auditWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// openTrail opens the trail read-only, trusting keys for checkpoints.
-func openTrail(ctx context.Context, a *app, keys []ed25519.PublicKey) (*audit.Store, error) {
+// openTrail opens the trail read-only, trusting checkpoint keys from
+// anchors (and the witnesses the operator pinned, whose cosignatures a
+// receipt's notes carry).
+func openTrail(ctx context.Context, a *app, anchors proof.Anchors) (*audit.Store, error) {
+	witnesses, err := witnessKeys(&a.cfg.trailConfig)
+	if err != nil {
+		return nil, err
+	}
 	return audit.Open(ctx, audit.Config{
 		DSN:                a.cfg.DatabaseURL,
 		ReadOnly:           true,
-		TrustedKeys:        keys,
+		Anchors:            anchors,
+		Witnesses:          witnesses,
 		CheckpointInterval: a.cfg.CheckpointAfter,
 	})
 }
@@ -110,12 +118,12 @@ func newAuditQueryCmd(a *app) *cobra.Command {
 				return err
 			}
 			filter.Limit, filter.Cursor = limit, cursor
-			s, err := openTrail(cmd.Context(), a, nil)
+			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
 			if err != nil {
 				return err
 			}
 			defer s.Close(context.Background())
-			recs, next, err := s.Query(cmd.Context(), filter)
+			recs, next, err := s.Reader().Query(cmd.Context(), filter)
 			if err != nil {
 				return err
 			}
@@ -154,7 +162,7 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 			if err != nil {
 				return err
 			}
-			s, err := openTrail(cmd.Context(), a, nil)
+			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
 			if err != nil {
 				return err
 			}
@@ -169,9 +177,9 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 				w = file
 			}
 			if checkpoints {
-				err = s.ExportCheckpoints(cmd.Context(), chain, w)
+				err = s.Reader().ExportCheckpoints(cmd.Context(), chain, w)
 			} else {
-				err = s.Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
+				err = s.Reader().Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
 			}
 			if err != nil {
 				return err
@@ -195,7 +203,7 @@ unfiltered export plus the checkpoints is what verify --offline checks.`,
 
 func newAuditVerifyCmd(a *app) *cobra.Command {
 	var offline, checkpoints, chain, archive string
-	var keyFiles, trustedFiles []string
+	var trust trustFlags
 	var fromSeq, toSeq int64
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -207,123 +215,60 @@ signatures and their chain, the keys that signed them, and that every
 chain's rows are covered by a checkpoint signed by a known key (rows that
 are not, beyond twice the checkpoint interval, are unsigned_chain or
 unsigned_tail; rows recorded after the database's clock are future_row).
-Prints a JSON report listing every problem and every checkpoint key with
-its node and first use, and exits 1 when there is a problem.
+Prints a JSON report listing every problem, every checkpoint key with its
+node and first use, and the trust anchors used, and exits 1 when there is
+a problem.
 
-Keys: the --public-key and --trusted-keys files (PEM or hex) pin the keys to
-trust; every other key is then untrusted_key. Without any, the public half
-of SANDGATE_SIGNING_KEY_FILE is pinned when readable. With no key at all,
-online verify trusts the trail's key registry (each node's first key, and
-rotations endorsed by the key they replace; anyone with the application
-role can register a key for a node name not yet in use, so check the
-listed keys, or pin them); offline, nothing vouches for an export's keys
-and the report says so (unpinned_keys).`,
+Which keys are trusted: with --public-key, --trusted-keys or --root-key,
+exactly the keys those pin and the keys the root keys endorsed (sandgate
+audit endorse-key). Without any, what the configuration says, as GET
+/v1/audit/verify of a gateway with the same configuration: the keys of
+SANDGATE_TRUSTED_KEYS_FILE, the keys the root keys of
+SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE endorsed, and the local key (the public
+half of SANDGATE_SIGNING_KEY_FILE) with the keys the registry vouches for
+as its node's, when the trail registered it for SANDGATE_NODE: a single
+gateway verifies on its own host with no setting. A rotation a trusted key
+endorsed is trusted too. The key registry alone vouches for nothing
+(anyone with the application role can register a key): with no anchor in
+use the report says so (unpinned_keys).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			keys, err := loadTrustedKeys(keyFiles, trustedFiles, a.cfg.SigningKeyFile)
+			anchors, err := trustAnchors(&a.cfg.trailConfig, a.cfg.Node, trust)
 			if err != nil {
 				return err
 			}
-			opts := audit.OfflineOptions{Trusted: keys, CheckpointInterval: a.cfg.CheckpointAfter}
-			var rep audit.Report
+			opts := proof.OfflineOptions{Anchors: anchors, CheckpointInterval: a.cfg.CheckpointAfter}
+			var rep proof.Report
 			switch {
 			case archive != "" && offline != "":
 				return sandgate.FieldError("archive", "give --archive or --offline, not both")
 			case archive != "":
-				rep, err = audit.VerifyArchiveWith(archive, opts)
+				rep, err = proof.VerifyArchiveWith(archive, opts)
 			case offline != "":
 				rep, err = verifyOffline(offline, checkpoints, opts)
 			default:
 				var s *audit.Store
-				if s, err = openTrail(cmd.Context(), a, keys); err != nil {
+				if s, err = openTrail(cmd.Context(), a, anchors); err != nil {
 					return err
 				}
 				defer s.Close(context.Background())
-				rep, err = s.VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
+				rep, err = s.Verifier().VerifyTrail(cmd.Context(), sandgate.VerifyRange{ChainID: chain, FromSeq: fromSeq, ToSeq: toSeq})
 			}
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(a.stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(rep); err != nil {
-				return err
-			}
-			if !rep.OK {
-				return &ExitError{Code: 1, Message: fmt.Sprintf("audit verify: %d problem(s) found", len(rep.Problems))}
-			}
-			return nil
+			return printVerifyReport(a, rep)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&offline, "offline", "", "verify this export file (JSONL or CSV) instead of the database")
 	fl.StringVar(&archive, "archive", "", "verify this archive directory (written by audit archive) instead of the database")
 	fl.StringVar(&checkpoints, "checkpoints", "", "with --offline: the checkpoints export (JSONL), taken after the events")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "trusted checkpoint public key file (PEM or hex); repeatable")
-	fl.StringSliceVar(&trustedFiles, "trusted-keys", nil, "file of trusted checkpoint public keys, every node's (PEM blocks, or one hex key a line); repeatable")
+	trust.bind(cmd)
 	fl.StringVar(&chain, "chain", "", "online: only this chain")
 	fl.Int64Var(&fromSeq, "from-seq", 0, "online: start at this seq")
 	fl.Int64Var(&toSeq, "to-seq", 0, "online: stop at this seq")
 	return cmd
-}
-
-func verifyOffline(events, checkpoints string, opts audit.OfflineOptions) (audit.Report, error) {
-	ef, err := os.Open(events)
-	if err != nil {
-		return audit.Report{}, err
-	}
-	defer ef.Close()
-	var cr io.Reader
-	if checkpoints != "" {
-		cf, err := os.Open(checkpoints)
-		if err != nil {
-			return audit.Report{}, err
-		}
-		defer cf.Close()
-		cr = cf
-	}
-	return audit.VerifyExportWith(ef, cr, opts)
-}
-
-// loadKeys reads the trusted public keys; with none given, the public
-// half of the local signing key when it can be read.
-func loadKeys(files []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
-	return loadTrustedKeys(files, nil, signingKeyFile)
-}
-
-// loadTrustedKeys reads the trusted public keys, one per --public-key file
-// and any number per --trusted-keys file; with none given, the public half
-// of the local signing key when it can be read.
-func loadTrustedKeys(files, lists []string, signingKeyFile string) ([]ed25519.PublicKey, error) {
-	var keys []ed25519.PublicKey
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("--public-key: %w", err)
-		}
-		k, err := audit.ParsePublicKey(data)
-		if err != nil {
-			return nil, fmt.Errorf("--public-key %s: %w", f, err)
-		}
-		keys = append(keys, k)
-	}
-	for _, f := range lists {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("--trusted-keys: %w", err)
-		}
-		ks, err := audit.ParsePublicKeys(data)
-		if err != nil {
-			return nil, fmt.Errorf("--trusted-keys %s: %w", f, err)
-		}
-		keys = append(keys, ks...)
-	}
-	if len(keys) == 0 && signingKeyFile != "" {
-		if priv, err := audit.LoadSigningKey(signingKeyFile, false); err == nil {
-			keys = append(keys, priv.Public().(ed25519.PublicKey))
-		}
-	}
-	return keys, nil
 }
 
 func newAuditRotateKeyCmd(a *app) *cobra.Command {
@@ -371,11 +316,11 @@ auditors pin it. Prints the registration as JSON.`,
 			if err := writeJSON(a, reg); err != nil {
 				return err
 			}
-			prev, err := audit.LoadSigningKey(previous, false)
+			prev, err := proof.LoadSigningKey(previous, false)
 			if err != nil {
 				return err
 			}
-			switch prevID := audit.KeyID(prev.Public().(ed25519.PublicKey)); {
+			switch prevID := proof.KeyID(prev.Public().(ed25519.PublicKey)); {
 			case reg.Replaces == "":
 				fmt.Fprintln(a.stderr, "audit rotate-key: the node had no key registered: this key is its first, nothing to endorse")
 			case reg.Endorsement == "":
@@ -398,7 +343,7 @@ func newAuditPublicKeyCmd(a *app) *cobra.Command {
 		Short: "Print the checkpoint signing key's public half (PEM, or hex) for auditors",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			priv, err := audit.LoadSigningKey(keyFile, false)
+			priv, err := proof.LoadSigningKey(keyFile, false)
 			if errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("no signing key at %s: serve creates it on first start (or pass --signing-key-file)", keyFile)
 			}
@@ -410,7 +355,7 @@ func newAuditPublicKeyCmd(a *app) *cobra.Command {
 				_, err = fmt.Fprintln(a.stdout, hex.EncodeToString(pub))
 				return err
 			}
-			_, err = io.WriteString(a.stdout, strings.TrimRight(string(audit.EncodePublicKey(pub)), "\n")+"\n")
+			_, err = io.WriteString(a.stdout, strings.TrimRight(string(proof.EncodePublicKey(pub)), "\n")+"\n")
 			return err
 		},
 	}

@@ -79,7 +79,7 @@ func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logg
 // chainCloser closes dead nodes' chains with this node's key.
 func chainCloser(store *audit.Store) gateway.ChainCloser {
 	return func(ctx context.Context, dead, reason string) (int, error) {
-		closed, err := store.CloseChainsOf(ctx, dead, reason)
+		closed, err := store.Takeover().CloseChainsOf(ctx, dead, reason)
 		return len(closed), err
 	}
 }

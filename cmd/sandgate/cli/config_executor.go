@@ -8,7 +8,16 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/imagesig"
 )
+
+// imageKeys are the pinned image keys, nil when none are configured.
+func (c *executorConfig) imageKeys() (*imagesig.Keys, error) {
+	if c.ImageVerifyKeys == "" {
+		return nil, nil
+	}
+	return imagesig.LoadKeys(c.ImageVerifyKeys)
+}
 
 // executorConfig is the Docker executor's: the daemon, how many runs hold
 // a container at once, the warm pool, the in-sandbox agent and the teams'
@@ -26,7 +35,13 @@ type executorConfig struct {
 	// VolumeDir holds the file systems of the teams' cache volumes
 	// (SANDGATE_VOLUME_DIR).
 	VolumeDir string
-	invalid   []string
+	// ImageVerifyKeys are the public keys (a PEM file or a directory of
+	// them) image signatures are verified with
+	// (SANDGATE_IMAGE_VERIFY_KEYS); ImageSignatureDir is where `image
+	// load --signature` keeps them (SANDGATE_IMAGE_SIGNATURE_DIR).
+	ImageVerifyKeys   string
+	ImageSignatureDir string
+	invalid           []string
 }
 
 func readExecutorConfig(getenv func(string) string) executorConfig {
@@ -35,6 +50,9 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 	e.str("DOCKER_HOST", &c.DockerHost)
 	e.str("SANDGATE_AGENT_BINARY", &c.AgentBinary)
 	e.str("SANDGATE_VOLUME_DIR", &c.VolumeDir)
+	e.str("SANDGATE_IMAGE_VERIFY_KEYS", &c.ImageVerifyKeys)
+	c.ImageSignatureDir = "/var/lib/sandgate/image-signatures"
+	e.str("SANDGATE_IMAGE_SIGNATURE_DIR", &c.ImageSignatureDir)
 	e.int("SANDGATE_MAX_CONCURRENT", &c.MaxConcurrent)
 	e.int("SANDGATE_WARM_POOL", &c.WarmPool)
 	c.invalid = e.invalid
@@ -152,7 +170,13 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 	if err := checkMountRoots(cfg.MountRoots); err != nil {
 		return nil, err
 	}
+	imageKeys, err := cfg.imageKeys()
+	if err != nil {
+		return nil, err
+	}
 	exec, err := executor.New(executor.Config{
+		ImageSignatures: imagesig.Store{Dir: cfg.ImageSignatureDir},
+		ImageKeys:       imageKeys,
 		AgentBinary:     agent,
 		DockerHost:      cfg.DockerHost,
 		Node:            cfg.Node,

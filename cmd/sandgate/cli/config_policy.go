@@ -24,7 +24,11 @@ type policyConfig struct {
 	// PolicyDir is the Rego bundle to load and watch
 	// (SANDGATE_POLICY_DIR); empty, the bundle embedded in the binary.
 	PolicyDir string
-	AirGapped bool // SANDGATE_AIR_GAPPED
+	// PolicyVerifyKeys is a PEM file or a directory of PEM files of the
+	// public keys every bundle must be signed by
+	// (SANDGATE_POLICY_VERIFY_KEYS); empty, bundles are not verified.
+	PolicyVerifyKeys string
+	AirGapped        bool // SANDGATE_AIR_GAPPED
 	// MountRoots are the host directories under which bind mounts may be
 	// requested (SANDGATE_MOUNT_ROOTS, colon-separated).
 	MountRoots []string
@@ -40,6 +44,7 @@ func readPolicyConfig(getenv func(string) string) policyConfig {
 	var c policyConfig
 	e := envReader{getenv: getenv}
 	e.str("SANDGATE_POLICY_DIR", &c.PolicyDir)
+	e.str("SANDGATE_POLICY_VERIFY_KEYS", &c.PolicyVerifyKeys)
 	e.boolean("SANDGATE_AIR_GAPPED", &c.AirGapped)
 	if v := getenv("SANDGATE_MOUNT_ROOTS"); v != "" {
 		c.MountRoots = splitRoots(v)
@@ -62,6 +67,7 @@ func splitRoots(v string) []string {
 
 func (c *policyConfig) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.PolicyDir, "policy-dir", c.PolicyDir, "Rego bundle directory (SANDGATE_POLICY_DIR; default: the embedded bundle)")
+	f.StringVar(&c.PolicyVerifyKeys, "policy-verify-keys", c.PolicyVerifyKeys, "PEM public keys (a file, or a directory of *.pem) every policy bundle must be signed by (SANDGATE_POLICY_VERIFY_KEYS)")
 	f.BoolVar(&c.AirGapped, "air-gapped", c.AirGapped, "force network none and never pull (SANDGATE_AIR_GAPPED)")
 	f.StringSliceVar(&c.MountRoots, "mount-root", c.MountRoots, "host directory under which bind mounts may be requested; repeatable (SANDGATE_MOUNT_ROOTS, colon-separated)")
 }
@@ -85,6 +91,14 @@ func (c *policyConfig) Validate() error {
 	return nil
 }
 
+// verifyKeys are the pinned bundle keys, nil when none are configured.
+func (c *policyConfig) verifyKeys() (*policies.VerifyKeys, error) {
+	if c.PolicyVerifyKeys == "" {
+		return nil, nil
+	}
+	return policies.LoadVerifyKeys(c.PolicyVerifyKeys)
+}
+
 // settings are what the policies see of this gateway.
 func (c *policyConfig) settings() sandgate.Settings {
 	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots}
@@ -94,11 +108,16 @@ func (c *policyConfig) settings() sandgate.Settings {
 // refused), reporting policy.loaded and every later reload to events.
 // Watching the directory starts with watch, once serve has registered.
 func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, logger *slog.Logger) (*policies.Engine, error) {
+	keys, err := c.verifyKeys()
+	if err != nil {
+		return nil, err
+	}
 	engine, err := policies.New(ctx, policies.Options{
-		Dir:      c.PolicyDir,
-		Settings: c.settings(),
-		Events:   events,
-		Logger:   logger.With("component", "policies"),
+		Dir:        c.PolicyDir,
+		Settings:   c.settings(),
+		Events:     events,
+		Logger:     logger.With("component", "policies"),
+		VerifyKeys: keys,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // trailConfig is the audit trail's: its local spool, its signing and mask
@@ -27,12 +28,23 @@ type trailConfig struct {
 	// MaskKeyFile hashes secrets in the trail (SANDGATE_MASK_KEY_FILE);
 	// without it the key is derived from the signing key.
 	MaskKeyFile string
-	// TrustedKeysFile pins the checkpoint keys GET /v1/audit/verify
-	// trusts: every gateway's (PEM blocks, or one hex key a line). Without
-	// it, verify trusts the trail's key registry.
-	TrustedKeysFile string
-	CheckpointEvery int           // SANDGATE_CHECKPOINT_EVERY
-	CheckpointAfter time.Duration // how long the trail goes without a checkpoint
+	// TrustedKeysFile pins the checkpoint keys verify trusts, every
+	// gateway's (PEM blocks, or one hex key a line), and
+	// AuditRootPublicKeyFile the cluster root keys whose endorsements it
+	// trusts (SANDGATE_TRUSTED_KEYS_FILE,
+	// SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE); see trustAnchors.
+	// AuditKeyEndorsementFile is this node's key endorsed by the root
+	// (sandgate audit endorse-key; SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE),
+	// which the node records in the trail.
+	TrustedKeysFile         string
+	AuditRootPublicKeyFile  string
+	AuditKeyEndorsementFile string
+	// AuditWitnessKeysFile pins the witnesses whose cosignatures the
+	// gateway takes and whose alarms are a known witness's: their
+	// verifier keys, one a line (SANDGATE_AUDIT_WITNESS_KEYS_FILE).
+	AuditWitnessKeysFile string
+	CheckpointEvery      int           // SANDGATE_CHECKPOINT_EVERY
+	CheckpointAfter      time.Duration // how long the trail goes without a checkpoint
 	// AuditRetention is how long the trail keeps a month
 	// (SANDGATE_AUDIT_RETENTION, default audit.DefaultRetention); each
 	// gateway applies it every AuditRetentionInterval
@@ -58,6 +70,9 @@ func readTrailConfig(getenv func(string) string) trailConfig {
 	e.str("SANDGATE_SIGNING_KEY_FILE", &c.SigningKeyFile)
 	e.str("SANDGATE_MASK_KEY_FILE", &c.MaskKeyFile)
 	e.str("SANDGATE_TRUSTED_KEYS_FILE", &c.TrustedKeysFile)
+	e.str("SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE", &c.AuditRootPublicKeyFile)
+	e.str("SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE", &c.AuditKeyEndorsementFile)
+	e.str("SANDGATE_AUDIT_WITNESS_KEYS_FILE", &c.AuditWitnessKeysFile)
 	e.str("SANDGATE_AUDIT_ARCHIVE_DIR", &c.AuditArchiveDir)
 	e.int64("SANDGATE_SPOOL_MAX_BYTES", &c.SpoolMaxBytes)
 	e.int("SANDGATE_AUDIT_MAX_BACKLOG", &c.AuditBacklog)
@@ -91,7 +106,10 @@ func (c *trailConfig) stateDir() string { return filepath.Dir(c.SpoolDir) }
 func (c *trailConfig) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.SpoolDir, "spool-dir", c.SpoolDir, "durable local spool for audit events (SANDGATE_SPOOL_DIR)")
 	f.StringVar(&c.SigningKeyFile, "signing-key-file", c.SigningKeyFile, "Ed25519 checkpoint signing key (SANDGATE_SIGNING_KEY_FILE)")
-	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys audit verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the trail's key registry)")
+	f.StringVar(&c.TrustedKeysFile, "trusted-keys-file", c.TrustedKeysFile, "pin the checkpoint keys verify trusts: every gateway's public key (SANDGATE_TRUSTED_KEYS_FILE; default: the gateway's own key and its node's registered keys)")
+	f.StringVar(&c.AuditRootPublicKeyFile, "audit-root-public-key-file", c.AuditRootPublicKeyFile, "cluster root public key(s) whose endorsed node keys verify trusts (SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE)")
+	f.StringVar(&c.AuditWitnessKeysFile, "audit-witness-keys-file", c.AuditWitnessKeysFile, "the witnesses this gateway takes cosignatures from: verifier keys, one a line (SANDGATE_AUDIT_WITNESS_KEYS_FILE; default none)")
+	f.StringVar(&c.AuditKeyEndorsementFile, "audit-key-endorsement-file", c.AuditKeyEndorsementFile, "this node's checkpoint key endorsed by the cluster root (sandgate audit endorse-key), recorded in the trail (SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE)")
 	f.StringVar(&c.MaskKeyFile, "mask-key-file", c.MaskKeyFile, "key that hashes secrets in the audit trail, hex; share it between gateways (SANDGATE_MASK_KEY_FILE; default: derived from the signing key)")
 }
 
@@ -121,40 +139,44 @@ func (c *trailConfig) maskKey() ([]byte, error) {
 	if c.MaskKeyFile == "" {
 		return nil, nil
 	}
-	return audit.LoadMaskKey(c.MaskKeyFile, true)
+	return proof.LoadMaskKey(c.MaskKeyFile, true)
 }
 
 // trailKeys are the trail's keys, read before anything is registered (the
-// signing key made on first start).
+// signing key made on first start): the mask key, what verify trusts
+// (the same anchors as audit verify with this configuration), the node's
+// key endorsement, and the witnesses the operator pinned.
 type trailKeys struct {
-	mask    []byte
-	trusted []ed25519.PublicKey
+	mask        []byte
+	anchors     proof.Anchors
+	endorsement *proof.Endorsement
+	witnesses   []string
 	// id and public are the signing key's, as the node registry shows it.
 	id, public string
 }
 
-// keys reads the mask key, the pinned keys and the signing key.
-func (c *trailConfig) keys() (trailKeys, error) {
+// keys reads the mask key, the signing key, and the trust settings, for
+// the node named node.
+func (c *trailConfig) keys(node string) (trailKeys, error) {
 	var k trailKeys
 	var err error
 	if k.mask, err = c.maskKey(); err != nil {
 		return k, fmt.Errorf("SANDGATE_MASK_KEY_FILE: %w", err)
 	}
-	if c.TrustedKeysFile != "" {
-		if k.trusted, err = loadTrustedKeys(nil, []string{c.TrustedKeysFile}, ""); err != nil {
-			return k, fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE: %w", err)
-		}
-		if len(k.trusted) == 0 {
-			return k, fmt.Errorf("SANDGATE_TRUSTED_KEYS_FILE %s holds no key", c.TrustedKeysFile)
-		}
-	}
-	priv, err := audit.LoadSigningKey(c.SigningKeyFile, true)
+	priv, err := proof.LoadSigningKey(c.SigningKeyFile, true)
 	if err != nil {
 		return k, fmt.Errorf("SANDGATE_SIGNING_KEY_FILE: %w", err)
 	}
 	pub := priv.Public().(ed25519.PublicKey)
-	k.id, k.public = audit.KeyID(pub), hex.EncodeToString(pub)
-	return k, nil
+	k.id, k.public = proof.KeyID(pub), hex.EncodeToString(pub)
+	if k.anchors, err = trustAnchors(c, node, trustFlags{}); err != nil {
+		return k, err
+	}
+	if k.endorsement, err = keyEndorsement(c); err != nil {
+		return k, err
+	}
+	k.witnesses, err = witnessKeys(c)
+	return k, err
 }
 
 // open opens the trail for this node: its chains (lifecycle events, and
@@ -168,7 +190,9 @@ func (c *trailConfig) open(ctx context.Context, dsn, node string, k trailKeys, l
 		MaxBacklog:         c.AuditBacklog,
 		SigningKeyFile:     c.SigningKeyFile,
 		MaskKey:            k.mask,
-		TrustedKeys:        k.trusted,
+		Anchors:            k.anchors,
+		Endorsement:        k.endorsement,
+		Witnesses:          k.witnesses,
 		Node:               node,
 		CheckpointEvery:    c.CheckpointEvery,
 		CheckpointInterval: c.CheckpointAfter,
@@ -189,7 +213,7 @@ func (c *trailConfig) retain(ctx context.Context, store *audit.Store) (stop func
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		store.RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
+		store.Retention().RetentionLoop(ctx, c.AuditRetention, c.AuditArchiveDir, c.AuditRetentionInterval)
 	}()
 	return func() { cancel(); <-done }
 }

@@ -76,7 +76,8 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client, "session shell": client, "mcp": client,
 		"volume list": client, "volume rm": client,
 		"policy check": {"policy-dir"}, "policy test": {"policy-dir"}, "policy rules": {"policy-dir"},
-		"policy eval":   {"air-gapped", "mount-root", "policy-dir"},
+		"policy eval": {"air-gapped", "mount-root", "policy-dir", "policy-verify-keys"},
+		"policy sign": {"policy-dir"}, "policy verify": {"policy-dir", "policy-verify-keys"},
 		"policy replay": client,
 		"audit query":   dsn, "audit export": dsn, "audit verify": dsn, "audit receipt": dsn, "audit partitions": dsn,
 		"audit rotate-key": dsn, "audit archive": dsn, "audit purge": dsn, "audit retention": dsn,
@@ -85,8 +86,10 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"audit verify-receipt": nil,
 		// Its own --gateway and --token, defaulting to the client's.
 		"audit witness": nil,
-		"migrate up":    dsn, "migrate status": dsn,
-		"image build": nil, "image load": nil, "image list": nil, "image prune": nil,
+		// Its own --signing-key-file and --node: which key, for which node.
+		"audit endorse-key": {"node", "signing-key-file"},
+		"migrate up":        dsn, "migrate status": dsn,
+		"image build": nil, "image load": nil, "image sign": nil, "image list": nil, "image prune": nil,
 		"sandbox list": nil, "sandbox cleanup": nil,
 		"version": nil,
 	}

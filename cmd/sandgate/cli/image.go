@@ -73,9 +73,10 @@ recipe format.`,
 	f.Int64Var(&ropts.SourceDateEpoch, "source-date-epoch", envInt64(a.getenv, "SOURCE_DATE_EPOCH"), "creation time and newest file time (default $SOURCE_DATE_EPOCH, else the recipe's)")
 	f.StringVar(&ropts.Mmdebstrap, "mmdebstrap", "mmdebstrap", "the mmdebstrap program")
 
+	var signature string
 	load := &cobra.Command{
-		Use:   "load FILE",
-		Short: "Load the images of a `docker save` tarball (FILE may be - for stdin)",
+		Use:   "load FILE [--signature PREFIX]",
+		Short: "Load the images of a `docker save` tarball (FILE may be - for stdin), and its signature",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var in io.Reader = a.stdin
@@ -101,10 +102,14 @@ recipe format.`,
 					return err
 				}
 			}
+			if signature != "" {
+				return a.storeSignature(cmd, ex, signature, loaded)
+			}
 			return nil
 		},
 	}
-	cmd.AddCommand(build, load, newImageListCmd(a), newImagePruneCmd(a))
+	load.Flags().StringVar(&signature, "signature", "", "PREFIX of the image's signature (PREFIX.payload, PREFIX.sig), kept in SANDGATE_IMAGE_SIGNATURE_DIR")
+	cmd.AddCommand(build, load, newImageSignCmd(a), newImageListCmd(a), newImagePruneCmd(a))
 	return cmd
 }
 

@@ -36,7 +36,8 @@ func newPolicyCmd(a *app) *cobra.Command {
 replay is the exception: the gateway replays its recorded decisions with the
 candidate bundle, and audits the replay.`,
 	}
-	cmd.AddCommand(newPolicyCheckCmd(a), newPolicyTestCmd(a), newPolicyRulesCmd(a), newPolicyEvalCmd(a), newPolicyReplayCmd(a))
+	cmd.AddCommand(newPolicyCheckCmd(a), newPolicyTestCmd(a), newPolicyRulesCmd(a), newPolicyEvalCmd(a), newPolicyReplayCmd(a),
+		newPolicySignCmd(a), newPolicyVerifyCmd(a))
 	return cmd
 }
 
@@ -177,9 +178,14 @@ invalid or another error.`,
 			if err != nil {
 				return fmt.Errorf("%s: %s", input, sandgate.ErrorMessageOf(err))
 			}
+			keys, err := a.cfg.verifyKeys()
+			if err != nil {
+				return err
+			}
 			e, err := policies.New(cmd.Context(), policies.Options{
-				Dir:      a.cfg.PolicyDir,
-				Settings: a.cfg.policyConfig.settings(),
+				Dir:        a.cfg.PolicyDir,
+				Settings:   a.cfg.policyConfig.settings(),
+				VerifyKeys: keys,
 			})
 			if err != nil {
 				return policyInvalid(a.stderr, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // Retention commands: `sandgate audit partitions|archive|purge`. archive
@@ -20,9 +21,10 @@ import (
 // signed with SANDGATE_SIGNING_KEY_FILE.
 
 // openAdminTrail opens a writing store for an operator's command, trusting
-// the public keys in keyFiles besides its own.
+// the public keys in keyFiles, or without any what the configuration says
+// (trustAnchors).
 func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Store, error) {
-	keys, err := loadKeys(keyFiles, "")
+	anchors, err := trustAnchors(&a.cfg.trailConfig, a.cfg.Node, trustFlags{publicKeys: keyFiles})
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +39,7 @@ func openAdminTrail(ctx context.Context, a *app, keyFiles []string) (*audit.Stor
 		SigningKeyFile:     a.cfg.SigningKeyFile,
 		MaskKey:            maskKey,
 		Node:               a.cfg.Node,
-		TrustedKeys:        keys,
+		Anchors:            anchors,
 		CheckpointEvery:    a.cfg.CheckpointEvery,
 		CheckpointInterval: a.cfg.CheckpointAfter,
 	})
@@ -71,12 +73,12 @@ func newAuditPartitionsCmd(a *app) *cobra.Command {
 		Short: "List the audit trail's month partitions with their rows per chain (JSON)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := openTrail(cmd.Context(), a, nil)
+			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
 			if err != nil {
 				return err
 			}
 			defer s.Close(context.Background())
-			parts, err := s.Partitions(cmd.Context())
+			parts, err := s.Retention().Partitions(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -121,7 +123,7 @@ registry vouches for.`,
 				if err != nil {
 					return err
 				}
-				parts, err := s.Partitions(cmd.Context())
+				parts, err := s.Retention().Partitions(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -131,9 +133,9 @@ registry vouches for.`,
 					}
 				}
 			}
-			var done []audit.ArchiveManifest
+			var done []proof.ArchiveManifest
 			for _, name := range partitions {
-				m, err := s.Archive(cmd.Context(), name, dir, actor)
+				m, err := s.Retention().Archive(cmd.Context(), name, dir, actor)
 				if err != nil {
 					_ = writeJSON(a, done)
 					return err
@@ -188,7 +190,7 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 				return err
 			}
 			defer s.Close(context.Background())
-			res, err := s.Purge(cmd.Context(), bound, dryRun, actor)
+			res, err := s.Retention().Purge(cmd.Context(), bound, dryRun, actor)
 			if werr := writeJSON(a, res); err == nil {
 				err = werr
 			}
@@ -205,7 +207,7 @@ SANDGATE_DATABASE_URL). --dry-run checks and reports without dropping.`,
 	fl.StringVar(&before, "before", "", "purge month partitions that end by this month (2026-10), day or time")
 	fl.BoolVar(&dryRun, "dry-run", false, "check and report, drop nothing")
 	fl.StringVar(&actor, "actor", operator(), "who purges, as recorded in retention.applied")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the key registry's); repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to re-verify archives (default: the configuration's, as audit verify); repeatable")
 	return cmd
 }
 
@@ -246,7 +248,7 @@ archived now, stopping at the first expired month never archived.`,
 				return err
 			}
 			defer s.Close(context.Background())
-			res, err := s.ApplyRetention(cmd.Context(), p, dir, dryRun, actor)
+			res, err := s.Retention().ApplyRetention(cmd.Context(), p, dir, dryRun, actor)
 			if werr := writeJSON(a, res); err == nil {
 				err = werr
 			}
@@ -264,6 +266,6 @@ archived now, stopping at the first expired month never archived.`,
 	fl.StringVar(&dir, "archive-dir", "", "archive expired months here before dropping them (default: SANDGATE_AUDIT_ARCHIVE_DIR)")
 	fl.BoolVar(&dryRun, "dry-run", false, "report what would be dropped, change nothing")
 	fl.StringVar(&actor, "actor", operator(), "who applies retention, as recorded in audit.archived and retention.applied")
-	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to verify archives (default: the key registry's); repeatable")
+	fl.StringSliceVar(&keyFiles, "public-key", nil, "the gateways' checkpoint public keys, to verify archives (default: the configuration's, as audit verify); repeatable")
 	return cmd
 }

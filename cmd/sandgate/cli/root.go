@@ -167,6 +167,7 @@ func (a *app) settingsOf() map[string][]use {
 		"mcp":     {client},
 		// The bundle is a directory, or the embedded one: no gateway.
 		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
+		"policy verify": {{c: &c.policyConfig, flags: []string{"policy-dir", "policy-verify-keys"}}},
 		"policy eval":   {{c: &c.policyConfig, all: true}},
 		"policy replay": {client},
 		// The trail, directly on the database; the operator's commands
@@ -177,12 +178,18 @@ func (a *app) settingsOf() map[string][]use {
 		"audit purge":          {dsn, trail, node},
 		"audit retention":      {dsn, trail, node},
 		"audit public-key":     {trail},
-		"audit verify-receipt": nil,
+		"audit verify-receipt": {trail, node}, // without flags, the configuration's anchors
 		"audit witness":        {{c: &c.clientConfig}},
 		"migrate":              {dsn},
 		"image":                {docker, node},
 		"sandbox":              {docker, node},
 		"version":              nil,
+
+		// Which keys verify trusts is the configuration's: the trail's
+		// trust settings and this host's key and node (trustAnchors).
+		"audit verify": {dsn, trail, node},
+		// A node's key endorsed by the root: the key and node of this host.
+		"audit endorse-key": {trail, node},
 	}
 }
 

@@ -118,7 +118,7 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 	if p.clusterSecret, err = cfg.nodeConfig.clusterSecret(); err != nil {
 		return err
 	}
-	if p.keys, err = cfg.trailConfig.keys(); err != nil {
+	if p.keys, err = cfg.trailConfig.keys(cfg.Node); err != nil {
 		return err
 	}
 	if p.sinks, err = cfg.sinkConfig.load(); err != nil {

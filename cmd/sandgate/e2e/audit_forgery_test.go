@@ -23,6 +23,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/cmd/sandgate/cli"
 )
 
@@ -35,13 +36,13 @@ func auditCLI(env map[string]string, args ...string) (string, error) {
 }
 
 // verifyReport decodes the report verify printed first in out.
-func verifyReport(t *testing.T, out string) audit.Report {
+func verifyReport(t *testing.T, out string) proof.Report {
 	t.Helper()
 	i := strings.Index(out, "{")
 	if i < 0 {
 		t.Fatalf("no report in the output:\n%s", out)
 	}
-	var rep audit.Report
+	var rep proof.Report
 	if err := json.NewDecoder(strings.NewReader(out[i:])).Decode(&rep); err != nil {
 		t.Fatalf("decode the report: %v\n%s", err, out)
 	}
@@ -58,13 +59,13 @@ func forgeSignedChain(t *testing.T, dsn, chain string, n int, key ed25519.Privat
 		t.Fatal(err)
 	}
 	defer db.Close()
-	prev := make([]byte, audit.HashSize)
+	prev := make([]byte, proof.HashSize)
 	var head []byte
 	for seq := int64(1); seq <= int64(n); seq++ {
 		id := uuid.Must(uuid.NewV7()).String()
 		at := time.Now().UTC().Truncate(time.Microsecond).Format("2006-01-02T15:04:05.000000Z")
 		body := fmt.Sprintf(`{"actor":"mallory","event_id":%q,"event_time":%q,"outcome":"allowed","recorded_at":%q,"type":"admission.allowed"}`, id, at, at)
-		head = audit.ChainHash(prev, chain, seq, []byte(body))
+		head = proof.ChainHash(prev, chain, seq, []byte(body))
 		if _, err := db.Exec(`INSERT INTO audit_events (event_id, chain_id, seq, event_time, type, outcome, actor, body, prev_hash, hash)
 			VALUES ($1, $2, $3, $4, 'admission.allowed', 'allowed', 'mallory', $5, $6, $7)`, id, chain, seq, at, []byte(body), prev, head); err != nil {
 			t.Fatalf("forge row %d: %v", seq, err)
@@ -72,10 +73,10 @@ func forgeSignedChain(t *testing.T, dsn, chain string, n int, key ed25519.Privat
 		prev = head
 	}
 	created := time.Now().UTC().Truncate(time.Microsecond)
-	sig := ed25519.Sign(key, audit.CheckpointMessage(chain, int64(n), head, created, true, nil))
+	sig := ed25519.Sign(key, proof.CheckpointMessage(chain, int64(n), head, created, true, nil))
 	pub := key.Public().(ed25519.PublicKey)
 	if _, err := db.Exec(`INSERT INTO audit_checkpoints (chain_id, seq, head_hash, created_at, final, signature, key_id, public_key)
-		VALUES ($1, $2, $3, $4, true, $5, $6, $7)`, chain, n, head, created, sig, audit.KeyID(pub), []byte(pub)); err != nil {
+		VALUES ($1, $2, $3, $4, true, $5, $6, $7)`, chain, n, head, created, sig, proof.KeyID(pub), []byte(pub)); err != nil {
 		t.Fatalf("forge checkpoint: %v", err)
 	}
 }
@@ -139,10 +140,10 @@ func TestAuditVerifyCLIReportsForgedChain(t *testing.T) {
 		args []string
 		want []string // problem kinds on the forged chain
 	}{
-		{"online, the gateway's key pinned", env, nil, []string{audit.ProblemUntrustedKey}},
-		{"online, the key registry", noKey, nil, []string{audit.ProblemUnknownKey}},
+		{"online, the gateway's key pinned", env, nil, []string{proof.ProblemUntrustedKey}},
+		{"online, the key registry", noKey, nil, []string{proof.ProblemUnknownKey}},
 		{"offline, the gateway's key pinned", env, []string{"--offline", exported, "--checkpoints", checkpoints},
-			[]string{audit.ProblemUntrustedKey, audit.ProblemUnsignedChain}},
+			[]string{proof.ProblemUntrustedKey, proof.ProblemUnsignedChain}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,9 +172,10 @@ func TestAuditVerifyCLIReportsForgedChain(t *testing.T) {
 }
 
 // TestAuditRotateKeyCLI: `sandgate audit rotate-key` registers the node's
-// new key endorsed by its previous one; verify, relying on the registry,
-// then accepts checkpoints of both, while a key the node started using
-// without it is reported until pinned with --trusted-keys.
+// new key endorsed by its previous one; verify on the node's host (its new
+// key the local anchor) then accepts checkpoints of both, while a key the
+// node started using without it is reported until pinned with
+// --trusted-keys.
 func TestAuditRotateKeyCLI(t *testing.T) {
 	dsn := audittest.NewMigratedDatabase(t)
 	state := t.TempDir()
@@ -205,31 +207,34 @@ func TestAuditRotateKeyCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("rotate-key: %v\n%s", err, out)
 	}
-	var reg audit.KeyRecord
+	var reg proof.KeyRecord
 	if err := json.NewDecoder(strings.NewReader(out[strings.Index(out, "{"):])).Decode(&reg); err != nil {
 		t.Fatalf("rotate-key output: %v\n%s", err, out)
 	}
-	if reg.Replaces != audit.KeyID(oldPub) || reg.Endorsement == "" || reg.Node != "gw-1" {
-		t.Fatalf("rotation = %+v, want gw-1's new key replacing %s, endorsed", reg, audit.KeyID(oldPub))
+	if reg.Replaces != proof.KeyID(oldPub) || reg.Endorsement == "" || reg.Node != "gw-1" {
+		t.Fatalf("rotation = %+v, want gw-1's new key replacing %s, endorsed", reg, proof.KeyID(oldPub))
 	}
 	newPub := gateway(newKey)
 	registry := env(filepath.Join(state, "no-such.key"))
-	if out, err := auditCLI(registry, "audit", "verify"); err != nil {
+	if out, err := auditCLI(env(newKey), "audit", "verify"); err != nil {
 		t.Fatalf("verify after an endorsed rotation: %v\n%s", err, out)
+	}
+	if out, err := auditCLI(registry, "audit", "verify"); err == nil || !hasKind(verifyReport(t, out), proof.ProblemUnpinnedKeys) {
+		t.Fatalf("verify with no anchor at all = %v, want %s\n%s", err, proof.ProblemUnpinnedKeys, out)
 	}
 
 	roguePub := gateway(rogueKey)
-	out, err = auditCLI(registry, "audit", "verify")
+	out, err = auditCLI(env(newKey), "audit", "verify")
 	if err == nil || verifyReport(t, out).OK {
 		t.Fatalf("verify with a key nothing endorsed = %v, want a problem\n%s", err, out)
 	}
-	if rep := verifyReport(t, out); !hasKind(rep, audit.ProblemUnendorsedKey) {
-		t.Errorf("problems = %+v, want %s", rep.Problems, audit.ProblemUnendorsedKey)
+	if rep := verifyReport(t, out); !hasKind(rep, proof.ProblemUnendorsedKey) {
+		t.Errorf("problems = %+v, want %s", rep.Problems, proof.ProblemUnendorsedKey)
 	}
 	list := filepath.Join(state, "trusted.keys")
 	var pems []byte
 	for _, k := range []ed25519.PublicKey{oldPub, newPub, roguePub} {
-		pems = append(pems, audit.EncodePublicKey(k)...)
+		pems = append(pems, proof.EncodePublicKey(k)...)
 	}
 	if err := os.WriteFile(list, pems, 0o600); err != nil {
 		t.Fatal(err)
@@ -239,7 +244,7 @@ func TestAuditRotateKeyCLI(t *testing.T) {
 	}
 }
 
-func hasKind(rep audit.Report, kind string) bool {
+func hasKind(rep proof.Report, kind string) bool {
 	for _, p := range rep.Problems {
 		if p.Kind == kind {
 			return true
@@ -250,7 +255,8 @@ func hasKind(rep audit.Report, kind string) bool {
 
 // TestAuditVerifyAPIReportsForgedChain: GET /v1/audit/verify of a running
 // gateway reports a chain the application role added with checkpoints of
-// its own key, which the gateway's key registry does not vouch for.
+// its own key, which none of the gateway's trust anchors (its own key)
+// vouches for.
 func TestAuditVerifyAPIReportsForgedChain(t *testing.T) {
 	s := startServer(t)
 	verify := func() sandgate.VerifyReport {
@@ -280,23 +286,31 @@ func TestAuditVerifyAPIReportsForgedChain(t *testing.T) {
 			kinds = append(kinds, p.Kind)
 		}
 	}
-	if rep.OK || !slices.Contains(kinds, audit.ProblemUnknownKey) {
-		t.Fatalf("verify after the forgery = %+v, want %s on forged-api", rep, audit.ProblemUnknownKey)
+	if rep.OK || !slices.Contains(kinds, proof.ProblemUntrustedKey) {
+		t.Fatalf("verify after the forgery = %+v, want %s on forged-api", rep, proof.ProblemUntrustedKey)
 	}
 }
 
-// TestServeTrustedKeysFile: with SANDGATE_TRUSTED_KEYS_FILE, the
-// gateway's verify trusts the pinned keys (and its own), not whatever the
-// key registry holds: a chain signed by a key the application role
-// registered for a new node name passes the registry alone, and is
-// reported untrusted_key once keys are pinned.
+// TestServeTrustedKeysFile: the gateway's verify trusts its own key and
+// the keys SANDGATE_TRUSTED_KEYS_FILE pins, not whatever the key registry
+// holds: a chain signed by a key the application role registered for a
+// new node name is untrusted_key with or without pins (it passed with the
+// registry alone before trust needed an anchor), and trusted when pinned.
 func TestServeTrustedKeysFile(t *testing.T) {
 	other, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pins := filepath.Join(t.TempDir(), "trusted.keys")
+	_, mallory, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pins, pinsMallory := filepath.Join(dir, "trusted.keys"), filepath.Join(dir, "mallory.keys")
 	if err := os.WriteFile(pins, []byte(hex.EncodeToString(other)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pinsMallory, []byte(hex.EncodeToString(mallory.Public().(ed25519.PublicKey))+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -304,15 +318,12 @@ func TestServeTrustedKeysFile(t *testing.T) {
 		opts   []serverOption
 		wantOK bool
 	}{
-		{"registry alone", nil, true},
+		{"the gateway's own key", nil, false},
 		{"pinned keys", []serverOption{withEnv("SANDGATE_TRUSTED_KEYS_FILE", pins)}, false},
+		{"the forger's key pinned", []serverOption{withEnv("SANDGATE_TRUSTED_KEYS_FILE", pinsMallory)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServer(t, tc.opts...)
-			_, mallory, err := ed25519.GenerateKey(rand.Reader)
-			if err != nil {
-				t.Fatal(err)
-			}
 			db, err := sql.Open("pgx", s.DSN+" role=sandgate_app")
 			if err != nil {
 				t.Fatal(err)
@@ -335,10 +346,10 @@ func TestServeTrustedKeysFile(t *testing.T) {
 				}
 			}
 			if tc.wantOK && len(kinds) != 0 {
-				t.Errorf("with the registry alone, problems %v: the registered key should be known (the residual risk)", kinds)
+				t.Errorf("with the key pinned, problems %v on the chain it signs", kinds)
 			}
-			if !tc.wantOK && !slices.Contains(kinds, audit.ProblemUntrustedKey) {
-				t.Errorf("with pinned keys, verify = %+v, want %s on the forged chain", rep, audit.ProblemUntrustedKey)
+			if !tc.wantOK && !slices.Contains(kinds, proof.ProblemUntrustedKey) {
+				t.Errorf("verify = %+v, want %s on the forged chain", rep, proof.ProblemUntrustedKey)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -21,7 +22,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -332,7 +333,12 @@ func TestConsoleEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(waitFile(t, filepath.Join(downloads, "receipt-"+run.ID+".json"))), &rec); err != nil {
 		t.Fatalf("the downloaded receipt: %v", err)
 	}
-	if rep := audit.VerifyReceipt(rec, nil); !rep.OK || !slices.Contains(rep.Types, "container.exited") {
+	gwKey, err := proof.LoadSigningKey(filepath.Join(filepath.Dir(s.Env["SANDGATE_SPOOL_DIR"]), "checkpoint.key"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := proof.ReceiptOptions{Anchors: proof.Anchors{Pinned: []ed25519.PublicKey{gwKey.Public().(ed25519.PublicKey)}}}
+	if rep := proof.VerifyReceipt(rec, pinned); !rep.OK || !slices.Contains(rep.Types, "container.exited") {
 		t.Errorf("the downloaded receipt does not verify: %+v", rep)
 	}
 

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
@@ -41,9 +42,14 @@ type cluster struct {
 	script string
 	env    map[string]string // SANDGATE_CLUSTER_* as the script prints them
 	// shared is what every node of the drills shares: a tokens file, the
-	// cluster secret, the mask key and the registry's timing.
+	// cluster secret, the mask key, the registry's timing and the
+	// cluster root's public key, which every verifier trusts.
 	shared map[string]string
 	token  string
+	// rootKey is the cluster's root key, kept off the nodes, which
+	// endorses each node's checkpoint key as an operator would (audit
+	// endorse-key).
+	rootKey string
 }
 
 // The registry's timing in the drills: a node is taken over after
@@ -79,6 +85,18 @@ func clusterUp(t *testing.T) *cluster {
 		}
 	}
 	c.token = tok["ops"]
+	c.rootKey = filepath.Join(dir, "root.key")
+	rootPub := filepath.Join(dir, "root.pub")
+	if _, err := proof.LoadSigningKey(c.rootKey, true); err != nil {
+		t.Fatal(err)
+	}
+	var pub bytes.Buffer
+	if err := runApp(context.Background(), []string{"audit", "public-key", "--signing-key-file", c.rootKey}, nil, &pub, nil); err != nil {
+		t.Fatalf("the root's public key: %v\n%s", err, pub.String())
+	}
+	if err := os.WriteFile(rootPub, pub.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// Registered before cluster.sh down's cleanup, so it runs after it:
 	// the drills leave the host's interfaces as they found them.
 	keepsHostInterfaces(t)
@@ -89,6 +107,9 @@ func clusterUp(t *testing.T) *cluster {
 		"SANDGATE_MASK_KEY_FILE":       mask,
 		"SANDGATE_NODE_HEARTBEAT":      drillHeartbeat,
 		"SANDGATE_NODE_LAPSE":          drillLapse.String(),
+		// Every verifier of the drills trusts the cluster's root: the
+		// nodes' GET /v1/audit/verify and the final audit verify.
+		"SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE": rootPub,
 	}
 	if os.Getenv("SANDGATE_CLUSTER_KEEP") != "1" {
 		t.Cleanup(func() {
@@ -139,9 +160,18 @@ func (c *cluster) startNode(t *testing.T, name, dockerHost string) *procServer {
 		"SANDGATE_UPLOAD_DIR":    state + "/uploads",
 		"SANDGATE_NODE":          name,
 		"DOCKER_HOST":            dockerHost,
+		// The node's own key, endorsed by the cluster's root before the
+		// node first starts with it.
+		"SANDGATE_SIGNING_KEY_FILE":           state + "/checkpoint.key",
+		"SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE": state + "/endorsement.json",
 	}
 	for k, v := range c.shared {
 		env[k] = v
+	}
+	var out bytes.Buffer
+	if err := runApp(context.Background(), []string{"audit", "endorse-key", "--root-key-file", c.rootKey,
+		"-o", env["SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE"]}, env, &out, nil); err != nil {
+		t.Fatalf("endorse %s's key: %v\n%s", name, err, out.String())
 	}
 	p := startProcess(t, env)
 	withToken(t, p.testServer, c.token)
@@ -323,29 +353,38 @@ func TestClusterDrills(t *testing.T) {
 	t.Run("DockerDaemonDown", func(t *testing.T) { dockerDaemonDown(t, c, nodeA, nodeB) })
 	t.Run("GatewayKilled", func(t *testing.T) { gatewayKilled(t, nodeA, nodeB) })
 
+	// The survivor's own verify, as its operator sees it: the root
+	// vouches for both nodes' keys.
+	if status, _, body := nodeA.do(t, http.MethodGet, "/v1/audit/verify", ""); status != http.StatusOK || !strings.Contains(string(body), `"ok":true`) {
+		t.Errorf("node-a GET /v1/audit/verify: %d %s", status, body)
+	}
 	// Clean stops (each writes its final checkpoint), then the trail is
-	// verified with the CLI, as an auditor would.
+	// verified with the CLI, as an auditor would: with the cluster root's
+	// public key (and whatever key file this host has at the default
+	// path, which is no node's: issue #26).
 	for _, n := range nodes {
 		if err := n.Stop(); err != nil {
 			t.Errorf("stop %s: %v", n.Node, err)
 		}
 	}
 	verify := exec.Command(sandgateBinary(t), "audit", "verify")
-	verify.Env = append(os.Environ(), "SANDGATE_DATABASE_URL="+c.env["SANDGATE_CLUSTER_DSN"])
+	// As on a machine where make run or the bundle test left a key at
+	// the default path (issue #26): a key file that is no node's.
+	home := t.TempDir()
+	if _, err := proof.LoadSigningKey(filepath.Join(home, "sandgate", "checkpoint.key"), true); err != nil {
+		t.Fatal(err)
+	}
+	verify.Env = append(os.Environ(), "SANDGATE_DATABASE_URL="+c.env["SANDGATE_CLUSTER_DSN"], "XDG_STATE_HOME="+home,
+		"SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE="+c.shared["SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE"])
 	out, err := verify.CombinedOutput()
 	if err != nil {
 		t.Fatalf("sandgate audit verify: %v\n%s", err, out)
 	}
-	var rep struct {
-		OK       bool  `json:"ok"`
-		Checked  int   `json:"checked"`
-		Problems []any `json:"problems"`
-		Keys     []any `json:"keys"`
-	}
+	var rep proof.Report
 	if err := json.Unmarshal(out, &rep); err != nil || !rep.OK {
 		t.Fatalf("sandgate audit verify: %v\n%s", err, out)
 	}
-	t.Logf("sandgate audit verify: ok, %d events checked, %d problems, %d keys", rep.Checked, len(rep.Problems), len(rep.Keys))
+	t.Logf("sandgate audit verify: ok, %d events checked, %d problems, %d keys, anchors %+v", rep.Checked, len(rep.Problems), len(rep.Keys), rep.Anchors)
 }
 
 // readyzBody returns /readyz's status and body.

@@ -163,13 +163,33 @@ func TestFaultSlowDockerAirGapped(t *testing.T) {
 type privateDocker struct {
 	dir  string
 	Host string
-	cmd  *exec.Cmd
-	exit chan error
+	// args are further flags of dockerd (--add-runtime, --userns-remap).
+	args []string
+	// hideCgroup2, on a host of hybrid cgroups, starts dockerd in a mount
+	// namespace of its own (slave: the host's later mounts still reach
+	// it) without the cgroup v2 mount, which crun refuses to run beside
+	// v1 controllers; the host's mounts are untouched.
+	hideCgroup2 bool
+	cmd         *exec.Cmd
+	exit        chan error
 }
 
 // startPrivateDocker starts a private dockerd with the sandbox image
 // loaded. Without dockerd the test is skipped, or fails under CI=true.
 func startPrivateDocker(t *testing.T) *privateDocker {
+	t.Helper()
+	return startPrivateDockerWith(t)
+}
+
+// startPrivateDockerWith is startPrivateDocker with further dockerd flags.
+func startPrivateDockerWith(t *testing.T, args ...string) *privateDocker {
+	t.Helper()
+	return startPrivateDockerOpts(t, false, args...)
+}
+
+// startPrivateDockerOpts is startPrivateDockerWith, hiding the cgroup v2
+// mount from the daemon when hideCgroup2 is set.
+func startPrivateDockerOpts(t *testing.T, hideCgroup2 bool, args ...string) *privateDocker {
 	t.Helper()
 	executortest.RequireDocker(t)
 	_, err := exec.LookPath("dockerd")
@@ -187,7 +207,11 @@ func startPrivateDocker(t *testing.T) *privateDocker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &privateDocker{dir: dir, Host: "unix://" + filepath.Join(dir, "d.sock")}
+	// A remapped daemon's root reaches its data through this directory.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	d := &privateDocker{dir: dir, Host: "unix://" + filepath.Join(dir, "d.sock"), args: args, hideCgroup2: hideCgroup2}
 	t.Cleanup(func() {
 		d.Stop(t)
 		_ = exec.Command("umount", "-R", filepath.Join(dir, "data")).Run()
@@ -214,10 +238,15 @@ func (d *privateDocker) Start(t *testing.T) {
 	// deletes any docker0 it finds at start, which would be the host
 	// daemon's. It is reached through its socket; its containers have no
 	// network.
-	d.cmd = exec.Command("unshare", "--net", "dockerd",
+	dockerd := append([]string{"dockerd",
 		"--data-root", filepath.Join(d.dir, "data"), "--exec-root", filepath.Join(d.dir, "x"),
 		"-H", d.Host, "--pidfile", filepath.Join(d.dir, "d.pid"),
-		"--bridge", "none", "--iptables=false", "--ip-masq=false")
+		"--bridge", "none", "--iptables=false", "--ip-masq=false"}, d.args...)
+	d.cmd = exec.Command("unshare", append([]string{"--net"}, dockerd...)...)
+	if d.hideCgroup2 {
+		d.cmd = exec.Command("unshare", append([]string{"--net", "--mount", "--propagation", "slave",
+			"sh", "-c", `if mountpoint -q /sys/fs/cgroup/unified; then umount /sys/fs/cgroup/unified || exit 1; fi; exec "$@"`, "sh"}, dockerd...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start dockerd: %v", err)

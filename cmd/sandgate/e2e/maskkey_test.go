@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestMaskKeyFile: with SANDGATE_MASK_KEY_FILE, the trail hashes a run's
@@ -20,7 +20,7 @@ func TestMaskKeyFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte(hexKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	key, err := audit.LoadMaskKey(path, false)
+	key, err := proof.LoadMaskKey(path, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
 	"github.com/sandgate/sandgate/gateway/client"
@@ -35,8 +37,17 @@ func TestEndToEndOpenAPI(t *testing.T) {
 			"beta": map[string]any{"concurrent": 8, "queued": 64, "memory_mb": 100, "cpus": 0},
 		}
 	})
+	// The witness the gateway's operator pins (its cosignature and alarm
+	// are posted below).
+	_, wkey, _ := ed25519.GenerateKey(nil)
+	signer := proof.NewCosigner("witness.e2e", wkey)
+	witnesses := filepath.Join(t.TempDir(), "witnesses")
+	if err := os.WriteFile(witnesses, []byte(signer.VerifierKey()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	s := startServer(t, withEnv("SANDGATE_TOKENS_FILE", tokens), withEnv("SANDGATE_DEV", "0"),
-		withEnv("SANDGATE_POLICY_DIR", policy), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"))
+		withEnv("SANDGATE_POLICY_DIR", policy), withEnv("SANDGATE_CHECKPOINT_EVERY", "2"),
+		withEnv("SANDGATE_AUDIT_WITNESS_KEYS_FILE", witnesses))
 	alice := clientAs(t, s, tok["alice"])
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -188,8 +199,6 @@ func TestEndToEndOpenAPI(t *testing.T) {
 	var cp api.CheckpointView
 	json.Unmarshal(want(request{method: "GET", path: "/v1/audit/checkpoint?chain=" + ev.ChainID, token: tok["audrey"],
 		header: map[string]string{"Accept": "application/json"}}, 200), &cp)
-	_, wkey, _ := ed25519.GenerateKey(nil)
-	signer := audit.NewCosigner("witness.e2e", wkey)
 	cosigned, err := note.Sign(&note.Note{Text: strings.SplitN(cp.Note, "\n\n", 2)[0] + "\n"}, signer)
 	if err != nil {
 		t.Fatal(err)
@@ -200,11 +209,11 @@ func TestEndToEndOpenAPI(t *testing.T) {
 		body: `{"note":"x\n","witness_key":"` + signer.VerifierKey() + `"}`}, 400)
 	want(request{method: "GET", path: "/v1/audit/proof/inclusion?event_id=nope", token: tok["audrey"]}, 400)
 	// A witness's alarm, signed with its key.
-	wit, err := audit.NewWitness(t.TempDir(), wkey.Public().(ed25519.PublicKey), signer)
+	wit, err := proof.NewWitness(t.TempDir(), proof.Anchors{Pinned: []ed25519.PublicKey{wkey.Public().(ed25519.PublicKey)}}, signer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	alarm, err := wit.AlarmNote(&audit.WitnessAlarm{Kind: audit.AlarmInconsistent, Origin: cp.Origin, Detail: "a test alarm",
+	alarm, err := wit.AlarmNote(&proof.WitnessAlarm{Kind: proof.AlarmInconsistent, Origin: cp.Origin, Detail: "a test alarm",
 		SeenSize: 1, SeenRoot: cp.RootHash, OfferedSize: cp.TreeSize, OfferedRoot: cp.RootHash})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/audit/proof"
 )
 
 // TestAuditRetentionCLI: the operator's path through retention on a trail
@@ -63,7 +64,7 @@ func TestAuditRetentionCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("partitions: %v\n%s", err, out)
 	}
-	var parts []audit.Partition
+	var parts []proof.Partition
 	if err := json.Unmarshal([]byte(out), &parts); err != nil {
 		t.Fatalf("partitions output: %v\n%s", err, out)
 	}

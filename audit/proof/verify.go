@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"
@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/sandgate/sandgate"
 )
@@ -47,19 +45,18 @@ const (
 // Report is a verification's answer with the checkpoint keys it judged:
 // the registry's (online) or the registrations the export holds
 // (offline), in registration order, each marked known (the registry
-// vouches for it) and pinned (among the trusted keys given). Its JSON is
-// sandgate.VerifyReport's with "keys" and "pinned" added.
+// vouches for it), trusted (the anchors make it so, and why) and pinned.
+// Its JSON is sandgate.VerifyReport's with "keys" and "pinned" added.
 type Report struct {
 	sandgate.VerifyReport
 	Keys []KeyRecord `json:"keys"`
-	// Pinned is how many trusted keys were pinned; with none, verify
-	// trusted the registry.
+	// Pinned is how many keys were pinned.
 	Pinned int `json:"pinned"`
 }
 
-// rowData is one trail entry as the verifier sees it, from the database
+// Row is one trail entry as the verifier sees it, from the database
 // or from an export.
-type rowData struct {
+type Row struct {
 	ChainID    string
 	Seq        int64
 	RecordedAt time.Time
@@ -69,12 +66,16 @@ type rowData struct {
 	Hash       []byte
 }
 
-// verifier checks chains row by row. It holds per chain only the last
+// Verifier checks chains row by row: online, audit feeds it the trail
+// from the database (NewOnlineVerifier); offline, VerifyExportWith and
+// VerifyArchiveWith feed it files. It holds per chain only the last
 // hash, the rows that arrived ahead of their turn (exports are in time
 // order, not seq order), the chain's checkpoints, and per stretch of rows
 // between two checkpoints when its rows were recorded.
-type verifier struct {
-	trusted    map[string]ed25519.PublicKey // pinned keys; none pinned when empty
+type Verifier struct {
+	anchors    Anchors
+	trust      *Trust // resolveKeys decides it
+	online     bool
 	now        time.Time
 	staleAfter time.Duration // 0: no staleness checks (offline)
 	ordered    bool          // rows come in seq order per chain (online)
@@ -83,8 +84,12 @@ type verifier struct {
 
 	// keys are the registrations: the registry's, set before any row
 	// (online), or those the rows' key events hold (keysFromRows,
-	// offline). resolveKeys judges them into known.
+	// offline), and endorsements the root endorsements, likewise.
+	// resolveKeys judges them into trust and known: known are the keys
+	// the registry vouches for and the trusted ones (whose checkpoints
+	// cover rows), trusted those the anchors make so.
 	keys         []KeyRecord
+	endorsements []Endorsement
 	keysFromRows bool
 	rowKeys      []rowKey
 	known        map[string]ed25519.PublicKey
@@ -108,19 +113,11 @@ type verifier struct {
 	// retention holds the retention.applied rows seen: where each purged
 	// chain's kept rows begin, honoured only when a checkpoint by a known
 	// key covers the row that says so.
-	retention []retentionRef
+	retention []RetentionRecord
 	// purged holds the retention boundaries honoured; purgedSeen the
 	// ranges already reported.
-	purged     map[string]anchorPoint
+	purged     map[string]PurgeBoundary
 	purgedSeen map[string]bool
-}
-
-// retentionRef is a retention.applied row and what it recorded.
-type retentionRef struct {
-	id    string // the event's
-	chain string
-	seq   int64
-	p     archivedPayload
 }
 
 type chainState struct {
@@ -128,7 +125,7 @@ type chainState struct {
 	next      int64 // the seq expected next
 	lastHash  []byte
 	started   bool
-	ahead     map[int64]*rowData
+	ahead     map[int64]*Row
 	cps       map[int64][]Checkpoint
 	signed    []signedCP // checkpoints whose signature verifies, in chain order
 	lastCP    *Checkpoint
@@ -146,16 +143,64 @@ type chainState struct {
 	// tree is the chain's Merkle tree, built as rows are linked from
 	// seq 1, to check the checkpoint notes' roots; nil once a range or a
 	// gap makes it unknowable.
-	tree *treeState
+	tree *Frontier
 }
 
-func newVerifier(trusted map[string]ed25519.PublicKey, now time.Time, staleAfter time.Duration) *verifier {
-	v := &verifier{trusted: trusted, now: now, staleAfter: staleAfter, chains: map[string]*chainState{}, purged: map[string]anchorPoint{}}
+func newVerifier(anchors Anchors, now time.Time, staleAfter time.Duration) *Verifier {
+	v := &Verifier{anchors: anchors, now: now, staleAfter: staleAfter, chains: map[string]*chainState{}, purged: map[string]PurgeBoundary{}}
 	v.report.Problems = []sandgate.VerifyProblem{}
 	return v
 }
 
-func (v *verifier) problem(chain string, seq int64, kind, format string, args ...any) {
+// NewOnlineVerifier returns a verifier of the live trail: its key
+// registry and root endorsements, the anchors to trust keys from, the
+// database's clock when verification began (dbNow) and the verifier's
+// (now), and the writers' checkpoint interval. Rows come in seq order per
+// chain; rows no checkpoint by a known key covers may be twice the
+// interval old, judged at now.
+func NewOnlineVerifier(anchors Anchors, registry []KeyRecord, endorsements []Endorsement, dbNow, now time.Time, interval time.Duration) *Verifier {
+	grace := 2 * interval
+	if anchors.Local != nil {
+		l := *anchors.Local
+		l.Lineage = true // the registry is the database's
+		anchors.Local = &l
+	}
+	v := newVerifier(anchors, later(dbNow, now), grace)
+	v.online, v.ordered, v.grace = true, true, grace
+	v.futureAfter, v.futureClock = dbNow, "database's"
+	v.keys, v.endorsements = registry, endorsements
+	v.resolveKeys()
+	return v
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Checkpoints gives the verifier chain's checkpoints, in chain order,
+// before the chain's rows.
+func (v *Verifier) Checkpoints(chain string, cps []Checkpoint) { v.checkpoints(chain, cps) }
+
+// Partial says chain is checked over a range only: what only the whole
+// chain tells (a missing tail, uncovered rows, a stale checkpoint) is not
+// judged.
+func (v *Verifier) Partial(chain string) { v.chain(chain).checkTail = false }
+
+// Row checks one row of the trail.
+func (v *Verifier) Row(r *Row) { v.row(r) }
+
+// Finish judges what only the end tells, with dbNow the database's clock
+// once every row was read (rows a live writer committed meanwhile are not
+// in the future), and returns the report.
+func (v *Verifier) Finish(dbNow time.Time) Report {
+	v.futureEnd = dbNow
+	return v.result()
+}
+
+func (v *Verifier) problem(chain string, seq int64, kind, format string, args ...any) {
 	if len(v.report.Problems) == maxProblems {
 		v.report.Problems = append(v.report.Problems, sandgate.VerifyProblem{Kind: ProblemTooMany, Detail: "further problems not listed"})
 	}
@@ -167,12 +212,12 @@ func (v *verifier) problem(chain string, seq int64, kind, format string, args ..
 	})
 }
 
-func (v *verifier) chain(id string) *chainState {
+func (v *Verifier) chain(id string) *chainState {
 	c := v.chains[id]
 	if c == nil {
-		c = &chainState{id: id, next: 1, lastHash: make([]byte, HashSize), ahead: map[int64]*rowData{},
+		c = &chainState{id: id, next: 1, lastHash: make([]byte, HashSize), ahead: map[int64]*Row{},
 			cps: map[int64][]Checkpoint{}, checkTail: true, stretch: make([]stretch, 1),
-			tree: &treeState{frontier: map[int64]tlog.Hash{}}}
+			tree: NewFrontier()}
 		v.chains[id] = c
 	}
 	return c
@@ -180,20 +225,23 @@ func (v *verifier) chain(id string) *chainState {
 
 // row checks one entry on its own, then in chain order when its turn
 // comes.
-func (v *verifier) row(r *rowData) {
+func (v *Verifier) row(r *Row) {
 	v.report.Checked++
 	if want := ChainHash(r.PrevHash, r.ChainID, r.Seq, r.Body); len(r.PrevHash) != HashSize || !bytes.Equal(want, r.Hash) {
 		v.problem(r.ChainID, r.Seq, ProblemHashMismatch, "stored hash %x, computed %x", r.Hash, want)
 	}
 	v.checkBody(r)
 	if r.Event.Type == sandgate.EventRetentionApplied {
-		if p, err := decodeArchived(r.Event.Payload); err == nil {
-			v.retention = append(v.retention, retentionRef{id: r.Event.ID, chain: r.ChainID, seq: r.Seq, p: p})
+		if p, err := DecodeArchived(r.Event.Payload); err == nil {
+			v.retention = append(v.retention, RetentionRecord{EventID: r.Event.ID, ChainID: r.ChainID, Seq: r.Seq, Payload: p})
 		}
 	}
 	if v.keysFromRows {
-		if k, ok := keyFromEvent(r.Event, r.RecordedAt); ok {
+		if k, ok := KeyFromEvent(r.Event, r.RecordedAt); ok {
 			v.rowKeys = append(v.rowKeys, rowKey{k: k, at: r.RecordedAt})
+		}
+		if e, ok := EndorsementFromEvent(r.Event); ok {
+			v.endorsements = append(v.endorsements, e)
 		}
 	}
 	c := v.chain(r.ChainID)
@@ -229,19 +277,24 @@ func (v *verifier) row(r *rowData) {
 			return
 		}
 		// Keep only what linking needs.
-		c.ahead[r.Seq] = &rowData{ChainID: r.ChainID, Seq: r.Seq, RecordedAt: r.RecordedAt, PrevHash: r.PrevHash, Hash: r.Hash}
+		c.ahead[r.Seq] = &Row{ChainID: r.ChainID, Seq: r.Seq, RecordedAt: r.RecordedAt, PrevHash: r.PrevHash, Hash: r.Hash}
 	}
 }
 
 // link checks r against the row before it and the checkpoints at its seq.
-func (v *verifier) link(c *chainState, r *rowData) {
+func (v *Verifier) link(c *chainState, r *Row) {
 	if !bytes.Equal(r.PrevHash, c.lastHash) {
 		if c.started || r.Seq == 1 {
 			v.problem(c.id, r.Seq, ProblemPrevHashMismatch, "prev_hash %x, previous row's hash %x", r.PrevHash, c.lastHash)
 		}
 	}
-	if c.tree != nil && (r.Seq != c.tree.size+1 || c.tree.push(r.Hash) != nil) {
+	if c.tree != nil && r.Seq != c.tree.Size()+1 {
 		c.tree = nil
+	}
+	if c.tree != nil {
+		if _, err := c.tree.Push(r.Hash); err != nil {
+			c.tree = nil
+		}
 	}
 	for _, cp := range c.cps[r.Seq] {
 		if cp.HeadHash != hex.EncodeToString(r.Hash) {
@@ -257,9 +310,9 @@ func (v *verifier) link(c *chainState, r *rowData) {
 	c.next = r.Seq + 1
 }
 
-// anchor starts a chain's check at seq (a range that does not begin at 1)
+// Anchor starts a chain's check at seq (a range that does not begin at 1)
 // with the hash of the row before it, when known.
-func (v *verifier) anchor(chain string, seq int64, prevHash []byte) {
+func (v *Verifier) Anchor(chain string, seq int64, prevHash []byte) {
 	c := v.chain(chain)
 	c.next = seq
 	c.lastSeq = seq - 1
@@ -272,7 +325,7 @@ func (v *verifier) anchor(chain string, seq int64, prevHash []byte) {
 	}
 }
 
-func (v *verifier) checkBody(r *rowData) {
+func (v *Verifier) checkBody(r *Row) {
 	var b body
 	dec := json.NewDecoder(bytes.NewReader(r.Body))
 	if err := dec.Decode(&b); err != nil {
@@ -300,7 +353,7 @@ func (v *verifier) checkBody(r *rowData) {
 	cmpStr("team", ev.Team, b.Team)
 	cmpStr("node", ev.Node, b.Node)
 	cmpStr("policy_revision", ev.PolicyRevision, b.PolicyRevision)
-	cmpStr("event_time", pgTime(ev.Time).Format(timeLayout), b.EventTime)
+	cmpStr("event_time", CanonicalTime(ev.Time).Format(TimeLayout), b.EventTime)
 	// recorded_at is not compared: the column is the database's clock when
 	// it took the row, the body the writer's when it sealed it (earlier for
 	// an event delivered late from the spool).
@@ -357,7 +410,7 @@ func jsonNumbers(data []byte) any {
 // finish reports, per chain, what only the end can tell: rows that never
 // got their turn, checkpoints past the last row, rows in the future, rows
 // no checkpoint by a known key covers, a stale tail; then the keys.
-func (v *verifier) finish() sandgate.VerifyReport {
+func (v *Verifier) finish() sandgate.VerifyReport {
 	v.resolveKeys()
 	v.honourRetention()
 	ids := make([]string, 0, len(v.chains))
@@ -370,8 +423,7 @@ func (v *verifier) finish() sandgate.VerifyReport {
 		if a, ok := v.purged[id]; ok && c.next <= a.Seq {
 			// Retention dropped the rows up to a.Seq: the kept ones link
 			// to the hash it recorded.
-			v.anchor(id, a.Seq+1, a.Hash)
-			v.seedTree(id, a)
+			v.StartAfterPurge(id, a)
 			for s := range c.ahead {
 				if s <= a.Seq {
 					delete(c.ahead, s)
@@ -409,13 +461,14 @@ func (v *verifier) finish() sandgate.VerifyReport {
 		}
 	}
 	v.keyProblems(ids)
+	v.report.Anchors = v.trust.Anchors()
 	v.report.OK = len(v.report.Problems) == 0
 	return v.report
 }
 
 // result is the report with the keys judged.
-func (v *verifier) result() Report {
-	rep := Report{VerifyReport: v.finish(), Keys: v.keys, Pinned: len(v.trusted)}
+func (v *Verifier) result() Report {
+	rep := Report{VerifyReport: v.finish(), Keys: v.keys, Pinned: len(v.anchors.Pinned)}
 	if rep.Keys == nil {
 		rep.Keys = []KeyRecord{}
 	}

@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bufio"
@@ -19,10 +19,12 @@ import (
 
 // OfflineOptions tune VerifyExportWith and VerifyArchiveWith.
 type OfflineOptions struct {
-	// Trusted pins the checkpoint keys: every other key is a problem.
-	// Offline, nothing else vouches for a key (an export can be rewritten
-	// whole), so without any the report says so.
-	Trusted []ed25519.PublicKey
+	// Anchors are the pinned keys and cluster root keys to trust keys
+	// from (ResolveTrust); every other key is a problem. Offline, nothing
+	// else vouches for a key (an export can be rewritten whole, its
+	// registrations too), so without any the report says so. A local key
+	// counts as online: when the export registers it for its node.
+	Anchors Anchors
 	// CheckpointInterval is the writers' (default 10 s): rows may wait
 	// twice as long for a checkpoint.
 	CheckpointInterval time.Duration
@@ -31,12 +33,13 @@ type OfflineOptions struct {
 	Now func() time.Time
 }
 
+// CSVHeader is the header row of a CSV export.
+var CSVHeader = []string{"chain_id", "seq", "event_id", "recorded_at", "event_time", "type", "outcome",
+	"correlation_id", "run_id", "decision_id", "container_id", "actor", "team", "node",
+	"policy_revision", "exit_code", "payload", "body", "prev_hash", "hash"}
+
 // offlineVerifier returns a verifier for an export or an archive.
-func offlineVerifier(o OfflineOptions) *verifier {
-	keys := map[string]ed25519.PublicKey{}
-	for _, k := range o.Trusted {
-		keys[KeyID(k)] = k
-	}
+func offlineVerifier(o OfflineOptions) *Verifier {
 	if o.CheckpointInterval <= 0 {
 		o.CheckpointInterval = 10 * time.Second
 	}
@@ -44,24 +47,21 @@ func offlineVerifier(o OfflineOptions) *verifier {
 		o.Now = time.Now
 	}
 	now := o.Now()
-	v := newVerifier(keys, now, 0)
+	v := newVerifier(o.Anchors, now, 0)
 	v.keysFromRows, v.relative, v.grace = true, true, 2*o.CheckpointInterval
 	// This host's clock and the database's may differ: a row is in the
 	// future when it is later than the grace allows.
 	v.futureAfter, v.futureClock = now.Add(v.grace), "verifying host's"
 	v.futureEnd = v.futureAfter
-	if len(keys) == 0 {
-		v.problem("", 0, ProblemUnpinnedKeys, "no trusted public key given: offline, nothing vouches for the keys an export names; pass the auditors' copy of every node's public key")
-	}
 	return v
 }
 
 // VerifyExport checks an export offline: events (JSON Lines as Export
 // writes them, or its CSV) and checkpoints (JSON Lines as
-// ExportCheckpoints writes them; may be nil), with the trusted public
+// ExportCheckpoints writes them; may be nil), with the pinned public
 // keys. See VerifyExportWith.
-func VerifyExport(events io.Reader, checkpoints io.Reader, trusted ...ed25519.PublicKey) (Report, error) {
-	return VerifyExportWith(events, checkpoints, OfflineOptions{Trusted: trusted})
+func VerifyExport(events io.Reader, checkpoints io.Reader, pinned ...ed25519.PublicKey) (Report, error) {
+	return VerifyExportWith(events, checkpoints, OfflineOptions{Anchors: Anchors{Pinned: pinned}})
 }
 
 // VerifyExportWith checks an export offline. It runs the same checks as
@@ -95,7 +95,7 @@ func VerifyExportWith(events io.Reader, checkpoints io.Reader, o OfflineOptions)
 }
 
 // readCheckpoints feeds v the checkpoints of a JSON Lines export.
-func readCheckpoints(r io.Reader, v *verifier) error {
+func readCheckpoints(r io.Reader, v *Verifier) error {
 	byChain := map[string][]Checkpoint{}
 	var order []string
 	sc := bufio.NewScanner(r)
@@ -125,7 +125,7 @@ func readCheckpoints(r io.Reader, v *verifier) error {
 	return nil
 }
 
-func readJSONLExport(r io.Reader, v *verifier) error {
+func readJSONLExport(r io.Reader, v *Verifier) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	line := 0
@@ -152,7 +152,7 @@ func readJSONLExport(r io.Reader, v *verifier) error {
 	return nil
 }
 
-func exportRow(rec sandgate.AuditRecord) (*rowData, error) {
+func exportRow(rec sandgate.AuditRecord) (*Row, error) {
 	prev, err := hex.DecodeString(rec.PrevHash)
 	if err != nil {
 		return nil, fmt.Errorf("prev_hash: %w", err)
@@ -161,11 +161,11 @@ func exportRow(rec sandgate.AuditRecord) (*rowData, error) {
 	if err != nil {
 		return nil, fmt.Errorf("hash: %w", err)
 	}
-	return &rowData{ChainID: rec.ChainID, Seq: rec.Seq, RecordedAt: rec.RecordedAt, Event: rec.Event,
+	return &Row{ChainID: rec.ChainID, Seq: rec.Seq, RecordedAt: rec.RecordedAt, Event: rec.Event,
 		Body: []byte(rec.Body), PrevHash: prev, Hash: h}, nil
 }
 
-func readCSVExport(r io.Reader, v *verifier) error {
+func readCSVExport(r io.Reader, v *Verifier) error {
 	cr := csv.NewReader(r)
 	header, err := cr.Read()
 	if err != nil {

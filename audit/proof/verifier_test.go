@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"crypto/ed25519"
@@ -14,10 +14,10 @@ import (
 // chainRows returns rows of chain recorded at the times given, hashed and
 // linked, and a checkpoint by key over the first signed of them (none
 // when signed is 0).
-func chainRows(t *testing.T, chain string, at []time.Time, signed int, key ed25519.PrivateKey) ([]*rowData, []Checkpoint) {
+func chainRows(t *testing.T, chain string, at []time.Time, signed int, key ed25519.PrivateKey) ([]*Row, []Checkpoint) {
 	t.Helper()
 	prev := make([]byte, HashSize)
-	var rows []*rowData
+	var rows []*Row
 	var cps []Checkpoint
 	for i, ts := range at {
 		ev, body, err := canonicalEvent(sandgate.Event{ID: "0190f5d2-0000-7000-8000-00000000000" + string(rune('1'+i)),
@@ -27,9 +27,9 @@ func chainRows(t *testing.T, chain string, at []time.Time, signed int, key ed255
 		}
 		seq := int64(i + 1)
 		h := ChainHash(prev, chain, seq, body)
-		rows = append(rows, &rowData{ChainID: chain, Seq: seq, RecordedAt: ts, Event: ev, Body: body, PrevHash: prev, Hash: h})
+		rows = append(rows, &Row{ChainID: chain, Seq: seq, RecordedAt: ts, Event: ev, Body: body, PrevHash: prev, Hash: h})
 		if int(seq) == signed {
-			cps = append(cps, signCheckpoint(key, chain, seq, h, ts, false, nil))
+			cps = append(cps, SignCheckpoint(key, chain, seq, h, ts, false, nil))
 		}
 		prev = h
 	}
@@ -59,20 +59,35 @@ func TestVerifierJudgesRowsAtTheEnd(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rows, cps := chainRows(t, "c", tt.at, 1, key)
-			v := newVerifier(map[string]ed25519.PublicKey{}, start, 20*time.Second)
-			v.ordered, v.grace = true, 20*time.Second
-			v.futureAfter, v.futureClock = start, "database's"
-			v.keys = []KeyRecord{{Node: "n", KeyID: KeyID(pub), PublicKey: hex.EncodeToString(pub), Source: KeySourceWriter}}
-			v.resolveKeys()
-			v.checkpoints("c", cps)
+			keys := []KeyRecord{{Node: "n", KeyID: KeyID(pub), PublicKey: hex.EncodeToString(pub), Source: KeySourceWriter}}
+			v := NewOnlineVerifier(Anchors{Pinned: []ed25519.PublicKey{pub}}, keys, nil, start, start, 10*time.Second)
+			v.Checkpoints("c", cps)
 			for _, r := range rows {
-				v.row(r)
+				v.Row(r)
 			}
-			v.futureEnd = end
-			rep := v.result()
+			rep := v.Finish(end)
 			if diff := cmp.Diff(tt.want, problemKinds(rep)); diff != "" {
 				t.Errorf("problems (-want +got):\n%s\n%+v", diff, rep.Problems)
 			}
 		})
 	}
+}
+
+// canonicalEvent returns ev as the writer would seal it at recordedAt:
+// the event in canonical form and its body.
+func canonicalEvent(ev sandgate.Event, recordedAt time.Time) (sandgate.Event, []byte, error) {
+	c, err := Canonicalize(ev)
+	if err != nil {
+		return c.Event, nil, err
+	}
+	return c.Event, c.Body(recordedAt), nil
+}
+
+// problemKinds counts a report's problems by kind.
+func problemKinds(rep Report) map[string]int {
+	kinds := map[string]int{}
+	for _, p := range rep.Problems {
+		kinds[p.Kind]++
+	}
+	return kinds
 }

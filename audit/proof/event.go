@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"
@@ -42,11 +42,12 @@ type body struct {
 	Type           string          `json:"type"`
 }
 
-// timeLayout is how times appear in bodies: UTC, microseconds.
-const timeLayout = "2006-01-02T15:04:05.000000Z"
+// TimeLayout is how times appear in bodies: UTC, microseconds.
+const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
-// pgTime truncates t to what Postgres keeps, in UTC.
-func pgTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+// CanonicalTime is t as the canonical form holds it: UTC, truncated to
+// microseconds (what Postgres keeps of a timestamp).
+func CanonicalTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // cleanText makes s storable in a Postgres text column: valid UTF-8 without
 // NUL characters.
@@ -60,53 +61,53 @@ func cleanText(s string) string {
 	return s
 }
 
-// canonical is an event in canonical form with its payload encoded (and
+// Canonical is an event in canonical form with its payload encoded (and
 // Event.Payload nil): all a writer has left to do is stamp, hash and store
 // it. Producers make it (Emit, Queue, Record), so the costly part of an
 // event's encoding is spread over their goroutines instead of queueing in
 // the one writer per chain.
-type canonical struct {
+type Canonical struct {
 	sandgate.Event
 	// payload is the event's payload as canonical JSON, nil without one.
 	payload json.RawMessage
 }
 
-// canonicalize cleans ev's text, truncates its time to microseconds in UTC
+// Canonicalize cleans ev's text, truncates its time to microseconds in UTC
 // and encodes its payload canonically (numbers kept as written, strings
 // cleaned), once.
-func canonicalize(ev sandgate.Event) (canonical, error) {
+func Canonicalize(ev sandgate.Event) (Canonical, error) {
 	ev.ID = cleanText(ev.ID)
 	ev.Type = sandgate.EventType(cleanText(string(ev.Type)))
-	ev.Time = pgTime(ev.Time)
+	ev.Time = CanonicalTime(ev.Time)
 	for _, p := range []*string{&ev.Outcome, &ev.CorrelationID, &ev.RunID, &ev.DecisionID,
 		&ev.ContainerID, &ev.Actor, &ev.Team, &ev.Node, &ev.PolicyRevision} {
 		*p = cleanText(*p)
 	}
 	if len(ev.Payload) == 0 {
 		ev.Payload = nil
-		return canonical{Event: ev}, nil
+		return Canonical{Event: ev}, nil
 	}
 	payload := plainPayload(ev.Payload)
 	if payload == nil {
 		p, err := canonicalPayload(ev.Payload)
 		if err != nil {
-			return canonical{Event: ev}, err
+			return Canonical{Event: ev}, err
 		}
 		if payload, err = marshalCanonical(p); err != nil {
 			ev.Payload = p
-			return canonical{Event: ev}, err
+			return Canonical{Event: ev}, err
 		}
 	}
 	// Only the encoded payload is kept: the map would hold it again while
 	// the event waits (queued, sealed in the spool, or in memory while the
 	// spool is full).
 	ev.Payload = nil
-	return canonical{Event: ev, payload: payload}, nil
+	return Canonical{Event: ev, payload: payload}, nil
 }
 
-// payloadOf returns the payload a canonical body holds, as it is there
+// PayloadOf returns the payload a canonical body holds, as it is there
 // (canonical JSON), or nil when it has none.
-func payloadOf(body []byte) (json.RawMessage, error) {
+func PayloadOf(body []byte) (json.RawMessage, error) {
 	var b struct {
 		Payload json.RawMessage `json:"payload"`
 	}
@@ -116,27 +117,30 @@ func payloadOf(body []byte) (json.RawMessage, error) {
 	return b.Payload, nil
 }
 
-// mustCanonicalize is canonicalize for a producer that cannot fail: an
+// MustCanonicalize is Canonicalize for a producer that cannot fail: an
 // unencodable payload (the only failure) is replaced by one that says why,
 // so the event itself is still recorded.
-func mustCanonicalize(ev sandgate.Event, log *slog.Logger) canonical {
-	c, err := canonicalize(ev)
+func MustCanonicalize(ev sandgate.Event, log *slog.Logger) Canonical {
+	c, err := Canonicalize(ev)
 	if err != nil {
 		log.Error("audit: payload not encodable; stored without it", "event_id", c.ID, "err", err)
 		c.Payload = map[string]any{"payload_error": err.Error()}
-		c, _ = canonicalize(c.Event)
+		c, _ = Canonicalize(c.Event)
 	}
 	return c
 }
 
-// body returns the canonical body bytes of c recorded at recordedAt: what
+// Body returns the canonical body bytes of c recorded at recordedAt: what
 // is stored and hashed.
-func (c *canonical) body(recordedAt time.Time) []byte {
+func (c *Canonical) Body(recordedAt time.Time) []byte {
 	return c.appendBody(make([]byte, 0, bodySizeHint+len(c.payload)), recordedAt)
 }
 
 // bodySizeHint is about what a body holds besides its payload.
 const bodySizeHint = 384
+
+// PayloadJSON returns c's payload as canonical JSON, nil without one.
+func (c *Canonical) PayloadJSON() json.RawMessage { return c.payload }
 
 // plainPayload returns p's canonical JSON when encoding it once gives it:
 // p holds only maps with string keys, slices, strings, booleans and
@@ -218,21 +222,4 @@ func ChainHash(prev []byte, chainID string, seq int64, body []byte) []byte {
 	h.Write(n[:])
 	h.Write(body)
 	return h.Sum(nil)
-}
-
-// sealed is an event with its place in a chain: what one audit_events row
-// holds.
-type sealed struct {
-	Event      sandgate.Event `json:"event"`
-	ChainID    string         `json:"chain_id"`
-	Seq        int64          `json:"seq"`
-	RecordedAt time.Time      `json:"recorded_at"`
-	Body       []byte         `json:"body"`
-	PrevHash   []byte         `json:"prev_hash"`
-	Hash       []byte         `json:"hash"`
-
-	// payload is the event's canonical payload JSON when sealed in this
-	// process. A record read back from the spool has it only in Body (or,
-	// written by an older version, in Event.Payload).
-	payload json.RawMessage
 }

@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"encoding/json"
@@ -308,7 +308,7 @@ func appendJSONString(dst []byte, s string) []byte {
 
 // appendBody appends the canonical body of c recorded at recordedAt: the
 // fields of body, in its (sorted) order, empty ones left out.
-func (c *canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
+func (c *Canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
 	ev := &c.Event
 	first := true
 	key := func(k string) {
@@ -335,7 +335,7 @@ func (c *canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
 	dst = appendJSONString(dst, ev.ID)
 	key("event_time")
 	dst = append(dst, '"')
-	dst = ev.Time.AppendFormat(dst, timeLayout)
+	dst = ev.Time.AppendFormat(dst, TimeLayout)
 	dst = append(dst, '"')
 	if ev.ExitCode != nil {
 		key("exit_code")
@@ -350,7 +350,7 @@ func (c *canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
 	text("policy_revision", ev.PolicyRevision)
 	key("recorded_at")
 	dst = append(dst, '"')
-	dst = pgTime(recordedAt).AppendFormat(dst, timeLayout)
+	dst = CanonicalTime(recordedAt).AppendFormat(dst, TimeLayout)
 	dst = append(dst, '"')
 	text("run_id", ev.RunID)
 	text("team", ev.Team)

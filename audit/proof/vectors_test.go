@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"
@@ -71,7 +71,7 @@ func TestCanonicalVectors(t *testing.T) {
 	if *updateVectors {
 		prev := make([]byte, HashSize)
 		for i, v := range vectorEvents() {
-			c, err := canonicalize(v.Event)
+			c, err := Canonicalize(v.Event)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestCanonicalVectors(t *testing.T) {
 	}
 	for _, v := range vectors {
 		t.Run(v.Name, func(t *testing.T) {
-			c, err := canonicalize(v.Event)
+			c, err := Canonicalize(v.Event)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,14 +131,14 @@ func TestCanonicalVectors(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ver := newVerifier(nil, time.Now(), 0)
-			ver.checkBody(&rowData{ChainID: v.ChainID, Seq: v.Seq, RecordedAt: v.RecordedAt, Event: cols, Body: body})
+			ver := newVerifier(Anchors{}, time.Now(), 0)
+			ver.checkBody(&Row{ChainID: v.ChainID, Seq: v.Seq, RecordedAt: v.RecordedAt, Event: cols, Body: body})
 			if len(ver.report.Problems) != 0 {
 				t.Errorf("verify: %+v", ver.report.Problems)
 			}
 			spaced := bytes.Replace(body, []byte(`","`), []byte(`", "`), 1)
-			ver = newVerifier(nil, time.Now(), 0)
-			ver.checkBody(&rowData{ChainID: v.ChainID, Seq: v.Seq, Event: cols, Body: spaced})
+			ver = newVerifier(Anchors{}, time.Now(), 0)
+			ver.checkBody(&Row{ChainID: v.ChainID, Seq: v.Seq, Event: cols, Body: spaced})
 			if bytes.Equal(spaced, body) || len(ver.report.Problems) == 0 || ver.report.Problems[0].Kind != ProblemBadBody {
 				t.Errorf("verify of a body with a space added: %+v", ver.report.Problems)
 			}

@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"
@@ -18,14 +18,14 @@ import (
 // referenceBody is the canonical body as encoding/json writes it: what
 // appendBody must reproduce byte for byte, since verify re-encodes stored
 // bodies that way.
-func referenceBody(t testing.TB, c *canonical, recordedAt time.Time) []byte {
+func referenceBody(t testing.TB, c *Canonical, recordedAt time.Time) []byte {
 	t.Helper()
 	ev := &c.Event
 	data, err := marshalCanonical(&body{
 		Actor: ev.Actor, ContainerID: ev.ContainerID, CorrelationID: ev.CorrelationID, DecisionID: ev.DecisionID,
-		EventID: ev.ID, EventTime: ev.Time.Format(timeLayout), ExitCode: ev.ExitCode, Node: ev.Node,
+		EventID: ev.ID, EventTime: ev.Time.Format(TimeLayout), ExitCode: ev.ExitCode, Node: ev.Node,
 		Outcome: ev.Outcome, Payload: c.payload, PolicyRevision: ev.PolicyRevision,
-		RecordedAt: pgTime(recordedAt).Format(timeLayout), RunID: ev.RunID, Team: ev.Team, Type: string(ev.Type),
+		RecordedAt: CanonicalTime(recordedAt).Format(TimeLayout), RunID: ev.RunID, Team: ev.Team, Type: string(ev.Type),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -226,12 +226,12 @@ func TestBodyMatchesEncodingJSON(t *testing.T) {
 		if r.IntN(3) > 0 {
 			ev.Payload = map[string]any{text(): randomPlain(r, 1), "n": randomNumber(r)}
 		}
-		c, err := canonicalize(ev)
+		c, err := Canonicalize(ev)
 		if err != nil {
 			continue // a payload encoding/json refuses too (NaN)
 		}
 		at := time.Unix(r.Int64N(4e9), r.Int64N(1e9)).In(time.FixedZone("x", 3600))
-		got, want := c.body(at), referenceBody(t, &c, at)
+		got, want := c.Body(at), referenceBody(t, &c, at)
 		if !bytes.Equal(got, want) {
 			t.Fatalf("case %d:\n got  %s\n want %s", i, got, want)
 		}
@@ -252,7 +252,7 @@ func TestBodyMatchesEncodingJSON(t *testing.T) {
 // for a lifecycle event and for a decision carrying a run spec.
 func BenchmarkEventEncoding(b *testing.B) {
 	exit := 0
-	lifecycleEv := benchEvent(1)
+	lifecycleEv := typicalEvent()
 	decisionEv := sandgate.Event{
 		ID: "0193a1b2-7c3d-7e4f-8a9b-0c1d2e3f4a5b", Type: sandgate.EventAdmissionAllowed, Time: time.Now(),
 		Outcome: "allowed", CorrelationID: "corr-1", RunID: "run-1", DecisionID: "dec-1", Actor: "ci-bot",
@@ -274,7 +274,7 @@ func BenchmarkEventEncoding(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c := canonical{Event: ev, payload: p}
+		c := Canonical{Event: ev, payload: p}
 		return referenceBody(b, &c, at)
 	}
 	// Each case times a fixed number of events, whatever b.N is, so that
@@ -303,11 +303,11 @@ func BenchmarkEventEncoding(b *testing.B) {
 		at := time.Now()
 		b.Run(tc.name+"/hand", func(b *testing.B) {
 			perEvent(b, func() {
-				c, err := canonicalize(tc.ev)
+				c, err := Canonicalize(tc.ev)
 				if err != nil {
 					b.Fatal(err)
 				}
-				_ = c.body(at)
+				_ = c.Body(at)
 			})
 		})
 		b.Run(tc.name+"/encoding-json", func(b *testing.B) {
@@ -337,18 +337,29 @@ func TestCanonicalizeFallbacks(t *testing.T) {
 		"NUL in a key":  {map[string]any{"k\x00": true}, `{"k` + "\uFFFD" + `":true}`},
 	} {
 		ev.Payload = tc.payload
-		c := mustCanonicalize(ev, slog.New(slog.DiscardHandler))
+		c := MustCanonicalize(ev, slog.New(slog.DiscardHandler))
 		if string(c.payload) != tc.want {
 			t.Errorf("%s: payload %s, want %s", name, c.payload, tc.want)
 		}
-		body := c.body(at)
+		body := c.Body(at)
 		if canon, err := marshalCanonical(jsonNumbers(body)); err != nil || !bytes.Equal(canon, body) {
 			t.Errorf("%s: body not canonical: %s", name, body)
 		}
 	}
 	ev.Payload = map[string]any{"ratio": math.NaN()}
-	c := mustCanonicalize(ev, slog.New(slog.DiscardHandler))
+	c := MustCanonicalize(ev, slog.New(slog.DiscardHandler))
 	if !bytes.HasPrefix(c.payload, []byte(`{"payload_error":"encode payload: json: unsupported value: NaN"`)) {
 		t.Errorf("NaN payload: %s, want a payload_error", c.payload)
+	}
+}
+
+// typicalEvent is a typical lifecycle event: identities, exit code and an
+// output summary.
+func typicalEvent() sandgate.Event {
+	code := 1
+	return sandgate.Event{
+		Type: sandgate.EventContainerExited, RunID: "run-1", CorrelationID: "corr-1",
+		ContainerID: "3f2a9c", Actor: "ci-bot", Team: "payments", Outcome: "succeeded", ExitCode: &code,
+		Payload: map[string]any{"stdout": map[string]any{"bytes": 1024, "sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "truncated": false}, "duration_ms": 1200},
 	}
 }

@@ -1,4 +1,4 @@
-package audit
+package proof
 
 import (
 	"bytes"
@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"golang.org/x/mod/sumdb/tlog"
 )
 
 // What vouches for a chain's rows: checkpoints whose signatures verify, by
@@ -85,10 +83,9 @@ func (s *stretch) merge(o stretch) {
 
 // checkpoints checks one chain's checkpoints (in chain order) and keeps
 // them to compare with its rows. They come before the chain's rows.
-func (v *verifier) checkpoints(chain string, cps []Checkpoint) {
+func (v *Verifier) checkpoints(chain string, cps []Checkpoint) {
 	c := v.chain(chain)
 	var prevSig string
-	untrusted := map[string]bool{}
 	for i := range cps {
 		cp := cps[i]
 		pub, err := hex.DecodeString(cp.PublicKey)
@@ -98,12 +95,6 @@ func (v *verifier) checkpoints(chain string, cps []Checkpoint) {
 		if err != nil || herr != nil || serr != nil || perr != nil || len(pub) != ed25519.PublicKeySize {
 			v.problem(chain, cp.Seq, ProblemBadSignature, "checkpoint fields are not valid hex")
 			continue
-		}
-		if len(v.trusted) > 0 {
-			if k, ok := v.trusted[KeyID(pub)]; (!ok || !bytes.Equal(k, pub)) && !untrusted[KeyID(pub)] {
-				untrusted[KeyID(pub)] = true
-				v.problem(chain, cp.Seq, ProblemUntrustedKey, "checkpoints from %s on are signed by key %s, which is not trusted", cp.CreatedAt.Format(time.RFC3339), KeyID(pub))
-			}
 		}
 		good := true
 		if cp.KeyID != KeyID(pub) {
@@ -136,9 +127,10 @@ func (v *verifier) checkpoints(chain string, cps []Checkpoint) {
 	c.stretch = make([]stretch, len(c.bounds)+1)
 }
 
-// resolveKeys judges the registrations once: which keys are known (the
-// registry vouches for them, or they are pinned).
-func (v *verifier) resolveKeys() {
+// resolveKeys judges the registrations once: which keys the anchors
+// make trusted, and which are known (trusted, or the registry vouches for
+// them).
+func (v *Verifier) resolveKeys() {
 	if v.resolved {
 		return
 	}
@@ -156,21 +148,28 @@ func (v *verifier) resolveKeys() {
 			}
 		}
 	}
-	v.known, v.rejected = registryKeys(v.keys, v.trusted)
-	for id, k := range v.trusted {
+	var signers []ed25519.PublicKey
+	for _, c := range v.chains {
+		for _, cp := range c.signed {
+			signers = append(signers, cp.pub)
+		}
+	}
+	v.trust = ResolveTrust(v.anchors, v.keys, v.endorsements, signers...)
+	v.known, v.rejected = registryKeys(v.keys, v.trust)
+	for id, k := range v.trust.Keys() {
 		v.known[id] = k
 	}
 }
 
 // isKnown reports whether cp's key is known.
-func (v *verifier) isKnown(cp signedCP) bool {
+func (v *Verifier) isKnown(cp signedCP) bool {
 	k, ok := v.known[cp.keyID]
 	return ok && bytes.Equal(k, cp.pub)
 }
 
 // covered returns the highest seq of c a checkpoint by a known key signs,
 // and that checkpoint's time; 0 when there is none.
-func (v *verifier) covered(c *chainState) (int64, time.Time) {
+func (v *Verifier) covered(c *chainState) (int64, time.Time) {
 	var seq int64
 	var at time.Time
 	for _, cp := range c.signed {
@@ -181,24 +180,11 @@ func (v *verifier) covered(c *chainState) (int64, time.Time) {
 	return seq, at
 }
 
-// honourRetention takes the retention boundaries of retention.applied rows
-// that a checkpoint by a known key covers; others are not evidence.
-func (v *verifier) honourRetention() {
-	for _, r := range v.retention {
-		if c := v.chains[r.chain]; c != nil {
-			if seq, _ := v.covered(c); seq >= r.seq {
-				addAnchors(v.purged, r.p)
-				v.notePurged(r.p, r.id)
-			}
-		}
-	}
-}
-
 // checkCoverage reports c's rows that no checkpoint by a known key covers,
 // unless they are recent enough that their checkpoint may still come: by
 // the grace before now (online), or within the grace around the newest
 // checkpoint by a known key, the chain's or any chain's (offline).
-func (v *verifier) checkCoverage(c *chainState) {
+func (v *Verifier) checkCoverage(c *chainState) {
 	if v.grace <= 0 {
 		return
 	}
@@ -234,7 +220,7 @@ func (v *verifier) checkCoverage(c *chainState) {
 
 // checkFuture reports c's rows recorded after the clock at the end of
 // verification.
-func (v *verifier) checkFuture(c *chainState) {
+func (v *Verifier) checkFuture(c *chainState) {
 	if v.futureEnd.IsZero() {
 		return
 	}
@@ -260,7 +246,7 @@ func (v *verifier) checkFuture(c *chainState) {
 // newestKnownCheckpoint returns the time of the newest checkpoint by a
 // known key in any chain: about when an export's checkpoints were taken,
 // as live writers sign every interval.
-func (v *verifier) newestKnownCheckpoint() time.Time {
+func (v *Verifier) newestKnownCheckpoint() time.Time {
 	var newest time.Time
 	for _, c := range v.chains {
 		for _, cp := range c.signed {
@@ -272,18 +258,30 @@ func (v *verifier) newestKnownCheckpoint() time.Time {
 	return newest
 }
 
-// keyProblems reports checkpoints by keys the registry does not vouch for
-// (when none are pinned), rotations their predecessor did not endorse,
-// and registered keys outside the pinned set.
-func (v *verifier) keyProblems(ids []string) {
+// keyProblems reports, with anchors in use, checkpoints by keys they do
+// not make trusted and registered keys outside the trusted set; without,
+// that nothing vouches for any key, and checkpoints by keys the registry
+// does not vouch for either; and always, rotations their predecessor did
+// not endorse.
+func (v *Verifier) keyProblems(ids []string) {
+	anchored := v.trust.InUse()
+	if !anchored {
+		v.problem("", 0, ProblemUnpinnedKeys, "%s", v.noAnchor())
+	}
 	used := map[string]bool{}
 	for _, id := range ids {
 		c := v.chains[id]
-		unknown := map[string]bool{}
+		reported := map[string]bool{}
 		for _, cp := range c.signed {
 			used[cp.keyID] = true
-			if len(v.trusted) == 0 && !v.isKnown(cp) && !unknown[cp.keyID] {
-				unknown[cp.keyID] = true
+			switch {
+			case reported[cp.keyID]:
+			case anchored && !v.trust.Trusts(cp.pub):
+				reported[cp.keyID] = true
+				v.problem(id, cp.seq, ProblemUntrustedKey, "checkpoints from %s on are signed by key %s, which is not trusted: no key pinned, no root endorsement in the trail, nor the local node's registered key vouches for it",
+					cp.createdAt.Format(time.RFC3339), cp.keyID)
+			case !anchored && !v.isKnown(cp):
+				reported[cp.keyID] = true
 				v.problem(id, cp.seq, ProblemUnknownKey, "checkpoints from seq %d on are signed by key %s, which the key registry does not vouch for: no node registered it, or its rotation was not endorsed",
 					cp.seq, cp.keyID)
 			}
@@ -293,21 +291,29 @@ func (v *verifier) keyProblems(ids []string) {
 		v.problem(k.ChainID, 0, ProblemUnendorsedKey, "key %s was registered for node %s at %s as replacing key %s without that key's endorsement: anyone with the application role can do that; pin the key if it is the node's",
 			k.KeyID, k.Node, k.FirstUsedAt.UTC().Format(time.RFC3339), k.Replaces)
 	}
-	if len(v.trusted) == 0 {
+	if !anchored {
 		return
 	}
 	for _, k := range v.keys {
-		if !k.Pinned && k.Known && !used[k.KeyID] {
+		if !k.Trusted && k.Known && !used[k.KeyID] {
 			v.problem(k.ChainID, 0, ProblemUntrustedKey, "key %s of node %s (registered %s, %s) is not among the trusted keys",
 				k.KeyID, k.Node, k.FirstUsedAt.UTC().Format(time.RFC3339), k.Source)
 		}
 	}
 }
 
+// noAnchor says why nothing vouches for the keys.
+func (v *Verifier) noAnchor() string {
+	if !v.online {
+		return "no trusted public key given: offline, nothing vouches for the keys an export names; pass the auditors' copy of every node's public key (--trusted-keys, --public-key) or the cluster's root key (--root-key)"
+	}
+	return "no trust anchor: no key is pinned (--trusted-keys, SANDGATE_TRUSTED_KEYS_FILE), no cluster root key is given (--root-key, SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE), and no local checkpoint key is registered for this node in this trail; the key registry alone vouches for nothing, since anyone with the application role can register a key"
+}
+
 // knownSeq returns the highest seq a checkpoint of cps whose signature
 // verifies, by a known key, signs: for a chain the verifier does not
 // check itself.
-func (v *verifier) knownSeq(cps []Checkpoint) int64 {
+func (v *Verifier) knownSeq(cps []Checkpoint) int64 {
 	var seq int64
 	for _, cp := range cps {
 		pub, err := hex.DecodeString(cp.PublicKey)
@@ -328,7 +334,7 @@ func (v *verifier) knownSeq(cps []Checkpoint) int64 {
 // checkNote checks a checkpoint's note: signed by the checkpoint's key
 // under the chain's origin, stating the checkpoint's seq as its size, and,
 // when the chain was read from seq 1, the root of the tree of its rows.
-func (v *verifier) checkNote(c *chainState, cp Checkpoint) {
+func (v *Verifier) checkNote(c *chainState, cp Checkpoint) {
 	pub, _ := hex.DecodeString(cp.PublicKey)
 	origin := NoteOrigin(cp.Note)
 	vkey, err := NoteVerifierKey(origin, pub)
@@ -341,8 +347,8 @@ func (v *verifier) checkNote(c *chainState, cp Checkpoint) {
 		v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note is not signed by the checkpoint's key: %v", cp.CreatedAt.Format(time.RFC3339), err)
 	case !strings.HasSuffix(stated.Origin, "/"+c.id) || stated.Size != cp.Seq:
 		v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note states %q at size %d", cp.CreatedAt.Format(time.RFC3339), stated.Origin, stated.Size)
-	case c.tree != nil && c.tree.size == cp.Seq:
-		root, err := tlog.TreeHash(cp.Seq, c.tree)
+	case c.tree != nil && c.tree.Size() == cp.Seq:
+		root, err := c.tree.Root()
 		if err != nil || root != stated.Root {
 			v.problem(c.id, cp.Seq, ProblemNoteMismatch, "checkpoint at %s: its note states root %s, the chain's rows make %s",
 				cp.CreatedAt.Format(time.RFC3339), b64(stated.Root[:]), b64(root[:]))
