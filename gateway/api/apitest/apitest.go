@@ -45,7 +45,11 @@ func Document() (*openapi3.T, error) {
 			load.err = fmt.Errorf("openapi.json is not a valid OpenAPI document: %w", err)
 			return
 		}
-		if load.router, err = legacy.NewRouter(doc); err != nil {
+		// Paths are matched as the gateway serves them, whatever its
+		// address: the document's one server is "/", the gateway itself.
+		routed := *doc
+		routed.Servers = nil
+		if load.router, err = legacy.NewRouter(&routed); err != nil {
 			load.err = fmt.Errorf("route openapi.json: %w", err)
 			return
 		}
