@@ -57,6 +57,19 @@ const APIVersion = "sandgate/v1"
 type Settings struct {
 	AirGapped  bool     `json:"air_gapped"`
 	MountRoots []string `json:"mount_roots"`
+	// HostGroups are groups of the host that open doors on it, found at
+	// start: the group of the Docker daemon's socket and the groups that
+	// own the mount roots. No run may hold one, as the gids of
+	// data.sandgate.config.privileged_gids.
+	HostGroups []HostGroup `json:"host_groups"`
+}
+
+// HostGroup is a group of the host and what it owns there.
+type HostGroup struct {
+	GID int64 `json:"gid"`
+	// Owns names what membership opens: "the Docker socket
+	// /var/run/docker.sock", "the mount root /srv/work".
+	Owns string `json:"owns"`
 }
 
 // AdmissionInput is the policy input document (`input` in Rego).

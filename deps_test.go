@@ -72,6 +72,12 @@ var wireOnly = map[string]bool{"gateway/api": true, "gateway/client": true}
 // tests without a cycle.
 var stdlibOnly = map[string]bool{"console": true, "agent": true, "sandgatetest": true}
 
+// apart are packages that may not link the other: the run path does not
+// build images, and the image administration runs no jobs. They share
+// only executor/internal/daemon (the client, the error classes, the one
+// retry policy).
+var apart = [][2]string{{"executor", "executor/images"}, {"executor/images", "executor"}}
+
 // TestPackageBoundaries enforces that each boundary package wraps its one
 // dependency and that the root package depends on the standard library alone.
 func TestPackageBoundaries(t *testing.T) {
@@ -114,6 +120,11 @@ func TestPackageBoundaries(t *testing.T) {
 				if dep != module && strings.Contains(strings.Split(dep, "/")[0], ".") && !slices.Contains(allowed, dep) {
 					t.Errorf("%s links %s: it may use the standard library, the root package and %s only", p.ImportPath, dep, strings.Join(allowed, ", "))
 				}
+			}
+		}
+		for _, pair := range apart {
+			if rel == pair[0] && slices.Contains(p.Deps, module+"/"+pair[1]) {
+				t.Errorf("%s links %s: the run path and the image administration are kept apart", p.ImportPath, module+"/"+pair[1])
 			}
 		}
 		if stdlibOnly[rel] {

@@ -51,13 +51,21 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	for i, root := range in.Settings.MountRoots {
 		roots[i] = root
 	}
+	settings := map[string]any{"air_gapped": in.Settings.AirGapped, "mount_roots": roots}
+	if len(in.Settings.HostGroups) > 0 {
+		groups := make([]any, len(in.Settings.HostGroups))
+		for i, g := range in.Settings.HostGroups {
+			groups[i] = map[string]any{"gid": g.GID, "owns": g.Owns}
+		}
+		settings["host_groups"] = groups
+	}
 	p := map[string]any{
 		"record":      DecisionRecordVersion,
 		"api_version": in.APIVersion,
 		"operation":   string(in.Operation),
 		"principal":   map[string]any{"name": in.Principal.Name, "team": in.Principal.Team, "roles": roles, "sign_in": r.SignIn},
 		"spec":        m.Spec(in.Request.RunSpec, mask),
-		"settings":    map[string]any{"air_gapped": in.Settings.AirGapped, "mount_roots": roots},
+		"settings":    settings,
 	}
 	if s := in.Session; s != nil {
 		p["session"] = map[string]any{"id": s.ID, "idle_timeout_seconds": s.IdleTimeoutSeconds, "max_lifetime_seconds": s.MaxLifetimeSeconds}

@@ -21,8 +21,9 @@ func TestDecisionRecordRoundTrip(t *testing.T) {
 		Principal: sandgate.Principal{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}},
 		Request: sandgate.Normalized{RunSpec: sandgate.RunSpec{Image: "img", Command: []string{"sh", "-c", "make"},
 			Env: map[string]string{"TOKEN": "s3cret"}, Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.5}}},
-		Settings: sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv/work"}},
-		Session:  &sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 300, MaxLifetimeSeconds: 3600},
+		Settings: sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv/work"},
+			HostGroups: []sandgate.HostGroup{{GID: 105, Owns: "the Docker socket /var/run/docker.sock"}}},
+		Session: &sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 300, MaxLifetimeSeconds: 3600},
 	}
 	payload := sandgate.DecisionRecord{Input: in, SignIn: sandgate.SignInToken}.Payload(m, nil)
 	raw, err := json.Marshal(payload)

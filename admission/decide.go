@@ -20,7 +20,8 @@ type Decider interface {
 }
 
 // settings are the settings every policy input carries: the gateway's,
-// and the engine's own when it reports them (its mount roots resolved).
+// and the engine's own when it reports them (its mount roots resolved,
+// the host's groups).
 func (g *Gate) settings() sandgate.Settings {
 	st := sandgate.Settings{AirGapped: g.cfg.AirGapped, MountRoots: slices.Clone(g.cfg.MountRoots)}
 	if r, ok := g.d.Admitter.(SettingsReporter); ok {
@@ -29,6 +30,9 @@ func (g *Gate) settings() sandgate.Settings {
 		if len(own.MountRoots) > 0 || len(st.MountRoots) == 0 {
 			st.MountRoots = own.MountRoots
 		}
+		// The host's groups no run may hold, as the engine found them:
+		// recorded with the input, so that a replay denies them too.
+		st.HostGroups = own.HostGroups
 	}
 	return st
 }

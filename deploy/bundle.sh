@@ -58,8 +58,9 @@ if command -v readelf >/dev/null; then
 fi
 "$b/sandgate" version | grep -qF "$version" || die "the binary does not report version $version"
 
-# The sandbox image, built FROM scratch with the host's busybox-static when
-# the daemon does not have it yet.
+# The sandbox image, built FROM scratch with a static busybox (the host's
+# when its wget survives -T, else Debian trixie's busybox-static) when the
+# daemon does not have it yet.
 sandbox=sandgate/sandbox:latest
 if ! docker image inspect "$sandbox" >/dev/null 2>&1; then
   echo "building $sandbox"

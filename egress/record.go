@@ -237,17 +237,20 @@ func (p *Proxy) record(st *runState, rec *conn, allowed bool) {
 	if rec.addr.IsValid() {
 		payload["address"] = rec.addr.String()
 	}
-	typ, outcome := sandgate.EventEgressAllowed, "allowed"
+	build := sandgate.NewEgressAllowed
+	outcome := "allowed"
 	if !allowed {
-		typ, outcome = sandgate.EventEgressDenied, "denied"
+		build, outcome = sandgate.NewEgressDenied, "denied"
 		payload["reason"], payload["message"] = rec.reason, rec.msg
 	} else if rec.reason != "" {
 		payload["ended_by"] = rec.reason
 	}
-	p.emit(st, typ, outcome, rec.revision, payload)
+	p.emit(st, build, outcome, rec.revision, payload)
 }
 
-func (p *Proxy) emit(st *runState, typ sandgate.EventType, outcome, revision string, payload map[string]any) {
+// emit records one of a run's egress events, made by the root package's
+// constructor of its type.
+func (p *Proxy) emit(st *runState, build func(sandgate.Subject, time.Time, string, map[string]any) sandgate.Event, outcome, revision string, payload map[string]any) {
 	r := st.run
 	if revision == "" {
 		revision = r.PolicyRevision
@@ -255,11 +258,9 @@ func (p *Proxy) emit(st *runState, typ sandgate.EventType, outcome, revision str
 	if r.SessionID != "" {
 		payload["session_id"] = r.SessionID
 	}
-	p.opt.Events.Emit(sandgate.Event{
-		Type: typ, Time: p.opt.Now(), Outcome: outcome, CorrelationID: r.CorrelationID, RunID: r.RunID,
-		DecisionID: r.DecisionID, Actor: r.Principal, Team: r.Team, Node: p.opt.Node,
-		PolicyRevision: revision, Payload: payload,
-	})
+	sub := sandgate.Subject{CorrelationID: r.CorrelationID, RunID: r.RunID, DecisionID: r.DecisionID,
+		Actor: r.Principal, Team: r.Team, Node: p.opt.Node, PolicyRevision: revision}
+	p.opt.Events.Emit(build(sub, p.opt.Now(), outcome, payload))
 }
 
 // flushLoop records every run's pending aggregates each AggregateEvery.
@@ -321,7 +322,7 @@ func (p *Proxy) flush(st *runState) {
 		if o.pd.allowed > 0 {
 			m := base()
 			m["connections"], m["bytes_sent"], m["bytes_received"], m["duration_ms"] = o.pd.allowed, o.pd.sent, o.pd.recv, o.pd.durationMS
-			p.emit(st, sandgate.EventEgressAllowed, "allowed", "", m)
+			p.emit(st, sandgate.NewEgressAllowed, "allowed", "", m)
 		}
 		if o.pd.denied > 0 {
 			m := base()
@@ -330,7 +331,7 @@ func (p *Proxy) flush(st *runState) {
 				reasons[r] = n
 			}
 			m["connections"], m["reasons"] = o.pd.denied, reasons
-			p.emit(st, sandgate.EventEgressDenied, "denied", "", m)
+			p.emit(st, sandgate.NewEgressDenied, "denied", "", m)
 		}
 	}
 }

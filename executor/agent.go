@@ -1,14 +1,12 @@
 package executor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -42,8 +40,9 @@ const agentPath = "/.sandgate/agent"
 // agentDialTimeout bounds the agent's answer to hello.
 const agentDialTimeout = 10 * time.Second
 
-// withAgent makes set's container run the agent as its main process.
-func (e *Executor) withAgent(set *settings) {
+// withAgent makes set's container run the agent, binary, as its main
+// process.
+func withAgent(set *settings, binary string) {
 	cfg := *set.config
 	cfg.Entrypoint = []string{agentPath, "sandbox-agent"}
 	cfg.Cmd = nil
@@ -59,7 +58,7 @@ func (e *Executor) withAgent(set *settings) {
 	set.config = &cfg
 	host := *set.host
 	host.Mounts = append(append([]mount.Mount(nil), host.Mounts...), mount.Mount{
-		Type: mount.TypeBind, Source: e.cfg.AgentBinary, Target: agentPath, ReadOnly: true,
+		Type: mount.TypeBind, Source: binary, Target: agentPath, ReadOnly: true,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 	})
 	set.host = &host
@@ -75,7 +74,7 @@ type agentLink struct {
 // dialAgent authenticates to the agent of the container whose attach
 // stream is hj (stdin included), started already. What the agent writes
 // to its stderr (its own diagnostics) goes to diag.
-func (e *Executor) dialAgent(hj types.HijackedResponse, diag io.Writer) (*agentLink, error) {
+func dialAgent(hj types.HijackedResponse, diag io.Writer) (*agentLink, error) {
 	pr, pw := io.Pipe()
 	l := &agentLink{pumped: make(chan struct{})}
 	go func() {
@@ -170,175 +169,68 @@ func awaitStart(p *agent.Process, err error) (maybeRan bool, _ error) {
 	return errors.Is(err, agent.ErrGone), err
 }
 
-// unconfirmedLoss is the end of a command that may have run without the
+// unconfirmed is the end of a command that may have run without the
 // gateway hearing of it (awaitStart's maybeRan): it is recorded as lost,
 // never as a command that did not run.
-func (e *Executor) unconfirmedLoss(r *run, res sandgate.Result, err error) sandgate.Result {
-	res.FinishedAt = e.now()
-	res.Outcome = sandgate.OutcomeLost
-	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate,
-		Message: "the agent ended before it confirmed the command's start; the command may have run: " + err.Error()}
-	e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"agent": true, "error_code": string(res.Error.Code), "error": res.Error.Message}))
-	return res
+func unconfirmed(err error) ending {
+	msg := "the agent ended before it confirmed the command's start; the command may have run: " + err.Error()
+	return lostEnding(msg, map[string]any{"agent": true, "error": msg})
 }
 
-// agentEnd is how a command the agent ran ended, as far as the gateway
-// saw it.
-type agentEnd struct {
-	reason stopReason
-	exit   agent.Exit
-	// err is set when no exit came: the agent (or its container) ended
-	// first.
-	err error
+// agentProc is a command the container's agent runs: a warm run's, or
+// one in a session. Its end is the agent's exit frame.
+type agentProc struct {
+	h *handle
+	p *agent.Process
+	// cid is the container whose OOM count, ooms before the command,
+	// tells an OOM kill.
+	cid  string
+	ooms int64
+	// usage is what the command used, from its exit and its result.
+	usage func(ex agent.Exit, res sandgate.Result) *sandgate.Usage
+	// gone says how the run ended when the agent (or its stream) ended
+	// before the command's exit came.
+	gone func(reason stopReason, err error) ending
 }
 
-// superviseAgent follows a command the agent runs to its end: the run's
-// timeout and cancellation are a SIGTERM to its process group, StopGrace,
-// then SIGKILL, all through the agent.
-func (e *Executor) superviseAgent(ctx context.Context, r *run, p *agent.Process, timeout time.Duration) agentEnd {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	reason := notStopped
+func (a *agentProc) wait() <-chan struct{} { return a.p.Done() }
+
+// stop signals the command's process group through the agent: SIGTERM,
+// StopGrace, then SIGKILL.
+func (a *agentProc) stop() {
+	cfg := a.h.e.cfg
+	_ = a.p.Signal(15)
+	grace := time.NewTimer(cfg.StopGrace)
+	defer grace.Stop()
 	select {
-	case <-p.Done():
-	case <-timer.C:
-		reason = stoppedTimeout
-	case <-ctx.Done():
-		reason = reasonOf(ctx)
+	case <-a.p.Done():
+		return
+	case <-grace.C:
 	}
-	if reason != notStopped {
-		_ = p.Signal(15)
-		grace := time.NewTimer(e.cfg.StopGrace)
+	for range 3 {
+		_ = a.p.Signal(9)
 		select {
-		case <-p.Done():
-		case <-grace.C:
-			for range 3 {
-				_ = p.Signal(9)
-				select {
-				case <-p.Done():
-				case <-time.After(e.cfg.CallTimeout / 3):
-					continue
-				}
-				break
-			}
+		case <-a.p.Done():
+			return
+		case <-time.After(cfg.CallTimeout / 3):
 		}
-		grace.Stop()
 	}
+}
+
+func (a *agentProc) end(reason stopReason) ending {
+	h := a.h
 	select {
-	case <-p.Done():
+	case <-a.p.Done():
 	default:
-		return agentEnd{reason: reason, err: fmt.Errorf("command %s did not exit after SIGKILL", r.job.RunID)}
+		return a.gone(reason, fmt.Errorf("command %s did not exit after SIGKILL", h.job.RunID))
 	}
-	ex, err := p.Exit()
-	return agentEnd{reason: reason, exit: ex, err: err}
-}
-
-// executeWarmAgent runs the job in a claimed warm member whose agent is
-// authenticated already: the command is started by the agent, its exit
-// comes back over the stream, and the container is removed after the
-// run has answered. The trail is the same as a warm run's: created,
-// started, exited with its code (and OOM, timeout or cancellation), then
-// removed.
-func (e *Executor) executeWarmAgent(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
-	h := e.warmHandle(r, m)
-	h.agent = m.agent
-	// Removal is off the run's path: the pool and the run own the
-	// container until it is gone, so the reaper leaves it alone.
-	e.removing.Add(1)
-	defer func() {
-		go func() {
-			defer e.removing.Done()
-			h.close()
-		}()
-	}()
-	e.emit(r, sandgate.EventContainerCreated, map[string]any{
-		"name": m.name, "image": set.config.Image, "image_id": imageID,
-		"warm_pool": m.prof.key, "pooled_at": m.created.UTC().Format(time.RFC3339Nano), "agent": true,
-	})
-	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
-		return h.failed(err), err
+	ex, err := a.p.Exit()
+	if err != nil {
+		return a.gone(reason, err)
 	}
-	spec := r.job.Spec
-	ooms := e.oomKills(m.id)
-	p, err := m.agent.conn.Start(agentCommand(spec, m.entrypoint), h.stdout, h.stderr, []byte(spec.Stdin))
-	if maybeRan, err := awaitStart(p, err); err != nil {
-		if maybeRan {
-			// The container is removed (its processes killed) by close.
-			h.r.ending.Store(true)
-			h.usage.stop()
-			res := h.res
-			res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
-			return e.unconfirmedLoss(r, res, err), nil
-		}
-		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in warm container %s", m.name)
-		return h.failed(err), err
-	}
-	h.started(e.now(), map[string]any{"warm_pool": m.prof.key, "agent": true, "pid": p.PID()}, true)
-	end := e.superviseAgent(ctx, r, p, h.timeout())
-	h.r.ending.Store(true)
-	if end.err != nil {
-		// The agent ended first (killed, out of memory): the container
-		// ends with it, and is judged as any container's end.
-		exit := h.stop(h.exitC())
-		h.res.FinishedAt = e.now()
-		h.usage.stop()
-		var state container.InspectResponse
-		if !exit.lost {
-			ictx, cancel := e.cleanupContext(ctx)
-			state, _ = e.docker.ContainerInspect(ictx, h.id)
-			cancel()
-		}
-		return h.finish(end.reason, exit, state), nil
-	}
-	h.res.FinishedAt = e.now()
-	h.usage.stop()
-	res := h.res
-	res.Stdout, res.Stderr = h.stdout.output(), h.stderr.output()
-	return e.agentExited(r, res, end, e.oomKills(m.id) > ooms, func(res sandgate.Result) *sandgate.Usage {
-		return h.usage.usage(res, h.memoryLimit())
-	}), nil
-}
-
-// agentExited records the exit the agent reported for a command: its
-// code, an OOM kill (a failing command while the container's OOM count
-// rose), its outcome and usage, container.exited and the run's end. Warm
-// runs and session commands end the same way.
-func (e *Executor) agentExited(r *run, res sandgate.Result, end agentEnd, oomRose bool, usage func(sandgate.Result) *sandgate.Usage) sandgate.Result {
-	code := end.exit.Code
-	res.ExitCode = &code
-	res.OOMKilled = code != 0 && oomRose
-	res.Outcome = outcomeOf(end.reason, res.OOMKilled, code)
-	res.Usage = usage(res)
-	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
-		"agent":       true,
-		"signal":      end.exit.Signal,
-		"oom_killed":  res.OOMKilled,
-		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-		"usage":       res.Usage.Payload(),
-	}))
-	e.emitEnd(r, res)
-	return res
-}
-
-// executeWarmSession opens a session in a claimed warm session member:
-// its container runs, its agent is authenticated and its workspace is
-// mounted at its workdir already, so the session is open as soon as the
-// member is checked and recorded. From then on it is followed as a cold
-// session's container is.
-func (e *Executor) executeWarmSession(ctx context.Context, r *run, set settings, imageID string, m *member) (sandgate.Result, error) {
-	h := e.warmHandle(r, m)
-	h.agent, h.ws = m.agent, m.ws
-	r.setWorkspace(m.ws)
-	defer h.close()
-	e.emit(r, sandgate.EventContainerCreated, map[string]any{
-		"name": m.name, "image": set.config.Image, "image_id": imageID,
-		"warm_pool": m.prof.key, "pooled_at": m.created.UTC().Format(time.RFC3339Nano), "agent": true,
-		"workspace": map[string]any{"workspace_mb": r.job.Spec.Resources.WorkspaceMB},
-	})
-	if err := e.checkIdentity(ctx, r, m.id, imageID); err != nil {
-		return h.failed(err), err
-	}
-	r.setAgent(m.agent)
-	h.started(e.now(), map[string]any{"warm_pool": m.prof.key, "agent": true}, true)
-	return h.supervise(ctx)
+	h.res.FinishedAt = h.now()
+	oom := ex.Code != 0 && h.e.meter.oomKills(a.cid) > a.ooms
+	x := exitedWith(reason, ex.Code, oom, map[string]any{"agent": true, "signal": ex.Signal})
+	x.usage = func(res sandgate.Result) *sandgate.Usage { return a.usage(ex, res) }
+	return x
 }

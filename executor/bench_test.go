@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -50,7 +51,7 @@ func BenchmarkExecutorVsDockerRun(b *testing.B) {
 			"--log-driver", "none",
 			"--label", sandgate.LabelManaged + "=true", "--label", sandgate.LabelNode + "=" + ex.Node(),
 			"--label", sandgate.LabelRunID + "=cli",
-			executor.SandboxImage, "true",
+			images.SandboxImage, "true",
 		}
 	}
 	runExecutor := func() time.Duration {

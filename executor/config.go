@@ -3,6 +3,7 @@ package executor
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sethvargo/go-retry"
@@ -30,6 +31,16 @@ type Config struct {
 	// with another node are never reaped by this one, so every executor
 	// that shares a daemon needs its own name.
 	Node string
+	// Instance names this executor, one process of a gateway, in the
+	// label LabelInstance of every container it makes and in its lease on
+	// Node (lease.go). Default: random, one per process.
+	Instance string
+	// LeaseRenew is how often the lease on Node is renewed, and
+	// LeaseLapse how old its last renewal may be, by the daemon's clock,
+	// before the instance holding it counts as dead. Default 5s and 30s;
+	// the lapse must be at least three renewals.
+	LeaseRenew time.Duration
+	LeaseLapse time.Duration
 	// MaxConcurrent is how many runs may hold a container at once; further
 	// runs wait, and free places go to the waiting team that holds the
 	// fewest (within each team's Job.TeamConcurrency). Idle warm
@@ -132,6 +143,11 @@ type Config struct {
 	// mounted, read for the usage of runs when the daemon is local.
 	// Default DefaultCgroupRoot.
 	CgroupRoot string
+	// HostGroups are groups of the host no container may hold, as its
+	// primary group or a supplementary one its image adds, whatever a
+	// decision's enforcement says (HostGroups finds them). Validate adds
+	// the group of the local daemon's socket when it is not among them.
+	HostGroups []sandgate.HostGroup
 	// Clock stamps events and results. Default time.Now.
 	Clock sandgate.Clock
 	// Logger receives operational logs (never run output). Default: discard.
@@ -153,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if !safeName.MatchString(c.Node) {
 		return fmt.Errorf("executor: Node %q must be letters, digits, '.', '_' or '-'", c.Node)
+	}
+	if err := c.validateInstance(); err != nil {
+		return err
 	}
 	switch {
 	case c.MaxConcurrent == 0:
@@ -177,32 +196,62 @@ func (c *Config) Validate() error {
 			return retry.WithJitterPercent(10, retry.WithCappedDuration(2*time.Second, retry.NewExponential(100*time.Millisecond)))
 		}
 	}
-	if c.WarmPool < 0 || c.WarmPool > 64 {
-		return fmt.Errorf("executor: WarmPool must be between 0 and 64, not %d", c.WarmPool)
-	}
-	if c.WarmPool > 0 {
-		if len(c.WarmProfiles) == 0 {
-			spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.Defaults{})
-			if err != nil {
-				return fmt.Errorf("executor: default warm profile: %w", err)
-			}
-			c.WarmProfiles = []sandgate.Normalized{spec}
-		}
-		for i, spec := range c.WarmProfiles {
-			if _, err := warmSettings(spec, *c); err != nil {
-				return fmt.Errorf("executor: warm profile %d: %w", i, err)
-			}
-		}
-	}
-	if c.WarmPoolTTL <= 0 {
-		c.WarmPoolTTL = 10 * time.Minute
-	}
-	if c.WarmPoolCheck <= 0 {
-		c.WarmPoolCheck = 30 * time.Second
+	if err := c.validateWarmPool(); err != nil {
+		return err
 	}
 	if c.ImageCacheTTL == 0 {
 		c.ImageCacheTTL = 30 * time.Second
 	}
+	if err := c.validateNetworks(); err != nil {
+		return err
+	}
+	if c.UsageInterval == 0 {
+		c.UsageInterval = defaultUsageInterval
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// validateInstance fills in this executor's instance, its lease's timing
+// and the host's groups it refuses: its own daemon's socket's among them.
+func (c *Config) validateInstance() error {
+	if c.Instance == "" {
+		c.Instance = randomSuffix() + randomSuffix()
+	}
+	if !safeName.MatchString(c.Instance) {
+		return fmt.Errorf("executor: Instance %q must be letters, digits, '.', '_' or '-'", c.Instance)
+	}
+	if c.LeaseRenew <= 0 {
+		c.LeaseRenew = 5 * time.Second
+	}
+	if c.LeaseLapse <= 0 {
+		c.LeaseLapse = 30 * time.Second
+	}
+	if c.LeaseLapse < 3*c.LeaseRenew {
+		return fmt.Errorf("executor: LeaseLapse (%s) must be at least three LeaseRenew (%s)", c.LeaseLapse, c.LeaseRenew)
+	}
+	own, err := HostGroups(c.DockerHost, nil)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	for _, g := range own {
+		if !slices.ContainsFunc(c.HostGroups, func(h sandgate.HostGroup) bool { return h.GID == g.GID }) {
+			c.HostGroups = append(c.HostGroups, g)
+		}
+	}
+	return nil
+}
+
+// validateNetworks fills in the bridge and egress networks' defaults.
+func (c *Config) validateNetworks() error {
 	if c.BridgeNetwork == "" {
 		c.BridgeNetwork = DefaultBridgeNetwork
 	}
@@ -227,17 +276,34 @@ func (c *Config) Validate() error {
 	if !safeName.MatchString(c.EgressNetwork) || len(c.EgressInterface) > 15 || !safeName.MatchString(c.EgressInterface) || c.EgressPort < 1 || c.EgressPort > 65535 {
 		return fmt.Errorf("executor: EgressNetwork %q, EgressInterface %q or EgressPort %d is not usable", c.EgressNetwork, c.EgressInterface, c.EgressPort)
 	}
-	if c.UsageInterval == 0 {
-		c.UsageInterval = defaultUsageInterval
+	return nil
+}
+
+// validateWarmPool fills in the warm pool's defaults and checks its
+// profiles.
+func (c *Config) validateWarmPool() error {
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		return fmt.Errorf("executor: WarmPool must be between 0 and 64, not %d", c.WarmPool)
 	}
-	if c.CgroupRoot == "" {
-		c.CgroupRoot = DefaultCgroupRoot
+	if c.WarmPool > 0 {
+		if len(c.WarmProfiles) == 0 {
+			spec, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.Defaults{})
+			if err != nil {
+				return fmt.Errorf("executor: default warm profile: %w", err)
+			}
+			c.WarmProfiles = []sandgate.Normalized{spec}
+		}
+		for i, spec := range c.WarmProfiles {
+			if _, err := warmSettings(spec, *c); err != nil {
+				return fmt.Errorf("executor: warm profile %d: %w", i, err)
+			}
+		}
 	}
-	if c.Clock == nil {
-		c.Clock = time.Now
+	if c.WarmPoolTTL <= 0 {
+		c.WarmPoolTTL = 10 * time.Minute
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+	if c.WarmPoolCheck <= 0 {
+		c.WarmPoolCheck = 30 * time.Second
 	}
 	return nil
 }

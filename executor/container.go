@@ -87,13 +87,12 @@ type settings struct {
 // for something the hardening forbids (a policy would have had to allow
 // it) is refused rather than silently weakened or silently ignored.
 func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
-	node, maxConcurrent := ecfg.Node, ecfg.MaxConcurrent
 	// Normalisation filled every default in: nothing is defaulted here.
 	s := job.Spec.RunSpec
 	if err := refuseUnsafe(s); err != nil {
 		return settings{}, err
 	}
-	user, res := s.User, s.Resources
+	res := s.Resources
 	switch {
 	case res.MemoryMB < minMemoryMB:
 		return settings{}, sandgate.Errorf(sandgate.CodeResourceLimit, "resources.memory_mb must be at least %d, not %d", minMemoryMB, res.MemoryMB)
@@ -102,57 +101,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	case res.Pids < 1 || res.TmpfsMB < 1 || res.Nofile < 1:
 		return settings{}, sandgate.Errorf(sandgate.CodeResourceLimit, "resources.pids, tmpfs_mb and nofile must be positive")
 	}
-
-	network := s.Network
-	switch {
-	case job.AirGapped:
-		network = "none"
-	case network == "bridge":
-		// Never Docker's default bridge: sandgate's own, where runs
-		// cannot reach each other.
-		network = ecfg.BridgeNetwork
-	case network == sandgate.NetworkEgress:
-		// The internal egress network: the proxy is the only way out
-		// (egress.go sets its address in the environment).
-		network = ecfg.EgressNetwork
-	}
-	image := s.Image
-
-	env := make([]string, 0, len(s.Env))
-	for k, v := range s.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-
-	labels := make(map[string]string, len(s.Labels)+6)
-	for k, v := range s.Labels {
-		if !strings.HasPrefix(k, "sandgate.") {
-			labels[k] = v
-		}
-	}
-	labels[sandgate.LabelManaged] = "true"
-	labels[sandgate.LabelRunID] = job.RunID
-	labels[sandgate.LabelSession] = s.SessionID
-	labels[sandgate.LabelTask] = s.TaskID
-	labels[sandgate.LabelCorrelationID] = job.CorrelationID
-	labels[sandgate.LabelNode] = node
-
-	stdin := s.Stdin != ""
-	cfg := &container.Config{
-		Image:        image,
-		Cmd:          append([]string(nil), s.Command...),
-		Env:          env,
-		WorkingDir:   s.Workdir,
-		User:         user,
-		Labels:       labels,
-		AttachStdout: true,
-		AttachStderr: true,
-		AttachStdin:  stdin,
-		OpenStdin:    stdin,
-		StdinOnce:    stdin,
-		StopSignal:   "SIGTERM",
-	}
-
 	mounts, err := mountsFor(s, job.Team)
 	if err != nil {
 		return settings{}, err
@@ -163,7 +111,78 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	if err != nil {
 		return settings{}, fmt.Errorf("seccomp profile: %w", err)
 	}
-	secOpt := []string{"no-new-privileges", profile}
+	host := hostConfig(s, ecfg.MaxConcurrent, profile)
+	host.NetworkMode = container.NetworkMode(networkOf(job, ecfg))
+	host.Mounts = mounts
+	return settings{name: containerName(job), config: containerConfig(job, ecfg), host: host}, nil
+}
+
+// networkOf is the Docker network of job's container.
+func networkOf(job sandgate.Job, ecfg Config) string {
+	switch network := job.Spec.Network; {
+	case job.AirGapped:
+		return "none"
+	case network == "bridge":
+		// Never Docker's default bridge: sandgate's own, where runs
+		// cannot reach each other.
+		return ecfg.BridgeNetwork
+	case network == sandgate.NetworkEgress:
+		// The internal egress network: the proxy is the only way out
+		// (egress.go sets its address in the environment).
+		return ecfg.EgressNetwork
+	default:
+		return network
+	}
+}
+
+// containerConfig is the container's process, environment and labels:
+// the spec's labels but sandgate's own, and sandgate's, which name the
+// run, its session and task, its correlation, its node and the instance
+// that made it.
+func containerConfig(job sandgate.Job, ecfg Config) *container.Config {
+	s := job.Spec.RunSpec
+	env := make([]string, 0, len(s.Env))
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	labels := make(map[string]string, len(s.Labels)+7)
+	for k, v := range s.Labels {
+		if !strings.HasPrefix(k, "sandgate.") {
+			labels[k] = v
+		}
+	}
+	labels[sandgate.LabelManaged] = "true"
+	labels[sandgate.LabelRunID] = job.RunID
+	labels[sandgate.LabelSession] = s.SessionID
+	labels[sandgate.LabelTask] = s.TaskID
+	labels[sandgate.LabelCorrelationID] = job.CorrelationID
+	labels[sandgate.LabelNode] = ecfg.Node
+	labels[LabelInstance] = ecfg.Instance
+	stdin := s.Stdin != ""
+	return &container.Config{
+		Image:        s.Image,
+		Cmd:          append([]string(nil), s.Command...),
+		Env:          env,
+		WorkingDir:   s.Workdir,
+		User:         s.User,
+		Labels:       labels,
+		AttachStdout: true,
+		AttachStderr: true,
+		AttachStdin:  stdin,
+		OpenStdin:    stdin,
+		StdinOnce:    stdin,
+		StopSignal:   "SIGTERM",
+	}
+}
+
+// hostConfig is the hardening every container gets, with the spec's
+// admitted runtime, capabilities, security options and resources, and
+// seccompOpt, the option that applies sandgate's seccomp profile; its
+// network and mounts are containerSettings'.
+func hostConfig(s sandgate.RunSpec, maxConcurrent int, seccompOpt string) *container.HostConfig {
+	res := s.Resources
+	secOpt := []string{"no-new-privileges", seccompOpt}
 	if sec := s.Security; sec != nil {
 		if sec.AppArmor != "" {
 			secOpt = append(secOpt, "apparmor="+sec.AppArmor)
@@ -189,8 +208,7 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 	// containers that run as it; PidsLimit is the per-container bound, so
 	// nproc leaves room for every concurrent run to reach its own limit.
 	nproc := res.Pids * int64(max(maxConcurrent, 1))
-	host := &container.HostConfig{
-		NetworkMode:    container.NetworkMode(network),
+	return &container.HostConfig{
 		Runtime:        s.Runtime,
 		IpcMode:        ipc,
 		Privileged:     false,
@@ -199,7 +217,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 		SecurityOpt:    secOpt,
 		ReadonlyRootfs: true,
 		Tmpfs:          map[string]string{"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%dm,mode=1777", res.TmpfsMB)},
-		Mounts:         mounts,
 		Init:           &init,
 		Sysctls:        s.Sysctls,
 		// Output is captured through the attach stream; a log driver would
@@ -216,7 +233,6 @@ func containerSettings(job sandgate.Job, ecfg Config) (settings, error) {
 			},
 		},
 	}
-	return settings{name: containerName(job), config: cfg, host: host}, nil
 }
 
 // refuseUnsafe refuses a spec that asks for what no sandgate container

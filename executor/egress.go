@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/egress"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // DefaultEgressNetwork is the network of runs admitted with network
@@ -50,52 +51,23 @@ type egressNet struct {
 
 // ensureEgress makes the egress network, its firewall rules and the
 // proxy, once per executor; a failure is tried again by the next run.
-func (e *Executor) ensureEgress(ctx context.Context, r *run) (*egressNet, error) {
-	e.egressMu.Lock()
-	defer e.egressMu.Unlock()
-	if e.egress != nil {
-		return e.egress, nil
+func (n *networks) ensureEgress(ctx context.Context, t *trail) (*egressNet, error) {
+	n.egressMu.Lock()
+	defer n.egressMu.Unlock()
+	if n.egress != nil {
+		return n.egress, nil
 	}
 	refuse := func(err error, format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeContainerCreate, Field: "network",
 			Message: "egress networking is not available on this gateway: " + fmt.Sprintf(format, args...), Err: err}
 	}
-	if e.cfg.EgressDecider == nil {
+	if n.cfg.EgressDecider == nil {
 		return nil, refuse(nil, "no egress policy is configured")
 	}
-	name, iface := e.cfg.EgressNetwork, e.cfg.EgressInterface
-	inspect := func() (network.Inspect, error) {
-		var nw network.Inspect
-		err := e.call(ctx, r, "inspect network", func(ctx context.Context) error {
-			var err error
-			nw, err = e.docker.NetworkInspect(ctx, name, network.InspectOptions{})
-			return err
-		})
-		return nw, err
-	}
-	nw, err := inspect()
-	if cerrdefs.IsNotFound(err) {
-		err = e.call(ctx, r, "create network", func(ctx context.Context) error {
-			_, err := e.docker.NetworkCreate(ctx, name, network.CreateOptions{
-				Driver:   "bridge",
-				Internal: true,
-				Options: map[string]string{
-					"com.docker.network.bridge.enable_icc": "false",
-					"com.docker.network.bridge.name":       iface,
-				},
-				Labels: map[string]string{sandgate.LabelManaged: "true"},
-			})
-			if cerrdefs.IsConflict(err) {
-				return nil
-			}
-			return err
-		})
-		if err == nil {
-			nw, err = inspect()
-		}
-	}
+	name, iface := n.cfg.EgressNetwork, n.cfg.EgressInterface
+	nw, err := n.egressNetwork(ctx, t)
 	if err != nil {
-		return nil, dockerError(sandgate.CodeContainerCreate, err, "egress network %s", name)
+		return nil, daemon.Error(sandgate.CodeContainerCreate, err, "egress network %s", name)
 	}
 	if nw.Driver != "bridge" || !nw.Internal || nw.Options["com.docker.network.bridge.enable_icc"] != "false" {
 		return nil, refuse(nil, "the docker network %s exists without being internal with inter-container communication disabled; remove it (docker network rm %s) and sandgate makes it anew", name, name)
@@ -113,30 +85,68 @@ func (e *Executor) ensureEgress(ctx context.Context, r *run) (*egressNet, error)
 	if !gw.IsValid() {
 		return nil, refuse(nil, "the docker network %s has no IPv4 gateway address", name)
 	}
-	if err := fenceEgress(iface, gw, e.cfg.EgressPort); err != nil {
+	if err := fenceEgress(iface, gw, n.cfg.EgressPort); err != nil {
 		return nil, refuse(err, "the host cannot be closed to egress runs but for the proxy (%v); run sandgate as root with iptables", err)
 	}
-	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, uint16(e.cfg.EgressPort)).String())
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(gw, uint16(n.cfg.EgressPort)).String())
 	if err != nil {
-		return nil, refuse(err, "the egress proxy cannot listen on %s:%d: %v", gw, e.cfg.EgressPort, err)
+		return nil, refuse(err, "the egress proxy cannot listen on %s:%d: %v", gw, n.cfg.EgressPort, err)
 	}
 	p := egress.New(egress.Options{
-		Decider: e.cfg.EgressDecider, Events: e.events, Lookup: e.cfg.EgressLookup, Metrics: e.cfg.EgressMetrics,
-		Node: e.cfg.Node, AggregateEvery: e.cfg.EgressAggregate, Now: e.cfg.Clock,
-		Log: e.log.With("component", "egress"),
+		Decider: n.cfg.EgressDecider, Events: n.events, Lookup: n.cfg.EgressLookup, Metrics: n.cfg.EgressMetrics,
+		Node: n.cfg.Node, AggregateEvery: n.cfg.EgressAggregate, Now: n.cfg.Clock,
+		Log: n.log.With("component", "egress"),
 	})
 	go func() {
 		if err := p.Serve(ln); err != nil {
-			e.log.Error("egress proxy stopped", "err", err)
+			n.log.Error("egress proxy stopped", "err", err)
 		}
 	}()
-	url := "http://" + netip.AddrPortFrom(gw, uint16(e.cfg.EgressPort)).String()
-	e.egress = &egressNet{gateway: gw, proxy: p, env: []string{
+	url := "http://" + netip.AddrPortFrom(gw, uint16(n.cfg.EgressPort)).String()
+	n.egress = &egressNet{gateway: gw, proxy: p, env: []string{
 		"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url,
 		"NO_PROXY=", "no_proxy=",
 	}}
-	e.log.Info("egress proxy listening", "address", ln.Addr().String(), "network", name)
-	return e.egress, nil
+	n.log.Info("egress proxy listening", "address", ln.Addr().String(), "network", name)
+	return n.egress, nil
+}
+
+// egressNetwork inspects the egress network, making it first when it is
+// not there.
+func (n *networks) egressNetwork(ctx context.Context, t *trail) (network.Inspect, error) {
+	name := n.cfg.EgressNetwork
+	inspect := func() (network.Inspect, error) {
+		var nw network.Inspect
+		err := n.calls.do(ctx, t, "inspect network", func(ctx context.Context) error {
+			var err error
+			nw, err = n.docker.NetworkInspect(ctx, name, network.InspectOptions{})
+			return err
+		})
+		return nw, err
+	}
+	nw, err := inspect()
+	if !cerrdefs.IsNotFound(err) {
+		return nw, err
+	}
+	err = n.calls.do(ctx, t, "create network", func(ctx context.Context) error {
+		_, err := n.docker.NetworkCreate(ctx, name, network.CreateOptions{
+			Driver:   "bridge",
+			Internal: true,
+			Options: map[string]string{
+				"com.docker.network.bridge.enable_icc": "false",
+				"com.docker.network.bridge.name":       n.cfg.EgressInterface,
+			},
+			Labels: map[string]string{sandgate.LabelManaged: "true"},
+		})
+		if cerrdefs.IsConflict(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nw, err
+	}
+	return inspect()
 }
 
 // fenceEgress adds, once, the INPUT rules that let what comes from iface
@@ -170,44 +180,45 @@ func fenceEgress(iface string, gw netip.Addr, port int) error {
 	return nil
 }
 
-// egressFor registers an egress run's started container with the proxy,
-// and returns what unregisters it and answers its summary; nil for a run
-// of another network, or one that could not be registered, whose
-// connections the proxy then refuses (fail closed). A container started
-// by a previous process and adopted after a restart is registered the
-// same way, with the proxy this process starts: its connections are
-// allowed again, and recorded, from then on.
-func (e *Executor) egressFor(ctx context.Context, h *handle) func() *sandgate.EgressSummary {
-	if string(h.r.job.Spec.Network) != sandgate.NetworkEgress || h.r.job.AirGapped {
-		return nil
+// registerEgress registers an egress run's started container with the
+// proxy, and gives its handle what unregisters it and answers its
+// summary (at the run's end, before its container is removed). A run of
+// another network is left alone; one that could not be registered has
+// its connections refused by the proxy (fail closed). A container
+// started by a previous process and adopted after a restart is
+// registered the same way, with the proxy this process starts: its
+// connections are allowed again, and recorded, from then on.
+func (n *networks) registerEgress(ctx context.Context, h *handle) {
+	if string(h.job.Spec.Network) != sandgate.NetworkEgress || h.job.AirGapped {
+		return
 	}
-	p, addr, err := e.registerEgress(ctx, h)
+	p, addr, err := n.register(ctx, h)
 	if err != nil {
-		e.log.Warn("egress run not registered with the proxy; its connections are refused", "run_id", h.r.job.RunID, "err", err)
-		return nil
+		n.log.Warn("egress run not registered with the proxy; its connections are refused", "run_id", h.job.RunID, "err", err)
+		return
 	}
-	return func() *sandgate.EgressSummary { return p.Unregister(addr) }
+	h.egressEnd = func() *sandgate.EgressSummary { return p.Unregister(addr) }
 }
 
-// registerEgress tells the proxy the address of an egress run's started
+// register tells the proxy the address of an egress run's started
 // container; until then its connections wait (egress.Options.SourceWait)
 // and are refused. The network and proxy are made when this process has
 // not made them yet (an adopted run's container is older than they).
-func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy, netip.Addr, error) {
-	eg, err := e.ensureEgress(ctx, h.r)
+func (n *networks) register(ctx context.Context, h *handle) (*egress.Proxy, netip.Addr, error) {
+	eg, err := n.ensureEgress(ctx, h.trail)
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}
 	var addr netip.Addr
-	err = e.call(ctx, h.r, "inspect", func(ctx context.Context) error {
-		st, err := e.docker.ContainerInspect(ctx, h.id)
+	err = n.calls.do(ctx, h.trail, "inspect", func(ctx context.Context) error {
+		st, err := n.docker.ContainerInspect(ctx, h.res.ContainerID)
 		if err != nil {
 			return err
 		}
-		if st.NetworkSettings == nil || st.NetworkSettings.Networks[e.cfg.EgressNetwork] == nil {
-			return sandgate.Errorf(sandgate.CodeContainerCreate, "the container is not on the egress network %s", e.cfg.EgressNetwork)
+		if st.NetworkSettings == nil || st.NetworkSettings.Networks[n.cfg.EgressNetwork] == nil {
+			return sandgate.Errorf(sandgate.CodeContainerCreate, "the container is not on the egress network %s", n.cfg.EgressNetwork)
 		}
-		a, err := netip.ParseAddr(st.NetworkSettings.Networks[e.cfg.EgressNetwork].IPAddress)
+		a, err := netip.ParseAddr(st.NetworkSettings.Networks[n.cfg.EgressNetwork].IPAddress)
 		if err != nil {
 			return sandgate.Errorf(sandgate.CodeContainerCreate, "the container has no address on the egress network")
 		}
@@ -217,7 +228,7 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 	if err != nil {
 		return nil, netip.Addr{}, err
 	}
-	j := h.r.job
+	j := h.job
 	private := make([]netip.Prefix, 0, len(j.Enforcement.EgressPrivateCIDRs))
 	for _, c := range j.Enforcement.EgressPrivateCIDRs {
 		if p, err := netip.ParsePrefix(c); err == nil {
@@ -242,12 +253,12 @@ func (e *Executor) registerEgress(ctx context.Context, h *handle) (*egress.Proxy
 	return eg.proxy, addr, nil
 }
 
-// closeEgress stops the proxy, if one was started.
-func (e *Executor) closeEgress() {
-	e.egressMu.Lock()
-	defer e.egressMu.Unlock()
-	if e.egress != nil {
-		e.egress.proxy.Close()
-		e.egress = nil
+// close stops the egress proxy, if one was started.
+func (n *networks) close() {
+	n.egressMu.Lock()
+	defer n.egressMu.Unlock()
+	if n.egress != nil {
+		n.egress.proxy.Close()
+		n.egress = nil
 	}
 }

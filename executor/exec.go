@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,13 +19,16 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/agent"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // A command in a session is a run whose process is started in the
-// session's container with docker exec. The session's container is a
-// run like any other, followed by its handle (handle.go) from create to
-// removal; a command is followed by an execution, from exec create to
-// the exec's end, and never removes anything.
+// session's container: by the session's agent (agent.go), or with docker
+// exec when there is none (adopted after a restart, or turned off). The
+// session's container is a run like any other, owned by its handle from
+// create to removal; a command has a handle of its own that borrows the
+// session's container, follows its process (agentProc or execProc) to its
+// end, and never removes anything.
 //
 // Docker has no call that signals an exec'd process. The process's host
 // PID (ContainerExecInspect's Pid, in the daemon's PID namespace) is
@@ -41,107 +45,80 @@ const execPoll = 500 * time.Millisecond
 // errExecStop ends a session whose command could not be stopped alone.
 var errExecStop = errors.New("a command in the session could not be stopped alone")
 
-// execution is one command in a session.
-type execution struct {
-	e       *Executor
-	r       *run
-	session *run
-	cid     string
-	execID  string
-	pid     int
-	res     sandgate.Result
+// execAPI is the Docker calls of a command in a session without an
+// agent: the exec, and the session container's state.
+type execAPI interface {
+	ContainerExecCreate(ctx context.Context, id string, opts container.ExecOptions) (container.ExecCreateResponse, error)
+	ContainerExecAttach(ctx context.Context, execID string, opts container.ExecAttachOptions) (types.HijackedResponse, error)
+	ContainerExecInspect(ctx context.Context, execID string) (container.ExecInspect, error)
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 }
 
 // Exec runs job's command in the open session sessionID (see
 // sandgate.SessionExecutor). The command's run is live from here to its
-// end: Cancel(job.RunID) stops it, Shutdown too.
+// end: Cancel(job.RunID) stops it, Shutdown too. Its handle borrows the
+// session's container and decides its outcome as any run's.
 func (e *Executor) Exec(ctx context.Context, sessionID string, job sandgate.Job) (sandgate.Result, error) {
-	e.mu.Lock()
-	s := e.runs[sessionID]
-	e.mu.Unlock()
+	job.SessionID = sessionID
+	h := e.newHandle(ctx, job)
+	s := e.runs.get(sessionID)
 	cid := ""
 	var state sandgate.State
 	if s != nil && s.job.SessionContainer {
 		cid, state, _ = s.snapshot()
 	}
 	if cid == "" || state != sandgate.StateRunning {
-		err := sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", sessionID, e.cfg.Node)
-		return e.failed(nil, err), err
+		h.cancel(nil)
+		return h.end(ending{err: sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", sessionID, e.cfg.Node), quiet: true})
 	}
-	job.SessionID = sessionID
-	r, err := e.register(ctx, job)
-	if err != nil {
-		return e.failed(nil, err), err
+	if err := e.runs.add(h); err != nil {
+		return h.end(ending{err: err, quiet: true})
 	}
-	defer e.unregister(r)
-	x := &execution{e: e, r: r, session: s, cid: cid}
-	if l := s.agentLink(); l != nil {
-		return x.runAgent(l)
+	defer e.runs.remove(h)
+	h.host = s
+	h.setContainer(cid, e.now())
+	if l, _ := s.link(); l != nil {
+		return h.end(h.runAgentCommand(l))
 	}
-	return x.run()
+	return h.end(h.runExec())
 }
 
-// runAgent runs the command through the session's agent: no daemon call
-// on its path. Its end is the agent's exit frame; a command whose agent
-// ended first (killed, its stream broken) is lost, and the session ends
-// with its container.
-func (x *execution) runAgent(l *agentLink) (sandgate.Result, error) {
-	e, r := x.e, x.r
-	ctx := r.ctx
-	spec := r.job.Spec
-	r.setContainer(x.cid, e.now())
-	x.res = sandgate.Result{ContainerID: x.cid, CreatedAt: e.now()}
-	ooms := x.oomKills()
-	stdout, stderr := captures(r.job)
-	p, err := l.conn.Start(agentCommand(spec, nil), stdout, stderr, []byte(spec.Stdin))
+// runAgentCommand runs the command through the session's agent: no daemon
+// call on its path. Its end is the agent's exit frame; a command whose
+// agent ended first (killed, its stream broken) is lost, and the session
+// ends with its container.
+func (h *handle) runAgentCommand(l *agentLink) ending {
+	spec := h.job.Spec
+	cid := h.res.ContainerID
+	ooms := h.e.meter.oomKills(cid)
+	p, err := l.conn.Start(agentCommand(spec, nil), h.stdout, h.stderr, []byte(spec.Stdin))
 	if maybeRan, err := awaitStart(p, err); err != nil {
 		// Refused by the agent (no such program, say): the session goes
 		// on. Its agent ended: the session is ended (fail closed), and a
 		// command sent before that is lost, never one that did not run.
 		if maybeRan || errors.Is(err, agent.ErrGone) {
-			x.session.cancel(fmt.Errorf("%w: %v", errAgentGone, err))
+			h.host.cancel(fmt.Errorf("%w: %v", errAgentGone, err))
 		}
 		if maybeRan {
-			res := x.res
-			res.Stdout, res.Stderr = stdout.output(), stderr.output()
-			return e.unconfirmedLoss(r, res, err), nil
+			return unconfirmed(err)
 		}
-		err = sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
-		return e.failed(r, err, x.res), err
+		return failed(sandgate.WrapError(sandgate.CodeContainerCreate, err, "start the command in session %s", h.job.SessionID))
 	}
-	x.pid = p.PID()
-	x.res.StartedAt = e.now()
-	r.setState(sandgate.StateRunning)
-	e.emit(r, sandgate.EventContainerStarted, map[string]any{"agent": true, "pid": x.pid})
-	if r.job.Started != nil {
-		r.job.Started(x.cid, x.res.StartedAt)
-	}
-	end := e.superviseAgent(ctx, r, p, time.Duration(spec.TimeoutSeconds)*time.Second)
-	x.res.FinishedAt = e.now()
-	x.res.Stdout, x.res.Stderr = stdout.output(), stderr.output()
-	res := x.res
-	if end.err != nil {
-		res.Outcome = sandgate.OutcomeLost
-		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "the session's agent ended while the command ran: " + end.err.Error()}
-		e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"agent": true, "error_code": string(res.Error.Code), "error": res.Error.Message}))
-		// Fail closed: a session whose agent is gone is ended.
-		x.session.cancel(fmt.Errorf("%w: %v", errAgentGone, end.err))
-		return res, nil
-	}
-	return e.agentExited(r, res, end, x.oomKills() > ooms, func(res sandgate.Result) *sandgate.Usage {
-		return commandUsage(end.exit, res)
-	}), nil
+	h.started(h.now(), map[string]any{"agent": true, "pid": p.PID()}, true)
+	return h.follow(&agentProc{h: h, p: p, cid: cid, ooms: ooms, usage: commandUsage,
+		gone: func(_ stopReason, err error) ending {
+			msg := "the session's agent ended while the command ran: " + err.Error()
+			// Fail closed: a session whose agent is gone is ended.
+			h.host.cancel(fmt.Errorf("%w: %v", errAgentGone, err))
+			return lostEnding(msg, map[string]any{"agent": true, "error": msg})
+		},
+	})
 }
 
-// errAgentGone ends a session whose agent stopped answering.
-var errAgentGone = errors.New("the session's agent ended")
-
-func (x *execution) run() (sandgate.Result, error) {
-	e, r := x.e, x.r
-	ctx := r.ctx
-	spec := r.job.Spec
-	r.setContainer(x.cid, e.now())
-	x.res = sandgate.Result{ContainerID: x.cid, CreatedAt: e.now()}
+// runExec runs the command with docker exec in the session's container.
+func (h *handle) runExec() ending {
+	ctx, spec := h.ctx, h.job.Spec
+	x := &execProc{h: h, docker: h.e.docker, cid: h.res.ContainerID}
 	env := make([]string, 0, len(spec.Env))
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
@@ -152,104 +129,106 @@ func (x *execution) run() (sandgate.Result, error) {
 	}
 	// Creating an exec starts nothing, so it may be retried; starting it
 	// may not.
-	err := e.call(ctx, r, "exec create", func(ctx context.Context) error {
-		resp, err := e.docker.ContainerExecCreate(ctx, x.cid, opts)
+	err := h.calls.do(ctx, h.trail, "exec create", func(ctx context.Context) error {
+		resp, err := x.docker.ContainerExecCreate(ctx, x.cid, opts)
 		x.execID = resp.ID
 		return err
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r, x.res), nil
-		}
-		err = dockerError(sandgate.CodeContainerCreate, err, "create the command in session %s", r.job.SessionID)
-		return e.failed(r, err, x.res), err
+		return h.failedOr(daemon.Error(sandgate.CodeContainerCreate, err, "create the command in session %s", h.job.SessionID))
 	}
-	ooms := x.oomKills()
+	x.ooms = h.e.meter.oomKills(x.cid)
 	// A second start of an exec the daemon did start is refused with a
 	// conflict: a retry never runs the command twice.
-	var hj types.HijackedResponse
-	err = e.call(ctx, r, "exec start", func(ctx context.Context) error {
+	err = h.calls.do(ctx, h.trail, "exec start", func(ctx context.Context) error {
 		var err error
-		hj, err = e.docker.ContainerExecAttach(ctx, x.execID, container.ExecAttachOptions{})
+		x.hj, err = x.docker.ContainerExecAttach(ctx, x.execID, container.ExecAttachOptions{})
 		return err
 	})
 	if err != nil {
-		err = dockerError(sandgate.CodeContainerCreate, err, "start the command in session %s", r.job.SessionID)
-		return e.failed(r, err, x.res), err
+		return failed(daemon.Error(sandgate.CodeContainerCreate, err, "start the command in session %s", h.job.SessionID))
 	}
-	defer hj.Close()
-	x.res.StartedAt = e.now()
-	r.setState(sandgate.StateRunning)
-	e.emit(r, sandgate.EventContainerStarted, map[string]any{"exec_id": x.execID})
-	if r.job.Started != nil {
-		r.job.Started(x.cid, x.res.StartedAt)
-	}
+	h.started(h.now(), map[string]any{"exec_id": x.execID}, true)
 	if spec.Stdin != "" {
 		go func() {
-			_, _ = io.WriteString(hj.Conn, spec.Stdin)
-			_ = hj.CloseWrite()
+			_, _ = io.WriteString(x.hj.Conn, spec.Stdin)
+			_ = x.hj.CloseWrite()
 		}()
 	}
-	stdout, stderr := captures(r.job)
-	pumped := make(chan struct{})
-	go func() {
-		defer close(pumped)
-		if _, err := stdcopy.StdCopy(stdout, stderr, hj.Reader); err != nil && !errors.Is(err, io.EOF) {
-			e.log.Debug("command output ended", "run_id", r.job.RunID, "err", err)
-		}
-	}()
-
-	timer := time.NewTimer(time.Duration(spec.TimeoutSeconds) * time.Second)
-	defer timer.Stop()
-	poll := time.NewTicker(execPoll)
-	defer poll.Stop()
-	reason := notStopped
-	exited := false
-wait:
-	for {
-		select {
-		case <-pumped:
-			break wait
-		case <-poll.C:
-			// The process may have exited with a background child still
-			// holding its output: its end is the command's end.
-			if in, err := x.inspect(ctx); err == nil && !in.Running {
-				exited = true
-				break wait
-			}
-		case <-timer.C:
-			reason = stoppedTimeout
-			break wait
-		case <-ctx.Done():
-			reason = reasonOf(ctx)
-			break wait
-		}
-	}
-	if reason == stoppedTimeout || reason == stoppedCancel {
-		x.stop(pumped)
-	}
-	if exited || reason != notStopped {
-		select {
-		case <-pumped:
-		case <-time.After(execPoll):
-			hj.Close()
-			<-pumped
-		}
-	}
-	x.res.FinishedAt = e.now()
-	x.res.Stdout, x.res.Stderr = stdout.output(), stderr.output()
-	return x.finish(reason, ooms)
+	return h.follow(x)
 }
 
-// finish asks the daemon how the command ended and reports it.
-func (x *execution) finish(reason stopReason, oomsBefore int64) (sandgate.Result, error) {
-	e, r, res := x.e, x.r, x.res
-	var in container.ExecInspect
-	var err error
-	ictx, cancel := e.cleanupContext(r.ctx)
+// execProc is a command docker exec started in a session's container.
+type execProc struct {
+	h      *handle
+	docker execAPI
+	cid    string
+	execID string
+	pid    atomic.Int64
+	hj     types.HijackedResponse
+	ooms   int64
+
+	pumped chan struct{}
+	exited chan struct{}
+	quit   chan struct{}
+	// polled says the exec was seen to have exited while its output
+	// stream stayed open (a background child holds it).
+	polled atomic.Bool
+}
+
+func (x *execProc) wait() <-chan struct{} {
+	h := x.h
+	x.pumped, x.exited, x.quit = make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(x.pumped)
+		if _, err := stdcopy.StdCopy(h.stdout, h.stderr, x.hj.Reader); err != nil && !errors.Is(err, io.EOF) {
+			h.log.Debug("command output ended", "run_id", h.job.RunID, "err", err)
+		}
+	}()
+	go func() {
+		poll := time.NewTicker(execPoll)
+		defer poll.Stop()
+		for {
+			select {
+			case <-x.pumped:
+				close(x.exited)
+				return
+			case <-x.quit:
+				return
+			case <-poll.C:
+				// The process may have exited with a background child
+				// still holding its output: its end is the command's end.
+				if in, err := x.inspect(h.ctx); err == nil && !in.Running {
+					x.polled.Store(true)
+					close(x.exited)
+					return
+				}
+			}
+		}
+	}()
+	return x.exited
+}
+
+// end asks the daemon how the command ended.
+func (x *execProc) end(reason stopReason) ending {
+	h := x.h
+	close(x.quit)
+	defer x.hj.Close()
+	if x.polled.Load() || reason != notStopped {
+		select {
+		case <-x.pumped:
+		case <-time.After(execPoll):
+			x.hj.Close()
+			<-x.pumped
+		}
+	}
+	h.res.FinishedAt = h.now()
+	ictx, cancel := h.calls.cleanup(h.ctx)
 	defer cancel()
 	// The stream closes when the process's output does; the exit is
 	// recorded a moment later.
+	var in container.ExecInspect
+	var err error
 	for i := 0; ; i++ {
 		in, err = x.inspect(ictx)
 		if err != nil || !in.Running || i >= 200 {
@@ -257,56 +236,45 @@ func (x *execution) finish(reason stopReason, oomsBefore int64) (sandgate.Result
 		}
 		time.Sleep(min(time.Duration(i+1)*time.Millisecond, 50*time.Millisecond))
 	}
+	payload := map[string]any{"exec_id": x.execID}
 	if err != nil || in.Running {
-		res.Outcome = sandgate.OutcomeLost
 		msg := "the session's container ended while the command ran"
 		if err == nil {
 			msg = "the command's process did not exit"
 		}
-		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: msg}
-		e.emit(r, sandgate.EventRunLost, outputPayload(res, map[string]any{"exec_id": x.execID, "error_code": string(res.Error.Code)}))
-		return res, nil
+		return lostEnding(msg, payload)
 	}
 	code := in.ExitCode
 	if reason == notStopped && code != 0 && x.sessionEnding(ictx) {
 		// Stopped with its session's container, not by its own doing.
-		res.Outcome = sandgate.OutcomeLost
-		res.ExitCode = &code
-		res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: "the session ended while the command ran"}
-		e.emitExit(r, sandgate.EventRunLost, res, outputPayload(res, map[string]any{"exec_id": x.execID, "error_code": string(res.Error.Code)}))
-		return res, nil
+		lost := lostEnding("the session ended while the command ran", payload)
+		lost.code = &code
+		return lost
 	}
-	res.ExitCode = &code
-	res.OOMKilled = x.oomKills() > oomsBefore && code != 0
-	res.Outcome = outcomeOf(reason, res.OOMKilled, code)
-	e.emitExit(r, sandgate.EventContainerExited, res, outputPayload(res, map[string]any{
-		"exec_id":     x.execID,
-		"oom_killed":  res.OOMKilled,
-		"duration_ms": res.FinishedAt.Sub(res.StartedAt).Milliseconds(),
-	}))
-	e.emitEnd(r, res)
-	return res, nil
+	oom := h.e.meter.oomKills(x.cid) > x.ooms && code != 0
+	return exitedWith(reason, code, oom, payload)
 }
 
 // sessionEnding reports whether the session's container is being
 // stopped or no longer runs.
-func (x *execution) sessionEnding(ctx context.Context) bool {
-	if x.session.ending.Load() || x.session.ctx.Err() != nil {
+func (x *execProc) sessionEnding(ctx context.Context) bool {
+	s := x.h.host
+	if s.ending.Load() || s.ctx.Err() != nil {
 		return true
 	}
-	c, err := x.e.docker.ContainerInspect(ctx, x.cid)
+	c, err := x.docker.ContainerInspect(ctx, x.cid)
 	return err != nil || c.State == nil || !c.State.Running
 }
 
-func (x *execution) inspect(ctx context.Context) (container.ExecInspect, error) {
+func (x *execProc) inspect(ctx context.Context) (container.ExecInspect, error) {
 	var in container.ExecInspect
-	err := x.e.call(ctx, x.r, "exec inspect", func(ctx context.Context) error {
+	err := x.h.calls.do(ctx, x.h.trail, "exec inspect", func(ctx context.Context) error {
 		var err error
-		in, err = x.e.docker.ContainerExecInspect(ctx, x.execID)
+		in, err = x.docker.ContainerExecInspect(ctx, x.execID)
 		return err
 	})
 	if err == nil && in.Pid > 0 {
-		x.pid = in.Pid
+		x.pid.Store(int64(in.Pid))
 	}
 	return in, err
 }
@@ -314,41 +282,41 @@ func (x *execution) inspect(ctx context.Context) (container.ExecInspect, error) 
 // stop ends the command: SIGTERM to its process and every process under
 // it, StopGrace, then SIGKILL. Without the process's host PID (a remote
 // daemon) the session itself is ended.
-func (x *execution) stop(pumped <-chan struct{}) {
-	e := x.e
-	ictx, cancel := e.cleanupContext(x.r.ctx)
+func (x *execProc) stop() {
+	h := x.h
+	ictx, cancel := h.calls.cleanup(h.ctx)
 	defer cancel()
 	// The daemon knows the PID a moment after the exec starts.
-	for i := 0; x.pid == 0 && i < 50; i++ {
+	for i := 0; x.pid.Load() == 0 && i < 50; i++ {
 		if in, err := x.inspect(ictx); err != nil || (!in.Running && in.Pid == 0 && i > 10) {
 			break
 		}
-		if x.pid == 0 {
+		if x.pid.Load() == 0 {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	if !e.inContainer(x.pid, x.cid) {
-		e.log.Warn("a command in a session cannot be signalled from here; ending the session",
-			"run_id", x.r.job.RunID, "session_id", x.r.job.SessionID, "pid", x.pid)
-		x.session.cancel(errExecStop)
-		<-pumped
+	pid := int(x.pid.Load())
+	if !inContainer(h.e.cfg.DockerHost, pid, x.cid) {
+		h.log.Warn("a command in a session cannot be signalled from here; ending the session",
+			"run_id", h.job.RunID, "session_id", h.job.SessionID, "pid", pid)
+		h.host.cancel(errExecStop)
+		<-x.pumped
 		return
 	}
-	proc := hostProc
-	signalTree(proc, x.pid, syscall.SIGTERM)
-	grace := time.NewTimer(e.cfg.StopGrace)
+	signalTree(hostProc, pid, syscall.SIGTERM)
+	grace := time.NewTimer(h.e.cfg.StopGrace)
 	defer grace.Stop()
 	select {
-	case <-pumped:
+	case <-x.pumped:
 		return
 	case <-grace.C:
 	}
 	// Processes may fork while they are signalled: a few passes catch
 	// what the first missed.
 	for range 3 {
-		signalTree(proc, x.pid, syscall.SIGKILL)
+		signalTree(hostProc, pid, syscall.SIGKILL)
 		select {
-		case <-pumped:
+		case <-x.pumped:
 			return
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -358,11 +326,11 @@ func (x *execution) stop(pumped <-chan struct{}) {
 // hostProc is the daemon host's /proc, when the daemon is local.
 const hostProc = "/proc"
 
-// inContainer reports whether pid, a PID the daemon gave, is a process
-// of container id as this process sees it: the daemon is local and
-// shares this PID namespace, and the PID was not reused by another.
-func (e *Executor) inContainer(pid int, id string) bool {
-	if pid <= 0 || !localDaemon(e.cfg.DockerHost) {
+// inContainer reports whether pid, a PID the daemon at host gave, is a
+// process of container id as this process sees it: the daemon is local
+// and shares this PID namespace, and the PID was not reused by another.
+func inContainer(host string, pid int, id string) bool {
+	if pid <= 0 || !daemon.Local(host) {
 		return false
 	}
 	b, err := os.ReadFile(filepath.Join(hostProc, strconv.Itoa(pid), "cgroup"))
@@ -416,27 +384,4 @@ func parentOf(proc string, pid int) int {
 	}
 	pp, _ := strconv.Atoi(f[1])
 	return pp
-}
-
-// oomKills is how many processes the kernel's OOM killer has killed in
-// the session's container so far.
-func (x *execution) oomKills() int64 { return x.e.oomKills(x.cid) }
-
-// oomKills is how many processes the kernel's OOM killer has killed in
-// container id so far (memory.events on cgroup v2, memory.oom_control on
-// v1); 0 when it cannot be read.
-func (e *Executor) oomKills(id string) int64 {
-	dirs, ok := e.cgroups.find(id)
-	if !ok {
-		return 0
-	}
-	file := "memory.oom_control"
-	if dirs.version == 2 {
-		file = "memory.events"
-	}
-	b, err := os.ReadFile(filepath.Join(dirs.memory, file))
-	if err != nil {
-		return 0
-	}
-	return parseKeyValues(string(b))["oom_kill"]
 }

@@ -494,38 +494,6 @@ func TestCapture(t *testing.T) {
 	}
 }
 
-// TestTransient: the classification of Docker errors.
-func TestTransient(t *testing.T) {
-	timeout, cancel := context.WithTimeout(context.Background(), 0)
-	defer cancel()
-	<-timeout.Done()
-	for _, tc := range []struct {
-		name string
-		err  error
-		want bool
-	}{
-		{"nil", nil, false},
-		{"not found", errNotFound("x"), false},
-		{"invalid", errInvalid("x"), false},
-		{"conflict", errConflict("x"), false},
-		{"unavailable", errUnavailable("x"), true},
-		{"internal", errInternal("x"), true},
-		{"wrapped unavailable", fmt.Errorf("create: %w", errUnavailable("x")), true},
-		{"per-attempt deadline", context.DeadlineExceeded, true},
-		{"connection refused", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
-		{"plain error", errors.New("something"), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := transient(context.Background(), tc.err); got != tc.want {
-				t.Errorf("transient(%v) = %t, want %t", tc.err, got, tc.want)
-			}
-			if tc.err != nil && transient(timeout, tc.err) {
-				t.Errorf("transient with the caller's context done = true, want false")
-			}
-		})
-	}
-}
-
 // TestCleanupOnlyThisNode: the reaper removes this node's orphans and
 // nothing else: not live runs, not other nodes' containers.
 func TestCleanupOnlyThisNode(t *testing.T) {
@@ -540,7 +508,10 @@ func TestCleanupOnlyThisNode(t *testing.T) {
 	add("other-node", "elsewhere", "gone-3")
 	add("mine-live", "unit", "live-run")
 	e, log := unitExecutor(t, f, nil)
-	e.runs["live-run"] = &run{job: sandgate.Job{RunID: "live-run"}, cancel: func(error) {}}
+	live := e.newHandle(context.Background(), sandgate.Job{RunID: "live-run"})
+	if err := e.runs.add(live); err != nil {
+		t.Fatal(err)
+	}
 	removed, err := e.reaper.CleanupOrphans(context.Background())
 	if err != nil {
 		t.Fatal(err)

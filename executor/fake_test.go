@@ -28,6 +28,7 @@ type fakeDocker struct {
 	mu         sync.Mutex
 	calls      map[string]int
 	containers map[string]*fakeContainer
+	volumes    map[string]*volume.Volume
 	nextID     int
 
 	// onCreate returns the error of create call n and whether the
@@ -326,20 +327,56 @@ func (f *fakeDocker) VolumeInspect(_ context.Context, id string) (volume.Volume,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called("volume inspect")
+	if v, ok := f.volumes[id]; ok {
+		return *v, nil
+	}
 	return volume.Volume{}, errNotFound("no such volume " + id)
 }
 
+// VolumeCreate keeps the volume, as the local driver does: a name that
+// exists gives the volume there.
 func (f *fakeDocker) VolumeCreate(_ context.Context, opts volume.CreateOptions) (volume.Volume, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called("volume create")
-	return volume.Volume{Name: opts.Name, Options: opts.DriverOpts}, nil
+	if v, ok := f.volumes[opts.Name]; ok {
+		return *v, nil
+	}
+	if f.volumes == nil {
+		f.volumes = map[string]*volume.Volume{}
+	}
+	v := &volume.Volume{Name: opts.Name, Options: opts.DriverOpts, Labels: opts.Labels, CreatedAt: time.Now().UTC().Format(time.RFC3339)}
+	f.volumes[opts.Name] = v
+	return *v, nil
 }
 
-func (f *fakeDocker) VolumeRemove(context.Context, string, bool) error {
+// VolumeList lists the volumes with every label=value filter.
+func (f *fakeDocker) VolumeList(_ context.Context, opts volume.ListOptions) (volume.ListResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.called("volume list")
+	var out volume.ListResponse
+	for _, v := range f.volumes {
+		match := true
+		for _, kv := range opts.Filters.Get("label") {
+			k, val, _ := strings.Cut(kv, "=")
+			if v.Labels[k] != val {
+				match = false
+			}
+		}
+		if match {
+			c := *v
+			out.Volumes = append(out.Volumes, &c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDocker) VolumeRemove(_ context.Context, id string, _ bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called("volume remove")
+	delete(f.volumes, id)
 	return nil
 }
 
@@ -361,7 +398,7 @@ func (f *fakeDocker) Info(context.Context) (system.Info, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.called("info")
-	return system.Info{NCPU: 2}, nil
+	return system.Info{NCPU: 2, SystemTime: time.Now().UTC().Format(time.RFC3339Nano)}, nil
 }
 
 // Errors as the Docker client classifies them.

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -119,28 +120,8 @@ func newTestExecutor(t testing.TB, tune func(*executor.Config)) (*executor.Execu
 	return ex, rec
 }
 
-var (
-	dockerOnce sync.Once
-	dockerC    *client.Client
-	dockerErr  error
-)
-
 // docker is a plain client for looking at what the executor did.
-func docker(t testing.TB) *client.Client {
-	t.Helper()
-	executortest.RequireDocker(t)
-	dockerOnce.Do(func() {
-		opts := []client.Opt{client.WithAPIVersionNegotiation()}
-		if h := executortest.DockerHost(); h != "" {
-			opts = append(opts, client.WithHost(h))
-		}
-		dockerC, dockerErr = client.NewClientWithOpts(opts...)
-	})
-	if dockerErr != nil {
-		t.Fatal(dockerErr)
-	}
-	return dockerC
-}
+func docker(t testing.TB) *client.Client { return executortest.Docker(t) }
 
 // managed lists the containers labelled with node.
 func managed(t testing.TB, node string) []container.Summary {
@@ -261,12 +242,12 @@ func encoded(o sandgate.Output) sandgate.Output {
 }
 
 // newTestImages is the image administration of the test's daemon.
-func newTestImages(t testing.TB) *executor.Images {
+func newTestImages(t testing.TB) *images.Images {
 	t.Helper()
 	executortest.RequireDocker(t)
-	im, err := executor.NewImages(executor.Config{DockerHost: executortest.DockerHost(), Node: "test-images"})
+	im, err := images.New(images.Config{DockerHost: executortest.DockerHost()})
 	if err != nil {
-		t.Fatalf("NewImages: %v", err)
+		t.Fatalf("images.New: %v", err)
 	}
 	t.Cleanup(func() { im.Close() })
 	return im

@@ -14,8 +14,10 @@ import (
 	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // Policy judges the user a run asks for, but only the image knows which
@@ -55,21 +57,37 @@ type groupEntry struct {
 	members []string
 }
 
-// accountCache remembers the account files of images by image ID: an
+// copyAPI is the Docker call that reads a file out of a container.
+type copyAPI interface {
+	CopyFromContainer(ctx context.Context, id, srcPath string) (io.ReadCloser, container.PathStat, error)
+}
+
+// identities checks the identity a container's process gets from its
+// image, and remembers the account files of images by image ID: an
 // image's content never changes under its ID.
-type accountCache struct {
+type identities struct {
+	docker copyAPI
+	calls  calls
+	// host are the host's groups no container may hold, whatever the
+	// decision's enforcement says.
+	host []sandgate.HostGroup
+
 	mu   sync.Mutex
 	byID map[string]*accounts
 }
 
-func (c *accountCache) get(id string) (*accounts, bool) {
+func newIdentities(d copyAPI, c calls, host []sandgate.HostGroup) *identities {
+	return &identities{docker: d, calls: c, host: host}
+}
+
+func (c *identities) get(id string) (*accounts, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, ok := c.byID[id]
 	return a, ok
 }
 
-func (c *accountCache) put(id string, a *accounts) {
+func (c *identities) put(id string, a *accounts) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byID == nil || len(c.byID) >= maxAccountCache {
@@ -145,23 +163,31 @@ func (a *accounts) resolve(user string) (identity, error) {
 	return id, nil
 }
 
-// checkIdentity refuses to start the container when the image makes its
-// user root or puts it in a privileged group. It reads the image's
-// account files from the created container, once per image.
-func (e *Executor) checkIdentity(ctx context.Context, r *run, containerID, imageID string) error {
-	a, ok := e.accounts.get(imageID)
+// check refuses to start h's container when the image makes its user
+// root or puts it in a privileged group. It reads the image's account
+// files from the created container, once per image.
+func (c *identities) check(ctx context.Context, h *handle, containerID, imageID string) error {
+	a, ok := c.get(imageID)
 	if !ok {
 		var err error
-		if a, err = e.readAccounts(ctx, r, containerID); err != nil {
+		if a, err = c.read(ctx, h.trail, containerID); err != nil {
 			return err
 		}
-		e.accounts.put(imageID, a)
+		c.put(imageID, a)
 	}
-	return refuseIdentity(a, r.job.Spec.User, r.job.Enforcement.PrivilegedGIDs)
+	privileged := map[int64]string{0: "root's group"}
+	for _, g := range h.job.Enforcement.PrivilegedGIDs {
+		privileged[g] = "privileged (data.sandgate.config.privileged_gids)"
+	}
+	for _, g := range c.host {
+		privileged[g.GID] = "the group that owns " + g.Owns + " on the daemon's host"
+	}
+	return refuseIdentity(a, h.job.Spec.User, privileged)
 }
 
-// refuseIdentity is the verdict of checkIdentity for one user.
-func refuseIdentity(a *accounts, user string, privileged []int64) error {
+// refuseIdentity is the verdict of check for one user: privileged maps
+// the gids no container may hold to why.
+func refuseIdentity(a *accounts, user string, privileged map[int64]string) error {
 	refuse := func(format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeContainerCreate, Field: "user",
 			Message: "refused by the executor: " + fmt.Sprintf(format, args...)}
@@ -174,13 +200,15 @@ func refuseIdentity(a *accounts, user string, privileged []int64) error {
 		return refuse("user %q is uid 0 (root) in this image", user)
 	}
 	for _, g := range id.groups {
-		if g == 0 || slices.Contains(privileged, g) {
+		if why, ok := privileged[g]; ok || g == 0 {
 			how := "its primary group"
 			if g != id.gid {
 				how = "a supplementary group the image's /etc/group gives " + strconv.Quote(id.name)
 			}
-			return refuse("user %q would run with gid %d%s, %s, which is privileged (data.sandgate.config.privileged_gids)",
-				user, g, groupName(a, g), how)
+			if why == "" {
+				why = "root's group"
+			}
+			return refuse("user %q would run with gid %d%s, %s: %s", user, g, groupName(a, g), how, why)
 		}
 	}
 	return nil
@@ -195,14 +223,14 @@ func groupName(a *accounts, gid int64) string {
 	return ""
 }
 
-// readAccounts reads /etc/passwd and /etc/group out of a created
-// container. A file the image does not have counts as empty.
-func (e *Executor) readAccounts(ctx context.Context, r *run, containerID string) (*accounts, error) {
+// read reads /etc/passwd and /etc/group out of a created container. A
+// file the image does not have counts as empty.
+func (c *identities) read(ctx context.Context, t *trail, containerID string) (*accounts, error) {
 	a := &accounts{}
 	for _, name := range []string{"/etc/passwd", "/etc/group"} {
-		data, err := e.readFile(ctx, r, containerID, name, maxAccountFile)
+		data, err := readFile(ctx, c.docker, c.calls, t, containerID, name, maxAccountFile)
 		if err != nil {
-			return nil, dockerError(sandgate.CodeContainerCreate, err, "read %s of the image", name)
+			return nil, daemon.Error(sandgate.CodeContainerCreate, err, "read %s of the image", name)
 		}
 		if name == "/etc/passwd" {
 			a.users = parsePasswd(data)
@@ -215,10 +243,10 @@ func (e *Executor) readAccounts(ctx context.Context, r *run, containerID string)
 
 // readFile reads one regular file of at most limit bytes out of a
 // container's filesystem; nil when there is no such file.
-func (e *Executor) readFile(ctx context.Context, r *run, containerID, path string, limit int64) ([]byte, error) {
+func readFile(ctx context.Context, d copyAPI, c calls, t *trail, containerID, path string, limit int64) ([]byte, error) {
 	var data []byte
-	err := e.call(ctx, r, "copy "+path, func(ctx context.Context) error {
-		rc, _, err := e.docker.CopyFromContainer(ctx, containerID, path)
+	err := c.do(ctx, t, "copy "+path, func(ctx context.Context) error {
+		rc, _, err := d.CopyFromContainer(ctx, containerID, path)
 		if cerrdefs.IsNotFound(err) {
 			data = nil
 			return nil

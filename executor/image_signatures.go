@@ -6,9 +6,11 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+
+	"github.com/sandgate/sandgate"
 )
 
-// imageSigner checks the image id that ref resolved to against the
+// signer checks the image id that ref resolved to against the
 // signers the run's policy requires for ref's repository (required, from
 // data image_signers), and returns the pinned key that signed it ("" when
 // unsigned). refused is the reason the run may not use the image: the
@@ -16,10 +18,10 @@ import (
 // signature does not verify or signs another image (a tag moved to
 // another image keeps no signature: signatures are by image ID), or it
 // was signed by a key the policy does not name.
-func (e *Executor) imageSigner(ref, id string, required map[string][]string) (signer, refused string) {
+func (rs *resolver) signer(ref, id string, required map[string][]string) (signer, refused string) {
 	var verr error
-	if e.cfg.ImageKeys != nil && e.cfg.ImageSignatures.Dir != "" {
-		signer, verr = e.cfg.ImageSignatures.Signer(id, e.cfg.ImageKeys)
+	if rs.keys != nil && rs.signatures.Dir != "" {
+		signer, verr = rs.signatures.Signer(id, rs.keys)
 	}
 	keys := required[repositoryOf(ref)]
 	if len(keys) == 0 {
@@ -33,7 +35,7 @@ func (e *Executor) imageSigner(ref, id string, required map[string][]string) (si
 		return signer, ""
 	case signer != "":
 		why = "it is signed by " + signer
-	case e.cfg.ImageKeys == nil:
+	case rs.keys == nil:
 		why = "this gateway has no image verification keys (SANDGATE_IMAGE_VERIFY_KEYS)"
 	}
 	return signer, fmt.Sprintf("image_signature: %s (%s) must be signed by %s (data.sandgate.config.image_signers), and %s",
@@ -57,8 +59,8 @@ func shortImageID(id string) string {
 	return id
 }
 
-// signatureRequired reports whether the run's policy names signers for
+// signatureRequired reports whether the job's policy names signers for
 // ref's repository.
-func signatureRequired(r *run, ref string) bool {
-	return len(r.job.Enforcement.ImageSigners[repositoryOf(ref)]) > 0
+func signatureRequired(job sandgate.Job, ref string) bool {
+	return len(job.Enforcement.ImageSigners[repositoryOf(ref)]) > 0
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/executor/seccomp"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
@@ -332,7 +333,8 @@ func TestImageUnavailable(t *testing.T) {
 // TestHardeningInspect looks at a running container with docker inspect:
 // every hardening setting is there, with a bind mount and a cache volume.
 func TestHardeningInspect(t *testing.T) {
-	ex, _ := volumeExecutor(t, nil)
+	instance := "itest-" + sandgatetest.RandomHex(t, 6)
+	ex, _ := volumeExecutor(t, func(c *executor.Config) { c.Instance = instance })
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "input.txt"), []byte("from the host\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -413,7 +415,7 @@ func TestHardeningInspect(t *testing.T) {
 		Labels: map[string]string{
 			sandgate.LabelManaged: "true", sandgate.LabelRunID: job.RunID, sandgate.LabelSession: "s-test",
 			sandgate.LabelTask: "TestHardeningInspect", sandgate.LabelCorrelationID: job.CorrelationID,
-			sandgate.LabelNode: ex.Node(),
+			sandgate.LabelNode: ex.Node(), executor.LabelInstance: instance,
 		},
 		LogType: "none",
 		Mounts: []mount.Mount{
@@ -516,7 +518,7 @@ func TestReaper(t *testing.T) {
 	var ids []string
 	for i := range 10 {
 		resp, err := d.ContainerCreate(ctx, &container.Config{
-			Image: executor.SandboxImage,
+			Image: images.SandboxImage,
 			Cmd:   []string{"sleep", "300"},
 			Labels: map[string]string{
 				sandgate.LabelManaged: "true", sandgate.LabelNode: executortestNode,
@@ -616,7 +618,7 @@ func TestLoadImage(t *testing.T) {
 	ctx := context.Background()
 	d := docker(t)
 	ref := "sandgate/load-test:" + sandgatetest.RandomHex(t, 4)
-	if err := d.ImageTag(ctx, executor.SandboxImage, ref); err != nil {
+	if err := d.ImageTag(ctx, images.SandboxImage, ref); err != nil {
 		t.Fatal(err)
 	}
 	save, err := d.ImageSave(ctx, []string{ref})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -154,7 +155,7 @@ func buildTestImage(t *testing.T, tag string, files map[string]string) {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	dockerfile := "FROM " + executor.SandboxImage + "\n"
+	dockerfile := "FROM " + images.SandboxImage + "\n"
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -211,11 +212,11 @@ func TestPrivilegedGroupsRefused(t *testing.T) {
 		name, image, user string
 		refused           string // a part of the refusal, "" when it runs
 	}{
-		{"sandbox image", executor.SandboxImage, "10001:10001", ""},
+		{"sandbox image", images.SandboxImage, "10001:10001", ""},
 		{"supplementary docker group", tag, "10001:10001", "supplementary group"},
 		{"uid only takes passwd's groups", tag, "10001", "supplementary group"},
-		{"gid 0", executor.SandboxImage, "10001:0", "gid 0"},
-		{"unknown uid gets gid 0", executor.SandboxImage, "20000", "gid 0"},
+		{"gid 0", images.SandboxImage, "10001:0", "gid 0"},
+		{"unknown uid gets gid 0", images.SandboxImage, "20000", "gid 0"},
 		{"a name that is uid 0", tag, "toor:10001", "uid 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,9 +12,12 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 	"github.com/sandgate/sandgate/executor/seccomp"
 )
 
@@ -41,11 +45,29 @@ const DefaultStageDir = "/run/sandgate/mounts"
 // It needs root (CAP_SYS_ADMIN for mount(2)) and the daemon's mount
 // namespace; probe tells whether the daemon sees the stager's mounts.
 type stager struct {
-	root string
+	root     string
+	node     string
+	instance string
+	docker   probeAPI
+	calls    calls
+	log      *slog.Logger
 
 	mu    sync.Mutex
 	ready bool
 	err   error
+
+	// probeMu guards whether the daemon was seen to see staged mounts.
+	probeMu  sync.Mutex
+	probed   bool
+	probeErr error
+}
+
+// probeAPI is the Docker calls of the probe that tells whether the
+// daemon sees the stager's mounts.
+type probeAPI interface {
+	ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networking *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error)
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
+	copyAPI
 }
 
 // stagedMount is one bind-mount source pinned for the daemon.
@@ -63,11 +85,12 @@ type stagedMount struct {
 	Dir bool
 }
 
-func newStager(root string) *stager {
+func newStager(cfg Config, d probeAPI, c calls, log *slog.Logger) *stager {
+	root := cfg.MountStageDir
 	if root == "" {
 		root = DefaultStageDir
 	}
-	return &stager{root: filepath.Clean(root)}
+	return &stager{root: filepath.Clean(root), node: cfg.Node, instance: cfg.Instance, docker: d, calls: c, log: log}
 }
 
 // init makes the stage root: every directory on its path owned by root and
@@ -361,27 +384,31 @@ func (s *stager) staleRuns(node string) []string {
 // fails, rather than run bind mounts without the pinning. Whether the
 // daemon sees the pinned mounts is checked at the first run that has one.
 func (e *Executor) PrepareBindMounts() error {
-	if err := e.stager.init(); err != nil {
+	return e.stager.prepare()
+}
+
+func (s *stager) prepare() error {
+	if err := s.init(); err != nil {
 		return fmt.Errorf("bind mounts (SANDGATE_MOUNT_ROOTS) need sandgate to pin their sources: %w; run sandgate as root in the host's mount namespace, or unset SANDGATE_MOUNT_ROOTS", err)
 	}
 	return nil
 }
 
-// stageMounts pins the run's bind-mount sources and points the container's
+// stageRun pins the run's bind-mount sources and points the container's
 // bind mounts at the pinned paths.
-func (e *Executor) stageMounts(r *run, set *settings) ([]stagedMount, error) {
-	mounts := r.job.Spec.Mounts
+func (s *stager) stageRun(h *handle, set *settings) ([]stagedMount, error) {
+	mounts := h.job.Spec.Mounts
 	if len(mounts) == 0 {
 		return nil, nil
 	}
-	if err := e.stager.init(); err != nil {
+	if err := s.init(); err != nil {
 		return nil, &sandgate.Error{Code: sandgate.CodeMountError, Field: "mounts",
 			Message: "bind mounts are not available on this gateway: " + err.Error()}
 	}
-	if err := e.daemonSeesStage(r.ctx, r, set.config.Image); err != nil {
+	if err := s.daemonSees(h.ctx, h.trail, set.config.Image); err != nil {
 		return nil, err
 	}
-	staged, err := e.stager.stage(e.cfg.Node, r.job.RunID, mounts)
+	staged, err := s.stage(s.node, h.job.RunID, mounts)
 	if err != nil {
 		return nil, err
 	}
@@ -414,19 +441,19 @@ func stagedDocs(staged []stagedMount, mounts []sandgate.Mount) []any {
 // of a service manager, another host behind DOCKER_HOST) otherwise, and
 // would mount an empty directory, or fail, instead of the pinned one. The
 // answer is kept; only a daemon that did not answer is asked again.
-func (e *Executor) daemonSeesStage(ctx context.Context, r *run, image string) error {
-	e.stageMu.Lock()
-	defer e.stageMu.Unlock()
-	if e.stageChecked {
-		return e.stageErr
+func (s *stager) daemonSees(ctx context.Context, t *trail, image string) error {
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probed {
+		return s.probeErr
 	}
-	err := e.probeStage(ctx, r, image)
+	err := s.probe(ctx, t, image)
 	if err != nil && sandgate.ErrorCodeOf(err) == sandgate.CodeDockerUnavailable {
 		return err
 	}
-	e.stageChecked, e.stageErr = true, err
+	s.probed, s.probeErr = true, err
 	if err != nil {
-		e.log.Error("bind mounts are disabled: the docker daemon does not see the pinned mount sources", "err", err)
+		s.log.Error("bind mounts are disabled: the docker daemon does not see the pinned mount sources", "err", err)
 	}
 	return err
 }
@@ -434,7 +461,7 @@ func (e *Executor) daemonSeesStage(ctx context.Context, r *run, image string) er
 // probeStage pins a directory holding a random marker, creates (never
 // starts) a container of image with it bind-mounted, and reads the marker
 // back through the daemon.
-func (e *Executor) probeStage(ctx context.Context, r *run, image string) error {
+func (s *stager) probe(ctx context.Context, t *trail, image string) error {
 	refuse := func(err error, what string) error {
 		return &sandgate.Error{Code: sandgate.CodeMountError, Field: "mounts",
 			Message: "bind mounts are not available on this gateway: " + what, Err: err}
@@ -449,40 +476,40 @@ func (e *Executor) probeStage(ctx context.Context, r *run, image string) error {
 		return refuse(err, "cannot write the probe marker")
 	}
 	probeID := "probe-" + marker
-	staged, err := e.stager.stage(e.cfg.Node, probeID, []sandgate.Mount{{Resolved: src, Target: "/probe", ReadOnly: true}})
+	staged, err := s.stage(s.node, probeID, []sandgate.Mount{{Resolved: src, Target: "/probe", ReadOnly: true}})
 	if err != nil {
 		return err
 	}
-	defer e.stager.unstage(e.cfg.Node, probeID)
+	defer s.unstage(s.node, probeID)
 	profile, err := seccomp.SecurityOpt()
 	if err != nil {
 		return err
 	}
 	var id string
-	err = e.call(ctx, r, "create probe container", func(ctx context.Context) error {
-		resp, err := e.docker.ContainerCreate(ctx,
+	err = s.calls.do(ctx, t, "create probe container", func(ctx context.Context) error {
+		resp, err := s.docker.ContainerCreate(ctx,
 			&container.Config{Image: image, Cmd: []string{"true"}, Entrypoint: []string{}, User: "65534:65534",
-				Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: e.cfg.Node}},
+				Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: s.node, LabelInstance: s.instance}},
 			&container.HostConfig{NetworkMode: "none", CapDrop: []string{"ALL"}, SecurityOpt: []string{"no-new-privileges", profile},
 				Mounts: []mount.Mount{{Type: mount.TypeBind, Source: staged[0].Staged, Target: "/probe", ReadOnly: true}}},
-			nil, nil, "sandgate-probe-"+e.cfg.Node+"-"+marker[:8])
+			nil, nil, "sandgate-probe-"+s.node+"-"+marker[:8])
 		id = resp.ID
 		return err
 	})
 	if err != nil {
-		if unreachable(err) {
-			return dockerError(sandgate.CodeDockerUnavailable, err, "probe bind mounts")
+		if daemon.Unreachable(err) {
+			return daemon.Error(sandgate.CodeDockerUnavailable, err, "probe bind mounts")
 		}
-		return refuse(err, "the daemon refused a container with a pinned mount: "+daemonMessage(err))
+		return refuse(err, "the daemon refused a container with a pinned mount: "+daemon.RefusalMessage(err))
 	}
 	defer func() {
-		cctx, cancel := e.cleanupContext(ctx)
+		cctx, cancel := s.calls.cleanup(ctx)
 		defer cancel()
-		_ = e.call(cctx, nil, "remove probe container", func(ctx context.Context) error {
-			return e.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+		_ = s.calls.do(cctx, nil, "remove probe container", func(ctx context.Context) error {
+			return s.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
 		})
 	}()
-	got, err := e.readFile(ctx, r, id, "/probe/marker", 1024)
+	got, err := readFile(ctx, s.docker, s.calls, t, id, "/probe/marker", 1024)
 	if err != nil {
 		return refuse(err, "cannot read through a pinned mount")
 	}

@@ -86,7 +86,7 @@ func TestStageNeverFollowsASwappedPath(t *testing.T) {
 	tr := newSwapTree(t)
 	// Not under t.TempDir: /tmp is world-writable, which the stage root's
 	// checks refuse.
-	s := newStager(filepath.Join("/run/sandgate-test", filepath.Base(t.TempDir())))
+	s := newStager(Config{MountStageDir: filepath.Join("/run/sandgate-test", filepath.Base(t.TempDir()))}, nil, calls{}, nil)
 	t.Cleanup(func() {
 		unmount(s.root)
 		os.RemoveAll(s.root)

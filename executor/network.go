@@ -3,14 +3,18 @@ package executor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // DefaultBridgeNetwork is the network of runs admitted with network
@@ -31,29 +35,59 @@ const DefaultBridgeInterface = "sgbr0"
 // firewall drops what arrives from the bridge's interface for the host
 // itself (the INPUT chain), replies to the host's own connections aside.
 
+// networkAPI is the Docker calls that make sandgate's networks, and the
+// inspect that finds an egress run's address on its network.
+type networkAPI interface {
+	NetworkInspect(ctx context.Context, id string, opts network.InspectOptions) (network.Inspect, error)
+	NetworkCreate(ctx context.Context, name string, opts network.CreateOptions) (network.CreateResponse, error)
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+}
+
+// networks makes the bridge and egress networks runs join, once per
+// executor, and owns the egress proxy.
+type networks struct {
+	cfg    Config
+	docker networkAPI
+	calls  calls
+	events sandgate.EventSink
+	log    *slog.Logger
+
+	// bridgeMu guards whether sandgate's bridge network is ready.
+	bridgeMu    sync.Mutex
+	bridgeReady bool
+	// egressMu guards the egress network and its proxy, once made.
+	egressMu sync.Mutex
+	egress   *egressNet
+}
+
+func newNetworks(cfg Config, d networkAPI, c calls, events sandgate.EventSink, log *slog.Logger) *networks {
+	return &networks{cfg: cfg, docker: d, calls: c, events: events, log: log}
+}
+
 // ensureBridge makes sandgate's bridge network and the host's rules for
-// it, once per executor; a failure is tried again by the next run.
-func (e *Executor) ensureBridge(ctx context.Context, r *run) error {
-	e.bridgeMu.Lock()
-	defer e.bridgeMu.Unlock()
-	if e.bridgeReady {
+// it, once per executor; a failure is tried again by the next run. t is
+// the run's trail (nil for none).
+func (n *networks) ensureBridge(ctx context.Context, t *trail) error {
+	n.bridgeMu.Lock()
+	defer n.bridgeMu.Unlock()
+	if n.bridgeReady {
 		return nil
 	}
 	refuse := func(err error, format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeContainerCreate, Field: "network",
 			Message: "bridge networking is not available on this gateway: " + fmt.Sprintf(format, args...), Err: err}
 	}
-	name, iface := e.cfg.BridgeNetwork, e.cfg.BridgeInterface
+	name, iface := n.cfg.BridgeNetwork, n.cfg.BridgeInterface
 	var nw network.Inspect
-	err := e.call(ctx, r, "inspect network", func(ctx context.Context) error {
+	err := n.calls.do(ctx, t, "inspect network", func(ctx context.Context) error {
 		var err error
-		nw, err = e.docker.NetworkInspect(ctx, name, network.InspectOptions{})
+		nw, err = n.docker.NetworkInspect(ctx, name, network.InspectOptions{})
 		return err
 	})
 	switch {
 	case cerrdefs.IsNotFound(err):
-		err = e.call(ctx, r, "create network", func(ctx context.Context) error {
-			_, err := e.docker.NetworkCreate(ctx, name, network.CreateOptions{
+		err = n.calls.do(ctx, t, "create network", func(ctx context.Context) error {
+			_, err := n.docker.NetworkCreate(ctx, name, network.CreateOptions{
 				Driver: "bridge",
 				Options: map[string]string{
 					"com.docker.network.bridge.enable_icc":           "false",
@@ -68,17 +102,17 @@ func (e *Executor) ensureBridge(ctx context.Context, r *run) error {
 			return err
 		})
 		if err == nil {
-			err = e.call(ctx, r, "inspect network", func(ctx context.Context) error {
+			err = n.calls.do(ctx, t, "inspect network", func(ctx context.Context) error {
 				var err error
-				nw, err = e.docker.NetworkInspect(ctx, name, network.InspectOptions{})
+				nw, err = n.docker.NetworkInspect(ctx, name, network.InspectOptions{})
 				return err
 			})
 		}
 		if err != nil {
-			return dockerError(sandgate.CodeContainerCreate, err, "create network %s", name)
+			return daemon.Error(sandgate.CodeContainerCreate, err, "create network %s", name)
 		}
 	case err != nil:
-		return dockerError(sandgate.CodeContainerCreate, err, "inspect network %s", name)
+		return daemon.Error(sandgate.CodeContainerCreate, err, "inspect network %s", name)
 	}
 	if nw.Driver != "bridge" || nw.Options["com.docker.network.bridge.enable_icc"] != "false" {
 		return refuse(nil, "the docker network %s exists without inter-container communication disabled; remove it (docker network rm %s) and sandgate makes it anew", name, name)
@@ -86,12 +120,12 @@ func (e *Executor) ensureBridge(ctx context.Context, r *run) error {
 	if got := nw.Options["com.docker.network.bridge.name"]; got != "" {
 		iface = got
 	}
-	if !e.cfg.BridgeHostAccess {
+	if !n.cfg.BridgeHostAccess {
 		if err := denyHostFromBridge(iface); err != nil {
 			return refuse(err, "the host's services cannot be closed to bridge runs (%v); run sandgate as root with iptables, or allow host access explicitly", err)
 		}
 	}
-	e.bridgeReady = true
+	n.bridgeReady = true
 	return nil
 }
 

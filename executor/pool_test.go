@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -444,7 +445,7 @@ func TestWarmReaper(t *testing.T) {
 	name := "sandgate-pool-" + ex.Node() + "-stale-" + sandgatetest.RandomHex(t, 4)
 	out, err := exec.Command("docker", "create", "--name", name,
 		"--label", sandgate.LabelManaged+"=true", "--label", sandgate.LabelNode+"="+ex.Node(),
-		"--label", executor.LabelPool+"=stale", executor.SandboxImage, "true").CombinedOutput()
+		"--label", executor.LabelPool+"=stale", images.SandboxImage, "true").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker create: %v: %s", err, out)
 	}

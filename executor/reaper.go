@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // reapWorkers is how many orphans are removed at once.
@@ -23,11 +24,19 @@ const reapWorkers = 8
 // pass also unpins the bind mounts of runs that are gone, and ends as lost
 // the live runs whose container vanished.
 type Reaper struct {
-	e *Executor
+	e      *Executor
+	docker reaperAPI
 
 	mu   sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
+}
+
+// reaperAPI is the Docker calls of the reaper: list the managed
+// containers, remove an orphan.
+type reaperAPI interface {
+	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	ContainerRemove(ctx context.Context, id string, opts container.RemoveOptions) error
 }
 
 // start reaps every ReapInterval until ctx ends or halt is called.
@@ -87,10 +96,14 @@ func (rp *Reaper) Sandboxes(ctx context.Context) ([]sandgate.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	live := e.liveRuns()
+	others, err := e.lease.others(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := e.runs.live()
 	out := make([]sandgate.Sandbox, 0, len(list))
 	for _, c := range list {
-		out = append(out, rp.sandbox(c, live))
+		out = append(out, rp.sandbox(c, live, others))
 	}
 	return out, nil
 }
@@ -121,7 +134,14 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	if err != nil {
 		return nil, err
 	}
-	live := e.liveRuns()
+	// Listed after the containers: an instance alive now was alive when
+	// they were listed, so none of its containers is taken for a dead
+	// one's.
+	others, err := e.lease.others(ctx)
+	if err != nil {
+		return nil, err
+	}
+	live := e.runs.live()
 	owners := live
 	if ignoreLive {
 		owners = nil
@@ -130,15 +150,36 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	var orphans []sandgate.Sandbox
 	for _, c := range list {
 		present[c.ID] = true
-		s := rp.sandbox(c, owners)
+		s := rp.sandbox(c, owners, others)
 		if s.Orphan && (includeRunning || s.State != "running") {
 			orphans = append(orphans, s)
 		}
 	}
 	rp.markLost(live, present, listed)
-	rp.removeStaleStages()
-	rp.removeStaleWorkspaces()
+	if e.lease.holding() {
+		// The pinned mounts and workspaces of the node's directories are
+		// the lease holder's to judge: another gateway's refused start
+		// must not take a live one's for stale.
+		rp.removeStaleStages()
+		rp.removeStaleWorkspaces()
+	}
 
+	removed, errs := rp.remove(ctx, orphans)
+	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
+	if len(errs) > 0 {
+		return removed, daemon.Error(sandgate.CodeInternal, errors.Join(errs...), "remove %d orphan(s)", len(errs))
+	}
+	if len(removed) > 0 {
+		e.log.Info("removed orphans", "count", len(removed))
+	}
+	return removed, nil
+}
+
+// remove removes orphans, reapWorkers at a time, and records each it
+// removed; those that were gone already, or being removed, are neither
+// removed nor errors.
+func (rp *Reaper) remove(ctx context.Context, orphans []sandgate.Sandbox) ([]sandgate.Sandbox, []error) {
+	e := rp.e
 	var (
 		mu      sync.Mutex
 		removed []sandgate.Sandbox
@@ -151,8 +192,8 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 		go func() {
 			defer wg.Done()
 			for s := range work {
-				err := e.call(ctx, nil, "remove orphan", func(ctx context.Context) error {
-					return e.docker.ContainerRemove(ctx, s.ContainerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+				err := e.calls.do(ctx, nil, "remove orphan", func(ctx context.Context) error {
+					return rp.docker.ContainerRemove(ctx, s.ContainerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 				})
 				mu.Lock()
 				switch {
@@ -165,7 +206,7 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 				}
 				mu.Unlock()
 				if err == nil {
-					rp.orphanRemoved(s)
+					e.events.Emit(orphanRemoved(e.now(), e.cfg.Node, s))
 				}
 			}
 		}()
@@ -175,27 +216,20 @@ func (rp *Reaper) cleanup(ctx context.Context, includeRunning, ignoreLive bool) 
 	}
 	close(work)
 	wg.Wait()
-	sort.Slice(removed, func(i, j int) bool { return removed[i].CreatedAt.Before(removed[j].CreatedAt) })
-	if len(errs) > 0 {
-		return removed, dockerError(sandgate.CodeInternal, errors.Join(errs...), "remove %d orphan(s)", len(errs))
-	}
-	if len(removed) > 0 {
-		e.log.Info("removed orphans", "count", len(removed))
-	}
-	return removed, nil
+	return removed, errs
 }
 
 // markLost ends the live runs whose container was not in a listing taken
 // after the container was created.
-func (rp *Reaper) markLost(live map[string]*run, present map[string]bool, listed time.Time) {
+func (rp *Reaper) markLost(live map[string]*handle, present map[string]bool, listed time.Time) {
 	e := rp.e
-	for _, r := range live {
-		id, state, created := r.snapshot()
+	for _, h := range live {
+		id, state, created := h.snapshot()
 		if id == "" || state != sandgate.StateRunning || !created.Before(listed) || present[id] {
 			continue
 		}
-		e.log.Warn("container of a live run vanished", "run_id", r.job.RunID, "container_id", id)
-		r.cancel(errLost)
+		e.log.Warn("container of a live run vanished", "run_id", h.job.RunID, "container_id", id)
+		h.cancel(errLost)
 	}
 }
 
@@ -206,9 +240,7 @@ func (rp *Reaper) markLost(live map[string]*run, present map[string]bool, listed
 func (rp *Reaper) removeStaleStages() {
 	e := rp.e
 	for _, runID := range e.stager.staleRuns(e.cfg.Node) {
-		e.mu.Lock()
-		live := e.runs[runID] != nil
-		e.mu.Unlock()
+		live := e.runs.get(runID) != nil
 		if !live && !e.reconciler.isHeld(runID, "") {
 			e.log.Info("removing the pinned mounts of a run that is not live", "run_id", runID)
 			e.stager.unstage(e.cfg.Node, runID)
@@ -223,14 +255,12 @@ func (rp *Reaper) removeStaleStages() {
 func (rp *Reaper) removeStaleWorkspaces() {
 	e := rp.e
 	for _, runID := range e.workspaces.runs() {
-		e.mu.Lock()
-		live := e.runs[runID] != nil
-		for _, r := range e.runs {
-			if ws := r.workspace(); ws != nil && ws.runID == runID {
-				live = true // a warm session's, named after its container
+		live := false
+		for id, h := range e.runs.live() {
+			if _, ws := h.link(); id == runID || (ws != nil && ws.runID == runID) {
+				live = true // a warm session's is named after its container
 			}
 		}
-		e.mu.Unlock()
 		if owned, _ := e.pool.owner(runID); owned {
 			live = true
 		}
@@ -239,22 +269,9 @@ func (rp *Reaper) removeStaleWorkspaces() {
 		}
 		if !live && !e.reconciler.isHeld(runID, "") {
 			e.log.Info("removing the workspace of a run that is not live", "run_id", runID)
-			e.workspaces.of(runID).remove(e)
+			e.workspaces.remove(e.workspaces.of(runID))
 		}
 	}
-}
-
-func (rp *Reaper) orphanRemoved(s sandgate.Sandbox) {
-	e := rp.e
-	e.events.Emit(sandgate.Event{
-		Type:          sandgate.EventOrphanRemoved,
-		Time:          e.now(),
-		CorrelationID: s.CorrelationID,
-		RunID:         s.RunID,
-		ContainerID:   s.ContainerID,
-		Node:          e.cfg.Node,
-		Payload:       map[string]any{"name": s.Name, "image": s.Image, "state": s.State, "session": s.Session, "task": s.Task},
-	})
 }
 
 // listManaged lists every container labelled sandgate.managed, oldest
@@ -262,9 +279,9 @@ func (rp *Reaper) orphanRemoved(s sandgate.Sandbox) {
 func (rp *Reaper) listManaged(ctx context.Context) ([]container.Summary, error) {
 	e := rp.e
 	var list []container.Summary
-	err := e.call(ctx, nil, "list containers", func(ctx context.Context) error {
+	err := e.calls.do(ctx, nil, "list containers", func(ctx context.Context) error {
 		var err error
-		list, err = e.docker.ContainerList(ctx, container.ListOptions{
+		list, err = rp.docker.ContainerList(ctx, container.ListOptions{
 			All:     true,
 			Filters: filters.NewArgs(filters.Arg("label", sandgate.LabelManaged+"=true")),
 		})
@@ -277,27 +294,27 @@ func (rp *Reaper) listManaged(ctx context.Context) ([]container.Summary, error) 
 	return list, nil
 }
 
-func (e *Executor) liveRuns() map[string]*run {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	live := make(map[string]*run, len(e.runs))
-	for id, r := range e.runs {
-		live[id] = r
-	}
-	return live
-}
-
 // sandbox describes a listed container. Containers of other nodes are
-// never orphans here; a container without a node label is this node's.
-func (rp *Reaper) sandbox(c container.Summary, live map[string]*run) sandgate.Sandbox {
+// never orphans here (a container without a node label is this node's),
+// and neither are those of another live instance of this node (others):
+// only this instance's, a dead instance's, and, while no other instance
+// of the node is alive, those made before containers named their
+// instance.
+func (rp *Reaper) sandbox(c container.Summary, live map[string]*handle, others map[string]*holder) sandgate.Sandbox {
 	e := rp.e
 	l := c.Labels
 	name := ""
 	if len(c.Names) > 0 {
 		name = strings.TrimPrefix(c.Names[0], "/")
 	}
-	node := l[sandgate.LabelNode]
+	node, inst := l[sandgate.LabelNode], l[LabelInstance]
 	mine := node == "" || node == e.cfg.Node
+	switch {
+	case inst == "":
+		mine = mine && len(others) == 0
+	case inst != e.cfg.Instance:
+		mine = mine && others[inst] == nil
+	}
 	// A run held for reconciliation owns its container like a live one,
 	// except for Shutdown's last sweep, which passes no live runs. A
 	// warm container carries no run ID and is held by its own ID.

@@ -2,20 +2,16 @@ package executor
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // Reconciler takes over the runs a previous process of its node left
@@ -23,7 +19,8 @@ import (
 // reaper until it has ended them, then finishes each one in its
 // container, or records it lost.
 type Reconciler struct {
-	e *Executor
+	e      *Executor
+	docker reconcileAPI
 
 	mu sync.Mutex
 	// held are runs being reconciled after a restart: the reaper leaves
@@ -32,6 +29,13 @@ type Reconciler struct {
 	// heldContainers are the containers of such runs by ID, for those
 	// made ahead of their run (a warm pool's), which carry no run ID.
 	heldContainers map[string]bool
+}
+
+// reconcileAPI is the Docker calls that find the container of a run to
+// adopt; the run's handle makes the rest.
+type reconcileAPI interface {
+	ContainerList(ctx context.Context, opts container.ListOptions) ([]container.Summary, error)
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
 }
 
 // Hold keeps the containers of these runs from the orphan reaper until
@@ -76,7 +80,7 @@ func (rc *Reconciler) HoldContainers(containerIDs ...string) {
 // that is away fails fast and the adoptions report it.
 func (rc *Reconciler) negotiate() {
 	e := rc.e
-	if n, ok := e.docker.(versionNegotiator); ok {
+	if n, ok := rc.docker.(versionNegotiator); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
 		defer cancel()
 		n.NegotiateAPIVersion(ctx)
@@ -146,81 +150,108 @@ func (rc *Reconciler) isHeld(runID, containerID string) bool {
 // daemon did not answer the look-up, the result then saying so.
 func (rc *Reconciler) Adopt(ctx context.Context, job sandgate.Job) (sandgate.Result, error) {
 	e := rc.e
-	r, err := e.register(ctx, job)
-	if err != nil {
-		return e.failed(nil, err), err
+	h := e.newHandle(ctx, job)
+	if err := e.runs.add(h); err != nil {
+		return h.end(ending{err: err, quiet: true})
 	}
-	defer e.unregister(r)
+	defer e.runs.remove(h)
 	defer rc.Release(job.RunID)
 	if job.ContainerID != "" {
 		defer rc.ReleaseContainers(job.ContainerID)
 	}
-	return rc.adopt(r)
+	return h.end(rc.adopt(h))
 }
 
-func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
-	e := rc.e
-	ctx := r.ctx
-	c, found, err := rc.findRunContainer(ctx, r)
+// adopt finds the run's container, takes it into h and follows it to its
+// end, or says why it cannot.
+func (rc *Reconciler) adopt(h *handle) ending {
+	e, ctx := rc.e, h.ctx
+	if err := rc.nodeFree(ctx); err != nil {
+		return h.failedOr(err)
+	}
+	c, found, err := rc.findRunContainer(ctx, h)
 	if err != nil {
-		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r), nil
-		}
-		return e.failed(r, err), err
+		return h.failedOr(err)
 	}
 	if !found {
-		return rc.lostOnRestart(r, sandgate.Result{}, "no container of the run was found when the gateway restarted"), nil
+		return lostOnRestart("no container of the run was found when the gateway restarted")
 	}
 	var st container.InspectResponse
-	err = e.call(ctx, r, "inspect", func(ctx context.Context) error {
+	err = e.calls.do(ctx, h.trail, "inspect", func(ctx context.Context) error {
 		var err error
-		st, err = e.docker.ContainerInspect(ctx, c.ID)
+		st, err = rc.docker.ContainerInspect(ctx, c.ID)
 		return err
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return e.cancelledBeforeStart(r), nil
-		}
-		err = dockerError(sandgate.CodeContainerCreate, err, "inspect container %s", c.ID)
-		return e.failed(r, err), err
+		return h.failedOr(daemon.Error(sandgate.CodeContainerCreate, err, "inspect container %s", c.ID))
 	}
 	s := stateOf(st)
 	created := time.Unix(c.Created, 0).UTC()
 	if t, ok := parseDockerTime(st.Created); ok {
 		created = t
 	}
-	e.log.Info("adopting the container of an unfinished run", "run_id", r.job.RunID, "container_id", c.ID, "status", statusOf(s))
-	h := e.newHandle(r, c.ID, created)
-	h.ws = e.workspaces.find(r.job.RunID)
-	if h.ws == nil && c.Labels[LabelPool] != "" && len(c.Names) > 0 {
+	e.log.Info("adopting the container of an unfinished run", "run_id", h.job.RunID, "container_id", c.ID, "status", statusOf(s))
+	h.setContainer(c.ID, created)
+	h.main = newMainProc(h)
+	ws := e.workspaces.find(h.job.RunID)
+	if ws == nil && c.Labels[LabelPool] != "" && len(c.Names) > 0 {
 		// A warm session's workspace is named after its container.
-		h.ws = e.workspaces.find(strings.TrimPrefix(c.Names[0], "/"))
+		ws = e.workspaces.find(strings.TrimPrefix(c.Names[0], "/"))
 	}
-	r.setWorkspace(h.ws)
-	defer h.close()
+	h.setLink(nil, ws)
+	return rc.takeOver(h, c, st)
+}
 
+// nodeFree waits until no other instance of the node is alive on its
+// daemon: the node's containers are a live gateway's while one holds the
+// node, and following them would make a second owner. A survivor that
+// takes a lapsed node over may see its lease a little longer than the
+// node registry's lapse; a node that is alive keeps renewing it, and is
+// refused (CONFLICT) once a lease's lapse has passed.
+func (rc *Reconciler) nodeFree(ctx context.Context) error {
+	e := rc.e
+	deadline := time.Now().Add(e.cfg.LeaseLapse + e.cfg.LeaseRenew)
+	for {
+		others, err := e.lease.others(ctx)
+		if err != nil || len(others) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return sandgate.Errorf(sandgate.CodeConflict, "node %s is held by a live gateway on its docker daemon (%s): its runs are not adopted", e.cfg.Node, sortedIDs(others))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(e.cfg.LeaseRenew):
+		}
+	}
+}
+
+// takeOver ends the adopted container c as its state st says.
+func (rc *Reconciler) takeOver(h *handle, c container.Summary, st container.InspectResponse) ending {
+	e, s := rc.e, stateOf(st)
 	switch {
 	case s == nil || s.Status == "removing" || s.Status == "dead":
-		return rc.lostOnRestart(r, h.res, "the run's container was being removed when the gateway restarted"), nil
-	case c.Labels[LabelPool] != "" && c.Labels[LabelAgent] != "" && !r.job.SessionContainer:
+		return lostOnRestart("the run's container was being removed when the gateway restarted")
+	case c.Labels[LabelPool] != "" && c.Labels[LabelAgent] != "" && !h.job.SessionContainer:
 		// The agent reported the command's end to the gateway that died;
 		// its key went with it, so the end cannot be read now.
-		return rc.lostOnRestart(r, h.res, "the gateway restarted while the warm container's agent ran the command: its end cannot be read"), nil
+		return lostOnRestart("the gateway restarted while the warm container's agent ran the command: its end cannot be read")
 	case s.Running || s.Paused || s.Restarting:
-		return rc.follow(ctx, h, s)
+		return rc.follow(h, s)
 	case !everStarted(st) && c.Labels[LabelPool] != "":
 		// A warm container is started before any run claims it; one never
 		// started was not this run's to run in.
-		return rc.lostOnRestart(r, h.res, "the run's warm container had never started when the gateway restarted"), nil
+		return lostOnRestart("the run's warm container had never started when the gateway restarted")
 	case !everStarted(st):
 		// The previous process died between create and start: the user's
 		// code never ran, so running it now runs it exactly once.
-		if _, err := containerSettings(r.job, e.cfg); err != nil {
-			return h.failed(err), err
+		if _, err := containerSettings(h.job, e.cfg); err != nil {
+			return failed(err)
 		}
-		return e.startAndSupervise(ctx, h)
+		return h.startAndFollow(false)
 	case c.Labels[LabelPool] != "" && s.ExitCode == launcherNoScript:
-		return rc.lostOnRestart(r, h.res, "the gateway stopped before it handed the run's command to its warm container: the command never ran"), nil
+		return lostOnRestart("the gateway stopped before it handed the run's command to its warm container: the command never ran")
 	default:
 		// It exited while no gateway watched it: its output is gone
 		// (sandgate keeps no container logs), its exit code is not.
@@ -231,8 +262,8 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 		if t, ok := parseDockerTime(s.FinishedAt); ok {
 			h.res.FinishedAt = t
 		}
-		r.setState(sandgate.StateRunning)
-		return h.finish(notStopped, exitStatus{code: int64(s.ExitCode)}, st), nil
+		h.setState(sandgate.StateRunning)
+		return h.main.judge(notStopped, exitStatus{code: int64(s.ExitCode)}, st)
 	}
 }
 
@@ -240,8 +271,8 @@ func (rc *Reconciler) adopt(r *run) (sandgate.Result, error) {
 // now on (without it, the run can still be seen to its end), waits for its
 // exit with what is left of the run's timeout (or stops it when the run is
 // cancelled), and reports the end as any run's.
-func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State) (res sandgate.Result, err error) {
-	e := rc.e
+func (rc *Reconciler) follow(h *handle, s *container.State) ending {
+	e, ctx := rc.e, h.ctx
 	at := e.now()
 	if t, ok := parseDockerTime(s.StartedAt); ok {
 		at = t
@@ -250,64 +281,54 @@ func (rc *Reconciler) follow(ctx context.Context, h *handle, s *container.State)
 	h.started(at, nil, false)
 	// The proxy of the process that started it is gone with it: this
 	// process's proxy takes the run's address over.
-	if end := e.egressFor(ctx, h); end != nil {
-		defer func() { res.Egress = end() }()
-	}
+	e.nets.registerEgress(ctx, h)
 	// Not-running answers at once for a container that exited since it
 	// was inspected; next-exit would wait forever for it.
-	if err := h.attach(ctx, false, container.WaitConditionNotRunning); err != nil && ctx.Err() == nil {
-		e.log.Warn("attach to an adopted container", "run_id", h.r.job.RunID, "err", err)
+	if err := h.main.attach(ctx, false, container.WaitConditionNotRunning); err != nil && ctx.Err() == nil {
+		e.log.Warn("attach to an adopted container", "run_id", h.job.RunID, "err", err)
 	}
-	e.log.Info("following an adopted container", "run_id", h.r.job.RunID, "container_id", h.id)
-	return h.supervise(ctx)
+	e.log.Info("following an adopted container", "run_id", h.job.RunID, "container_id", h.res.ContainerID)
+	return h.follow(h.main)
 }
 
-// lostOnRestart ends a run whose container could not be taken over.
-func (rc *Reconciler) lostOnRestart(r *run, res sandgate.Result, reason string) sandgate.Result {
-	e := rc.e
-	res.Outcome = sandgate.OutcomeLost
-	if res.FinishedAt.IsZero() {
-		res.FinishedAt = e.now()
-	}
-	res.Stdout, res.Stderr = noOutput(res.Stdout), noOutput(res.Stderr)
-	res.Error = &sandgate.ErrorInfo{Code: sandgate.CodeContainerCreate, Message: reason}
-	e.log.Warn("run lost", "run_id", r.job.RunID, "reason", reason)
-	e.emit(r, sandgate.EventRunLost, map[string]any{"error_code": string(res.Error.Code), "reason": reason, "reconciled": true})
-	return res
+// lostOnRestart is the ending of a run whose container could not be
+// taken over.
+func lostOnRestart(reason string) ending {
+	return lostEnding(reason, map[string]any{"reconciled": true})
 }
 
 // findRunContainer looks up the container of run r on this node: the one
-// labelled with its run ID or, when there is none, r.job.ContainerID. When
+// labelled with its run ID or, when there is none, h.job.ContainerID. When
 // a run somehow has more than one labelled container, the newest is the
 // run's and the others are removed.
-func (rc *Reconciler) findRunContainer(ctx context.Context, r *run) (container.Summary, bool, error) {
+func (rc *Reconciler) findRunContainer(ctx context.Context, h *handle) (container.Summary, bool, error) {
 	e := rc.e
-	mine, err := rc.listRunContainers(ctx, r, filters.Arg("label", sandgate.LabelRunID+"="+r.job.RunID))
+	mine, err := rc.listRunContainers(ctx, h, filters.Arg("label", sandgate.LabelRunID+"="+h.job.RunID))
 	if err != nil {
 		return container.Summary{}, false, err
 	}
-	if len(mine) == 0 && r.job.ContainerID != "" {
-		return rc.findContainerByID(ctx, r)
+	if len(mine) == 0 && h.job.ContainerID != "" {
+		return rc.findContainerByID(ctx, h)
 	}
 	if len(mine) == 0 {
 		return container.Summary{}, false, nil
 	}
 	sort.SliceStable(mine, func(i, j int) bool { return mine[i].Created > mine[j].Created })
 	for _, extra := range mine[1:] {
-		e.log.Warn("removing a second container of one run", "run_id", r.job.RunID, "container_id", extra.ID)
-		e.remove(r, extra.ID)
+		e.log.Warn("removing a second container of one run", "run_id", h.job.RunID, "container_id", extra.ID)
+		h.remove(extra.ID)
 	}
 	return mine[0], true, nil
 }
 
-// findContainerByID looks up r.job.ContainerID, the container a run was
+// findContainerByID looks up h.job.ContainerID, the container a run was
 // started in that does not carry the run's ID (a warm pool's, made before
 // the run). Only a managed container of this node is the run's, and none
 // labelled with another run's ID.
-func (rc *Reconciler) findContainerByID(ctx context.Context, r *run) (container.Summary, bool, error) {
+func (rc *Reconciler) findContainerByID(ctx context.Context, h *handle) (container.Summary, bool, error) {
 	e := rc.e
-	id := r.job.ContainerID
-	mine, err := rc.listRunContainers(ctx, r, filters.Arg("id", id))
+	id := h.job.ContainerID
+	mine, err := rc.listRunContainers(ctx, h, filters.Arg("id", id))
 	if err != nil {
 		return container.Summary{}, false, err
 	}
@@ -316,9 +337,9 @@ func (rc *Reconciler) findContainerByID(ctx context.Context, r *run) (container.
 		if c.ID != id {
 			continue
 		}
-		if owner := c.Labels[sandgate.LabelRunID]; owner != "" && owner != r.job.RunID {
+		if owner := c.Labels[sandgate.LabelRunID]; owner != "" && owner != h.job.RunID {
 			e.log.Warn("the recorded container of a run belongs to another run; not adopting it",
-				"run_id", r.job.RunID, "container_id", id, "owner", owner)
+				"run_id", h.job.RunID, "container_id", id, "owner", owner)
 			return container.Summary{}, false, nil
 		}
 		return c, true, nil
@@ -328,19 +349,19 @@ func (rc *Reconciler) findContainerByID(ctx context.Context, r *run) (container.
 
 // listRunContainers lists the managed containers of this node that match
 // the filter.
-func (rc *Reconciler) listRunContainers(ctx context.Context, r *run, filter filters.KeyValuePair) ([]container.Summary, error) {
+func (rc *Reconciler) listRunContainers(ctx context.Context, h *handle, filter filters.KeyValuePair) ([]container.Summary, error) {
 	e := rc.e
 	var list []container.Summary
-	err := e.call(ctx, r, "list containers", func(ctx context.Context) error {
+	err := e.calls.do(ctx, h.trail, "list containers", func(ctx context.Context) error {
 		var err error
-		list, err = e.docker.ContainerList(ctx, container.ListOptions{
+		list, err = rc.docker.ContainerList(ctx, container.ListOptions{
 			All:     true,
 			Filters: filters.NewArgs(filters.Arg("label", sandgate.LabelManaged+"=true"), filter),
 		})
 		return err
 	})
 	if err != nil {
-		return nil, dockerError(sandgate.CodeDockerUnavailable, err, "look for the container of run %s", r.job.RunID)
+		return nil, daemon.Error(sandgate.CodeDockerUnavailable, err, "look for the container of run %s", h.job.RunID)
 	}
 	mine := list[:0]
 	for _, c := range list {
@@ -364,97 +385,4 @@ func statusOf(s *container.State) string {
 		return ""
 	}
 	return string(s.Status)
-}
-
-// eventsAPI is the Docker call that tells who stopped a container.
-// *client.Client has it; a daemon client without it is never asked.
-type eventsAPI interface {
-	Events(ctx context.Context, opts events.ListOptions) (<-chan events.Message, <-chan error)
-}
-
-// stoppedOutside asks the daemon's events how a container that died of
-// a signal sandgate did not send was ended. oom is true when the kernel's
-// OOM killer struck: the daemon records that asynchronously, so an
-// inspect right after the exit may not show it yet. why says who stopped
-// it through the daemon otherwise: a daemon that shuts down (a restart of
-// the Docker service) stops every container, and so does an operator's
-// `docker stop` or `docker kill`; such an end is not the program's,
-// whatever its exit code. A program that kills itself leaves no daemon
-// event. Both are zero when the events show neither, or cannot be read.
-func (e *Executor) stoppedOutside(ctx context.Context, id string, started time.Time, code int64) (why string, oom bool) {
-	ev, ok := e.docker.(eventsAPI)
-	if !ok || code < 128 || id == "" {
-		return "", false
-	}
-	why, oom = e.daemonStops(ctx, ev, id, started, code)
-	if why == "" && !oom && code == 137 {
-		// SIGKILL with no event yet: the OOM event may still be on its
-		// way from the runtime; look once more a moment later.
-		select {
-		case <-time.After(oomEventGrace):
-			why, oom = e.daemonStops(ctx, ev, id, started, code)
-		case <-ctx.Done():
-		}
-	}
-	return why, oom
-}
-
-// oomEventGrace is how long a SIGKILLed container's OOM event is given
-// to arrive after its exit.
-const oomEventGrace = 300 * time.Millisecond
-
-// daemonStops reads the container's kill and oom events once.
-func (e *Executor) daemonStops(ctx context.Context, ev eventsAPI, id string, started time.Time, code int64) (why string, oom bool) {
-	since := started
-	if since.IsZero() {
-		since = e.now().Add(-time.Hour)
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
-	defer cancel()
-	msgs, errs := ev.Events(ctx, events.ListOptions{
-		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10),
-		Until: strconv.FormatInt(e.now().Add(time.Second).Unix(), 10),
-		Filters: filters.NewArgs(
-			filters.Arg("type", string(events.ContainerEventType)),
-			filters.Arg("container", id),
-			filters.Arg("event", string(events.ActionKill)),
-			filters.Arg("event", string(events.ActionOOM)),
-		),
-	})
-	for {
-		select {
-		case m := <-msgs:
-			switch m.Action {
-			case events.ActionOOM:
-				oom = true
-			case events.ActionKill:
-				why = fmt.Sprintf("the container was stopped through the Docker daemon with signal %s (a restart of the daemon, or an operator), not by its program or by sandgate; exit code %d",
-					m.Actor.Attributes["signal"], code)
-			}
-		case err := <-errs:
-			// io.EOF once the window is read; anything else means the
-			// events cannot be read.
-			if oom {
-				why = ""
-			}
-			if why == "" && !oom && err != nil && !errors.Is(err, io.EOF) && !e.daemonAnswers(ctx) {
-				// A daemon that shuts down stops every container and then
-				// closes its API, sometimes before the kill events can be
-				// read: a signal death followed at once by a daemon that
-				// no longer answers is the daemon's doing.
-				why = fmt.Sprintf("the container died of a signal (exit code %d) as the Docker daemon stopped answering: a restart of the daemon stops every container", code)
-			}
-			return why, oom
-		case <-ctx.Done():
-			return "", oom
-		}
-	}
-}
-
-// daemonAnswers pings the daemon once, without retries: is it there now?
-func (e *Executor) daemonAnswers(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	_, err := e.docker.Ping(ctx)
-	return err == nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 )
 
 // leftover makes the container a killed gateway would leave for job on
@@ -28,7 +29,7 @@ func leftover(t *testing.T, node string, job sandgate.Job, start, warm bool, com
 		labels = map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: node, executor.LabelPool: "0123456789abcdef"}
 	}
 	resp, err := d.ContainerCreate(ctx, &container.Config{
-		Image:  executor.SandboxImage,
+		Image:  images.SandboxImage,
 		Cmd:    command,
 		User:   "10001:10001",
 		Labels: labels,

@@ -2,19 +2,43 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
+	"github.com/sandgate/sandgate/imagesig"
 )
+
+// resolveAPI is the Docker calls that resolve a run's image.
+type resolveAPI interface {
+	ImageInspect(ctx context.Context, ref string, opts ...client.ImageInspectOption) (image.InspectResponse, error)
+	ImagePull(ctx context.Context, ref string, opts image.PullOptions) (io.ReadCloser, error)
+}
+
+// resolver finds the image a run names on the daemon, pulling it only
+// when the run may, and remembers what it found for ImageCacheTTL.
+type resolver struct {
+	docker resolveAPI
+	calls  calls
+	ttl    time.Duration
+	now    sandgate.Clock
+	// signatures and keys check the images a policy requires signed
+	// (image_signatures.go).
+	signatures imagesig.Store
+	keys       *imagesig.Keys
+
+	mu    sync.Mutex
+	cache map[string]cachedImage
+}
 
 // cachedImage is a resolved image reference.
 type cachedImage struct {
@@ -22,36 +46,39 @@ type cachedImage struct {
 	at time.Time
 }
 
+func newResolver(cfg Config, d resolveAPI, c calls) *resolver {
+	return &resolver{
+		docker: d, calls: c, ttl: cfg.ImageCacheTTL, now: cfg.Clock, cache: map[string]cachedImage{},
+		signatures: cfg.ImageSignatures, keys: cfg.ImageKeys,
+	}
+}
+
 // resolveImage makes sure the job's image is present, pulling it only when
 // the pull policy allows and the job is not air-gapped, and returns its ID.
 // It returns SBX-002 when the image is not there and may not be fetched,
-// or could not be fetched.
-func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string, error) {
-	policy := r.job.Spec.PullPolicy
+// or could not be fetched, or is not signed as the run's policy requires.
+func (rs *resolver) resolve(ctx context.Context, t *trail, job sandgate.Job, ref string) (string, error) {
+	policy := job.Spec.PullPolicy
 	if policy == "" {
 		policy = sandgate.PullNever
 	}
-	mayPull := policy != sandgate.PullNever && !r.job.AirGapped
-	registry, registryOK := pullRegistry(ref, r.job.Enforcement.PullRegistries)
+	mayPull := policy != sandgate.PullNever && !job.AirGapped
+	registry, registryOK := pullRegistry(ref, job.Enforcement.PullRegistries)
 	var resolved func(id string, pulled, cached bool) (string, error)
 	unavailable := func(err error, format string, args ...any) (string, error) {
 		reason := fmt.Sprintf(format, args...)
-		e.emit(r, sandgate.EventImageUnavailable, map[string]any{"image": ref, "reason": reason, "pull_policy": string(policy), "air_gapped": r.job.AirGapped})
+		t.imageUnavailable(ref, reason, map[string]any{"pull_policy": string(policy), "air_gapped": job.AirGapped})
 		if err == nil {
 			return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "image %s: %s", ref, reason)
 		}
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "image %s: %s", ref, reason)
 	}
 	resolved = func(id string, pulled, cached bool) (string, error) {
-		signer, refused := e.imageSigner(ref, id, r.job.Enforcement.ImageSigners)
+		signer, refused := rs.signer(ref, id, job.Enforcement.ImageSigners)
 		if refused != "" {
 			return unavailable(nil, "%s", refused)
 		}
-		payload := map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)}
-		if signer != "" {
-			payload["signer"] = signer
-		}
-		e.emit(r, sandgate.EventImageResolved, payload)
+		t.imageResolved(ref, id, signer, pulled, cached, policy)
 		return id, nil
 	}
 
@@ -59,10 +86,10 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 		return unavailable(nil, "pull policy always, but registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
 	}
 	if policy == sandgate.PullAlways && mayPull {
-		if err := e.pull(ctx, r, ref); err != nil {
+		if err := rs.pull(ctx, t, ref); err != nil {
 			return unavailable(err, "pull failed")
 		}
-		id, err := e.inspectImage(ctx, r, ref)
+		id, err := rs.inspect(ctx, t, ref)
 		if err != nil {
 			return unavailable(err, "not present after pull")
 		}
@@ -70,24 +97,24 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 	}
 	// An image whose signature the policy requires is looked up afresh:
 	// a tag moved since the last run must not ride on the old answer.
-	if id, ok := e.cachedImageID(ref); ok && !signatureRequired(r, ref) {
+	if id, ok := rs.cached(ref); ok && !signatureRequired(job, ref) {
 		return resolved(id, false, true)
 	}
-	id, err := e.inspectImage(ctx, r, ref)
+	id, err := rs.inspect(ctx, t, ref)
 	switch {
 	case err == nil:
 		return resolved(id, false, false)
 	case !cerrdefs.IsNotFound(err):
 		return unavailable(err, "inspect failed")
 	}
-	if pinned, ok, perr := e.localPin(ctx, r, ref); perr != nil {
+	if pinned, ok, perr := rs.localPin(ctx, t, ref); perr != nil {
 		return unavailable(perr, "inspect failed")
 	} else if ok {
 		return resolved(pinned, false, false)
 	}
 	if !mayPull {
 		why := "not present, and pull policy never forbids pulling it"
-		if r.job.AirGapped {
+		if job.AirGapped {
 			why = "not present, and nothing is pulled in air-gapped mode; load it with `sandgate image load`"
 		}
 		return unavailable(nil, "%s", why)
@@ -95,10 +122,10 @@ func (e *Executor) resolveImage(ctx context.Context, r *run, ref string) (string
 	if !registryOK {
 		return unavailable(nil, "not present, and registry %s is not one the policy lets images be pulled from (data.sandgate.config.pull_registries)", registry)
 	}
-	if err := e.pull(ctx, r, ref); err != nil {
+	if err := rs.pull(ctx, t, ref); err != nil {
 		return unavailable(err, "not present and the pull failed")
 	}
-	if id, err = e.inspectImage(ctx, r, ref); err != nil {
+	if id, err = rs.inspect(ctx, t, ref); err != nil {
 		return unavailable(err, "not present after pull")
 	}
 	return resolved(id, true, false)
@@ -122,39 +149,40 @@ func pullRegistry(ref string, allowed []string) (string, bool) {
 	return registry, false
 }
 
-// inspectImage asks the daemon for the image's ID and caches it.
-func (e *Executor) inspectImage(ctx context.Context, r *run, ref string) (string, error) {
+// inspect asks the daemon for the image's ID and caches it.
+func (rs *resolver) inspect(ctx context.Context, t *trail, ref string) (string, error) {
 	var id string
-	err := e.call(ctx, r, "inspect image", func(ctx context.Context) error {
-		img, err := e.docker.ImageInspect(ctx, ref)
+	err := rs.calls.do(ctx, t, "inspect image", func(ctx context.Context) error {
+		img, err := rs.docker.ImageInspect(ctx, ref)
 		id = img.ID
 		return err
 	})
 	if err != nil {
 		return "", err
 	}
-	if e.cfg.ImageCacheTTL > 0 {
-		e.imgMu.Lock()
-		e.imgCache[ref] = cachedImage{id: id, at: e.now()}
-		e.imgMu.Unlock()
+	if rs.ttl > 0 {
+		rs.mu.Lock()
+		rs.cache[ref] = cachedImage{id: id, at: rs.now()}
+		rs.mu.Unlock()
 	}
 	return id, nil
 }
 
-func (e *Executor) cachedImageID(ref string) (string, bool) {
-	e.imgMu.Lock()
-	defer e.imgMu.Unlock()
-	c, ok := e.imgCache[ref]
-	if !ok || e.now().Sub(c.at) > e.cfg.ImageCacheTTL {
+func (rs *resolver) cached(ref string) (string, bool) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	c, ok := rs.cache[ref]
+	if !ok || rs.now().Sub(c.at) > rs.ttl {
 		return "", false
 	}
 	return c.id, true
 }
 
-func (e *Executor) forgetImage(ref string) {
-	e.imgMu.Lock()
-	delete(e.imgCache, ref)
-	e.imgMu.Unlock()
+// forget drops ref from the cache: a create found it gone.
+func (rs *resolver) forget(ref string) {
+	rs.mu.Lock()
+	delete(rs.cache, ref)
+	rs.mu.Unlock()
 }
 
 // pullTimeout bounds one pull attempt.
@@ -162,55 +190,16 @@ const pullTimeout = 15 * time.Minute
 
 // pull pulls ref and reads the progress stream to its end, where the
 // daemon reports a failed pull.
-func (e *Executor) pull(ctx context.Context, r *run, ref string) error {
-	e.forgetImage(ref)
-	return e.callWith(ctx, r, "pull", pullTimeout, func(ctx context.Context) error {
-		body, err := e.docker.ImagePull(ctx, ref, image.PullOptions{})
+func (rs *resolver) pull(ctx context.Context, t *trail, ref string) error {
+	rs.forget(ref)
+	return rs.calls.with(ctx, t, "pull", pullTimeout, func(ctx context.Context) error {
+		body, err := rs.docker.ImagePull(ctx, ref, image.PullOptions{})
 		if err != nil {
 			return err
 		}
 		defer body.Close()
-		return readJSONMessages(body, nil)
+		return daemon.ReadMessages(body, nil)
 	})
-}
-
-// jsonMessage is one line of the daemon's build, pull and load progress.
-type jsonMessage struct {
-	Stream      string `json:"stream"`
-	Status      string `json:"status"`
-	Error       string `json:"error"`
-	ErrorDetail *struct {
-		Message string `json:"message"`
-	} `json:"errorDetail"`
-	Aux json.RawMessage `json:"aux"`
-}
-
-// streamError is a failure the daemon reported inside a progress stream.
-type streamError struct{ msg string }
-
-func (e *streamError) Error() string { return e.msg }
-
-// readJSONMessages reads a progress stream to its end, calling each for
-// every message, and returns the first error the daemon reported in it.
-func readJSONMessages(r io.Reader, each func(jsonMessage)) error {
-	dec := json.NewDecoder(r)
-	for {
-		var m jsonMessage
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("read progress stream: %w", err)
-		}
-		if m.ErrorDetail != nil && m.ErrorDetail.Message != "" {
-			return &streamError{m.ErrorDetail.Message}
-		}
-		if m.Error != "" {
-			return &streamError{m.Error}
-		}
-		if each != nil {
-			each(m)
-		}
-	}
 }
 
 // localPin returns the image ID a reference pinned as repository@ID names,
@@ -218,7 +207,7 @@ func readJSONMessages(r io.Reader, each func(jsonMessage)) error {
 // with that ID tagged in that repository: images built or loaded here have
 // no registry digest, and their ID pins their content as well. ok is false
 // when ref is not such a pin.
-func (e *Executor) localPin(ctx context.Context, r *run, ref string) (string, bool, error) {
+func (rs *resolver) localPin(ctx context.Context, t *trail, ref string) (string, bool, error) {
 	named, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
 		return "", false, nil
@@ -229,9 +218,9 @@ func (e *Executor) localPin(ctx context.Context, r *run, ref string) (string, bo
 	}
 	id := canonical.Digest().String()
 	var img image.InspectResponse
-	err = e.call(ctx, r, "inspect image", func(ctx context.Context) error {
+	err = rs.calls.do(ctx, t, "inspect image", func(ctx context.Context) error {
 		var err error
-		img, err = e.docker.ImageInspect(ctx, id)
+		img, err = rs.docker.ImageInspect(ctx, id)
 		return err
 	})
 	if cerrdefs.IsNotFound(err) {

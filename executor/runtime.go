@@ -8,29 +8,41 @@ import (
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
-// checkRuntime refuses a run whose admitted OCI runtime the daemon does
-// not have, before anything is created for it: a policy may admit runsc
-// or kata for a team, but only the daemon's configuration (its runtimes,
+// infoAPI is the Docker call that describes the daemon's configuration:
+// the runtimes it has (runtimes) and its userns-remap (hostIDs).
+type infoAPI interface {
+	Info(ctx context.Context) (system.Info, error)
+}
+
+// runtimes checks a run's admitted OCI runtime against the daemon's.
+type runtimes struct {
+	docker infoAPI
+	calls  calls
+	node   string
+}
+
+// check refuses a run whose admitted OCI runtime the daemon does not
+// have, before anything is created for it: a policy may admit runsc or
+// kata for a team, but only the daemon's configuration (its runtimes,
 // `docker info`) says whether this node can run it. The daemon's default
 // ("") is always there. The daemon is asked each time: runtimes are added
 // by a reload of its configuration, without a restart.
-func (e *Executor) checkRuntime(ctx context.Context, r *run, runtime string) error {
+func (rt runtimes) check(ctx context.Context, t *trail, runtime string) error {
 	if runtime == "" {
 		return nil
 	}
 	var info system.Info
-	err := e.call(ctx, r, "docker info", func(ctx context.Context) error {
+	err := rt.calls.do(ctx, t, "docker info", func(ctx context.Context) error {
 		var err error
-		info, err = e.docker.Info(ctx)
+		info, err = rt.docker.Info(ctx)
 		return err
 	})
 	if err != nil {
-		if unreachable(err) {
-			return dockerError(sandgate.CodeDockerUnavailable, err, "docker info")
-		}
-		return dockerError(sandgate.CodeContainerCreate, err, "docker info")
+		// DOCKER-UNAVAILABLE when the daemon is away.
+		return daemon.Error(sandgate.CodeContainerCreate, err, "docker info")
 	}
 	if _, ok := info.Runtimes[runtime]; ok {
 		return nil
@@ -43,6 +55,6 @@ func (e *Executor) checkRuntime(ctx context.Context, r *run, runtime string) err
 	return &sandgate.Error{
 		Code:    sandgate.CodeContainerCreate,
 		Field:   "runtime",
-		Message: "the docker daemon of node " + e.cfg.Node + " has no runtime " + runtime + " (it has: " + strings.Join(have, ", ") + "); register it in the daemon's configuration (runtimes in daemon.json) or ask for another",
+		Message: "the docker daemon of node " + rt.node + " has no runtime " + runtime + " (it has: " + strings.Join(have, ", ") + "); register it in the daemon's configuration (runtimes in daemon.json) or ask for another",
 	}
 }

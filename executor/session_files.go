@@ -24,13 +24,11 @@ import (
 
 // sessionWorkspace is the mounted workspace of the open session id.
 func (e *Executor) sessionWorkspace(id string) (*runWorkspace, error) {
-	e.mu.Lock()
-	s := e.runs[id]
-	e.mu.Unlock()
+	s := e.runs.get(id)
 	if s == nil || !s.job.SessionContainer {
 		return nil, sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", id, e.cfg.Node)
 	}
-	ws := s.workspace()
+	_, ws := s.link()
 	if ws == nil {
 		ws = e.workspaces.find(id)
 	}
@@ -94,7 +92,7 @@ func (e *Executor) PutFiles(ctx context.Context, sessionID string, spec sandgate
 	}
 	lim := workspace.DefaultLimits
 	lim.MaxBytes = spec.Resources.WorkspaceMB << 20
-	shift, err := e.hostIDs.of(ctx, e, nil)
+	shift, err := e.workspaces.ids.of(ctx, nil)
 	if err != nil {
 		return sandgate.FileDigest{}, err
 	}
@@ -216,9 +214,7 @@ func openParent(root *os.Root, rel string) (*os.Root, string, error) {
 // sessionReadLimit bounds a directory read out of a session: its
 // workspace's size.
 func (e *Executor) sessionReadLimit(id string) int64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if s := e.runs[id]; s != nil {
+	if s := e.runs.get(id); s != nil {
 		return s.job.Spec.Resources.WorkspaceMB << 20
 	}
 	return 0

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -80,7 +81,7 @@ func TestStartWhenDockerComesLater(t *testing.T) {
 	node := "test-" + sandgatetest.RandomHex(t, 6)
 	// An orphan of this node, as a killed process would leave it.
 	ctx := t.Context()
-	orphan, err := docker(t).ContainerCreate(ctx, &container.Config{Image: executor.SandboxImage, Cmd: []string{"true"},
+	orphan, err := docker(t).ContainerCreate(ctx, &container.Config{Image: images.SandboxImage, Cmd: []string{"true"},
 		Labels: map[string]string{sandgate.LabelManaged: "true", sandgate.LabelNode: node, sandgate.LabelRunID: "gone"}},
 		nil, nil, nil, "sandgate-orphan-"+node)
 	if err != nil {

@@ -3,6 +3,9 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -71,38 +74,80 @@ type sampler struct {
 	n          int
 }
 
-// watchUsage starts the sampler of h's container. network says whether
-// the run has a network; relative that the counters are to be taken from
-// the first reading (a warm container, which ran before its run).
-func (e *Executor) watchUsage(ctx context.Context, id string, network, relative bool) *sampler {
+// statsAPI is the Docker calls a sampler makes: the stats stream, and the
+// inspect that finds a container's first process.
+type statsAPI interface {
+	ContainerStats(ctx context.Context, id string, stream bool) (container.StatsResponseReader, error)
+	ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error)
+}
+
+// meter makes the samplers of containers, and reads their OOM counts.
+type meter struct {
+	interval time.Duration
+	// cgroups is how the daemon host's cgroups are laid out, when this
+	// process can read them (a local daemon); version 0 otherwise, and
+	// the usage of runs comes from the Docker stats API.
+	cgroups cgroupLayout
+	docker  statsAPI
+	now     sandgate.Clock
+	log     *slog.Logger
+}
+
+func newMeter(cfg Config, d statsAPI, log *slog.Logger) *meter {
+	return &meter{interval: cfg.UsageInterval, docker: d, now: cfg.Clock, log: log}
+}
+
+// watch starts the sampler of container id. network says whether the run
+// has a network; relative that the counters are to be taken from the
+// first reading (a warm container, which ran before its run).
+func (m *meter) watch(ctx context.Context, id string, network, relative bool) *sampler {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &sampler{stopC: make(chan struct{}), done: make(chan struct{}), cancel: cancel, relative: relative}
-	if e.cfg.UsageInterval < 0 {
+	if m.interval < 0 {
 		close(s.done)
 		return s
 	}
 	go func() {
 		defer close(s.done)
-		if e.cgroups.version == 0 {
-			e.streamStats(ctx, s, id, network)
+		if m.cgroups.version == 0 {
+			m.streamStats(ctx, s, id, network)
 			return
 		}
-		dirs, ok := e.cgroups.find(id)
+		dirs, ok := m.cgroups.find(id)
 		if !ok {
 			// A cgroup parent or driver of its own: ask where the
 			// container's first process is.
-			c, err := e.docker.ContainerInspect(ctx, id)
+			c, err := m.docker.ContainerInspect(ctx, id)
 			if err != nil || c.ContainerJSONBase == nil || c.State == nil || !c.State.Running || c.State.Pid == 0 {
 				return // ended already: nothing left to read
 			}
-			if dirs, ok = e.cgroups.ofPid(c.State.Pid); !ok {
-				e.streamStats(ctx, s, id, network)
+			if dirs, ok = m.cgroups.ofPid(c.State.Pid); !ok {
+				m.streamStats(ctx, s, id, network)
 				return
 			}
 		}
-		s.readCgroup(&cgroupReader{dirs: dirs, proc: e.cgroups.proc, network: network}, e.cfg.UsageInterval, e.now)
+		s.readCgroup(&cgroupReader{dirs: dirs, proc: m.cgroups.proc, network: network}, m.interval, m.now)
 	}()
 	return s
+}
+
+// oomKills is how many processes the kernel's OOM killer has killed in
+// container id so far (memory.events on cgroup v2, memory.oom_control on
+// v1); 0 when it cannot be read.
+func (m *meter) oomKills(id string) int64 {
+	dirs, ok := m.cgroups.find(id)
+	if !ok {
+		return 0
+	}
+	file := "memory.oom_control"
+	if dirs.version == 2 {
+		file = "memory.events"
+	}
+	b, err := os.ReadFile(filepath.Join(dirs.memory, file))
+	if err != nil {
+		return 0
+	}
+	return parseKeyValues(string(b))["oom_kill"]
 }
 
 // readCgroup reads the cgroup until the sampler is stopped or the cgroup
@@ -143,10 +188,10 @@ func (s *sampler) readCgroup(rd *cgroupReader, interval time.Duration, now sandg
 
 // streamStats follows the Docker stats API's stream of the container
 // until the sampler is stopped or the stream ends.
-func (e *Executor) streamStats(ctx context.Context, s *sampler, id string, network bool) {
-	rd, err := e.docker.ContainerStats(ctx, id, true)
+func (m *meter) streamStats(ctx context.Context, s *sampler, id string, network bool) {
+	rd, err := m.docker.ContainerStats(ctx, id, true)
 	if err != nil {
-		e.log.Debug("container stats", "container_id", id, "err", err)
+		m.log.Debug("container stats", "container_id", id, "err", err)
 		return
 	}
 	defer rd.Body.Close()
@@ -166,7 +211,7 @@ func (e *Executor) streamStats(ctx context.Context, s *sampler, id string, netwo
 		prev := s.last
 		s.mu.Unlock()
 		smp := statsSample(st, prev, network)
-		smp.at = e.now()
+		smp.at = m.now()
 		s.record(smp)
 	}
 }
@@ -277,3 +322,5 @@ func (s *sampler) usage(res sandgate.Result, memoryLimit int64) *sandgate.Usage 
 }
 
 func ms(ns int64) *int64 { return ptr(max(0, ns) / int64(time.Millisecond)) }
+
+func ptr[T any](v T) *T { return &v }

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/system"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // idShift is how the daemon's user namespace (userns-remap) shifts a
@@ -29,26 +30,30 @@ type idShift struct {
 // range. A daemon's remap changes only with a restart on another data
 // root, which a gateway's restart follows.
 type hostIDs struct {
+	docker infoAPI
+	calls  calls
+
 	mu    sync.Mutex
 	known bool
 	shift idShift
 }
 
-// of returns the daemon's shift, asking it the first time.
-func (h *hostIDs) of(ctx context.Context, e *Executor, r *run) (idShift, error) {
+// of returns the daemon's shift, asking it the first time; a run's trail
+// t (nil for none) records the retries.
+func (h *hostIDs) of(ctx context.Context, t *trail) (idShift, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.known {
 		return h.shift, nil
 	}
 	var info system.Info
-	err := e.call(ctx, r, "docker info", func(ctx context.Context) error {
+	err := h.calls.do(ctx, t, "docker info", func(ctx context.Context) error {
 		var err error
-		info, err = e.docker.Info(ctx)
+		info, err = h.docker.Info(ctx)
 		return err
 	})
 	if err != nil {
-		return idShift{}, dockerError(sandgate.CodeDockerUnavailable, err, "docker info")
+		return idShift{}, daemon.Error(sandgate.CodeDockerUnavailable, err, "docker info")
 	}
 	shift, err := shiftOf(info)
 	if err != nil {

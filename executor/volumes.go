@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
 )
 
 // DefaultVolumeDir is where the file systems of cache volumes live.
@@ -68,9 +70,20 @@ func VolumeName(team, name string) (string, bool) {
 	return VolumePrefix + team + "." + name, true
 }
 
-// volumes makes and mounts the file systems of cache volumes.
+// volumeAPI is the Docker calls that bind cache volumes.
+type volumeAPI interface {
+	VolumeInspect(ctx context.Context, id string) (volume.Volume, error)
+	VolumeCreate(ctx context.Context, opts volume.CreateOptions) (volume.Volume, error)
+	VolumeRemove(ctx context.Context, id string, force bool) error
+}
+
+// volumes makes and mounts the file systems of cache volumes, and binds
+// the Docker volumes to them.
 type volumes struct {
-	dir string
+	dir    string
+	docker volumeAPI
+	calls  calls
+	log    *slog.Logger
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
@@ -83,11 +96,11 @@ type volumeMeta struct {
 	SizeMB int64  `json:"size_mb"`
 }
 
-func newVolumes(dir string) *volumes {
+func newVolumes(dir string, d volumeAPI, c calls, log *slog.Logger) *volumes {
 	if dir == "" {
 		dir = DefaultVolumeDir
 	}
-	return &volumes{dir: filepath.Clean(dir), locks: map[string]*sync.Mutex{}}
+	return &volumes{dir: filepath.Clean(dir), docker: d, calls: c, log: log, locks: map[string]*sync.Mutex{}}
 }
 
 func (v *volumes) lock(name string) func() {
@@ -110,9 +123,8 @@ func (v *volumes) data(name string) string  { return filepath.Join(v.mnt(name), 
 // ensure makes team's volume name ready: its image made (within the
 // team's count) and mounted, and the Docker volume bound to it. It
 // returns the Docker volume's name. Errors are SBX-003.
-func (e *Executor) ensureVolume(ctx context.Context, r *run, index int, name string) (string, error) {
-	v := e.volumes
-	team := r.job.Team
+func (v *volumes) ensure(ctx context.Context, h *handle, index int, name string) (string, error) {
+	team := h.job.Team
 	field := fmt.Sprintf("volumes[%d]", index)
 	refuse := func(err error, format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf(format, args...), Err: err}
@@ -126,25 +138,25 @@ func (e *Executor) ensureVolume(ctx context.Context, r *run, index int, name str
 	}
 	unlock := v.lock(docker)
 	defer unlock()
-	quota := r.job.Enforcement.VolumeQuotaMB
+	quota := h.job.Enforcement.VolumeQuotaMB
 	if quota <= 0 {
 		quota = defaultVolumeQuotaMB
 	}
 	if _, err := os.Stat(v.image(docker)); errors.Is(err, os.ErrNotExist) {
-		if err := v.checkCount(team, r.job.Enforcement.MaxVolumes); err != nil {
+		if err := v.checkCount(team, h.job.Enforcement.MaxVolumes); err != nil {
 			return "", refuse(nil, "%s", err)
 		}
 		if err := v.makeImage(docker, volumeMeta{Team: team, Name: name, SizeMB: quota}); err != nil {
 			return "", refuse(err, "make cache volume %q of team %s", name, team)
 		}
-		e.log.Info("made a cache volume", "team", team, "volume", name, "docker_volume", docker, "size_mb", quota)
+		v.log.Info("made a cache volume", "team", team, "volume", name, "docker_volume", docker, "size_mb", quota)
 	} else if err != nil {
 		return "", refuse(err, "cache volume %q", name)
 	}
 	if err := v.mount(docker); err != nil {
 		return "", refuse(err, "mount cache volume %q of team %s", name, team)
 	}
-	if err := e.bindVolume(ctx, r, docker, team, name); err != nil {
+	if err := v.bind(ctx, h.trail, docker, team, name); err != nil {
 		return "", refuse(nil, "cache volume %q of team %s: %v", name, team, err)
 	}
 	return docker, nil
@@ -249,12 +261,12 @@ func (v *volumes) mount(name string) error {
 
 // bindVolume makes the Docker volume that binds the image's data
 // directory, or checks that the one there does.
-func (e *Executor) bindVolume(ctx context.Context, r *run, docker, team, name string) error {
-	want := e.volumes.data(docker)
+func (v *volumes) bind(ctx context.Context, t *trail, docker, team, name string) error {
+	want := v.data(docker)
 	var existing volume.Volume
-	err := e.call(ctx, r, "inspect volume", func(ctx context.Context) error {
+	err := v.calls.do(ctx, t, "inspect volume", func(ctx context.Context) error {
 		var err error
-		existing, err = e.docker.VolumeInspect(ctx, docker)
+		existing, err = v.docker.VolumeInspect(ctx, docker)
 		return err
 	})
 	switch {
@@ -267,18 +279,18 @@ func (e *Executor) bindVolume(ctx context.Context, r *run, docker, team, name st
 		if existing.Labels[labelCache] != "true" || existing.Labels[labelVolumeTeam] != team || existing.Labels[labelVolumeName] != name {
 			return fmt.Errorf("the docker volume %s exists and is not sandgate's; remove or rename it", docker)
 		}
-		e.log.Warn("replacing a cache volume bound to another file system", "docker_volume", docker, "device", existing.Options["device"])
-		err := e.call(ctx, r, "remove stale volume", func(ctx context.Context) error {
-			return e.docker.VolumeRemove(ctx, docker, false)
+		v.log.Warn("replacing a cache volume bound to another file system", "docker_volume", docker, "device", existing.Options["device"])
+		err := v.calls.do(ctx, t, "remove stale volume", func(ctx context.Context) error {
+			return v.docker.VolumeRemove(ctx, docker, false)
 		})
 		if err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("the docker volume %s is bound to another file system (%s) and cannot be replaced: %w", docker, existing.Options["device"], err)
 		}
 	case !cerrdefs.IsNotFound(err):
-		return dockerError(sandgate.CodeMountError, err, "inspect volume %s", docker)
+		return daemon.Error(sandgate.CodeMountError, err, "inspect volume %s", docker)
 	}
-	return e.call(ctx, r, "create volume", func(ctx context.Context) error {
-		_, err := e.docker.VolumeCreate(ctx, volume.CreateOptions{
+	return v.calls.do(ctx, t, "create volume", func(ctx context.Context) error {
+		_, err := v.docker.VolumeCreate(ctx, volume.CreateOptions{
 			Name:       docker,
 			Driver:     "local",
 			DriverOpts: map[string]string{"type": "none", "o": "bind", "device": want},
@@ -288,11 +300,11 @@ func (e *Executor) bindVolume(ctx context.Context, r *run, docker, team, name st
 	})
 }
 
-// ensureVolumes readies the run's cache volumes and points the container's
+// ensureAll readies the run's cache volumes and points the container's
 // volume mounts at them.
-func (e *Executor) ensureVolumes(ctx context.Context, r *run, set *settings) error {
-	for i, vol := range r.job.Spec.Volumes {
-		docker, err := e.ensureVolume(ctx, r, i, vol.Name)
+func (v *volumes) ensureAll(ctx context.Context, h *handle, set *settings) error {
+	for i, vol := range h.job.Spec.Volumes {
+		docker, err := v.ensure(ctx, h, i, vol.Name)
 		if err != nil {
 			return err
 		}
@@ -308,7 +320,10 @@ func (e *Executor) ensureVolumes(ctx context.Context, r *run, set *settings) err
 // CacheVolumes lists the cache volumes this executor has made, of every
 // team, by Docker volume name.
 func (e *Executor) CacheVolumes(context.Context) ([]sandgate.CacheVolume, error) {
-	v := e.volumes
+	return e.volumes.list()
+}
+
+func (v *volumes) list() ([]sandgate.CacheVolume, error) {
 	entries, err := os.ReadDir(filepath.Join(v.dir, "images"))
 	if errors.Is(err, os.ErrNotExist) {
 		return []sandgate.CacheVolume{}, nil
@@ -347,7 +362,10 @@ func (e *Executor) CacheVolumes(context.Context) ([]sandgate.CacheVolume, error)
 // its file system and its image. A volume a container uses is not
 // removed (CONFLICT); one that does not exist is NOT-FOUND.
 func (e *Executor) RemoveCacheVolume(ctx context.Context, team, name string) error {
-	v := e.volumes
+	return e.volumes.remove(ctx, team, name)
+}
+
+func (v *volumes) remove(ctx context.Context, team, name string) error {
 	docker, ok := VolumeName(team, name)
 	if !ok {
 		return sandgate.Errorf(sandgate.CodeNotFound, "team %s has no cache volume %q", team, name)
@@ -357,15 +375,15 @@ func (e *Executor) RemoveCacheVolume(ctx context.Context, team, name string) err
 	if _, err := os.Stat(v.meta(docker)); errors.Is(err, os.ErrNotExist) {
 		return sandgate.Errorf(sandgate.CodeNotFound, "team %s has no cache volume %q", team, name)
 	}
-	err := e.call(ctx, nil, "remove volume", func(ctx context.Context) error {
-		return e.docker.VolumeRemove(ctx, docker, false)
+	err := v.calls.do(ctx, nil, "remove volume", func(ctx context.Context) error {
+		return v.docker.VolumeRemove(ctx, docker, false)
 	})
 	switch {
 	case err == nil, cerrdefs.IsNotFound(err):
 	case cerrdefs.IsConflict(err):
 		return sandgate.WrapError(sandgate.CodeConflict, err, "cache volume %q of team %s is in use by a run", name, team)
 	default:
-		return dockerError(sandgate.CodeUnavailable, err, "remove volume %s", docker)
+		return daemon.Error(sandgate.CodeUnavailable, err, "remove volume %s", docker)
 	}
 	if mnt := v.mnt(docker); isMountPoint(mnt) {
 		if err := unix.Unmount(mnt, 0); err != nil {
@@ -377,6 +395,6 @@ func (e *Executor) RemoveCacheVolume(ctx context.Context, team, name string) err
 		return fmt.Errorf("remove the image of cache volume %s: %w", docker, err)
 	}
 	os.Remove(v.meta(docker))
-	e.log.Info("removed a cache volume", "team", team, "volume", name, "docker_volume", docker)
+	v.log.Info("removed a cache volume", "team", team, "volume", name, "docker_volume", docker)
 	return nil
 }

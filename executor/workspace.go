@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,13 +39,21 @@ const artifactTimeout = 10 * time.Minute
 // workspaces makes and removes the runs' workspaces. Each node has a
 // directory of its own under the workspace directory, so that gateways
 // sharing a host never take each other's workspaces for stale.
-type workspaces struct{ dir string }
+type workspaces struct {
+	dir   string
+	blobs sandgate.BlobStore
+	log   *slog.Logger
+	// ids is the daemon's userns-remap shift: what a run's ids are on
+	// the host, and so whom the files written for it belong to.
+	ids *hostIDs
+}
 
-func newWorkspaces(dir, node string) *workspaces {
+func newWorkspaces(cfg Config, ids *hostIDs, log *slog.Logger) *workspaces {
+	dir := cfg.WorkspaceDir
 	if dir == "" {
 		dir = DefaultWorkspaceDir
 	}
-	return &workspaces{dir: filepath.Join(filepath.Clean(dir), node)}
+	return &workspaces{dir: filepath.Join(filepath.Clean(dir), cfg.Node), blobs: cfg.Blobs, log: log, ids: ids}
 }
 
 // runWorkspace is one run's workspace.
@@ -102,67 +111,68 @@ func (w *workspaces) runs() []string {
 // the run was admitted to write.
 func imageMB(mb int64) int64 { return mb + mb/32 + 4 }
 
-// prepareWorkspace makes the run's workspace, writes its archive and files
-// into it, and mounts it at the run's workdir in set. Errors are SBX-003
-// naming what failed; nothing is left behind.
-func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) (*runWorkspace, error) {
-	spec := r.job.Spec
+// prepare makes the run's workspace, writes its archive and files into
+// it, and mounts it at the run's workdir in set. It returns what
+// container.created records of it. Errors are SBX-003 naming what failed;
+// nothing is left behind.
+func (w *workspaces) prepare(ctx context.Context, t *trail, job sandgate.Job, set *settings) (*runWorkspace, map[string]any, error) {
+	spec := job.Spec
 	refuse := func(field string, err error, format string, args ...any) error {
 		return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf(format, args...), Err: err}
 	}
 	if os.Geteuid() != 0 {
-		return nil, refuse("workspace", nil, "workspaces are not available on this gateway: their size limit needs sandgate to run as root")
+		return nil, nil, refuse("workspace", nil, "workspaces are not available on this gateway: their size limit needs sandgate to run as root")
 	}
-	if r.job.RunID != filepath.Base(r.job.RunID) || strings.HasPrefix(r.job.RunID, ".") {
-		return nil, refuse("run_id", nil, "run ID %q cannot name a workspace", r.job.RunID)
+	if job.RunID != filepath.Base(job.RunID) || strings.HasPrefix(job.RunID, ".") {
+		return nil, nil, refuse("run_id", nil, "run ID %q cannot name a workspace", job.RunID)
 	}
 	if spec.UID == nil || spec.GID == nil {
-		return nil, refuse("user", nil, "a run with a workspace needs a numeric uid:gid")
+		return nil, nil, refuse("user", nil, "a run with a workspace needs a numeric uid:gid")
 	}
-	ws := e.workspaces.of(r.job.RunID)
+	ws := w.of(job.RunID)
 	done := false
 	defer func() {
 		if !done {
-			ws.remove(e)
+			w.remove(ws)
 		}
 	}()
 	if err := makeExt4(ws.img, imageMB(spec.Resources.WorkspaceMB), "sandgate-ws"); err != nil {
-		return nil, refuse("resources.workspace_mb", err, "make the run's workspace: %v", err)
+		return nil, nil, refuse("resources.workspace_mb", err, "make the run's workspace: %v", err)
 	}
 	if err := os.MkdirAll(ws.mnt, 0o700); err != nil {
-		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+		return nil, nil, refuse("workspace", err, "make the run's workspace: %v", err)
 	}
 	if err := loopMount(ws.img, ws.mnt); err != nil {
-		return nil, refuse("workspace", err, "mount the run's workspace: %v", err)
+		return nil, nil, refuse("workspace", err, "mount the run's workspace: %v", err)
 	}
-	shift, err := e.hostIDs.of(ctx, e, r)
+	shift, err := w.ids.of(ctx, t)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	uid, gid := int(*spec.UID)+shift.UID, int(*spec.GID)+shift.GID
 	if err := os.Mkdir(ws.data, 0o755); err != nil {
-		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+		return nil, nil, refuse("workspace", err, "make the run's workspace: %v", err)
 	}
 	if err := os.Chown(ws.data, uid, gid); err != nil {
-		return nil, refuse("workspace", err, "make the run's workspace: %v", err)
+		return nil, nil, refuse("workspace", err, "make the run's workspace: %v", err)
 	}
 	root, err := os.OpenRoot(ws.data)
 	if err != nil {
-		return nil, refuse("workspace", err, "open the run's workspace: %v", err)
+		return nil, nil, refuse("workspace", err, "open the run's workspace: %v", err)
 	}
 	defer root.Close()
 	owner := workspace.Owner{UID: uid, GID: gid}
 	lim := workspace.DefaultLimits
 	lim.MaxBytes = spec.Resources.WorkspaceMB << 20
 	payload := map[string]any{"workspace_mb": spec.Resources.WorkspaceMB}
-	if path := r.job.Workspace; path != "" {
+	if path := job.Workspace; path != "" {
 		checked := ""
 		if spec.Workspace != nil {
 			checked = spec.Workspace.SHA256
 		}
 		m, err := unpackArchive(ctx, path, checked, root, owner, lim)
 		if err != nil {
-			return nil, workspaceError("workspace", err)
+			return nil, nil, workspaceError("workspace", err)
 		}
 		payload["archive_sha256"], payload["archive_entries"], payload["archive_unpacked_bytes"] = m.SHA256, m.Entries, m.UnpackedBytes
 	}
@@ -173,7 +183,7 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 		}
 		m, err := workspace.WriteFiles(root, files, owner, lim)
 		if err != nil {
-			return nil, workspaceError("files", err)
+			return nil, nil, workspaceError("files", err)
 		}
 		payload["files"], payload["files_bytes"] = len(spec.Files), m.UnpackedBytes
 	}
@@ -181,9 +191,8 @@ func (e *Executor) prepareWorkspace(ctx context.Context, r *run, set *settings) 
 		Type: mount.TypeBind, Source: ws.data, Target: spec.Workdir,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 	})
-	r.workspacePayload = payload
 	done = true
-	return ws, nil
+	return ws, payload, nil
 }
 
 // unpackArchive unpacks the archive at path into root. checked is the
@@ -218,28 +227,18 @@ func workspaceError(field string, err error) error {
 	return &sandgate.Error{Code: sandgate.CodeMountError, Field: field, Message: fmt.Sprintf("write the run's workspace: %v", err), Err: err}
 }
 
-// collectArtifacts stores the files the run's artifacts name, read from
-// its workspace without following a symlink and up to its artifact limit,
-// and records them in the trail. It never fails the run: what could not
-// be collected is said in the result.
-func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspace) *sandgate.Artifacts {
-	spec := r.job.Spec
+// collect stores the files h's artifacts name, read from its workspace
+// without following a symlink and up to its artifact limit, and records
+// them in the trail. It never fails the run: what could not be collected
+// is said in the result.
+func (w *workspaces) collect(h *handle, ws *runWorkspace) *sandgate.Artifacts {
+	spec := h.job.Spec
 	if len(spec.Artifacts) == 0 {
 		return nil
 	}
 	out := &sandgate.Artifacts{Files: []sandgate.Artifact{}}
-	defer func() {
-		files := make([]any, len(out.Files))
-		for i, f := range out.Files {
-			files[i] = map[string]any{"path": f.Path, "size": f.Size, "sha256": f.SHA256, "mode": int64(f.Mode)}
-		}
-		p := map[string]any{"files": files, "bytes": out.Bytes, "truncated": out.Truncated, "skipped_count": int64(out.SkippedCount)}
-		if out.Error != "" {
-			p["error"] = out.Error
-		}
-		e.emit(r, sandgate.EventArtifactsCollected, p)
-	}()
-	if e.cfg.Blobs == nil {
+	defer func() { h.trail.artifactsCollected(out) }()
+	if w.blobs == nil {
 		out.Error = "this gateway has no artifact store"
 		return out
 	}
@@ -251,10 +250,10 @@ func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspac
 	defer root.Close()
 	// Collection goes on after a cancellation: the run's files are kept
 	// whatever ended it.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), artifactTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), artifactTimeout)
 	defer cancel()
 	c, err := workspace.Collect(cctx, root, spec.Artifacts, spec.ArtifactLimitBytes, func(_ sandgate.Artifact, rd io.Reader) (string, error) {
-		sum, _, err := e.cfg.Blobs.PutBlob(cctx, rd)
+		sum, _, err := w.blobs.PutBlob(cctx, rd)
 		return sum, err
 	})
 	if c.Files == nil {
@@ -263,27 +262,27 @@ func (e *Executor) collectArtifacts(ctx context.Context, r *run, ws *runWorkspac
 	*out = c
 	if err != nil {
 		out.Error = err.Error()
-		e.log.Warn("artifact collection stopped", "run_id", r.job.RunID, "err", err)
+		w.log.Warn("artifact collection stopped", "run_id", h.job.RunID, "err", err)
 	}
 	return out
 }
 
-// remove unmounts the workspace and deletes its file system.
-func (ws *runWorkspace) remove(e *Executor) {
+// remove unmounts the workspace ws and deletes its file system.
+func (w *workspaces) remove(ws *runWorkspace) {
 	if isMountPoint(ws.mnt) {
 		if err := unix.Unmount(ws.mnt, 0); err != nil {
 			// Busy (a process still holds a file): detach it, the kernel
 			// frees it once the last user is gone.
 			if err := unix.Unmount(ws.mnt, unix.MNT_DETACH); err != nil {
-				e.log.Warn("unmount a workspace", "run_id", ws.runID, "err", err)
+				w.log.Warn("unmount a workspace", "run_id", ws.runID, "err", err)
 				return
 			}
 		}
 	}
 	if err := os.Remove(ws.mnt); err != nil && !errors.Is(err, os.ErrNotExist) {
-		e.log.Warn("remove a workspace's mount point", "run_id", ws.runID, "err", err)
+		w.log.Warn("remove a workspace's mount point", "run_id", ws.runID, "err", err)
 	}
 	if err := os.Remove(ws.img); err != nil && !errors.Is(err, os.ErrNotExist) {
-		e.log.Warn("remove a workspace's image", "run_id", ws.runID, "err", err)
+		w.log.Warn("remove a workspace's image", "run_id", ws.runID, "err", err)
 	}
 }

@@ -220,9 +220,20 @@ func (e *Engine) TeamLimits(team string) sandgate.TeamLimits {
 // pull goes anywhere.
 func (e *Engine) Enforcement(team string) sandgate.Enforcement {
 	if p := e.current.Load(); p != nil {
-		return p.teams.enforcement(team)
+		return withHostGroups(p.teams.enforcement(team), e.settings.HostGroups)
 	}
-	return sandgate.Enforcement{PrivilegedGIDs: []int64{0}}
+	return withHostGroups(sandgate.Enforcement{PrivilegedGIDs: []int64{0}}, e.settings.HostGroups)
+}
+
+// withHostGroups adds the host's groups (Settings.HostGroups) to the
+// privileged gids the executor holds runs to.
+func withHostGroups(enf sandgate.Enforcement, groups []sandgate.HostGroup) sandgate.Enforcement {
+	for _, g := range groups {
+		if !slices.Contains(enf.PrivilegedGIDs, g.GID) {
+			enf.PrivilegedGIDs = append(enf.PrivilegedGIDs, g.GID)
+		}
+	}
+	return enf
 }
 
 // PolicyConfig returns the configuration of the policy in force (the
@@ -241,6 +252,7 @@ func (e *Engine) PolicyConfig() map[string]any {
 func (e *Engine) Settings() sandgate.Settings {
 	s := e.settings
 	s.MountRoots = slices.Clone(s.MountRoots)
+	s.HostGroups = slices.Clone(s.HostGroups)
 	return s
 }
 
@@ -509,7 +521,12 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 	}
 	d.PolicyRevision = p.revision
 	d.Mask = slices.Clone(p.mask)
-	d.Enforcement = p.teams.enforcement(in.Principal.Team)
+	hostGroups := e.settings.HostGroups
+	if len(hostGroups) == 0 {
+		// A candidate has no settings of its own: the recorded input's.
+		hostGroups = in.Settings.HostGroups
+	}
+	d.Enforcement = withHostGroups(p.teams.enforcement(in.Principal.Team), hostGroups)
 	if err := ctx.Err(); err != nil {
 		return deny(d, RulePolicyError, "the request was cancelled before it was decided"), err
 	}
@@ -524,10 +541,13 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		airGapped = 1
 	}
 	settings := e.settingsTerms[airGapped]
-	if len(e.settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0 {
+	if (len(e.settings.MountRoots) == 0 && len(in.Settings.MountRoots) > 0) || (len(e.settings.HostGroups) == 0 && len(in.Settings.HostGroups) > 0) {
 		st := e.settings
 		st.AirGapped = st.AirGapped || in.Settings.AirGapped
-		st.MountRoots = in.Settings.MountRoots
+		if len(st.MountRoots) == 0 {
+			st.MountRoots = in.Settings.MountRoots
+		}
+		st.HostGroups = hostGroups
 		settings = settingsTerm(st)
 	}
 	now := e.now()

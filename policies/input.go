@@ -73,9 +73,18 @@ func withPort(v ast.Value, p *sandgate.PortInput) ast.Value {
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf
+	groups := ast.NullTerm()
+	if st.HostGroups != nil {
+		terms := make([]*ast.Term, len(st.HostGroups))
+		for i, g := range st.HostGroups {
+			terms[i] = ast.ObjectTerm(item("gid", ast.IntNumberTerm(int(g.GID))), item("owns", b.str(g.Owns)))
+		}
+		groups = ast.ArrayTerm(terms...)
+	}
 	return ast.ObjectTerm(
 		item("air_gapped", ast.InternedTerm(st.AirGapped)),
 		item("mount_roots", b.strings(st.MountRoots)),
+		item("host_groups", groups),
 	)
 }
 

@@ -70,6 +70,21 @@ finding contains {
 	gid in config.privileged_gids
 }
 
+# The host's own such groups are found when the gateway starts, not named
+# in the data: the group of the Docker daemon's socket, and the groups
+# that own the mount roots (input.settings.host_groups).
+finding contains {
+	"rule": "privileged_group",
+	"message": sprintf("user %q runs with gid %d, the group that owns %s on this host; use a group of its own such as 10001", [object.get(input.request, "user", ""), gid, g.owns]),
+	"action": "deny",
+} if {
+	gid := input.request.gid
+	gid != 0
+	not gid in config.privileged_gids
+	some g in object.get(input.settings, "host_groups", [])
+	g.gid == gid
+}
+
 # METADATA
 # title: Numeric primary group
 # description: >-

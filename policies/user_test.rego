@@ -70,6 +70,24 @@ test_privileged_gids_from_data_are_denied if {
 	d2.allow == true
 }
 
+test_host_groups_are_denied if {
+	# The groups the gateway found at start: the Docker socket's and a
+	# mount root's. Each is denied, naming what it owns; another gid runs.
+	host := {"air_gapped": false, "mount_roots": ["/srv/work"], "host_groups": [
+		{"gid": 105, "owns": "the Docker socket /var/run/docker.sock"},
+		{"gid": 4242, "owns": "the mount root /srv/work"},
+	]}
+	every g in host.host_groups {
+		d := fixtures.check with input as fixtures.input_settings({"user": sprintf("10001:%d", [g.gid]), "gid": g.gid}, host)
+		fixtures.denied_by(d, "privileged_group")
+		some v in d.violations
+		v.rule == "privileged_group"
+		contains(v.message, g.owns)
+	}
+	d := fixtures.check with input as fixtures.input_settings({"user": "10001:10002", "gid": 10002}, host)
+	d.allow == true
+}
+
 test_user_without_numeric_group_is_denied if {
 	# "10001" alone takes the group of the image's passwd entry, or gid 0
 	# when it has none; a group name is whatever the image maps it to.

@@ -15,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/deploy/images"
+	recipefiles "github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -58,18 +61,18 @@ func prepare() error {
 	if err := ex.Ping(ctx); err != nil {
 		return err
 	}
-	images, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest", MaxRetries: 1})
+	im, err := images.New(images.Config{DockerHost: DockerHost(), MaxRetries: 1})
 	if err != nil {
 		return err
 	}
-	defer images.Close()
-	if _, err := images.ImageID(ctx, executor.SandboxImage); err == nil {
+	defer im.Close()
+	if _, err := im.ImageID(ctx, images.SandboxImage); err == nil {
 		return nil
 	} else if sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable {
 		return err
 	}
-	if _, err := images.BuildSandboxImage(ctx, executor.BuildOptions{}); err != nil {
-		return fmt.Errorf("build %s: %w", executor.SandboxImage, err)
+	if _, err := im.BuildSandboxImage(ctx, images.BuildOptions{}); err != nil {
+		return fmt.Errorf("build %s: %w", images.SandboxImage, err)
 	}
 	return nil
 }
@@ -80,7 +83,7 @@ var (
 )
 
 type recipeResult struct {
-	build executor.RecipeBuild
+	build images.RecipeBuild
 	err   error
 }
 
@@ -91,7 +94,7 @@ type recipeResult struct {
 // per test binary. Without Docker the test is skipped as RequireDocker
 // does; a missing mmdebstrap skips it too, except under CI=true, where it
 // fails; a failed build always fails it.
-func RequireRecipeImage(t testing.TB, name string) executor.RecipeBuild {
+func RequireRecipeImage(t testing.TB, name string) images.RecipeBuild {
 	t.Helper()
 	RequireDocker(t)
 	recipeMu.Lock()
@@ -108,26 +111,26 @@ func RequireRecipeImage(t testing.TB, name string) executor.RecipeBuild {
 		t.Skipf("image %s is not built and mmdebstrap is missing: %v (run deploy/bootstrap.sh)", name, err)
 	}
 	t.Fatalf("image %s: %v", name, res.err)
-	return executor.RecipeBuild{}
+	return images.RecipeBuild{}
 }
 
-func buildRecipe(name string) (executor.RecipeBuild, error) {
+func buildRecipe(name string) (images.RecipeBuild, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	recipes, err := executor.LoadRecipes(images.Recipes)
+	list, err := images.LoadRecipes(recipefiles.Recipes)
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
-	r, err := executor.FindRecipe(recipes, name)
+	r, err := images.FindRecipe(list, name)
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
-	im, err := executor.NewImages(executor.Config{DockerHost: DockerHost(), Node: "executortest"})
+	im, err := images.New(images.Config{DockerHost: DockerHost()})
 	if err != nil {
-		return executor.RecipeBuild{}, err
+		return images.RecipeBuild{}, err
 	}
 	defer im.Close()
-	return im.BuildRecipeImage(ctx, r, executor.RecipeBuildOptions{Reuse: true})
+	return im.BuildRecipeImage(ctx, r, images.RecipeBuildOptions{Reuse: true})
 }
 
 var (
@@ -164,4 +167,28 @@ func buildAgent() (string, error) {
 		return "", fmt.Errorf("go build: %v: %s", err, b)
 	}
 	return out, os.Rename(tmp, out)
+}
+
+var (
+	dockerOnce sync.Once
+	dockerC    *client.Client
+	dockerErr  error
+)
+
+// Docker is a plain client of the test daemon, for looking at what the
+// code under test did; it requires Docker as RequireDocker does.
+func Docker(t testing.TB) *client.Client {
+	t.Helper()
+	RequireDocker(t)
+	dockerOnce.Do(func() {
+		opts := []client.Opt{client.WithAPIVersionNegotiation()}
+		if h := DockerHost(); h != "" {
+			opts = append(opts, client.WithHost(h))
+		}
+		dockerC, dockerErr = client.NewClientWithOpts(opts...)
+	})
+	if dockerErr != nil {
+		t.Fatal(dockerErr)
+	}
+	return dockerC
 }

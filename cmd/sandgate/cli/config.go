@@ -42,7 +42,7 @@ func readConfig(getenv func(string) string) config {
 		egressConfig:    readEgressConfig(getenv),
 		workspaceConfig: readWorkspaceConfig(getenv),
 		gatewayConfig:   readGatewayConfig(getenv, trail.stateDir()),
-		nodeConfig:      readNodeConfig(getenv),
+		nodeConfig:      readNodeConfig(getenv, trail.stateDir()),
 		sinkConfig:      readSinkConfig(getenv),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/imagesig"
 )
 
@@ -191,6 +192,7 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 		EgressInterface: cfg.EgressInterface,
 		EgressPort:      cfg.EgressPort,
 		EgressMetrics:   p.metrics.Egress(),
+		HostGroups:      cfg.hostGroups,
 		Logger:          p.logger.With("component", "executor"),
 	}, p.metrics.Sink(p.events))
 	if err != nil {
@@ -222,10 +224,10 @@ func checkMountRoots(roots []string) error {
 
 // newImages is the image administration of this node's daemon: the
 // images sandgate built, which GET /v1/config lists.
-func newImages(cfg *config, logger *slog.Logger) (*executor.Images, error) {
-	images, err := executor.NewImages(executor.Config{DockerHost: cfg.DockerHost, Node: cfg.Node, Logger: logger.With("component", "images")})
+func newImages(cfg *config, logger *slog.Logger) (*images.Images, error) {
+	im, err := images.New(images.Config{DockerHost: cfg.DockerHost, Logger: logger.With("component", "images")})
 	if err != nil {
 		return nil, fmt.Errorf("docker images: %w", err)
 	}
-	return images, nil
+	return im, nil
 }

@@ -9,12 +9,21 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/sandgate/sandgate/executor"
 )
 
 // nodeConfig is this gateway as a node: its name in labels, events and
 // the node registry, and how it takes part in a cluster.
 type nodeConfig struct {
-	Node string // SANDGATE_NODE; default the host name
+	// Node is SANDGATE_NODE; default the name kept in the state
+	// directory's node file, which the first serve makes (the host name
+	// and eight random hex digits: unique per installation).
+	Node string
+	// keepIn is the state directory where serve keeps a node name of its
+	// own, when neither SANDGATE_NODE nor --node names one and none is
+	// kept yet; Node is the host name until then.
+	keepIn string
 	// AdvertiseURL is where the other nodes reach this one
 	// (SANDGATE_ADVERTISE_URL; default http:// and the listen address).
 	AdvertiseURL string
@@ -30,9 +39,15 @@ type nodeConfig struct {
 	invalid       []string
 }
 
-func readNodeConfig(getenv func(string) string) nodeConfig {
+func readNodeConfig(getenv func(string) string, stateDir string) nodeConfig {
 	var c nodeConfig
-	c.Node, _ = os.Hostname()
+	if c.Node = executor.KeptNode(stateDir); c.Node == "" {
+		c.Node, _ = os.Hostname()
+		c.keepIn = stateDir
+	}
+	if getenv("SANDGATE_NODE") != "" {
+		c.keepIn = ""
+	}
 	e := envReader{getenv: getenv}
 	e.str("SANDGATE_NODE", &c.Node)
 	e.str("SANDGATE_ADVERTISE_URL", &c.AdvertiseURL)
@@ -44,11 +59,21 @@ func readNodeConfig(getenv func(string) string) nodeConfig {
 }
 
 func (c *nodeConfig) bindFlags(f *pflag.FlagSet) {
-	f.StringVar(&c.Node, "node", c.Node, "this gateway's node name in labels and events (SANDGATE_NODE)")
+	f.Var(nodeFlag{c}, "node", "this gateway's node name in labels and events (SANDGATE_NODE; default the one kept in the state directory, made by the first serve)")
 	f.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "where the other nodes of a cluster reach this one (SANDGATE_ADVERTISE_URL; default http:// and the listen address)")
 	f.StringVar(&c.ClusterSecretFile, "cluster-secret-file", c.ClusterSecretFile, "the secret the nodes of a cluster share, which signs forwarded requests (SANDGATE_CLUSTER_SECRET_FILE; default none: nothing is forwarded)")
 	f.DurationVar(&c.NodeHeartbeat, "node-heartbeat", c.NodeHeartbeat, "how often this node heartbeats in the node registry (SANDGATE_NODE_HEARTBEAT; default 2s)")
 	f.DurationVar(&c.NodeLapse, "node-lapse", c.NodeLapse, "how late a node's heartbeat may be before a survivor takes it over (SANDGATE_NODE_LAPSE; default 15s)")
+}
+
+// nodeFlag is --node: a name given there is not replaced by a kept one.
+type nodeFlag struct{ c *nodeConfig }
+
+func (f nodeFlag) String() string { return f.c.Node }
+func (f nodeFlag) Type() string   { return "string" }
+func (f nodeFlag) Set(v string) error {
+	f.c.Node, f.c.keepIn = v, ""
+	return nil
 }
 
 // Validate checks the node's name, its advertised URL, and that a lapse

@@ -38,6 +38,10 @@ type policyConfig struct {
 	ReplayMaxDecisions int
 	ReplayTimeout      time.Duration
 	invalid            []string
+	// hostGroups are the host's groups no run may hold, found by serve at
+	// start (executor.HostGroups: the Docker socket's, the mount roots'),
+	// not read from the environment (#28 item 7).
+	hostGroups []sandgate.HostGroup
 }
 
 func readPolicyConfig(getenv func(string) string) policyConfig {
@@ -101,7 +105,7 @@ func (c *policyConfig) verifyKeys() (*policies.VerifyKeys, error) {
 
 // settings are what the policies see of this gateway.
 func (c *policyConfig) settings() sandgate.Settings {
-	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots}
+	return sandgate.Settings{AirGapped: c.AirGapped, MountRoots: c.MountRoots, HostGroups: c.hostGroups}
 }
 
 // engine loads and compiles the bundle (its tests pass, or it is

@@ -12,8 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sandgate/sandgate/deploy/images"
+	recipefiles "github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 )
 
 // newImageCmd builds `sandgate image build|load|list|prune`: the sandbox
@@ -24,14 +25,16 @@ func newImageCmd(a *app) *cobra.Command {
 		Short: "Build the sandbox image, load images from a tarball, list and prune them",
 	}
 
-	var opts executor.BuildOptions
-	var ropts executor.RecipeBuildOptions
+	var opts images.BuildOptions
+	var ropts images.RecipeBuildOptions
 	var verbose, list, asJSON bool
 	build := &cobra.Command{
 		Use:   "build [NAME]",
-		Short: "Build " + executor.SandboxImage + " FROM scratch with the host's static busybox, or a language image from Debian packages",
-		Long: `Without NAME, build ` + executor.SandboxImage + ` FROM scratch with the host's
-static busybox. With NAME, build the language image of that recipe
+		Short: "Build " + images.SandboxImage + " FROM scratch with a static busybox, or a language image from Debian packages",
+		Long: `Without NAME, build ` + images.SandboxImage + ` FROM scratch with a static
+busybox: the host's when its wget survives -T (Debian's before 1.36.1-5 does
+not), else busybox-static of Debian ` + images.DefaultBusyboxSuite + `, extracted with mmdebstrap.
+With NAME, build the language image of that recipe
 (deploy/images/NAME.yaml, embedded in the binary) from Debian packages with
 mmdebstrap, which needs the Debian mirror (or --source naming a local one);
 air-gapped sites load the images built elsewhere with 'sandgate image load'.
@@ -54,6 +57,7 @@ recipe format.`,
 			if len(args) == 1 {
 				return a.buildRecipe(cmd, ex, args[0], ropts, asJSON)
 			}
+			opts.Mmdebstrap, opts.Sources = ropts.Mmdebstrap, ropts.Sources
 			id, err := ex.BuildSandboxImage(cmd.Context(), opts)
 			if err != nil {
 				return err
@@ -63,8 +67,8 @@ recipe format.`,
 		},
 	}
 	f := build.Flags()
-	f.StringVar(&opts.Busybox, "busybox", "/bin/busybox", "statically linked busybox to put in the sandbox image")
-	f.StringVar(&opts.Tag, "tag", executor.SandboxImage, "the sandbox image's name")
+	f.StringVar(&opts.Busybox, "busybox", "", "statically linked busybox to put in the sandbox image (default: the host's /bin/busybox when it passes the check, else Debian's busybox-static)")
+	f.StringVar(&opts.Tag, "tag", images.SandboxImage, "the sandbox image's name")
 	f.BoolVarP(&verbose, "verbose", "v", false, "show the daemon's or mmdebstrap's output")
 	f.BoolVar(&list, "list", false, "list the language image recipes")
 	f.BoolVar(&asJSON, "json", false, "print the result (or the recipes) as JSON")
@@ -117,7 +121,7 @@ recipe format.`,
 // size, ID and the digest-pinned references a policy with require_digest
 // admits.
 func newImageListCmd(a *app) *cobra.Command {
-	var opts executor.ListOptions
+	var opts images.ListOptions
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
@@ -140,7 +144,7 @@ resolves to exactly this local image.`,
 			}
 			if asJSON {
 				return writeJSON(a, struct {
-					Images []executor.ImageInfo `json:"images"`
+					Images []images.ImageInfo `json:"images"`
 				}{list})
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -167,7 +171,7 @@ resolves to exactly this local image.`,
 
 // newImagePruneCmd builds `sandgate image prune`.
 func newImagePruneCmd(a *app) *cobra.Command {
-	var opts executor.PruneOptions
+	var opts images.PruneOptions
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "prune",
@@ -230,13 +234,13 @@ with 'sandgate image load', so look at --dry-run first.`,
 
 // listRecipes prints the language image recipes.
 func (a *app) listRecipes(asJSON bool) error {
-	recipes, err := executor.LoadRecipes(images.Recipes)
+	recipes, err := images.LoadRecipes(recipefiles.Recipes)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		return writeJSON(a, struct {
-			Recipes []executor.Recipe `json:"recipes"`
+			Recipes []images.Recipe `json:"recipes"`
 		}{recipes})
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -249,12 +253,12 @@ func (a *app) listRecipes(asJSON bool) error {
 
 // buildRecipe builds the language image of recipe name and says what it
 // made, how big it is and how long it took.
-func (a *app) buildRecipe(cmd *cobra.Command, ex *executor.Images, name string, opts executor.RecipeBuildOptions, asJSON bool) error {
-	recipes, err := executor.LoadRecipes(images.Recipes)
+func (a *app) buildRecipe(cmd *cobra.Command, ex *images.Images, name string, opts images.RecipeBuildOptions, asJSON bool) error {
+	recipes, err := images.LoadRecipes(recipefiles.Recipes)
 	if err != nil {
 		return err
 	}
-	r, err := executor.FindRecipe(recipes, name)
+	r, err := images.FindRecipe(recipes, name)
 	if err != nil {
 		return &ExitError{Code: 2, Message: err.Error()}
 	}
@@ -307,7 +311,7 @@ func humanSize(n int64) string {
 
 func tagOr(tag string) string {
 	if tag == "" {
-		return executor.SandboxImage
+		return images.SandboxImage
 	}
 	return tag
 }
@@ -315,8 +319,8 @@ func tagOr(tag string) string {
 // adminExecutor returns an executor for the admin commands: the configured
 // daemon and node, and no audit sink (these commands print what they do).
 // imageAdmin is the image administration of the configured daemon.
-func (a *app) imageAdmin() (*executor.Images, error) {
-	return executor.NewImages(executor.Config{DockerHost: a.cfg.DockerHost, Node: a.cfg.Node})
+func (a *app) imageAdmin() (*images.Images, error) {
+	return images.New(images.Config{DockerHost: a.cfg.DockerHost})
 }
 
 func (a *app) adminExecutor() (*executor.Executor, error) {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/imagesig"
 )
 
@@ -69,7 +69,7 @@ load with 'sandgate image load FILE --signature PREFIX'.`,
 
 // storeSignature checks the signature PREFIX.payload/PREFIX.sig against
 // the images just loaded and keeps it for the one it signs.
-func (a *app) storeSignature(cmd *cobra.Command, im *executor.Images, prefix string, loaded []string) error {
+func (a *app) storeSignature(cmd *cobra.Command, im *images.Images, prefix string, loaded []string) error {
 	signed, err := imagesig.ReadSigned(prefix+".payload", prefix+".sig")
 	if err != nil {
 		return err

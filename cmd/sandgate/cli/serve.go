@@ -14,6 +14,7 @@ import (
 	"github.com/sethvargo/go-retry"
 	"github.com/spf13/cobra"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/policies"
@@ -56,6 +57,15 @@ func serve(ctx context.Context, a *app) error {
 	tuneGC(logger)
 	var down teardown
 	defer down.run()
+	// Without a node name of its own, an installation keeps one in its
+	// state directory the first time (#28 item 8).
+	if cfg.keepIn != "" {
+		node, err := executor.KeepNode(cfg.keepIn)
+		if err != nil {
+			return err
+		}
+		cfg.Node = node
+	}
 
 	// Checked first, the socket bound before anything else: a start that
 	// fails leaves nothing a running gateway could act on.
@@ -130,6 +140,11 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 	}
 	p.events, p.blobs = &heldEvents{}, &laterBlobs{}
 	p.pool = &warmPool{cfg: cfg, logger: p.logger}
+	// The host's groups that open doors on it (the Docker socket's, the
+	// mount roots'): denied by policy and by the executor (#28 item 7).
+	if cfg.hostGroups, err = executor.HostGroups(cfg.DockerHost, cfg.MountRoots); err != nil {
+		return err
+	}
 	if p.engine, err = cfg.policyConfig.engine(ctx, p.pool.follow(p.events), p.logger); err != nil {
 		return err
 	}
@@ -138,6 +153,14 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 		return err
 	}
 	down.closeWith("executor", p.exec, p.logger)
+	// The node's lease on its daemon: another live gateway holding the
+	// node refuses this start (#28 item 8); a daemon that does not answer
+	// yet is claimed by Start. Close gives it up when a later check fails.
+	if err := p.exec.Claim(ctx); sandgate.ErrorCodeOf(err) == sandgate.CodeConflict {
+		return err
+	} else if err != nil {
+		p.logger.Warn("claim the node's lease on the docker daemon; trying again when it answers", "err", err)
+	}
 	if p.images, err = newImages(cfg, p.logger); err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/policies"
 	"github.com/sandgate/sandgate/runstore"
@@ -40,7 +41,7 @@ type parts struct {
 	pool          *warmPool
 	engine        *policies.Engine
 	exec          *executor.Executor
-	images        *executor.Images
+	images        *images.Images
 
 	store    *audit.Store
 	runs     *runstore.Store

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
 	"github.com/sandgate/sandgate/sandgatetest"
@@ -219,9 +219,9 @@ func startPrivateDockerOpts(t *testing.T, hideCgroup2 bool, args ...string) *pri
 	})
 	d.Start(t)
 	// docker save reads the test's daemon (DOCKER_HOST as inherited).
-	load := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | docker -H %s load", executor.SandboxImage, d.Host))
+	load := exec.Command("sh", "-c", fmt.Sprintf("docker save %s | docker -H %s load", images.SandboxImage, d.Host))
 	if out, err := load.CombinedOutput(); err != nil {
-		t.Fatalf("load %s into the private daemon: %v\n%s", executor.SandboxImage, err, out)
+		t.Fatalf("load %s into the private daemon: %v\n%s", images.SandboxImage, err, out)
 	}
 	return d
 }

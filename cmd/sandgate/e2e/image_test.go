@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -39,12 +39,12 @@ func TestImageListAndPruneCommands(t *testing.T) {
 
 	out := mustOK(t)(cli("image", "list", "--json", "--label", "org.opencontainers.image.source=sandgate image build"))
 	var list struct {
-		Images []executor.ImageInfo `json:"images"`
+		Images []images.ImageInfo `json:"images"`
 	}
 	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("image list --json: %v\n%s", err, out)
 	}
-	var mine *executor.ImageInfo
+	var mine *images.ImageInfo
 	for i, img := range list.Images {
 		if !img.Sandbox {
 			t.Errorf("label filter let through a non-sandbox image: %+v", img)
@@ -75,7 +75,7 @@ func TestImageListAndPruneCommands(t *testing.T) {
 	// Sandbox images are never pruned, even unused: a dry run over the
 	// sandbox label offers nothing tagged.
 	dry := mustOK(t)(cli("image", "prune", "--dry-run", "--json", "--label", "org.opencontainers.image.source=sandgate image build"))
-	var rep executor.PruneReport
+	var rep images.PruneReport
 	if err := json.Unmarshal([]byte(dry), &rep); err != nil {
 		t.Fatalf("image prune --json: %v\n%s", err, dry)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/gateway/api"
 )
 
@@ -34,7 +34,7 @@ func TestEndToEndLanguageImages(t *testing.T) {
 		if err := json.Unmarshal(body, &cfg); status != http.StatusOK || err != nil {
 			t.Fatalf("GET /v1/config = %d %s", status, body)
 		}
-		for _, want := range []executor.RecipeBuild{py, node} {
+		for _, want := range []images.RecipeBuild{py, node} {
 			found := false
 			for _, img := range cfg.Images {
 				if img.ID == want.ID {
@@ -75,7 +75,7 @@ func TestEndToEndLanguageImages(t *testing.T) {
 }
 
 // testLanguageRuns are the runs of TestEndToEndLanguageImages.
-func testLanguageRuns(t *testing.T, s *testServer, py executor.RecipeBuild) {
+func testLanguageRuns(t *testing.T, s *testServer, py images.RecipeBuild) {
 	t.Run("python reads its workspace, writes an artifact and exits 3", func(t *testing.T) {
 		t.Parallel()
 		archive := tarGz(t,

@@ -1,4 +1,4 @@
-package executor
+package images
 
 import (
 	"archive/tar"
@@ -14,13 +14,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sandgate/sandgate/deploy/images"
+	recipefiles "github.com/sandgate/sandgate/deploy/images"
 )
 
 // TestRecipesEmbedded checks that every recipe shipped in the binary
 // parses, and that the language images the default policy admits are there.
 func TestRecipesEmbedded(t *testing.T) {
-	recipes, err := LoadRecipes(images.Recipes)
+	recipes, err := LoadRecipes(recipefiles.Recipes)
 	if err != nil {
 		t.Fatal(err)
 	}

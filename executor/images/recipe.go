@@ -1,4 +1,4 @@
-package executor
+package images
 
 import (
 	"crypto/sha256"

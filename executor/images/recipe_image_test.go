@@ -1,4 +1,4 @@
-package executor_test
+package images_test
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/deploy/images"
-	"github.com/sandgate/sandgate/executor"
+	recipefiles "github.com/sandgate/sandgate/deploy/images"
 	"github.com/sandgate/sandgate/executor/executortest"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -23,7 +23,7 @@ import (
 // every package version, that a second build of the same recipe reuses
 // the image, and that BuiltImages lists them.
 func TestRecipeImages(t *testing.T) {
-	recipes, err := executor.LoadRecipes(images.Recipes)
+	recipes, err := images.LoadRecipes(recipefiles.Recipes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestRecipeImages(t *testing.T) {
 	for _, tc := range []struct{ recipe, pkg string }{{"python", "python3="}, {"node", "nodejs="}} {
 		t.Run(tc.recipe, func(t *testing.T) {
 			b := executortest.RequireRecipeImage(t, tc.recipe)
-			r, err := executor.FindRecipe(recipes, tc.recipe)
+			r, err := images.FindRecipe(recipes, tc.recipe)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,11 +44,11 @@ func TestRecipeImages(t *testing.T) {
 			if img.ID != b.ID || c.User != "10001:10001" || c.WorkingDir != "/workspace" || len(img.RootFS.Layers) != 1 {
 				t.Errorf("image %s: id %s (built %s), user %q, workdir %q, %d layers", r.Image, img.ID, b.ID, c.User, c.WorkingDir, len(img.RootFS.Layers))
 			}
-			if c.Labels[executor.LabelRecipe] != r.Name || c.Labels[executor.LabelRecipeDigest] != r.Digest ||
-				c.Labels[executor.LabelDebianSuite] != r.Suite || !strings.Contains(c.Labels[executor.LabelDebianPackages], tc.pkg) {
+			if c.Labels[images.LabelRecipe] != r.Name || c.Labels[images.LabelRecipeDigest] != r.Digest ||
+				c.Labels[images.LabelDebianSuite] != r.Suite || !strings.Contains(c.Labels[images.LabelDebianPackages], tc.pkg) {
 				t.Errorf("labels %v", c.Labels)
 			}
-			again, err := im.BuildRecipeImage(ctx, r, executor.RecipeBuildOptions{Reuse: true})
+			again, err := im.BuildRecipeImage(ctx, r, images.RecipeBuildOptions{Reuse: true})
 			if err != nil || !again.Reused || again.ID != b.ID || again.Size == 0 {
 				t.Errorf("second build = %+v, %v; want the image reused", again, err)
 			}
@@ -79,7 +79,7 @@ func TestRecipeImageFailedCheckRemovesIt(t *testing.T) {
 		t.Skipf("mmdebstrap: %v (run deploy/bootstrap.sh)", err)
 	}
 	tag := "sandgate/check-test:" + sandgatetest.RandomHex(t, 4)
-	r, err := executor.ParseRecipe("check-test.yaml", []byte(`name: check-test
+	r, err := images.ParseRecipe("check-test.yaml", []byte(`name: check-test
 image: `+tag+`
 suite: bookworm
 packages: [base-files]
@@ -92,7 +92,7 @@ checks:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { docker(t).ImageRemove(context.Background(), tag, image.RemoveOptions{}) })
-	_, err = im.BuildRecipeImage(context.Background(), r, executor.RecipeBuildOptions{})
+	_, err = im.BuildRecipeImage(context.Background(), r, images.RecipeBuildOptions{})
 	if sandgate.ErrorCodeOf(err) != sandgate.CodeImageUnavailable || !strings.Contains(err.Error(), "a program that is not there") {
 		t.Fatalf("BuildRecipeImage = %v, want SBX-002 naming the check", err)
 	}

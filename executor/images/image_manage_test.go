@@ -1,4 +1,4 @@
-package executor_test
+package images_test
 
 import (
 	"archive/tar"
@@ -6,15 +6,13 @@ import (
 	"context"
 	"io"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 
-	"github.com/sandgate/sandgate"
-	"github.com/sandgate/sandgate/executor"
+	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
@@ -54,7 +52,6 @@ func buildTiny(t *testing.T, tag, content string, labels map[string]string) stri
 // TestListAndPruneImages prunes only images labelled for this test, so
 // that it never touches images other tests or the operator rely on.
 func TestListAndPruneImages(t *testing.T) {
-	newTestExecutor(t, nil)
 	ctx := context.Background()
 	suffix := sandgatetest.RandomHex(t, 4)
 	label := "sandgate.test.prune=" + suffix
@@ -80,11 +77,11 @@ func TestListAndPruneImages(t *testing.T) {
 		docker(t).ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
 	})
 
-	list, err := newTestImages(t).ListImages(ctx, executor.ListOptions{Label: label})
+	list, err := newTestImages(t).ListImages(ctx, images.ListOptions{Label: label})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[string]executor.ImageInfo{}
+	byID := map[string]images.ImageInfo{}
 	for _, img := range list {
 		byID[img.ID] = img
 	}
@@ -102,12 +99,12 @@ func TestListAndPruneImages(t *testing.T) {
 		t.Errorf("used image counts %d containers, want 1", got.Containers)
 	}
 
-	opts := executor.PruneOptions{DryRun: true, Label: label, Keep: []string{repo + "-keep"}}
+	opts := images.PruneOptions{DryRun: true, Label: label, Keep: []string{repo + "-keep"}}
 	dry, err := newTestImages(t).PruneImages(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	removed := func(rep executor.PruneReport) map[string]string {
+	removed := func(rep images.PruneReport) map[string]string {
 		m := map[string]string{}
 		for _, p := range rep.Removed {
 			m[p.ID] = p.Reason
@@ -124,7 +121,7 @@ func TestListAndPruneImages(t *testing.T) {
 		}
 	}
 
-	dangling, err := newTestImages(t).PruneImages(ctx, executor.PruneOptions{Label: label, DanglingOnly: true})
+	dangling, err := newTestImages(t).PruneImages(ctx, images.PruneOptions{Label: label, DanglingOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,43 +142,5 @@ func TestListAndPruneImages(t *testing.T) {
 		if gone != (err != nil) {
 			t.Errorf("image %s: inspect error %v, want gone=%t", id, err, gone)
 		}
-	}
-}
-
-// TestLocalDigestPin runs the sandbox image by repository@ID, the pin
-// `sandgate image list` prints for an image with no registry digest, and
-// checks that a pin naming another repository or an unknown ID is refused.
-func TestLocalDigestPin(t *testing.T) {
-	ex, _ := newTestExecutor(t, nil)
-	id, err := newTestImages(t).ImageID(context.Background(), executor.SandboxImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pinned := "sandgate/sandbox@" + id
-	res := execute(t, ex, newJob(t, func(s *sandgate.RunSpec) { s.Image = pinned }, "sh", "-c", "echo pinned; id -u"))
-	if exitCode(res) != 0 || text(res.Stdout) != "pinned\n10001\n" {
-		t.Fatalf("pinned run: exit %d, stdout %q, stderr %q", exitCode(res), text(res.Stdout), text(res.Stderr))
-	}
-	ci, err := docker(t).ContainerList(context.Background(), container.ListOptions{All: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range ci {
-		if c.ID == res.ContainerID {
-			t.Errorf("container %s of the finished run still exists", c.ID)
-		}
-	}
-
-	for name, ref := range map[string]string{
-		"other repository": "sandgate/other@" + id,
-		"unknown ID":       "sandgate/sandbox@sha256:" + strings.Repeat("0", 64),
-	} {
-		t.Run(name, func(t *testing.T) {
-			job := newJob(t, func(s *sandgate.RunSpec) { s.Image = ref }, "true")
-			_, err := ex.Execute(context.Background(), job)
-			if code := sandgate.ErrorCodeOf(err); code != sandgate.CodeImageUnavailable {
-				t.Errorf("Execute(%s) = %v (code %q), want %s", ref, err, code, sandgate.CodeImageUnavailable)
-			}
-		})
 	}
 }

@@ -1,16 +1,13 @@
-package executor
+package images
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"os/exec"
@@ -30,6 +27,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/executor/internal/daemon"
+	"github.com/sandgate/sandgate/executor/seccomp"
 )
 
 // Labels every recipe image carries, besides sandboxLabel (which makes
@@ -108,7 +107,7 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 			return res, nil
 		}
 		if err != nil && !cerrdefs.IsNotFound(err) {
-			return res, dockerError(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
+			return res, daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
 		}
 	}
 	epoch := r.SourceDateEpoch
@@ -142,19 +141,11 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 	}
 	img, err := im.api.ImageInspect(ctx, id)
 	if err != nil {
-		return res, dockerError(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
+		return res, daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s", r.Image)
 	}
 	res.Size = img.Size
 	res.Duration = time.Since(start)
 	return res, nil
-}
-
-// builtLayer is the filtered root filesystem, on disk.
-type builtLayer struct {
-	file     string
-	size     int64
-	diffID   digest.Digest
-	packages []string
 }
 
 // packagesFile is where the extract hook lists the packages; it is read
@@ -176,11 +167,7 @@ func (im *Images) recipeLayer(ctx context.Context, r Recipe, opts RecipeBuildOpt
 	}
 	sources := opts.Sources
 	if len(sources) == 0 {
-		sources = []string{
-			"deb http://deb.debian.org/debian " + r.Suite + " main",
-			"deb http://deb.debian.org/debian " + r.Suite + "-updates main",
-			"deb http://deb.debian.org/debian-security " + r.Suite + "-security main",
-		}
+		sources = debianSources(r.Suite)
 	}
 	args := []string{
 		"--variant=extract",
@@ -214,188 +201,6 @@ func (im *Images) recipeLayer(ctx context.Context, r Recipe, opts RecipeBuildOpt
 		return builtLayer{}, ferr
 	}
 	return layer, nil
-}
-
-// recipeBaseExclude are the paths no recipe image keeps: documentation
-// (but each package's copyright), the package manager, its state and
-// configuration, archivers it brings, shells, and the files mmdebstrap
-// copies from the host or that the runtime provides.
-var recipeBaseExclude = []string{
-	"usr/share/doc/*/*",
-	"usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian", "usr/share/bug",
-	"usr/share/menu", "usr/share/bash-completion", "usr/share/zsh",
-	"var/lib/dpkg", "var/lib/apt", "var/cache/apt", "var/cache/debconf", "var/cache/ldconfig", "var/log/*",
-	"etc/apt", "etc/dpkg", "etc/cron.daily", "etc/logrotate.d", "etc/alternatives",
-	"usr/share/dpkg", "usr/lib/dpkg", "usr/share/debconf",
-	"usr/bin/dpkg*", "usr/sbin/dpkg*", "usr/bin/update-alternatives", "usr/sbin/update-alternatives",
-	"sbin/start-stop-daemon", "usr/sbin/start-stop-daemon",
-	"usr/bin/apt*", "usr/lib/apt",
-	"bin/tar", "usr/bin/tar", "usr/sbin/rmt*", "usr/sbin/tarcat", "etc/rmt",
-	"bin/sh", "bin/dash", "bin/bash", "bin/rbash", "usr/bin/sh", "usr/bin/dash", "usr/bin/bash", "usr/bin/rbash",
-	"etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/fstab", "etc/passwd", "etc/group", "etc/shadow", "etc/gshadow",
-	"dev/*", "tmp", "cache", "workspace", packagesFile,
-}
-
-// recipeKeep are paths kept although an exclusion matches them.
-var recipeKeep = []string{"usr/share/doc/*/copyright"}
-
-// excluded reports whether name (clean, relative) or a directory above
-// it matches one of patterns, and no keep pattern matches name.
-func excluded(name string, patterns []string) bool {
-	for _, k := range recipeKeep {
-		if ok, _ := path.Match(k, name); ok {
-			return false
-		}
-	}
-	for p := name; p != "." && p != "/" && p != ""; p = path.Dir(p) {
-		for _, x := range patterns {
-			if ok, _ := path.Match(x, p); ok {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// writeLayer copies the tar stream of a root filesystem into dir/layer.tar
-// without the excluded paths, in a canonical form, and adds the sandbox
-// account, /tmp, /cache, /workspace and /etc/sandgate-release.
-func writeLayer(in io.Reader, r Recipe, epoch int64, dir string) (builtLayer, error) {
-	f, err := os.Create(path.Join(dir, "layer.tar"))
-	if err != nil {
-		return builtLayer{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
-	tw := tar.NewWriter(bw)
-	mtime := time.Unix(epoch, 0).UTC()
-	patterns := append(append([]string{}, recipeBaseExclude...), r.Exclude...)
-	var packages []string
-	seenEtc := false
-	tr := tar.NewReader(in)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return builtLayer{}, fmt.Errorf("read root filesystem: %w", err)
-		}
-		name := strings.TrimPrefix(path.Clean("/"+hdr.Name), "/")
-		if name == "" {
-			continue
-		}
-		if name == packagesFile {
-			data, err := io.ReadAll(io.LimitReader(tr, 1<<20))
-			if err != nil {
-				return builtLayer{}, err
-			}
-			packages = strings.Fields(string(data))
-			continue
-		}
-		if excluded(name, patterns) {
-			continue
-		}
-		switch hdr.Typeflag {
-		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink:
-		default:
-			continue // device nodes, FIFOs: the runtime makes /dev
-		}
-		out := &tar.Header{
-			Typeflag: hdr.Typeflag, Name: name, Mode: hdr.Mode &^ 0o6000,
-			Uid: hdr.Uid, Gid: hdr.Gid, Size: hdr.Size, ModTime: hdr.ModTime.UTC().Truncate(time.Second),
-			Format: tar.FormatPAX,
-		}
-		if out.ModTime.After(mtime) {
-			out.ModTime = mtime
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			out.Name += "/"
-			if name == "etc" {
-				seenEtc = true
-			}
-		case tar.TypeSymlink:
-			out.Linkname = hdr.Linkname
-		case tar.TypeLink:
-			target := strings.TrimPrefix(path.Clean("/"+hdr.Linkname), "/")
-			if excluded(target, patterns) {
-				// The link's target is gone: keep the content under this name.
-				return builtLayer{}, fmt.Errorf("hard link %s names %s, which is excluded: exclude both or neither", name, target)
-			}
-			out.Linkname, out.Size = target, 0
-		}
-		for k, v := range hdr.PAXRecords {
-			if strings.HasPrefix(k, "SCHILY.xattr.") {
-				if out.PAXRecords == nil {
-					out.PAXRecords = map[string]string{}
-				}
-				out.PAXRecords[k] = v
-			}
-		}
-		if err := tw.WriteHeader(out); err != nil {
-			return builtLayer{}, err
-		}
-		if out.Typeflag == tar.TypeReg {
-			if _, err := io.Copy(tw, tr); err != nil {
-				return builtLayer{}, fmt.Errorf("copy %s: %w", name, err)
-			}
-		}
-	}
-	if len(packages) == 0 {
-		return builtLayer{}, fmt.Errorf("mmdebstrap's extract hook listed no packages")
-	}
-	sort.Strings(packages)
-	passwd := fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandgate sandbox:/workspace:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", SandboxUID, SandboxUID)
-	group := fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", SandboxUID)
-	release := fmt.Sprintf("recipe=%s\nrecipe_sha256=%s\nimage=%s\nsuite=%s\npackages=%s\n", r.Name, r.Digest, r.Image, r.Suite, strings.Join(packages, " "))
-	add := func(h *tar.Header, body string) error {
-		h.ModTime, h.Format, h.Size = mtime, tar.FormatPAX, int64(len(body))
-		if err := tw.WriteHeader(h); err != nil {
-			return err
-		}
-		_, err := io.WriteString(tw, body)
-		return err
-	}
-	var added []*tar.Header
-	if !seenEtc {
-		added = append(added, &tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755})
-	}
-	bodies := map[string]string{"etc/passwd": passwd, "etc/group": group, "etc/sandgate-release": release}
-	added = append(added,
-		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644},
-		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/group", Mode: 0o644},
-		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/sandgate-release", Mode: 0o644},
-		&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
-		// A cache volume takes the mode of the directory it is first
-		// mounted on: /cache is for every user, like /tmp.
-		&tar.Header{Typeflag: tar.TypeDir, Name: "cache/", Mode: 0o1777},
-		&tar.Header{Typeflag: tar.TypeDir, Name: "workspace/", Mode: 0o755, Uid: SandboxUID, Gid: SandboxUID},
-	)
-	for _, hd := range added {
-		if err := add(hd, bodies[hd.Name]); err != nil {
-			return builtLayer{}, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return builtLayer{}, err
-	}
-	if err := bw.Flush(); err != nil {
-		return builtLayer{}, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return builtLayer{}, err
-	}
-	if err := f.Close(); err != nil {
-		return builtLayer{}, err
-	}
-	return builtLayer{file: f.Name(), size: st.Size(), diffID: digestOf(h), packages: packages}, nil
-}
-
-func digestOf(h hash.Hash) digest.Digest {
-	return digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil)))
 }
 
 // recipeConfig is the image configuration: the sandbox user, its
@@ -462,15 +267,15 @@ func (im *Images) loadLayer(ctx context.Context, ref string, l builtLayer, cfg o
 	defer pr.Close()
 	resp, err := im.api.ImageLoad(ctx, pr, client.ImageLoadWithQuiet(true))
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "load %s", ref)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "load %s", ref)
 	}
 	defer resp.Body.Close()
-	if err := readJSONMessages(resp.Body, nil); err != nil {
+	if err := daemon.ReadMessages(resp.Body, nil); err != nil {
 		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "load %s", ref)
 	}
 	img, err := im.api.ImageInspect(ctx, ref)
 	if err != nil {
-		return "", dockerError(sandgate.CodeImageUnavailable, err, "inspect %s after load", ref)
+		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "inspect %s after load", ref)
 	}
 	if want := "sha256:" + cfgHex; img.ID != want {
 		return "", sandgate.Errorf(sandgate.CodeImageUnavailable, "load %s: the daemon reports image %s, not %s", ref, img.ID, want)
@@ -518,22 +323,26 @@ const maxCheckOutput = 64 << 10
 
 // runCheck runs c in a container of image id with the run path's
 // hardening (the sandbox user, no network, read-only root, no
-// capabilities, no new privileges) and fails unless it exits 0 with
-// c.Expect in its stdout.
+// capabilities, no new privileges, sandgate's seccomp profile) and fails
+// unless it exits 0 with c.Expect in its stdout.
 func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
+	profile, err := seccomp.SecurityOpt()
+	if err != nil {
+		return fmt.Errorf("seccomp profile: %w", err)
+	}
 	init := true
 	created, err := im.api.ContainerCreate(ctx, &container.Config{
 		Image: id, Cmd: c.Command, User: recipeUser, Labels: map[string]string{"sandgate.image-check": c.Name},
 	}, &container.HostConfig{
 		NetworkMode: "none", ReadonlyRootfs: true, CapDrop: []string{"ALL"},
-		SecurityOpt: []string{"no-new-privileges"}, Init: &init,
+		SecurityOpt: []string{"no-new-privileges", profile}, Init: &init,
 		Tmpfs:     map[string]string{"/tmp": "rw,nosuid,nodev,size=16m"},
 		Resources: container.Resources{Memory: 256 << 20, MemorySwap: 256 << 20, PidsLimit: ptr(int64(64))},
 	}, nil, nil, "")
 	if err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "create check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "create check container")
 	}
 	defer func() {
 		rmCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -543,7 +352,7 @@ func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error 
 		}
 	}()
 	if err := im.api.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "start check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "start check container")
 	}
 	waitC, errC := im.api.ContainerWait(ctx, created.ID, container.WaitConditionNotRunning)
 	var code int64
@@ -551,11 +360,11 @@ func (im *Images) runCheck(ctx context.Context, id string, c RecipeCheck) error 
 	case w := <-waitC:
 		code = w.StatusCode
 	case err := <-errC:
-		return dockerError(sandgate.CodeImageUnavailable, err, "wait for check container")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "wait for check container")
 	}
 	logs, err := im.api.ContainerLogs(ctx, created.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
-		return dockerError(sandgate.CodeImageUnavailable, err, "check container logs")
+		return daemon.Error(sandgate.CodeImageUnavailable, err, "check container logs")
 	}
 	defer logs.Close()
 	var stdout, stderr tailBuffer

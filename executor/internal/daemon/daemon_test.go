@@ -1,0 +1,63 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+)
+
+// Errors as the Docker client's errdefs classify them.
+type (
+	errNotFound    string
+	errConflict    string
+	errUnavailable string
+	errInternal    string
+	errInvalid     string
+)
+
+func (e errNotFound) Error() string    { return string(e) }
+func (errNotFound) NotFound()          {}
+func (e errConflict) Error() string    { return string(e) }
+func (errConflict) Conflict()          {}
+func (e errUnavailable) Error() string { return string(e) }
+func (errUnavailable) Unavailable()    {}
+func (e errInternal) Error() string    { return string(e) }
+func (errInternal) System()            {}
+func (e errInvalid) Error() string     { return string(e) }
+func (errInvalid) InvalidParameter()   {}
+
+// TestTransient: the classification of Docker errors.
+func TestTransient(t *testing.T) {
+	timeout, cancel := context.WithTimeout(context.Background(), 0)
+	defer cancel()
+	<-timeout.Done()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"not found", errNotFound("x"), false},
+		{"invalid", errInvalid("x"), false},
+		{"conflict", errConflict("x"), false},
+		{"unavailable", errUnavailable("x"), true},
+		{"internal", errInternal("x"), true},
+		{"wrapped unavailable", fmt.Errorf("create: %w", errUnavailable("x")), true},
+		{"per-attempt deadline", context.DeadlineExceeded, true},
+		{"connection refused", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		{"plain error", errors.New("something"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Transient(context.Background(), tc.err); got != tc.want {
+				t.Errorf("Transient(%v) = %t, want %t", tc.err, got, tc.want)
+			}
+			if tc.err != nil && Transient(timeout, tc.err) {
+				t.Errorf("transient with the caller's context done = true, want false")
+			}
+		})
+	}
+}
