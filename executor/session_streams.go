@@ -28,16 +28,14 @@ var defaultTerminal = []string{"sh"}
 
 // sessionAgent is the agent of session id, open on this node.
 func (e *Executor) sessionAgent(id string) (*agentLink, sandgate.Normalized, error) {
-	e.mu.Lock()
-	s := e.runs[id]
-	e.mu.Unlock()
+	s := e.runs.get(id)
 	if s == nil || !s.job.SessionContainer {
 		return nil, sandgate.Normalized{}, sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", id, e.cfg.Node)
 	}
 	if _, state, _ := s.snapshot(); state != sandgate.StateRunning {
 		return nil, sandgate.Normalized{}, sandgate.Errorf(sandgate.CodeConflict, "session %s is not open on node %s", id, e.cfg.Node)
 	}
-	l := s.agentLink()
+	l, _ := s.link()
 	if l == nil {
 		return nil, sandgate.Normalized{}, sandgate.Errorf(sandgate.CodeConflict,
 			"session %s has no in-sandbox agent (adopted after a restart, or the agent is off): it has no terminals or ports", id)
