@@ -24,8 +24,8 @@ type Conn struct {
 	procs   map[uint32]*Process
 	streams map[uint32]*Stream
 	next    uint32
-	err   error
-	done  chan struct{}
+	err     error
+	done    chan struct{}
 }
 
 // NewKey returns a fresh key for hello.

@@ -205,4 +205,3 @@ func makeRaw(fd int) (func(), error) {
 	}
 	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }, nil
 }
-
