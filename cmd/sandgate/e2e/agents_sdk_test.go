@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/executor/executortest"
 )
 
 // The SDKs (sdk/python, sdk/typescript) and the reference TypeScript MCP
@@ -42,7 +44,10 @@ func runTool(t *testing.T, s *testServer, dir string, argv ...string) string {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "SANDGATE_URL="+s.URL, "SANDGATE_TOKEN="+s.Token)
+	cmd.Env = os.Environ()
+	if s != nil {
+		cmd.Env = append(cmd.Env, "SANDGATE_URL="+s.URL, "SANDGATE_TOKEN="+s.Token)
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
@@ -67,4 +72,54 @@ func TestPythonSDK(t *testing.T) {
 		t.Errorf("the Python SDK's tests did not all run:\n%s", out)
 	}
 	t.Log(out)
+}
+
+// npmReady makes sure sdk/typescript's dependencies are installed, from
+// the committed lockfile (npm ci) when they are not.
+func npmReady(t *testing.T, s *testServer, dir string) string {
+	t.Helper()
+	npm := requireTool(t, "npm")
+	requireTool(t, "node")
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
+		runTool(t, s, dir, npm, "ci", "--no-audit", "--no-fund")
+	}
+	return npm
+}
+
+// TestTypeScriptSDK checks that sdk/typescript's generated types are
+// those of today's OpenAPI document, builds it (ESM and CommonJS with
+// tsc) and runs its tests with node's test runner against a real
+// gateway: the SDK's surface as TestPythonSDK's, and the reference
+// TypeScript MCP client (@modelcontextprotocol/sdk) over streamable HTTP
+// and over stdio through `sandgate mcp`.
+func TestTypeScriptSDK(t *testing.T) {
+	s := startServer(t)
+	dir := sdkDir(t, "typescript")
+	npm := npmReady(t, s, dir)
+	runTool(t, s, dir, npm, "run", "--silent", "check-generated")
+	runTool(t, s, dir, npm, "run", "--silent", "build")
+	cmd := exec.Command(npm, "test")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SANDGATE_URL="+s.URL, "SANDGATE_TOKEN="+s.Token, "SANDGATE_BIN="+executortest.AgentBinary(t))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# skipped 0") {
+		t.Fatalf("npm test: %v\n%s", err, out)
+	}
+	t.Log(string(out))
+}
+
+// TestOpenAPIRedocly lints the OpenAPI document under Redocly CLI's
+// recommended rules (gateway/api/redocly.yaml): no error, no warning.
+func TestOpenAPIRedocly(t *testing.T) {
+	dir := sdkDir(t, "typescript")
+	npm := npmReady(t, nil, dir)
+	cmd := exec.Command(npm, "run", "--silent", "lint-openapi")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	// Redocly ends with "You have N warnings" (or errors) when it found
+	// any, and with "Your API description is valid" only when it found
+	// none.
+	if err != nil || strings.Contains(string(out), "You have ") || !strings.Contains(string(out), "Your API description is valid") {
+		t.Fatalf("redocly lint: %v\n%s", err, out)
+	}
 }
