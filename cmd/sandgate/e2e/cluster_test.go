@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/audittest"
+	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/executor/executortest"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/client"
@@ -30,7 +32,11 @@ import (
 // daemon (a node's daemon is what its DOCKER_HOST names, so a survivor
 // reaches it exactly as it would a remote one). The nodes share a tokens
 // file, a cluster secret and a mask key, heartbeat every 300 ms and are taken over
-// after 3 s of silence.
+// after 3 s of silence. Each node's checkpoint key is endorsed by the
+// cluster's root before the node first starts, and every verifier trusts
+// that root, as an operator sets a cluster up (docs/operations.md): a
+// survivor signs the checkpoints of the chains it adopts with its own key,
+// which any node's verify must trust.
 
 // clusterPrincipals: one principal with every role a test needs.
 var clusterPrincipals = []authPrincipal{
@@ -50,16 +56,50 @@ func clusterBase(t testing.TB) (map[string]string, string) {
 			t.Fatal(err)
 		}
 	}
+	_, rootPub := clusterRoot(t, dir)
 	return map[string]string{
-		"SANDGATE_DEV":                 "0",
-		"SANDGATE_TOKENS_FILE":         tokens,
-		"SANDGATE_CLUSTER_SECRET_FILE": secret,
-		"SANDGATE_MASK_KEY_FILE":       mask,
-		"SANDGATE_DATABASE_URL":        audittest.NewDatabase(t),
-		"SANDGATE_NODE_HEARTBEAT":      "300ms",
-		"SANDGATE_NODE_LAPSE":          "3s",
-		"DOCKER_HOST":                  executortest.DockerHost(),
+		"SANDGATE_DEV":                        "0",
+		"SANDGATE_TOKENS_FILE":                tokens,
+		"SANDGATE_CLUSTER_SECRET_FILE":        secret,
+		"SANDGATE_MASK_KEY_FILE":              mask,
+		"SANDGATE_DATABASE_URL":               audittest.NewDatabase(t),
+		"SANDGATE_NODE_HEARTBEAT":             "300ms",
+		"SANDGATE_NODE_LAPSE":                 "3s",
+		"DOCKER_HOST":                         executortest.DockerHost(),
+		"SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE": rootPub,
 	}, tok["ops"]
+}
+
+// clusterRoot makes a cluster root key in dir and writes its public half
+// beside it: root.key (kept off the nodes) and root.pub.
+func clusterRoot(t testing.TB, dir string) (key, pub string) {
+	t.Helper()
+	key, pub = filepath.Join(dir, "root.key"), filepath.Join(dir, "root.pub")
+	if _, err := proof.LoadSigningKey(key, true); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runApp(context.Background(), []string{"audit", "public-key", "--signing-key-file", key}, nil, &out, nil); err != nil {
+		t.Fatalf("the root's public key: %v\n%s", err, out.String())
+	}
+	if err := os.WriteFile(pub, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return key, pub
+}
+
+// endorseNodeKey endorses the checkpoint key env's node signs with (made
+// if missing) with the cluster root's key, and names the endorsement in
+// env, as an operator does before a node first starts.
+func endorseNodeKey(t testing.TB, env map[string]string, rootKey string) {
+	t.Helper()
+	endorsement := filepath.Join(filepath.Dir(env["SANDGATE_SPOOL_DIR"]), "endorsement.json")
+	var out bytes.Buffer
+	if err := runApp(context.Background(), []string{"audit", "endorse-key", "--root-key-file", rootKey,
+		"-o", endorsement}, env, &out, nil); err != nil {
+		t.Fatalf("endorse %s's key: %v\n%s", env["SANDGATE_NODE"], err, out.String())
+	}
+	env["SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE"] = endorsement
 }
 
 // nodeEnv is base with a node's own name and directories.
@@ -73,6 +113,10 @@ func nodeEnv(t testing.TB, base map[string]string, name string) map[string]strin
 	env["SANDGATE_VOLUME_DIR"] = state + "/volumes"
 	env["SANDGATE_WORKSPACE_DIR"] = state + "/workspaces"
 	env["SANDGATE_UPLOAD_DIR"] = state + "/uploads"
+	env["SANDGATE_SIGNING_KEY_FILE"] = state + "/checkpoint.key"
+	if pub := base["SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE"]; pub != "" {
+		endorseNodeKey(t, env, filepath.Join(filepath.Dir(pub), "root.key"))
+	}
 	return env
 }
 
@@ -449,7 +493,11 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 		return countContainers(t, sandgate.LabelNode, p.Node) == 0
 	})
 	assertNoContainers(t, p.Node)
-	a.verifyTrail(t)
+	// Both survivors find the trail whole: the adopted chains' checkpoints,
+	// signed by the taker's key, are trusted through the cluster's root
+	// by the node that did not take over too.
+	owner.verifyTrail(t)
+	other.verifyTrail(t)
 }
 
 // TestClusterTakeoverDaemonGone runs a node whose Docker daemon is reached

@@ -85,18 +85,8 @@ func clusterUp(t *testing.T) *cluster {
 		}
 	}
 	c.token = tok["ops"]
-	c.rootKey = filepath.Join(dir, "root.key")
-	rootPub := filepath.Join(dir, "root.pub")
-	if _, err := proof.LoadSigningKey(c.rootKey, true); err != nil {
-		t.Fatal(err)
-	}
-	var pub bytes.Buffer
-	if err := runApp(context.Background(), []string{"audit", "public-key", "--signing-key-file", c.rootKey}, nil, &pub, nil); err != nil {
-		t.Fatalf("the root's public key: %v\n%s", err, pub.String())
-	}
-	if err := os.WriteFile(rootPub, pub.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	var rootPub string
+	c.rootKey, rootPub = clusterRoot(t, dir)
 	// Registered before cluster.sh down's cleanup, so it runs after it:
 	// the drills leave the host's interfaces as they found them.
 	keepsHostInterfaces(t)
@@ -162,17 +152,12 @@ func (c *cluster) startNode(t *testing.T, name, dockerHost string) *procServer {
 		"DOCKER_HOST":            dockerHost,
 		// The node's own key, endorsed by the cluster's root before the
 		// node first starts with it.
-		"SANDGATE_SIGNING_KEY_FILE":           state + "/checkpoint.key",
-		"SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE": state + "/endorsement.json",
+		"SANDGATE_SIGNING_KEY_FILE": state + "/checkpoint.key",
 	}
 	for k, v := range c.shared {
 		env[k] = v
 	}
-	var out bytes.Buffer
-	if err := runApp(context.Background(), []string{"audit", "endorse-key", "--root-key-file", c.rootKey,
-		"-o", env["SANDGATE_AUDIT_KEY_ENDORSEMENT_FILE"]}, env, &out, nil); err != nil {
-		t.Fatalf("endorse %s's key: %v\n%s", name, err, out.String())
-	}
+	endorseNodeKey(t, env, c.rootKey)
 	p := startProcess(t, env)
 	withToken(t, p.testServer, c.token)
 	return p
@@ -431,6 +416,16 @@ func databaseFailover(t *testing.T, c *cluster, nodes []*procServer, short bool)
 		}
 	}
 	time.Sleep(phase) // the operator (or a failover manager) takes a moment
+	// The outage lasts until a run in flight has ended into a spool: the
+	// drill proves spooled events delivered after the promotion, so it
+	// must have some, however fast this machine answers.
+	sandgatetest.WaitFor(t, "an event spooled while no primary exists", 2*time.Minute, func() bool {
+		var spooled float64
+		for _, n := range nodes {
+			spooled += metric(t, n, "sandgate_audit_spooled_events_total")
+		}
+		return spooled > 0
+	})
 
 	c.sh(t, "promote")
 	promoted := time.Now()

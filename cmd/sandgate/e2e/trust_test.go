@@ -40,6 +40,8 @@ type trailCluster struct {
 func twoNodeTrail(t *testing.T, mod func(node string, env map[string]string)) *trailCluster {
 	t.Helper()
 	base, tok := clusterBase(t)
+	// The trust tests set up (or leave out) the cluster's root themselves.
+	delete(base, "SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE")
 	c := &trailCluster{base: base}
 	for _, name := range []string{"node-a", "node-b"} {
 		env := nodeEnv(t, base, name)
