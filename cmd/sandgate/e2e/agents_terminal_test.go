@@ -182,9 +182,7 @@ func TestTerminalRefused(t *testing.T) {
 // its exit code is the command's, and the local terminal is restored
 // (canonical mode, echo) when it exits.
 func TestSessionShellTmux(t *testing.T) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux is not installed")
-	}
+	requireTool(t, "tmux")
 	s := startServer(t)
 	ss := openSession(t, s.Client, api.SessionRequest{})
 	bin := executortest.AgentBinary(t)
