@@ -16,7 +16,6 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -147,12 +146,3 @@ func ServeStdio(ctx context.Context, s *sdk.Server, in io.Reader, out io.Writer)
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }
-
-// asJSON is v as indented JSON text, for a tool result's text content.
-func asJSON(v any) string {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	return string(b)
-}

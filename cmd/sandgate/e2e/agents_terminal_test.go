@@ -214,7 +214,7 @@ func TestSessionShellTmux(t *testing.T) {
 	}
 	pane("built-in shell")
 	tmux("send-keys", "-t", name, "echo SIX-$((6*7)); stty size", "Enter")
-	screen := pane("SIX-42")
+	pane("SIX-42")
 	pane("40 120")
 	tmux("send-keys", "-t", name, "sleep 60", "Enter")
 	time.Sleep(300 * time.Millisecond)
@@ -223,7 +223,7 @@ func TestSessionShellTmux(t *testing.T) {
 	pane("INT-4")
 	tmux("send-keys", "-t", name, "exit 5", "Enter")
 	pane("EXIT=5")
-	screen = pane("TTYSTATE:")
+	screen := pane("TTYSTATE:")
 	_, state, _ := strings.Cut(screen, "TTYSTATE:")
 	state, _, _ = strings.Cut(state, "\n")
 	if strings.TrimSpace(state) != "icanon echo" {
