@@ -36,7 +36,8 @@ var owners = map[string][]string{
 // is small enough to read whole.
 // The audit sinks' senders (syslog, webhook) and their OCSF mapping read
 // a YAML file and speak to the network with the standard library alone;
-// the egress proxy needs nothing but the standard library. The admission
+// the egress proxy needs the standard library, a rate limiter and
+// cryptobyte (what crypto/tls reads a ClientHello with). The admission
 // gate links the standard library and the root package alone: it meets
 // HTTP, the database and the daemon only at interfaces. Audit
 // verification (package audit/proof: canonical bodies, chains, notes,
@@ -47,7 +48,7 @@ var narrow = map[string][]string{
 	"audit/proof": {"golang.org/x/mod/sumdb/note", "golang.org/x/mod/sumdb/tlog"},
 	"workspace":   {"github.com/bmatcuk/doublestar/v4"},
 	"sinks":       {"sigs.k8s.io/yaml", "go.yaml.in/yaml/v2"},
-	"egress":      {"golang.org/x/time/rate"},
+	"egress":      {"golang.org/x/time/rate", "golang.org/x/crypto/cryptobyte", "golang.org/x/crypto/cryptobyte/asn1"},
 }
 
 // boundaries may not import each other, except where allowed.

@@ -47,6 +47,10 @@ type Node struct {
 	// TakenOverBy names the survivor that took its work over.
 	TakenOverBy string     `json:"taken_over_by,omitempty"`
 	TakenOverAt *time.Time `json:"taken_over_at,omitempty"`
+	// HeldEvents are the audit events it holds in its spool because the
+	// database refused them as fenced (it was taken over), as it last
+	// reported.
+	HeldEvents int64 `json:"held_events,omitempty"`
 }
 
 // Takeover is what a survivor took from a dead node, in one transaction:
@@ -56,6 +60,9 @@ type Takeover struct {
 	Dead     Node
 	Runs     []string
 	Sessions []string
+	// ChainsFenced counts the dead node's audit chains fenced in the
+	// same transaction: the database takes nothing more of them.
+	ChainsFenced int
 }
 
 // Slot is one admitted, unfinished run as the cluster counts it: its

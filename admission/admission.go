@@ -128,9 +128,13 @@ type Deps struct {
 	Transcripts Transcripts
 	// Observer, when set, is told of decisions and refusals (metrics).
 	Observer Observer
-	Clock    sandgate.Clock
-	IDs      sandgate.IDSource
-	Logger   *slog.Logger
+	// Accepting, when set, is asked before a new run, session or
+	// command: its error refuses it (a node that was taken over and is
+	// fenced starts no work).
+	Accepting func() error
+	Clock     sandgate.Clock
+	IDs       sandgate.IDSource
+	Logger    *slog.Logger
 }
 
 // Config is the gate's behaviour.

@@ -21,6 +21,9 @@ func (g *Gate) accepting() error {
 	if g.draining.Load() {
 		return sandgate.Errorf(sandgate.CodeUnavailable, "the gateway is shutting down")
 	}
+	if g.d.Accepting != nil {
+		return g.d.Accepting()
+	}
 	return nil
 }
 

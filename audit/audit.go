@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -116,8 +117,15 @@ type Config struct {
 	// part of a commit the queue outlasts, which grows with the bound (under
 	// wrk, p99 21.7 ms at 64, 24.2 at 128, 30.6 at 512; docs/benchmarks.md).
 	MaxBacklog int
-	// MaxConns caps the connection pool (default 8).
+	// MaxConns caps the connection pool of request traffic: queries,
+	// exports, proofs, and the run store over DB (default 8).
 	MaxConns int32
+	// ControlConns caps the pool of the node's own work, which request
+	// traffic never takes a connection of: the trail's writers, their
+	// checkpoints and trees, closing a dead node's chains, and the node
+	// registry's heartbeat over ControlDB (default 6; a writing Store
+	// only).
+	ControlConns int32
 	// Clock and IDs are injected for tests (defaults: time.Now, UUIDv7).
 	// recorded_at is the database's clock; a writer with an injected Clock
 	// stamps its rows' recorded_at with that clock instead, which the
@@ -185,6 +193,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 8
+	}
+	if c.ControlConns <= 0 {
+		c.ControlConns = 6
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
@@ -259,6 +270,16 @@ type trailDB struct {
 	pool  *pgxpool.Pool
 	sqlDB *sql.DB
 	db    *gorm.DB
+	// ctl is the pool of the node's own work (Config.ControlConns): the
+	// writers, closing a dead node's chains, and the registry (ctlDB).
+	// Request traffic, on pool, cannot starve the trail's commits or the
+	// heartbeat. The same as pool when read-only.
+	ctl   *pgxpool.Pool
+	ctlDB *sql.DB
+	// downAt is when a writer last found Postgres away (Unix ns): a
+	// request pool's connection idle since before then is pinged before
+	// it is used, since it may have died with the outage.
+	downAt atomic.Int64
 }
 
 var _ sandgate.Recorder = (*Store)(nil)
@@ -315,6 +336,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	pcfg.MaxConns = cfg.MaxConns
+	tdb := &trailDB{cfg: cfg}
+	pcfg.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		// pgx's own rule, and a connection idle since before the trail's
+		// writers last found Postgres away.
+		return p.IdleDuration > time.Second || time.Since(time.Unix(0, tdb.downAt.Load())) < p.IdleDuration
+	}
 	if pcfg.ConnConfig.RuntimeParams == nil {
 		pcfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
@@ -328,7 +355,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: connect: %w", err)
 	}
-	s := &Store{trailDB: &trailDB{cfg: cfg, pool: pool}, ownClock: ownClock}
+	tdb.pool, tdb.ctl = pool, pool
+	s := &Store{trailDB: tdb, ownClock: ownClock}
 	defer s.parts()
 	s.sqlDB = stdlib.OpenDBFromPool(pool)
 	if s.db, err = pgstore.Gorm(s.sqlDB, cfg.Clock); err != nil {
@@ -341,6 +369,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.ReadOnly {
 		return s, nil
+	}
+	if err := s.openControl(ctx, pcfg); err != nil {
+		s.closeDB()
+		return nil, err
 	}
 	if err := s.checkSchema(ctx); err != nil {
 		s.closeDB()
@@ -393,9 +425,29 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// openControl opens the pool of the node's own work, configured as the
+// request pool but for its size.
+func (s *Store) openControl(ctx context.Context, pcfg *pgxpool.Config) error {
+	ccfg := pcfg.Copy()
+	ccfg.MaxConns = s.cfg.ControlConns
+	ccfg.ConnConfig.RuntimeParams["application_name"] = pcfg.ConnConfig.RuntimeParams["application_name"] + "-control"
+	ctl, err := pgxpool.NewWithConfig(ctx, ccfg)
+	if err != nil {
+		return fmt.Errorf("audit: connect: %w", err)
+	}
+	s.ctl, s.ctlDB = ctl, stdlib.OpenDBFromPool(ctl)
+	return nil
+}
+
 func (s *Store) closeDB() {
 	if s.sqlDB != nil {
 		s.sqlDB.Close()
+	}
+	if s.ctl != s.pool {
+		if s.ctlDB != nil {
+			s.ctlDB.Close()
+		}
+		s.ctl.Close()
 	}
 	s.pool.Close()
 }
@@ -440,6 +492,17 @@ func (s *Store) PublicKey() ed25519.PublicKey {
 // with synchronous commit on), for the run store (runstore.New) and
 // migrations. It is closed with the Store.
 func (s *Store) DB() *sql.DB { return s.sqlDB }
+
+// ControlDB returns a handle on the pool of the node's own work
+// (Config.ControlConns), for the node registry's heartbeat: request
+// traffic, which goes through DB, cannot take its connections. It is
+// DB for a read-only Store, and closed with the Store.
+func (s *Store) ControlDB() *sql.DB {
+	if s.ctlDB == nil {
+		return s.sqlDB
+	}
+	return s.ctlDB
+}
 
 // Emit queues a lifecycle event for the next group commit. It does not
 // wait and never drops the event: when Postgres is away the event is
@@ -593,6 +656,9 @@ func (s *Store) Ready(ctx context.Context) error {
 			if err := w.behind.Load(); err != nil {
 				return sandgate.WrapError(sandgate.CodeAuditUnavailable, *err, "the audit trail in Postgres is missing acknowledged events")
 			}
+		}
+		if err := s.FenceStatus().Err(); err != nil {
+			return err
 		}
 		if s.w.spoolFull.Load() || s.dw.spoolFull.Load() {
 			return sandgate.Errorf(sandgate.CodeAuditUnavailable, "audit spool is full (%d bytes): waiting for Postgres to take the spooled events", s.cfg.SpoolMaxBytes)

@@ -34,7 +34,7 @@ func (w *writer) committed(n int64) {
 // maybeCheckpoint signs the head when N events or T have passed since the
 // last checkpoint; when idle that re-signs the same head with a new time.
 func (w *writer) maybeCheckpoint() {
-	if len(w.pending) > 0 || w.headSeq == 0 {
+	if len(w.pending) > 0 || w.headSeq == 0 || w.fenced.Load() != nil {
 		return
 	}
 	if w.sinceCP >= int64(w.cfg.CheckpointEvery) || w.cfg.Clock().Sub(w.lastCP) >= w.cfg.CheckpointInterval {
@@ -51,7 +51,7 @@ func (w *writer) checkpoint(final bool) {
 		// checkpoint Postgres holds last, so the checkpoints stay chained.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var sig []byte
-		err := w.s.pool.QueryRow(ctx, `SELECT signature FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID).Scan(&sig)
+		err := w.s.ctl.QueryRow(ctx, `SELECT signature FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID).Scan(&sig)
 		cancel()
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			w.markDown(err)
@@ -78,11 +78,15 @@ func (w *writer) checkpoint(final bool) {
 			noteText = &n
 		}
 	}
-	_, err := w.s.pool.Exec(ctx, `INSERT INTO audit_checkpoints
+	_, err := w.s.ctl.Exec(ctx, `INSERT INTO audit_checkpoints
 		(chain_id, seq, head_hash, created_at, final, prev_signature, signature, key_id, public_key, note)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		w.chainID, w.headSeq, w.headHash, cp.CreatedAt, final, nilIfEmpty(w.lastSig), sig, cp.KeyID, []byte(pub), noteText)
 	if err != nil {
+		if isFenced(err) {
+			w.fence(err)
+			return
+		}
 		w.cpUncertain = !definitelyNotCommitted(err)
 		w.markDown(err)
 		return

@@ -36,11 +36,11 @@ const keyWait = 30 * time.Second
 // in the registry) instead of reporting its checkpoint stale. A chain
 // already closed at its head is left as it is.
 //
-// Call it once, from the one survivor that took dead over. Events the
-// dead node still holds in its spool are delivered if it comes back: its
-// chain then goes on after the closing checkpoint, and its own writer
-// signs the rest. It returns AUDIT-UNAVAILABLE when Postgres does not
-// answer or this Store's key is not registered in time.
+// Call it once, from the one survivor that took dead over. A closed
+// chain is fenced (fence.go): events the dead node still holds, or
+// records, are refused by the database and stay in its spool. It returns
+// AUDIT-UNAVAILABLE when Postgres does not answer or this Store's key is
+// not registered in time.
 func (s *Takeover) CloseChainsOf(ctx context.Context, dead, reason string) ([]ChainClosure, error) {
 	if s.writer.key == nil || s.writer.w == nil {
 		return nil, errors.New("audit: a read-only store cannot close chains")
@@ -53,7 +53,7 @@ func (s *Takeover) CloseChainsOf(ctx context.Context, dead, reason string) ([]Ch
 	if err := s.awaitKey(ctx, keyID); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT chain_id, node FROM audit_chains WHERE node = $1 OR node = $1 || '-decisions' ORDER BY chain_id`, dead)
+	rows, err := s.ctl.Query(ctx, `SELECT chain_id, node FROM audit_chains WHERE node = $1 OR node = $1 || '-decisions' ORDER BY chain_id`, dead)
 	if err != nil {
 		return nil, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "list the chains of node %s", dead)
 	}
@@ -96,7 +96,7 @@ func (s *Takeover) awaitKey(ctx context.Context, keyID string) error {
 	deadline := time.Now().Add(keyWait)
 	for {
 		var n int
-		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_keys WHERE key_id = $1`, keyID).Scan(&n)
+		err := s.ctl.QueryRow(ctx, `SELECT count(*) FROM audit_keys WHERE key_id = $1`, keyID).Scan(&n)
 		if err == nil && n > 0 {
 			return nil
 		}
@@ -120,7 +120,7 @@ func (s *Takeover) closeChain(ctx context.Context, chainID, dead string) (ChainC
 	fail := func(err error) (ChainClosure, bool, error) {
 		return ChainClosure{}, false, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "close chain %s", chainID)
 	}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := s.ctl.Begin(ctx)
 	if err != nil {
 		return fail(err)
 	}
@@ -148,6 +148,13 @@ func (s *Takeover) closeChain(ctx context.Context, chainID, dead string) (ChainC
 	}
 	if err == nil && lastFinal && lastSeq == seq {
 		return ChainClosure{}, false, nil
+	}
+	// Closing fences: the dead node's writer, should it come back, is
+	// refused past this head (a takeover fenced it already, at the same
+	// head, since nothing gets past a fence).
+	if _, err := tx.Exec(ctx, `INSERT INTO audit_fences (chain_id, seq, fenced_by, reason) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (chain_id) DO NOTHING`, chainID, seq, s.cfg.Node, "closed by node "+s.cfg.Node); err != nil {
+		return fail(err)
 	}
 	cp := proof.SignCheckpoint(s.writer.key, chainID, seq, head, s.cfg.Clock(), true, lastSig)
 	sig, _ := hex.DecodeString(cp.Signature)

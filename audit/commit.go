@@ -83,6 +83,12 @@ func (w *writer) commit(batch []*request) bool {
 		w.requeue(rest)
 		return false
 	}
+	if w.fenced.Load() != nil {
+		// Nothing more is committed on a fenced chain: lifecycle events
+		// are held in the spool, decisions refused.
+		failSyncs(w.fencedErr())
+		return w.spoolEvents(emits, rest)
+	}
 	if len(w.pending) > 0 {
 		// Postgres is away (or the spool is not yet delivered): decisions
 		// cannot be committed; lifecycle events join the spool.
@@ -114,6 +120,9 @@ func (w *writer) commit(batch []*request) bool {
 		w.committedRecs(recs)
 		return true
 	}
+	if isFenced(err) {
+		w.fence(err)
+	}
 	w.markDown(err)
 	if known {
 		failSyncs(err)
@@ -139,6 +148,10 @@ func (w *writer) commit(batch []*request) bool {
 func (w *writer) commitWith(r *request) {
 	if r.ctx != nil && r.ctx.Err() != nil {
 		r.done <- unavailable(r.ctx.Err())
+		return
+	}
+	if w.fenced.Load() != nil {
+		r.done <- unavailable(w.fencedErr())
 		return
 	}
 	if len(w.pending) > 0 || w.broken != nil {
@@ -187,7 +200,7 @@ func (w *writer) resolve(recs []*sealed) (committed, known bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var n int
-	if err := w.s.pool.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE event_id = ANY($1::text[]::uuid[])`, ids).Scan(&n); err != nil {
+	if err := w.s.ctl.QueryRow(ctx, `SELECT count(*) FROM audit_events WHERE event_id = ANY($1::text[]::uuid[])`, ids).Scan(&n); err != nil {
 		return false, false
 	}
 	switch n {

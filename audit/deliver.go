@@ -66,6 +66,7 @@ func (w *writer) ok() {
 }
 
 func (w *writer) markDown(err error) {
+	w.s.downAt.Store(time.Now().UnixNano())
 	if !w.dbDown {
 		w.cfg.Logger.Warn("audit: postgres unreachable; spooling lifecycle events", "err", err)
 	}
@@ -76,6 +77,9 @@ func (w *writer) markDown(err error) {
 // deliver sends pending records to Postgres in chain order. Unless force,
 // a writer that found Postgres away waits RetryInterval between attempts.
 func (w *writer) deliver(force bool) {
+	if w.fenced.Load() != nil {
+		return // held: the database refuses them
+	}
 	if w.dbDown && !force && time.Since(w.lastAttempt) < w.cfg.RetryInterval && !w.syncWaiting() {
 		return
 	}
@@ -83,6 +87,9 @@ func (w *writer) deliver(force bool) {
 	for len(w.pending) > 0 {
 		chunk := w.pending[:min(len(w.pending), w.cfg.MaxBatch)]
 		if err := w.insert(chunk, true); err != nil {
+			if isFenced(err) {
+				w.fence(err)
+			}
 			if errors.Is(err, errTrailBehind) {
 				if w.behind.Load() == nil {
 					w.cfg.Logger.Error("audit: the trail in Postgres is behind this writer; spooled events are held and admissions refused until an operator acts (docs/operations.md)", "err", err)

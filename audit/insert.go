@@ -76,7 +76,7 @@ func (w *writer) insertWith(recs []*sealed, redelivery bool, also func(context.C
 	if !redelivery && also == nil && len(recs) <= smallBatch {
 		return w.appendSmall(ctx, recs, rows)
 	}
-	conn, err := w.s.pool.Acquire(ctx)
+	conn, err := w.s.ctl.Acquire(ctx)
 	if err != nil {
 		return notCommitted{fmt.Errorf("insert %d audit events: %w", len(recs), err)}
 	}
@@ -209,7 +209,7 @@ func (w *writer) appendSmall(ctx context.Context, recs []*sealed, rows [][]any) 
 		q.WriteByte(')')
 	}
 	q.WriteString(") AS v WHERE EXISTS (SELECT FROM head)")
-	tag, err := w.s.pool.Exec(ctx, q.String(), args...)
+	tag, err := w.s.ctl.Exec(ctx, q.String(), args...)
 	if err != nil {
 		return fmt.Errorf("insert %d audit events: %w", len(recs), err)
 	}

@@ -121,7 +121,7 @@ func (w *writer) ensureKey() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	tx, err := w.s.pool.Begin(ctx)
+	tx, err := w.s.ctl.Begin(ctx)
 	if err != nil {
 		w.markDown(err)
 		return false

@@ -159,7 +159,7 @@ func (w *writer) ensurePartitions() {
 	defer cancel()
 	now := w.cfg.Clock()
 	var created int
-	err := w.s.pool.QueryRow(ctx, `SELECT audit_ensure_partitions($1, $2)`, now, now.Add(partitionsAhead)).Scan(&created)
+	err := w.s.ctl.QueryRow(ctx, `SELECT audit_ensure_partitions($1, $2)`, now, now.Add(partitionsAhead)).Scan(&created)
 	if err != nil {
 		w.logf("audit: cannot create the month partitions ahead; new rows go to audit_events_default until it works", "err", err)
 		return

@@ -228,6 +228,30 @@ func (s *spool) reset() error {
 	return nil
 }
 
+// setAside moves the spool's records to path (kept for a human) and
+// goes on with an empty spool.
+func (s *spool) setAside(path string) error {
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("sync spool: %w", err)
+	}
+	cur := filepath.Join(s.dir, spoolFile)
+	if err := os.Rename(cur, path); err != nil {
+		return fmt.Errorf("keep spool as %s: %w", path, err)
+	}
+	f, err := os.OpenFile(cur, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return fmt.Errorf("open a new spool: %w", err)
+	}
+	if err := syncFile(s.dir); err != nil {
+		f.Close()
+		return err
+	}
+	s.f.Close()
+	s.f, s.size = f, 0
+	s.bytes.Store(0)
+	return nil
+}
+
 func (s *spool) close() error {
 	err := s.f.Close()
 	if lerr := s.lock.Close(); err == nil {

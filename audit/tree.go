@@ -255,7 +255,7 @@ func (b *treeBuilder) root(ctx context.Context, size int64) (tlog.Hash, error) {
 		return b.st.Root()
 	}
 	b.pending.Wait()
-	tx, err := w.s.pool.Begin(ctx)
+	tx, err := w.s.ctl.Begin(ctx)
 	if err != nil {
 		return tlog.Hash{}, err
 	}
@@ -322,7 +322,7 @@ func (b *treeBuilder) store() {
 func (w *writer) storeTreeRows(rows [][]any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	tx, err := w.s.pool.Begin(ctx)
+	tx, err := w.s.ctl.Begin(ctx)
 	if err != nil {
 		return err
 	}

@@ -87,8 +87,16 @@ type writer struct {
 	tree       *treeBuilder
 	treeBroken atomic.Bool
 
-	broken            error // set when a commitWith outcome is unknown
-	ensuresPartitions bool  // this writer keeps the month partitions ahead
+	broken error // set when a commitWith outcome is unknown
+	// fenced is set once the database refused this writer's chain as
+	// fenced (fence.go): from then on it commits nothing and holds what
+	// comes in its spool.
+	fenced atomic.Pointer[Fence]
+	// heldFiles are fenced spools of earlier processes set aside in its
+	// directory, holding heldSetAside records; set at start.
+	heldFiles         []string
+	heldSetAside      int64
+	ensuresPartitions bool // this writer keeps the month partitions ahead
 	lastEnsure        time.Time
 
 	// keyReady is set once this writer's key is registered for its node
@@ -123,13 +131,19 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 		w.casts = slices.Delete(slices.Clone(eventCasts), recordedAtColumn, recordedAtColumn+1)
 	}
 	w.chainID = chainID
+	newID := func() string { return newChainID(chainPrefix) }
 	if w.chainID == "" {
-		w.chainID, err = chainIDFile(spoolDir, func() string { return newChainID(chainPrefix) })
+		w.chainID, err = chainIDFile(spoolDir, newID)
 		if err != nil {
 			sp.close()
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}
+	if recs, err = w.setAsideFenced(ctx, spoolDir, recs, chainID != "", newID); err != nil {
+		sp.close()
+		return nil, err
+	}
+	w.countHeldFiles(spoolDir)
 	if err := w.loadHead(ctx, recs); err != nil {
 		sp.close()
 		return nil, err
@@ -149,14 +163,14 @@ func startWriter(ctx context.Context, s *Store, spoolDir, chainID, chainPrefix s
 // first.
 func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	w.headHash = make([]byte, proof.HashSize)
-	err := w.s.pool.QueryRow(ctx,
+	err := w.s.ctl.QueryRow(ctx,
 		`SELECT seq, hash FROM audit_events WHERE chain_id = $1 ORDER BY seq DESC LIMIT 1`, w.chainID,
 	).Scan(&w.headSeq, &w.headHash)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain head")
 	}
 	var cpSeq int64
-	err = w.s.pool.QueryRow(ctx,
+	err = w.s.ctl.QueryRow(ctx,
 		`SELECT signature, created_at, seq FROM audit_checkpoints WHERE chain_id = $1 ORDER BY id DESC LIMIT 1`, w.chainID,
 	).Scan(&w.lastSig, &w.lastCP, &cpSeq)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
@@ -176,7 +190,7 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 	if len(recs) > 0 {
 		w.logf("audit: delivering spooled events", "count", len(recs), "chain_id", w.chainID)
 	}
-	_, err = w.s.pool.Exec(ctx,
+	_, err = w.s.ctl.Exec(ctx,
 		`INSERT INTO audit_chains (chain_id, node, key_id) VALUES ($1, $2, $3) ON CONFLICT (chain_id) DO NOTHING`,
 		w.chainID, w.cfg.Node, proof.KeyID(w.key.Public().(ed25519.PublicKey)))
 	if err != nil {
@@ -277,7 +291,9 @@ func (w *writer) finish() {
 		// The spool is full and Postgres away: the log is the last place.
 		w.cfg.Logger.Error("audit: event could not be committed or spooled before exit", "event", r.events)
 	}
-	if len(w.pending) == 0 && w.headSeq > 0 {
+	if w.fenced.Load() != nil {
+		w.logf("audit: closing a fenced chain; its held events stay in the spool", "chain_id", w.chainID, "held", len(w.pending))
+	} else if len(w.pending) == 0 && w.headSeq > 0 {
 		w.checkpoint(true)
 	} else if len(w.pending) > 0 {
 		w.logf("audit: closing with spooled events; they are delivered on the next start", "count", len(w.pending))

@@ -65,8 +65,8 @@ func BenchmarkEgressConnectLatency(b *testing.B) {
 // BenchmarkEgressTLSConnectLatency is BenchmarkEgressConnectLatency for
 // HTTPS: TLS handshakes with a loopback upstream, alternately straight
 // and through a CONNECT tunnel, whose ClientHello the proxy reads whole
-// and checks (the server name against the target) before it sends it
-// on. It reports the p50 and p99 of each, until the handshake is done.
+// and checks (readClientHello: its records, its form, the server name
+// against the target) before it relays anything. It reports the p50 and p99 of each, until the handshake is done.
 func BenchmarkEgressTLSConnectLatency(b *testing.B) {
 	up := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer up.Close()

@@ -3,14 +3,11 @@ package egress
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/textproto"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -26,17 +23,6 @@ const (
 	// ReasonHostMismatch: a plain-HTTP request's Host header names a host
 	// other than its URL's.
 	ReasonHostMismatch = "host_mismatch"
-)
-
-// maxClientHello bounds the bytes read for a ClientHello (one is a few
-// hundred bytes to a few KiB, with post-quantum key shares).
-const maxClientHello = 64 << 10
-
-// The TLS record types (RFC 8446 5.1): a record starts with one, then
-// the major version 3.
-const (
-	recordTypeChangeCipherSpec = 0x14
-	recordTypeApplicationData  = 0x17
 )
 
 // headRecorder keeps the first bytes read from a client, up to max, until
@@ -91,77 +77,24 @@ func sameHost(a, b string) bool {
 	return strings.EqualFold(strings.TrimSuffix(a, "."), strings.TrimSuffix(b, "."))
 }
 
-// checkTunnel looks at the first bytes a client sends into a CONNECT
-// tunnel to host. When they begin a TLS record, it must be a
-// ClientHello, which is read whole (within DefaultHeaderTimeout) and its server name checked:
-// none, or host itself, and every byte read is sent on to up; another
-// name (domain fronting: an admitted address, another site's
-// certificate and virtual host) is refused with its reason, nothing sent
-// on. Anything else than TLS passes unread. It waits for the client's
-// first byte as long as the client takes: a protocol whose server
-// speaks first is answered meanwhile by the other direction.
-func checkTunnel(c net.Conn, br *bufio.Reader, up io.Writer, host string) (reason, msg string) {
-	first, err := br.Peek(1)
-	if err != nil || first[0] < recordTypeChangeCipherSpec || first[0] > recordTypeApplicationData {
-		return "", ""
-	}
-	// Any TLS record first (an alert or a change-cipher-spec before the
-	// hello would slip a lenient server a ClientHello unread) must be
-	// the ClientHello; another protocol's first bytes pass.
-	if head, err := br.Peek(2); err != nil || head[1] != 3 {
-		return "", ""
-	}
+// checkTunnel reads what a client sends first into a CONNECT tunnel to
+// host, which must be a TLS ClientHello read whole within
+// DefaultHeaderTimeout (readClientHello), and checks its server name:
+// none, or host itself. It returns the bytes to send on first, or the
+// reason and message of a refusal: another name (domain fronting: an
+// admitted address, another site's certificate and virtual host), or
+// anything that is not a complete, well-formed ClientHello (another
+// protocol, a record a lenient server would read and this reader would
+// not). Nothing is relayed in either direction before it returns.
+func checkTunnel(c net.Conn, r io.Reader, host string) (raw []byte, reason, msg string) {
 	_ = c.SetReadDeadline(time.Now().Add(DefaultHeaderTimeout))
-	sni, raw, err := readClientHello(br)
+	hello, err := readClientHello(r)
 	_ = c.SetReadDeadline(time.Time{})
 	if err != nil {
-		return ReasonBadClientHello, err.Error()
+		return nil, ReasonBadClientHello, err.Error()
 	}
-	if sni != "" && !sameHost(sni, host) {
-		return ReasonSNIMismatch, fmt.Sprintf("the TLS server name %q is not the CONNECT target %s", sni, host)
+	if hello.serverName != "" && !sameHost(hello.serverName, host) {
+		return nil, ReasonSNIMismatch, fmt.Sprintf("the TLS server name %q is not the CONNECT target %s", hello.serverName, host)
 	}
-	if _, err := up.Write(raw); err != nil {
-		return "", ""
-	}
-	return "", ""
+	return hello.raw, "", ""
 }
-
-// errHelloRead stops the handshake once the ClientHello is parsed.
-var errHelloRead = errors.New("client hello read")
-
-// readClientHello reads a TLS ClientHello from r with crypto/tls's own
-// parser and returns its server name and every byte it read.
-func readClientHello(r io.Reader) (string, []byte, error) {
-	var raw bytes.Buffer
-	hc := &helloConn{r: io.TeeReader(io.LimitReader(r, maxClientHello), &raw)}
-	var sni string
-	var parsed bool
-	err := tls.Server(hc, &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
-		sni, parsed = h.ServerName, true
-		return nil, errHelloRead
-	}}).Handshake()
-	if !parsed {
-		return "", raw.Bytes(), fmt.Errorf("a TLS handshake began without a readable ClientHello: %v", err)
-	}
-	return sni, raw.Bytes(), nil
-}
-
-// helloConn is a read-only net.Conn for the ClientHello parser: what it
-// would answer (an alert) is dropped.
-type helloConn struct {
-	r  io.Reader
-	mu sync.Mutex
-}
-
-func (h *helloConn) Read(b []byte) (int, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.r.Read(b)
-}
-func (h *helloConn) Write(b []byte) (int, error)      { return len(b), nil }
-func (h *helloConn) Close() error                     { return nil }
-func (h *helloConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
-func (h *helloConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
-func (h *helloConn) SetDeadline(time.Time) error      { return nil }
-func (h *helloConn) SetReadDeadline(time.Time) error  { return nil }
-func (h *helloConn) SetWriteDeadline(time.Time) error { return nil }

@@ -383,58 +383,73 @@ func (p *Proxy) handle(c net.Conn) {
 
 	up := &counted{Conn: upstream, n: &rec.sent, st: st, p: p, dir: "sent"}
 	down := &counted{Conn: c, n: &rec.recv, st: st, p: p, dir: "received"}
-	done := make(chan struct{})
 	if req.Method == http.MethodConnect {
-		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-			p.allowed(st, rec)
-			return
-		}
-		go func() {
-			defer close(done)
-			// A TLS ClientHello naming another server than the target
-			// ends the tunnel before a byte of it is sent on.
-			if reason, msg := checkTunnel(c, br, up, rec.host); reason != "" {
-				rec.reason, rec.msg = reason, msg
-				upstream.Close()
-				c.Close()
-				return
-			}
-			// What the request's reader holds already goes first;
-			// the rest straight from the connection.
-			if n := br.Buffered(); n > 0 {
-				b, _ := br.Peek(n)
-				if _, err := up.Write(b); err != nil {
-					closeWrite(upstream)
-					return
-				}
-				_, _ = br.Discard(n)
-			}
-			up.relay(c)
-			closeWrite(upstream)
-		}()
-	} else {
-		go func() {
-			defer close(done)
-			forward(up, req)
-			closeWrite(upstream)
-		}()
+		p.tunnel(st, rec, br, up, down)
+		return
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		forward(up, req)
+		closeWrite(upstream)
+	}()
 	down.relay(upstream)
 	closeWrite(c)
-	// The client's side ends when it closes, or when this connection is
-	// over: the upstream answered in full (plain HTTP asks it to close).
-	if req.Method != http.MethodConnect {
-		upstream.Close()
+	// The client's side ends once the upstream answered in full (plain
+	// HTTP asks it to close).
+	upstream.Close()
+	p.finish(st, rec, done, c)
+}
+
+// tunnel answers a CONNECT whose upstream is connected: the client's
+// ClientHello is read whole and checked (checkTunnel) before a byte
+// moves either way; a refusal ends the tunnel, recorded with its reason
+// (the client sees its handshake fail: the 200 was already sent).
+func (p *Proxy) tunnel(st *runState, rec *conn, br *bufio.Reader, up, down *counted) {
+	c, upstream := down.Conn, up.Conn
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		p.allowed(st, rec)
+		return
 	}
+	hello, reason, msg := checkTunnel(c, br, rec.host)
+	if reason != "" {
+		rec.reason, rec.msg = reason, msg
+		p.denied(st, rec)
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := up.Write(hello); err != nil {
+			closeWrite(upstream)
+			return
+		}
+		// What the request's reader holds already goes next; the rest
+		// straight from the connection.
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			if _, err := up.Write(b); err != nil {
+				closeWrite(upstream)
+				return
+			}
+			_, _ = br.Discard(n)
+		}
+		up.relay(c)
+		closeWrite(upstream)
+	}()
+	down.relay(upstream)
+	closeWrite(c)
+	p.finish(st, rec, done, c)
+}
+
+// finish waits for the client-to-upstream side (at most a second once
+// the other has ended) and records the connection as allowed.
+func (p *Proxy) finish(st *runState, rec *conn, done <-chan struct{}, c net.Conn) {
 	select {
 	case <-done:
 	case <-time.After(time.Second):
 		c.Close()
 		<-done
-	}
-	if rec.reason == ReasonSNIMismatch || rec.reason == ReasonBadClientHello {
-		p.denied(st, rec)
-		return
 	}
 	if st.bytesLeft.Load() <= 0 && rec.reason == "" {
 		rec.reason = ReasonByteLimit

@@ -53,6 +53,7 @@ type fixture struct {
 	upstream *httptest.Server
 	port     string
 	lookups  atomic.Int64
+	run      egress.Run
 }
 
 func newFixture(t testing.TB, lookup func(n int64, host string) []netip.Addr, limits sandgate.EgressLimits, extra ...string) *fixture {
@@ -88,14 +89,27 @@ func newFixture(t testing.TB, lookup func(n int64, host string) []netip.Addr, li
 	go f.proxy.Serve(ln)
 	t.Cleanup(func() { f.proxy.Close() })
 	f.addr = ln.Addr().String()
-	err = f.proxy.Register(netip.MustParseAddr("127.0.0.1"), egress.Run{
+	f.run = egress.Run{
 		RunID: "run-1", CorrelationID: "corr-1", DecisionID: "dec-1", Principal: "alice", Team: "payments",
 		Egress: dests, Limits: limits, Private: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
-	})
-	if err != nil {
+	}
+	if err := f.proxy.Register(netip.MustParseAddr("127.0.0.1"), f.run); err != nil {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// again ends the fixture's run and registers it afresh, its events
+// forgotten: a run of its own for each case of a test.
+func (f *fixture) again(t testing.TB) {
+	t.Helper()
+	f.proxy.Unregister(netip.MustParseAddr("127.0.0.1"))
+	f.events.mu.Lock()
+	f.events.evs = nil
+	f.events.mu.Unlock()
+	if err := f.proxy.Register(netip.MustParseAddr("127.0.0.1"), f.run); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fixture) client() *http.Client {
@@ -130,20 +144,14 @@ func loopbackLookup(n int64, host string) []netip.Addr {
 // CONNECT and by a plain request; every other is refused with its reason
 // and recorded.
 func TestProxyAllowsAndRefuses(t *testing.T) {
-	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20})
+	up := newTLSUpstream(t)
+	f := newFixture(t, loopbackLookup, sandgate.EgressLimits{Connections: 100, Bytes: 10 << 20}, "127.0.0.1:"+up.port)
 	if code, body := f.get(t, "http://upstream.test:"+f.port+"/"); code != 200 || !strings.Contains(body, "hello from upstream") {
 		t.Fatalf("plain http: %d %q", code, body)
 	}
 	// CONNECT, as an HTTPS client does.
-	conn, err := net.Dial("tcp", f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "CONNECT 127.0.0.1:%s HTTP/1.1\r\nHost: 127.0.0.1:%s\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", f.port, f.port)
-	got, _ := io.ReadAll(conn)
-	conn.Close()
-	if !strings.HasPrefix(string(got), "HTTP/1.1 200 Connection established") || !strings.Contains(string(got), "hello from upstream") {
-		t.Fatalf("CONNECT: %q", got)
+	if body, err := handshake(f.tunnel(t, "127.0.0.1:"+up.port), ""); err != nil || !strings.Contains(body, "hello over tls") {
+		t.Fatalf("CONNECT: %v %q", err, body)
 	}
 
 	tests := []struct {

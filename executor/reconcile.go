@@ -227,6 +227,18 @@ func (rc *Reconciler) nodeFree(ctx context.Context) error {
 	}
 }
 
+// Holder names the live instances of the node on its daemon (gateways
+// that renew its lease there), "" when none is alive. A survivor asks it
+// before it takes a lapsed node over: a node whose lease its daemon sees
+// renewed is alive, its heartbeat only late.
+func (rc *Reconciler) Holder(ctx context.Context) (string, error) {
+	others, err := rc.e.lease.others(ctx)
+	if err != nil || len(others) == 0 {
+		return "", err
+	}
+	return sortedIDs(others), nil
+}
+
 // takeOver ends the adopted container c as its state st says.
 func (rc *Reconciler) takeOver(h *handle, c container.Summary, st container.InspectResponse) ending {
 	e, s := rc.e, stateOf(st)

@@ -32,10 +32,11 @@ func TestRunUsage(t *testing.T) {
 		},
 		{
 			name: "a second of CPU burnt reports at least half of it",
-			// A busy loop of the shell for about a second of wall time,
-			// with a whole CPU to itself.
+			// A busy loop of the shell of a fixed amount of work (about
+			// 1.5 s of one CPU here), not of wall time: on a loaded host
+			// a second of wall time may hold far less CPU.
 			tune:    func(s *sandgate.RunSpec) { s.Resources.CPUs = 1 },
-			cmd:     []string{"sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`},
+			cmd:     []string{"sh", "-c", burnCPU},
 			outcome: sandgate.OutcomeSucceeded,
 			check: func(t *testing.T, u *sandgate.Usage) {
 				if u.CPUMS == nil || *u.CPUMS < 500 {
@@ -178,6 +179,11 @@ func TestRunUsageSourceIsCgroup(t *testing.T) {
 	}
 }
 
+// burnCPU is a shell busy loop of a fixed amount of work: about 1.5 s of
+// one CPU on this machine (0.8 s per 300,000 rounds under busybox sh),
+// however long the host's load stretches it in wall time.
+const burnCPU = `i=0; while [ $i -lt 600000 ]; do i=$((i+1)); done`
+
 func deref(p *int64) any {
 	if p == nil {
 		return nil
@@ -197,7 +203,7 @@ func TestWarmRunUsage(t *testing.T) {
 	small := func(s *sandgate.RunSpec) { s.Resources.MemoryMB = 32 }
 	ex, rec := newWarmExecutor(t, 1, nil, profileOf(t, nil), profileOf(t, small))
 
-	burn := newJob(t, nil, "sh", "-c", `end=$(( $(date +%s) + 2 )); while [ $(date +%s) -lt $end ]; do :; done`)
+	burn := newJob(t, nil, "sh", "-c", burnCPU)
 	res := execute(t, ex, burn)
 	if !warm(rec, burn.RunID) {
 		t.Fatal("the run was not served from the warm pool")

@@ -40,6 +40,9 @@ type ClusterStore interface {
 	TakeOver(ctx context.Context, dead, survivor string, lapse time.Duration) (sandgate.Takeover, bool, error)
 	// RecordTakeover keeps what a takeover did on the dead node's row.
 	RecordTakeover(ctx context.Context, dead string, summary []byte) error
+	// ReportHeld records on the node's row, whatever its state, the
+	// audit events it holds because they were refused as fenced.
+	ReportHeld(ctx context.Context, name string, held int64) error
 	// ReserveSlot counts a run against its team's limits across the
 	// cluster; ok is false when it does not fit.
 	ReserveSlot(ctx context.Context, slot sandgate.Slot, l sandgate.SlotLimits) (sandgate.SlotUse, bool, error)
@@ -59,6 +62,9 @@ type ClusterStore interface {
 // go of the connection once every adopted run and session has ended.
 type RemoteReconciler interface {
 	sandgate.Reconciler
+	// Holder names the live gateway holding the dead node's lease on its
+	// daemon, "" when none does.
+	Holder(ctx context.Context) (string, error)
 	// Sessions runs commands in the sessions adopted through Adopt.
 	Sessions() sandgate.SessionExecutor
 	Close() error
@@ -88,6 +94,9 @@ const (
 type cluster struct {
 	n     *node
 	store ClusterStore
+	// beats is the registry over connections of their own: what the
+	// heartbeat loop and the takeovers use (Deps.ClusterControl).
+	beats ClusterStore
 	stop  context.CancelFunc
 	done  chan struct{}
 
@@ -104,6 +113,22 @@ type cluster struct {
 	// database was away, every node's heartbeat is old, and the others
 	// get a lapse to beat again before anyone is judged dead.
 	healthySince time.Time
+	// nonces are the forwards this node accepted in the last two skews.
+	nonces usedNonces
+	// fence is set once this node learns it was taken over
+	// (cluster_fence.go); reported is the held count its row shows.
+	fence    fenceState
+	reported int64
+	// lateLogged is when each late node that answers was last logged.
+	lateLogged map[string]time.Time
+}
+
+func newCluster(n *node, store, control ClusterStore) *cluster {
+	if control == nil {
+		control = store
+	}
+	// reported starts unknown, so the first heartbeat tells the row.
+	return &cluster{n: n, store: store, beats: control, done: make(chan struct{}), reported: -1}
 }
 
 // JoinCluster registers this node in the node registry and starts its
@@ -131,8 +156,13 @@ func (s *Server) JoinCluster(ctx context.Context, advertise string) error {
 	if err := c.store.ReleaseNodeSlots(ctx, s.cfg.Node, live); err != nil {
 		return err
 	}
-	if err := c.store.RegisterNode(ctx, n.nodeRecord(ctx)); err != nil {
+	if err := c.beats.RegisterNode(ctx, n.nodeRecord(ctx)); err != nil {
 		return err
+	}
+	for _, col := range fenceCollectors(n) {
+		if err := n.metrics.reg.Register(col); err != nil {
+			s.log.Warn("register the fence metrics", "error", err)
+		}
 	}
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.stop = cancel
@@ -159,7 +189,7 @@ func (c *cluster) leave(ctx context.Context) {
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := c.store.LeaveNode(lctx, c.n.cfg.Node); err != nil {
+	if err := c.beats.LeaveNode(lctx, c.n.cfg.Node); err != nil {
 		c.n.log.Warn("leave the cluster", "error", err)
 	}
 }
@@ -200,13 +230,14 @@ func (c *cluster) beat(ctx context.Context) {
 	hctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	me := s.nodeRecord(hctx)
-	err := c.store.Heartbeat(hctx, me)
+	err := c.beats.Heartbeat(hctx, me)
 	if sandgate.ErrorCodeOf(err) == sandgate.CodeNotFound {
-		// Taken over while away (its heartbeat lapsed): the runs it had
-		// were moved to a survivor. It serves on as a fresh node.
-		s.log.Error("this node was taken over by another while its heartbeat lapsed; registering again", "node", s.cfg.Node)
-		err = c.store.RegisterNode(hctx, me)
+		// Taken over while away (its heartbeat lapsed): its runs and
+		// sessions are a survivor's, its chains fenced. It is fenced until
+		// restarted (cluster_fence.go).
+		c.fenceTakenOver(hctx)
 	}
+	c.reportHeld(hctx)
 	if err != nil {
 		s.log.Warn("node heartbeat", "error", err)
 		c.healthySince = time.Time{}
@@ -216,14 +247,14 @@ func (c *cluster) beat(ctx context.Context) {
 	if c.healthySince.IsZero() {
 		c.healthySince = now
 	}
-	nodes, err := c.store.ListNodes(hctx, s.cfg.NodeLapse)
+	nodes, err := c.beats.ListNodes(hctx, s.cfg.NodeLapse)
 	if err != nil {
 		s.log.Warn("list nodes", "error", err)
 		return
 	}
 	c.remember(nodes)
-	if s.draining.Load() || now.Sub(c.healthySince) < s.cfg.NodeLapse {
-		return // a node that stops, or that has not watched for a lapse, takes nothing over
+	if s.draining.Load() || s.fenced() != nil || now.Sub(c.healthySince) < s.cfg.NodeLapse {
+		return // a node that stops or is fenced, or that has not watched for a lapse, takes nothing over
 	}
 	for _, n := range nodes {
 		if n.State == sandgate.NodeLapsed && n.Name != s.cfg.Node && c.begin(n.Name) {
@@ -231,6 +262,14 @@ func (c *cluster) beat(ctx context.Context) {
 			go func() {
 				defer c.twg.Done()
 				defer c.end(n.Name)
+				if c.answers(ctx, n) {
+					c.lateButAlive(n, "it answers at its address")
+					return
+				}
+				if holder := c.leaseHolder(ctx, n); holder != "" {
+					c.lateButAlive(n, "its daemon sees its lease renewed by "+holder)
+					return
+				}
 				c.takeOver(ctx, n.Name)
 			}()
 		}
@@ -306,7 +345,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	s := c.n
 	log := s.log.With("dead_node", dead)
 	tctx, cancel := context.WithTimeout(ctx, storeTimeout)
-	t, ok, err := c.store.TakeOver(tctx, dead, s.cfg.Node, s.cfg.NodeLapse)
+	t, ok, err := c.beats.TakeOver(tctx, dead, s.cfg.Node, s.cfg.NodeLapse)
 	cancel()
 	if err != nil {
 		log.Warn("take over a lapsed node", "error", err)
@@ -317,7 +356,8 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	}
 	log.Warn("taking over a node whose heartbeat lapsed", "runs", len(t.Runs), "sessions", len(t.Sessions),
 		"docker_host", t.Dead.DockerHost, "heartbeat_age", t.Dead.HeartbeatAge.String())
-	summary := map[string]any{"dead_node": dead, "docker_host": t.Dead.DockerHost, "runs": len(t.Runs), "sessions": len(t.Sessions)}
+	summary := map[string]any{"dead_node": dead, "docker_host": t.Dead.DockerHost, "runs": len(t.Runs), "sessions": len(t.Sessions),
+		"chains_fenced": t.ChainsFenced}
 
 	var rec RemoteReconciler
 	var dockerErr error
@@ -406,7 +446,7 @@ func (c *cluster) takeOver(ctx context.Context, dead string) {
 	cancel()
 	if doc, err := json.Marshal(summary); err == nil {
 		rctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		if err := c.store.RecordTakeover(rctx, dead, doc); err != nil {
+		if err := c.beats.RecordTakeover(rctx, dead, doc); err != nil {
 			log.Warn("record the takeover on the node's row", "error", err)
 		}
 		cancel()

@@ -2,16 +2,11 @@ package gateway
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
+	"errors"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -32,18 +27,41 @@ const (
 )
 
 // acceptForwarded marks a request another node forwarded, when its
-// signature holds; a request that claims to be forwarded and is not
-// signed by the cluster's secret is UNAUTHENTICATED.
+// signature holds for this very request (forwardClaim): to this node,
+// within the skew, with its caller's credentials and its body, its nonce
+// not seen before. A request that claims to be forwarded and is not so
+// signed is UNAUTHENTICATED.
 func (s edge) acceptForwarded(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		h := c.Request().Header
+		req := c.Request()
+		h := req.Header
 		from := h.Get(headerForwardNode)
 		if from == "" {
 			return next(c)
 		}
-		if !checkForwarded(s.cfg.ClusterSecret, from, h.Get(headerForwardTime), h.Get(headerForwardSig),
-			c.Request().Method, c.Request().URL.RequestURI(), s.d.Clock()) {
-			return sandgate.Errorf(sandgate.CodeUnauthenticated, "the forwarded request's node signature is not valid")
+		claim := forwardClaim{
+			From: from, To: s.cfg.Node, At: h.Get(headerForwardTime), Nonce: h.Get(headerForwardNonce),
+			Method: req.Method, URI: req.URL.RequestURI(), Caller: callerDigest(h.Get("Authorization")),
+			ContentType: h.Get("Content-Type"), Body: h.Get(headerForwardBody),
+		}
+		refuse := func(err error) error {
+			s.logger(c).Warn("a forwarded request refused", "from", from, "error", err)
+			return sandgate.Errorf(sandgate.CodeUnauthenticated, "the forwarded request's node signature is not valid: %v", err)
+		}
+		now := s.d.Clock()
+		if err := claim.check(s.cfg.ClusterSecret, h.Get(headerForwardSig), now); err != nil {
+			return refuse(err)
+		}
+		if err := checkBody(req, claim.Body, s.cfg.BodyLimit); err != nil {
+			return refuse(err)
+		}
+		if s.node.cluster == nil {
+			return refuse(errors.New("this node is in no cluster"))
+		}
+		if err := s.node.cluster.nonces.use(claim.Nonce, now); errors.Is(err, errForwardReplayed) {
+			return refuse(err)
+		} else if err != nil {
+			return sandgate.Errorf(sandgate.CodeUnavailable, "forwarded request refused: %v; retry later", err)
 		}
 		c.Set(keyForwarded, from)
 		return next(c)
@@ -62,11 +80,24 @@ func forwarded(c echo.Context) bool {
 type ownerOf func(ctx context.Context, s *web, p sandgate.Principal, id string) (node string, active bool)
 
 func runOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
-	return s.gate.RunOwner(ctx, p, id)
+	node, active := s.gate.RunOwner(ctx, p, id)
+	if node == s.cfg.Node && s.node.fenced() != nil {
+		// A fenced node's live runs were taken over: the store says whose.
+		if r, err := s.d.Runs.GetRun(ctx, id); err == nil && r != nil {
+			return r.Node, r.State != sandgate.StateFinished
+		}
+	}
+	return node, active
 }
 
 func sessionOwner(ctx context.Context, s *web, p sandgate.Principal, id string) (string, bool) {
-	return s.gate.SessionOwner(ctx, p, id)
+	node, active := s.gate.SessionOwner(ctx, p, id)
+	if node == s.cfg.Node && s.node.fenced() != nil && s.d.Sessions != nil {
+		if ss, err := s.d.Sessions.GetSession(ctx, id); err == nil && ss != nil {
+			return ss.Node, ss.State == sandgate.SessionOpen
+		}
+	}
+	return node, active
 }
 
 // toOwner forwards a request for a run or session that executes on
@@ -112,7 +143,8 @@ func (s edge) toCapacity(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		self, known := cl.node(ctx, s.cfg.Node)
-		healthy := !known || self.DockerHealthy
+		// A fenced node starts no run: it sends each on, or refuses it.
+		healthy := (!known || self.DockerHealthy) && s.node.fenced() == nil
 		if healthy && load[s.cfg.Node] < s.cfg.Capacity {
 			return next(c)
 		}
@@ -145,9 +177,16 @@ func (s edge) forwardTo(c echo.Context, n sandgate.Node) error {
 		return sandgate.Errorf(sandgate.CodeUnavailable, "node %s advertises an address that is no URL", n.Name)
 	}
 	req := c.Request()
-	at := strconv.FormatInt(s.d.Clock().Unix(), 10)
-	uri := req.URL.RequestURI()
-	sig := forwardMAC(s.cfg.ClusterSecret, s.cfg.Node, at, req.Method, uri)
+	body, err := bodyClaim(req, s.cfg.BodyLimit)
+	if err != nil {
+		return sandgate.Errorf(sandgate.CodeInvalidRequest, "the request's body could not be read: %v", err)
+	}
+	claim := forwardClaim{
+		From: s.cfg.Node, To: n.Name, At: strconv.FormatInt(s.d.Clock().Unix(), 10), Nonce: newForwardNonce(),
+		Method: req.Method, URI: req.URL.RequestURI(), Caller: callerDigest(req.Header.Get("Authorization")),
+		ContentType: req.Header.Get("Content-Type"), Body: body,
+	}
+	sig := claim.mac(s.cfg.ClusterSecret)
 	failed := false
 	p := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -156,7 +195,9 @@ func (s edge) forwardTo(c echo.Context, n sandgate.Node) error {
 			pr.Out.URL.RawQuery = req.URL.RawQuery
 			pr.Out.Host = target.Host
 			pr.Out.Header.Set(headerForwardNode, s.cfg.Node)
-			pr.Out.Header.Set(headerForwardTime, at)
+			pr.Out.Header.Set(headerForwardTime, claim.At)
+			pr.Out.Header.Set(headerForwardNonce, claim.Nonce)
+			pr.Out.Header.Set(headerForwardBody, claim.Body)
 			pr.Out.Header.Set(headerForwardSig, sig)
 			pr.Out.Header.Set("X-Correlation-ID", correlationID(c))
 		},
@@ -195,32 +236,13 @@ func (s adminRoutes) listNodes(c echo.Context) error {
 			DockerHealthy: n.DockerHealthy, DockerError: n.DockerError, Running: n.Running, Capacity: n.Capacity,
 			KeyID: n.KeyID, PublicKey: n.PublicKey, KeyRegistered: n.KeyRegistered, Version: n.Version, StartedAt: n.StartedAt, HeartbeatAt: n.HeartbeatAt,
 			HeartbeatAgeMS: n.HeartbeatAge.Milliseconds(), TakenOverBy: n.TakenOverBy, TakenOverAt: n.TakenOverAt,
-			Self: n.Name == s.cfg.Node,
+			HeldEvents: n.HeldEvents, Self: n.Name == s.cfg.Node,
 		})
+		if n.Name == s.cfg.Node {
+			if err := s.node.fenced(); err != nil {
+				out.Nodes[len(out.Nodes)-1].Fenced = sandgate.ErrorMessageOf(err)
+			}
+		}
 	}
 	return c.JSON(http.StatusOK, out)
-}
-
-// forwardMAC is the signature of a forwarded request: HMAC-SHA256 with
-// the cluster's secret over the forwarding node, the time (Unix seconds),
-// the method and the request URI.
-func forwardMAC(secret []byte, node, at, method, uri string) string {
-	m := hmac.New(sha256.New, secret)
-	fmt.Fprintf(m, "sandgate-forward-v1\n%s\n%s\n%s\n%s", node, at, method, uri)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// checkForwarded verifies a forwarded request's signature and time.
-func checkForwarded(secret []byte, node, at, sig, method, uri string, now time.Time) bool {
-	if len(secret) == 0 || node == "" || sig == "" {
-		return false
-	}
-	sec, err := strconv.ParseInt(at, 10, 64)
-	if err != nil {
-		return false
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > forwardSkew || d < -forwardSkew {
-		return false
-	}
-	return hmac.Equal([]byte(strings.ToLower(sig)), []byte(forwardMAC(secret, node, at, method, uri)))
 }

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,41 +17,136 @@ import (
 )
 
 // TestCheckForwarded holds a forwarded request's signature to the
-// cluster's secret, the forwarding node, the method, the path with its
-// query, and a minute of clock skew.
+// cluster's secret, both nodes, the time within a minute of skew, the
+// nonce, the method, the path with its query, the caller's
+// credentials, the content type and the body.
 func TestCheckForwarded(t *testing.T) {
 	secret := []byte("0123456789abcdef-cluster")
 	now := time.Unix(1_800_000_000, 0)
-	at := strconv.FormatInt(now.Unix(), 10)
-	sig := forwardMAC(secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1")
+	signed := forwardClaim{
+		From: "gw-a", To: "gw-b", At: strconv.FormatInt(now.Unix(), 10), Nonce: newForwardNonce(),
+		Method: "POST", URI: "/v1/sessions/x/runs?wait=1s", Caller: callerDigest("Bearer alice"),
+		ContentType: "application/json", Body: digestClaim([]byte(`{"command":["true"]}`)),
+	}
+	sig := signed.mac(secret)
+	change := func(f func(*forwardClaim)) forwardClaim {
+		c := signed
+		f(&c)
+		return c
+	}
 	tests := []struct {
-		name                  string
-		secret                []byte
-		node, at, method, uri string
-		sig                   string
-		now                   time.Time
-		want                  bool
+		name   string
+		secret []byte
+		claim  forwardClaim
+		sig    string
+		now    time.Time
+		want   bool
 	}{
-		{"valid", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, true},
-		{"upper-case hex", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", toUpper(sig), now, true},
-		{"skew within a minute", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(59 * time.Second), true},
-		{"too old", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(2 * time.Minute), false},
-		{"from the future", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now.Add(-2 * time.Minute), false},
-		{"another secret", []byte("another-secret-of-16"), "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"no secret here", nil, "gw-a", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"another node", secret, "gw-b", at, "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"another method", secret, "gw-a", at, "GET", "/v1/runs/x?y=1", sig, now, false},
-		{"another path", secret, "gw-a", at, "DELETE", "/v1/runs/z?y=1", sig, now, false},
-		{"another query", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=2", sig, now, false},
-		{"bad time", secret, "gw-a", "soon", "DELETE", "/v1/runs/x?y=1", sig, now, false},
-		{"no signature", secret, "gw-a", at, "DELETE", "/v1/runs/x?y=1", "", now, false},
+		{"valid", secret, signed, sig, now, true},
+		{"upper-case hex", secret, signed, toUpper(sig), now, true},
+		{"skew within a minute", secret, signed, sig, now.Add(59 * time.Second), true},
+		{"too old", secret, signed, sig, now.Add(2 * time.Minute), false},
+		{"from the future", secret, signed, sig, now.Add(-2 * time.Minute), false},
+		{"another secret", []byte("another-secret-of-16"), signed, sig, now, false},
+		{"no secret here", nil, signed, sig, now, false},
+		{"another sender", secret, change(func(c *forwardClaim) { c.From = "gw-c" }), sig, now, false},
+		{"another receiver", secret, change(func(c *forwardClaim) { c.To = "gw-c" }), sig, now, false},
+		{"another nonce", secret, change(func(c *forwardClaim) { c.Nonce = newForwardNonce() }), sig, now, false},
+		{"no nonce", secret, change(func(c *forwardClaim) { c.Nonce = "" }), signed.mac(secret), now, false},
+		{"another method", secret, change(func(c *forwardClaim) { c.Method = "DELETE" }), sig, now, false},
+		{"another path", secret, change(func(c *forwardClaim) { c.URI = "/v1/sessions/y/runs?wait=1s" }), sig, now, false},
+		{"another query", secret, change(func(c *forwardClaim) { c.URI = "/v1/sessions/x/runs?wait=2s" }), sig, now, false},
+		{"another caller", secret, change(func(c *forwardClaim) { c.Caller = callerDigest("Bearer mallory") }), sig, now, false},
+		{"another content type", secret, change(func(c *forwardClaim) { c.ContentType = "text/plain" }), sig, now, false},
+		{"another body", secret, change(func(c *forwardClaim) { c.Body = digestClaim([]byte("{}")) }), sig, now, false},
+		{"a body by length", secret, change(func(c *forwardClaim) { c.Body = "length:20" }), sig, now, false},
+		{"bad time", secret, change(func(c *forwardClaim) { c.At = "soon" }), sig, now, false},
+		{"no signature", secret, signed, "", now, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := checkForwarded(tc.secret, tc.node, tc.at, tc.sig, tc.method, tc.uri, tc.now); got != tc.want {
-				t.Errorf("checkForwarded = %v, want %v", got, tc.want)
+			if err := tc.claim.check(tc.secret, tc.sig, tc.now); (err == nil) != tc.want {
+				t.Errorf("check = %v, want ok %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestForwardBody: a body up to the limit is named by its digest and
+// sent on whole; a longer one by its length, streamed; the receiver
+// holds each to its claim.
+func TestForwardBody(t *testing.T) {
+	const limit = 16
+	send := func(body string, length int64) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/v1/runs", strings.NewReader(body))
+		r.ContentLength = length
+		return r
+	}
+	for _, tc := range []struct {
+		name      string
+		body      string
+		length    int64
+		wantClaim string
+	}{
+		{"empty", "", 0, digestClaim(nil)},
+		{"short", "short body", 10, digestClaim([]byte("short body"))},
+		{"short, length unknown", "short body", -1, digestClaim([]byte("short body"))},
+		{"long", "a body longer than the limit", 28, "length:28"},
+		{"long, length unknown", "a body longer than the limit", -1, "length:-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := send(tc.body, tc.length)
+			claim, err := bodyClaim(out, limit)
+			if err != nil || claim != tc.wantClaim {
+				t.Fatalf("claim %q %v, want %q", claim, err, tc.wantClaim)
+			}
+			if sent, _ := io.ReadAll(out.Body); string(sent) != tc.body {
+				t.Errorf("sent on %q, want %q", sent, tc.body)
+			}
+			in := send(tc.body, tc.length)
+			if err := checkBody(in, claim, limit); err != nil {
+				t.Errorf("the genuine body: %v", err)
+			} else if got, _ := io.ReadAll(in.Body); string(got) != tc.body {
+				t.Errorf("the handler reads %q, want %q", got, tc.body)
+			}
+			if err := checkBody(send(tc.body+"x", tc.length+1), claim, limit); err == nil && tc.length >= 0 {
+				t.Errorf("another body passed its claim %q", claim)
+			}
+		})
+	}
+	if err := checkBody(send("short bodX", 10), digestClaim([]byte("short body")), limit); err == nil {
+		t.Error("a body of the same length and another digest passed")
+	}
+	if err := checkBody(send("short body", 10), "", limit); err == nil {
+		t.Error("a body with no claim passed")
+	}
+}
+
+// TestForwardNonceOnce: a nonce is accepted once, and the memory of
+// them is bounded: full, it refuses until some expire.
+func TestForwardNonceOnce(t *testing.T) {
+	var u usedNonces
+	now := time.Unix(1_800_000_000, 0)
+	n := newForwardNonce()
+	if err := u.use(n, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.use(n, now.Add(time.Second)); !errors.Is(err, errForwardReplayed) {
+		t.Fatalf("the nonce again: %v, want errForwardReplayed", err)
+	}
+	for i := 1; i < maxForwardNonces; i++ {
+		if err := u.use(strconv.Itoa(i), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := u.use("one more", now); err == nil || errors.Is(err, errForwardReplayed) {
+		t.Fatalf("a nonce past the bound: %v, want a refusal", err)
+	}
+	if err := u.use("one more", now.Add(2*forwardSkew+time.Second)); err != nil {
+		t.Fatalf("once the others expired: %v", err)
+	}
+	if len(u.seen) != 1 {
+		t.Errorf("%d nonces kept after the expiry; want 1", len(u.seen))
 	}
 }
 
@@ -70,6 +167,7 @@ type fakeCluster struct {
 	hbErr     error
 	nodes     []sandgate.Node
 	takeovers []string
+	held      []int64
 }
 
 func (f *fakeCluster) RegisterNode(context.Context, sandgate.Node) error { return nil }
@@ -91,6 +189,12 @@ func (f *fakeCluster) TakeOver(_ context.Context, dead, _ string, _ time.Duratio
 	return sandgate.Takeover{}, false, nil
 }
 func (f *fakeCluster) RecordTakeover(context.Context, string, []byte) error { return nil }
+func (f *fakeCluster) ReportHeld(_ context.Context, _ string, held int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.held = append(f.held, held)
+	return nil
+}
 func (f *fakeCluster) ReserveSlot(context.Context, sandgate.Slot, sandgate.SlotLimits) (sandgate.SlotUse, bool, error) {
 	return sandgate.SlotUse{}, true, nil
 }
@@ -201,4 +305,69 @@ func TestForwardOnlyWhatTheCallerMayReach(t *testing.T) {
 			t.Errorf("%s %s as the run's team = %d %s, want it forwarded to its node", method, path, r.status, r.body)
 		}
 	}
+}
+
+// fencedTrail is a trail's writer that was refused as fenced, holding
+// events.
+type fencedTrail struct {
+	sandgate.Recorder
+	held int64
+}
+
+func (f fencedTrail) Fenced() (int64, error) {
+	return f.held, sandgate.Errorf(sandgate.CodeAuditUnavailable, "chain x was fenced at seq 3 by node other")
+}
+
+// TestFencedNodeStartsNoWork: a node whose heartbeat finds its row taken
+// over is fenced: it takes no one over, refuses new runs UNAVAILABLE
+// naming the node that took it over, says so on /readyz and in
+// GET /v1/nodes, and counts sandgate_node_fenced. A node whose trail
+// reports its chain fenced is fenced the same way, and its row is told
+// the events it holds.
+func TestFencedNodeStartsNoWork(t *testing.T) {
+	t.Run("heartbeat", func(t *testing.T) {
+		fc := &fakeCluster{hbErr: sandgate.Errorf(sandgate.CodeNotFound, "node test-node is not registered as active"),
+			nodes: []sandgate.Node{{Name: "test-node", State: sandgate.NodeGone, TakenOverBy: "other"}, {Name: "third", State: sandgate.NodeLapsed}}}
+		e := newEnv(t, func(c *Config, e *testEnv) {
+			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
+			e.cluster = fc
+		})
+		c := e.srv.node.cluster
+		c.healthySince = time.Now().Add(-3 * time.Hour)
+		c.beat(context.Background())
+		c.twg.Wait()
+		if got := fc.taken(); len(got) != 0 {
+			t.Errorf("a fenced node took %v over", got)
+		}
+		r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody)
+		if r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "taken over by node other") {
+			t.Errorf("a run on a fenced node: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodPost, "/v1/sessions", tokAlice, "{}"); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "taken over by node other") {
+			t.Errorf("a session on a fenced node: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodGet, "/readyz", "", ""); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "gateway: this node was taken over by node other") {
+			t.Errorf("readyz: %d %s", r.status, r.body)
+		}
+		if r := e.do(http.MethodGet, "/v1/nodes", tokAdmin, ""); !strings.Contains(string(r.body), `"fenced":"this node was taken over by node other`) {
+			t.Errorf("GET /v1/nodes: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("trail", func(t *testing.T) {
+		fc := &fakeCluster{nodes: []sandgate.Node{{Name: "test-node", State: sandgate.NodeAlive}}}
+		e := newEnv(t, func(c *Config, e *testEnv) {
+			c.NodeHeartbeat, c.NodeLapse = time.Hour, 2*time.Hour
+			e.cluster = fc
+		})
+		e.srv.node.d.Recorder = fencedTrail{Recorder: e.srv.node.d.Recorder, held: 7}
+		e.srv.node.cluster.beat(context.Background())
+		if r := e.do(http.MethodPost, "/v1/runs", tokAlice, echoBody); r.status != http.StatusServiceUnavailable || !strings.Contains(string(r.body), "fenced at seq 3") {
+			t.Errorf("a run on a node whose chain is fenced: %d %s", r.status, r.body)
+		}
+		fc.mu.Lock()
+		defer fc.mu.Unlock()
+		if len(fc.held) != 1 || fc.held[0] != 7 {
+			t.Errorf("held events reported %v, want [7]", fc.held)
+		}
+	})
 }

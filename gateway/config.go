@@ -240,6 +240,11 @@ type Deps struct {
 	// (package runstore). Optional: without it the gateway is a node
 	// alone, as before (no registry, no forwarding, limits per node).
 	Cluster ClusterStore
+	// ClusterControl is the same registry over database connections that
+	// request traffic cannot take (audit.Store.ControlDB): the heartbeat,
+	// the registration and the takeovers go through it, so that no
+	// client's pace can make this node look dead. Default Cluster.
+	ClusterControl ClusterStore
 	// RemoteReconcilers reaches a dead node's Docker daemon to adopt its
 	// containers (package executor). Optional: without it a dead node's
 	// runs are lost.

@@ -147,7 +147,7 @@ func (x executorSide) GetFiles(ctx context.Context, id, path string, w func(kind
 }
 
 // newGate builds the gate over the gateway's parts.
-func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admission.Teams, x executorSide) (*admission.Gate, error) {
+func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admission.Teams, x executorSide, accepting func() error) (*admission.Gate, error) {
 	keys := d.Keys
 	if keys == nil {
 		keys, _ = d.Runs.(sandgate.IdempotencyKeys)
@@ -166,5 +166,6 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x, Streams: d.streams(), Transcripts: d.transcripts(),
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
 		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
+		Accepting: accepting,
 	}, teams)
 }

@@ -101,7 +101,7 @@ func (s opsRoutes) openAPI(c echo.Context) error {
 
 // healthz is GET /healthz: the process answers.
 func (s opsRoutes) healthz(c echo.Context) error {
-	return c.JSON(http.StatusOK, api.Health{Status: "ok"})
+	return c.JSON(http.StatusOK, api.Health{Status: "ok", Node: s.cfg.Node})
 }
 
 // readyTimeout bounds each readiness check.
@@ -157,7 +157,7 @@ func (s opsRoutes) readyz(c echo.Context) error {
 		if s.node.draining.Load() {
 			return fmt.Errorf("shutting down")
 		}
-		return nil
+		return s.node.fenced()
 	})
 	if hasDB {
 		run(4, func() (err error) {

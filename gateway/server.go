@@ -106,11 +106,11 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	})
 	n.runs = newRuns(b, n.sessions, cb)
 	if deps.Cluster != nil {
-		n.cluster = &cluster{n: n, store: deps.Cluster, done: make(chan struct{})}
+		n.cluster = newCluster(n, deps.Cluster, deps.ClusterControl)
 	}
 	s.node = n
 	var err error
-	if s.gate, err = newGate(cfg, deps, mask, m, n.teams, executorSide{runs: n.runs, sessions: n.sessions}); err != nil {
+	if s.gate, err = newGate(cfg, deps, mask, m, n.teams, executorSide{runs: n.runs, sessions: n.sessions}, n.fenced); err != nil {
 		return nil, err
 	}
 	s.replays = &replays{base: b, gate: s.gate, mask: mask}
@@ -136,7 +136,9 @@ func (s *Server) Handler() http.Handler { return s.echo }
 // audit writer.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{
-		Handler:           s.echo,
+		// A write that waits writeStall for the client is cut off
+		// (writedeadline.go).
+		Handler:           withWriteDeadlines(s.echo, writeStall),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bodies are at most 1 MiB: a client trickling one is cut off.
 		// No WriteTimeout: log streams last as long as their runs.

@@ -3,6 +3,7 @@ package runstore
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -83,8 +84,11 @@ type readError struct{ err error }
 func (e *readError) Error() string { return e.err.Error() }
 
 // WriteBlob writes n bytes of blob sum from off to w (n < 0: to its end),
-// reading one chunk at a time. NOT-FOUND when there is no such blob;
-// INVALID-REQUEST when the range lies outside it.
+// one chunk at a time: each chunk is read by a statement of its own, and
+// the connection goes back to the pool before a byte of it is written,
+// so a client that reads slowly (or never) holds no connection. NOT-FOUND
+// when there is no such blob; INVALID-REQUEST when the range lies
+// outside it.
 func (s *Store) WriteBlob(ctx context.Context, sum string, off, n int64, w io.Writer) error {
 	var meta struct {
 		Size   int64
@@ -103,40 +107,24 @@ func (s *Store) WriteBlob(ctx context.Context, sum string, off, n int64, w io.Wr
 	if off < 0 || off > meta.Size || n < 0 || off+n > meta.Size {
 		return sandgate.Errorf(sandgate.CodeInvalidRequest, "range %d+%d lies outside blob %s of %d bytes", off, n, sum, meta.Size)
 	}
-	if n == 0 {
-		return nil
-	}
-	first, last := off/chunkSize, (off+n-1)/chunkSize
-	rows, err := s.db.WithContext(ctx).Raw(
-		"SELECT seq, data FROM blob_chunks WHERE sha256 = ? AND seq BETWEEN ? AND ? ORDER BY seq", sum, first, last).Rows()
-	if err != nil {
-		return storeErr(err, "read blob")
-	}
-	defer rows.Close()
-	want := first
-	for rows.Next() {
-		var seq int64
+	for seq := off / chunkSize; n > 0; seq++ {
+		start := seq * chunkSize
+		lo := max(off-start, 0)
+		hi := min(off+n-start, chunkSize)
+		// Only the bytes of the range (substring counts from 1).
 		var data []byte
-		if err := rows.Scan(&seq, &data); err != nil {
+		err := s.db.WithContext(ctx).Raw("SELECT substring(data FROM ? FOR ?) FROM blob_chunks WHERE sha256 = ? AND seq = ?",
+			lo+1, hi-lo, sum, seq).Row().Scan(&data)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return storeErr(err, "read blob")
 		}
-		if seq != want {
-			return fmt.Errorf("blob %s: chunk %d is missing", sum, want)
+		if err != nil || int64(len(data)) != hi-lo {
+			return fmt.Errorf("blob %s: chunk %d is missing or short", sum, seq)
 		}
-		start := seq * chunkSize
-		lo, hi := max(off-start, 0), min(off+n-start, int64(len(data)))
-		if lo < hi {
-			if _, err := w.Write(data[lo:hi]); err != nil {
-				return err
-			}
+		if _, err := w.Write(data); err != nil {
+			return err
 		}
-		want++
-	}
-	if err := rows.Err(); err != nil {
-		return storeErr(err, "read blob")
-	}
-	if want != last+1 {
-		return fmt.Errorf("blob %s: chunk %d is missing", sum, want)
+		off, n = off+int64(len(data)), n-int64(len(data))
 	}
 	return nil
 }

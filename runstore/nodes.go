@@ -32,6 +32,7 @@ type nodeRow struct {
 	HeartbeatAt   time.Time  `gorm:"column:heartbeat_at"`
 	TakenOverBy   string     `gorm:"column:taken_over_by"`
 	TakenOverAt   *time.Time `gorm:"column:taken_over_at"`
+	HeldEvents    int64      `gorm:"column:held_events"`
 	AgeSeconds    float64    `gorm:"column:age_seconds"`
 }
 
@@ -41,7 +42,7 @@ func (r nodeRow) node(lapse time.Duration) sandgate.Node {
 		DockerError: r.DockerError, Running: r.Running, Capacity: r.Capacity, KeyID: r.KeyID, PublicKey: r.PublicKey,
 		KeyRegistered: r.KeyRegistered, Version: r.Version, StartedAt: r.StartedAt.UTC(), HeartbeatAt: r.HeartbeatAt.UTC(),
 		HeartbeatAge: time.Duration(r.AgeSeconds * float64(time.Second)), TakenOverBy: r.TakenOverBy,
-		TakenOverAt: utcPtr(r.TakenOverAt),
+		TakenOverAt: utcPtr(r.TakenOverAt), HeldEvents: r.HeldEvents,
 	}
 	switch {
 	case r.State == "gone":
@@ -55,7 +56,7 @@ func (r nodeRow) node(lapse time.Duration) sandgate.Node {
 }
 
 const nodeColumns = `name, advertise_url, docker_host, docker_healthy, docker_error, running, capacity, key_id,
-	public_key, version, state, started_at, heartbeat_at, taken_over_by, taken_over_at,
+	public_key, version, state, started_at, heartbeat_at, taken_over_by, taken_over_at, held_events,
 	extract(epoch FROM now() - heartbeat_at) AS age_seconds,
 	EXISTS (SELECT 1 FROM audit_keys k WHERE k.node = nodes.name AND k.key_id = nodes.key_id) AS key_registered`
 
@@ -127,8 +128,9 @@ func (s *Store) ListNodes(ctx context.Context, lapse time.Duration) ([]sandgate.
 
 // TakeOver takes the node dead over for survivor when its heartbeat is
 // older than lapse and no one took it yet, in one transaction: the row
-// becomes gone with taken_over_by = survivor, and the dead node's
-// unfinished runs, open sessions and run slots become the survivor's.
+// becomes gone with taken_over_by = survivor, the dead node's audit
+// chains are fenced at their heads (migration 15), and its unfinished
+// runs, open sessions and run slots become the survivor's.
 // Of any number of survivors trying at once exactly one gets ok = true
 // (the row's lock orders them; the others find it gone).
 func (s *Store) TakeOver(ctx context.Context, dead, survivor string, lapse time.Duration) (sandgate.Takeover, bool, error) {
@@ -150,6 +152,13 @@ func (s *Store) TakeOver(ctx context.Context, dead, survivor string, lapse time.
 		}
 		t.Dead = rows[0].node(lapse)
 		t.Dead.State = sandgate.NodeGone
+		// The dead node's chains are fenced before anything of it moves:
+		// whatever it still holds is refused by the database from now on,
+		// so its runs' ends are recorded once, by the survivor.
+		if err := tx.Raw(`SELECT audit_fence_node(?, ?, ?)`, dead, survivor,
+			"node "+dead+" stopped heartbeating; "+survivor+" took it over").Scan(&t.ChainsFenced).Error; err != nil {
+			return err
+		}
 		if err := tx.Raw(`UPDATE runs SET node = ?, updated_at = now() WHERE node = ? AND state <> 'finished' RETURNING id`,
 			survivor, dead).Scan(&t.Runs).Error; err != nil {
 			return err
@@ -167,6 +176,15 @@ func (s *Store) TakeOver(ctx context.Context, dead, survivor string, lapse time.
 		return sandgate.Takeover{}, false, storeErr(err, "take node over")
 	}
 	return t, true, nil
+}
+
+// ReportHeld records, on the node's row whatever its state, how many
+// audit events it holds because the database refused them as fenced.
+func (s *Store) ReportHeld(ctx context.Context, name string, held int64) error {
+	if err := s.db.WithContext(ctx).Exec(`UPDATE nodes SET held_events = ? WHERE name = ?`, held, name).Error; err != nil {
+		return storeErr(err, "report held events")
+	}
+	return nil
 }
 
 // RecordTakeover keeps what the takeover of dead did on its row (shown by

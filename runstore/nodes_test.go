@@ -226,3 +226,70 @@ func TestClaimIdempotencyKeyAbandoned(t *testing.T) {
 		t.Errorf("a stored run's key past the claim timeout: held %q, want stored-1", held)
 	}
 }
+
+// TestTakeOverFencesChains: the takeover's transaction fences the dead
+// node's chains (its own and its decision chain) at their heads, for the
+// survivor, and no other node's; the fenced node's row can still be told
+// the events it holds.
+func TestTakeOverFencesChains(t *testing.T) {
+	dsn := audittest.NewMigratedDatabase(t)
+	db := audittest.OpenDB(t, dsn)
+	ctx := context.Background()
+	s := testStore(t, dsn, nil)
+	for _, n := range []string{"dead", "alive"} {
+		if err := s.RegisterNode(ctx, sandgate.Node{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		chain, node string
+		head        int64
+	}{{"dead-1", "dead", 7}, {"dead-decisions-1", "dead", 2}, {"dead-empty", "dead", 0}, {"alive-1", "alive", 4}} {
+		if _, err := db.Exec(`INSERT INTO audit_chains (chain_id, node, key_id) VALUES ($1, $2, 'k')`, c.chain, c.node); err != nil {
+			t.Fatal(err)
+		}
+		if c.head > 0 {
+			if _, err := db.Exec(`INSERT INTO audit_heads (chain_id, seq, hash) VALUES ($1, $2, decode(repeat('00', 32), 'hex'))`, c.chain, c.head); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(1100 * time.Millisecond)
+	tk, ok, err := s.TakeOver(ctx, "dead", "survivor", time.Second)
+	if err != nil || !ok {
+		t.Fatalf("TakeOver = %v %v", ok, err)
+	}
+	if tk.ChainsFenced != 3 {
+		t.Errorf("ChainsFenced = %d, want 3", tk.ChainsFenced)
+	}
+	rows, err := db.Query(`SELECT chain_id, seq, fenced_by FROM audit_fences ORDER BY chain_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]string{}
+	for rows.Next() {
+		var chain, by string
+		var seq int64
+		if err := rows.Scan(&chain, &seq, &by); err != nil {
+			t.Fatal(err)
+		}
+		got[chain] = fmt.Sprintf("%d by %s", seq, by)
+	}
+	want := map[string]string{"dead-1": "7 by survivor", "dead-decisions-1": "2 by survivor", "dead-empty": "0 by survivor"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("fences = %v, want %v", got, want)
+	}
+	if err := s.ReportHeld(ctx, "dead", 5); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := s.ListNodes(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		if n.Name == "dead" && (n.HeldEvents != 5 || n.State != sandgate.NodeGone) {
+			t.Errorf("dead node = %+v, want gone holding 5 events", n)
+		}
+	}
+}

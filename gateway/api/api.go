@@ -186,6 +186,8 @@ type CleanupResult struct {
 // Health is GET /healthz.
 type Health struct {
 	Status string `json:"status"`
+	// Node names the node that answered.
+	Node string `json:"node,omitempty"`
 }
 
 // Readiness is GET /readyz when ready, and the details of its 503 answer
@@ -254,6 +256,12 @@ type NodeView struct {
 	HeartbeatAgeMS int64      `json:"heartbeat_age_ms"`
 	TakenOverBy    string     `json:"taken_over_by,omitempty"`
 	TakenOverAt    *time.Time `json:"taken_over_at,omitempty"`
+	// HeldEvents are the audit events the node holds in its spool
+	// because the database refused them as fenced, as it last reported.
+	HeldEvents int64 `json:"held_events,omitempty"`
+	// Fenced, for the node that answered, says why it starts no new
+	// work (it was taken over); empty when it is not fenced.
+	Fenced string `json:"fenced,omitempty"`
 	// Self is true for the node that answered.
 	Self bool `json:"self"`
 }

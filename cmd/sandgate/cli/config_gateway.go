@@ -163,6 +163,8 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Gatherer:   p.registry,
 		Metrics:    p.metrics,
 		Cluster:    p.runs,
+		// The heartbeat and takeovers, on connections no request takes.
+		ClusterControl: p.control,
 		// A dead node's containers are adopted through its daemon, their
 		// events recorded here.
 		RemoteReconcilers: remoteReconcilers(cfg, p.metrics.Sink(p.store), p.logger),

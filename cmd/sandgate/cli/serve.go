@@ -207,6 +207,9 @@ func registerServe(ctx context.Context, cfg *config, p *parts, down *teardown) e
 	if p.runs, err = runstore.New(p.store.DB(), runstore.Config{}); err != nil {
 		return fmt.Errorf("open run store: %w", err)
 	}
+	if p.control, err = runstore.New(p.store.ControlDB(), runstore.Config{}); err != nil {
+		return fmt.Errorf("open run store: %w", err)
+	}
 	p.blobs.store.Store(p.runs)
 	if cfg.WarmPool > 0 {
 		p.pool.exec.Store(p.exec)

@@ -43,8 +43,11 @@ type parts struct {
 	exec          *executor.Executor
 	images        *images.Images
 
-	store    *audit.Store
-	runs     *runstore.Store
+	store *audit.Store
+	runs  *runstore.Store
+	// control is the node registry over the trail's control pool: the
+	// heartbeat and takeovers, on connections no request takes.
+	control  *runstore.Store
 	streamer *audit.Streamer
 }
 
