@@ -83,6 +83,10 @@ type AdmissionInput struct {
 	Session *SessionInput `json:"session,omitempty"`
 	// Port is set for the operation port: the session's port asked for.
 	Port *PortInput `json:"port,omitempty"`
+	// Secrets are the stored secrets among those the request names, with
+	// their versions (input.secrets); a name the request asks for that is
+	// not here is not stored.
+	Secrets map[string]SecretState `json:"secrets,omitempty"`
 }
 
 // SessionInput is input.session: the session a spec is decided for.
@@ -171,6 +175,9 @@ type Enforcement struct {
 	// proxy may connect an egress run to; every other such address is
 	// refused (data.sandgate.config.egress_private_cidrs).
 	EgressPrivateCIDRs []string `json:"egress_private_cidrs"`
+	// Secrets are the bindings of the secrets the run asks for
+	// (data.sandgate.config.secrets): where the egress proxy writes each.
+	Secrets []SecretBinding `json:"secrets,omitempty"`
 	// ImageSigners are, by image repository, the keys (their IDs in
 	// SANDGATE_IMAGE_VERIFY_KEYS) one of which must have signed the image
 	// a run of the team resolves; a repository not listed needs no

@@ -93,6 +93,20 @@ const (
 	// through the gateway, at its end: the bytes each way, its duration,
 	// and an HTTP request's method, path and status.
 	EventPortConnection EventType = "port.connection"
+	// EventSecretSet records a secret's first version (or its first after
+	// a delete), EventSecretRotated a new version of a stored one,
+	// EventSecretDeleted its removal: by whom, the name, the version and
+	// the value's keyed hash, never the value.
+	EventSecretSet     EventType = "secret.set"
+	EventSecretRotated EventType = "secret.rotated"
+	EventSecretDeleted EventType = "secret.deleted"
+	// EventSecretUsed records that the egress proxy wrote a run's secret
+	// into its requests to a destination; EventSecretMisdirected a
+	// request refused for carrying a secret's placeholder where the
+	// secret may not go. Both are aggregated per destination like the
+	// egress events.
+	EventSecretUsed        EventType = "secret.used"
+	EventSecretMisdirected EventType = "secret.misdirected"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -112,6 +126,7 @@ var EventTypes = []EventType{
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
 	EventTerminalOpened, EventTerminalClosed, EventPortConnection,
+	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
 }
 
 // Known reports whether t is one of EventTypes.

@@ -320,3 +320,31 @@ func NewTerminalClosed(s Subject, at time.Time, outcome string, payload map[stri
 func NewPortConnection(s Subject, at time.Time, outcome string, payload map[string]any) Event {
 	return s.event(EventPortConnection, at, outcome, payload)
 }
+
+// NewSecretSet records a secret's first version, set by the subject's
+// actor.
+func NewSecretSet(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretSet, at, "set", payload)
+}
+
+// NewSecretRotated records a new version of a stored secret.
+func NewSecretRotated(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretRotated, at, "rotated", payload)
+}
+
+// NewSecretDeleted records a secret removed.
+func NewSecretDeleted(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretDeleted, at, "deleted", payload)
+}
+
+// NewSecretUsed records the proxy writing a run's secret into its
+// requests to a destination.
+func NewSecretUsed(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretUsed, at, "used", payload)
+}
+
+// NewSecretMisdirected records requests refused for carrying a secret's
+// placeholder where the secret may not go.
+func NewSecretMisdirected(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventSecretMisdirected, at, "refused", payload)
+}

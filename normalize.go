@@ -266,6 +266,9 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 	if err := normalizeEgress(&s, d); err != nil {
 		return Normalized{}, err
 	}
+	if err := normalizeSecrets(s.Secrets); err != nil {
+		return Normalized{}, err
+	}
 	for k := range s.Labels {
 		if strings.HasPrefix(k, "sandgate.") {
 			return Normalized{}, FieldError("labels."+k, "the sandgate. label prefix is reserved")
@@ -286,6 +289,7 @@ func (s RunSpec) clone() RunSpec {
 	c.Files = append([]File(nil), s.Files...)
 	c.Artifacts = append([]string(nil), s.Artifacts...)
 	c.Egress = append([]string(nil), s.Egress...)
+	c.Secrets = append([]string(nil), s.Secrets...)
 	if s.EgressLimits != nil {
 		l := *s.EgressLimits
 		c.EgressLimits = &l

@@ -79,6 +79,13 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	if c := r.Client; c != nil {
 		p["client"] = map[string]any{"name": c.Name, "version": c.Version}
 	}
+	if len(in.Secrets) > 0 {
+		secrets := make(map[string]any, len(in.Secrets))
+		for name, st := range in.Secrets {
+			secrets[name] = map[string]any{"version": st.Version}
+		}
+		p["secrets"] = secrets
+	}
 	return p
 }
 
@@ -96,12 +103,13 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 			Roles  []Role `json:"roles"`
 			SignIn string `json:"sign_in"`
 		} `json:"principal"`
-		Spec     *RunSpec      `json:"spec"`
-		Settings *Settings     `json:"settings"`
-		Session  *SessionInput `json:"session"`
-		Port     *PortInput    `json:"port"`
-		Via      string        `json:"via"`
-		Client   *ClientInfo   `json:"client"`
+		Spec     *RunSpec               `json:"spec"`
+		Settings *Settings              `json:"settings"`
+		Session  *SessionInput          `json:"session"`
+		Port     *PortInput             `json:"port"`
+		Via      string                 `json:"via"`
+		Client   *ClientInfo            `json:"client"`
+		Secrets  map[string]SecretState `json:"secrets"`
 	}
 	raw, err := json.Marshal(payload)
 	if err != nil || json.Unmarshal(raw, &doc) != nil {
@@ -120,7 +128,7 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Port: doc.Port},
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Port: doc.Port, Secrets: doc.Secrets},
 		SignIn: doc.Principal.SignIn, Via: doc.Via, Client: doc.Client,
 	}, true
 }

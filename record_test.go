@@ -20,10 +20,12 @@ func TestDecisionRecordRoundTrip(t *testing.T) {
 		APIVersion: sandgate.APIVersion, Operation: sandgate.OperationExec,
 		Principal: sandgate.Principal{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}},
 		Request: sandgate.Normalized{RunSpec: sandgate.RunSpec{Image: "img", Command: []string{"sh", "-c", "make"},
-			Env: map[string]string{"TOKEN": "s3cret"}, Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.5}}},
+			Env: map[string]string{"TOKEN": "s3cret"}, Resources: sandgate.Resources{MemoryMB: 512, CPUs: 0.5},
+			Secrets: []string{"demo", "gone"}}},
 		Settings: sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv/work"},
 			HostGroups: []sandgate.HostGroup{{GID: 105, Owns: "the Docker socket /var/run/docker.sock"}}},
 		Session: &sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 300, MaxLifetimeSeconds: 3600},
+		Secrets: map[string]sandgate.SecretState{"demo": {Version: 3}},
 	}
 	payload := sandgate.DecisionRecord{Input: in, SignIn: sandgate.SignInToken}.Payload(m, nil)
 	raw, err := json.Marshal(payload)

@@ -120,6 +120,11 @@ type Job struct {
 	// SessionID names the session a command runs in (a job given to
 	// Exec); its events carry it.
 	SessionID string
+	// Secrets are the secrets the egress proxy writes into the run's
+	// requests, their values revealed by the gateway just before it
+	// hands the job over; the container gets placeholders only. Empty
+	// for an adopted run: its secrets are not used again.
+	Secrets []RunSecret
 }
 
 // Stream names an output stream.

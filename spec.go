@@ -35,9 +35,13 @@ type RunSpec struct {
 	CallbackURL string `json:"callback_url,omitempty"` // where the finished run is POSTed, signed
 	// Egress are the destinations a run with network "egress" may reach
 	// through sandgate's proxy: "host:port", "*.domain:port", "cidr:port".
-	Egress       []string          `json:"egress,omitempty"`
-	EgressLimits *EgressLimits     `json:"egress_limits,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
+	Egress       []string      `json:"egress,omitempty"`
+	EgressLimits *EgressLimits `json:"egress_limits,omitempty"`
+	// Secrets name the stored secrets the run uses through the egress
+	// proxy: its sandbox holds a placeholder of each, never the value
+	// (docs/secrets.md).
+	Secrets []string          `json:"secrets,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
 
 	// Files are small files written into the workdir before the command
 	// starts; a larger tree comes as a workspace archive (multipart).
@@ -268,6 +272,7 @@ func (s RunSpec) CheckBounds() error {
 		func() error { return strs("ports", s.Ports, MaxPorts, MaxOptionBytes) },
 		func() error { return strs("artifacts", s.Artifacts, MaxArtifacts, MaxPathBytes) },
 		func() error { return strs("egress", s.Egress, MaxEgress, MaxNameBytes) },
+		func() error { return strs("secrets", s.Secrets, MaxSecrets, MaxNameBytes) },
 		func() error {
 			if err := count("files", len(s.Files), MaxFiles); err != nil {
 				return err
@@ -402,6 +407,7 @@ func (s RunSpec) Document() map[string]any {
 		setInt(ld, "bytes_per_second", l.BytesPerSecond)
 		d["egress_limits"] = ld
 	}
+	setStrings(d, "secrets", s.Secrets)
 	if len(s.Labels) > 0 {
 		d["labels"] = stringMapDoc(s.Labels)
 	}

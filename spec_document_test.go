@@ -99,6 +99,7 @@ func fullSpec() RunSpec {
 		UID:       &uid, GID: &gid,
 		CallbackURL: "https://hooks.example.com/sandgate?x=<&>",
 		Egress:      []string{"*.npmjs.org:443"}, EgressLimits: &EgressLimits{Connections: 7},
+		Secrets:  []string{"demo", "npm-token"},
 		Security: &SecurityOptions{Seccomp: "unconfined", AppArmor: "x", NoNewPrivileges: true, Label: []string{"disable"}, SystemPaths: "unconfined"},
 	}
 }

@@ -126,6 +126,9 @@ type Deps struct {
 	// Transcripts keeps terminals' transcripts when the policy's data
 	// asks for them; without it they are hashed, not kept.
 	Transcripts Transcripts
+	// Secrets says which stored secrets a request names (input.secrets);
+	// without it a request that names any is refused.
+	Secrets Secrets
 	// Observer, when set, is told of decisions and refusals (metrics).
 	Observer Observer
 	// Accepting, when set, is asked before a new run, session or

@@ -42,14 +42,34 @@ func (g *Gate) Settings() sandgate.Settings { return g.settings() }
 
 // input is the one builder of a policy input: the live path builds every
 // decision's input with it, and a replay rebuilds a recorded one with it.
-func input(op sandgate.Operation, p sandgate.Principal, spec sandgate.Normalized, st sandgate.Settings, session *sandgate.SessionInput) sandgate.AdmissionInput {
+// secrets are the stored secrets among those spec names (secretStates).
+func input(op sandgate.Operation, p sandgate.Principal, spec sandgate.Normalized, st sandgate.Settings, session *sandgate.SessionInput, secrets map[string]sandgate.SecretState) sandgate.AdmissionInput {
 	if st.MountRoots == nil {
 		st.MountRoots = []string{}
 	}
 	if p.Roles == nil {
 		p.Roles = []sandgate.Role{}
 	}
-	return sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: op, Principal: p, Request: spec, Settings: st, Session: session}
+	return sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: op, Principal: p, Request: spec, Settings: st, Session: session, Secrets: secrets}
+}
+
+// secretStates are the stored secrets among those spec names, with their
+// versions: what the policy input says of them. A gateway without
+// secrets refuses a request that names any.
+func (g *Gate) secretStates(ctx context.Context, spec sandgate.Normalized) (map[string]sandgate.SecretState, error) {
+	if len(spec.Secrets) == 0 {
+		return nil, nil
+	}
+	if g.d.Secrets == nil {
+		return nil, sandgate.FieldError("secrets", "secrets are not configured on this gateway (it has no SANDGATE_SECRETS_KEY_FILE)")
+	}
+	sctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	states, err := g.d.Secrets.States(sctx, spec.Secrets)
+	if err != nil {
+		return nil, unavailable(err, "secrets")
+	}
+	return states, nil
 }
 
 // decideBy is step 5: d decides the pass's input.

@@ -12,6 +12,13 @@ import (
 // live state, its executor side, its spooling of uploads, its cluster's
 // counts and its metrics.
 
+// Secrets are the stored secrets, as far as a policy input says of them.
+type Secrets interface {
+	// States are the stored secrets among names, with their versions.
+	// UNAVAILABLE when the store cannot answer.
+	States(ctx context.Context, names []string) (map[string]sandgate.SecretState, error)
+}
+
 // Live is what this node knows of the runs and sessions it executes.
 type Live interface {
 	// Run is the run as it stands while it executes on this node (state,

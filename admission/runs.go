@@ -77,7 +77,11 @@ func (r Run) normalize(ctx context.Context, p *pass) error {
 		}
 	}
 	p.key = r.IdempotencyKey
-	p.input = input(sandgate.OperationRun, p.who.Principal, n, g.settings(), nil)
+	secrets, err := g.secretStates(ctx, n)
+	if err != nil {
+		return err
+	}
+	p.input = input(sandgate.OperationRun, p.who.Principal, n, g.settings(), nil, secrets)
 	return nil
 }
 
@@ -246,7 +250,11 @@ func (r Review) normalize(ctx context.Context, p *pass) error {
 	if err != nil {
 		return err
 	}
-	p.input = input(sandgate.OperationReview, p.who.Principal, n, p.g.settings(), nil)
+	secrets, err := p.g.secretStates(ctx, n)
+	if err != nil {
+		return err
+	}
+	p.input = input(sandgate.OperationReview, p.who.Principal, n, p.g.settings(), nil, secrets)
 	return nil
 }
 

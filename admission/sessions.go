@@ -45,7 +45,11 @@ func (o OpenSession) normalize(ctx context.Context, p *pass) error {
 	}
 	// The session has no ID in its input while it is being admitted.
 	sin := &sandgate.SessionInput{IdleTimeoutSeconds: lim.IdleTimeoutSeconds, MaxLifetimeSeconds: lim.MaxLifetimeSeconds}
-	p.input = input(sandgate.OperationSession, p.who.Principal, spec, g.settings(), sin)
+	secrets, err := g.secretStates(ctx, spec)
+	if err != nil {
+		return err
+	}
+	p.input = input(sandgate.OperationSession, p.who.Principal, spec, g.settings(), sin, secrets)
 	return nil
 }
 
@@ -127,7 +131,11 @@ func (c Command) normalize(ctx context.Context, p *pass) error {
 	ss := p.session
 	p.id = p.g.newID()
 	sin := &sandgate.SessionInput{ID: ss.ID, IdleTimeoutSeconds: ss.Limits.IdleTimeoutSeconds, MaxLifetimeSeconds: ss.Limits.MaxLifetimeSeconds}
-	p.input = input(sandgate.OperationExec, p.who.Principal, n, p.g.settings(), sin)
+	secrets, err := p.g.secretStates(ctx, n)
+	if err != nil {
+		return err
+	}
+	p.input = input(sandgate.OperationExec, p.who.Principal, n, p.g.settings(), sin, secrets)
 	return nil
 }
 

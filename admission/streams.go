@@ -92,13 +92,13 @@ func (t Terminal) target(ctx context.Context, p *pass) error {
 	return p.g.streamsKept()
 }
 
-func (t Terminal) normalize(_ context.Context, p *pass) error {
+func (t Terminal) normalize(ctx context.Context, p *pass) error {
 	if err := p.g.accepting(); err != nil {
 		return err
 	}
 	spec := p.open.Spec
 	spec.Command = t.command()
-	return p.streamInput(sandgate.OperationTerminal, spec, nil)
+	return p.streamInput(ctx, sandgate.OperationTerminal, spec, nil)
 }
 
 // command is the terminal's program: the request's, or the shell.
@@ -241,11 +241,11 @@ func (o Port) target(ctx context.Context, p *pass) error {
 	return p.g.streamsKept()
 }
 
-func (o Port) normalize(_ context.Context, p *pass) error {
+func (o Port) normalize(ctx context.Context, p *pass) error {
 	if o.Port < 1 || o.Port > 65535 {
 		return sandgate.FieldError("port", "must be a port number from 1 to 65535")
 	}
-	return p.streamInput(sandgate.OperationPort, p.open.Spec, &sandgate.PortInput{Number: o.Port})
+	return p.streamInput(ctx, sandgate.OperationPort, p.open.Spec, &sandgate.PortInput{Number: o.Port})
 }
 
 func (Port) decide(ctx context.Context, p *pass) error { return p.decide(ctx) }
@@ -284,11 +284,16 @@ func (o Port) execute(ctx context.Context, p *pass) error {
 
 // streamInput builds the input of a terminal or a port connection: the
 // session's admitted spec as policy judges it, the session named.
-func (p *pass) streamInput(op sandgate.Operation, spec sandgate.Normalized, port *sandgate.PortInput) error {
+func (p *pass) streamInput(ctx context.Context, op sandgate.Operation, spec sandgate.Normalized, port *sandgate.PortInput) error {
 	ss := p.session
 	p.id = p.g.newID()
 	sin := &sandgate.SessionInput{ID: ss.ID, IdleTimeoutSeconds: ss.Limits.IdleTimeoutSeconds, MaxLifetimeSeconds: ss.Limits.MaxLifetimeSeconds}
-	p.input = input(op, p.who.Principal, spec, p.g.settings(), sin)
+	// The stored secrets the session's spec names, as its commands have.
+	secrets, err := p.g.secretStates(ctx, spec)
+	if err != nil {
+		return err
+	}
+	p.input = input(op, p.who.Principal, spec, p.g.settings(), sin, secrets)
 	p.input.Port = port
 	return nil
 }

@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,16 @@ type Options struct {
 	// DialTimeout bounds resolving and connecting. Default
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
+	// UpstreamRoots verify the destinations of the connections of runs
+	// with secrets, whose TLS the proxy opens itself; nil is the host's
+	// roots.
+	UpstreamRoots *x509.CertPool
+	// TLSPorts are the ports a secret is written to over TLS alone: a
+	// request in the clear (plain HTTP, or HTTP in a tunnel) to a
+	// destination a secret is bound to on one of them is refused, so
+	// that a run cannot have the value sent unencrypted to an HTTPS
+	// destination. Default DefaultTLSPorts.
+	TLSPorts []int
 	// SourceWait is how long a connection from an address no run holds
 	// waits for a run to be registered there (its container may start
 	// before the executor has learnt its address). Default
@@ -110,6 +121,12 @@ type Run struct {
 	Limits sandgate.EgressLimits
 	// Private are the loopback and private prefixes the run may reach.
 	Private []netip.Prefix
+	// Secrets are what the proxy writes into the run's requests
+	// (docs/secrets.md); with them, CA is required: the run's authority,
+	// whose certificate the run trusts, with which the proxy terminates
+	// every TLS tunnel of the run to read its requests.
+	Secrets []Secret
+	CA      *RunCA
 }
 
 // Proxy is the egress proxy: one listener, the registry of run addresses
@@ -143,6 +160,9 @@ func New(opt Options) *Proxy {
 	}
 	if opt.SourceWait <= 0 {
 		opt.SourceWait = DefaultSourceWait
+	}
+	if opt.TLSPorts == nil {
+		opt.TLSPorts = DefaultTLSPorts
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
@@ -185,7 +205,16 @@ func (p *Proxy) Register(src netip.Addr, r Run) error {
 	if other, ok := p.runs[src]; ok {
 		return fmt.Errorf("egress: address %s is already run %s's", src, other.run.RunID)
 	}
-	st := &runState{run: r, dests: dests, aggs: map[destKey]*agg{}, decisions: map[string]sandgate.EgressDecision{}, conns: map[net.Conn]struct{}{}}
+	secrets, err := newSecretSet(r.Secrets)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", r.RunID, err)
+	}
+	if secrets != nil && r.CA == nil {
+		return fmt.Errorf("run %s: a run with secrets needs its certificate authority", r.RunID)
+	}
+	st := &runState{run: r, dests: dests, aggs: map[destKey]*agg{}, decisions: map[string]sandgate.EgressDecision{}, conns: map[net.Conn]struct{}{},
+		secrets: secrets, ca: r.CA, secretRec: &secretRecord{aggs: map[secretKey]*secretAgg{}}}
+	st.run.Secrets = nil // the values live in secrets alone
 	st.bytesLeft.Store(r.Limits.Bytes)
 	if r.Limits.Bytes <= 0 {
 		st.bytesLeft.Store(math.MaxInt64)
@@ -383,78 +412,16 @@ func (p *Proxy) handle(c net.Conn) {
 
 	up := &counted{Conn: upstream, n: &rec.sent, st: st, p: p, dir: "sent"}
 	down := &counted{Conn: c, n: &rec.recv, st: st, p: p, dir: "received"}
-	if req.Method == http.MethodConnect {
-		p.tunnel(st, rec, br, up, down)
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		forward(up, req)
-		closeWrite(upstream)
-	}()
-	down.relay(upstream)
-	closeWrite(c)
-	// The client's side ends once the upstream answered in full (plain
-	// HTTP asks it to close).
-	upstream.Close()
-	p.finish(st, rec, done, c)
-}
-
-// tunnel answers a CONNECT whose upstream is connected: the client's
-// ClientHello is read whole and checked (checkTunnel) before a byte
-// moves either way; a refusal ends the tunnel, recorded with its reason
-// (the client sees its handshake fail: the 200 was already sent).
-func (p *Proxy) tunnel(st *runState, rec *conn, br *bufio.Reader, up, down *counted) {
-	c, upstream := down.Conn, up.Conn
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		p.allowed(st, rec)
-		return
-	}
-	hello, reason, msg := checkTunnel(c, br, rec.host)
-	if reason != "" {
-		rec.reason, rec.msg = reason, msg
-		p.denied(st, rec)
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if _, err := up.Write(hello); err != nil {
-			closeWrite(upstream)
+	connected := false
+	if st.secrets != nil {
+		if p.intercept(st, rec, c, br, upstream, up, down, req) {
+			p.ended(st, rec)
 			return
 		}
-		// What the request's reader holds already goes next; the rest
-		// straight from the connection.
-		if n := br.Buffered(); n > 0 {
-			b, _ := br.Peek(n)
-			if _, err := up.Write(b); err != nil {
-				closeWrite(upstream)
-				return
-			}
-			_, _ = br.Discard(n)
-		}
-		up.relay(c)
-		closeWrite(upstream)
-	}()
-	down.relay(upstream)
-	closeWrite(c)
-	p.finish(st, rec, done, c)
-}
-
-// finish waits for the client-to-upstream side (at most a second once
-// the other has ended) and records the connection as allowed.
-func (p *Proxy) finish(st *runState, rec *conn, done <-chan struct{}, c net.Conn) {
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		c.Close()
-		<-done
+		connected = true // a tunnel relayed unread, its 200 sent
 	}
-	if st.bytesLeft.Load() <= 0 && rec.reason == "" {
-		rec.reason = ReasonByteLimit
-	}
-	p.allowed(st, rec)
+	p.pipe(st, rec, c, br, upstream, up, down, req, connected)
+	p.ended(st, rec)
 }
 
 // hostPortOf is hostport's host, as events name it, and port; for a
@@ -601,103 +568,6 @@ func closeWrite(c net.Conn) {
 		return
 	}
 	c.Close()
-}
-
-// counted counts what is written through it against the connection and
-// the run's byte budget; a write past the budget ends the connection.
-type counted struct {
-	net.Conn
-	n   *atomic.Int64
-	st  *runState
-	p   *Proxy
-	dir string
-}
-
-func (w *counted) Write(b []byte) (int, error) {
-	if w.st.bandwidth != nil {
-		// Waits at most len(b)/rate; a run being ended closes the
-		// connection under the write that follows.
-		_ = w.st.bandwidth.WaitN(context.Background(), len(b))
-	}
-	want := int64(len(b))
-	got := w.st.take(want, want)
-	if got < want {
-		if got > 0 {
-			n, _ := w.Conn.Write(b[:got])
-			w.add(int64(n))
-			w.st.bytesLeft.Add(got - int64(n))
-		}
-		w.st.closeAll()
-		return 0, errors.New("egress byte limit reached")
-	}
-	n, err := w.Conn.Write(b)
-	w.add(int64(n))
-	w.st.bytesLeft.Add(want - int64(n))
-	return n, err
-}
-
-// relayChunk is the most relay moves between two looks at the run's
-// budget and bandwidth; relayMinTake the least it takes of the budget
-// while some is left (it takes an eighth of what is left, so that the
-// run's other connections find some too).
-const (
-	relayChunk   = 1 << 20
-	relayMinTake = 16 << 10
-)
-
-// relay copies src to the connection until src ends or either fails,
-// through the kernel (splice(2), no copy into the proxy) when both are
-// TCP connections, in chunks: each is taken from the run's byte budget
-// before it moves (so the budget is never exceeded; none left cuts the
-// run's connections), what it did not use given back, and paced by the
-// run's bandwidth after (at most one chunk, no more than one second's
-// worth, goes ahead of the rate).
-func (w *counted) relay(src net.Conn) {
-	chunk := int64(relayChunk)
-	if w.st.bandwidth != nil {
-		chunk = min(chunk, int64(w.st.bandwidth.Burst()))
-	}
-	rf, ok := w.Conn.(io.ReaderFrom)
-	if !ok {
-		rf = plainCopy{w.Conn}
-	}
-	for {
-		take := w.st.take(chunk, relayMinTake)
-		if take == 0 {
-			w.st.closeAll()
-			return
-		}
-		n, err := rf.ReadFrom(&io.LimitedReader{R: src, N: take})
-		w.add(n)
-		if n < take {
-			w.st.bytesLeft.Add(take - n)
-		}
-		if w.st.bandwidth != nil && n > 0 {
-			_ = w.st.bandwidth.WaitN(context.Background(), int(n))
-		}
-		if err != nil || n < take {
-			return
-		}
-	}
-}
-
-// plainCopy copies into a connection that cannot splice.
-type plainCopy struct{ io.Writer }
-
-func (p plainCopy) ReadFrom(r io.Reader) (int64, error) {
-	return io.CopyBuffer(p.Writer, r, make([]byte, copyBuffer))
-}
-
-// ReadFrom keeps io.CopyBuffer on Write, where the counting is.
-func (w *counted) ReadFrom(r io.Reader) (int64, error) {
-	return io.CopyBuffer(struct{ io.Writer }{w}, r, make([]byte, copyBuffer))
-}
-
-func (w *counted) add(n int64) {
-	w.n.Add(n)
-	if w.p.opt.Metrics != nil && n > 0 {
-		w.p.opt.Metrics.Bytes(w.dir, n)
-	}
 }
 
 func (p *Proxy) count(result, reason string) {

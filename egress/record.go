@@ -33,6 +33,13 @@ type runState struct {
 	decisions map[string]sandgate.EgressDecision
 	aggs      map[destKey]*agg
 	total     sandgate.EgressSummary
+
+	// secrets are what the proxy writes into the run's requests, ca the
+	// authority it terminates the run's TLS with; both nil for a run
+	// without secrets, whose tunnels the proxy does not read.
+	secrets   *secretSet
+	ca        *RunCA
+	secretRec *secretRecord
 }
 
 // destKey is a destination as the aggregates keep it.
@@ -302,6 +309,7 @@ func (p *Proxy) flush(st *runState) {
 		}
 	}
 	st.mu.Unlock()
+	p.flushSecrets(st)
 	sort.Slice(outs, func(i, j int) bool {
 		if outs[i].key.host != outs[j].key.host {
 			return outs[i].key.host < outs[j].key.host

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -133,6 +134,13 @@ type Config struct {
 	// EgressAggregate is how often repeated connections are recorded as
 	// one event; default egress.DefaultAggregateEvery.
 	EgressAggregate time.Duration
+	// EgressUpstreamRoots verify the destinations the proxy opens TLS to
+	// for runs with secrets (SANDGATE_EGRESS_UPSTREAM_CA_FILE); nil is
+	// the host's roots.
+	EgressUpstreamRoots *x509.CertPool
+	// TrustDir holds the trust file of each run with secrets while it
+	// runs (secrets.go). Default DefaultTrustDir.
+	TrustDir string
 	// UsageInterval is how often, at most, a running container's
 	// resource counters are read (see usage.go): the CPU time and I/O a
 	// run reports can miss up to one interval of its end. Default 200ms;

@@ -94,7 +94,7 @@ func (n *networks) ensureEgress(ctx context.Context, t *trail) (*egressNet, erro
 	}
 	p := egress.New(egress.Options{
 		Decider: n.cfg.EgressDecider, Events: n.events, Lookup: n.cfg.EgressLookup, Metrics: n.cfg.EgressMetrics,
-		Node: n.cfg.Node, AggregateEvery: n.cfg.EgressAggregate, Now: n.cfg.Clock,
+		Node: n.cfg.Node, AggregateEvery: n.cfg.EgressAggregate, Now: n.cfg.Clock, UpstreamRoots: n.cfg.EgressUpstreamRoots,
 		Log: n.log.With("component", "egress"),
 	})
 	go func() {
@@ -246,6 +246,7 @@ func (n *networks) register(ctx context.Context, h *handle) (*egress.Proxy, neti
 	if j.SessionContainer {
 		run.SessionID = j.RunID
 	}
+	h.secrets.proxyRun(&run)
 	err = eg.proxy.Register(addr, run)
 	if err != nil {
 		return nil, netip.Addr{}, sandgate.WrapError(sandgate.CodeContainerCreate, err, "register the run with the egress proxy")

@@ -75,6 +75,9 @@ type handle struct {
 	slot      bool
 	staged    bool
 	egressEnd func() *sandgate.EgressSummary
+	// secrets are a run with secrets' authority, placeholders and trust
+	// file (secrets.go); nil otherwise.
+	secrets *runSecrets
 	// asyncRemove removes the container after the run has answered (a
 	// warm run through the agent: its removal is off the run's path).
 	asyncRemove bool
@@ -210,6 +213,7 @@ func (h *handle) close() {
 		if h.staged {
 			h.e.stager.unstage(h.e.cfg.Node, h.job.RunID)
 		}
+		h.secrets.remove()
 	}
 	if !h.asyncRemove {
 		remove()

@@ -127,6 +127,9 @@ func (e *Executor) prepare(h *handle, set *settings) (map[string]any, error) {
 		// its only upstream is the gateway address, where the firewall
 		// drops them. Names are resolved by the proxy.
 		set.host.DNS = []string{eg.gateway.String()}
+		if h.secrets, err = e.withSecrets(h, set); err != nil {
+			return nil, err
+		}
 	}
 	if h.job.Spec.HasWorkspace() || h.job.SessionContainer {
 		ws, wp, err := e.workspaces.prepare(ctx, h.trail, h.job, set)

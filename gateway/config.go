@@ -220,6 +220,10 @@ type Deps struct {
 	// /v1/mcp behind authentication. Optional: without it /v1/mcp is not
 	// served.
 	MCP func(api http.Handler, maxBody int64) http.Handler
+	// Secrets keeps the secrets runs use through the egress proxy
+	// (package secrets' Vault). Optional: without it /v1/secrets answers
+	// NOT-FOUND and a run that names secrets is refused.
+	Secrets SecretVault
 	// Principals authenticates bearer tokens (LoadPrincipals, DevPrincipals).
 	Principals Authenticator
 	// Clock defaults to time.Now.

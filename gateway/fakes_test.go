@@ -83,6 +83,12 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 	if in.Request.Network == "bridge" {
 		d.Warnings = append(d.Warnings, sandgate.Violation{Rule: "network_bridge", Message: "bridge network", Action: "warn"})
 	}
+	// Every secret asked for is bound to the run's egress, as the
+	// default bundle's data would have it.
+	for _, name := range in.Request.Secrets {
+		d.Enforcement.Secrets = append(d.Enforcement.Secrets, sandgate.SecretBinding{Name: name, Destinations: in.Request.Egress,
+			Header: "Authorization", Format: "Bearer {value}", Env: strings.ToUpper(name) + "_TOKEN"})
+	}
 	return d, nil
 }
 
@@ -637,4 +643,62 @@ func generic(v any) any {
 		return nil
 	}
 	return g
+}
+
+// fakeVault keeps secrets in memory, for the handlers' contract; the real
+// vault's tests are package secrets' and secrets_test.go's.
+type fakeVault struct {
+	mu    sync.Mutex
+	infos map[string]sandgate.SecretInfo
+}
+
+func (v *fakeVault) Put(_ context.Context, s sandgate.Subject, name, value string) (sandgate.SecretInfo, bool, error) {
+	if err := sandgate.CheckSecretName("name", name); err != nil {
+		return sandgate.SecretInfo{}, false, err
+	}
+	if err := sandgate.CheckSecretValue(value); err != nil {
+		return sandgate.SecretInfo{}, false, err
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.infos == nil {
+		v.infos = map[string]sandgate.SecretInfo{}
+	}
+	prev, ok := v.infos[name]
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	info := sandgate.SecretInfo{Name: name, Version: prev.Version + 1, ValueHash: "hmac-sha256:00", KeyID: "k1",
+		SetBy: s.Actor, SetAt: at, CreatedBy: s.Actor, CreatedAt: at}
+	if ok {
+		info.CreatedBy, info.CreatedAt = prev.CreatedBy, prev.CreatedAt
+	}
+	v.infos[name] = info
+	return info, !ok, nil
+}
+
+func (v *fakeVault) List(context.Context) ([]sandgate.SecretInfo, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []sandgate.SecretInfo
+	for _, i := range v.infos {
+		out = append(out, i)
+	}
+	return out, nil
+}
+
+func (v *fakeVault) Delete(_ context.Context, _ sandgate.Subject, name string) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if _, ok := v.infos[name]; !ok {
+		return sandgate.Errorf(sandgate.CodeNotFound, "secret %s not found", name)
+	}
+	delete(v.infos, name)
+	return nil
+}
+
+func (v *fakeVault) States(context.Context, []string) (map[string]sandgate.SecretState, error) {
+	return nil, nil
+}
+
+func (v *fakeVault) Reveal(context.Context, []sandgate.SecretBinding) ([]sandgate.RunSecret, error) {
+	return nil, sandgate.Errorf(sandgate.CodeNotFound, "no secrets")
 }

@@ -158,6 +158,10 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 	}
 	up := cfg.Uploads
 	up.MaxBytes = cfg.MaxWorkspaceBytes
+	var secrets admission.Secrets
+	if d.Secrets != nil {
+		secrets = d.Secrets
+	}
 	return admission.New(admission.Config{
 		Node: cfg.Node, AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots,
 		Callbacks: len(cfg.CallbackKey) > 0, Sessions: d.keepsSessions(), Uploads: up,
@@ -166,6 +170,6 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x, Streams: d.streams(), Transcripts: d.transcripts(),
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
 		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
-		Accepting: accepting,
+		Accepting: accepting, Secrets: secrets,
 	}, teams)
 }

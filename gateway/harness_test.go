@@ -48,6 +48,8 @@ type testEnv struct {
 	volumes sandgate.VolumeAdmin
 	// cluster, when an edit sets it, is the node registry.
 	cluster ClusterStore
+	// secrets, when an edit sets it, keeps secrets.
+	secrets SecretVault
 	// noConsole, when an edit sets it, leaves Deps.Console unset.
 	noConsole bool
 	reg       *prometheus.Registry
@@ -99,7 +101,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
 		Runs: e.store, Sessions: e.sessions, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
-		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, MCP: mcp.Handler,
+		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, MCP: mcp.Handler, Secrets: e.secrets,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

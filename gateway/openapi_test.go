@@ -137,6 +137,7 @@ func TestOpenAPIRoles(t *testing.T) {
 func TestOpenAPIContract(t *testing.T) {
 	e := newEnv(t, func(c *Config, e *testEnv) {
 		e.volumes = fakeVolumes{}
+		e.secrets = &fakeVault{}
 		e.admitter.limits = map[string]sandgate.TeamLimits{"search": {Concurrent: 1, Queued: 1}}
 	})
 	done := e.submit(tokAlice, "echo", "hi")
@@ -245,6 +246,13 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: "/v1/sessions/{ended}/runs", token: tokAlice, body: echoBody, status: 409},
 		{method: "GET", path: "/v1/nodes", token: tokAdmin, status: 200},
 		{method: "GET", path: "/v1/nodes", token: tokAlice, status: 403},
+		{method: "PUT", path: "/v1/secrets/demo", token: tokSec, body: `{"value":"tok"}`, status: 201},
+		{method: "PUT", path: "/v1/secrets/demo", token: tokAdmin, body: `{"value":"tok2"}`, status: 200},
+		{method: "PUT", path: "/v1/secrets/Demo", token: tokSec, body: `{"value":"tok"}`, status: 400},
+		{method: "PUT", path: "/v1/secrets/demo", token: tokAlice, body: `{"value":"tok"}`, status: 403},
+		{method: "GET", path: "/v1/secrets", token: tokSec, status: 200},
+		{method: "DELETE", path: "/v1/secrets/demo", token: tokSec, status: 204},
+		{method: "DELETE", path: "/v1/secrets/demo", token: tokSec, status: 404},
 		{method: "PUT", path: "/v1/runs", token: tokAlice, status: 405},
 		{method: "GET", path: "/v1/nope", token: tokAlice, status: 404},
 	}

@@ -123,7 +123,7 @@ func (r *runs) execute(ctx context.Context, lr *liveRun) {
 			}
 			return x.Exec(ctx, lr.session, job)
 		}
-		return r.d.Executor.Execute(ctx, job)
+		return r.executeWithSecrets(ctx, job)
 	})
 	r.complete(lr, res, err, log, "run finished")
 }

@@ -229,6 +229,7 @@ func (s *Server) routes() *echo.Echo {
 	auditors := ed.require(sandgate.RoleAuditor, sandgate.RoleAdmin)
 	witness := ed.require(sandgate.RoleAuditor)
 	admins := ed.require(sandgate.RoleAdmin)
+	secretKeepers := ed.require(sandgate.RoleSecurity, sandgate.RoleAdmin)
 	toRunOwner, toSessionOwner := ed.toOwner(runOwner), ed.toOwner(sessionOwner)
 
 	runs, logs, arts := runRoutes{s.web}, logRoutes{s.web}, artifactRoutes{s.web}
@@ -264,6 +265,11 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", adm.volumes, admins)
 	v1.DELETE("/volumes/:team/:name", adm.removeVolume, admins)
 	v1.GET("/nodes", adm.listNodes, admins)
+
+	sec := secretRoutes{s.web}
+	v1.PUT("/secrets/:name", sec.putSecret, secretKeepers)
+	v1.GET("/secrets", sec.listSecrets, secretKeepers)
+	v1.DELETE("/secrets/:name", sec.deleteSecret, secretKeepers)
 
 	ses := sessionRoutes{s.web}
 	v1.POST("/sessions", ses.createSession, sub)

@@ -266,7 +266,7 @@ func (s *sessions) run(ctx context.Context, l *liveSession, enforce sandgate.Enf
 		res, err = safely(log, func() (sandgate.Result, error) { return rec.Adopt(ctx, job) })
 	} else {
 		log.Info("session opening", "image", spec.Image)
-		res, err = safely(log, func() (sandgate.Result, error) { return s.d.Executor.Execute(ctx, job) })
+		res, err = safely(log, func() (sandgate.Result, error) { return s.executeWithSecrets(ctx, job) })
 	}
 	l.cancel()
 	<-idleDone

@@ -87,7 +87,9 @@ type policy struct {
 	defaults sandgate.Defaults
 	mask     []string
 	teams    teamConfig
-	config   map[string]any
+	// secrets are the bindings of data.sandgate.config.secrets by name.
+	secrets map[string]sandgate.SecretBinding
+	config  map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
 	// signature is who signed it; nil when no keys are pinned.
@@ -373,6 +375,10 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 	if err := b.checkEgressData(); err != nil {
 		return nil, &loadError{[]string{err.Error()}}
 	}
+	secrets, err := b.secretBindings()
+	if err != nil {
+		return nil, &loadError{[]string{err.Error()}}
+	}
 	store := b.store()
 	results, err := b.runTests(ctx, store, false)
 	if err != nil {
@@ -410,6 +416,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		defaults:  defaults,
 		mask:      mask,
 		teams:     teams,
+		secrets:   secrets,
 		config:    b.config(),
 		rules:     ruleMetas(infos),
 		signature: b.signature,
@@ -554,7 +561,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 
 	spec := in.Request
 	for pass := 1; ; pass++ {
-		input := withPort(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session), in.Port)
+		input := withPort(withSecrets(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, spec.RunSpec, settings), in.Session), in.Secrets), in.Port)
 		rs, err := p.eval(ctx, input, now)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -577,6 +584,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec
+			d.Enforcement.Secrets = p.bindings(spec.Secrets)
 			return d, nil
 		}
 		if pass == maxPasses {
@@ -595,6 +603,7 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 				d.Violations = append(d.Violations, failClosed(RulePolicyError, "the policy denied without naming a violation"))
 			}
 			d.Spec = spec
+			d.Enforcement.Secrets = p.bindings(spec.Secrets)
 			return d, nil
 		}
 		spec = next

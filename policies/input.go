@@ -70,6 +70,21 @@ func withPort(v ast.Value, p *sandgate.PortInput) ast.Value {
 	return obj
 }
 
+// withSecrets adds the "secrets" member of an input whose request names
+// stored secrets: each with its version.
+func withSecrets(v ast.Value, secrets map[string]sandgate.SecretState) ast.Value {
+	obj, ok := v.(ast.Object)
+	if len(secrets) == 0 || !ok {
+		return v
+	}
+	items := make([][2]*ast.Term, 0, len(secrets))
+	for name, st := range secrets {
+		items = append(items, [2]*ast.Term{ast.StringTerm(name), ast.ObjectTerm(item("version", ast.InternedTerm(int(st.Version))))})
+	}
+	obj.Insert(ast.StringTerm("secrets"), ast.ObjectTerm(items...))
+	return obj
+}
+
 // settingsTerm is the "settings" member of the input.
 func settingsTerm(st sandgate.Settings) *ast.Term {
 	var b termBuf
@@ -108,7 +123,7 @@ var inputKeys = internedTerms(
 	"systempaths", "workspace_mb", "files", "path", "content", "encoding", "mode", "artifacts",
 	"artifact_limit_bytes", "workspace", "format", "sha256", "archive_bytes", "entries", "unpacked_bytes",
 	"systempaths", "callback_url", "egress", "egress_limits", "connections", "bytes", "bytes_per_second",
-	"runtime",
+	"runtime", "secrets", "version",
 )
 
 // inputValues are values most inputs carry, made once like the keys.
@@ -249,6 +264,9 @@ func (b *termBuf) specValue(s sandgate.RunSpec) ast.Value {
 		addInt(&li, "bytes", l.Bytes)
 		addInt(&li, "bytes_per_second", l.BytesPerSecond)
 		add("egress_limits", b.term(ast.NewObject(li...)))
+	}
+	if len(s.Secrets) > 0 {
+		add("secrets", b.strings(s.Secrets))
 	}
 	if len(s.Labels) > 0 {
 		add("labels", b.stringMap(s.Labels))

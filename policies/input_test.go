@@ -33,6 +33,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		Workspace:   &sandgate.WorkspaceArchive{Format: "zip", SHA256: "ab", ArchiveBytes: 1, Entries: 2, UnpackedBytes: 3},
 		CallbackURL: "https://hooks.example.com/done",
 		Egress:      []string{"pypi.org:443", "10.2.0.0/16:5432"}, EgressLimits: &sandgate.EgressLimits{Connections: 5, Bytes: 1 << 20},
+		Secrets: []string{"demo", "npm"},
 	}
 	normalized, err := sandgate.Normalize(sandgate.RunSpec{Command: []string{"true"}}, sandgate.BuiltinDefaults)
 	if err != nil {
@@ -44,7 +45,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		pr       sandgate.Principal
 		settings sandgate.Settings
 		session  *sandgate.SessionInput
-		port     *sandgate.PortInput
+		secrets  map[string]sandgate.SecretState
 	}{
 		{"zero", sandgate.RunSpec{}, sandgate.Principal{}, sandgate.Settings{}, nil, nil},
 		{"empty lists", sandgate.RunSpec{Command: []string{}, CapAdd: []string{}, Env: map[string]string{}},
@@ -53,12 +54,11 @@ func TestInputValueMatchesJSON(t *testing.T) {
 		{"every field", full, sandgate.Principal{Name: "a", Team: "t", Roles: []sandgate.Role{"admin", "security"}}, sandgate.Settings{AirGapped: true, MountRoots: []string{"/srv", "/x"}}, nil, nil},
 		{"session", normalized.RunSpec, sandgate.Principal{Name: "a"}, sandgate.Settings{},
 			&sandgate.SessionInput{ID: "s-1", IdleTimeoutSeconds: 60, MaxLifetimeSeconds: 600}, nil},
-		{"port", normalized.RunSpec, sandgate.Principal{Name: "a"}, sandgate.Settings{},
-			&sandgate.SessionInput{ID: "s-1"}, &sandgate.PortInput{Number: 8080}},
+		{"secrets", full, sandgate.Principal{Name: "a"}, sandgate.Settings{}, nil, map[string]sandgate.SecretState{"demo": {Version: 3}, "npm": {Version: 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings, Session: tt.session, Port: tt.port}
+			in := sandgate.AdmissionInput{APIVersion: sandgate.APIVersion, Operation: sandgate.OperationReview, Principal: tt.pr, Request: sandgate.Normalized{RunSpec: tt.spec}, Settings: tt.settings, Session: tt.session, Secrets: tt.secrets}
 			raw, err := json.Marshal(in)
 			if err != nil {
 				t.Fatal(err)
@@ -73,7 +73,7 @@ func TestInputValueMatchesJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := withPort(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings)), in.Session), in.Port)
+			got := withSecrets(withSession(inputValue(in.APIVersion, in.Operation, in.Principal, in.Request.RunSpec, settingsTerm(in.Settings)), in.Session), in.Secrets)
 			if ast.Compare(want, got) != 0 {
 				t.Errorf("inputValue differs from the JSON document\nwant %v\n got %v", want, got)
 			}

@@ -64,6 +64,11 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventCallbackDelivered: {classAPIActivity, 99, "Callback"},
 	sandgate.EventCallbackFailed:    {classAPIActivity, 99, "Callback"},
 
+	// A secret changed through the API: the call's own activity.
+	sandgate.EventSecretSet:     {classAPIActivity, 1, "Create"},
+	sandgate.EventSecretRotated: {classAPIActivity, 3, "Update"},
+	sandgate.EventSecretDeleted: {classAPIActivity, 4, "Delete"},
+
 	sandgate.EventAuthDenied: {classAuthentication, 1, "Logon"},
 
 	sandgate.EventEgressAllowed: {classNetworkActivity, 1, "Open"},
@@ -71,6 +76,10 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	// A connection to a session's port through the gateway, recorded at
 	// its end with the bytes each way.
 	sandgate.EventPortConnection: {classNetworkActivity, 2, "Close"},
+	// The proxy wrote a secret into a run's requests, or refused one
+	// carrying a placeholder where the secret may not go.
+	sandgate.EventSecretUsed:        {classNetworkActivity, 99, "Secret Used"},
+	sandgate.EventSecretMisdirected: {classNetworkActivity, 5, "Refuse"},
 
 	sandgate.EventPolicyLoaded:     {classApplicationLifecycle, 8, "Update"},
 	sandgate.EventPolicyLoadFailed: {classApplicationLifecycle, 8, "Update"},
@@ -120,7 +129,8 @@ func Severity(t sandgate.EventType) (ocsfID int, ocsfName string, syslog int) {
 	case sandgate.EventAuditWitnessAlarm:
 		return 4, "High", 2 // critical
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
-		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventEgressDenied:
+		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventEgressDenied,
+		sandgate.EventSecretMisdirected:
 		return 3, "Medium", 4 // warning
 	case sandgate.EventRunFailed, sandgate.EventRunLost, sandgate.EventContainerOOMKilled,
 		sandgate.EventRunTimedOut, sandgate.EventExecutorRetry:
@@ -137,7 +147,7 @@ func failed(r sandgate.AuditRecord) bool {
 	case sandgate.EventAdmissionDenied, sandgate.EventAuthDenied, sandgate.EventPolicyLoadFailed,
 		sandgate.EventImageUnavailable, sandgate.EventCallbackFailed, sandgate.EventRunFailed,
 		sandgate.EventRunLost, sandgate.EventContainerOOMKilled, sandgate.EventRunTimedOut, sandgate.EventEgressDenied,
-		sandgate.EventAuditWitnessAlarm:
+		sandgate.EventAuditWitnessAlarm, sandgate.EventSecretMisdirected:
 		return true
 	case sandgate.EventAdmissionReviewed:
 		return r.Outcome == "denied"

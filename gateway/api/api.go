@@ -167,6 +167,20 @@ type AuditEventList struct {
 // VerifyReport is GET /v1/audit/verify.
 type VerifyReport = sandgate.VerifyReport
 
+// SecretPut is the body of PUT /v1/secrets/{name}. Value is a pointer so
+// that a body without it is told apart from an empty one.
+type SecretPut struct {
+	Value *string `json:"value"`
+}
+
+// SecretInfo is a stored secret as the API shows it: never its value.
+type SecretInfo = sandgate.SecretInfo
+
+// SecretList is GET /v1/secrets.
+type SecretList struct {
+	Secrets []sandgate.SecretInfo `json:"secrets"`
+}
+
 // VolumeList is GET /v1/volumes.
 type VolumeList struct {
 	Volumes []sandgate.CacheVolume `json:"volumes"`

@@ -28,6 +28,7 @@ type config struct {
 	gatewayConfig
 	nodeConfig
 	sinkConfig
+	secretsConfig
 }
 
 // readConfig reads every component's configuration from getenv.
@@ -44,6 +45,7 @@ func readConfig(getenv func(string) string) config {
 		gatewayConfig:   readGatewayConfig(getenv, trail.stateDir()),
 		nodeConfig:      readNodeConfig(getenv, trail.stateDir()),
 		sinkConfig:      readSinkConfig(getenv),
+		secretsConfig:   readSecretsConfig(getenv),
 	}
 }
 
@@ -51,7 +53,7 @@ func readConfig(getenv func(string) string) config {
 // validated (and their errors listed).
 func (c *config) server() []component {
 	return []component{&c.gatewayConfig, &c.databaseConfig, &c.trailConfig, &c.policyConfig, &c.executorConfig,
-		&c.egressConfig, &c.workspaceConfig, &c.nodeConfig, &c.sinkConfig}
+		&c.egressConfig, &c.workspaceConfig, &c.nodeConfig, &c.sinkConfig, &c.secretsConfig}
 }
 
 // component is one component's configuration: its flags, bound to its

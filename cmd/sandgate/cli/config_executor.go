@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
@@ -88,7 +89,11 @@ type egressConfig struct {
 	EgressNetwork   string
 	EgressInterface string
 	EgressPort      int
-	invalid         []string
+	// EgressUpstreamCAFile holds PEM certificates the egress proxy
+	// trusts, besides the host's roots, for the destinations it opens TLS
+	// to on behalf of runs with secrets (SANDGATE_EGRESS_UPSTREAM_CA_FILE).
+	EgressUpstreamCAFile string
+	invalid              []string
 }
 
 func readEgressConfig(getenv func(string) string) egressConfig {
@@ -97,6 +102,7 @@ func readEgressConfig(getenv func(string) string) egressConfig {
 	e.str("SANDGATE_EGRESS_NETWORK", &c.EgressNetwork)
 	e.str("SANDGATE_EGRESS_INTERFACE", &c.EgressInterface)
 	e.int("SANDGATE_EGRESS_PORT", &c.EgressPort)
+	e.str("SANDGATE_EGRESS_UPSTREAM_CA_FILE", &c.EgressUpstreamCAFile)
 	c.invalid = e.invalid
 	return c
 }
@@ -171,6 +177,10 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 	if err := checkMountRoots(cfg.MountRoots); err != nil {
 		return nil, err
 	}
+	roots, err := cfg.egressConfig.upstreamRoots()
+	if err != nil {
+		return nil, err
+	}
 	imageKeys, err := cfg.imageKeys()
 	if err != nil {
 		return nil, err
@@ -193,7 +203,9 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 		EgressPort:      cfg.EgressPort,
 		EgressMetrics:   p.metrics.Egress(),
 		HostGroups:      cfg.hostGroups,
-		Logger:          p.logger.With("component", "executor"),
+		// The host's roots and SANDGATE_EGRESS_UPSTREAM_CA_FILE's.
+		EgressUpstreamRoots: roots,
+		Logger:              p.logger.With("component", "executor"),
 	}, p.metrics.Sink(p.events))
 	if err != nil {
 		return nil, fmt.Errorf("docker executor: %w", err)
@@ -230,4 +242,25 @@ func newImages(cfg *config, logger *slog.Logger) (*images.Images, error) {
 		return nil, fmt.Errorf("docker images: %w", err)
 	}
 	return im, nil
+}
+
+// upstreamRoots are the roots the egress proxy verifies the destinations
+// of runs with secrets against: the host's, and the certificates of
+// SANDGATE_EGRESS_UPSTREAM_CA_FILE.
+func (c *egressConfig) upstreamRoots() (*x509.CertPool, error) {
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if c.EgressUpstreamCAFile == "" {
+		return pool, nil
+	}
+	pem, err := os.ReadFile(c.EgressUpstreamCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("SANDGATE_EGRESS_UPSTREAM_CA_FILE: %w", err)
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("SANDGATE_EGRESS_UPSTREAM_CA_FILE %s: no PEM certificate in it", c.EgressUpstreamCAFile)
+	}
+	return pool, nil
 }

@@ -140,6 +140,10 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 	if p.streamer != nil {
 		sinkReporter = p.streamer
 	}
+	var vault gateway.SecretVault
+	if p.vault != nil {
+		vault = p.vault
+	}
 	return gateway.New(gatewaySettings(cfg, p), gateway.Deps{
 		Admitter:   p.engine,
 		Policies:   p.engine,
@@ -155,6 +159,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Artifacts:  p.runs,
 		Images:     p.images,
 		Sinks:      sinkReporter,
+		Secrets:    vault,
 		Principals: p.principals,
 		Console:    consoleHandler,
 		MCP:        mcp.Handler,

@@ -75,6 +75,8 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"run":   client, "runs list": client, "runs get": client, "runs cancel": client, "runs logs": client, "runs artifacts": client,
 		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client, "session shell": client, "mcp": client,
 		"volume list": client, "volume rm": client,
+		"secrets set": client, "secrets list": client, "secrets rm": client,
+		"secrets re-encrypt": {"database-url", "secrets-key-file"}, "secrets new-key": nil,
 		"policy check": {"policy-dir"}, "policy test": {"policy-dir"}, "policy rules": {"policy-dir"},
 		"policy eval": {"air-gapped", "mount-root", "policy-dir", "policy-verify-keys"},
 		"policy sign": {"policy-dir"}, "policy verify": {"policy-dir", "policy-verify-keys"},

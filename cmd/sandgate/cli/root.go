@@ -131,6 +131,7 @@ parse), 1 for any other error.`,
 		newSandboxCmd(a),
 		newVolumeCmd(a),
 		newMCPCmd(a),
+		newSecretsCmd(a),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
@@ -165,6 +166,10 @@ func (a *app) settingsOf() map[string][]use {
 		"session": {client},
 		"volume":  {client},
 		"mcp":     {client},
+		"secrets": {client},
+		// On the database, with the key file; and no settings at all.
+		"secrets re-encrypt": {dsn, {c: &c.secretsConfig, all: true}},
+		"secrets new-key":    nil,
 		// The bundle is a directory, or the embedded one: no gateway.
 		"policy":        {{c: &c.policyConfig, flags: []string{"policy-dir"}}},
 		"policy verify": {{c: &c.policyConfig, flags: []string{"policy-dir", "policy-verify-keys"}}},

@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/policies"
 	"github.com/sandgate/sandgate/runstore"
+	"github.com/sandgate/sandgate/secrets"
 )
 
 // newServeCmd builds `sandgate serve`: the gateway with its policy engine,
@@ -131,6 +132,9 @@ func checkServe(ctx context.Context, cfg *config, p *parts, down *teardown) erro
 	if p.keys, err = cfg.trailConfig.keys(cfg.Node); err != nil {
 		return err
 	}
+	if p.keyring, err = cfg.secretsConfig.keyring(); err != nil {
+		return err
+	}
 	if p.sinks, err = cfg.sinkConfig.load(); err != nil {
 		return err
 	}
@@ -211,6 +215,14 @@ func registerServe(ctx context.Context, cfg *config, p *parts, down *teardown) e
 		return fmt.Errorf("open run store: %w", err)
 	}
 	p.blobs.store.Store(p.runs)
+	if p.keyring != nil {
+		// Secrets live in the run store's database, sealed; their
+		// changes are committed to the trail, their values hashed with
+		// its mask key.
+		if p.vault, err = secrets.New(secrets.Options{Keys: p.keyring, Store: p.runs, Recorder: p.store, Masker: p.store.Masker()}); err != nil {
+			return err
+		}
+	}
 	if cfg.WarmPool > 0 {
 		p.pool.exec.Store(p.exec)
 	}

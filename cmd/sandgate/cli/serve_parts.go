@@ -19,6 +19,7 @@ import (
 	"github.com/sandgate/sandgate/gateway"
 	"github.com/sandgate/sandgate/policies"
 	"github.com/sandgate/sandgate/runstore"
+	"github.com/sandgate/sandgate/secrets"
 )
 
 // parts are the components serve builds, each from its own config, and
@@ -42,6 +43,7 @@ type parts struct {
 	engine        *policies.Engine
 	exec          *executor.Executor
 	images        *images.Images
+	keyring       *secrets.Keyring
 
 	store *audit.Store
 	runs  *runstore.Store
@@ -49,6 +51,7 @@ type parts struct {
 	// heartbeat and takeovers, on connections no request takes.
 	control  *runstore.Store
 	streamer *audit.Streamer
+	vault    *secrets.Vault
 }
 
 // teardown is what serve undoes when it returns, last made first undone:

@@ -776,6 +776,56 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/secrets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the secrets
+         * @description Every stored secret by name: its version, who set it and when, the key it is encrypted under and its value's keyed hash. Never a value. A gateway without SANDGATE_SECRETS_KEY_FILE answers 404.
+         *
+         *     Roles: security, admin.
+         */
+        get: operations["listSecrets"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set a secret
+         * @description Stores the value as the secret's next version, encrypted (AES-256-GCM under a data key of its own, wrapped under the primary key-encryption key), once the trail has committed secret.set or secret.rotated (503 otherwise, nothing changed). The answer, the trail and the logs name the secret, its version and its value's keyed hash, never the value. 400 names `name` or `value`: a name outside `[a-z0-9_-]{1,64}`, an empty value, one over 64 KiB or with a control character.
+         *
+         *     Roles: security, admin.
+         */
+        put: operations["putSecret"];
+        post?: never;
+        /**
+         * Remove a secret
+         * @description Removes the secret's value once the trail has committed secret.deleted; runs admitted with it and not yet started fail, runs started keep using it until they end. Its next value goes on from its last version. 404 when it has no value stored.
+         *
+         *     Roles: security, admin.
+         */
+        delete: operations["deleteSecret"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sessions/{id}/terminal": {
         parameters: {
             query?: never;
@@ -952,7 +1002,7 @@ export interface components {
          * @description The type of an audit event.
          * @enum {string}
          */
-        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "terminal.opened" | "terminal.closed" | "port.connection";
+        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "secret.set" | "secret.rotated" | "secret.deleted" | "secret.used" | "secret.misdirected" | "terminal.opened" | "terminal.closed" | "port.connection";
         /** @description What a client asks to run: the body of POST /v1/runs and POST /v1/admission/review. Unknown fields are refused, naming the field; every list, map and string has the maximum given here (lengths in bytes on the server), and a string holding a NUL is refused. Everything but `command` has a default from the policy bundle's data. */
         RunSpec: {
             /** @description Image reference; default from the policy's data. */
@@ -1056,6 +1106,8 @@ export interface components {
             /** @description With network `egress`: the destinations the run may reach through sandgate's proxy, `host:port`, `*.domain:port` (names below domain), `ip:port`, `[ipv6]:port` or `cidr:port`; the port is required. The policy allows them per team (docs/egress.md). */
             egress?: string[];
             egress_limits?: components["schemas"]["EgressLimits"];
+            /** @description With network `egress`: the stored secrets the run uses, by name. Its sandbox holds a placeholder of each in the variable the policy's data names; the egress proxy writes the value into the run's requests to the secret's destinations (docs/secrets.md). */
+            secrets?: string[];
         };
         /** @description A run spec as normalisation left it: defaults filled in, mounts resolved, `user` and `security_opt` parsed, secrets masked. */
         NormalizedRunSpec: {
@@ -1174,6 +1226,8 @@ export interface components {
             /** @description The egress list, each entry normalised (lower case, prefixes masked, IPv6 in brackets). */
             egress?: string[];
             egress_limits?: components["schemas"]["EgressLimits"];
+            /** @description With network `egress`: the stored secrets the run uses, by name. Its sandbox holds a placeholder of each in the variable the policy's data names; the egress proxy writes the value into the run's requests to the secret's destinations (docs/secrets.md). */
+            secrets?: string[];
         };
         /** @description The limits a container runs under; zero or absent means the default. */
         Resources: {
@@ -1533,6 +1587,8 @@ export interface components {
         Health: {
             /** @enum {string} */
             status: "ok";
+            /** @description The node that answered (SANDGATE_NODE): what another node of a cluster asks before it takes a node with a late heartbeat over. */
+            node?: string;
         };
         ReadyCheck: {
             name: string;
@@ -1905,6 +1961,8 @@ export interface components {
             /** @description With network `egress`: the destinations the run may reach through sandgate's proxy, `host:port`, `*.domain:port` (names below domain), `ip:port`, `[ipv6]:port` or `cidr:port`; the port is required. The policy allows them per team (docs/egress.md). */
             egress?: string[];
             egress_limits?: components["schemas"]["EgressLimits"];
+            /** @description With network `egress`: the stored secrets the run uses, by name. Its sandbox holds a placeholder of each in the variable the policy's data names; the egress proxy writes the value into the run's requests to the secret's destinations (docs/secrets.md). */
+            secrets?: string[];
         };
         /**
          * @description Where a session is in its life.
@@ -2086,8 +2144,38 @@ export interface components {
             taken_over_by?: string;
             /** Format: date-time */
             taken_over_at?: string;
+            /** @description Audit events the node holds in its spool because the database refused them as fenced (it was taken over), as it last reported. */
+            held_events?: number;
+            /** @description For the node that answered, when it is fenced: why it starts no new work (it was taken over). */
+            fenced?: string;
             /** @description True for the node that answered. */
             self: boolean;
+        };
+        /** @description A secret's new value. It is stored encrypted and never shown again. */
+        SecretPut: {
+            /** @description 1 byte to 64 KiB of UTF-8, without control characters other than tab: the proxy writes it into a request header. */
+            value: string;
+        };
+        /** @description A stored secret, without its value. */
+        SecretInfo: {
+            name: string;
+            /** @description 1 for the first value; one more for each value set since, a removed secret's included. */
+            version: number;
+            /** @description The value's keyed hash (`hmac-sha256:…`, the trail's mask key): equal values have equal hashes. */
+            value_hash: string;
+            /** @description The key-encryption key of SANDGATE_SECRETS_KEY_FILE its data key is wrapped under. */
+            key_id: string;
+            /** @description Who set this version. */
+            set_by: string;
+            /** Format: date-time */
+            set_at: string;
+            /** @description Who set the first version. */
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+        };
+        SecretList: {
+            secrets: components["schemas"]["SecretInfo"][];
         };
     };
     responses: {
@@ -3946,6 +4034,118 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listSecrets: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The secrets. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SecretList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    putSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The secret's name: 1 to 64 of a-z, 0-9, `_` and `-`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SecretPut"];
+            };
+        };
+        responses: {
+            /** @description A new version of a stored secret (recorded as secret.rotated). */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SecretInfo"];
+                };
+            };
+            /** @description The secret's first value, or its first since it was removed (recorded as secret.set). */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SecretInfo"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["TooLarge"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    deleteSecret: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The secret's name: 1 to 64 of a-z, 0-9, `_` and `-`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
