@@ -23,6 +23,9 @@ type AuditFilter struct {
 	Until   time.Time
 	Limit   int
 	Cursor  string
+	// Newest pages the events newest first; a cursor from one order is
+	// refused by the other.
+	Newest bool
 }
 
 // AuditRecord is an event as stored in the trail, with its chain fields.

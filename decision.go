@@ -238,6 +238,26 @@ type PolicyStatus struct {
 	// empty when no verification keys are pinned.
 	SignedBy       string `json:"signed_by,omitempty"`
 	SignedRevision string `json:"signed_revision,omitempty"`
+	// Rules are the rules of the policy in force, as their METADATA
+	// describes them, sorted by rule.
+	Rules []PolicyRule `json:"rules,omitempty"`
+}
+
+// PolicyRule is one rule of the policy in force: what its METADATA says,
+// where it is, and how many of the bundle's unit tests name it.
+type PolicyRule struct {
+	Rule string `json:"rule"`
+	// Kind is finding or mutation.
+	Kind     string   `json:"kind"`
+	Title    string   `json:"title"`
+	Severity string   `json:"severity,omitempty"`
+	Controls []string `json:"controls"`
+	// Module and Line locate the rule's METADATA block.
+	Module string `json:"module"`
+	Line   int    `json:"line"`
+	// Tests counts the test_ rules of the bundle's *_test.rego modules
+	// that name the rule (as the string of its ID).
+	Tests int `json:"tests"`
 }
 
 // PolicyAdmin is the policy engine as security staff drive it.
@@ -246,7 +266,8 @@ type PolicyAdmin interface {
 	Status() PolicyStatus
 	// Reload loads the bundle again from its directory. On a compile or
 	// test failure it keeps the old policy and returns POLICY-INVALID with
-	// the errors in Details["errors"].
+	// the errors in Details["errors"]; with no directory (the embedded
+	// bundle) it returns CONFLICT naming SANDGATE_POLICY_DIR.
 	Reload(ctx context.Context) (PolicyStatus, error)
 }
 

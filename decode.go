@@ -43,6 +43,9 @@ func DecodeStrict(r io.Reader, v any, limit int64) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		if name, ok := unknownFieldName(err); ok {
+			return unknownFieldError(name, data, v)
+		}
 		return jsonFieldError(err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -206,11 +209,23 @@ func jsonFieldError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return FieldError("body", "truncated JSON")
 	}
-	// encoding/json reports unknown fields only as text: `json: unknown field "x"`.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return FieldError(strings.Trim(name, `"`), "unknown field")
+	if name, ok := unknownFieldName(err); ok {
+		return FieldError(name, "unknown field")
 	}
 	return FieldError("body", "invalid JSON: %v", err)
+}
+
+// unknownFieldName returns the key of encoding/json's unknown field
+// error, which it reports only as text: `json: unknown field "x"`.
+func unknownFieldName(err error) (string, bool) {
+	name, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return "", false
+	}
+	if u, err := strconv.Unquote(name); err == nil {
+		return u, true
+	}
+	return strings.Trim(name, `"`), true
 }
 
 func jsonKind(k string) string {

@@ -107,6 +107,13 @@ const (
 	// egress events.
 	EventSecretUsed        EventType = "secret.used"
 	EventSecretMisdirected EventType = "secret.misdirected"
+	// EventImagePullProgress records how far a run's image pull has come
+	// (layers done of layers seen, bytes fetched), at most one a second
+	// per pull and once at its end.
+	EventImagePullProgress EventType = "image.pull_progress"
+	// EventRunCPUThrottled records that a run spent more than the
+	// node's set share of its wall time throttled by its CPU limit.
+	EventRunCPUThrottled EventType = "run.cpu_throttled"
 )
 
 // EventTypes are every type of event sandgate records, for filters that
@@ -127,6 +134,7 @@ var EventTypes = []EventType{
 	EventNodeTakenOver, EventAuditChainClosed,
 	EventTerminalOpened, EventTerminalClosed, EventPortConnection,
 	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
+	EventImagePullProgress, EventRunCPUThrottled,
 }
 
 // Known reports whether t is one of EventTypes.

@@ -100,6 +100,17 @@ func NewImageResolved(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventImageResolved, at, "", payload)
 }
 
+// NewImagePullProgress records how far a run's image pull has come.
+func NewImagePullProgress(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventImagePullProgress, at, "", payload)
+}
+
+// NewRunCPUThrottled records a run that spent more than the node's set
+// share of its time throttled by its CPU limit.
+func NewRunCPUThrottled(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventRunCPUThrottled, at, "", payload)
+}
+
 // NewImageUnavailable records an image that is not present and may not be
 // pulled.
 func NewImageUnavailable(s Subject, at time.Time, payload map[string]any) Event {

@@ -103,6 +103,11 @@ type Job struct {
 	// kept, within the output limit: p is the kept bytes, a slice of the
 	// stream's buffer. It must not block for long.
 	Output func(stream Stream, p []byte)
+	// PullProgress, when set, is told of each image.pull_progress
+	// event's payload as it is recorded (layers seen and done, bytes
+	// fetched, attempt, final): the gateway puts it in the run's live
+	// log. It must not block for long, nor change the map.
+	PullProgress func(progress map[string]any)
 	// Started, when set, is called once the container is running.
 	Started func(containerID string, at time.Time)
 	// Workspace, when set, is the local path of the run's checked

@@ -39,6 +39,15 @@ type Usage struct {
 	CPUMS       *int64 `json:"cpu_ms,omitempty"`
 	CPUUserMS   *int64 `json:"cpu_user_ms,omitempty"`
 	CPUSystemMS *int64 `json:"cpu_system_ms,omitempty"`
+	// CPUNrPeriods and CPUNrThrottled are how many enforcement periods
+	// of its CPU limit (cpu.cfs_period_us, 100 ms) passed while it ran
+	// and in how many it was throttled, having used its quota;
+	// CPUThrottledMS is the time its threads spent throttled, summed
+	// over the CPUs, so that it can exceed the wall time. A run without a
+	// CPU limit is never throttled (and reports zeros).
+	CPUNrPeriods   *int64 `json:"cpu_nr_periods,omitempty"`
+	CPUNrThrottled *int64 `json:"cpu_nr_throttled,omitempty"`
+	CPUThrottledMS *int64 `json:"cpu_throttled_ms,omitempty"`
 	// MemoryPeakBytes is the most memory the container was charged at
 	// once, page cache and tmpfs included.
 	MemoryPeakBytes *int64 `json:"memory_peak_bytes,omitempty"`
@@ -67,6 +76,7 @@ func (u *Usage) Payload() map[string]any {
 	p := map[string]any{"wall_ms": u.WallMS, "source": string(u.Source)}
 	for name, v := range map[string]*int64{
 		"cpu_ms": u.CPUMS, "cpu_user_ms": u.CPUUserMS, "cpu_system_ms": u.CPUSystemMS,
+		"cpu_nr_periods": u.CPUNrPeriods, "cpu_nr_throttled": u.CPUNrThrottled, "cpu_throttled_ms": u.CPUThrottledMS,
 		"memory_peak_bytes": u.MemoryPeakBytes, "pids_peak": u.PidsPeak,
 		"io_read_bytes": u.IOReadBytes, "io_write_bytes": u.IOWriteBytes,
 		"net_rx_bytes": u.NetRxBytes, "net_tx_bytes": u.NetTxBytes,

@@ -3,8 +3,11 @@ package agent
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,12 +106,44 @@ func TestAgentRunsCommands(t *testing.T) {
 			t.Errorf("usage of a busy command: %+v %v", ex, err)
 		}
 	})
-	t.Run("not found", func(t *testing.T) {
-		_, _, _, err := run(t, c, Command{Argv: []string{"/no/such/program"}}, nil)
-		if err == nil || !strings.Contains(err.Error(), "start") {
-			t.Errorf("err = %v, want the agent's start failure", err)
-		}
-	})
+	// A program that cannot be run ends its command as a shell would:
+	// 127 not found, 126 not executable, the reason on its stderr, and
+	// no start (no PID a signal could be sent to).
+	noExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(noExec, []byte("#!/bin/sh\necho never\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, program string
+		code          int
+		stderr        string
+	}{
+		{"not found by path", "/no/such/program", 127, `exec: "/no/such/program": not found` + "\n"},
+		{"not found on PATH", "make-no-such-program", 127, `exec: "make-no-such-program": not found` + "\n"},
+		{"not executable", noExec, 126, fmt.Sprintf("exec: %q: cannot be executed: permission denied\n", noExec)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr syncBuffer
+			p, err := c.Start(Command{Argv: []string{tc.program, "arg"}}, io.Discard, &stderr, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatal("the command did not end")
+			}
+			ex, err := p.Exit()
+			if err != nil || ex.Code != tc.code || stderr.String() != tc.stderr {
+				t.Errorf("got %+v, %v, stderr %q; want code %d, stderr %q", ex, err, stderr.String(), tc.code, tc.stderr)
+			}
+			select {
+			case <-p.Started():
+				t.Errorf("a command that never ran was reported started (PID %d)", p.PID())
+			default:
+			}
+		})
+	}
 }
 
 func TestAgentConcurrentAndSignal(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strconv"
@@ -154,6 +155,29 @@ func (s *server) fail(id uint32, msg string) {
 	_ = s.w.write(Frame{Type: TypeFailed, ID: id, Payload: []byte(msg)})
 }
 
+// notRunnable says whether err, from starting program, means the program
+// cannot be run, as a shell reports it: 127 when there is no such
+// program, 126 when it is there but cannot be executed.
+func notRunnable(program string, err error) (code int, msg string, ok bool) {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return 127, fmt.Sprintf("exec: %q: not found", program), true
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC), errors.Is(err, exec.ErrDot):
+		return 126, fmt.Sprintf("exec: %q: cannot be executed: %v", program, errors.Unwrap(err)), true
+	}
+	return 0, "", false
+}
+
+// endUnstarted ends command id, which could not start, as a shell ends
+// one: its reason on its stderr and an exit with code, and no start.
+func (s *server) endUnstarted(id uint32, code int, msg string) {
+	if s.w.write(Frame{Type: TypeStderr, ID: id, Payload: []byte(msg + "\n")}) != nil {
+		return
+	}
+	b, _ := json.Marshal(Exit{Code: code})
+	_ = s.w.write(Frame{Type: TypeExit, ID: id, Payload: b})
+}
+
 // start runs c as command id, in a process group of its own.
 func (s *server) start(id uint32, c Command) {
 	s.mu.Lock()
@@ -190,6 +214,10 @@ func (s *server) start(id uint32, c Command) {
 	if err := cmd.Start(); err != nil {
 		for _, f := range []*os.File{outR, outW, errR, errW} {
 			_ = f.Close()
+		}
+		if code, msg, ok := notRunnable(c.Argv[0], err); ok {
+			s.endUnstarted(id, code, msg)
+			return
 		}
 		s.fail(id, "start: "+err.Error())
 		return

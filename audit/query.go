@@ -104,6 +104,8 @@ type eventCursor struct {
 	T time.Time `json:"t"`
 	C string    `json:"c"`
 	S int64     `json:"s"`
+	// N marks a cursor of a newest-first page.
+	N bool `json:"n,omitempty"`
 }
 
 // filtered applies f's filters (not its cursor or limit) to a query on
@@ -146,7 +148,8 @@ func checkFilter(f sandgate.AuditFilter) error {
 }
 
 // Query returns matching events oldest first (by recorded_at, then chain
-// and seq) and the cursor of the next page, "" on the last page. Limit
+// and seq), or newest first with f.Newest, and the cursor of the next
+// page, "" on the last page. Limit
 // defaults to 100 and is capped at 1000. A bad cursor or filter is
 // INVALID-REQUEST; a database failure AUDIT-UNAVAILABLE.
 func (s *Reader) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.AuditRecord, string, error) {
@@ -164,9 +167,20 @@ func (s *Reader) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.
 		if err := pgstore.DecodeCursor(f.Cursor, &c); err != nil {
 			return nil, "", err
 		}
-		q = q.Where("(recorded_at, chain_id, seq) > (?, ?, ?)", c.T, c.C, c.S)
+		if c.N != f.Newest {
+			return nil, "", sandgate.FieldError("cursor", "is from a page in the other order; start again without it")
+		}
+		if f.Newest {
+			q = q.Where("(recorded_at, chain_id, seq) < (?, ?, ?)", c.T, c.C, c.S)
+		} else {
+			q = q.Where("(recorded_at, chain_id, seq) > (?, ?, ?)", c.T, c.C, c.S)
+		}
 	}
-	rows, err := q.Select(eventColumns).Order("recorded_at, chain_id, seq").Limit(limit + 1).Rows()
+	order := "recorded_at, chain_id, seq"
+	if f.Newest {
+		order = "recorded_at DESC, chain_id DESC, seq DESC"
+	}
+	rows, err := q.Select(eventColumns).Order(order).Limit(limit + 1).Rows()
 	if err != nil {
 		return nil, "", sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "query audit events")
 	}
@@ -180,7 +194,7 @@ func (s *Reader) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.
 		}
 		if len(out) == limit {
 			last := out[len(out)-1]
-			next = pgstore.EncodeCursor(eventCursor{T: last.RecordedAt, C: last.ChainID, S: last.Seq})
+			next = pgstore.EncodeCursor(eventCursor{T: last.RecordedAt, C: last.ChainID, S: last.Seq, N: f.Newest})
 			break
 		}
 		out = append(out, r.record())

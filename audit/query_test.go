@@ -145,6 +145,52 @@ func TestQueryPaging(t *testing.T) {
 	}
 }
 
+// TestQueryNewestFirst: with Newest the pages run from the newest event
+// back to the oldest, each event once; a cursor of one order is refused
+// by the other (it would skip or repeat events).
+func TestQueryNewestFirst(t *testing.T) {
+	dsn, _ := newDB(t)
+	s := testStore(t, dsn, nil)
+	for i := range 12 {
+		if err := s.Record(context.Background(), lifecycle(i, "newest")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seqs []int64
+	cursor, oldestCursor := "", ""
+	for {
+		recs, next, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "newest", Limit: 5, Cursor: cursor, Newest: true})
+		if err != nil {
+			t.Fatalf("Query: %v", err)
+		}
+		for _, r := range recs {
+			seqs = append(seqs, r.Seq)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(seqs) != 12 {
+		t.Fatalf("got %d events, want 12: %v", len(seqs), seqs)
+	}
+	for i, sq := range seqs {
+		if sq != int64(12-i) {
+			t.Fatalf("seqs = %v, want 12..1", seqs)
+		}
+	}
+	_, oldestCursor, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "newest", Limit: 5})
+	if err != nil || oldestCursor == "" {
+		t.Fatalf("oldest first: cursor %q, %v", oldestCursor, err)
+	}
+	if _, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "newest", Cursor: oldestCursor, Newest: true}); !isCode(err, sandgate.CodeInvalidRequest) {
+		t.Errorf("newest first with an oldest-first cursor = %v, want INVALID-REQUEST", err)
+	}
+	if _, _, err := s.Reader().Query(context.Background(), sandgate.AuditFilter{RunID: "newest", Cursor: cursor}); !isCode(err, sandgate.CodeInvalidRequest) {
+		t.Errorf("oldest first with a newest-first cursor = %v, want INVALID-REQUEST", err)
+	}
+}
+
 // TestExportAndOfflineVerify: an export with its checkpoints verifies
 // offline (JSONL and CSV); tampered lines, a dropped tail or another key
 // are caught.

@@ -2,6 +2,7 @@
 # deploy/bootstrap.sh: make this machine ready to build, test and run
 # sandgate. Idempotent and quiet when all is well: installs Debian's
 # docker.io, postgresql, busybox-static, mmdebstrap (the language images),
+# docker-registry (the pull tests start their own; its service is disabled),
 # rsyslog and rsyslog-gnutls (the audit sinks' receiver in tests) and (for
 # the console's browser tests) chromium when missing (as root; otherwise
 # prints what to run), starts dockerd and the PostgreSQL 15 cluster when they
@@ -63,12 +64,21 @@ command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3 python3-venv)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# The pull tests push to and pull from Debian's docker-registry, which each
+# test starts itself on a loopback port with its own storage. The service
+# the package enables is stopped and disabled right after its install:
+# nothing here serves a registry on the host's ports.
+registry_new=
+command -v docker-registry >/dev/null 2>&1 || { missing+=(docker-registry); registry_new=1; }
 if [ ${#missing[@]} -gt 0 ]; then
   if is_root || (command -v sudo >/dev/null && sudo -n true 2>/dev/null); then
     say "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     as_root apt-get update -qq >/dev/null
     as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    if [ -n "$registry_new" ] && [ -d /run/systemd/system ]; then
+      as_root systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+    fi
   else
     die "missing packages: ${missing[*]}. Run: sudo apt-get update && sudo apt-get install -y ${missing[*]}"
   fi

@@ -145,7 +145,7 @@ func commandUsage(ex agent.Exit, res sandgate.Result) *sandgate.Usage {
 
 // awaitStart waits for the agent's word on a command Start asked it to
 // run (p and err are what Start returned). It returns nil once the command
-// runs. Otherwise maybeRan says whether the command may have run without
+// runs, or has ended with an exit the agent gave it. Otherwise maybeRan says whether the command may have run without
 // the gateway hearing of it: the start was sent, then the agent or its
 // stream ended before the agent confirmed it. A command the agent refused
 // (with its reason), or one never sent, did not run.
@@ -162,9 +162,12 @@ func awaitStart(p *agent.Process, err error) (maybeRan bool, _ error) {
 		return false, nil
 	default:
 	}
-	_, err = p.Exit()
-	if err == nil {
-		err = errors.New("the agent ended the command before it started")
+	if _, err = p.Exit(); err == nil {
+		// An exit with no start: the agent could not run the program
+		// (not found: 127, not executable: 126) and ended the command as
+		// a shell would, its reason on the command's stderr. It is the
+		// command's end, followed as any other.
+		return false, nil
 	}
 	return errors.Is(err, agent.ErrGone), err
 }

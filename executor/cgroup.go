@@ -53,8 +53,10 @@ func detectCgroups(root, proc string) cgroupLayout {
 type cgroupDirs struct {
 	version int
 	// cpu, memory, pids and blkio are the controllers' directories; on
-	// v2 they are one directory.
-	cpu, memory, pids, blkio string
+	// v2 they are one directory. cpu is cpuacct's on v1, and throttle
+	// the cpu controller's (its cpu.stat); on a host that mounts them
+	// together they are the same.
+	cpu, memory, pids, blkio, throttle string
 }
 
 // find returns the cgroup of container id when it has one of Docker's
@@ -73,10 +75,11 @@ func (l cgroupLayout) at(rel string) (cgroupDirs, bool) {
 	switch l.version {
 	case 1:
 		d := cgroupDirs{version: 1,
-			cpu:    filepath.Join(l.root, "cpuacct", rel),
-			memory: filepath.Join(l.root, "memory", rel),
-			pids:   filepath.Join(l.root, "pids", rel),
-			blkio:  filepath.Join(l.root, "blkio", rel),
+			cpu:      filepath.Join(l.root, "cpuacct", rel),
+			memory:   filepath.Join(l.root, "memory", rel),
+			pids:     filepath.Join(l.root, "pids", rel),
+			blkio:    filepath.Join(l.root, "blkio", rel),
+			throttle: filepath.Join(l.root, "cpu", rel),
 		}
 		if _, err := os.Stat(filepath.Join(d.cpu, "cpuacct.usage")); err == nil {
 			return d, true
@@ -84,7 +87,7 @@ func (l cgroupLayout) at(rel string) (cgroupDirs, bool) {
 	case 2:
 		dir := filepath.Join(l.root, rel)
 		if _, err := os.Stat(filepath.Join(dir, "cpu.stat")); err == nil {
-			return cgroupDirs{version: 2, cpu: dir, memory: dir, pids: dir, blkio: dir}, true
+			return cgroupDirs{version: 2, cpu: dir, memory: dir, pids: dir, blkio: dir, throttle: dir}, true
 		}
 	}
 	return cgroupDirs{}, false
@@ -139,6 +142,11 @@ type usageSample struct {
 	netRx, netTx            int64
 	cpuOK, memOK, pidsOK    bool
 	ioOK, netOK             bool
+	// periods, throttled and throttledNs are the CPU limit's
+	// enforcement periods, the throttled ones and the time throttled
+	// (cpu.stat); valid with throttleOK.
+	periods, throttled, throttledNs int64
+	throttleOK                      bool
 }
 
 // errCgroupGone means the container's cgroup is not there any more: it
@@ -207,6 +215,11 @@ func (c *cgroupReader) readV1(s *usageSample) error {
 		kv := parseKeyValues(string(b))
 		s.cpuUser, s.cpuSystem = kv["user"]*int64(time.Second/userHZ), kv["system"]*int64(time.Second/userHZ)
 	}
+	if b, err := os.ReadFile(filepath.Join(d.throttle, "cpu.stat")); err == nil {
+		kv := parseKeyValues(string(b))
+		_, ok := kv["nr_periods"]
+		s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_time"], ok
+	}
 	if v, err := readInt(filepath.Join(d.memory, "memory.max_usage_in_bytes")); err == nil {
 		s.memPeak, s.memOK = v, true
 	}
@@ -233,6 +246,10 @@ func (c *cgroupReader) readV2(s *usageSample) error {
 	kv := parseKeyValues(string(b))
 	s.cpu, s.cpuUser, s.cpuSystem = kv["usage_usec"]*1000, kv["user_usec"]*1000, kv["system_usec"]*1000
 	s.cpuOK = true
+	// The throttle counters are there when the cpu controller is
+	// enabled for the cgroup (Docker enables it).
+	_, throttleOK := kv["nr_periods"]
+	s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_usec"]*1000, throttleOK
 	// memory.peak is there from Linux 5.19; before, the most seen.
 	if v, err := readInt(filepath.Join(d.memory, "memory.peak")); err == nil {
 		s.memPeak, s.memOK = v, true

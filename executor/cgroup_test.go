@@ -120,6 +120,7 @@ func TestCgroupReaderV1(t *testing.T) {
 		"pids/docker/" + id + "/pids.peak":                        "7\n",
 		"pids/docker/" + id + "/cgroup.procs":                     "99\n100\n",
 		"blkio/docker/" + id + "/blkio.throttle.io_service_bytes": v1Blkio,
+		"cpu/docker/" + id + "/cpu.stat":                          "nr_periods 20\nnr_throttled 15\nthrottled_time 1250000000\nnr_bursts 0\nburst_time 0\n",
 	})
 	writeFiles(t, proc, map[string]string{"99/net/dev": netDev})
 	l := detectCgroups(root, proc)
@@ -137,6 +138,7 @@ func TestCgroupReaderV1(t *testing.T) {
 	}
 	want := usageSample{cpu: 1500000000, cpuUser: 1200000000, cpuSystem: 300000000, memPeak: 41943040, pidsPeak: 7,
 		ioRead: 1048576 + 512, ioWrite: 4096 + 8388608, netRx: 5334, netTx: 916,
+		periods: 20, throttled: 15, throttledNs: 1250000000, throttleOK: true,
 		cpuOK: true, memOK: true, pidsOK: true, ioOK: true, netOK: true}
 	if diff := cmp.Diff(want, s, cmp.AllowUnexported(usageSample{})); diff != "" {
 		t.Errorf("sample (-want +got):\n%s", diff)
@@ -192,7 +194,8 @@ func TestCgroupReaderV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := usageSample{cpu: 1234567000, cpuUser: 1000000000, cpuSystem: 234567000, memPeak: 5000, pidsPeak: 3,
-		ioRead: 1048576 + 2048, ioWrite: 4096 + 8388608, cpuOK: true, memOK: true, pidsOK: true, ioOK: true}
+		ioRead: 1048576 + 2048, ioWrite: 4096 + 8388608, cpuOK: true, memOK: true, pidsOK: true, ioOK: true,
+		periods: 10, throttled: 2, throttledNs: 3456000, throttleOK: true}
 	if diff := cmp.Diff(want, s, cmp.AllowUnexported(usageSample{})); diff != "" {
 		t.Errorf("sample (-want +got):\n%s", diff)
 	}

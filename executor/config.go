@@ -66,6 +66,10 @@ type Config struct {
 	// exponential from 100ms, capped at 2s, with 10% jitter. Tests inject a
 	// constant 1ns backoff.
 	Backoff func() retry.Backoff
+	// PullTimeout bounds one attempt of one image pull; an attempt that
+	// exceeds it is retried like any transient failure. Default 5
+	// minutes (SANDGATE_PULL_TIMEOUT).
+	PullTimeout time.Duration
 	// ImageCacheTTL is how long a resolved image reference is trusted
 	// without asking the daemon again. A container create that finds the
 	// image gone invalidates it at once. Default 30s; negative disables the
@@ -147,6 +151,10 @@ type Config struct {
 	// negative turns the readings off, and runs then report their wall
 	// time only.
 	UsageInterval time.Duration
+	// CPUThrottleShare is the share of a run's wall time spent throttled
+	// by its CPU limit (cpu.stat's throttled time) above which its trail
+	// records run.cpu_throttled. Default 0.25; at most 1.
+	CPUThrottleShare float64
 	// CgroupRoot is where the daemon host's cgroup file systems are
 	// mounted, read for the usage of runs when the daemon is local.
 	// Default DefaultCgroupRoot.
@@ -198,6 +206,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRetries == 0 {
 		c.MaxRetries = 4
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = 5 * time.Minute
+	}
+	switch {
+	case c.CPUThrottleShare == 0:
+		c.CPUThrottleShare = 0.25
+	case !(c.CPUThrottleShare > 0 && c.CPUThrottleShare <= 1):
+		return fmt.Errorf("executor: CPUThrottleShare must be above 0 and at most 1, not %v", c.CPUThrottleShare)
 	}
 	if c.Backoff == nil {
 		c.Backoff = func() retry.Backoff {

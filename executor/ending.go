@@ -151,6 +151,7 @@ func (h *handle) decide(x ending) (sandgate.Result, error) {
 		res.Usage = x.usageOf(res)
 		h.trail.exited(res, exitPayload(res, x, x.oom))
 		h.recordStop(res)
+		h.recordThrottling(res.Usage)
 		if cause := context.Cause(h.ctx); errors.Is(cause, errAgentGone) {
 			// A session ended because its agent did: the session's end
 			// says why.
@@ -173,6 +174,19 @@ func (h *handle) recordStop(res sandgate.Result) {
 		h.trail.timedOut(res, h.job.Spec.TimeoutSeconds)
 	case sandgate.OutcomeCancelled:
 		h.trail.cancelled(res, h.cancelReason(), false)
+	}
+}
+
+// recordThrottling records run.cpu_throttled when the run spent more
+// than the node's share (Config.CPUThrottleShare) of its wall time
+// throttled by its CPU limit.
+func (h *handle) recordThrottling(u *sandgate.Usage) {
+	if u == nil || u.CPUThrottledMS == nil || u.WallMS <= 0 {
+		return
+	}
+	share := h.e.cfg.CPUThrottleShare
+	if float64(*u.CPUThrottledMS) > share*float64(u.WallMS) {
+		h.trail.cpuThrottled(u, share)
 	}
 }
 

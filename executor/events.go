@@ -180,3 +180,17 @@ func orphanRemoved(now time.Time, node string, s sandgate.Sandbox) sandgate.Even
 	return sandgate.NewOrphanRemoved(sub, now,
 		map[string]any{"name": s.Name, "image": s.Image, "state": s.State, "session": s.Session, "task": s.Task})
 }
+
+// pullProgress: how far an attempt at pulling the run's image has come.
+func (t *trail) pullProgress(payload map[string]any) {
+	t.emit(sandgate.NewImagePullProgress, payload)
+}
+
+// cpuThrottled: the run spent more than share of its wall time throttled
+// by its CPU limit.
+func (t *trail) cpuThrottled(u *sandgate.Usage, share float64) {
+	t.emit(sandgate.NewRunCPUThrottled, map[string]any{
+		"cpu_throttled_ms": *u.CPUThrottledMS, "cpu_nr_throttled": *u.CPUNrThrottled, "cpu_nr_periods": *u.CPUNrPeriods,
+		"wall_ms": u.WallMS, "throttled_share": float64(*u.CPUThrottledMS) / float64(max(1, u.WallMS)), "threshold": share,
+	})
+}

@@ -31,6 +31,9 @@ type resolver struct {
 	calls  calls
 	ttl    time.Duration
 	now    sandgate.Clock
+	// pullTimeout bounds one attempt of a pull (Config.PullTimeout), and
+	// pullEvery is the least time between two of its progress events.
+	pullTimeout, pullEvery time.Duration
 	// signatures and keys check the images a policy requires signed
 	// (image_signatures.go).
 	signatures imagesig.Store
@@ -49,6 +52,7 @@ type cachedImage struct {
 func newResolver(cfg Config, d resolveAPI, c calls) *resolver {
 	return &resolver{
 		docker: d, calls: c, ttl: cfg.ImageCacheTTL, now: cfg.Clock, cache: map[string]cachedImage{},
+		pullTimeout: cfg.PullTimeout, pullEvery: pullProgressEvery,
 		signatures: cfg.ImageSignatures, keys: cfg.ImageKeys,
 	}
 }
@@ -183,23 +187,6 @@ func (rs *resolver) forget(ref string) {
 	rs.mu.Lock()
 	delete(rs.cache, ref)
 	rs.mu.Unlock()
-}
-
-// pullTimeout bounds one pull attempt.
-const pullTimeout = 15 * time.Minute
-
-// pull pulls ref and reads the progress stream to its end, where the
-// daemon reports a failed pull.
-func (rs *resolver) pull(ctx context.Context, t *trail, ref string) error {
-	rs.forget(ref)
-	return rs.calls.with(ctx, t, "pull", pullTimeout, func(ctx context.Context) error {
-		body, err := rs.docker.ImagePull(ctx, ref, image.PullOptions{})
-		if err != nil {
-			return err
-		}
-		defer body.Close()
-		return daemon.ReadMessages(body, nil)
-	})
 }
 
 // localPin returns the image ID a reference pinned as repository@ID names,

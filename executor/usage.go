@@ -222,6 +222,8 @@ func (m *meter) streamStats(ctx context.Context, s *sampler, id string, network 
 func statsSample(st container.StatsResponse, prev usageSample, network bool) usageSample {
 	cpu := st.CPUStats.CPUUsage
 	s := usageSample{cpu: int64(cpu.TotalUsage), cpuUser: int64(cpu.UsageInUsermode), cpuSystem: int64(cpu.UsageInKernelmode), cpuOK: true}
+	th := st.CPUStats.ThrottlingData
+	s.periods, s.throttled, s.throttledNs, s.throttleOK = int64(th.Periods), int64(th.ThrottledPeriods), int64(th.ThrottledTime), true
 	s.memPeak = int64(max(st.MemoryStats.MaxUsage, st.MemoryStats.Usage))
 	s.memOK = s.memPeak > 0
 	if st.PidsStats.Current > 0 {
@@ -300,6 +302,11 @@ func (s *sampler) usage(res sandgate.Result, memoryLimit int64) *sandgate.Usage 
 				u.CPUMS = ms(last.cpu - base.cpu)
 				u.CPUUserMS = ms(last.cpuUser - base.cpuUser)
 				u.CPUSystemMS = ms(last.cpuSystem - base.cpuSystem)
+			}
+			if last.throttleOK {
+				u.CPUNrPeriods = ptr(max(0, last.periods-base.periods))
+				u.CPUNrThrottled = ptr(max(0, last.throttled-base.throttled))
+				u.CPUThrottledMS = ms(last.throttledNs - base.throttledNs)
 			}
 			if last.memOK {
 				u.MemoryPeakBytes = ptr(last.memPeak)

@@ -230,3 +230,66 @@ func TestWarmRunUsage(t *testing.T) {
 		t.Errorf("memory_peak_bytes = %v, want the limit %d", deref(p), 32<<20)
 	}
 }
+
+// TestRunCPUThrottled: a run that burns CPU under a limit of a tenth of a
+// CPU reports the periods it was throttled in and the time throttled, in
+// its usage and its container.exited event, and its trail records
+// run.cpu_throttled; a run under the same limit that sleeps is throttled
+// for less than the share (its start may be, its sleep is not) and
+// records no such event.
+func TestRunCPUThrottled(t *testing.T) {
+	ex, rec := newTestExecutor(t, nil)
+	limited := func(s *sandgate.RunSpec) { s.Resources.CPUs = 0.1 }
+	throttledEvents := func(runID string) []sandgate.Event {
+		var out []sandgate.Event
+		for _, ev := range rec.of(runID) {
+			if ev.Type == sandgate.EventRunCPUThrottled {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+
+	// A fifth of burnCPU's work: about 0.3 s of one CPU, so at least 3 s
+	// under the limit, however loaded the host.
+	busy := newJob(t, limited, "sh", "-c", `i=0; while [ $i -lt 120000 ]; do i=$((i+1)); done`)
+	res := execute(t, ex, busy)
+	u := res.Usage
+	if res.Outcome != sandgate.OutcomeSucceeded || u == nil {
+		t.Fatalf("busy run: outcome %s, usage %v", res.Outcome, u)
+	}
+	t.Logf("busy usage: %s", usageString(u))
+	if u.CPUNrPeriods == nil || u.CPUNrThrottled == nil || u.CPUThrottledMS == nil {
+		t.Fatalf("no throttle counters in the usage: %s", usageString(u))
+	}
+	if *u.CPUNrThrottled == 0 || *u.CPUNrThrottled > *u.CPUNrPeriods || *u.CPUThrottledMS == 0 {
+		t.Errorf("throttled in %d of %d periods, %d ms: want throttled", *u.CPUNrThrottled, *u.CPUNrPeriods, *u.CPUThrottledMS)
+	}
+	evs := throttledEvents(busy.RunID)
+	if len(evs) != 1 {
+		t.Fatalf("%d run.cpu_throttled events, want 1: %v", len(evs), rec.typesOf(busy.RunID))
+	}
+	p := evs[0].Payload
+	if p["cpu_throttled_ms"] != *u.CPUThrottledMS || p["cpu_nr_throttled"] != *u.CPUNrThrottled || p["wall_ms"] != u.WallMS ||
+		p["threshold"] != 0.25 || p["throttled_share"].(float64) <= 0.25 {
+		t.Errorf("run.cpu_throttled = %v, want the usage's counters and a share above the threshold 0.25", p)
+	}
+	for _, ev := range rec.of(busy.RunID) {
+		if ev.Type == sandgate.EventContainerExited {
+			if eu, _ := ev.Payload["usage"].(map[string]any); eu == nil || eu["cpu_nr_throttled"] != *u.CPUNrThrottled {
+				t.Errorf("container.exited usage = %v, want cpu_nr_throttled %d", ev.Payload["usage"], *u.CPUNrThrottled)
+			}
+		}
+	}
+
+	idle := newJob(t, limited, "sleep", "1")
+	res = execute(t, ex, idle)
+	if u := res.Usage; u == nil || u.CPUThrottledMS == nil || *u.CPUThrottledMS*4 >= u.WallMS {
+		// The container's start may be throttled in a period or two;
+		// its sleep is not.
+		t.Errorf("sleeping run's usage: %s, want throttled for less than a quarter of its time", usageString(res.Usage))
+	}
+	if evs := throttledEvents(idle.RunID); len(evs) != 0 {
+		t.Errorf("sleeping run recorded run.cpu_throttled: %v", evs[0].Payload)
+	}
+}

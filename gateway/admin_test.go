@@ -100,7 +100,13 @@ func TestAuditEndpoints(t *testing.T) {
 	if e.audit.lastQuery.CorrelationID != "c1" || e.audit.lastQuery.Limit != 5 || e.audit.lastQuery.Type != sandgate.EventRunRequested {
 		t.Errorf("filter passed = %+v", e.audit.lastQuery)
 	}
-	bad := []string{"?type=run.nope", "?since=yesterday", "?limit=0", "?limit=5000", "?color=red", "?cursor=bad",
+	if e.audit.lastQuery.Newest {
+		t.Errorf("newest first without order=newest")
+	}
+	if r := e.do(http.MethodGet, "/v1/audit/events?order=newest", tokAuditor, ""); r.status != http.StatusOK || !e.audit.lastQuery.Newest {
+		t.Errorf("order=newest: %d %s, newest passed %v", r.status, r.body, e.audit.lastQuery.Newest)
+	}
+	bad := []string{"?order=random", "?type=run.nope", "?since=yesterday", "?limit=0", "?limit=5000", "?color=red", "?cursor=bad",
 		"?since=2026-02-01T00:00:00Z&until=2026-01-01T00:00:00Z", "?run_id=a&run_id=b"}
 	for _, q := range bad {
 		t.Run("bad "+q, func(t *testing.T) {

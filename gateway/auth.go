@@ -112,22 +112,34 @@ func NewPrincipals(entries []PrincipalEntry) (*Principals, error) {
 // every role and a fresh random token, returned for printing. It is what
 // SANDGATE_DEV=1 uses.
 func DevPrincipals() (*Principals, string, error) {
+	token, err := NewDevToken()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := DevPrincipalsFor(token)
+	return p, token, err
+}
+
+// NewDevToken makes a fresh random development token ("sgdev_" and 48 hex
+// digits).
+func NewDevToken() (string, error) {
 	var b [24]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, "", fmt.Errorf("generate dev token: %w", err)
+		return "", fmt.Errorf("generate dev token: %w", err)
 	}
-	token := "sgdev_" + hex.EncodeToString(b[:])
+	return "sgdev_" + hex.EncodeToString(b[:]), nil
+}
+
+// DevPrincipalsFor makes the development principal of DevPrincipals with
+// the token given, one kept from an earlier start.
+func DevPrincipalsFor(token string) (*Principals, error) {
 	sum := sha256.Sum256([]byte(token))
-	p, err := NewPrincipals([]PrincipalEntry{{
+	return NewPrincipals([]PrincipalEntry{{
 		Name:        "dev",
 		Team:        "dev",
 		Roles:       []sandgate.Role{sandgate.RoleSubmitter, sandgate.RoleSecurity, sandgate.RoleAuditor, sandgate.RoleAdmin},
 		TokenSHA256: hex.EncodeToString(sum[:]),
 	}})
-	if err != nil {
-		return nil, "", err
-	}
-	return p, token, nil
 }
 
 // HashToken returns the hex SHA-256 of a token, the form a tokens file

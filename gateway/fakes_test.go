@@ -397,6 +397,11 @@ func (e *fakeExecutor) Execute(ctx context.Context, job sandgate.Job) (sandgate.
 		res.Outcome = sandgate.OutcomeCancelled
 		return res, nil
 	}
+	if len(cmd) > 1 && cmd[1] == "pull" && job.PullProgress != nil {
+		// As the Docker executor does while it pulls the image.
+		job.PullProgress(map[string]any{"image": job.Spec.Image, "attempt": 1, "layers": 2, "layers_done": 1, "final": false})
+		job.PullProgress(map[string]any{"image": job.Spec.Image, "attempt": 1, "layers": 2, "layers_done": 2, "final": true})
+	}
 	if job.Started != nil {
 		job.Started(res.ContainerID, start)
 	}

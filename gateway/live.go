@@ -183,6 +183,17 @@ func (l *liveRun) output(stream sandgate.Stream, p []byte) {
 	l.notifyLocked()
 }
 
+// pullProgress records a pull's progress in the log, as an event of its
+// own (the executor sends at most one a second per pull).
+func (l *liveRun) pullProgress(p map[string]any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finishedLocked() || len(l.entries) >= maxLogEntries {
+		return
+	}
+	l.appendLocked(api.EventPull, p)
+}
+
 // endsLocked returns how far each stream's buffer reaches. l.mu must be
 // held.
 func (l *liveRun) endsLocked() [2]int64 {

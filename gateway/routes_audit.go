@@ -41,9 +41,16 @@ func knownEventType(t sandgate.EventType) bool { return t.Known() }
 
 // auditEvents is GET /v1/audit/events.
 func (s auditRoutes) auditEvents(c echo.Context) error {
-	f, err := parseAuditFilter(c, "limit", "cursor")
+	f, err := parseAuditFilter(c, "limit", "cursor", "order")
 	if err != nil {
 		return err
+	}
+	switch c.QueryParam("order") {
+	case "", "oldest":
+	case "newest":
+		f.Newest = true
+	default:
+		return sandgate.FieldError("order", "must be oldest or newest, not %q", c.QueryParam("order"))
 	}
 	if f.Limit, err = parseLimit(c.QueryParam("limit")); err != nil {
 		return err

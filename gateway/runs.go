@@ -106,6 +106,7 @@ func (r *runs) execute(ctx context.Context, lr *liveRun) {
 		Stdout:          lr.out[sandgate.Stdout],
 		Stderr:          lr.out[sandgate.Stderr],
 		Output:          lr.output,
+		PullProgress:    lr.pullProgress,
 		Workspace:       lr.upload.LocalPath(),
 		Started: func(containerID string, at time.Time) {
 			if s, ok := lr.setState(sandgate.StateRunning, containerID, at); ok {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -317,4 +318,47 @@ func TestLiveLogBounded(t *testing.T) {
 // stream's buffer, then telling lr.
 func captureOut(lr *liveRun, stream sandgate.Stream, p []byte) {
 	lr.output(stream, lr.out[stream].Write(p))
+}
+
+// TestLogsStreamPullProgress: a follower of a live run sees its image
+// pull's progress, as the executor reports it, before the run's running
+// state and its output.
+func TestLogsStreamPullProgress(t *testing.T) {
+	e := newEnv(t)
+	v := e.submit(tokAlice, "block", "pull")
+	e.waitRunning(v.ID)
+	defer e.exec.release(v.ID)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/v1/runs/"+v.ID+"/logs?follow=true", nil)
+	req.Header.Set("Authorization", "Bearer "+tokAlice)
+	resp, err := e.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var seen []string
+	var pulls []map[string]any
+	_ = api.ReadEvents(resp.Body, func(ev api.LogEvent) error {
+		seen = append(seen, ev.Event)
+		if ev.Event == api.EventPull {
+			var p map[string]any
+			if err := json.Unmarshal(ev.Data, &p); err != nil {
+				t.Errorf("pull event %q: %v", ev.Data, err)
+			}
+			pulls = append(pulls, p)
+		}
+		if ev.Event == api.EventStdout {
+			return io.EOF
+		}
+		return nil
+	})
+	want := []string{api.EventState, api.EventPull, api.EventPull, api.EventState, api.EventStdout}
+	if diff := cmp.Diff(want, seen); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if len(pulls) != 2 || pulls[0]["layers_done"] != 1.0 || pulls[1]["final"] != true {
+		t.Errorf("pull events = %v, want the executor's two", pulls)
+	}
 }

@@ -21,13 +21,22 @@ import data.sandgate.egress
 #   controls: [CIS-5.10, NIST-SC-7(5)]
 finding contains {
 	"rule": "egress_destination_allowlist",
-	"message": sprintf("egress destination %s is not allowed for team %s; allowed: %s", [d, team, concat(", ", egress.team_destinations(team))]),
+	"message": sprintf("egress destination %s is not allowed for team %s; %s", [d, team, _egress_allowed_text(team)]),
 	"action": "deny",
 } if {
 	some d in input.request.egress
 	team := input.principal.team
 	not egress.allowed_for_team(d, team)
 }
+
+# _egress_allowed_text says what the team may reach and which data key
+# says so: a team with no destinations is told none, and where to add
+# them.
+_egress_allowed_text(team) := sprintf("the team may reach no destination: none are listed for it in data.sandgate.config.egress_destinations.teams[%q] (or .default); add them there", [team]) if {
+	count(egress.team_destinations(team)) == 0
+} else := sprintf("allowed (data.sandgate.config.egress_destinations.teams[%q]): %s", [team, concat(", ", egress.team_destinations(team))]) if {
+	config.egress_destinations.teams[team]
+} else := sprintf("allowed (data.sandgate.config.egress_destinations.default): %s", [concat(", ", egress.team_destinations(team))])
 
 # METADATA
 # title: Egress needs its list

@@ -108,3 +108,30 @@ test_egress_decision_not_admitted_for_run if {
 	d := egress.decision with input as c with data.sandgate.config.egress_destinations as egress_data
 	d.allow == false
 }
+
+# A denial says what the team may reach and which data key lists it; a
+# team with no destinations is told it has none and where to add them.
+test_egress_denial_names_the_data_key if {
+	d := fixtures.check with input as fixtures.input_with(egress_request(["example.com:443"]))
+		with data.sandgate.config.egress_destinations as egress_data
+	some v in d.violations
+	v.rule == "egress_destination_allowlist"
+	contains(v.message, `data.sandgate.config.egress_destinations.teams["payments"]): pypi.org:443`)
+}
+
+test_egress_denial_for_a_team_with_none if {
+	d := fixtures.check with input as fixtures.input_with(egress_request(["example.com:443"]))
+		with data.sandgate.config.egress_destinations as {"default": [], "teams": {}}
+	some v in d.violations
+	v.rule == "egress_destination_allowlist"
+	contains(v.message, "may reach no destination: none are listed for it in data.sandgate.config.egress_destinations.teams")
+	contains(v.message, "add them there")
+}
+
+test_egress_denial_by_the_default if {
+	inp := object.union(fixtures.input_with(egress_request(["example.com:443"])), {"principal": {"name": "bob", "team": "search", "roles": ["submitter"]}})
+	d := fixtures.check with input as inp with data.sandgate.config.egress_destinations as egress_data
+	some v in d.violations
+	v.rule == "egress_destination_allowlist"
+	contains(v.message, "allowed (data.sandgate.config.egress_destinations.default): pypi.org:443")
+}

@@ -92,6 +92,8 @@ type policy struct {
 	config  map[string]any
 	// rules are the bundle's METADATA by rule, for the violations.
 	rules map[string]ruleMeta
+	// described are the rules as Status shows them.
+	described []sandgate.PolicyRule
 	// signature is who signed it; nil when no keys are pinned.
 	signature *Signature
 }
@@ -266,6 +268,7 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 		st.Revision = p.revision
 		st.Modules = slices.Clone(p.modules)
 		st.LoadedAt = p.loadedAt
+		st.Rules = slices.Clone(p.described)
 		if p.signature != nil {
 			st.SignedBy, st.SignedRevision = p.signature.KeyID, p.signature.Revision
 		}
@@ -283,8 +286,16 @@ func (e *Engine) Status() sandgate.PolicyStatus {
 // Reload reads the bundle again. A bundle identical to the one in force is
 // a no-op. On any failure it keeps the policy in force, records the error
 // in Status, emits policy.load_failed and returns POLICY-INVALID with the
-// problems in Details["errors"].
+// problems in Details["errors"]. The embedded bundle (no directory) is
+// answered CONFLICT, saying how to load a bundle that can be reloaded.
 func (e *Engine) Reload(ctx context.Context) (sandgate.PolicyStatus, error) {
+	if e.dir == "" {
+		// The embedded bundle cannot change under a running binary:
+		// a reload would quietly do nothing, which reads as success.
+		return e.Status(), sandgate.Errorf(sandgate.CodeConflict,
+			"the policy in force is the bundle embedded in the binary, which cannot be reloaded: "+
+				"start the gateway with SANDGATE_POLICY_DIR set to a bundle directory (a copy of policies/ to begin with) to load and reload your own")
+	}
 	return e.ReloadFor(ctx, "api")
 }
 
@@ -419,6 +430,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		secrets:   secrets,
 		config:    b.config(),
 		rules:     ruleMetas(infos),
+		described: b.describeRules(infos),
 		signature: b.signature,
 	}, nil
 }

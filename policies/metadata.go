@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/sandgate/sandgate"
 )
 
 // Severities are the values a finding's METADATA may give as
@@ -275,4 +277,38 @@ func readAnnotation(id, kind string, a *ast.Annotations) (RuleInfo, []string) {
 		}
 	}
 	return info, problems
+}
+
+// describeRules is infos as the policy's status shows them, each with the
+// number of the bundle's test_ rules that name it.
+func (b *bundle) describeRules(infos []RuleInfo) []sandgate.PolicyRule {
+	tests := make(map[string]int, len(infos))
+	for _, r := range infos {
+		tests[r.Rule] = 0
+	}
+	for _, m := range b.tests {
+		for _, r := range m.Rules {
+			if !strings.HasPrefix(string(r.Head.Name), "test_") {
+				continue
+			}
+			named := map[string]bool{}
+			ast.WalkTerms(r, func(t *ast.Term) bool {
+				if s, ok := t.Value.(ast.String); ok {
+					if _, known := tests[string(s)]; known {
+						named[string(s)] = true
+					}
+				}
+				return false
+			})
+			for id := range named {
+				tests[id]++
+			}
+		}
+	}
+	out := make([]sandgate.PolicyRule, len(infos))
+	for i, r := range infos {
+		out[i] = sandgate.PolicyRule{Rule: r.Rule, Kind: r.Kind, Title: r.Title, Severity: r.Severity,
+			Controls: slices.Clip(r.Controls), Module: r.File, Line: r.Row, Tests: tests[r.Rule]}
+	}
+	return out
 }

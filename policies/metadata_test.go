@@ -356,3 +356,34 @@ func TestRuleWithoutAnnotationsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusDescribesRules: the policy in force's status lists each rule
+// of the bundle with its METADATA, its module and line, and how many of
+// the bundle's tests name it; no_privileged is tested, and every rule
+// Rules describes is there.
+func TestStatusDescribesRules(t *testing.T) {
+	st := newEngine(t, policies.Options{}).Status()
+	want, err := policies.Rules(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Rules) != len(want) {
+		t.Fatalf("status has %d rules, the bundle %d", len(st.Rules), len(want))
+	}
+	tested := 0
+	for i, r := range st.Rules {
+		w := want[i]
+		if r.Rule != w.Rule || r.Severity != w.Severity || r.Module != w.File || r.Line != w.Row || !slices.Equal(r.Controls, w.Controls) {
+			t.Errorf("status rule %+v, the bundle's %+v", r, w)
+		}
+		if r.Tests > 0 {
+			tested++
+		}
+		if r.Rule == "no_privileged" && (r.Tests == 0 || !slices.Contains(r.Controls, "CIS-5.5")) {
+			t.Errorf("no_privileged: %+v, want tests and CIS-5.5", r)
+		}
+	}
+	if tested < len(st.Rules)/2 {
+		t.Errorf("only %d of %d rules are named by a test", tested, len(st.Rules))
+	}
+}

@@ -198,28 +198,17 @@ func (s *Store) RecordTakeover(ctx context.Context, dead string, summary []byte)
 
 // ReserveSlot counts slot against its team's limits across every node,
 // under one advisory lock per team, and records it when it fits. It
-// returns ok = false and what the team holds when it does not.
+// returns ok = false and what the team holds when it does not. The lock,
+// the count and the insert are one statement (sandgate_reserve_slot,
+// migration 16): the lock is held for its execution and commit, not
+// across round trips.
 func (s *Store) ReserveSlot(ctx context.Context, slot sandgate.Slot, l sandgate.SlotLimits) (sandgate.SlotUse, bool, error) {
 	var use sandgate.SlotUse
 	ok := false
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Exec(`SELECT pg_advisory_xact_lock(hashtextextended('sandgate-team:' || ?, 0))`, slot.Team).Error; err != nil {
-			return err
-		}
-		row := tx.Raw(`SELECT count(*), coalesce(sum(memory_mb), 0), coalesce(sum(cpus), 0) FROM run_slots WHERE team = ?`, slot.Team).Row()
-		if err := row.Scan(&use.TeamRuns, &use.TeamMemoryMB, &use.TeamCPUs); err != nil {
-			return err
-		}
-		if (l.TeamRuns > 0 && use.TeamRuns >= l.TeamRuns) ||
-			(l.TeamMemoryMB > 0 && use.TeamMemoryMB+slot.MemoryMB > l.TeamMemoryMB) ||
-			(l.TeamCPUs > 0 && use.TeamCPUs+slot.CPUs > l.TeamCPUs+1e-9) {
-			return nil
-		}
-		ok = true
-		return tx.Exec(`INSERT INTO run_slots (run_id, team, node, memory_mb, cpus) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (run_id) DO NOTHING`, slot.RunID, slot.Team, slot.Node, slot.MemoryMB, slot.CPUs).Error
-	})
-	if err != nil {
+	row := s.db.WithContext(ctx).Raw(`SELECT team_runs, team_memory_mb, team_cpus, reserved
+		FROM sandgate_reserve_slot(?, ?, ?, ?, ?, ?, ?, ?)`,
+		slot.RunID, slot.Team, slot.Node, slot.MemoryMB, slot.CPUs, l.TeamRuns, l.TeamMemoryMB, l.TeamCPUs).Row()
+	if err := row.Scan(&use.TeamRuns, &use.TeamMemoryMB, &use.TeamCPUs, &ok); err != nil {
 		return use, false, storeErr(err, "reserve run slot")
 	}
 	return use, ok, nil

@@ -100,3 +100,25 @@ func TestWaitFor(t *testing.T) {
 		t.Errorf("polled %d times, want 3", n)
 	}
 }
+
+func TestScaleSizes(t *testing.T) {
+	short, full := []int{10}, []int{10, 100}
+	tests := []struct {
+		name, scale, override string
+		want                  []int
+	}{
+		{"default is short", "", "", short},
+		{"full", "full", "", full},
+		{"override wins", "full", "7, 70,x", []int{7, 70}},
+		{"bad override ignored", "", "x", short},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(sandgatetest.ScaleEnv, tc.scale)
+			t.Setenv("SANDGATE_TEST_SIZES", tc.override)
+			if got := sandgatetest.ScaleSizes("SANDGATE_TEST_SIZES", short, full); !slices.Equal(got, tc.want) {
+				t.Errorf("ScaleSizes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -86,6 +86,8 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 
 	sandgate.EventImageResolved:      {classProcessActivity, 99, "Image Resolved"},
 	sandgate.EventImageUnavailable:   {classProcessActivity, 99, "Image Unavailable"},
+	sandgate.EventImagePullProgress:  {classProcessActivity, 99, "Image Pull Progress"},
+	sandgate.EventRunCPUThrottled:    {classProcessActivity, 99, "CPU Throttled"},
 	sandgate.EventContainerCreated:   {classProcessActivity, 99, "Create"},
 	sandgate.EventContainerStarted:   {classProcessActivity, 1, "Launch"},
 	sandgate.EventContainerExited:    {classProcessActivity, 2, "Terminate"},

@@ -19,6 +19,11 @@ const (
 	EventStderr = "stderr"
 	EventState  = "state"
 	EventExit   = "exit"
+	// EventPull is an image pull's progress while the run waits for its
+	// image: the payload of its image.pull_progress audit event (image,
+	// attempt, layers, layers_done, bytes_fetched, bytes_total, final,
+	// error). Live runs only: a finished run's replay has none.
+	EventPull = "pull"
 )
 
 // ChunkData is the data of a stdout or stderr event.

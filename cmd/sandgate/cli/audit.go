@@ -22,11 +22,12 @@ import (
 
 // newAuditCmd builds `sandgate audit query|export|verify|public-key`, the
 // retention commands `partitions|archive|purge`, and the proofs'
-// `receipt|verify-receipt|witness`. All but witness (which talks to a
-// gateway) and verify-receipt (which needs nothing) work on the trail
-// directly through SANDGATE_DATABASE_URL, not through a gateway: a
-// read-only role is enough for all but archive (which appends) and purge
-// (which needs the tables' owner).
+// `receipt|verify-receipt|witness`. query, export and receipt read the
+// trail through the gateway's API with the caller's token, or the
+// database with --database-url; witness talks to a gateway and
+// verify-receipt needs nothing; the others work on the trail directly
+// through SANDGATE_DATABASE_URL: a read-only role is enough for all but
+// archive (which appends) and purge (which needs the tables' owner).
 func newAuditCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
@@ -108,31 +109,38 @@ func newAuditQueryCmd(a *app) *cobra.Command {
 	var f auditFilterFlags
 	var limit int
 	var cursor string
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "query",
-		Short: "Print one page of matching events as JSON ({\"events\", \"next_cursor\"})",
-		Args:  cobra.NoArgs,
+		Short: "Print one page of matching events: a table, or -o json ({\"events\", \"next_cursor\"})",
+		Long: `Print one page of the trail's events that the filters match, oldest first,
+through the gateway's API (SANDGATE_URL, the token from SANDGATE_TOKEN, which
+needs the auditor or admin role): one line each, or with -o json the API's
+answer. --database-url reads the database directly instead (a role with
+SELECT is enough).`,
+		Example: `  sandgate audit query --type admission.denied --since 24h
+  sandgate audit query --run-id 0193a4c2-… -o json | jq '.events[].type'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			filter, err := f.filter(time.Now())
 			if err != nil {
-				return err
+				return &ExitError{Code: exitUsage, Message: err.Error()}
 			}
 			filter.Limit, filter.Cursor = limit, cursor
-			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
+			var page auditPage
+			if direct(cmd) {
+				page, err = queryDatabase(cmd.Context(), a, filter)
+			} else {
+				page, err = queryThroughAPI(cmd.Context(), a, filter)
+			}
 			if err != nil {
 				return err
 			}
-			defer s.Close(context.Background())
-			recs, next, err := s.Reader().Query(cmd.Context(), filter)
-			if err != nil {
-				return err
+			if page.Events == nil {
+				page.Events = []sandgate.AuditRecord{}
 			}
-			page := struct {
-				Events     []sandgate.AuditRecord `json:"events"`
-				NextCursor *string                `json:"next_cursor"`
-			}{Events: recs}
-			if next != "" {
-				page.NextCursor = &next
+			if !out.JSON() {
+				return writeEventTable(a, page)
 			}
 			enc := json.NewEncoder(a.stdout)
 			enc.SetIndent("", "  ")
@@ -143,7 +151,26 @@ func newAuditQueryCmd(a *app) *cobra.Command {
 	f.bind(cmd)
 	cmd.Flags().IntVar(&limit, "limit", audit.DefaultLimit, "events per page (at most 1000)")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "next_cursor of the previous page")
+	out = bindOutput(cmd)
 	return cmd
+}
+
+// queryDatabase is `audit query --database-url`.
+func queryDatabase(ctx context.Context, a *app, filter sandgate.AuditFilter) (auditPage, error) {
+	s, err := openTrail(ctx, a, proof.Anchors{})
+	if err != nil {
+		return auditPage{}, err
+	}
+	defer s.Close(context.Background())
+	recs, next, err := s.Reader().Query(ctx, filter)
+	if err != nil {
+		return auditPage{}, err
+	}
+	page := auditPage{Events: recs}
+	if next != "" {
+		page.NextCursor = &next
+	}
+	return page, nil
 }
 
 func newAuditExportCmd(a *app) *cobra.Command {
@@ -153,52 +180,59 @@ func newAuditExportCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Stream matching events as JSONL or CSV, or the signed checkpoints with --checkpoints",
-		Long: `Stream matching events, oldest first, as JSON Lines or CSV. With
---checkpoints, stream the signed checkpoints (JSON Lines) instead. An
-unfiltered export plus the checkpoints is what verify --offline checks.`,
+		Long: `Stream matching events, oldest first, as JSON Lines or CSV, through the
+gateway's API (SANDGATE_URL and SANDGATE_TOKEN, auditor or admin; the export
+is recorded as audit.exported). --database-url reads the database directly
+instead. With --checkpoints (which needs --database-url), stream the signed
+checkpoints (JSON Lines) instead. An unfiltered export plus the checkpoints
+is what verify --offline checks.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			filter, err := f.filter(time.Now())
 			if err != nil {
-				return err
+				return &ExitError{Code: exitUsage, Message: err.Error()}
 			}
-			s, err := openTrail(cmd.Context(), a, proof.Anchors{})
+			if format != string(sandgate.ExportJSONL) && format != string(sandgate.ExportCSV) {
+				return &ExitError{Code: exitUsage, Message: fmt.Sprintf("--format %q: give jsonl or csv", format)}
+			}
+			if checkpoints && !direct(cmd) {
+				return &ExitError{Code: exitUsage, Message: "--checkpoints reads every checkpoint from the database: give --database-url " +
+					"(the API serves each chain's newest one: GET /v1/audit/checkpoint?chain=)"}
+			}
+			w, done, err := openOutput(a, output)
 			if err != nil {
 				return err
 			}
-			defer s.Close(context.Background())
-			w := a.stdout
-			var file *os.File
-			if output != "" && output != "-" {
-				if file, err = os.OpenFile(output, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600); err != nil {
-					return err
-				}
-				defer file.Close()
-				w = file
-			}
-			if checkpoints {
-				err = s.Reader().ExportCheckpoints(cmd.Context(), chain, w)
+			if !direct(cmd) {
+				err = exportThroughAPI(cmd.Context(), a, filter, sandgate.ExportFormat(format), w)
 			} else {
-				err = s.Reader().Export(cmd.Context(), filter, sandgate.ExportFormat(format), w)
+				err = exportDatabase(cmd.Context(), a, filter, sandgate.ExportFormat(format), checkpoints, chain, w)
 			}
-			if err != nil {
-				return err
+			if cerr := done(); err == nil {
+				err = cerr
 			}
-			if file != nil {
-				if err := file.Sync(); err != nil {
-					return err
-				}
-				return file.Close()
-			}
-			return nil
+			return err
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().StringVar(&format, "format", "jsonl", "jsonl or csv")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write to this file (mode 0600) instead of stdout")
-	cmd.Flags().BoolVar(&checkpoints, "checkpoints", false, "export the signed checkpoints instead of events")
+	cmd.Flags().BoolVar(&checkpoints, "checkpoints", false, "export the signed checkpoints instead of events (with --database-url)")
 	cmd.Flags().StringVar(&chain, "chain", "", "with --checkpoints: only this chain")
 	return cmd
+}
+
+// exportDatabase is `audit export --database-url`.
+func exportDatabase(ctx context.Context, a *app, filter sandgate.AuditFilter, format sandgate.ExportFormat, checkpoints bool, chain string, w io.Writer) error {
+	s, err := openTrail(ctx, a, proof.Anchors{})
+	if err != nil {
+		return err
+	}
+	defer s.Close(context.Background())
+	if checkpoints {
+		return s.Reader().ExportCheckpoints(ctx, chain, w)
+	}
+	return s.Reader().Export(ctx, filter, format, w)
 }
 
 func newAuditVerifyCmd(a *app) *cobra.Command {

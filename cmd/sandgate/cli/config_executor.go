@@ -43,7 +43,10 @@ type executorConfig struct {
 	// load --signature` keeps them (SANDGATE_IMAGE_SIGNATURE_DIR).
 	ImageVerifyKeys   string
 	ImageSignatureDir string
-	invalid           []string
+	// dockerCallsConfig: retries, backoff and timeouts of Docker calls
+	// (config_docker.go).
+	dockerCallsConfig
+	invalid []string
 }
 
 func readExecutorConfig(getenv func(string) string) executorConfig {
@@ -58,6 +61,7 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 	e.int("SANDGATE_MAX_CONCURRENT", &c.MaxConcurrent)
 	e.int("SANDGATE_WARM_POOL", &c.WarmPool)
 	c.invalid = e.invalid
+	c.dockerCallsConfig = readDockerCallsConfig(getenv)
 	return c
 }
 
@@ -78,7 +82,7 @@ func (c *executorConfig) Validate() error {
 	case c.MaxConcurrent < 1 || c.MaxConcurrent > 256:
 		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)
 	}
-	return nil
+	return c.dockerCallsConfig.Validate()
 }
 
 // egressConfig places the egress network and its proxy.
@@ -186,23 +190,28 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 		return nil, err
 	}
 	exec, err := executor.New(executor.Config{
-		ImageSignatures: imagesig.Store{Dir: cfg.ImageSignatureDir},
-		ImageKeys:       imageKeys,
-		AgentBinary:     agent,
-		DockerHost:      cfg.DockerHost,
-		Node:            cfg.Node,
-		MaxConcurrent:   cfg.MaxConcurrent,
-		VolumeDir:       cfg.VolumeDir,
-		WorkspaceDir:    cfg.WorkspaceDir,
-		Blobs:           p.blobs,
-		WarmPool:        cfg.WarmPool,
-		WarmProfiles:    warm,
-		EgressDecider:   p.engine,
-		EgressNetwork:   cfg.EgressNetwork,
-		EgressInterface: cfg.EgressInterface,
-		EgressPort:      cfg.EgressPort,
-		EgressMetrics:   p.metrics.Egress(),
-		HostGroups:      cfg.hostGroups,
+		ImageSignatures:  imagesig.Store{Dir: cfg.ImageSignatureDir},
+		ImageKeys:        imageKeys,
+		AgentBinary:      agent,
+		DockerHost:       cfg.DockerHost,
+		Node:             cfg.Node,
+		MaxConcurrent:    cfg.MaxConcurrent,
+		VolumeDir:        cfg.VolumeDir,
+		WorkspaceDir:     cfg.WorkspaceDir,
+		Blobs:            p.blobs,
+		WarmPool:         cfg.WarmPool,
+		WarmProfiles:     warm,
+		EgressDecider:    p.engine,
+		EgressNetwork:    cfg.EgressNetwork,
+		EgressInterface:  cfg.EgressInterface,
+		EgressPort:       cfg.EgressPort,
+		EgressMetrics:    p.metrics.Egress(),
+		HostGroups:       cfg.hostGroups,
+		MaxRetries:       uint64(cfg.DockerRetries),
+		Backoff:          cfg.backoff(),
+		CallTimeout:      cfg.DockerCallTimeout,
+		PullTimeout:      cfg.PullTimeout,
+		CPUThrottleShare: cfg.CPUThrottleShare,
 		// The host's roots and SANDGATE_EGRESS_UPSTREAM_CA_FILE's.
 		EgressUpstreamRoots: roots,
 		Logger:              p.logger.With("component", "executor"),

@@ -30,6 +30,10 @@ type gatewayConfig struct {
 	// (SANDGATE_CALLBACK_KEY_FILE; default callback.key next to the
 	// spool); generated on first start.
 	CallbackKeyFile string
+	// DevTokenFile keeps the development token between starts
+	// (SANDGATE_DEV_TOKEN_FILE; default dev-token next to the spool), so
+	// that a restarted `make run` accepts the token exported before.
+	DevTokenFile string
 	// Uploads bound the uploads under way and the bytes they hold
 	// (SANDGATE_UPLOAD_*, read by package admission; the gate fills in
 	// the defaults).
@@ -45,10 +49,14 @@ func readGatewayConfig(getenv func(string) string, stateDir string) gatewayConfi
 	e.str("SANDGATE_LISTEN", &c.Listen)
 	e.str("SANDGATE_TOKENS_FILE", &c.TokensFile)
 	e.str("SANDGATE_CALLBACK_KEY_FILE", &c.CallbackKeyFile)
+	e.str("SANDGATE_DEV_TOKEN_FILE", &c.DevTokenFile)
 	e.boolean("SANDGATE_DEV", &c.Dev)
 	e.boolean("SANDGATE_CONSOLE", &c.Console)
 	if c.CallbackKeyFile == "" {
 		c.CallbackKeyFile = filepath.Join(stateDir, "callback.key")
+	}
+	if c.DevTokenFile == "" {
+		c.DevTokenFile = filepath.Join(stateDir, "dev-token")
 	}
 	var err error
 	if c.Uploads, err = admission.UploadLimitsFromEnv(getenv); err != nil {
@@ -63,6 +71,7 @@ func (c *gatewayConfig) bindFlags(f *pflag.FlagSet) {
 	f.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "principals and token hashes, YAML or JSON (SANDGATE_TOKENS_FILE)")
 	f.BoolVar(&c.Dev, "dev", c.Dev, "generate and print a development token when no tokens file is given (SANDGATE_DEV)")
 	f.BoolVar(&c.Console, "console", c.Console, "serve the web console under /console/; --console=false serves the API alone (SANDGATE_CONSOLE)")
+	f.StringVar(&c.DevTokenFile, "dev-token-file", c.DevTokenFile, "with --dev: where the development token is kept between starts, mode 0600 (SANDGATE_DEV_TOKEN_FILE; default: dev-token next to the spool directory)")
 	f.StringVar(&c.CallbackKeyFile, "callback-key-file", c.CallbackKeyFile, "key that signs completion callbacks, hex; give it to the receivers; generated when absent (SANDGATE_CALLBACK_KEY_FILE; default: callback.key next to the spool directory)")
 }
 
@@ -100,7 +109,12 @@ func (c *gatewayConfig) principals() (*gateway.Principals, string, error) {
 		}
 		return p, "", nil
 	}
-	return gateway.DevPrincipals()
+	token, err := devToken(c.DevTokenFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("SANDGATE_DEV_TOKEN_FILE: %w", err)
+	}
+	p, err := gateway.DevPrincipalsFor(token)
+	return p, token, err
 }
 
 // gatewaySettings is the gateway's configuration, from its own and the

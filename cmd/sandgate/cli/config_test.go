@@ -73,6 +73,38 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{name: "backlog zero", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "0"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not 0"},
 		{name: "backlog huge", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "99999999999999"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between"},
 		{name: "warm pool negative", env: map[string]string{"SANDGATE_WARM_POOL": "-1"}, wantErr: "SANDGATE_WARM_POOL must be between 0 and 64"},
+		{name: "docker call defaults", check: func(t *testing.T, c config) {
+			if c.DockerRetries != 4 || c.DockerBackoff != 100*time.Millisecond || c.DockerBackoffMax != 2*time.Second ||
+				c.DockerCallTimeout != 30*time.Second || c.PullTimeout != 5*time.Minute || c.CPUThrottleShare != 0.25 {
+				t.Errorf("docker call defaults: %+v", c.dockerCallsConfig)
+			}
+		}},
+		{name: "docker call values", env: map[string]string{"SANDGATE_DOCKER_RETRIES": "2", "SANDGATE_DOCKER_BACKOFF": "250ms",
+			"SANDGATE_DOCKER_BACKOFF_MAX": "5s", "SANDGATE_DOCKER_CALL_TIMEOUT": "45s", "SANDGATE_PULL_TIMEOUT": "20m",
+			"SANDGATE_CPU_THROTTLE_SHARE": "0.5"}, check: func(t *testing.T, c config) {
+			if c.DockerRetries != 2 || c.DockerBackoff != 250*time.Millisecond || c.DockerBackoffMax != 5*time.Second ||
+				c.DockerCallTimeout != 45*time.Second || c.PullTimeout != 20*time.Minute || c.CPUThrottleShare != 0.5 {
+				t.Errorf("docker call values not applied: %+v", c.dockerCallsConfig)
+			}
+			b := c.backoff()()
+			if d, stop := b.Next(); stop || d < 225*time.Millisecond || d > 275*time.Millisecond {
+				t.Errorf("first backoff = %v (stop %v), want 250ms ± 10 %%", d, stop)
+			}
+		}},
+		{name: "retries zero", env: map[string]string{"SANDGATE_DOCKER_RETRIES": "0"}, wantErr: "SANDGATE_DOCKER_RETRIES must be between 1 and 20, not 0"},
+		{name: "retries huge", env: map[string]string{"SANDGATE_DOCKER_RETRIES": "1000"}, wantErr: "SANDGATE_DOCKER_RETRIES must be between 1 and 20, not 1000"},
+		{name: "retries not a number", env: map[string]string{"SANDGATE_DOCKER_RETRIES": "few"}, wantErr: `SANDGATE_DOCKER_RETRIES="few" is not a whole number`},
+		{name: "backoff zero", env: map[string]string{"SANDGATE_DOCKER_BACKOFF": "0s"}, wantErr: `SANDGATE_DOCKER_BACKOFF="0s" is not a positive duration`},
+		{name: "backoff without a unit", env: map[string]string{"SANDGATE_DOCKER_BACKOFF": "100"}, wantErr: "SANDGATE_DOCKER_BACKOFF"},
+		{name: "backoff too long", env: map[string]string{"SANDGATE_DOCKER_BACKOFF": "1m"}, wantErr: "SANDGATE_DOCKER_BACKOFF must be between 1ms and 10s"},
+		{name: "backoff cap below the first wait", env: map[string]string{"SANDGATE_DOCKER_BACKOFF": "3s"}, wantErr: "SANDGATE_DOCKER_BACKOFF_MAX must be between SANDGATE_DOCKER_BACKOFF (3s) and 1m, not 2s"},
+		{name: "call timeout too short", env: map[string]string{"SANDGATE_DOCKER_CALL_TIMEOUT": "10ms"}, wantErr: "SANDGATE_DOCKER_CALL_TIMEOUT must be between 1s and 10m"},
+		{name: "call timeout negative", env: map[string]string{"SANDGATE_DOCKER_CALL_TIMEOUT": "-5s"}, wantErr: "SANDGATE_DOCKER_CALL_TIMEOUT"},
+		{name: "pull timeout too short", env: map[string]string{"SANDGATE_PULL_TIMEOUT": "1s"}, wantErr: "SANDGATE_PULL_TIMEOUT must be between 10s and 6h, not 1s"},
+		{name: "pull timeout forever", env: map[string]string{"SANDGATE_PULL_TIMEOUT": "10000h"}, wantErr: "SANDGATE_PULL_TIMEOUT must be between 10s and 6h"},
+		{name: "throttle share above one", env: map[string]string{"SANDGATE_CPU_THROTTLE_SHARE": "1.5"}, wantErr: "SANDGATE_CPU_THROTTLE_SHARE must be above 0 and at most 1, not 1.5"},
+		{name: "throttle share not a number", env: map[string]string{"SANDGATE_CPU_THROTTLE_SHARE": "NaN"}, wantErr: "SANDGATE_CPU_THROTTLE_SHARE must be above 0"},
+		{name: "throttle share a percentage", env: map[string]string{"SANDGATE_CPU_THROTTLE_SHARE": "25%"}, wantErr: `SANDGATE_CPU_THROTTLE_SHARE="25%" is not a number`},
 		{name: "two bad values", env: map[string]string{"SANDGATE_MIGRATE": "maybe", "SANDGATE_WARM_POOL": "x"}, wantErr: `SANDGATE_MIGRATE="maybe" is not a boolean (true or false, 1 or 0); SANDGATE_WARM_POOL="x"`},
 	}
 	for _, tt := range tests {

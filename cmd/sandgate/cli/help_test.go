@@ -81,7 +81,9 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		"policy eval": {"air-gapped", "mount-root", "policy-dir", "policy-verify-keys"},
 		"policy sign": {"policy-dir"}, "policy verify": {"policy-dir", "policy-verify-keys"},
 		"policy replay": client,
-		"audit query":   dsn, "audit export": dsn, "audit verify": dsn, "audit receipt": dsn, "audit partitions": dsn,
+		// Through the gateway, or the database with --database-url.
+		"audit query": {"database-url", "url"}, "audit export": {"database-url", "url"}, "audit receipt": {"database-url", "url"},
+		"audit verify": dsn, "audit partitions": dsn,
 		"audit rotate-key": dsn, "audit archive": dsn, "audit purge": dsn, "audit retention": dsn,
 		// Its own --signing-key-file: which key to print.
 		"audit public-key":     {"signing-key-file"},

@@ -122,7 +122,7 @@ recipe format.`,
 // admits.
 func newImageListCmd(a *app) *cobra.Command {
 	var opts images.ListOptions
-	var asJSON bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the daemon's images: names, ID, size, and the pinned references to use with require_digest",
@@ -142,7 +142,7 @@ resolves to exactly this local image.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, struct {
 					Images []images.ImageInfo `json:"images"`
 				}{list})
@@ -164,7 +164,7 @@ resolves to exactly this local image.`,
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON ({\"images\": […]}) with full IDs")
+	out = bindOutput(cmd)
 	cmd.Flags().StringVar(&opts.Label, "label", "", "only images with this label (key or key=value)")
 	return cmd
 }

@@ -93,13 +93,13 @@ fails or the bundle does not compile.`,
 }
 
 func newPolicyRulesCmd(a *app) *cobra.Command {
-	var asJSON bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "rules [DIR]",
 		Short: "List the bundle's rules with their severity and controls",
 		Long: `List every rule of the bundle as its METADATA annotation describes it: the
 rule, its severity, the CIS and PSS controls it enforces and its title, the
-most severe first (mutations last). --json prints every field, descriptions
+most severe first (mutations last). -o json prints every field, descriptions
 and locations included. Exit status 2 when the bundle is refused.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -107,7 +107,7 @@ and locations included. Exit status 2 when the bundle is refused.`,
 			if err != nil {
 				return policyInvalid(a.stderr, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rules)
@@ -115,7 +115,7 @@ and locations included. Exit status 2 when the bundle is refused.`,
 			return writeRuleTable(a.stdout, rules)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the rules as JSON, descriptions included")
+	out = bindOutput(cmd)
 	return cmd
 }
 

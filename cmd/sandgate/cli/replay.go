@@ -26,7 +26,8 @@ func newPolicyReplayCmd(a *app) *cobra.Command {
 	var (
 		bundle, since, until string
 		o                    client.ReplayOptions
-		asJSON, failOnChange bool
+		failOnChange         bool
+		out                  *outputFormat
 	)
 	cmd := &cobra.Command{
 		Use:   "replay --bundle DIR",
@@ -43,7 +44,7 @@ replay in the audit trail (policy.replayed).
 Exit status: 0 replayed, 2 the gateway refused the bundle, 3 with
 --fail-on-change when any decision would change, 1 any other error.`,
 		Example: `  sandgate policy replay --bundle ./policies --since 720h
-  sandgate policy replay --bundle ./policies --team payments --json`,
+  sandgate policy replay --bundle ./policies --team payments -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if bundle == "" {
@@ -68,7 +69,7 @@ Exit status: 0 replayed, 2 the gateway refused the bundle, 3 with
 			if err != nil {
 				return replayError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				err = writeJSON(a, rep)
 			} else {
 				err = writeReplay(a.stdout, rep)
@@ -91,8 +92,8 @@ Exit status: 0 replayed, 2 the gateway refused the bundle, 3 with
 	f.IntVar(&o.Limit, "limit", 0, "the most decisions to replay, oldest first (default and maximum: the gateway's)")
 	f.IntVar(&o.Examples, "examples", 0, "examples per rule (default 3, at most 20)")
 	f.BoolVar(&o.Drift, "drift", false, "also compare the records with the policy in force (what a replay cannot reproduce)")
-	f.BoolVar(&asJSON, "json", false, "print the gateway's report as JSON")
 	f.BoolVar(&failOnChange, "fail-on-change", false, "exit 3 when any decision would change")
+	out = bindOutput(cmd)
 	return cmd
 }
 

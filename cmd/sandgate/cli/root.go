@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -24,6 +25,10 @@ type Env struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// Interrupts, when set, receives the interrupts (Ctrl-C) that come
+	// after the first, which ends the context: a command that is still
+	// waiting for something to stop says so on each.
+	Interrupts <-chan os.Signal
 	// Listening, when set, is told the address serve listens on and the
 	// development token it made, if any, once it accepts connections:
 	// tests start serve on port 0 and learn where it is.
@@ -46,7 +51,7 @@ func Run(ctx context.Context, args []string, env Env) error {
 	if env.Stderr == nil {
 		env.Stderr = io.Discard
 	}
-	return runWithApp(ctx, &app{getenv: env.Getenv, stdin: env.Stdin, stdout: env.Stdout, stderr: env.Stderr, onListen: env.Listening}, args)
+	return runWithApp(ctx, &app{getenv: env.Getenv, stdin: env.Stdin, stdout: env.Stdout, stderr: env.Stderr, onListen: env.Listening, interrupts: env.Interrupts}, args)
 }
 
 // app is what every subcommand shares: the environment, the streams and the
@@ -60,6 +65,8 @@ type app struct {
 	// onListen, when set (by tests), is told the address serve listens on
 	// and the development token, if one was made.
 	onListen func(addr, devToken string)
+	// interrupts are the interrupts after the first (nil: none are told).
+	interrupts <-chan os.Signal
 	// checks are the components each command validates before it runs;
 	// flagSets each component's flags, which its commands share.
 	checks   map[*cobra.Command][]component
@@ -176,8 +183,12 @@ func (a *app) settingsOf() map[string][]use {
 		"policy eval":   {{c: &c.policyConfig, all: true}},
 		"policy replay": {client},
 		// The trail, directly on the database; the operator's commands
-		// record what they do on a chain of this node's.
+		// record what they do on a chain of this node's. Its readers go
+		// through the gateway, or the database with --database-url.
 		"audit":                {dsn, trail},
+		"audit query":          {client, dsn, trail},
+		"audit export":         {client, dsn, trail},
+		"audit receipt":        {client, dsn, trail},
 		"audit rotate-key":     {dsn, trail, node},
 		"audit archive":        {dsn, trail, node},
 		"audit purge":          {dsn, trail, node},

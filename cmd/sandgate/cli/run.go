@@ -46,7 +46,7 @@ type runOptions struct {
 	image, network, workdir, user string
 	session, task, idemKey        string
 	env, mounts, labels           []string
-	memoryMB                      int64
+	memoryMB, outputLimit         int64
 	cpus                          float64
 	timeout                       time.Duration
 	detach, wait, stdin           bool
@@ -99,6 +99,7 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 	f.Int64Var(&o.memoryMB, "memory", 0, "memory limit in MB")
 	f.Float64Var(&o.cpus, "cpus", 0, "CPU limit, such as 0.5 or 2")
 	f.DurationVar(&o.timeout, "timeout", 0, "run timeout, such as 30s or 10m")
+	f.Int64Var(&o.outputLimit, "output-limit", 0, "bytes of stdout and of stderr kept, each (output_limit_bytes; default and maximum from the policy)")
 	f.StringVarP(&o.workdir, "workdir", "w", "", "working directory in the container")
 	f.StringVarP(&o.user, "user", "u", "", "uid[:gid] to run as (non-root)")
 	f.StringVar(&o.session, "session", "", "session ID to label the run with")
@@ -135,6 +136,10 @@ func buildSpec(a *app, o runOptions, args []string) (sandgate.RunSpec, error) {
 	if o.timeout < 0 {
 		return spec, fmt.Errorf("--timeout must be positive")
 	}
+	if o.outputLimit < 0 {
+		return spec, fmt.Errorf("--output-limit must be positive")
+	}
+	spec.OutputLimitBytes = o.outputLimit
 	if o.timeout > 0 {
 		spec.TimeoutSeconds = int(math.Ceil(o.timeout.Seconds()))
 	}
@@ -276,33 +281,7 @@ func followRun(ctx context.Context, a *app, c *client.Client, run api.RunView, w
 	defer stopStream()
 	finished := make(chan struct{})
 	defer close(finished)
-	go func() {
-		select {
-		case <-ctx.Done():
-			// finished is closed before the caller's context ends on a
-			// normal return: only a real interrupt gets past here.
-			select {
-			case <-finished:
-				return
-			default:
-			}
-		case <-finished:
-			return
-		}
-		fmt.Fprintf(a.stderr, "sandgate: cancelling run %s\n", run.ID)
-		cctx, cancel := context.WithTimeout(streamCtx, cancelGrace)
-		defer cancel()
-		if _, err := c.Cancel(cctx, run.ID); err != nil {
-			if sandgate.ErrorCodeOf(err) != sandgate.CodeConflict {
-				fmt.Fprintf(a.stderr, "sandgate: cancel: %v\n", err)
-			}
-		}
-		select {
-		case <-finished:
-		case <-time.After(cancelGrace):
-			stopStream()
-		}
-	}()
+	go cancelOnInterrupt(ctx, a, c, run.ID, finished, stopStream)
 
 	if wait {
 		final, err := waitFinished(streamCtx, c, run)
@@ -315,7 +294,7 @@ func followRun(ctx context.Context, a *app, c *client.Client, run api.RunView, w
 		if err := writeOutput(a.stderr, final.Stderr); err != nil {
 			return err
 		}
-		return exitFor(a, final.ID, exitFromRun(final))
+		return exitFor(a, final.ID, final.Spec.OutputLimitBytes, exitFromRun(final))
 	}
 
 	var exit *api.ExitData
@@ -376,7 +355,49 @@ func followRun(ctx context.Context, a *app, c *client.Client, run api.RunView, w
 		x := exitFromRun(final)
 		exit = &x
 	}
-	return exitFor(a, run.ID, *exit)
+	return exitFor(a, run.ID, run.Spec.OutputLimitBytes, *exit)
+}
+
+// cancelOnInterrupt cancels run id once ctx ends (the first Ctrl-C),
+// unless finished is closed first, and then waits up to cancelGrace for
+// the run's end before it stops the stream. Every later Ctrl-C is
+// answered with what it is waiting for.
+func cancelOnInterrupt(ctx context.Context, a *app, c *client.Client, id string, finished <-chan struct{}, stopStream func()) {
+	select {
+	case <-ctx.Done():
+		// finished is closed before the caller's context ends on a
+		// normal return: only a real interrupt gets past here.
+		select {
+		case <-finished:
+			return
+		default:
+		}
+	case <-finished:
+		return
+	}
+	fmt.Fprintf(a.stderr, "sandgate: cancelling run %s\n", id)
+	deadline := time.Now().Add(cancelGrace)
+	grace := time.NewTimer(cancelGrace)
+	defer grace.Stop()
+	go func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+		defer cancel()
+		if _, err := c.Cancel(cctx, id); err != nil && sandgate.ErrorCodeOf(err) != sandgate.CodeConflict {
+			fmt.Fprintf(a.stderr, "sandgate: cancel: %v\n", err)
+		}
+	}()
+	for {
+		select {
+		case <-finished:
+			return
+		case <-grace.C:
+			stopStream()
+			return
+		case <-a.interrupts:
+			fmt.Fprintf(a.stderr, "sandgate: still waiting for run %s to stop: the gateway sends SIGTERM, waits 10 s, then SIGKILL and removes the container "+
+				"(giving up in %s); the run is cancelled whether or not you wait\n", id, time.Until(deadline).Round(time.Second))
+		}
+	}
 }
 
 // submitError explains a refused submission and picks its exit code.
@@ -448,53 +469,4 @@ func writeOutput(w io.Writer, o api.OutputView) error {
 	}
 	_, err = w.Write(b)
 	return err
-}
-
-func exitFromRun(r api.RunView) api.ExitData {
-	x := api.ExitData{
-		State: r.State, ExitCode: r.ExitCode, OOMKilled: r.OOMKilled, Error: r.Error, DurationMS: r.DurationMS,
-		Stdout: api.StreamTotals{Bytes: r.Stdout.Bytes, Truncated: r.Stdout.Truncated},
-		Stderr: api.StreamTotals{Bytes: r.Stderr.Bytes, Truncated: r.Stderr.Truncated},
-	}
-	if r.Outcome != nil {
-		x.Outcome = *r.Outcome
-	}
-	return x
-}
-
-// exitFor turns a run's end into the process's exit: nil for success, the
-// container's code for a failure, the codes above for the rest.
-func exitFor(a *app, runID string, x api.ExitData) error {
-	for _, s := range []struct {
-		name string
-		t    api.StreamTotals
-	}{{"stdout", x.Stdout}, {"stderr", x.Stderr}} {
-		if s.t.Truncated {
-			fmt.Fprintf(a.stderr, "sandgate: %s was truncated: the run produced %d bytes, more than its output limit\n", s.name, s.t.Bytes)
-		}
-	}
-	switch x.Outcome {
-	case sandgate.OutcomeSucceeded:
-		return nil
-	case sandgate.OutcomeFailed:
-		if x.ExitCode != nil {
-			return &ExitError{Code: *x.ExitCode}
-		}
-		return &ExitError{Code: 1}
-	case sandgate.OutcomeOOMKilled:
-		code := exitOOM
-		if x.ExitCode != nil && *x.ExitCode != 0 {
-			code = *x.ExitCode
-		}
-		return &ExitError{Code: code, Message: fmt.Sprintf("run %s was killed: it exceeded its memory limit", runID)}
-	case sandgate.OutcomeTimedOut:
-		return &ExitError{Code: exitTimedOut, Message: fmt.Sprintf("run %s timed out after %s", runID, time.Duration(x.DurationMS)*time.Millisecond)}
-	case sandgate.OutcomeCancelled:
-		return &ExitError{Code: exitCancelled, Message: fmt.Sprintf("run %s was cancelled", runID)}
-	}
-	msg := fmt.Sprintf("run %s ended with outcome %q", runID, x.Outcome)
-	if x.Error != nil {
-		msg = fmt.Sprintf("run %s failed: %s: %s", runID, x.Error.Code, x.Error.Message)
-	}
-	return &ExitError{Code: exitPlatform, Message: msg}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,10 +27,13 @@ type fakeGatewayAPI struct {
 	// hung is closed by DELETE: the "hang" run's log stream waits for it.
 	hung     chan struct{}
 	hungOnce sync.Once
-	mu       sync.Mutex
-	specs    []sandgate.RunSpec
-	headers  []http.Header
-	canceled []string
+	// holdCancel keeps the "hang" run going after its DELETE, as a
+	// container that takes its grace period to stop does.
+	holdCancel bool
+	mu         sync.Mutex
+	specs      []sandgate.RunSpec
+	headers    []http.Header
+	canceled   []string
 }
 
 var cliExits = map[string]api.ExitData{
@@ -74,7 +78,8 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: sandgate.CodeAuditUnavailable, Message: "retry later", CorrelationID: "corr-2"}})
 		default:
 			w.WriteHeader(http.StatusAccepted)
-			_ = json.NewEncoder(w).Encode(api.RunView{ID: "run-" + spec.Command[0], State: sandgate.StatePending, Warnings: []string{"net: bridge"}})
+			_ = json.NewEncoder(w).Encode(api.RunView{ID: "run-" + spec.Command[0], State: sandgate.StatePending, Warnings: []string{"net: bridge"},
+				Spec: sandgate.RunSpec{Command: spec.Command, OutputLimitBytes: 4096}})
 		}
 	case r.Method == http.MethodGet && rest == "logs" && word == "broken" && r.Header.Get("Last-Event-ID") == "3":
 		// The resumed stream goes on after event 3.
@@ -112,7 +117,7 @@ func (f *fakeGatewayAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.canceled = append(f.canceled, id)
 		f.mu.Unlock()
-		if f.hung != nil {
+		if f.hung != nil && !f.holdCancel {
 			f.hungOnce.Do(func() { close(f.hung) })
 		}
 		out := sandgate.OutcomeCancelled
@@ -167,7 +172,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"oom", 137, "out\n", "sandgate: warning: net: bridge\nerr\n", "run run-oom was killed: it exceeded its memory limit"},
 		{"cancel", exitCancelled, "out\n", "sandgate: warning: net: bridge\nerr\n", "run run-cancel was cancelled"},
 		{"error", exitPlatform, "out\n", "sandgate: warning: net: bridge\nerr\n", "run run-error failed: SANDGATE-SBX-002: image x is not present"},
-		{"trunc", 0, "out\n", "sandgate: warning: net: bridge\nerr\nsandgate: stdout was truncated: the run produced 5000 bytes, more than its output limit\n", ""},
+		{"trunc", 0, "out\n", "sandgate: warning: net: bridge\nerr\nsandgate: stdout was truncated at the run's output limit of 4096 bytes (4 KiB); the run produced 5000 bytes. Raise the limit with --output-limit BYTES (output_limit_bytes in the spec), up to the policy's maximum (maxima.output_limit_bytes of GET /v1/config), or write large output to a file and collect it with --artifact\n", ""},
 		{"broken", 4, "out\n", "sandgate: warning: net: bridge\nerr\nsandgate: output stream interrupted (it ended before the run did); reconnecting\n", ""},
 		{"gone", 4, "out\n", "sandgate: warning: net: bridge\nerr\n" + strings.Repeat("sandgate: output stream interrupted (it ended before the run did); reconnecting\n", 3) + "sandgate: waiting for run run-gone to end\n", ""},
 		{"deny", exitDenied, "", "", "run denied by policy (decision dec-9, policy sha256:abc):\n  - no_privileged: privileged mode is forbidden [CIS-5.5]"},
@@ -290,7 +295,7 @@ func TestRunsCommands(t *testing.T) {
 			}
 		}},
 		{"bad since", []string{"runs", "list", "--since", "yesterday"}, cliResult{}, func(t *testing.T, r cliResult) {
-			if r.code != 1 || !strings.Contains(r.message, "neither an RFC 3339 time nor a duration") {
+			if r.code != exitUsage || !strings.Contains(r.message, "neither an RFC 3339 time nor a duration") {
 				t.Errorf("result = %+v", r)
 			}
 		}},
@@ -307,6 +312,18 @@ func TestRunsCommands(t *testing.T) {
 	got := runCLI(t, fake, "tok", "", "runs", "get", "missing/../x")
 	if got.code != 1 || !strings.Contains(got.message, "SANDGATE-NOT-FOUND") {
 		t.Errorf("missing run: %+v", got)
+	}
+}
+
+// TestRunsLogsExitCode: sandgate runs logs exits as sandgate run does once
+// the run has ended: with the run's code, or sandgate's codes for the rest.
+func TestRunsLogsExitCode(t *testing.T) {
+	fake := &fakeGatewayAPI{}
+	for word, want := range map[string]int{"ok": 0, "fail": 3, "timeout": exitTimedOut, "oom": 137, "cancel": exitCancelled, "error": exitPlatform} {
+		got := runCLI(t, fake, "tok", "", "runs", "logs", "-f", "run-"+word)
+		if got.code != want || got.stdout != "out\n" {
+			t.Errorf("runs logs -f run-%s: exit %d stdout %q (%s), want %d", word, got.code, got.stdout, got.message, want)
+		}
 	}
 }
 
@@ -346,6 +363,53 @@ func TestRunInterrupt(t *testing.T) {
 	defer fake.mu.Unlock()
 	if diff := cmp.Diff([]string{"run-hang"}, fake.canceled); diff != "" {
 		t.Errorf("cancelled (-want +got):\n%s", diff)
+	}
+}
+
+// TestRunSecondInterrupt: a Ctrl-C while the run is being stopped is
+// answered with what the command is waiting for, and the command still
+// ends with the run's end.
+func TestRunSecondInterrupt(t *testing.T) {
+	fake := &fakeGatewayAPI{hung: make(chan struct{}), holdCancel: true}
+	ts := httptest.NewServer(fake)
+	defer ts.Close()
+	env := map[string]string{"SANDGATE_URL": ts.URL, "SANDGATE_TOKEN": "tok"}
+	ctx, cancel := context.WithCancel(context.Background())
+	interrupts := make(chan os.Signal, 1)
+	var stdout, stderr lockedBuffer
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Run(ctx, []string{"run", "--", "hang"}, Env{Getenv: func(k string) string { return env[k] },
+			Stdout: &stdout, Stderr: &stderr, Interrupts: interrupts})
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: stderr %q", what, stderr.String())
+			}
+		}
+	}
+	waitFor("the output", func() bool { return strings.Contains(stdout.String(), "out") })
+	cancel()
+	waitFor("the cancel", func() bool {
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return len(fake.canceled) == 1
+	})
+	interrupts <- os.Interrupt
+	waitFor("the second Ctrl-C answered", func() bool {
+		return strings.Contains(stderr.String(), "sandgate: still waiting for run run-hang to stop: the gateway sends SIGTERM, waits 10 s, then SIGKILL")
+	})
+	fake.hungOnce.Do(func() { close(fake.hung) })
+	select {
+	case err := <-errc:
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Code != exitCancelled {
+			t.Fatalf("err = %v, want exit %d", err, exitCancelled)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return once the run ended")
 	}
 }
 

@@ -40,31 +40,31 @@ func clientError(a *app, err error) error {
 func newRunsListCmd(a *app) *cobra.Command {
 	var o client.ListOptions
 	var state, outcome, since, until string
-	var asJSON bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first",
 		Example: `  sandgate runs list --state running
-  sandgate runs list --outcome failed --since 24h --json`,
+  sandgate runs list --outcome failed --since 24h -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.State, o.Outcome = sandgate.State(state), sandgate.Outcome(outcome)
 			var err error
 			if o.Since, err = parseWhen(since); err != nil {
-				return fmt.Errorf("--since: %w", err)
+				return &ExitError{Code: exitUsage, Message: fmt.Sprintf("--since: %v", err)}
 			}
 			if o.Until, err = parseWhen(until); err != nil {
-				return fmt.Errorf("--until: %w", err)
+				return &ExitError{Code: exitUsage, Message: fmt.Sprintf("--until: %v", err)}
 			}
 			c, err := a.newClient()
 			if err != nil {
-				return err
+				return &ExitError{Code: exitUsage, Message: err.Error()}
 			}
 			list, err := c.Runs(cmd.Context(), o)
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -98,7 +98,7 @@ func newRunsListCmd(a *app) *cobra.Command {
 	f.StringVar(&until, "until", "", "created before: RFC 3339 time, or a duration ago")
 	f.IntVar(&o.Limit, "limit", 50, "runs per page (1 to 1000)")
 	f.StringVar(&o.Cursor, "cursor", "", "page cursor from a previous list")
-	f.BoolVar(&asJSON, "json", false, "print the JSON answer")
+	out = bindOutput(cmd)
 	return cmd
 }
 
@@ -177,15 +177,30 @@ func newRunsLogsCmd(a *app) *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
 		Use:   "logs RUN_ID",
-		Short: "Print a run's output (stdout to stdout, stderr to stderr)",
-		Args:  cobra.ExactArgs(1),
+		Short: "Print a run's output (stdout to stdout, stderr to stderr) and exit with the run's code",
+		Long: `Print a run's output, stdout to stdout and stderr to stderr; with -f, follow
+it live until the run ends. Once the run has ended, exit as sandgate run
+does: with the run's own exit code, 124 timed out, 125 sandgate could not
+run it, 130 cancelled, 137 killed for memory. A run that is still going
+(without -f) exits 0 after the output so far.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.newClient()
 			if err != nil {
-				return err
+				return &ExitError{Code: exitUsage, Message: err.Error()}
 			}
+			var exit *api.ExitData
 			err = c.Logs(cmd.Context(), args[0], follow, func(ev api.LogEvent) error {
-				if ev.Event != api.EventStdout && ev.Event != api.EventStderr {
+				switch ev.Event {
+				case api.EventStdout, api.EventStderr:
+				case api.EventExit:
+					x, err := ev.Exit()
+					if err != nil {
+						return err
+					}
+					exit = &x
+					return client.ErrStopStream
+				default:
 					return nil
 				}
 				b, err := ev.Chunk()
@@ -202,7 +217,14 @@ func newRunsLogsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			return nil
+			if exit == nil {
+				return nil
+			}
+			var limit int64
+			if run, err := c.Run(cmd.Context(), args[0]); err == nil {
+				limit = run.Spec.OutputLimitBytes
+			}
+			return exitFor(a, args[0], limit, *exit)
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream live until the run ends")

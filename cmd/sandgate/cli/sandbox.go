@@ -20,7 +20,7 @@ func newSandboxCmd(a *app) *cobra.Command {
 		Short: "List and clean up the containers sandgate manages",
 	}
 
-	var asJSON bool
+	var out *outputFormat
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every container labelled sandgate.managed",
@@ -35,10 +35,10 @@ func newSandboxCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printSandboxes(boxes, asJSON)
+			return a.printSandboxes(boxes, out.JSON())
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	out = bindOutput(list)
 
 	var opts struct {
 		running bool

@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -27,8 +25,8 @@ in it is a run of its own: admitted, recorded, listed with sandgate runs list
 --session ID, and followed like any run. A session ends when it is removed,
 idle for its idle timeout, older than its lifetime, or its container dies.`,
 		Example: `  id=$(sandgate session create --idle 10m)
-  sandgate session cp ./src "$id":src
-  sandgate session exec "$id" -- sh -c 'cd src && make test'
+  sandgate session cp ./src "$id":                 # the workspace's src/
+  sandgate session exec "$id" -- sh -c 'cd src && ./test.sh'
   sandgate session cp "$id":src/report.txt ./report.txt
   sandgate session rm "$id"`,
 	}
@@ -100,13 +98,17 @@ func newSessionExecCmd(a *app) *cobra.Command {
 		timeout time.Duration
 		stdin   bool
 		detach  bool
+		limit   int64
 	)
 	cmd := &cobra.Command{
 		Use:   "exec SESSION -- COMMAND [ARG...]",
 		Short: "Run a command in a session; stream its output and exit with its code",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			x := api.ExecRequest{Command: args[1:], Workdir: workdir}
+			x := api.ExecRequest{Command: args[1:], Workdir: workdir, OutputLimitBytes: limit}
+			if limit < 0 {
+				return &ExitError{Code: exitUsage, Message: "--output-limit must be positive"}
+			}
 			if timeout > 0 {
 				x.TimeoutSeconds = int(math.Ceil(timeout.Seconds()))
 			}
@@ -149,102 +151,15 @@ func newSessionExecCmd(a *app) *cobra.Command {
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable K=V (or K to take it from here); repeatable")
 	f.StringVarP(&workdir, "workdir", "w", "", "working directory (relative: under the session's)")
 	f.DurationVar(&timeout, "timeout", 0, "timeout of the command (default the session's)")
+	f.Int64Var(&limit, "output-limit", 0, "bytes of stdout and of stderr kept, each (default and maximum from the policy)")
 	f.BoolVarP(&stdin, "interactive", "i", false, "send this process's stdin to the command")
 	f.BoolVarP(&detach, "detach", "d", false, "print the run ID and return at once")
 	return cmd
 }
 
-// sessionPath splits SESSION:PATH; ok is false for a local path.
-func sessionPath(s string) (id, path string, ok bool) {
-	id, path, ok = strings.Cut(s, ":")
-	if !ok || len(id) != 36 {
-		return "", "", false
-	}
-	return id, path, true
-}
-
-func newSessionCpCmd(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "cp SRC DST",
-		Short: "Copy files into or out of a session",
-		Long: `Copy a local file or directory into a session (SESSION:PATH as DST), or a file
-or directory out of one (SESSION:PATH as SRC; a directory comes as a tar).
-A local directory goes in as a tar.gz unpacked at PATH, which must exist
-("" is the workspace); "-" is stdin or stdout.`,
-		Example: `  sandgate session cp ./src "$id":
-  sandgate session cp notes.txt "$id":docs/notes.txt
-  sandgate session cp "$id":out/result.json ./result.json
-  sandgate session cp "$id":out - | tar -t`,
-		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.newClient()
-			if err != nil {
-				return &ExitError{Code: exitPlatform, Message: err.Error()}
-			}
-			ctx := cmd.Context()
-			if id, p, ok := sessionPath(args[1]); ok {
-				return copyIn(ctx, a, id, p, args[0])
-			}
-			id, p, ok := sessionPath(args[0])
-			if !ok {
-				return &ExitError{Code: exitPlatform, Message: "one of SRC and DST must be SESSION:PATH"}
-			}
-			var w io.Writer = a.stdout
-			if args[1] != "-" {
-				f, err := os.Create(args[1])
-				if err != nil {
-					return &ExitError{Code: exitPlatform, Message: err.Error()}
-				}
-				defer f.Close()
-				w = f
-			}
-			if _, err := c.GetFiles(ctx, id, p, w); err != nil {
-				return clientError(a, err)
-			}
-			return nil
-		},
-	}
-}
-
-// copyIn writes the local file or directory src into session id at p.
-func copyIn(ctx context.Context, a *app, id, p, src string) error {
-	c, err := a.newClient()
-	if err != nil {
-		return &ExitError{Code: exitPlatform, Message: err.Error()}
-	}
-	var res api.FileResult
-	switch st, serr := os.Stat(src); {
-	case src == "-":
-		res, err = c.PutFile(ctx, id, p, 0, a.stdin)
-	case serr != nil:
-		return &ExitError{Code: exitPlatform, Message: serr.Error()}
-	case st.IsDir():
-		pr, pw := io.Pipe()
-		go func() {
-			pw.CloseWithError(packWorkspace(src, pw, func(rel, why string) {
-				fmt.Fprintf(a.stderr, "sandgate: left out %s: %s\n", rel, why)
-			}))
-		}()
-		defer pr.Close()
-		res, err = c.PutArchive(ctx, id, p, "tar.gz", pr)
-	default:
-		f, ferr := os.Open(src)
-		if ferr != nil {
-			return &ExitError{Code: exitPlatform, Message: ferr.Error()}
-		}
-		defer f.Close()
-		res, err = c.PutFile(ctx, id, p, int(st.Mode().Perm()), f)
-	}
-	if err != nil {
-		return clientError(a, err)
-	}
-	fmt.Fprintf(a.stderr, "sandgate: wrote %d bytes (%d entries) sha256 %s\n", res.Bytes, max(res.Entries, 1), res.SHA256)
-	return nil
-}
-
 func newSessionLsCmd(a *app) *cobra.Command {
 	var state string
-	var asJSON bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List sessions, newest first",
@@ -258,7 +173,7 @@ func newSessionLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -275,7 +190,7 @@ func newSessionLsCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "open or ended")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	out = bindOutput(cmd)
 	return cmd
 }
 

@@ -15,7 +15,7 @@ func newVolumeCmd(a *app) *cobra.Command {
 		Use:   "volume",
 		Short: "List and remove the teams' cache volumes (admin)",
 	}
-	var asJSON bool
+	var out *outputFormat
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List every team's cache volumes with their size and use",
@@ -29,7 +29,7 @@ func newVolumeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				enc := json.NewEncoder(a.stdout)
 				enc.SetIndent("", "  ")
 				return enc.Encode(vols)
@@ -46,7 +46,7 @@ func newVolumeCmd(a *app) *cobra.Command {
 			return w.Flush()
 		},
 	}
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	out = bindOutput(list)
 	rm := &cobra.Command{
 		Use:   "rm TEAM NAME",
 		Short: "Remove a team's cache volume and what it holds; the team's next run that names it starts empty",

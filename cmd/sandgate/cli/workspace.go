@@ -92,12 +92,28 @@ func ignored(rules []ignoreRule, rel string, isDir bool) bool {
 // Symlinks and other special files are left out (the gateway refuses
 // them) and reported through skipped.
 func packWorkspace(dir string, w io.Writer, skipped func(rel, why string)) error {
+	return packTree(dir, "", w, skipped)
+}
+
+// packTree is packWorkspace with every entry under prefix (a clean
+// relative path, "" for none), which is itself an entry: a directory
+// copied under another name (sandgate session cp ./src ID:app).
+func packTree(dir, prefix string, w io.Writer, skipped func(rel, why string)) error {
 	rules, err := readIgnore(dir)
 	if err != nil {
 		return err
 	}
 	gz := gzip.NewWriter(w)
 	tw := tar.NewWriter(gz)
+	if prefix != "" {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return err
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: prefix + "/", Mode: int64(st.Mode().Perm()), ModTime: st.ModTime()}); err != nil {
+			return err
+		}
+	}
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -119,14 +135,14 @@ func packWorkspace(dir string, w io.Writer, skipped func(rel, why string)) error
 		}
 		switch {
 		case d.IsDir():
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()})
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(prefix, rel) + "/", Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()})
 		case info.Mode().IsRegular():
 			f, err := os.Open(p)
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: info.Size(), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()}); err != nil {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(prefix, rel), Size: info.Size(), Mode: int64(info.Mode().Perm()), ModTime: info.ModTime()}); err != nil {
 				return err
 			}
 			if _, err := io.CopyN(tw, f, info.Size()); err != nil {
@@ -214,14 +230,15 @@ func downloadOne(ctx context.Context, c *client.Client, root *os.Root, runID, re
 
 // newRunsArtifactsCmd builds `sandgate runs artifacts RUN [PATH]`.
 func newRunsArtifactsCmd(a *app) *cobra.Command {
-	var output string
-	var asTar, asJSON bool
+	var download string
+	var asTar bool
+	var out *outputFormat
 	cmd := &cobra.Command{
 		Use:   "artifacts RUN [PATH]",
 		Short: "List a run's artifacts, or download one or all of them",
 		Example: `  sandgate runs artifacts 0193…           # list path, size, SHA-256
   sandgate runs artifacts 0193… out/report.json > report.json
-  sandgate runs artifacts 0193… --output ./out
+  sandgate runs artifacts 0193… --download ./out
   sandgate runs artifacts 0193… --tar > artifacts.tar`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -241,8 +258,8 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 					return clientError(a, err)
 				}
 				return nil
-			case output != "":
-				if err := downloadArtifacts(ctx, a, c, args[0], output); err != nil {
+			case download != "":
+				if err := downloadArtifacts(ctx, a, c, args[0], download); err != nil {
 					return clientError(a, err)
 				}
 				return nil
@@ -251,7 +268,7 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return clientError(a, err)
 			}
-			if asJSON {
+			if out.JSON() {
 				return writeJSON(a, list)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
@@ -262,8 +279,9 @@ func newRunsArtifactsCmd(a *app) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "download every artifact into this directory")
+	cmd.Flags().StringVar(&download, "download", "", "download every artifact into this directory")
 	cmd.Flags().BoolVar(&asTar, "tar", false, "write every artifact as one tar stream to stdout")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the list as JSON")
+	out = bindOutput(cmd)
+	out.hint = "; to download every artifact into a directory, use --download DIR"
 	return cmd
 }

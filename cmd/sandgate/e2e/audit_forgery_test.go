@@ -123,10 +123,10 @@ func TestAuditVerifyCLIReportsForgedChain(t *testing.T) {
 
 	exported := filepath.Join(state, "trail.jsonl")
 	checkpoints := filepath.Join(state, "checkpoints.jsonl")
-	if out, err := auditCLI(env, "audit", "export", "-o", exported); err != nil {
+	if out, err := auditCLI(env, "audit", "export", "--database-url", env["SANDGATE_DATABASE_URL"], "-o", exported); err != nil {
 		t.Fatalf("export: %v\n%s", err, out)
 	}
-	if out, err := auditCLI(env, "audit", "export", "--checkpoints", "-o", checkpoints); err != nil {
+	if out, err := auditCLI(env, "audit", "export", "--database-url", env["SANDGATE_DATABASE_URL"], "--checkpoints", "-o", checkpoints); err != nil {
 		t.Fatalf("export --checkpoints: %v\n%s", err, out)
 	}
 	noKey := map[string]string{}

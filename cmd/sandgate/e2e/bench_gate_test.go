@@ -169,8 +169,9 @@ type binaryServer struct {
 }
 
 // startBinary starts bin's serve with a warm pool of pool and waits until
-// it is ready. Its token is a submitter's of the tokens file it is given.
-func startBinary(b *testing.B, bin, pool string) *binaryServer {
+// it is ready. Its token is a submitter's of the tokens file it is given;
+// opts change its environment.
+func startBinary(b *testing.B, bin, pool string, opts ...serverOption) *binaryServer {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -187,6 +188,9 @@ func startBinary(b *testing.B, bin, pool string) *binaryServer {
 		"SANDGATE_VOLUME_DIR": state + "/volumes", "SANDGATE_WORKSPACE_DIR": state + "/workspaces",
 		"SANDGATE_UPLOAD_DIR": state + "/uploads", "SANDGATE_NODE": node, "DOCKER_HOST": executortest.DockerHost(),
 		"SANDGATE_AGENT_BINARY": bin, "SANDGATE_WARM_POOL": pool,
+	}
+	for _, o := range opts {
+		o(env)
 	}
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = os.Environ()

@@ -357,7 +357,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 
 	// The correlation ID leads to the run's events in the trail.
 	b.do("follow the correlation ID", chromedp.Click(chromedp.CSS(`dl.facts a[href^="#/audit?correlation_id="]`)))
-	b.waitJS("the run's events are listed", `[...document.querySelectorAll('table.events code')].some(c => c.textContent === 'container.exited')`, 20*time.Second)
+	b.waitJS("the run's events are listed", `!!document.querySelector('table.events tr[data-type="container.exited"]')`, 20*time.Second)
 	if got := b.text(`document.getElementById('a-correlation_id').value`); got != run.CorrelationID {
 		t.Errorf("audit filter correlation_id = %q, want %q", got, run.CorrelationID)
 	}

@@ -375,7 +375,7 @@ func TestReceiptCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(dir, "receipt.json")
-	if out, err := auditCLI(s.Env, "audit", "receipt", run.ID, "-o", file); err != nil {
+	if out, err := auditCLI(s.Env, "audit", "receipt", "--database-url", s.DSN, run.ID, "-o", file); err != nil {
 		t.Fatalf("audit receipt: %v\n%s", err, out)
 	}
 	pub, err := auditCLI(s.Env, "audit", "public-key", "--signing-key-file", keyFile)

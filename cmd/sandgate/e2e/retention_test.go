@@ -96,7 +96,7 @@ func TestAuditRetentionCLI(t *testing.T) {
 	if out, err := cli("audit", "verify"); err != nil {
 		t.Fatalf("verify after purge: %v\n%s", err, out)
 	}
-	out, err = cli("audit", "query", "--type", "retention.applied")
+	out, err = cli("audit", "query", "--database-url", env["SANDGATE_DATABASE_URL"], "-o", "json", "--type", "retention.applied")
 	if err != nil || !strings.Contains(out, "audit_events_2025_01") {
 		t.Fatalf("query retention.applied: %v\n%s", err, out)
 	}

@@ -1,6 +1,8 @@
 // app.js is the console's entry point: sign-in, navigation and the
-// router. Pages live at #/overview, #/runs, #/runs/<id>, #/policies and
-// #/audit; the part after "?" holds a page's filters. Routing never
+// router. Pages live at #/overview, #/runs, #/runs/<id>, #/sessions,
+// #/sessions/<id>, #/policies, #/audit and #/nodes; the part after "?"
+// holds a page's filters. A new page is one entry in pages and one link
+// in index.html's navigation. Routing never
 // reloads the page, so the token held in memory stays until sign-out.
 
 import * as api from './api.js';
@@ -10,6 +12,8 @@ import * as runs from './pages/runs.js';
 import * as run from './pages/run.js';
 import * as policies from './pages/policies.js';
 import * as audit from './pages/audit.js';
+import * as sessions from './pages/sessions.js';
+import * as nodes from './pages/nodes.js';
 
 // Which roles may open each page; the API refuses the rest anyway, this
 // only keeps the navigation to what will work.
@@ -19,6 +23,9 @@ const pages = {
   run: {title: 'Run', mod: run, roles: ['submitter', 'auditor', 'admin'], nav: 'runs'},
   policies: {title: 'Policies', mod: policies, roles: null},
   audit: {title: 'Audit', mod: audit, roles: ['auditor', 'admin']},
+  sessions: {title: 'Sessions', mod: {render: sessions.renderList}, roles: ['submitter', 'auditor', 'admin']},
+  session: {title: 'Session', mod: {render: sessions.renderOne}, roles: ['submitter', 'auditor', 'admin'], nav: 'sessions'},
+  nodes: {title: 'Nodes', mod: nodes, roles: ['admin']},
 };
 
 let cleanup = null;
@@ -31,6 +38,7 @@ export function parseRoute(hash) {
   const parts = p.split('/').filter(Boolean).map((x) => { try { return decodeURIComponent(x); } catch (_) { return x; } });
   const params = new URLSearchParams(q || '');
   if (parts[0] === 'runs' && parts[1]) return {page: 'run', id: parts[1], params};
+  if (parts[0] === 'sessions' && parts[1]) return {page: 'session', id: parts[1], params};
   return {page: pages[parts[0]] ? parts[0] : 'overview', id: null, params};
 }
 

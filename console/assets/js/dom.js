@@ -81,8 +81,10 @@ export function table(caption, cols, rows, opts = {}) {
 
 // dl builds a description list from [term, value] pairs, skipping
 // pairs whose value is undefined.
+// Each pair is a div (dl > div > dt + dd), so that a grid of tiles keeps
+// every term above its value.
 export function dl(pairs, cls) {
-  return h('dl', {class: ['facts', cls]}, pairs.filter((p) => p && p[1] !== undefined).map(([k, v]) => [h('dt', null, k), h('dd', null, v)]));
+  return h('dl', {class: ['facts', cls]}, pairs.filter((p) => p && p[1] !== undefined).map(([k, v]) => h('div', null, h('dt', null, k), h('dd', null, v))));
 }
 
 // section makes a titled part of a page.
@@ -99,6 +101,7 @@ export function errorBox(err) {
 }
 
 // json shows a value as indented JSON text.
+// It can be focused, so that the keyboard scrolls it when it overflows.
 export function json(v) {
-  return h('pre', {class: 'json'}, JSON.stringify(v, null, 2));
+  return h('pre', {class: 'json', tabindex: '0'}, JSON.stringify(v, null, 2));
 }

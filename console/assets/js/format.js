@@ -37,7 +37,27 @@ export function bytes(n) {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
 
-export function shortID(id) { return id ? String(id).slice(0, 8) : '—'; }
+// shortID shows an ID by its last 8 characters: a UUIDv7's first 8 are
+// its timestamp, the same for every run of a minute, while its tail is
+// random and tells runs apart ("…9e4f1a2b").
+export function shortID(id) {
+  if (!id) return '—';
+  const str = String(id);
+  return str.length > 8 ? `…${str.slice(-8)}` : str;
+}
+
+// Words for the usage figures a run reports (GET /v1/runs/{id}'s usage).
+const USAGE_LABELS = {
+  cpu_ms: 'CPU time', cpu_user_ms: 'CPU time in user space', cpu_system_ms: 'CPU time in the kernel',
+  memory_peak_bytes: 'peak memory', pids_peak: 'peak processes and threads',
+  io_read_bytes: 'read from disk', io_write_bytes: 'written to disk',
+  net_rx_bytes: 'network received', net_tx_bytes: 'network sent',
+  wall_ms: 'wall-clock time', source: 'measured by', sampled_at: 'last sampled',
+};
+
+// usageLabel names a usage figure in words; a figure this console does not
+// know yet keeps its field name with spaces.
+export function usageLabel(key) { return USAGE_LABELS[key] || key.replace(/_/g, ' '); }
 
 // toRFC3339 turns the value of a datetime-local input (the viewer's local
 // time) into what the API's since and until take.

@@ -80,6 +80,10 @@ func Transient(ctx context.Context, err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return true
 	}
+	var streamErr *StreamError
+	if errors.As(err, &streamErr) {
+		return streamErr.Interrupted()
+	}
 	var netErr net.Error
 	return errors.As(err, &netErr) && netErr.Timeout()
 }
@@ -133,12 +137,36 @@ type Message struct {
 		Message string `json:"message"`
 	} `json:"errorDetail"`
 	Aux json.RawMessage `json:"aux"`
+	// ID and ProgressDetail are a pull's: the layer a message is about,
+	// and how many of its bytes are done of how many.
+	ID             string `json:"id"`
+	ProgressDetail struct {
+		Current int64 `json:"current"`
+		Total   int64 `json:"total"`
+	} `json:"progressDetail"`
 }
 
 // StreamError is a failure the daemon reported inside a progress stream.
 type StreamError struct{ Msg string }
 
 func (e *StreamError) Error() string { return e.Msg }
+
+// interruptions are what the daemon says in a stream when its connection
+// to a registry broke, not when the registry refused: such a pull may be
+// tried again.
+var interruptions = []string{"connection refused", "connection reset", "unexpected EOF", "i/o timeout",
+	"broken pipe", "TLS handshake timeout", "net/http: request canceled", "no route to host"}
+
+// Interrupted reports whether the stream ended because a connection
+// broke.
+func (e *StreamError) Interrupted() bool {
+	for _, s := range interruptions {
+		if strings.Contains(e.Msg, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // ReadMessages reads a progress stream to its end, calling each for every
 // message, and returns the first error the daemon reported in it.

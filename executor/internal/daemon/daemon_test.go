@@ -50,6 +50,10 @@ func TestTransient(t *testing.T) {
 		{"per-attempt deadline", context.DeadlineExceeded, true},
 		{"connection refused", &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
 		{"plain error", errors.New("something"), false},
+		{"pull cut by the registry", fmt.Errorf("pull: %w", &StreamError{"read tcp 127.0.0.1:1->127.0.0.1:2: read: connection reset by peer"}), true},
+		{"pull of a layer that ended early", &StreamError{"unexpected EOF"}, true},
+		{"pull refused by the registry", &StreamError{"manifest for 127.0.0.1:5000/x:v1 not found: manifest unknown"}, false},
+		{"pull unauthorized", &StreamError{"unauthorized: authentication required"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Transient(context.Background(), tc.err); got != tc.want {

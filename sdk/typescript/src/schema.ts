@@ -137,7 +137,7 @@ export interface paths {
         put?: never;
         /**
          * Reload the policy
-         * @description Reloads the bundle from the policy directory. A bundle that does not compile or fails its tests is refused and the old one stays in force.
+         * @description Reloads the bundle from the policy directory. A bundle that does not compile or fails its tests is refused and the old one stays in force. A gateway running the bundle embedded in its binary (no SANDGATE_POLICY_DIR) has nothing to reload and answers 409 saying so.
          *
          *     Roles: security, admin.
          */
@@ -1002,7 +1002,7 @@ export interface components {
          * @description The type of an audit event.
          * @enum {string}
          */
-        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "secret.set" | "secret.rotated" | "secret.deleted" | "secret.used" | "secret.misdirected" | "terminal.opened" | "terminal.closed" | "port.connection";
+        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "secret.set" | "secret.rotated" | "secret.deleted" | "secret.used" | "secret.misdirected" | "image.pull_progress" | "run.cpu_throttled" | "terminal.opened" | "terminal.closed" | "port.connection";
         /** @description What a client asks to run: the body of POST /v1/runs and POST /v1/admission/review. Unknown fields are refused, naming the field; every list, map and string has the maximum given here (lengths in bytes on the server), and a string holding a NUL is refused. Everything but `command` has a default from the policy bundle's data. */
         RunSpec: {
             /** @description Image reference; default from the policy's data. */
@@ -1387,9 +1387,9 @@ export interface components {
         LogEvent: {
             id: string;
             /** @enum {string} */
-            event: "stdout" | "stderr" | "state" | "exit";
+            event: "stdout" | "stderr" | "state" | "exit" | "pull";
             data: Record<string, never>;
-        } & (unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown);
         /** @description An event of the audit trail with its chain fields. */
         AuditRecord: {
             /** @description UUIDv7, unique; reused when a delivery is retried. */
@@ -1420,7 +1420,7 @@ export interface components {
             /** @description SHA-256(prev_hash ‖ chain_id ‖ seq ‖ body). */
             hash: string;
         };
-        /** @description A page of audit events, oldest first. */
+        /** @description A page of audit events, oldest first (newest first with order=newest). */
         AuditEventList: {
             events: components["schemas"]["AuditRecord"][];
             next_cursor: string | null;
@@ -1470,6 +1470,28 @@ export interface components {
             signed_by?: string;
             /** @description The revision the bundle's signed .manifest names. */
             signed_revision?: string;
+            /** @description The rules of the policy in force, as their METADATA describes them, sorted by rule. */
+            rules?: components["schemas"]["PolicyRule"][];
+        };
+        /** @description One rule of the policy in force: its METADATA, where it is, and how many of the bundle's unit tests name it. */
+        PolicyRule: {
+            rule: string;
+            /** @enum {string} */
+            kind: "finding" | "mutation";
+            title: string;
+            /**
+             * @description A finding's severity; absent for a mutation.
+             * @enum {string}
+             */
+            severity?: "critical" | "high" | "medium" | "low";
+            /** @description The CIS and PSS controls the rule enforces. */
+            controls: string[];
+            /** @description The module whose METADATA block describes the rule. */
+            module: string;
+            /** @description The line of that block. */
+            line: number;
+            /** @description The test_ rules of the bundle's *_test.rego modules that name the rule. */
+            tests: number;
         };
         /** @description A container sandgate manages. */
         Sandbox: {
@@ -1636,6 +1658,12 @@ export interface components {
             cpu_user_ms?: number;
             /** @description CPU time in kernel mode, in milliseconds. */
             cpu_system_ms?: number;
+            /** @description Enforcement periods of the run's CPU limit (100 ms each) that passed while it ran. */
+            cpu_nr_periods?: number;
+            /** @description Periods in which the run used its CPU quota and was throttled until the next. */
+            cpu_nr_throttled?: number;
+            /** @description Time the run's threads spent throttled by its CPU limit, in milliseconds, summed over the CPUs (it can exceed the wall time). Above SANDGATE_CPU_THROTTLE_SHARE of the wall time the trail records run.cpu_throttled. */
+            cpu_throttled_ms?: number;
             /** @description The most memory the container was charged at once (page cache and tmpfs included). A run killed for memory reports its memory limit. */
             memory_peak_bytes?: number;
             /** @description The most processes and threads alive in the container at once; absent when the kernel keeps no such mark and no reading saw one. */
@@ -2785,6 +2813,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
             422: components["responses"]["PolicyInvalid"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -2867,6 +2896,8 @@ export interface operations {
                 limit?: components["parameters"]["Limit"];
                 /** @description The next_cursor of the previous page. */
                 cursor?: components["parameters"]["Cursor"];
+                /** @description oldest (the default) pages the events oldest first, newest newest first; a cursor keeps the order it was made in. */
+                order?: "oldest" | "newest";
             };
             header?: {
                 /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */

@@ -1,13 +1,14 @@
-// The audit page: search the trail with the API's filters (GET
-// /v1/audit/events, keyset paging), export what matches as JSONL or CSV
-// (GET /v1/audit/export), check the chain and its signed checkpoints (GET
-// /v1/audit/verify), and, when the API offers them, the latest
-// checkpoint, the witnesses' status and a run's receipt.
+// The audit page: at the top each chain's state (chains.js); then the
+// trail newest first with the API's filters as removable chips (GET
+// /v1/audit/events?order=newest, keyset paging), one line per event
+// (events.js); export what matches as JSONL or CSV (GET
+// /v1/audit/export); and a run's receipt when the API offers it.
 
 import * as api from '../api.js';
-import {h, fill, table, section, errorBox, json, announce} from '../dom.js';
+import {h, fill, table, section, errorBox, json} from '../dom.js';
 import * as fmt from '../format.js';
-import {badge, runLink} from './common.js';
+import {chainsSection} from './chains.js';
+import {describe, rulesOf} from './events.js';
 
 const FILTERS = [
   ['correlation_id', 'Correlation ID'], ['run_id', 'Run ID'], ['decision_id', 'Decision ID'], ['type', 'Type'],
@@ -45,67 +46,26 @@ function apiFilters(f) {
   return q;
 }
 
-function eventsTable(events, canOpenRuns) {
-  const rows = [];
-  for (const e of events) rows.push(e);
-  const tbl = table('Matching events, oldest first', [
-    {label: 'Time', cell: (e) => h('span', {class: 'mono'}, fmt.timeMs(e.event_time))},
-    {label: 'Type', cell: (e) => h('code', null, e.type)},
-    {label: 'Outcome', cell: (e) => e.outcome || ''},
-    {label: 'Actor', cell: (e) => e.actor || ''},
-    {label: 'Team', cell: (e) => e.team || ''},
-    {label: 'Run', cell: (e) => (e.run_id ? (canOpenRuns ? runLink(e.run_id, fmt.shortID(e.run_id)) : h('span', {class: 'mono'}, fmt.shortID(e.run_id))) : '')},
-    {label: 'Correlation', cell: (e) => (e.correlation_id ? h('a', {href: `#/audit?${new URLSearchParams({correlation_id: e.correlation_id})}`, class: 'mono'}, e.correlation_id.length > 16 ? `${e.correlation_id.slice(0, 16)}…` : e.correlation_id) : '')},
-    {label: 'Chain · seq', cell: (e) => h('span', {class: 'mono'}, `${String(e.chain_id || '').slice(0, 8)} · ${e.seq}`)},
-    {label: 'Details', cell: (e) => {
-      const d = h('details', null, h('summary', null, 'Event'), json(e));
-      return d;
-    }},
-  ], rows, {hideCaption: true, empty: 'No events match.', class: 'events'});
-  return tbl;
+// chips shows the filters in force, each a button that removes it.
+function chips(f, ctx) {
+  const active = FILTERS.filter(([k]) => f[k]);
+  if (!active.length) return h('p', {class: 'muted', id: 'a-chips'}, 'No filter: every event, newest first.');
+  return h('ul', {class: 'chips', id: 'a-chips', 'aria-label': 'Filters in force'}, active.map(([k, label]) => {
+    const b = h('button', {type: 'button', class: 'secondary', 'aria-label': `Remove the filter ${label} ${f[k]}`, dataset: {filter: k}}, `${label}: `, fmt.textNodes(f[k]), ' \u2715');
+    b.addEventListener('click', () => ctx.go('audit', {...f, [k]: ''}));
+    return h('li', null, b);
+  }));
 }
 
-function verifySection() {
-  const out = h('div', {id: 'verify-result', 'aria-live': 'polite'}, h('p', {class: 'muted'}, 'Not checked yet in this visit.'));
-  const b = h('button', {type: 'button', id: 'verify'}, 'Verify the trail');
-  b.addEventListener('click', async () => {
-    b.disabled = true;
-    fill(out, h('p', {class: 'muted'}, 'Verifying every chain, hash and checkpoint signature…'));
-    const started = Date.now();
-    try {
-      const rep = await api.getJSON('/v1/audit/verify');
-      const problems = rep.problems || [];
-      fill(out,
-        h('p', {class: rep.ok ? 'ok-text' : 'error-text'}, badge(rep.ok ? 'verified' : 'problems', rep.ok ? 'ok' : 'bad'),
-          ` ${rep.checked} events checked at ${fmt.time(new Date().toISOString())} in ${fmt.duration(Date.now() - started)}; `,
-          rep.ok ? 'every hash links and every checkpoint signature holds.' : `${problems.length} problem(s).`),
-        problems.length ? table('Problems', [
-          {label: 'Kind', cell: (p) => h('code', null, p.kind)},
-          {label: 'Chain', cell: (p) => h('span', {class: 'mono'}, p.chain_id || '')},
-          {label: 'Seq', cell: (p) => String(p.seq), class: 'num'},
-          {label: 'Detail', cell: (p) => p.detail},
-        ], problems) : null);
-      announce(rep.ok ? 'The trail verifies' : 'The trail has problems');
-    } catch (e) {
-      fill(out, errorBox(e));
-    } finally {
-      b.disabled = false;
-    }
-  });
-  return section('Integrity', h('p', {class: 'help'}, 'Checks the hash chains and the signed checkpoints, as sandgate audit verify does. Problems of kind unsigned_tail or unsigned_chain mean events not yet covered by a checkpoint.'), h('p', null, b), out);
-}
-
-async function textOrJSON(path) {
-  const resp = await api.request('GET', path, {accept: 'application/json, text/plain;q=0.9'});
-  const ct = resp.headers.get('Content-Type') || '';
-  return ct.includes('json') ? json(await resp.json()) : h('pre', {class: 'json'}, await resp.text());
-}
-
-async function optionalSection(title, help, path) {
-  const body = h('div', null, h('p', {class: 'muted'}, 'Loading…'));
-  const sec = section(title, h('p', {class: 'help'}, help), body);
-  try { fill(body, await textOrJSON(path)); } catch (e) { fill(body, errorBox(e)); }
-  return sec;
+// eventsTable shows one line per event, newest first, the rules of a
+// denial in their own column, and each event's record behind a toggle.
+function eventsTable(events, canOpenRuns, raw) {
+  return table('Matching events, newest first', [
+    {label: 'Time (UTC)', cell: (e) => h('span', {class: 'mono', title: e.event_time}, fmt.time(e.event_time))},
+    {label: 'What happened', class: 'what', cell: (e) => describe(e, canOpenRuns)},
+    {label: 'Rule', cell: (e) => rulesOf(e).map((r, i) => [i ? ', ' : '', h('code', null, r)])},
+    {label: 'Record', class: 'raw', cell: (e) => h('details', {open: raw}, h('summary', null, 'Raw JSON'), json(e))},
+  ], events, {hideCaption: true, empty: 'No events match.', class: 'events', rowAttrs: (e) => ({dataset: {type: e.type, seq: e.seq, recorded: e.recorded_at}})});
 }
 
 function receiptSection(path) {
@@ -131,7 +91,7 @@ export async function render(view, ctx) {
   const types = ctx.features.eventTypes;
   const canOpenRuns = api.hasRole('submitter', 'auditor', 'admin');
   const results = h('div', {id: 'audit-events'}, h('p', {class: 'muted'}, 'Loading…'));
-  const more = h('button', {type: 'button', class: 'secondary', hidden: true}, 'Next page');
+  const more = h('button', {type: 'button', class: 'secondary', hidden: true, id: 'a-more'}, 'Older events');
   const exportMsg = h('span', {id: 'export-result', 'aria-live': 'polite', class: 'muted'});
   const exportBtn = (format) => {
     const b = h('button', {type: 'button', class: 'secondary', id: `export-${format}`}, `Export ${format.toUpperCase()}`);
@@ -144,29 +104,36 @@ export async function render(view, ctx) {
     });
     return b;
   };
+  let raw = false;
+  const rawToggle = h('button', {type: 'button', class: 'secondary', id: 'a-raw', 'aria-pressed': 'false'}, 'Show raw JSON');
   const parts = [
     h('h1', null, 'Audit'),
+    chainsSection(),
     filterForm(f, types, ctx),
-    section('Events', h('p', {class: 'toolbar'}, exportBtn('jsonl'), ' ', exportBtn('csv'), ' ', exportMsg), results, more),
-    verifySection(),
+    section('Events', chips(f, ctx), h('p', {class: 'toolbar'}, exportBtn('jsonl'), ' ', exportBtn('csv'), ' ', rawToggle, ' ', exportMsg), results, more),
   ];
   fill(view, parts);
   const feats = ctx.features;
-  if (feats.checkpoint) view.append(await optionalSection('Latest checkpoint', 'The newest signed checkpoint of the trail (a signed note).', feats.checkpoint));
-  if (feats.witness) view.append(await optionalSection('Witnesses', 'Which witnesses cosigned which checkpoint.', feats.witness));
   if (feats.receipt) view.append(receiptSection(feats.receipt));
 
   let events = [];
   let cursor = null;
   const load = async () => {
-    const q = {...apiFilters(f), limit: PAGE};
+    const q = {...apiFilters(f), limit: PAGE, order: 'newest'};
     if (cursor) q.cursor = cursor;
     const page = await api.getJSON('/v1/audit/events', q);
     events = events.concat(page.events || []);
     cursor = page.next_cursor;
     more.hidden = !cursor;
-    fill(results, h('p', {class: 'muted'}, `${events.length} event(s)${cursor ? ', more on the next page' : ''}.`), eventsTable(events, canOpenRuns));
+    draw();
   };
+  const draw = () => fill(results, h('p', {class: 'muted'}, `${events.length} event(s), newest first${cursor ? '; older ones on the next page' : ''}.`), eventsTable(events, canOpenRuns, raw));
+  rawToggle.addEventListener('click', () => {
+    raw = !raw;
+    rawToggle.setAttribute('aria-pressed', String(raw));
+    rawToggle.textContent = raw ? 'Hide raw JSON' : 'Show raw JSON';
+    draw();
+  });
   more.addEventListener('click', () => load().catch((e) => results.append(errorBox(e))));
   try { await load(); } catch (e) { fill(results, errorBox(e)); }
   return null;

@@ -1,6 +1,7 @@
 // common.js holds what several pages show the same way.
 
-import {h} from '../dom.js';
+import {h, announce} from '../dom.js';
+import {shortID} from '../format.js';
 
 // badge shows a run's state or outcome as a word with a colour class; the
 // word itself carries the meaning, the colour only repeats it.
@@ -15,8 +16,26 @@ export function runStatus(r) {
   return badge(r.outcome || 'finished', r.outcome === 'succeeded' ? 'ok' : 'bad');
 }
 
+// runLink links to a run's page; the text is its ID's random tail unless
+// given, and the whole ID is the link's title.
 export function runLink(id, text) {
-  return h('a', {href: `#/runs/${encodeURIComponent(id)}`, class: 'mono'}, text || id);
+  return h('a', {href: `#/runs/${encodeURIComponent(id)}`, class: 'mono', title: id}, text || shortID(id));
+}
+
+// copyButton copies text to the clipboard, and says so.
+export function copyButton(text, what) {
+  const b = h('button', {type: 'button', class: 'secondary small copy', 'aria-label': `Copy the whole ${what}`}, 'Copy');
+  b.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(text);
+      b.textContent = 'Copied';
+      announce(`The ${what} is copied`);
+    } catch (_) {
+      b.textContent = 'Copy refused';
+      announce(`The browser refused to copy the ${what}; select it instead`);
+    }
+  });
+  return b;
 }
 
 export function auditLink(params, text) {

@@ -1,13 +1,14 @@
 // The policies page: the policy in force (GET /v1/policies: revision,
 // modules with their hashes, the last load error), a reload for those who
 // may, and a review box that asks POST /v1/admission/review for the
-// decision on a pasted spec without running it. A replay of a candidate
-// bundle appears when the API offers one.
+// decision on a pasted spec without running it. The rules, the load
+// history and the replay of an uploaded bundle are in policybundle.js.
 
 import * as api from '../api.js';
 import {h, fill, table, dl, section, errorBox, json, announce} from '../dom.js';
 import * as fmt from '../format.js';
 import {badge, violations} from './common.js';
+import {rulesSection, historySection, replaySection} from './policybundle.js';
 
 const EXAMPLE = `{
   "image": "sandgate/sandbox:latest",
@@ -74,25 +75,13 @@ function reviewSection() {
   return section('Review a spec', form);
 }
 
-function replaySection(path) {
-  const ta = h('textarea', {id: 'replay-body', rows: 6, spellcheck: 'false'}, '{}');
-  const out = h('div', {'aria-live': 'polite'});
-  const form = h('form', {'aria-label': 'Replay a candidate bundle'},
-    h('label', {for: 'replay-body'}, `Request body for POST ${path} (JSON)`), ta,
-    h('p', null, h('button', {type: 'submit'}, 'Replay')), out);
-  form.addEventListener('submit', async (ev) => {
-    ev.preventDefault();
-    try { fill(out, json(await api.postJSON(path, ta.value))); } catch (e) { fill(out, errorBox(e)); }
-  });
-  return section('Replay a candidate bundle', h('p', {class: 'help'}, 'Replays recorded decisions against a candidate bundle and reports which would change.'), form);
-}
-
 export async function render(view, ctx) {
   const parts = [h('h1', null, 'Policies')];
   if (api.hasRole('security', 'admin', 'auditor')) {
     const body = h('div');
     const sec = section('Policy in force', body);
-    const draw = (st) => fill(body, statusSection(st));
+    const rules = h('div');
+    const draw = (st) => { fill(body, statusSection(st)); fill(rules, rulesSection(st.rules)); };
     try { draw(await api.getJSON('/v1/policies')); } catch (e) { fill(body, errorBox(e)); }
     if (api.hasRole('security', 'admin')) {
       const msg = h('div', {'aria-live': 'polite'});
@@ -111,7 +100,8 @@ export async function render(view, ctx) {
       });
       sec.append(h('p', null, b), msg);
     }
-    parts.push(sec);
+    parts.push(sec, rules);
+    try { parts.push(await historySection()); } catch (e) { parts.push(errorBox(e)); }
   } else {
     parts.push(h('p', {class: 'muted'}, 'The policy in force is shown to the security, auditor and admin roles. Any principal may review a spec.'));
   }

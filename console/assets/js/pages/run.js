@@ -9,7 +9,7 @@
 import * as api from '../api.js';
 import {h, fill, table, dl, section, errorBox, json, announce} from '../dom.js';
 import * as fmt from '../format.js';
-import {badge, runStatus, auditLink, commandLine, violations} from './common.js';
+import {badge, runStatus, auditLink, commandLine, violations, copyButton} from './common.js';
 
 function outputSection(name, o, liveBytes) {
   const b = liveBytes || fmt.outputBytes(o);
@@ -53,7 +53,7 @@ function eventDetail(e) {
 }
 
 function usageSection(u) {
-  const pairs = Object.entries(u).map(([k, v]) => [k.replace(/_/g, ' '), typeof v === 'number' && /bytes/.test(k) ? fmt.bytes(v) : (typeof v === 'number' && /_ms$/.test(k) ? fmt.duration(v) : (typeof v === 'object' ? JSON.stringify(v) : String(v)))]);
+  const pairs = Object.entries(u).map(([k, v]) => [fmt.usageLabel(k), typeof v === 'number' && /bytes/.test(k) ? fmt.bytes(v) : (typeof v === 'number' && /_ms$/.test(k) ? fmt.duration(v) : (typeof v === 'object' ? JSON.stringify(v) : String(v)))]);
   return section('Resource usage', dl(pairs));
 }
 
@@ -138,7 +138,8 @@ export async function render(view, ctx) {
   const head = h('div', {class: 'runhead'});
   const outSlot = h('div', {id: 'run-output'});
   const rest = h('div');
-  fill(view, h('h1', null, 'Run ', h('span', {class: 'mono'}, id), ' ', stateSlot), head, outSlot, rest);
+  fill(view, h('h1', null, 'Run ', h('span', {class: 'mono', title: id}, fmt.shortID(id)), ' ', stateSlot),
+    h('p', {class: 'runid'}, h('span', {class: 'muted'}, 'Run ID '), h('span', {class: 'mono', id: 'run-id'}, id), ' ', copyButton(id, 'run ID')), head, outSlot, rest);
 
   const drawHead = (r) => {
     fill(stateSlot, runStatus(r));

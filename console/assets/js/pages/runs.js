@@ -62,16 +62,16 @@ export async function render(view, ctx) {
   let stopped = false;
 
   const draw = () => keepFocus(list, () => fill(list, table('Runs, newest first', [
-    {label: 'Run', cell: (r) => h('a', {href: `#/runs/${encodeURIComponent(r.id)}`, class: 'mono', dataset: {key: `run-${r.id}`}}, fmt.shortID(r.id))},
+    {label: 'Run', cell: (r) => h('a', {href: `#/runs/${encodeURIComponent(r.id)}`, class: 'mono', title: r.id, dataset: {key: `run-${r.id}`}}, fmt.shortID(r.id))},
     {label: 'Status', cell: (r) => runStatus(r)},
     {label: 'Exit', cell: (r) => (r.exit_code === null || r.exit_code === undefined ? '—' : String(r.exit_code)), class: 'num'},
     {label: 'Team', cell: (r) => r.team},
-    {label: 'Principal', cell: (r) => r.principal},
+    {label: 'Principal', cell: (r) => r.principal, class: 'wide'},
     {label: 'Image', cell: (r) => h('span', {class: 'mono'}, fmt.textNodes((r.spec && r.spec.image) || ''))},
     {label: 'Command', cell: (r) => h('span', {class: 'mono clip'}, fmt.textNodes(commandLine(r.spec && r.spec.command)))},
-    {label: 'Created', cell: (r) => fmt.time(r.created_at)},
+    {label: 'Created', cell: (r) => fmt.time(r.created_at), class: 'wide'},
     {label: 'Duration', cell: (r) => (r.state === 'finished' ? fmt.duration(r.duration_ms) : '…'), class: 'num'},
-    {label: 'Output', cell: (r) => fmt.bytes((r.stdout ? r.stdout.bytes : 0) + (r.stderr ? r.stderr.bytes : 0)), class: 'num'},
+    {label: 'Output', cell: (r) => fmt.bytes((r.stdout ? r.stdout.bytes : 0) + (r.stderr ? r.stderr.bytes : 0)), class: 'num wide'},
   ], rows, {hideCaption: true, empty: 'No runs match.', rowAttrs: (r) => ({dataset: {run: r.id, state: r.state}})})));
 
   const load = async (append) => {
