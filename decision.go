@@ -283,7 +283,9 @@ type PolicyCandidate interface {
 	// Decide evaluates in against the candidate as the engine in force
 	// would (mutations applied, fail closed). in.Settings are used as
 	// they are: the candidate has no settings of its own. The error is
-	// non-nil only when ctx is done.
+	// non-nil when ctx is done, or when a candidate evaluated out of
+	// process cannot decide: POLICY-INVALID when the evaluation used one
+	// of its limits, UNAVAILABLE when the evaluator failed.
 	Decide(ctx context.Context, in AdmissionInput) (Decision, error)
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -147,11 +148,20 @@ func (e *Executor) GetFiles(ctx context.Context, sessionID, p string, w io.Write
 			return sandgate.FileDigest{}, sandgate.Errorf(sandgate.CodeNotFound, "%s: cannot be opened", p)
 		}
 		defer f.Close()
-		if fst, err := f.Stat(); err != nil || !os.SameFile(st, fst) {
+		fst, err := f.Stat()
+		if err != nil || !os.SameFile(st, fst) {
 			return sandgate.FileDigest{}, sandgate.Errorf(sandgate.CodeConflict, "%s changed while it was opened", p)
 		}
+		// A file is read as a directory is, within the workspace's size:
+		// its apparent size counts, not its blocks, so a sparse file of
+		// 20 GB in a 32 MiB workspace is refused before a byte is sent.
+		// What is read is bounded by the size checked.
+		size := fst.Size()
+		if err := checkFileRead(p, size, e.sessionReadLimit(sessionID)); err != nil {
+			return sandgate.FileDigest{}, err
+		}
 		begin(sandgate.FileFormatFile)
-		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, st.Size()))
+		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, size))
 		return sandgate.FileDigest{Path: p, Kind: sandgate.FileFormatFile, Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil)), Entries: 1}, err
 	case st.IsDir():
 		sub := dirRoot
@@ -218,6 +228,17 @@ func (e *Executor) sessionReadLimit(id string) int64 {
 		return s.job.Spec.Resources.WorkspaceMB << 20
 	}
 	return 0
+}
+
+// checkFileRead refuses a file of size bytes (its apparent size) larger
+// than limit, the session's workspace: TOO-LARGE, naming the limit.
+func checkFileRead(p string, size, limit int64) error {
+	if size <= limit {
+		return nil
+	}
+	return &sandgate.Error{Code: sandgate.CodeTooLarge, Field: "path",
+		Message: fmt.Sprintf("%s is %d bytes (its apparent size: a sparse file counts whole), more than the session's workspace limit of %d MiB a read may send", p, size, limit>>20),
+		Details: map[string]any{"limit": "workspace_mb", "limit_bytes": limit, "size_bytes": size}}
 }
 
 type zeros struct{}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -101,6 +102,10 @@ func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string,
 		}
 		return api.ReplayReport{}, unavailable(err, "the policy engine")
 	}
+	// A candidate evaluated in a child process of its own ends with it.
+	if c, ok := cand.(io.Closer); ok {
+		defer c.Close()
+	}
 	r := &replayer{
 		gate:     s.gate,
 		cand:     cand,
@@ -124,6 +129,13 @@ func (s *replays) replay(ctx context.Context, p sandgate.Principal, corr string,
 	case rctx.Err() != nil:
 		// Out of time: what was replayed so far is the answer.
 		r.rep.TimedOut, r.rep.Truncated = true, true
+	case sandgate.ErrorCodeOf(err) == sandgate.CodePolicyInvalid:
+		// The candidate needed more than the evaluator's limits for one
+		// of the decisions: refused, as at load.
+		if rerr := s.recordReplay(ctx, p, corr, q, nil, err); rerr != nil {
+			return api.ReplayReport{}, rerr
+		}
+		return api.ReplayReport{}, err
 	case err != nil:
 		return api.ReplayReport{}, unavailable(err, "the audit trail")
 	}

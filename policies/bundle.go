@@ -78,6 +78,11 @@ func (e *loadError) Error() string { return strings.Join(e.errs, "; ") }
 // invalid turns a load failure into the POLICY-INVALID error callers see,
 // with every problem in Details["errors"].
 func invalid(source string, err error) error {
+	var se *sandgate.Error
+	if errors.As(err, &se) {
+		// Already told: the evaluator's refusal, or its absence.
+		return se
+	}
 	var le *loadError
 	errs := []string{err.Error()}
 	cause := err

@@ -41,8 +41,26 @@ var (
 // does: its files must carry a signature (.signatures.json, and the
 // .manifest it signs) by a pinned key covering each of them, or it is
 // POLICY-INVALID.
+//
+// With an Evaluator (Options.Evaluator), the candidate is loaded, tested
+// and evaluated in a child process that ends when ctx does (or when the
+// candidate is closed: it is an io.Closer then); a candidate that needs
+// more than the evaluator's limits is POLICY-INVALID, at load or at any
+// Decide, with the limit in Details["limit"].
 func (e *Engine) LoadCandidate(ctx context.Context, files map[string][]byte) (sandgate.PolicyCandidate, error) {
-	c, err := loadCandidate(ctx, files, e.keys)
+	list, sig, err := candidateFiles(files, e.keys)
+	if err != nil {
+		return nil, err
+	}
+	if e.eval != nil {
+		return e.eval.loadCandidate(ctx, list, e)
+	}
+	b, err := parseBundle(CandidateSource, list)
+	if err != nil {
+		return nil, invalid(CandidateSource, err)
+	}
+	b.signature = sig
+	c, err := newCandidate(ctx, CandidateSource, b)
 	if err != nil {
 		return nil, err
 	}
@@ -52,22 +70,34 @@ func (e *Engine) LoadCandidate(ctx context.Context, files map[string][]byte) (sa
 
 // LoadCandidate loads the bundle made of files (file name to content, the
 // top of a bundle directory: *.rego, *_test.rego and *.json files) as a
-// candidate. A bad file name or too many files is INVALID-REQUEST naming
-// "files"; a bundle the engine would refuse (it does not compile, has a
-// rule without METADATA, defines no decision, or fails its own tests) is
-// POLICY-INVALID with every problem in Details["errors"]. A signature
-// (.signatures.json) and manifest (.manifest) among files are ignored:
-// Engine.LoadCandidate verifies them when keys are pinned.
+// candidate, in this process. A bad file name or too many files is
+// INVALID-REQUEST naming "files"; a bundle the engine would refuse (it
+// does not compile, has a rule without METADATA, defines no decision, or
+// fails its own tests) is POLICY-INVALID with every problem in
+// Details["errors"]. A signature (.signatures.json) and manifest
+// (.manifest) among files are ignored: Engine.LoadCandidate verifies them
+// when keys are pinned.
 func LoadCandidate(ctx context.Context, files map[string][]byte) (*Candidate, error) {
-	return loadCandidate(ctx, files, nil)
+	list, _, err := candidateFiles(files, nil)
+	if err != nil {
+		return nil, err
+	}
+	b, err := parseBundle(CandidateSource, list)
+	if err != nil {
+		return nil, invalid(CandidateSource, err)
+	}
+	return newCandidate(ctx, CandidateSource, b)
 }
 
-func loadCandidate(ctx context.Context, files map[string][]byte, keys *VerifyKeys) (*Candidate, error) {
+// candidateFiles checks the names and the number of a candidate's files,
+// and with keys verifies its signature: the files of the bundle, and who
+// signed them (nil without keys).
+func candidateFiles(files map[string][]byte, keys *VerifyKeys) ([]bundleFile, *Signature, error) {
 	if len(files) == 0 {
-		return nil, sandgate.FieldError("files", "a candidate bundle needs at least one file")
+		return nil, nil, sandgate.FieldError("files", "a candidate bundle needs at least one file")
 	}
 	if len(files) > MaxCandidateFiles {
-		return nil, sandgate.FieldError("files", "a candidate bundle has at most %d files, not %d", MaxCandidateFiles, len(files))
+		return nil, nil, sandgate.FieldError("files", "a candidate bundle has at most %d files, not %d", MaxCandidateFiles, len(files))
 	}
 	list := make([]bundleFile, 0, len(files))
 	var signed signedFiles
@@ -81,30 +111,30 @@ func loadCandidate(ctx context.Context, files map[string][]byte, keys *VerifyKey
 			continue
 		}
 		if ext := path.Ext(name); !candidateName.MatchString(name) || (ext != ".rego" && ext != ".json") {
-			return nil, sandgate.FieldError("files", "%q is not a bundle file name: a *.rego or *.json name without a directory, of at most 128 letters, digits, '.', '_' and '-'", shortName(name))
+			return nil, nil, sandgate.FieldError("files", "%q is not a bundle file name: a *.rego or *.json name without a directory, of at most 128 letters, digits, '.', '_' and '-'", shortName(name))
 		}
 		list = append(list, bundleFile{name: name, data: slices.Clone(data)})
 	}
-	var sig *Signature
-	if keys != nil {
-		s, err := keys.verify(list, signed)
-		if err != nil {
-			return nil, invalid(CandidateSource, &loadError{[]string{err.Error()}})
-		}
-		sig = &s
+	if keys == nil {
+		return list, nil, nil
 	}
-	b, err := parseBundle(CandidateSource, list)
+	s, err := keys.verify(list, signed)
 	if err != nil {
-		return nil, invalid(CandidateSource, err)
+		return nil, nil, invalid(CandidateSource, &loadError{[]string{err.Error()}})
 	}
-	b.signature = sig
-	e := &Engine{source: CandidateSource}
+	return list, &s, nil
+}
+
+// newCandidate compiles, tests and prepares b, read from source, as a
+// candidate with no settings of its own.
+func newCandidate(ctx context.Context, source string, b *bundle) (*Candidate, error) {
+	e := &Engine{source: source}
 	for i, airGapped := range []bool{false, true} {
 		e.settingsTerms[i] = settingsTerm(sandgate.Settings{AirGapped: airGapped, MountRoots: []string{}})
 	}
-	p, err := e.prepare(ctx, b)
+	p, err := e.prepare(ctx, b, true)
 	if err != nil {
-		return nil, invalid(CandidateSource, err)
+		return nil, invalid(source, err)
 	}
 	e.current.Store(p)
 	return &Candidate{e: e, p: p}, nil

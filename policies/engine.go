@@ -75,6 +75,11 @@ type Options struct {
 	// start and at every reload. The embedded bundle is unsigned, so Dir
 	// must be set.
 	VerifyKeys *VerifyKeys
+	// Evaluator, when set, is where bundles not yet in force are loaded,
+	// tested and evaluated: every load's tests (at start and at each
+	// reload) and every candidate, each in a child process under the
+	// evaluator's limits. Without one, they run in this process.
+	Evaluator *Evaluator
 }
 
 // policy is one loaded, tested and prepared revision of a bundle.
@@ -111,6 +116,7 @@ type Engine struct {
 	log      *slog.Logger
 	debounce time.Duration
 	keys     *VerifyKeys
+	eval     *Evaluator
 
 	current atomic.Pointer[policy]
 
@@ -144,6 +150,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		log:      opts.Logger,
 		debounce: opts.Debounce,
 		keys:     opts.VerifyKeys,
+		eval:     opts.Evaluator,
 	}
 	_, e.source = bundleFS(opts.Dir)
 	if e.log == nil {
@@ -317,13 +324,21 @@ func (e *Engine) load(ctx context.Context, trigger string) (bool, error) {
 		e.setLastError(nil)
 		return false, nil
 	}
+	// With an evaluator, the bundle's tests run in its child, on the very
+	// bytes this process then compiles and prepares without them.
+	if err == nil && e.eval != nil {
+		err = e.eval.check(ctx, e.source, b.files)
+	}
 	var p *policy
 	if err == nil {
-		p, err = e.prepare(ctx, b)
+		p, err = e.prepare(ctx, b, e.eval == nil)
 	}
 	if err != nil {
 		inv := invalid(e.source, err)
 		errs, _ := inv.(*sandgate.Error).Details["errors"].([]string)
+		if len(errs) == 0 {
+			errs = []string{sandgate.ErrorMessageOf(inv)}
+		}
 		e.setLastError(errs)
 		attempted := ""
 		if b != nil {
@@ -358,8 +373,9 @@ func revisionOf(p *policy) string {
 	return p.revision
 }
 
-// prepare compiles b, runs its tests and prepares the decision query.
-func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
+// prepare compiles b, runs its tests (unless the evaluator has run them:
+// tests false) and prepares the decision query.
+func (e *Engine) prepare(ctx context.Context, b *bundle, tests bool) (*policy, error) {
 	compiler, err := b.compile()
 	if err != nil {
 		return nil, err
@@ -391,12 +407,14 @@ func (e *Engine) prepare(ctx context.Context, b *bundle) (*policy, error) {
 		return nil, &loadError{[]string{err.Error()}}
 	}
 	store := b.store()
-	results, err := b.runTests(ctx, store, false)
-	if err != nil {
-		return nil, err
-	}
-	if failed := testFailures(results); len(failed) > 0 {
-		return nil, &loadError{failed}
+	if tests {
+		results, err := b.runTests(ctx, store, false)
+		if err != nil {
+			return nil, err
+		}
+		if failed := testFailures(results); len(failed) > 0 {
+			return nil, &loadError{failed}
+		}
 	}
 	query, err := rego.New(
 		rego.Query(DecisionQuery),

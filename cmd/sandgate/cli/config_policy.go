@@ -37,7 +37,13 @@ type policyConfig struct {
 	// the gateway's default.
 	ReplayMaxDecisions int
 	ReplayTimeout      time.Duration
-	invalid            []string
+	// EvalMemoryMB and EvalCPUSeconds bound the child process in which a
+	// bundle not yet in force (a replay's candidate, a reload's tests)
+	// is evaluated (SANDGATE_POLICY_EVAL_MEMORY_MB,
+	// SANDGATE_POLICY_EVAL_CPU_SECONDS); zero is the default.
+	EvalMemoryMB   int
+	EvalCPUSeconds int
+	invalid        []string
 	// hostGroups are the host's groups no run may hold, found by serve at
 	// start (executor.HostGroups: the Docker socket's, the mount roots'),
 	// not read from the environment (#28 item 7).
@@ -55,6 +61,8 @@ func readPolicyConfig(getenv func(string) string) policyConfig {
 	}
 	e.int("SANDGATE_REPLAY_MAX_DECISIONS", &c.ReplayMaxDecisions)
 	e.duration("SANDGATE_REPLAY_TIMEOUT", &c.ReplayTimeout, false, "30s or 2m")
+	e.int("SANDGATE_POLICY_EVAL_MEMORY_MB", &c.EvalMemoryMB)
+	e.int("SANDGATE_POLICY_EVAL_CPU_SECONDS", &c.EvalCPUSeconds)
 	c.invalid = e.invalid
 	return c
 }
@@ -92,6 +100,12 @@ func (c *policyConfig) Validate() error {
 	if c.ReplayTimeout < 0 || c.ReplayTimeout > time.Hour {
 		return fmt.Errorf("SANDGATE_REPLAY_TIMEOUT must be between 0 (the default, 1m) and 1h, not %s", c.ReplayTimeout)
 	}
+	if c.EvalMemoryMB != 0 && (c.EvalMemoryMB < 64 || c.EvalMemoryMB > 65536) {
+		return fmt.Errorf("SANDGATE_POLICY_EVAL_MEMORY_MB must be between 64 and 65536 (0: the default, %d), not %d", policies.DefaultEvaluatorMemoryMB, c.EvalMemoryMB)
+	}
+	if c.EvalCPUSeconds < 0 || c.EvalCPUSeconds > 3600 {
+		return fmt.Errorf("SANDGATE_POLICY_EVAL_CPU_SECONDS must be between 1 and 3600 (0: the default, %d), not %d", policies.DefaultEvaluatorCPUSeconds, c.EvalCPUSeconds)
+	}
 	return nil
 }
 
@@ -110,9 +124,16 @@ func (c *policyConfig) settings() sandgate.Settings {
 
 // engine loads and compiles the bundle (its tests pass, or it is
 // refused), reporting policy.loaded and every later reload to events.
-// Watching the directory starts with watch, once serve has registered.
+// Each load's tests, and every replay's candidate, run in a child process
+// of this binary under the evaluator's limits. Watching the directory
+// starts with watch, once serve has registered.
 func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, logger *slog.Logger) (*policies.Engine, error) {
 	keys, err := c.verifyKeys()
+	if err != nil {
+		return nil, err
+	}
+	logger = logger.With("component", "policies")
+	eval, err := policies.NewEvaluator("", policies.EvaluatorLimits{MemoryMB: int64(c.EvalMemoryMB), CPUSeconds: int64(c.EvalCPUSeconds)}, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +141,9 @@ func (c *policyConfig) engine(ctx context.Context, events sandgate.EventSink, lo
 		Dir:        c.PolicyDir,
 		Settings:   c.settings(),
 		Events:     events,
-		Logger:     logger.With("component", "policies"),
+		Logger:     logger,
 		VerifyKeys: keys,
+		Evaluator:  eval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
