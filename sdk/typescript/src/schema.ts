@@ -735,7 +735,7 @@ export interface paths {
         };
         /**
          * Read files out of a session
-         * @description The file at `path`, or the directory at `path` (default the workspace) as a tar of its regular files. Nothing is read through a symbolic link: a link at `path` is refused, links under a directory are left out. Recorded as session.file_get with path, size and SHA-256.
+         * @description The file at `path`, or the directory at `path` (default the workspace) as a tar of its regular files. Nothing is read through a symbolic link: a link at `path` is refused, links under a directory are left out. A read sends at most the session's workspace size (`resources.workspace_mb`): a file whose apparent size is larger (a sparse file too) is refused 413 naming the limit; a directory's collection stops at it. Recorded as session.file_get with path, size and SHA-256.
          *
          *     Roles: submitter, admin, auditor.
          */
@@ -3944,6 +3944,7 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["TooLarge"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
