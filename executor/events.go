@@ -61,12 +61,16 @@ func (t *trail) emitEnd(build func(sandgate.Subject, time.Time, sandgate.Result,
 	t.sink.Emit(build(t.subject(), t.now(), res, t.withSession(payload)))
 }
 
-// imageResolved: the run's image is present (pulled when it was), and
-// signed by signer when it is signed with a pinned key.
-func (t *trail) imageResolved(ref, id, signer string, pulled, cached bool, policy sandgate.PullPolicy) {
+// imageResolved: the run's image is present (pulled when it was),
+// signed by signer when it is signed with a pinned key, and carrying the
+// package list of digest packages when it carries one.
+func (t *trail) imageResolved(ref, id, signer, packages string, pulled, cached bool, policy sandgate.PullPolicy) {
 	p := map[string]any{"image": ref, "image_id": id, "pulled": pulled, "cached": cached, "pull_policy": string(policy)}
 	if signer != "" {
 		p["signer"] = signer
+	}
+	if packages != "" {
+		p["packages_sha256"] = packages
 	}
 	t.emit(sandgate.NewImageResolved, p)
 }

@@ -41,6 +41,9 @@ type resolver struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedImage
+	// packages are the digests of the package lists images carry, by
+	// image ID (image_packages.go).
+	packages map[string]string
 }
 
 // cachedImage is a resolved image reference.
@@ -51,7 +54,7 @@ type cachedImage struct {
 
 func newResolver(cfg Config, d resolveAPI, c calls) *resolver {
 	return &resolver{
-		docker: d, calls: c, ttl: cfg.ImageCacheTTL, now: cfg.Clock, cache: map[string]cachedImage{},
+		docker: d, calls: c, ttl: cfg.ImageCacheTTL, now: cfg.Clock, cache: map[string]cachedImage{}, packages: map[string]string{},
 		pullTimeout: cfg.PullTimeout, pullEvery: pullProgressEvery,
 		signatures: cfg.ImageSignatures, keys: cfg.ImageKeys,
 	}
@@ -82,7 +85,7 @@ func (rs *resolver) resolve(ctx context.Context, t *trail, job sandgate.Job, ref
 		if refused != "" {
 			return unavailable(nil, "%s", refused)
 		}
-		t.imageResolved(ref, id, signer, pulled, cached, policy)
+		t.imageResolved(ref, id, signer, rs.packagesDigest(ctx, t, id), pulled, cached, policy)
 		return id, nil
 	}
 
@@ -159,6 +162,9 @@ func (rs *resolver) inspect(ctx context.Context, t *trail, ref string) (string, 
 	err := rs.calls.do(ctx, t, "inspect image", func(ctx context.Context) error {
 		img, err := rs.docker.ImageInspect(ctx, ref)
 		id = img.ID
+		if err == nil {
+			rs.rememberPackages(img)
+		}
 		return err
 	})
 	if err != nil {
@@ -219,6 +225,7 @@ func (rs *resolver) localPin(ctx context.Context, t *trail, ref string) (string,
 	if img.ID != id {
 		return "", false, nil
 	}
+	rs.rememberPackages(img)
 	for _, t := range img.RepoTags {
 		if tn, err := reference.ParseNormalizedNamed(t); err == nil && tn.Name() == named.Name() {
 			return id, true, nil

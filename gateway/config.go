@@ -207,6 +207,10 @@ type Deps struct {
 	// GET /v1/config reports with their IDs (package executor's Images).
 	// Optional: without it the list is empty.
 	Images sandgate.ImageCatalog
+	// ImagePackages reads the package list an image carries, for GET
+	// /v1/images/{ref}/packages (package executor/images' Images).
+	// Optional: without it that route answers NOT-FOUND.
+	ImagePackages sandgate.ImagePackageLister
 	// Sinks reports where each audit sink (SIEM stream) stands (package
 	// audit's Streamer). Optional: without it there are no sink metrics
 	// and no sink warnings in /readyz.

@@ -42,6 +42,8 @@ type testEnv struct {
 	boxes    *fakeSandboxes
 	arts     *fakeArtifacts
 	images   sandgate.ImageCatalog
+	// imagePackages answers GET /v1/images/{ref}/packages.
+	imagePackages sandgate.ImagePackageLister
 	// sinks, when an edit sets it, reports audit sinks.
 	sinks SinkReporter
 	// volumes, when an edit sets it, lists and removes cache volumes.
@@ -102,6 +104,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
 		Runs: e.store, Sessions: e.sessions, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Registry: e.reg,
 		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, MCP: mcp.Handler, Secrets: e.secrets,
+		ImagePackages: e.imagePackages,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)

@@ -137,6 +137,10 @@ func TestOpenAPIRoles(t *testing.T) {
 func TestOpenAPIContract(t *testing.T) {
 	e := newEnv(t, func(c *Config, e *testEnv) {
 		e.volumes = fakeVolumes{}
+		e.imagePackages = &fakePackages{images: map[string]sandgate.ImagePackages{"sandgate/python:3": {
+			Ref: "sandgate/python:3", ID: "sha256:" + strings.Repeat("ab", 32), Listed: true, Digest: "sha256:" + strings.Repeat("cd", 32),
+			Packages: []sandgate.Package{{Name: "python3", Version: "3.11.2-1+b1", Architecture: "amd64", Source: "python3-defaults", SourceVersion: "3.11.2-1"}},
+		}}}
 		e.secrets = &fakeVault{}
 		e.admitter.limits = map[string]sandgate.TeamLimits{"search": {Concurrent: 1, Queued: 1}}
 	})
@@ -246,6 +250,9 @@ func TestOpenAPIContract(t *testing.T) {
 		{method: "POST", path: "/v1/sessions/{ended}/runs", token: tokAlice, body: echoBody, status: 409},
 		{method: "GET", path: "/v1/nodes", token: tokAdmin, status: 200},
 		{method: "GET", path: "/v1/nodes", token: tokAlice, status: 403},
+		{method: "GET", path: "/v1/images/sandgate%2Fpython:3/packages", token: tokAuditor, status: 200},
+		{method: "GET", path: "/v1/images/sandgate%2Fnone:1/packages", token: tokAuditor, status: 404},
+		{method: "GET", path: "/v1/images/a%2F..%2Fb/packages", token: tokAuditor, status: 400},
 		{method: "PUT", path: "/v1/secrets/demo", token: tokSec, body: `{"value":"tok"}`, status: 201},
 		{method: "PUT", path: "/v1/secrets/demo", token: tokAdmin, body: `{"value":"tok2"}`, status: 200},
 		{method: "PUT", path: "/v1/secrets/Demo", token: tokSec, body: `{"value":"tok"}`, status: 400},

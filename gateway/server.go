@@ -265,6 +265,7 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/volumes", adm.volumes, admins)
 	v1.DELETE("/volumes/:team/:name", adm.removeVolume, admins)
 	v1.GET("/nodes", adm.listNodes, admins)
+	v1.GET("/images/:ref/packages", imageRoutes{s.web}.imagePackages, auditors)
 
 	sec := secretRoutes{s.web}
 	v1.PUT("/secrets/:name", sec.putSecret, secretKeepers)

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate"
 )
 
 // The sandbox image's busybox is checked before it goes in.
@@ -46,6 +48,10 @@ type busybox struct {
 	path    string
 	version string // the first line of its banner
 	source  string // where it came from, for /etc/sandgate-release
+	// packages is the Debian package it came from (busybox_packages.go),
+	// or noPackages says why there is none.
+	packages   []sandgate.Package
+	noPackages string
 }
 
 // pickBusybox returns the busybox the sandbox image is built from: the
@@ -58,25 +64,28 @@ func pickBusybox(ctx context.Context, opts BuildOptions, dir string) (busybox, e
 		if err != nil {
 			return busybox{}, err
 		}
-		return busybox{path: opts.Busybox, version: v, source: opts.Busybox}, nil
+		return busybox{path: opts.Busybox, version: v, source: opts.Busybox,
+			noPackages: "the sandbox image was built from a busybox binary named with --busybox, which no Debian package records"}, nil
 	}
 	v, hostErr := checkBusybox(ctx, hostBusybox)
 	if hostErr == nil {
-		return busybox{path: hostBusybox, version: v, source: "host " + hostBusybox}, nil
+		bb := busybox{path: hostBusybox, version: v, source: "host " + hostBusybox}
+		bb.packages, bb.noPackages = hostPackage(ctx, hostBusybox)
+		return bb, nil
 	}
 	suite := opts.BusyboxSuite
 	if suite == "" {
 		suite = DefaultBusyboxSuite
 	}
 	fmt.Fprintf(opts.Progress, "the host's busybox is not used: %v\ntaking busybox-static from Debian %s\n", hostErr, suite)
-	path, err := debianBusybox(ctx, opts, suite, dir)
+	path, pkgs, err := debianBusybox(ctx, opts, suite, dir)
 	if err != nil {
 		return busybox{}, fmt.Errorf("the host's busybox is not usable (%v), and busybox-static of Debian %s could not be had: %w", hostErr, suite, err)
 	}
 	if v, err = checkBusybox(ctx, path); err != nil {
 		return busybox{}, fmt.Errorf("busybox-static of Debian %s: %w", suite, err)
 	}
-	return busybox{path: path, version: v, source: "debian " + suite + " busybox-static"}, nil
+	return busybox{path: path, version: v, source: "debian " + suite + " busybox-static", packages: pkgs}, nil
 }
 
 // checkBusybox refuses a busybox the sandbox image cannot carry: not
@@ -124,66 +133,91 @@ func runQuiet(ctx context.Context, path string, args ...string) (string, error) 
 }
 
 // debianBusybox extracts the busybox binary of Debian suite's
-// busybox-static package into dir with mmdebstrap, and returns its path.
-func debianBusybox(ctx context.Context, opts BuildOptions, suite, dir string) (string, error) {
+// busybox-static package into dir with mmdebstrap, and returns its path
+// and the package, as the recipe images list theirs.
+func debianBusybox(ctx context.Context, opts BuildOptions, suite, dir string) (string, []sandgate.Package, error) {
 	prog := opts.Mmdebstrap
 	if prog == "" {
 		prog = "mmdebstrap"
 	}
 	if _, err := exec.LookPath(prog); err != nil {
-		return "", fmt.Errorf("%s: %w (apt-get install mmdebstrap, or run deploy/bootstrap.sh)", prog, err)
+		return "", nil, fmt.Errorf("%s: %w (apt-get install mmdebstrap, or run deploy/bootstrap.sh)", prog, err)
 	}
 	sources := opts.Sources
 	if len(sources) == 0 {
 		sources = debianSources(suite)
 	}
-	args := append([]string{"--variant=extract", "--format=tar", "--include=busybox-static", suite, "-"}, sources...)
+	args := append([]string{"--variant=extract", "--format=tar", "--include=busybox-static", "--extract-hook=" + extractHook, suite, "-"}, sources...)
 	cmd := exec.CommandContext(ctx, prog, args...)
 	var stderr tailBuffer
 	cmd.Stderr = io.MultiWriter(&stderr, opts.Progress)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("start %s: %w", prog, err)
+		return "", nil, fmt.Errorf("start %s: %w", prog, err)
 	}
-	path, ferr := extractBusybox(out, dir)
+	path, pkgs, ferr := extractBusybox(out, dir)
 	io.Copy(io.Discard, out)
 	if err := cmd.Wait(); err != nil {
-		return "", fmt.Errorf("%s: %w: %s", prog, err, strings.TrimSpace(stderr.String()))
+		return "", nil, fmt.Errorf("%s: %w: %s", prog, err, strings.TrimSpace(stderr.String()))
 	}
-	return path, ferr
+	if ferr == nil && len(pkgs) == 0 {
+		ferr = errors.New("mmdebstrap's extract hook listed no packages")
+	}
+	return path, pkgs, ferr
 }
 
 // extractBusybox writes the busybox binary of a root filesystem's tar
 // stream (usr/bin/busybox, or bin/busybox before the /usr merge) to
-// dir/busybox.
-func extractBusybox(in io.Reader, dir string) (string, error) {
+// dir/busybox, and reads the packages the extract hook listed.
+func extractBusybox(in io.Reader, dir string) (string, []sandgate.Package, error) {
 	tr := tar.NewReader(in)
+	var path string
+	var pkgs []sandgate.Package
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return "", errors.New("the package has no busybox binary")
+			break
 		}
 		if err != nil {
-			return "", fmt.Errorf("read the package's files: %w", err)
+			return "", nil, fmt.Errorf("read the package's files: %w", err)
 		}
 		name := strings.TrimPrefix(filepath.Clean("/"+hdr.Name), "/")
-		if hdr.Typeflag != tar.TypeReg || (name != "usr/bin/busybox" && name != "bin/busybox") {
-			continue
+		switch {
+		case hdr.Typeflag == tar.TypeReg && name == packagesFile:
+			data, err := io.ReadAll(io.LimitReader(tr, maxPackages*5*maxPackageField))
+			if err != nil {
+				return "", nil, err
+			}
+			if pkgs, err = parsePackages(data); err != nil {
+				return "", nil, fmt.Errorf("mmdebstrap's extract hook: %w", err)
+			}
+		case hdr.Typeflag == tar.TypeReg && path == "" && (name == "usr/bin/busybox" || name == "bin/busybox"):
+			if path, err = writeBusybox(tr, dir); err != nil {
+				return "", nil, err
+			}
 		}
-		path := filepath.Join(dir, "busybox")
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
-		if err != nil {
-			return "", err
-		}
-		_, err = io.Copy(f, io.LimitReader(tr, 64<<20))
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return path, err
 	}
+	if path == "" {
+		return "", nil, errors.New("the package has no busybox binary")
+	}
+	return path, pkgs, nil
+}
+
+// writeBusybox writes r to dir/busybox, executable.
+func writeBusybox(r io.Reader, dir string) (string, error) {
+	path := filepath.Join(dir, "busybox")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(f, io.LimitReader(r, 64<<20))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return path, err
 }
 
 // debianSources are deb.debian.org's suite, suite-updates and

@@ -47,7 +47,10 @@ func TestExtractBusybox(t *testing.T) {
 	for _, name := range []string{"./usr/bin/busybox", "bin/busybox"} {
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
-		for _, f := range []struct{ name, body string }{{"./usr/share/doc/busybox-static/copyright", "c"}, {name, "ELF…"}} {
+		for _, f := range []struct{ name, body string }{
+			{"./usr/share/doc/busybox-static/copyright", "c"}, {name, "ELF…"},
+			{"./" + packagesFile, "busybox-static\t1:1.37.0-6+b3\tamd64\tbusybox\t1:1.37.0-6\n"},
+		} {
 			if err := tw.WriteHeader(&tar.Header{Name: f.name, Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(f.body))}); err != nil {
 				t.Fatal(err)
 			}
@@ -55,15 +58,18 @@ func TestExtractBusybox(t *testing.T) {
 		}
 		tw.Close()
 		dir := t.TempDir()
-		path, err := extractBusybox(&buf, dir)
+		path, pkgs, err := extractBusybox(&buf, dir)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if len(pkgs) != 1 || pkgs[0].Name != "busybox-static" || pkgs[0].Source != "busybox" || pkgs[0].Version != "1:1.37.0-6+b3" {
+			t.Errorf("%s: packages %+v", name, pkgs)
 		}
 		if b, _ := os.ReadFile(path); string(b) != "ELF…" {
 			t.Errorf("%s: extracted %q", name, b)
 		}
 	}
-	if _, err := extractBusybox(bytes.NewReader(nil), t.TempDir()); err == nil {
+	if _, _, err := extractBusybox(bytes.NewReader(nil), t.TempDir()); err == nil {
 		t.Error("an empty stream gave a busybox")
 	}
 }

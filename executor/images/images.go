@@ -179,6 +179,11 @@ func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (str
 	if err != nil {
 		return "", err
 	}
+	labels, err := sandboxPackageLabels(bb)
+	if err != nil {
+		return "", sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)
+	}
+	labels["org.opencontainers.image.title"], labels[sandboxLabel] = "sandgate sandbox", sandboxLabelValue
 	resp, err := im.api.ImageBuild(ctx, bytes.NewReader(buildCtx), build.ImageBuildOptions{
 		Tags:        []string{opts.Tag},
 		Dockerfile:  "Dockerfile",
@@ -187,7 +192,7 @@ func (im *Images) BuildSandboxImage(ctx context.Context, opts BuildOptions) (str
 		PullParent:  false,
 		NetworkMode: "none",
 		Version:     build.BuilderV1,
-		Labels:      map[string]string{"org.opencontainers.image.title": "sandgate sandbox", "org.opencontainers.image.source": "sandgate image build"},
+		Labels:      labels,
 	})
 	if err != nil {
 		return "", daemon.Error(sandgate.CodeImageUnavailable, err, "build %s", opts.Tag)

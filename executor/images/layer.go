@@ -11,11 +11,12 @@ import (
 	"io"
 	"os"
 	"path"
-	"sort"
 	"strings"
 	"time"
 
 	digest "github.com/opencontainers/go-digest"
+
+	"github.com/sandgate/sandgate"
 )
 
 // builtLayer is the filtered root filesystem, on disk.
@@ -23,7 +24,7 @@ type builtLayer struct {
 	file     string
 	size     int64
 	diffID   digest.Digest
-	packages []string
+	packages []sandgate.Package
 }
 
 // recipeBaseExclude are the paths no recipe image keeps: documentation
@@ -81,7 +82,7 @@ func writeLayer(in io.Reader, r Recipe, epoch int64, dir string) (builtLayer, er
 	tw := tar.NewWriter(bw)
 	mtime := time.Unix(epoch, 0).UTC()
 	patterns := append(append([]string{}, recipeBaseExclude...), r.Exclude...)
-	var packages []string
+	var packages []sandgate.Package
 	seenEtc := false
 	tr := tar.NewReader(in)
 	for {
@@ -97,11 +98,13 @@ func writeLayer(in io.Reader, r Recipe, epoch int64, dir string) (builtLayer, er
 			continue
 		}
 		if name == packagesFile {
-			data, err := io.ReadAll(io.LimitReader(tr, 1<<20))
+			data, err := io.ReadAll(io.LimitReader(tr, maxPackages*5*maxPackageField))
 			if err != nil {
 				return builtLayer{}, err
 			}
-			packages = strings.Fields(string(data))
+			if packages, err = parsePackages(data); err != nil {
+				return builtLayer{}, fmt.Errorf("mmdebstrap's extract hook: %w", err)
+			}
 			continue
 		}
 		if excluded(name, patterns) {
@@ -129,7 +132,6 @@ func writeLayer(in io.Reader, r Recipe, epoch int64, dir string) (builtLayer, er
 	if len(packages) == 0 {
 		return builtLayer{}, fmt.Errorf("mmdebstrap's extract hook listed no packages")
 	}
-	sort.Strings(packages)
 	if err := addAccounts(tw, r, packages, mtime, seenEtc); err != nil {
 		return builtLayer{}, err
 	}
@@ -196,12 +198,13 @@ func layerHeader(hdr *tar.Header, name string, mtime time.Time, patterns []strin
 }
 
 // addAccounts adds what every recipe image has besides its packages: the
-// sandbox account alone in its own group, /etc/sandgate-release, /tmp,
-// /cache and /workspace (and /etc, when no package made it).
-func addAccounts(tw *tar.Writer, r Recipe, packages []string, mtime time.Time, seenEtc bool) error {
+// sandbox account alone in its own group, /etc/sandgate-release, dpkg's
+// status file listing the packages (packages.go), /tmp, /cache and
+// /workspace (and /etc, when no package made it).
+func addAccounts(tw *tar.Writer, r Recipe, packages []sandgate.Package, mtime time.Time, seenEtc bool) error {
 	passwd := fmt.Sprintf("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:%d:%d:sandgate sandbox:/workspace:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", SandboxUID, SandboxUID)
 	group := fmt.Sprintf("root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n", SandboxUID)
-	release := fmt.Sprintf("recipe=%s\nrecipe_sha256=%s\nimage=%s\nsuite=%s\npackages=%s\n", r.Name, r.Digest, r.Image, r.Suite, strings.Join(packages, " "))
+	release := fmt.Sprintf("recipe=%s\nrecipe_sha256=%s\nimage=%s\nsuite=%s\npackages=%s\n", r.Name, r.Digest, r.Image, r.Suite, strings.Join(packageVersions(packages), " "))
 	add := func(h *tar.Header, body string) error {
 		h.ModTime, h.Format, h.Size = mtime, tar.FormatPAX, int64(len(body))
 		if err := tw.WriteHeader(h); err != nil {
@@ -214,11 +217,13 @@ func addAccounts(tw *tar.Writer, r Recipe, packages []string, mtime time.Time, s
 	if !seenEtc {
 		added = append(added, &tar.Header{Typeflag: tar.TypeDir, Name: "etc/", Mode: 0o755})
 	}
-	bodies := map[string]string{"etc/passwd": passwd, "etc/group": group, "etc/sandgate-release": release}
+	bodies := map[string]string{"etc/passwd": passwd, "etc/group": group, "etc/sandgate-release": release, "var/lib/dpkg/status": dpkgStatus(packages)}
 	added = append(added,
 		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644},
 		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/group", Mode: 0o644},
 		&tar.Header{Typeflag: tar.TypeReg, Name: "etc/sandgate-release", Mode: 0o644},
+		&tar.Header{Typeflag: tar.TypeDir, Name: "var/lib/dpkg/", Mode: 0o755},
+		&tar.Header{Typeflag: tar.TypeReg, Name: "var/lib/dpkg/status", Mode: 0o644},
 		&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777},
 		// A cache volume takes the mode of the directory it is first
 		// mounted on: /cache is for every user, like /tmp.

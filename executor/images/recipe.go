@@ -59,9 +59,10 @@ type RecipeCheck struct {
 }
 
 // recipeBuilderVersion changes when the way recipes become images does
-// (the excluded paths, the added files, the labels), so that images
+// (the excluded paths, the added files, the labels; 2: the package list
+// with architecture and source, and dpkg's status file), so that images
 // built by an older builder are not taken as current.
-const recipeBuilderVersion = "sandgate-recipe/1"
+const recipeBuilderVersion = "sandgate-recipe/2"
 
 var (
 	recipeName  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)

@@ -124,8 +124,11 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 	if err != nil {
 		return res, sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", r.Image)
 	}
-	res.Packages = layer.packages
-	cfg := recipeConfig(r, layer, epoch)
+	res.Packages = packageVersions(layer.packages)
+	cfg, err := recipeConfig(r, layer, epoch)
+	if err != nil {
+		return res, sandgate.WrapError(sandgate.CodeImageUnavailable, err, "build %s", r.Image)
+	}
 	id, err := im.loadLayer(ctx, r.Image, layer, cfg)
 	if err != nil {
 		return res, err
@@ -153,8 +156,9 @@ func (im *Images) BuildRecipeImage(ctx context.Context, r Recipe, opts RecipeBui
 const packagesFile = ".sandgate-packages"
 
 // extractHook runs on the host, after the packages are extracted and
-// while their .deb files are still there: it lists name=version of each.
-const extractHook = `for f in "$1"/var/cache/apt/archives/*.deb; do dpkg-deb --show --showformat='${Package}=${Version}\n' "$f"; done > "$1/` + packagesFile + `"`
+// while their .deb files are still there: it lists each one's name,
+// version, architecture and source (packageFormat).
+const extractHook = `for f in "$1"/var/cache/apt/archives/*.deb; do dpkg-deb --show --showformat='` + packageFormat + `' "$f"; done > "$1/` + packagesFile + `"`
 
 // recipeLayer runs mmdebstrap and filters its tar stream into a layer file.
 func (im *Images) recipeLayer(ctx context.Context, r Recipe, opts RecipeBuildOptions, epoch int64, dir string) (builtLayer, error) {
@@ -205,9 +209,13 @@ func (im *Images) recipeLayer(ctx context.Context, r Recipe, opts RecipeBuildOpt
 
 // recipeConfig is the image configuration: the sandbox user, its
 // workspace, the recipe's environment, and labels that record the recipe
-// and every package version. Everything in it is fixed by the recipe and
-// the layer, so the image ID is too.
-func recipeConfig(r Recipe, l builtLayer, epoch int64) ocispec.Image {
+// and every package (LabelPackages). Everything in it is fixed by the
+// recipe and the layer, so the image ID is too.
+func recipeConfig(r Recipe, l builtLayer, epoch int64) (ocispec.Image, error) {
+	packages, err := packagesLabel(l.packages)
+	if err != nil {
+		return ocispec.Image{}, err
+	}
 	created := time.Unix(epoch, 0).UTC()
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/workspace"}
 	keys := make([]string, 0, len(r.Env))
@@ -233,7 +241,8 @@ func recipeConfig(r Recipe, l builtLayer, epoch int64) ocispec.Image {
 				LabelRecipe:                            r.Name,
 				LabelRecipeDigest:                      r.Digest,
 				LabelDebianSuite:                       r.Suite,
-				LabelDebianPackages:                    strings.Join(l.packages, " "),
+				LabelDebianPackages:                    strings.Join(packageVersions(l.packages), " "),
+				LabelPackages:                          packages,
 			},
 		},
 		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{l.diffID}},
@@ -241,7 +250,7 @@ func recipeConfig(r Recipe, l builtLayer, epoch int64) ocispec.Image {
 			Created:   &created,
 			CreatedBy: fmt.Sprintf("sandgate image build %s (mmdebstrap --variant=extract %s: %s)", r.Name, r.Suite, strings.Join(r.Packages, " ")),
 		}},
-	}
+	}, nil
 }
 
 // loadLayer streams a `docker save` archive of one layer and cfg into the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sandgate/sandgate"
 	recipefiles "github.com/sandgate/sandgate/deploy/images"
 )
 
@@ -120,7 +121,7 @@ func TestWriteLayer(t *testing.T) {
 	const epoch = 1764201600
 	stream := rootfsTar(t, []rootfsEntry{
 		{name: "./", typ: tar.TypeDir, mode: 0o755, mtime: epoch},
-		{name: "./" + packagesFile, typ: tar.TypeReg, mode: 0o644, body: "python3=3.11.2-1+b1\nlibc6=2.36-9\n"},
+		{name: "./" + packagesFile, typ: tar.TypeReg, mode: 0o644, body: "python3\t3.11.2-1+b1\tamd64\tpython3-defaults\t3.11.2-1\nlibc6\t2.36-9\tamd64\tglibc\t2.36-9\n"},
 		{name: "./bin/", typ: tar.TypeDir, mode: 0o755},
 		{name: "./bin/sh", typ: tar.TypeSymlink, link: "dash"},
 		{name: "./bin/tar", typ: tar.TypeReg, mode: 0o755, body: "tar"},
@@ -146,7 +147,11 @@ func TestWriteLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"libc6=2.36-9", "python3=3.11.2-1+b1"}, layer.packages); diff != "" {
+	wantPkgs := []sandgate.Package{
+		{Name: "libc6", Version: "2.36-9", Architecture: "amd64", Source: "glibc", SourceVersion: "2.36-9"},
+		{Name: "python3", Version: "3.11.2-1+b1", Architecture: "amd64", Source: "python3-defaults", SourceVersion: "3.11.2-1"},
+	}
+	if diff := cmp.Diff(wantPkgs, layer.packages); diff != "" {
 		t.Errorf("packages (-want +got):\n%s", diff)
 	}
 	data, err := os.ReadFile(layer.file)
@@ -174,7 +179,7 @@ func TestWriteLayer(t *testing.T) {
 		if h.Typeflag == tar.TypeSymlink {
 			desc += " -> " + h.Linkname
 		}
-		if h.Name == "etc/passwd" || h.Name == "etc/group" || h.Name == "usr/bin/python3.11" {
+		if h.Name == "etc/passwd" || h.Name == "etc/group" || h.Name == "usr/bin/python3.11" || h.Name == "var/lib/dpkg/status" {
 			desc += " " + string(body)
 		}
 		got[h.Name] = desc
@@ -195,6 +200,10 @@ func TestWriteLayer(t *testing.T) {
 		"tmp/":                            "5 dtrwxrwxrwx 0",
 		"cache/":                          "5 dtrwxrwxrwx 0",
 		"workspace/":                      "5 drwxr-xr-x 10001",
+		"var/lib/dpkg/":                   "5 drwxr-xr-x 0",
+		// The stream's own status file is dropped; the list's is written.
+		"var/lib/dpkg/status": "0 rw-r--r-- 0 Package: libc6\nStatus: install ok installed\nArchitecture: amd64\nSource: glibc\nVersion: 2.36-9\n\n" +
+			"Package: python3\nStatus: install ok installed\nArchitecture: amd64\nSource: python3-defaults (3.11.2-1)\nVersion: 3.11.2-1+b1\n",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("layer (-want +got):\n%s", diff)

@@ -167,6 +167,10 @@ type AuditEventList struct {
 // VerifyReport is GET /v1/audit/verify.
 type VerifyReport = sandgate.VerifyReport
 
+// ImagePackagesView is GET /v1/images/{ref}/packages: the image's ID and
+// the Debian packages it carries, or why it carries no list.
+type ImagePackagesView = sandgate.ImagePackages
+
 // SecretPut is the body of PUT /v1/secrets/{name}. Value is a pointer so
 // that a body without it is told apart from an empty one.
 type SecretPut struct {

@@ -431,3 +431,12 @@ func (c *Client) ReplayPolicy(ctx context.Context, files map[string][]byte, o Re
 	err = c.do(ctx, http.MethodPost, "/v1/policies/replay", q, nil, bytes.NewReader(body), &rep)
 	return rep, err
 }
+
+// ImagePackages returns the Debian packages image ref carries on the
+// node's daemon (auditor, admin): NOT-FOUND when it has no such image,
+// Listed false with the reason when the image carries no list.
+func (c *Client) ImagePackages(ctx context.Context, ref string) (api.ImagePackagesView, error) {
+	var v api.ImagePackagesView
+	err := c.do(ctx, http.MethodGet, "/v1/images/"+url.PathEscape(ref)+"/packages", nil, nil, nil, &v)
+	return v, err
+}

@@ -93,7 +93,7 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 		// Its own --signing-key-file and --node: which key, for which node.
 		"audit endorse-key": {"node", "signing-key-file"},
 		"migrate up":        dsn, "migrate status": dsn,
-		"image build": nil, "image load": nil, "image sign": nil, "image list": nil, "image prune": nil,
+		"image build": nil, "image load": nil, "image sign": nil, "image list": nil, "image prune": nil, "image packages": client,
 		"sandbox list": nil, "sandbox cleanup": nil,
 		"version": nil,
 	}

@@ -113,7 +113,7 @@ recipe format.`,
 		},
 	}
 	load.Flags().StringVar(&signature, "signature", "", "PREFIX of the image's signature (PREFIX.payload, PREFIX.sig), kept in SANDGATE_IMAGE_SIGNATURE_DIR")
-	cmd.AddCommand(build, load, newImageSignCmd(a), newImageListCmd(a), newImagePruneCmd(a))
+	cmd.AddCommand(build, load, newImageSignCmd(a), newImageListCmd(a), newImagePruneCmd(a), newImagePackagesCmd(a))
 	return cmd
 }
 

@@ -198,6 +198,7 @@ func (a *app) settingsOf() map[string][]use {
 		"audit witness":        {{c: &c.clientConfig}},
 		"migrate":              {dsn},
 		"image":                {docker, node},
+		"image packages":       {client}, // through the gateway, which asks its daemon
 		"sandbox":              {docker, node},
 		"version":              nil,
 

@@ -169,7 +169,9 @@ func TestDocsExamples(t *testing.T) {
 		"PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + t.TempDir(),
 		"SANDGATE_URL=" + s.URL, "SANDGATE_TOKEN=" + s.Token, "AUDITOR_TOKEN=" + s.Token,
-		"DSN=" + s.DSN, "SANDGATE_SIGNING_KEY_FILE=" + key,
+		// The gateway's host's settings: its node and its key, so that
+		// verify there trusts the node's own registered key.
+		"DSN=" + s.DSN, "SANDGATE_SIGNING_KEY_FILE=" + key, "SANDGATE_NODE=" + s.Node,
 		"RUN=" + run.ID, "CID=" + run.CorrelationID, "SESSION=" + session,
 		"LANG=C.UTF-8",
 	}

@@ -235,6 +235,10 @@ var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
 // path asked of a session's port may have any number of segments, none.
 var portPath = regexp.MustCompile(`^(/v1/sessions/[^/]+/ports/[^/]+/)(.*)$`)
 
+// imagePath is GET /v1/images/{ref}/packages as sent: a ref's slashes
+// are percent-encoded, so the router is shown the path as sent.
+var imagePath = regexp.MustCompile(`^/v1/images/[^/]+/packages$`)
+
 // exchange is a request as the checker saw it.
 type exchange struct {
 	req    *http.Request
@@ -263,6 +267,11 @@ func (c *Checker) exchange(req *http.Request, body []byte) *exchange {
 	if m := portPath.FindStringSubmatch(vreq.URL.Path); m != nil {
 		u := *vreq.URL
 		u.Path, u.RawPath = m[1]+"%2F"+strings.ReplaceAll(m[2], "/", "%2F"), ""
+		vreq.URL = &u
+	}
+	if raw := vreq.URL.EscapedPath(); imagePath.MatchString(raw) {
+		u := *vreq.URL
+		u.Path, u.RawPath = raw, ""
 		vreq.URL = &u
 	}
 	route, params, err := c.router.FindRoute(vreq)

@@ -324,6 +324,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/images/{ref}/packages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the Debian packages an image carries
+         * @description The package list (name, version, architecture, source package and version) an image built by `sandgate image build` from a recipe carries in its org.sandgate.packages label, with the SHA-256 of that label (what image.resolved records as packages_sha256). An image with no list is answered 200 with listed false and the reason. An unknown image is SANDGATE-NOT-FOUND with the field ref; a malformed ref (a "..", more than 256 bytes, a digest or ID that is not 64 lower-case hex) is SANDGATE-INVALID-REQUEST with the field ref.
+         *
+         *     Roles: auditor, admin.
+         */
+        get: operations["imagePackages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/config": {
         parameters: {
             query?: never;
@@ -1529,6 +1551,23 @@ export interface components {
         };
         VolumeList: {
             volumes: components["schemas"]["CacheVolume"][];
+        };
+        ImagePackages: {
+            ref: string;
+            id: string;
+            listed: boolean;
+            /** @description Why the image carries no list; absent when listed. */
+            reason?: string;
+            /** @description sha256: of the org.sandgate.packages label; absent when not listed. */
+            digest?: string;
+            packages: components["schemas"]["Package"][];
+        };
+        Package: {
+            name: string;
+            version: string;
+            architecture: string;
+            source: string;
+            source_version: string;
         };
         /** @description The maxima in force; absent means none. */
         Limits: {
@@ -3139,6 +3178,40 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    imagePackages: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description name:tag, name@sha256:…, or an image ID (sha256:…), slashes percent-encoded (sandgate%2Fpython:3). */
+                ref: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The list, or why there is none. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ImagePackages"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
