@@ -90,6 +90,8 @@ type AdmissionInput struct {
 	// Approval is set when a request that required approval is decided
 	// again after someone granted it.
 	Approval *ApprovalInput `json:"approval,omitempty"`
+	// Port is set for the operation port: the session's port asked for.
+	Port *PortInput `json:"port,omitempty"`
 	// Secrets are the stored secrets among those the request names, with
 	// their versions (input.secrets); a name the request asks for that is
 	// not here is not stored.
@@ -121,6 +123,9 @@ type Violation struct {
 	// Action is "deny" or "warn"; a warn is reported and audited but does
 	// not block.
 	Action string `json:"action"`
+	// Fix is what the policy suggests doing instead: the finding's own
+	// "fix", else its rule's METADATA custom.fix; empty when it has none.
+	Fix string `json:"fix,omitempty"`
 	// Count is how many findings the violation stands for (capabilities,
 	// mounts, … at fault; 1 for a rule about the request as a whole). The
 	// policy engine sets it to at least 1.
@@ -205,6 +210,10 @@ type Enforcement struct {
 	// a run of the team resolves; a repository not listed needs no
 	// signature (data.sandgate.config.image_signers).
 	ImageSigners map[string][]string `json:"image_signers,omitempty"`
+	// TerminalTranscripts says a session's terminals are kept, byte for
+	// byte, as the artifact of each terminal's run
+	// (data.sandgate.config.terminal_transcripts).
+	TerminalTranscripts bool `json:"terminal_transcripts,omitempty"`
 }
 
 // TeamLimits bound what one team may hold at once, so that one team's

@@ -27,6 +27,8 @@ var owners = map[string][]string{
 	"github.com/pressly/goose":         {"migrations"},
 	"github.com/bmatcuk/doublestar":    {"workspace"},
 	"golang.org/x/mod/sumdb":           {"audit", "cmd"}, // transparency-log proofs
+	"github.com/modelcontextprotocol/": {"mcp"},
+	"github.com/coder/websocket":       {"gateway", "cmd"}, // terminals; the CLI's shell
 }
 
 // narrow are packages that link the standard library, the root package
@@ -53,7 +55,12 @@ var narrow = map[string][]string{
 // boundaries may not import each other, except where allowed.
 var boundaries = []string{"gateway", "policies", "executor", "audit", "runstore", "migrations"}
 
-var allowedCross = map[[2]string]bool{{"audit", "migrations"}: true}
+var allowedCross = map[[2]string]bool{{"audit", "migrations"}: true, {"mcp", "gateway"}: true}
+
+// apiClients are packages that speak to a gateway as its clients do: of
+// the module they import the root package and the wire packages only
+// (the MCP server's tools are calls of the HTTP API).
+var apiClients = map[string]bool{"mcp": true}
 
 // wireOnly are the packages a program that talks to a gateway links: the
 // wire types and the client. They, and everything they link, may use the
@@ -140,6 +147,9 @@ func TestPackageBoundaries(t *testing.T) {
 			}
 			if !strings.HasPrefix(imp, module+"/") {
 				continue
+			}
+			if apiClients[top] && !wireOnly[strings.TrimPrefix(imp, module+"/")] {
+				t.Errorf("%s imports %s: a client of the API imports the root package, gateway/api and gateway/client only", p.ImportPath, imp)
 			}
 			impTop, _, _ := strings.Cut(strings.TrimPrefix(imp, module+"/"), "/")
 			for _, b := range boundaries {

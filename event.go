@@ -94,6 +94,15 @@ const (
 	EventApprovalGranted   EventType = "approval.granted"
 	EventApprovalDenied    EventType = "approval.denied"
 	EventApprovalExpired   EventType = "approval.expired"
+	// EventTerminalOpened and EventTerminalClosed record a terminal on a
+	// session (GET /v1/sessions/{id}/terminal): its opening, and its end
+	// with the bytes each way and the SHA-256 of its transcript.
+	EventTerminalOpened EventType = "terminal.opened"
+	EventTerminalClosed EventType = "terminal.closed"
+	// EventPortConnection records one connection to a session's port
+	// through the gateway, at its end: the bytes each way, its duration,
+	// and an HTTP request's method, path and status.
+	EventPortConnection EventType = "port.connection"
 	// EventSecretSet records a secret's first version (or its first after
 	// a delete), EventSecretRotated a new version of a stored one,
 	// EventSecretDeleted its removal: by whom, the name, the version and
@@ -134,6 +143,7 @@ var EventTypes = []EventType{
 	EventAuditWitnessAlarm,
 	EventNodeTakenOver, EventAuditChainClosed,
 	EventApprovalRequested, EventApprovalGranted, EventApprovalDenied, EventApprovalExpired,
+	EventTerminalOpened, EventTerminalClosed, EventPortConnection,
 	EventSecretSet, EventSecretRotated, EventSecretDeleted, EventSecretUsed, EventSecretMisdirected,
 	EventImagePullProgress, EventRunCPUThrottled,
 }

@@ -369,6 +369,23 @@ func NewApprovalExpired(s Subject, at time.Time, payload map[string]any) Event {
 	return s.event(EventApprovalExpired, at, "expired", payload)
 }
 
+// NewTerminalOpened records a terminal opened on a session.
+func NewTerminalOpened(s Subject, at time.Time, payload map[string]any) Event {
+	return s.event(EventTerminalOpened, at, "open", payload)
+}
+
+// NewTerminalClosed records a terminal's end; outcome is "exited" (its
+// program ended), "closed" (its client left) or "error".
+func NewTerminalClosed(s Subject, at time.Time, outcome string, payload map[string]any) Event {
+	return s.event(EventTerminalClosed, at, outcome, payload)
+}
+
+// NewPortConnection records a connection to a session's port at its end;
+// outcome is "done" or "failed".
+func NewPortConnection(s Subject, at time.Time, outcome string, payload map[string]any) Event {
+	return s.event(EventPortConnection, at, outcome, payload)
+}
+
 // NewSecretSet records a secret's first version, set by the subject's
 // actor.
 func NewSecretSet(s Subject, at time.Time, payload map[string]any) Event {

@@ -20,6 +20,18 @@ type DecisionRecord struct {
 	Input AdmissionInput
 	// SignIn is how the principal authenticated, as the trail keeps it.
 	SignIn SignIn
+	// Via is the surface the request came through when it was not the
+	// HTTP API itself ("mcp"), and Client the client it named (an MCP
+	// client's name and version from initialize); both as the caller
+	// said, under the principal its token proved.
+	Via    string
+	Client *ClientInfo
+}
+
+// ClientInfo names the program a caller says it is.
+type ClientInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
 }
 
 // Payload is the record as the trail keeps it (the payload of
@@ -56,6 +68,15 @@ func (r DecisionRecord) Payload(m Masker, mask []string) map[string]any {
 	}
 	if a := in.Approval; a != nil {
 		p["approval"] = approvalDoc(*a)
+	}
+	if in.Port != nil {
+		p["port"] = map[string]any{"number": in.Port.Number}
+	}
+	if r.Via != "" {
+		p["via"] = r.Via
+	}
+	if c := r.Client; c != nil {
+		p["client"] = map[string]any{"name": c.Name, "version": c.Version}
 	}
 	if len(in.Secrets) > 0 {
 		secrets := make(map[string]any, len(in.Secrets))
@@ -103,6 +124,9 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 		Settings *Settings              `json:"settings"`
 		Session  *SessionInput          `json:"session"`
 		Approval *ApprovalInput         `json:"approval"`
+		Port     *PortInput             `json:"port"`
+		Via      string                 `json:"via"`
+		Client   *ClientInfo            `json:"client"`
 		Secrets  map[string]SecretState `json:"secrets"`
 	}
 	raw, err := json.Marshal(payload)
@@ -122,8 +146,8 @@ func ReadDecisionRecord(payload map[string]any) (DecisionRecord, bool) {
 	}
 	return DecisionRecord{
 		Input: AdmissionInput{APIVersion: doc.APIVersion, Operation: doc.Operation, Principal: p,
-			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Approval: doc.Approval, Secrets: doc.Secrets},
-		SignIn: readSignIn(doc.Principal.SignIn),
+			Request: Normalized{RunSpec: *doc.Spec}, Settings: st, Session: doc.Session, Approval: doc.Approval, Port: doc.Port, Secrets: doc.Secrets},
+		SignIn: readSignIn(doc.Principal.SignIn), Via: doc.Via, Client: doc.Client,
 	}, true
 }
 
@@ -166,6 +190,9 @@ func violationDocs(vs []Violation) []map[string]any {
 	out := make([]map[string]any, len(vs))
 	for i, v := range vs {
 		out[i] = map[string]any{"rule": v.Rule, "message": v.Message, "controls": v.Controls, "severity": v.Severity, "action": v.Action, "count": v.Count}
+		if v.Fix != "" {
+			out[i]["fix"] = v.Fix
+		}
 	}
 	return out
 }

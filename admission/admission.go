@@ -45,6 +45,11 @@ type Caller struct {
 	// Origin is where the request came from as the trail records a
 	// refusal of it (method, path, source address).
 	Origin map[string]any
+	// Via is the surface the request came through when not the HTTP API
+	// ("mcp"), and Client the client that surface named; the trail
+	// records both with each decision and file operation.
+	Via    string
+	Client *sandgate.ClientInfo
 }
 
 // Answer is what an admitted request yields; which fields are set
@@ -68,6 +73,8 @@ type Answer struct {
 	// Approval is the approval a run or a session waits for (a decision
 	// that needs one), or the one read or decided.
 	Approval *sandgate.Approval
+	// Stream is the terminal or port connection opened (Terminal, Port).
+	Stream *Stream
 }
 
 // Request is one operation through the gate. Its methods are the steps
@@ -127,6 +134,12 @@ type Deps struct {
 	Workspaces Workspaces
 	// Masker hashes secrets for the trail and the store.
 	Masker sandgate.Masker
+	// Streams opens terminals and port connections in sessions; without
+	// it those operations answer CONFLICT.
+	Streams Streams
+	// Transcripts keeps terminals' transcripts when the policy's data
+	// asks for them; without it they are hashed, not kept.
+	Transcripts Transcripts
 	// Secrets says which stored secrets a request names (input.secrets);
 	// without it a request that names any is refused.
 	Secrets Secrets

@@ -106,7 +106,7 @@ func (p *pass) subject(runID string) sandgate.Subject {
 // recordPayload is the decision's record (DecisionRecord), the one shape
 // of every decision's input in the trail.
 func (p *pass) recordPayload() map[string]any {
-	return sandgate.DecisionRecord{Input: p.input, SignIn: p.who.SignIn}.Payload(p.g.d.Masker, p.dec.Mask)
+	return sandgate.DecisionRecord{Input: p.input, SignIn: p.who.SignIn, Via: p.who.Via, Client: p.who.Client}.Payload(p.g.d.Masker, p.dec.Mask)
 }
 
 // commit is step 6 for a run, a session or a command: the request in its

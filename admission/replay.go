@@ -25,6 +25,7 @@ func (Replay) operation() string { return "replay" }
 func (r Replay) normalize(_ context.Context, p *pass) error {
 	in := r.Record.Input
 	p.input = input(in.Operation, in.Principal, in.Request, in.Settings, in.Session, in.Secrets)
+	p.input.Port = in.Port
 	return nil
 }
 

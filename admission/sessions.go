@@ -279,7 +279,7 @@ func (p *pass) fileEvent(event func(sandgate.Subject, time.Time, string, map[str
 		s := l.Session
 		ss = &s
 	}
-	payload := map[string]any{"session_id": ss.ID, "path": shorten(path, 4096), "kind": kind}
+	payload := p.via(map[string]any{"session_id": ss.ID, "path": shorten(path, 4096), "kind": kind})
 	outcome := "done"
 	if err != nil {
 		outcome = "refused"

@@ -20,11 +20,12 @@ type Conn struct {
 	w  *writer
 	rd *Reader
 
-	mu    sync.Mutex
-	procs map[uint32]*Process
-	next  uint32
-	err   error
-	done  chan struct{}
+	mu      sync.Mutex
+	procs   map[uint32]*Process
+	streams map[uint32]*Stream
+	next    uint32
+	err     error
+	done    chan struct{}
 }
 
 // NewKey returns a fresh key for hello.
@@ -79,6 +80,10 @@ func (c *Conn) read() {
 			err = fmt.Errorf("agent: %s", f.Payload)
 			break
 		}
+		if st := c.stream(f.ID); st != nil {
+			st.deliver(f)
+			continue
+		}
 		c.mu.Lock()
 		p := c.procs[f.ID]
 		c.mu.Unlock()
@@ -115,11 +120,14 @@ func (c *Conn) read() {
 	}
 	c.mu.Lock()
 	c.err = err
-	procs := c.procs
-	c.procs = map[uint32]*Process{}
+	procs, streams := c.procs, c.streams
+	c.procs, c.streams = map[uint32]*Process{}, nil
 	c.mu.Unlock()
 	for _, p := range procs {
 		p.end(Exit{}, fmt.Errorf("%w: %v", ErrGone, err))
+	}
+	for _, st := range streams {
+		st.end(Exit{}, fmt.Errorf("%w: %v", ErrGone, err))
 	}
 	close(c.done)
 }

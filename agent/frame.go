@@ -45,6 +45,20 @@ const (
 	// TypeSignal sends the signal numbered by its one byte of payload to
 	// command ID's process group.
 	TypeSignal Type = 4
+	// TypeOpen opens stream ID: its payload is an Open in JSON (a
+	// terminal, or a connection to a port of the sandbox's loopback).
+	// The stream's bytes travel as stdin frames to the agent and stdout
+	// frames from it, each direction within the window its reader grants.
+	TypeOpen Type = 5
+	// TypeWindow grants the agent 4 more bytes' worth (big-endian count)
+	// of stream ID's output.
+	TypeWindow Type = 6
+	// TypeResize sets stream ID's terminal size: rows and columns, two
+	// big-endian bytes each.
+	TypeResize Type = 7
+	// TypeClose ends stream ID: its connection is closed, its terminal's
+	// process group hung up.
+	TypeClose Type = 8
 
 	// TypeReady answers hello: its payload is the agent's protocol version.
 	TypeReady Type = 65
@@ -58,10 +72,13 @@ const (
 	// TypeFailed says command ID could not start, or (ID 0) the agent
 	// refuses to go on: its payload is the reason.
 	TypeFailed Type = 70
+	// TypeAck grants the gateway 4 more bytes' worth (big-endian count)
+	// of stream ID's input, once the agent has written it.
+	TypeAck Type = 71
 )
 
 // Version is the protocol's version, the payload of ready.
-const Version = "sandgate-agent/1"
+const Version = "sandgate-agent/2"
 
 // KeySize is the size of the key hello carries.
 const KeySize = 32

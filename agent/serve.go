@@ -79,6 +79,7 @@ func Serve(in io.Reader, out io.Writer) error {
 				return nil
 			}
 			s.killAll()
+			s.killStreams()
 			return err
 		}
 		s.handle(f)
@@ -98,8 +99,9 @@ type server struct {
 	w   *writer
 	env []string
 
-	mu   sync.Mutex
-	cmds map[uint32]*command
+	mu      sync.Mutex
+	cmds    map[uint32]*command
+	streams map[uint32]*aStream
 }
 
 type command struct {
@@ -114,6 +116,9 @@ type command struct {
 const stdinQueue = 64
 
 func (s *server) handle(f Frame) {
+	if s.handleStream(f) {
+		return
+	}
 	switch f.Type {
 	case TypeStart:
 		var c Command

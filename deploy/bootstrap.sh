@@ -57,6 +57,13 @@ command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 # (runtime by policy), and sites may route teams to.
 command -v crun >/dev/null 2>&1 || missing+=(crun)
 compgen -G '/usr/lib/*/rsyslog/lmnsd_gtls.so' >/dev/null || missing+=(rsyslog-gnutls)
+# The agents' tests (#32): sandgate session shell through tmux, the Python
+# SDK installed into a venv, the TypeScript SDK and the reference MCP
+# client under node (npm ci from sdk/typescript's lockfile).
+command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3 python3-venv)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # The pull tests push to and pull from Debian's docker-registry, which each
 # test starts itself on a loopback port with its own storage. The service
 # the package enables is stopped and disabled right after its install:

@@ -225,6 +225,11 @@ type Deps struct {
 	// Handler); / and /console redirect to it. Optional: without it the
 	// gateway serves the API alone.
 	Console http.Handler
+	// MCP, when set, makes the MCP server's streamable HTTP transport
+	// (package mcp's Handler) over the gateway's own handler, mounted at
+	// /v1/mcp behind authentication. Optional: without it /v1/mcp is not
+	// served.
+	MCP func(api http.Handler, maxBody int64) http.Handler
 	// Secrets keeps the secrets runs use through the egress proxy
 	// (package secrets' Vault). Optional: without it /v1/secrets answers
 	// NOT-FOUND and a run that names secrets is refused.

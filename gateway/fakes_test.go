@@ -67,6 +67,13 @@ func (a *fakeAdmitter) Decide(_ context.Context, in sandgate.AdmissionInput) (sa
 		d.Allow = false
 		d.Violations = append(d.Violations, sandgate.Violation{Rule: "denied_exec_command", Message: "not in a session", Action: "deny"})
 	}
+	if in.Operation == sandgate.OperationTerminal {
+		d.Enforcement.TerminalTranscripts = true
+	}
+	if in.Port != nil && in.Port.Number != 8080 {
+		d.Allow = false
+		d.Violations = append(d.Violations, sandgate.Violation{Rule: "session_port_not_admitted", Message: "port not admitted", Fix: "serve on 8080", Action: "deny"})
+	}
 	if strings.HasPrefix(in.Request.Image, "evil/") {
 		d.Allow = false
 		d.Violations = append(d.Violations, sandgate.Violation{

@@ -40,7 +40,8 @@ const drainWait = time.Second
 
 // caller is the request's caller as the gate takes it.
 func caller(c echo.Context) admission.Caller {
-	return admission.Caller{Principal: principal(c), SignIn: signIn(c), CorrelationID: correlationID(c),
+	via, client := viaOf(c)
+	return admission.Caller{Principal: principal(c), SignIn: signIn(c), CorrelationID: correlationID(c), Via: via, Client: client,
 		Origin: map[string]any{"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": c.RealIP()}}
 }
 
@@ -167,7 +168,7 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 		Callbacks: len(cfg.CallbackKey) > 0, Sessions: d.keepsSessions(), Uploads: up,
 	}, admission.Deps{
 		Admitter: d.Admitter, Authorizer: d.Authorizer, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions, Approvals: d.Approvals,
-		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x,
+		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x, Streams: d.streams(), Transcripts: d.transcripts(),
 		Workspaces: spooler{dir: cfg.UploadDir, maxBytes: cfg.MaxWorkspaceBytes, maxUnpacked: cfg.MaxWorkspaceUnpackedBytes},
 		Masker:     mask, Observer: m, Clock: d.Clock, IDs: d.IDs, Logger: d.Logger,
 		Accepting: accepting, Secrets: secrets,

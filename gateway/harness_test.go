@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway/api"
 	"github.com/sandgate/sandgate/gateway/api/apitest"
+	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policies/policytest"
 )
 
@@ -107,7 +108,7 @@ func newEnv(t testing.TB, edit ...func(*Config, *testEnv)) *testEnv {
 	e.srv, err = New(cfg, Deps{
 		Admitter: e.admitter, Policies: e.policies, Recorder: e.recorder, Audit: e.audit, Proofs: e.audit,
 		Runs: e.store, Sessions: e.sessions, Approvals: e.approvals, Executor: e.exec, Sandboxes: e.boxes, Volumes: e.volumes, Artifacts: e.arts, Principals: princ, Authorizer: policytest.Default(t), Registry: e.reg,
-		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, Secrets: e.secrets,
+		Console: consoleHandler, Images: e.images, Sinks: e.sinks, Cluster: e.cluster, MCP: mcp.Handler, Secrets: e.secrets,
 		ImagePackages: e.imagePackages,
 	})
 	if err != nil {

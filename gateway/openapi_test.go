@@ -301,6 +301,7 @@ func TestOpenAPIContract(t *testing.T) {
 	for _, st := range steps {
 		run(st)
 	}
+	exerciseAgentRoutes(t, e, session)
 	// The answers of a failing dependency.
 	e.policies.reloadErr = &sandgate.Error{Code: sandgate.CodePolicyInvalid, Message: "policy does not compile",
 		Details: map[string]any{"errors": []string{"admission.rego:3: rego_parse_error"}}}
@@ -321,6 +322,11 @@ func TestOpenAPIContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	for key, id := range ops {
+		if id == "openSessionTerminal" {
+			// Its success is a WebSocket (101), which the checker cannot
+			// read whole: TestTerminalWebSocket and the end-to-end tests.
+			continue
+		}
 		ok := false
 		for s := range seen {
 			op, status, _ := strings.Cut(s, " ")

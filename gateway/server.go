@@ -286,6 +286,12 @@ func (s *Server) routes() *echo.Echo {
 	v1.POST("/sessions/:id/runs", ses.execInSession, toSessionOwner)
 	v1.PUT("/sessions/:id/files", ses.putSessionFiles, toSessionOwner)
 	v1.GET("/sessions/:id/files", ses.getSessionFiles, toSessionOwner)
+	str := streamRoutes{s.web}
+	v1.GET("/sessions/:id/terminal", str.terminal, toSessionOwner)
+	for _, m := range portMethods {
+		v1.add(m, portRoute, str.port, toSessionOwner)
+	}
+	s.mountMCP(v1)
 
 	apr := approvalRoutes{s.web}
 	toApprovalOwner := ed.toOwner(approvalOwner)

@@ -20,6 +20,7 @@ import data.sandgate.config
 # custom:
 #   severity: critical
 #   controls: [CIS-5.4, PSS-restricted]
+#   fix: 'remove the capability from cap_add, or ask for one on the allowlist (GET /v1/config)'
 finding contains {
 	"rule": "capabilities",
 	"message": sprintf("%scapabilities not allowed: %s (allowed: %s)", [_all_note(names), _named(array.slice(names, 0, 3), count(names)), concat(", ", config.allowed_capabilities)]),

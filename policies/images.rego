@@ -73,6 +73,7 @@ _default_image if input.request.image == config.defaults.image
 # custom:
 #   severity: high
 #   controls: [CIS-5.28]
+#   fix: 'use an image from allowed_images (GET /v1/config lists them)'
 finding contains {
 	"rule": "image_allowlist",
 	"message": sprintf("image %q is not from an allowed repository (%s)", [input.request.image, concat(", ", config.allowed_images)]),

@@ -84,6 +84,17 @@ func withApproval(v ast.Value, a *sandgate.ApprovalInput) ast.Value {
 	return obj
 }
 
+// withPort adds the "port" member of a port connection's input
+// (operation port); other inputs have none.
+func withPort(v ast.Value, p *sandgate.PortInput) ast.Value {
+	obj, ok := v.(ast.Object)
+	if p == nil || !ok {
+		return v
+	}
+	obj.Insert(ast.StringTerm("port"), ast.ObjectTerm(item("number", ast.InternedTerm(p.Number))))
+	return obj
+}
+
 // withSecrets adds the "secrets" member of an input whose request names
 // stored secrets: each with its version.
 func withSecrets(v ast.Value, secrets map[string]sandgate.SecretState) ast.Value {
@@ -384,6 +395,7 @@ var (
 	keyApprovals  = ast.StringTerm("approvals")
 	keyRule       = ast.StringTerm("rule")
 	keyMessage    = ast.StringTerm("message")
+	keyFix        = ast.StringTerm("fix")
 	keyControls   = ast.StringTerm("controls")
 	keySeverity   = ast.StringTerm("severity")
 	keyAction     = ast.StringTerm("action")
@@ -484,6 +496,9 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string, rules map[st
 			return nil, fmt.Errorf("%s[%d] names no rule", key.Value.(ast.String), i)
 		}
 		v.Message, _ = stringAt(vo, keyMessage)
+		if fix, ok := stringAt(vo, keyFix); ok {
+			v.Fix = truncateMessage(fix)
+		}
 		if a, ok := stringAt(vo, keyAction); ok && action == "warn" && a == "deny" {
 			return nil, fmt.Errorf("%s[%d] (%s) is a deny among the warnings", key.Value.(ast.String), i, v.Rule)
 		}
@@ -511,6 +526,9 @@ func decodeViolations(obj ast.Object, key *ast.Term, action string, rules map[st
 		own := getValue(vo, keyControls)
 		if meta, ok := rules[v.Rule]; ok {
 			v.Severity = meta.severity
+			if v.Fix == "" {
+				v.Fix = meta.fix
+			}
 			n := len(meta.controls)
 			if a, ok := own.(*ast.Array); ok {
 				n += a.Len()

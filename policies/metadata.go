@@ -44,6 +44,9 @@ type RuleInfo struct {
 	Severity string `json:"severity,omitempty"`
 	// Controls are the CIS and PSS controls the rule enforces.
 	Controls []string `json:"controls"`
+	// Fix is what the rule suggests doing instead (custom.fix), for the
+	// violations that name no fix of their own.
+	Fix string `json:"fix,omitempty"`
 	// File and Row locate the rule's METADATA block.
 	File string `json:"file"`
 	Row  int    `json:"row"`
@@ -53,6 +56,7 @@ type RuleInfo struct {
 type ruleMeta struct {
 	controls []string
 	severity string
+	fix      string
 }
 
 // ruleMetas indexes the findings of infos by rule.
@@ -60,7 +64,7 @@ func ruleMetas(infos []RuleInfo) map[string]ruleMeta {
 	m := make(map[string]ruleMeta, len(infos))
 	for _, r := range infos {
 		if r.Kind == KindFinding {
-			m[r.Rule] = ruleMeta{controls: slices.Clip(r.Controls), severity: r.Severity}
+			m[r.Rule] = ruleMeta{controls: slices.Clip(r.Controls), severity: r.Severity, fix: r.Fix}
 		}
 	}
 	return m
@@ -244,6 +248,13 @@ func readAnnotation(id, kind string, a *ast.Annotations) (RuleInfo, []string) {
 			problems = append(problems, fmt.Sprintf("METADATA has no custom.severity (%s)", strings.Join(Severities, ", ")))
 		default:
 			problems = append(problems, fmt.Sprintf("custom.severity %v is not one of %s", a.Custom["severity"], strings.Join(Severities, ", ")))
+		}
+	}
+	if fix, ok := a.Custom["fix"]; ok {
+		if s, isString := fix.(string); isString && strings.TrimSpace(s) != "" {
+			info.Fix = s
+		} else {
+			problems = append(problems, fmt.Sprintf("custom.fix must be a sentence, not %v", fix))
 		}
 	}
 	raw, ok := a.Custom["controls"]

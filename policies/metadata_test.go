@@ -42,9 +42,11 @@ func TestRulesDescribed(t *testing.T) {
 		}
 	}
 	want := map[string]policies.RuleInfo{
-		"no_privileged": {Rule: "no_privileged", Kind: policies.KindFinding, Severity: "critical", Controls: []string{"CIS-5.5", "PSS-baseline"}, File: "privileged.rego"},
+		"no_privileged": {Rule: "no_privileged", Kind: policies.KindFinding, Severity: "critical", Controls: []string{"CIS-5.5", "PSS-baseline"}, File: "privileged.rego",
+			Fix: `drop "privileged": true; ask for the one capability you need in cap_add if the allowlist has it`},
 		// Two definitions, described once.
-		"non_root_user": {Rule: "non_root_user", Kind: policies.KindFinding, Severity: "high", Controls: []string{"PSS-restricted"}, File: "user.rego"},
+		"non_root_user": {Rule: "non_root_user", Kind: policies.KindFinding, Severity: "high", Controls: []string{"PSS-restricted"}, File: "user.rego",
+			Fix: `run as a numeric non-root user, such as "user": "10001:10001" (the default)`},
 		// One definition for seven rules, each described by custom.rule.
 		"pids_limit":         {Rule: "pids_limit", Kind: policies.KindFinding, Severity: "medium", Controls: []string{"CIS-5.29"}, File: "resources.rego"},
 		"output_limit":       {Rule: "output_limit", Kind: policies.KindFinding, Severity: "medium", Controls: []string{"CIS-5.11"}, File: "resources.rego"},

@@ -15,6 +15,7 @@ import data.sandgate.config
 # custom:
 #   severity: high
 #   controls: [CIS-5.10, PSS-baseline]
+#   fix: 'use "network": "none", "bridge" or "egress" with the destinations you need'
 finding contains {
 	"rule": "no_host_network",
 	"message": "the host network is forbidden",
@@ -32,6 +33,7 @@ finding contains {
 # custom:
 #   severity: high
 #   controls: [CIS-5.10]
+#   fix: 'use "network": "none", "bridge" or "egress" with the destinations you need'
 finding contains {
 	"rule": "network_allowlist",
 	"message": sprintf("network %q is not allowed; allowed: %s", [object.get(input.request, "network", ""), concat(", ", config.allowed_networks)]),

@@ -10,6 +10,7 @@ package sandgate.admission
 # custom:
 #   severity: critical
 #   controls: [CIS-5.5, PSS-baseline]
+#   fix: 'drop "privileged": true; ask for the one capability you need in cap_add if the allowlist has it'
 finding contains {
 	"rule": "no_privileged",
 	"message": "privileged mode is forbidden",

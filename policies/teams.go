@@ -21,6 +21,7 @@ type teamConfig struct {
 	teamLimits     perTeam[sandgate.TeamLimits]
 	egressPrivate  perTeam[[]string]
 	imageSigners   perTeam[map[string][]string]
+	transcripts    bool
 }
 
 // perTeam is a value with a default and per-team overrides, as data
@@ -43,12 +44,13 @@ func (c teamConfig) limits(team string) sandgate.TeamLimits { return c.teamLimit
 // enforcement is what the executor holds team's runs to.
 func (c teamConfig) enforcement(team string) sandgate.Enforcement {
 	return sandgate.Enforcement{
-		PrivilegedGIDs:     slices.Clone(c.privilegedGIDs),
-		PullRegistries:     slices.Clone(c.pullRegistries),
-		VolumeQuotaMB:      c.volumeQuota.of(team),
-		MaxVolumes:         c.maxVolumes.of(team),
-		EgressPrivateCIDRs: slices.Clone(c.egressPrivate.of(team)),
-		ImageSigners:       c.imageSigners.of(team),
+		PrivilegedGIDs:      slices.Clone(c.privilegedGIDs),
+		PullRegistries:      slices.Clone(c.pullRegistries),
+		VolumeQuotaMB:       c.volumeQuota.of(team),
+		MaxVolumes:          c.maxVolumes.of(team),
+		EgressPrivateCIDRs:  slices.Clone(c.egressPrivate.of(team)),
+		ImageSigners:        c.imageSigners.of(team),
+		TerminalTranscripts: c.transcripts,
 	}
 }
 
@@ -95,6 +97,9 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 		}
 	}
 	if err := dataField(cfg, "egress_private_cidrs", &c.egressPrivate); err != nil {
+		return c, err
+	}
+	if err := dataField(cfg, "terminal_transcripts", &c.transcripts); err != nil {
 		return c, err
 	}
 	if err := dataField(cfg, "image_signers", &c.imageSigners); err != nil {

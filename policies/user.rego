@@ -15,6 +15,7 @@ import data.sandgate.config
 # custom:
 #   severity: high
 #   controls: [PSS-restricted]
+#   fix: 'run as a numeric non-root user, such as "user": "10001:10001" (the default)'
 finding contains {
 	"rule": "non_root_user",
 	"message": sprintf("user %q runs as uid 0 (root); use a non-root numeric uid such as 10001", [input.request.user]),

@@ -79,6 +79,9 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 
 	sandgate.EventEgressAllowed: {classNetworkActivity, 1, "Open"},
 	sandgate.EventEgressDenied:  {classNetworkActivity, 5, "Refuse"},
+	// A connection to a session's port through the gateway, recorded at
+	// its end with the bytes each way.
+	sandgate.EventPortConnection: {classNetworkActivity, 2, "Close"},
 	// The proxy wrote a secret into a run's requests, or refused one
 	// carrying a placeholder where the secret may not go.
 	sandgate.EventSecretUsed:        {classNetworkActivity, 99, "Secret Used"},
@@ -106,7 +109,11 @@ var ocsfClasses = map[sandgate.EventType]ocsfClass{
 	sandgate.EventArtifactsCollected: {classProcessActivity, 99, "Artifacts Collected"},
 	sandgate.EventSessionCreated:     {classProcessActivity, 1, "Launch"},
 	sandgate.EventSessionEnded:       {classProcessActivity, 2, "Terminate"},
-	sandgate.EventNodeTakenOver:      {classProcessActivity, 99, "Node Taken Over"},
+	// A terminal's program is a process launched in the session for a
+	// person or an agent, and its end.
+	sandgate.EventTerminalOpened: {classProcessActivity, 1, "Launch"},
+	sandgate.EventTerminalClosed: {classProcessActivity, 2, "Terminate"},
+	sandgate.EventNodeTakenOver:  {classProcessActivity, 99, "Node Taken Over"},
 
 	sandgate.EventSessionFilePut: {classFileSystemActivity, 1, "Create"},
 	sandgate.EventSessionFileGet: {classFileSystemActivity, 2, "Read"},

@@ -14,6 +14,7 @@ import (
 	"github.com/sandgate/sandgate/admission"
 	"github.com/sandgate/sandgate/console"
 	"github.com/sandgate/sandgate/gateway"
+	"github.com/sandgate/sandgate/mcp"
 )
 
 // gatewayConfig is the HTTP API's: where it listens, who may call it,
@@ -181,6 +182,7 @@ func newGateway(cfg *config, p *parts) (*gateway.Server, error) {
 		Tokens:        p.tokenVerifier(),
 		Login:         p.consoleLogin(),
 		Console:       consoleHandler,
+		MCP:           mcp.Handler,
 		Logger:        p.logger.With("component", "gateway"),
 		Registry:      p.registry,
 		Gatherer:      p.registry,

@@ -73,7 +73,7 @@ func TestHelpShowsOnlyTheFlagsUsed(t *testing.T) {
 	want := map[string][]string{
 		"serve": server,
 		"run":   client, "runs list": client, "runs get": client, "runs cancel": client, "runs logs": client, "runs artifacts": client,
-		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client,
+		"session create": client, "session exec": client, "session cp": client, "session ls": client, "session rm": client, "session shell": client, "mcp": client,
 		"volume list": client, "volume rm": client,
 		"approvals list": client, "approvals approve": client, "approvals deny": client,
 		"secrets set": client, "secrets list": client, "secrets rm": client,

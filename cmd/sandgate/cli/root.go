@@ -138,6 +138,7 @@ parse), 1 for any other error.`,
 		newSandboxCmd(a),
 		newVolumeCmd(a),
 		newApprovalsCmd(a),
+		newMCPCmd(a),
 		newSecretsCmd(a),
 		&cobra.Command{
 			Use:   "version",
@@ -172,6 +173,7 @@ func (a *app) settingsOf() map[string][]use {
 		"runs":      {client},
 		"session":   {client},
 		"volume":    {client},
+		"mcp":       {client},
 		"secrets":   {client},
 		"approvals": {client},
 		// On the database, with the key file; and no settings at all.

@@ -30,7 +30,7 @@ idle for its idle timeout, older than its lifetime, or its container dies.`,
   sandgate session cp "$id":src/report.txt ./report.txt
   sandgate session rm "$id"`,
 	}
-	cmd.AddCommand(newSessionCreateCmd(a), newSessionExecCmd(a), newSessionCpCmd(a), newSessionLsCmd(a), newSessionRmCmd(a))
+	cmd.AddCommand(newSessionCreateCmd(a), newSessionExecCmd(a), newSessionCpCmd(a), newSessionLsCmd(a), newSessionRmCmd(a), newSessionShellCmd(a))
 	return cmd
 }
 

@@ -45,7 +45,11 @@ func Document() (*openapi3.T, error) {
 			load.err = fmt.Errorf("openapi.json is not a valid OpenAPI document: %w", err)
 			return
 		}
-		if load.router, err = legacy.NewRouter(doc); err != nil {
+		// Paths are matched as the gateway serves them, whatever its
+		// address: the document's one server is "/", the gateway itself.
+		routed := *doc
+		routed.Servers = nil
+		if load.router, err = legacy.NewRouter(&routed); err != nil {
 			load.err = fmt.Errorf("route openapi.json: %w", err)
 			return
 		}
@@ -227,6 +231,10 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 // prefix and the artifact's path.
 var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
 
+// portPath splits /v1/sessions/{id}/ports/{port}/{path} likewise: the
+// path asked of a session's port may have any number of segments, none.
+var portPath = regexp.MustCompile(`^(/v1/sessions/[^/]+/ports/[^/]+/)(.*)$`)
+
 // imagePath is GET /v1/images/{ref}/packages as sent: a ref's slashes
 // are percent-encoded, so the router is shown the path as sent.
 var imagePath = regexp.MustCompile(`^/v1/images/[^/]+/packages$`)
@@ -254,6 +262,11 @@ func (c *Checker) exchange(req *http.Request, body []byte) *exchange {
 	if m := artifactPath.FindStringSubmatch(vreq.URL.Path); m != nil {
 		u := *vreq.URL
 		u.Path, u.RawPath = m[1]+strings.ReplaceAll(m[2], "/", "%2F"), ""
+		vreq.URL = &u
+	}
+	if m := portPath.FindStringSubmatch(vreq.URL.Path); m != nil {
+		u := *vreq.URL
+		u.Path, u.RawPath = m[1]+"%2F"+strings.ReplaceAll(m[2], "/", "%2F"), ""
 		vreq.URL = &u
 	}
 	if raw := vreq.URL.EscapedPath(); imagePath.MatchString(raw) {
