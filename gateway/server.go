@@ -287,9 +287,12 @@ func (s *Server) routes() *echo.Echo {
 	v1.PUT("/sessions/:id/files", ses.putSessionFiles, toSessionOwner)
 	v1.GET("/sessions/:id/files", ses.getSessionFiles, toSessionOwner)
 	str := streamRoutes{s.web}
-	v1.GET("/sessions/:id/terminal", str.terminal, toSessionOwner)
+	// The gate asks again with the session itself; asked first here, a
+	// role that may never open one is refused before the request's form
+	// is read.
+	v1.GET("/sessions/:id/terminal", str.terminal, mayList("session.terminal", "session"), toSessionOwner)
 	for _, m := range portMethods {
-		v1.add(m, portRoute, str.port, toSessionOwner)
+		v1.add(m, portRoute, str.port, mayList("session.port", "session"), toSessionOwner)
 	}
 	s.mountMCP(v1)
 
