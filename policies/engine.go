@@ -622,7 +622,11 @@ func (e *Engine) Decide(ctx context.Context, in sandgate.AdmissionInput) (sandga
 		if err != nil {
 			return deny(d, RulePolicyError, "the policy's decision is malformed: "+err.Error()), nil
 		}
-		d.Violations, d.Warnings, d.Approvals = out.violations, out.warnings, out.approvals
+		d.Violations, d.Warnings = out.violations, out.warnings
+		if len(out.approvals) > 0 {
+			// None is nil, as a decision read back from JSON has it.
+			d.Approvals = out.approvals
+		}
 		if len(out.mutations) == 0 {
 			d.Allow = out.allow && len(out.violations) == 0 && len(out.approvals) == 0
 			if !d.Allow && len(out.violations) == 0 && len(out.approvals) == 0 {
