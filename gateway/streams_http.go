@@ -380,8 +380,11 @@ func (s *Server) mountMCP(v1 *authedRoutes) {
 		}
 		return nil
 	}
+	// The endpoint itself asks the policy (action mcp); each tool's call
+	// then goes through its own route and asks again.
+	mayUse := s.edge.authorize("mcp", "mcp", false)
 	for _, m := range []string{http.MethodPost, http.MethodGet, http.MethodDelete} {
-		v1.add(m, mcpRoute, h)
+		v1.add(m, mcpRoute, h, mayUse)
 	}
 }
 
