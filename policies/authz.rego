@@ -71,12 +71,14 @@ unmapped contains sprintf("%v is a submitter without a team (the team claim is m
 # description: >-
 #   Whether the principal may do the action on the object: allowed by a
 #   grant of config.authz.actions unless a deny rule says otherwise;
-#   every denial names its rule.
+#   every denial names its rule. A principal holding several grants (or
+#   refused by several deny rules) gets one decision: the narrowest grant,
+#   the first denial by rule name.
 # entrypoint: true
-decision := {"allow": false, "all_teams": false, "rule": d.rule, "message": d.message} if {
-	some d in deny
-} else := {"allow": true, "all_teams": _all_teams, "rule": r} if {
-	some r in _granted
+decision := {"allow": false, "all_teams": false, "rule": _denial.rule, "message": _denial.message} if {
+	count(deny) > 0
+} else := {"allow": true, "all_teams": _all_teams, "rule": _grant_rule} if {
+	count(_granted) > 0
 } else := {
 	"allow": false, "all_teams": false, "rule": "authz.not_granted",
 	"message": sprintf("%v may not %v: it needs one of the roles %v", [input.principal.name, input.action, _roles_for(input.action)]),
@@ -106,6 +108,13 @@ _granted contains "authz.own_team" if {
 _granted contains "authz.all_teams" if {
 	_holds("all_teams")
 }
+
+# _denial is the first deny by rule name (then by message).
+_denial := sort([d | some d in deny; d.rule == min({x.rule | some x in deny})])[0]
+
+# _grant_rule is the narrowest grant that applies: the role's or the own
+# team's before every team's.
+_grant_rule := [r | some r in ["authz.role", "authz.own_team", "authz.all_teams"]; r in _granted][0]
 
 default _all_teams := false
 

@@ -72,6 +72,15 @@ func TestAuthorizeNamesTheRule(t *testing.T) {
 	if !d.Allow || d.AllTeams || d.Rule != "authz.own_team" {
 		t.Errorf("own team's run = %+v", d)
 	}
+	// A principal holding several grants, as the development token does
+	// (submitter and auditor of its team), is answered once, not with an
+	// evaluation conflict: the narrowest grant, every team's runs listed.
+	dev := sandgate.Principal{Name: "dev", Team: "dev", Roles: []sandgate.Role{"submitter", "security", "auditor", "admin"}}
+	d = e.Authorize(context.Background(), sandgate.AuthzRequest{Principal: dev, Action: "run.read",
+		Object: sandgate.AuthzObject{Kind: "run", Team: "dev"}})
+	if !d.Allow || !d.AllTeams || d.Rule != "authz.own_team" {
+		t.Errorf("own team's run read by a principal of several grants = %+v", d)
+	}
 	if err := (sandgate.AuthzDecision{Rule: "r"}).Err("run.read"); sandgate.ErrorCodeOf(err) != sandgate.CodeForbidden {
 		t.Errorf("Err = %v", err)
 	}

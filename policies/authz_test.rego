@@ -108,3 +108,29 @@ test_submitter_may_not_approve if {
 	d := ask(["submitter"], "search", "approval.approve", approval_of("bob", "payments"))
 	d.allow == false
 }
+
+# A principal holding several grants (a submitter who is also an auditor,
+# as the development token is) gets one decision naming the narrowest
+# grant, not an evaluation conflict.
+test_several_grants_decide_once if {
+	d := ask(["submitter", "auditor", "admin"], "payments", "run.read", {"kind": "run", "team": "payments"})
+	d.allow == true
+	d.rule == "authz.own_team"
+	d.all_teams == true
+	e := ask(["auditor", "admin"], "", "policy.read", {"kind": "policy"})
+	e.allow == true
+	e.rule == "authz.role"
+}
+
+# Several deny rules at once give one denial (the first by rule name).
+test_several_denials_decide_once if {
+	d := authz.decision with input as {
+		"principal": {"name": "alice", "team": "payments", "roles": ["approver"]},
+		"sign_in": {"method": "token", "issuer": ""},
+		"action": "approval.approve",
+		"object": approval_of("alice", "payments"),
+	}
+		with data.sandgate.config.approvals.approver_other_team as true
+	d.allow == false
+	d.rule == "approval.not_by_requester"
+}
