@@ -85,16 +85,19 @@ func TestEvaluatorCandidateDecidesExactly(t *testing.T) {
 	}
 }
 
-// TestEvaluatorMemoryLimit: a candidate whose test builds a 600 MiB array
-// ends its child, not this process, and is refused naming the memory
-// limit; the variant, the same test in the engine's directory, is refused
-// at reload and the revision in force stays.
+// TestEvaluatorMemoryLimit: a candidate whose test builds an array of
+// several GiB ends its child, not this process, and is refused naming the
+// memory limit; the variant, the same test in the engine's directory, is
+// refused at reload and the revision in force stays. The array is ten
+// times what the limit holds: one of 4 million numbers (~360 MiB of heap
+// at its peak) fitted in 384 MiB or not depending on when the collector
+// ran, and a child that fitted it loaded the bomb without error.
 func TestEvaluatorMemoryLimit(t *testing.T) {
 	ctx := context.Background()
 	dir := copyBundle(t)
 	e := evaluatorEngine(t, dir, policies.EvaluatorLimits{MemoryMB: 384})
 	rev := e.Status().Revision
-	bomb := []byte("package sandgate.bomb_test\n\ntest_bomb if {\n\tcount(numbers.range(1, 4000000)) > 1\n}\n")
+	bomb := []byte("package sandgate.bomb_test\n\ntest_bomb if {\n\tcount(numbers.range(1, 40000000)) > 1\n}\n")
 	files, err := policies.BundleFiles(dir)
 	if err != nil {
 		t.Fatal(err)
