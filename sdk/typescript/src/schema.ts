@@ -24,6 +24,8 @@ export interface paths {
          * @description Normalises the spec, has policy decide it, commits the decision to the audit trail and starts the run. A `session_id` in the form of a session's ID names a session: 404 unless it is a session of the principal's team (400 then: its commands go through /v1/sessions/{id}/runs), whether it is another team's or none. A multipart run sends its spec part first; its workspace part counts against the uploads' quotas before it is read (429, 507). Answers 202 at once, or with `wait` when the run has ended within it 200; a retry with the same Idempotency-Key within 24 h answers the run it made (200 once it has ended).
          *
          *     Roles: submitter.
+         *
+         *     When the policy answers require_approval, the run is stored `pending_approval` with no container and the answer is 202 with the run and its `approval` (the reasons, when it expires); it runs once someone the policy lets approve it does (POST /v1/approvals/{id}/approve).
          */
         post: operations["submitRun"];
         delete?: never;
@@ -798,6 +800,94 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/approvals": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List approvals
+         * @description The approvals of the principal's team, or of every team for those the policy lets read them all (by default approvers, auditors and admins). Filters: status, limit, cursor.
+         *
+         *     Roles: submitter, approver, auditor, admin.
+         */
+        get: operations["listApprovals"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an approval
+         * @description One approval: the request's spec (secrets as keyed hashes), the reasons, who asked and, once decided, who decided and their comment. Another team's that the policy keeps from the caller is 404, as a missing one.
+         *
+         *     Roles: submitter (own team), approver, auditor, admin.
+         */
+        get: operations["getApproval"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals/{id}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve a request
+         * @description Grants the approval, then takes its request through the gate again as its requester, with the approval as input.approval: the policy in force decides it, the decision records the approver, and the run starts (or the session opens) only if that decision allows it; one it refuses ends rejected, its error saying why. The policy decides who may approve (by default the approver role, never the requester). Of two approvers at once one wins; the other gets 409.
+         *
+         *     Roles: approver.
+         */
+        post: operations["approveApproval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/approvals/{id}/deny": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Deny a request
+         * @description Denies the approval: its run or session ends rejected. The policy decides who may deny (by default the approver role, never the requester).
+         *
+         *     Roles: approver.
+         */
+        post: operations["denyApproval"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/secrets": {
         parameters: {
             query?: never;
@@ -1009,22 +1099,22 @@ export interface components {
             [key: string]: unknown;
         };
         /** @enum {string} */
-        Role: "submitter" | "security" | "auditor" | "admin";
+        Role: "submitter" | "security" | "auditor" | "admin" | "approver";
         /**
          * @description Where a run is in its life.
          * @enum {string}
          */
-        State: "pending" | "creating" | "running" | "finished";
+        State: "pending_approval" | "pending" | "creating" | "running" | "finished";
         /**
          * @description How a finished run ended.
          * @enum {string}
          */
-        Outcome: "succeeded" | "failed" | "oom_killed" | "timed_out" | "cancelled" | "error" | "lost";
+        Outcome: "succeeded" | "failed" | "oom_killed" | "timed_out" | "cancelled" | "error" | "lost" | "rejected";
         /**
          * @description The type of an audit event.
          * @enum {string}
          */
-        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "terminal.opened" | "terminal.closed" | "port.connection" | "secret.set" | "secret.rotated" | "secret.deleted" | "secret.used" | "secret.misdirected" | "image.pull_progress" | "run.cpu_throttled";
+        EventType: "run.requested" | "admission.allowed" | "admission.denied" | "admission.reviewed" | "image.resolved" | "image.unavailable" | "container.created" | "container.started" | "container.exited" | "container.oom_killed" | "run.timed_out" | "run.cancelled" | "run.failed" | "run.lost" | "container.removed" | "executor.retry" | "orphan.removed" | "policy.loaded" | "policy.load_failed" | "auth.denied" | "audit.exported" | "volume.removed" | "audit.archived" | "retention.applied" | "audit.key_registered" | "audit.key_rotated" | "audit.key_endorsed" | "artifacts.collected" | "callback.delivered" | "callback.failed" | "policy.replayed" | "egress.allowed" | "egress.denied" | "session.created" | "session.ended" | "session.file_put" | "session.file_get" | "audit.witness_alarm" | "node.taken_over" | "audit.chain_closed" | "approval.requested" | "approval.granted" | "approval.denied" | "approval.expired" | "terminal.opened" | "terminal.closed" | "port.connection" | "secret.set" | "secret.rotated" | "secret.deleted" | "secret.used" | "secret.misdirected" | "image.pull_progress" | "run.cpu_throttled";
         /** @description What a client asks to run: the body of POST /v1/runs and POST /v1/admission/review. Unknown fields are refused, naming the field; every list, map and string has the maximum given here (lengths in bytes on the server), and a string holding a NUL is refused. Everything but `command` has a default from the policy bundle's data. */
         RunSpec: {
             /** @description Image reference; default from the policy's data. */
@@ -1330,6 +1420,11 @@ export interface components {
             /** @description What the run's container used. Null until the run has finished, and for a run whose command never ran. */
             usage: components["schemas"]["Usage"] | null;
             egress?: components["schemas"]["EgressSummary"];
+            sign_in?: components["schemas"]["SignIn"];
+            /** @description The approval it waited for, if it did. */
+            approval_id?: string;
+            /** @description The approval the run waits for, in the answer (202) to the request that made it when the policy answered require_approval. */
+            approval?: components["schemas"]["Approval"];
         };
         /** @description A page of runs, newest first. */
         RunList: {
@@ -1373,6 +1468,8 @@ export interface components {
             policy_revision: string;
             decision_id: string;
             spec?: components["schemas"]["NormalizedRunSpec"];
+            /** @description The require_approval findings no approval covers: with no violation, the request waits for someone else's approval. */
+            approvals?: components["schemas"]["Violation"][];
         };
         /** @description The data of a stdout or stderr event: the next bytes of the stream. */
         ChunkData: {
@@ -1639,11 +1736,12 @@ export interface components {
             size: number;
         };
         Principal: {
-            /** @description The principal's name in the tokens file. */
+            /** @description The principal's name: in the tokens file, or as the policy's principal rule mapped the sign-in. */
             name: string;
             /** @description Its team; empty for a principal without one. */
             team: string;
             roles: components["schemas"]["Role"][];
+            sign_in?: components["schemas"]["SignIn"];
         };
         Health: {
             /** @enum {string} */
@@ -1748,6 +1846,7 @@ export interface components {
             newly_denied: components["schemas"]["ReplayChanges"];
             newly_allowed: components["schemas"]["ReplayChanges"];
             changed: components["schemas"]["ReplayChanges"];
+            newly_approval_required: components["schemas"]["ReplayChanges"];
             /** @description Replayed decisions recorded before the decision record's one shape (operation, principal with roles and sign-in, the exact input): replayed as operation run (or review), with the submitter role for runs when no roles were kept, none for reviews, and the settings they kept or the gateway's now. Every decision recorded since is replayed exactly. */
             approximate: number;
             /** @description Replayed decisions whose recorded spec holds masked values (keyed hashes). */
@@ -1817,6 +1916,16 @@ export interface components {
             approximate: boolean;
             /** @description The candidate's decision depends on what the masked values of the recorded spec are. */
             mask_dependent: boolean;
+            /**
+             * @description The recorded outcome: allowed, denied, or approval_required (a require_approval finding and no denial; the rules are then those that ask for approval).
+             * @enum {string}
+             */
+            recorded_outcome: "allowed" | "denied" | "approval_required";
+            /**
+             * @description The candidate's outcome: allowed, denied, or approval_required (a require_approval finding and no denial; the rules are then those that ask for approval).
+             * @enum {string}
+             */
+            candidate_outcome: "allowed" | "denied" | "approval_required";
         };
         /** @description The replayed decisions the policy in force decides otherwise than their records (verdict or denying rules). Among those its own revision recorded (same_revision), drift shows what a replay cannot reproduce: inputs recorded approximately or masked, rules that read the time or the settings. */
         ReplayDrift: {
@@ -2035,12 +2144,12 @@ export interface components {
          * @description Where a session is in its life.
          * @enum {string}
          */
-        SessionState: "open" | "ended";
+        SessionState: "pending_approval" | "open" | "ended";
         /**
          * @description Why a session ended: deleted, idle (idle timeout), lifetime (max lifetime), oom (the kernel killed a process of it for memory), exited (its keepalive ended), lost (its container vanished, or a restart could not take it over), error (it could not be made or was stopped by a failure), shutdown (the gateway stopped).
          * @enum {string}
          */
-        SessionEndReason: "deleted" | "idle" | "lifetime" | "oom" | "exited" | "lost" | "error" | "shutdown";
+        SessionEndReason: "deleted" | "idle" | "lifetime" | "oom" | "exited" | "lost" | "error" | "shutdown" | "rejected";
         /** @description A session's admitted limits. */
         SessionLimits: {
             idle_timeout_seconds: number;
@@ -2074,6 +2183,9 @@ export interface components {
             egress?: components["schemas"]["EgressSummary"];
             spec: components["schemas"]["NormalizedRunSpec"];
             warnings: string[];
+            sign_in?: components["schemas"]["SignIn"];
+            /** @description The approval it waited for, if it did. */
+            approval_id?: string;
         };
         SessionList: {
             sessions: components["schemas"]["Session"][];
@@ -2218,6 +2330,103 @@ export interface components {
             /** @description True for the node that answered. */
             self: boolean;
         };
+        /** @description How a principal signed in, as the trail keeps it: subject and email are keyed hashes where the policy's mask_sign_in says so. */
+        SignIn: {
+            method: components["schemas"]["SignInMethod"];
+            /** @description The OpenID Connect issuer, or the client certificate's issuer's distinguished name. */
+            issuer?: string;
+            /** @description The token's sub claim, or the certificate's subject's distinguished name. */
+            subject?: string;
+            email?: string;
+        };
+        /** @description A request the policy answered require_approval: its run or session waits, stored pending_approval with no container, until someone the policy lets approve it does, denies it, or it expires. */
+        Approval: {
+            id: string;
+            status: components["schemas"]["ApprovalStatus"];
+            /** @enum {string} */
+            operation: "run" | "session";
+            run_id?: string;
+            session_id?: string;
+            /** @description The request's: its run's events and the approval's share it. */
+            correlation_id: string;
+            decision_id: string;
+            policy_revision: string;
+            requester: string;
+            team: string;
+            requester_roles: components["schemas"]["Role"][];
+            requester_sign_in: components["schemas"]["SignIn"];
+            /** @description The findings that asked for approval. */
+            reasons: components["schemas"]["Violation"][];
+            /** @description The node that holds the request's secret values until it is decided. */
+            node: string;
+            spec: components["schemas"]["NormalizedRunSpec"];
+            limits?: components["schemas"]["SessionLimits"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            decided_at: string | null;
+            decided_by?: string;
+            decider_sign_in?: components["schemas"]["SignIn"];
+            comment?: string;
+        };
+        ApprovalList: {
+            approvals: components["schemas"]["Approval"][];
+            next_cursor: string | null;
+        };
+        /** @description An approver's grant or denial: the comment is recorded with it. */
+        ApprovalDecision: {
+            comment?: string;
+        };
+        ApprovalOutcome: {
+            approval: components["schemas"]["Approval"];
+            run?: components["schemas"]["Run"];
+            session?: components["schemas"]["Session"];
+        };
+        /** @description A session the policy answered require_approval: stored pending_approval, with the approval it waits for. */
+        SessionWaiting: {
+            id: string;
+            correlation_id: string;
+            decision_id: string;
+            policy_revision?: string;
+            principal: string;
+            team: string;
+            node?: string;
+            state: components["schemas"]["SessionState"];
+            end_reason?: components["schemas"]["SessionEndReason"];
+            error: components["schemas"]["ErrorInfo"] | null;
+            container_id?: string;
+            limits: components["schemas"]["SessionLimits"];
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at: string | null;
+            /** Format: date-time */
+            last_active_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /** @description Commands run in the session. */
+            runs: number;
+            /** @description An ended egress session's connections through the proxy, all its commands together. */
+            egress?: components["schemas"]["EgressSummary"];
+            spec: components["schemas"]["NormalizedRunSpec"];
+            warnings: string[];
+            sign_in?: components["schemas"]["SignIn"];
+            /** @description The approval it waited for, if it did. */
+            approval_id?: string;
+            approval: components["schemas"]["Approval"];
+        };
+        /**
+         * @description Where an approval stands.
+         * @enum {string}
+         */
+        ApprovalStatus: "pending" | "granted" | "denied" | "expired";
+        /**
+         * @description How a principal signed in: a token of the tokens file, an OpenID Connect token or the console's session, or a client certificate.
+         * @enum {string}
+         */
+        SignInMethod: "token" | "oidc" | "mtls";
         /** @description A secret's new value. It is stored encrypted and never shown again. */
         SecretPut: {
             /** @description 1 byte to 64 KiB of UTF-8, without control characters other than tab: the proxy writes it into a request header. */
@@ -2277,7 +2486,7 @@ export interface components {
                 };
             };
         };
-        /** @description The principal lacks the role; the refusal is audited (auth.denied) (`SANDGATE-FORBIDDEN`) */
+        /** @description The policy (data.sandgate.authz) does not let the principal do this; details name the rule (`rule`) and the action; the refusal is audited (auth.denied) (`SANDGATE-FORBIDDEN`) */
         Forbidden: {
             headers: {
                 "X-Correlation-ID": components["headers"]["CorrelationID"];
@@ -2510,6 +2719,8 @@ export interface components {
         Cursor: string;
         /** @description The session's ID. */
         SessionID: string;
+        /** @description The approval's ID. */
+        ApprovalID: string;
     };
     requestBodies: never;
     headers: {
@@ -2791,6 +3002,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             413: components["responses"]["TooLarge"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
@@ -3241,6 +3453,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -3270,6 +3483,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -3306,6 +3520,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
@@ -3799,7 +4014,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
-            /** @description The session, still opening. */
+            /** @description The session, still opening; or, when the policy answered require_approval, stored pending_approval with the approval it waits for. */
             202: {
                 headers: {
                     "X-Correlation-ID": components["headers"]["CorrelationID"];
@@ -3807,7 +4022,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Session"];
+                    "application/json": components["schemas"]["Session"] | components["schemas"]["SessionWaiting"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -4139,6 +4354,152 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    listApprovals: {
+        parameters: {
+            query?: {
+                status?: components["schemas"]["ApprovalStatus"];
+                limit?: number;
+                cursor?: string;
+            };
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of approvals, newest first. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getApproval: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The approval's ID. */
+                id: components["parameters"]["ApprovalID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The approval. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Approval"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    approveApproval: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The approval's ID. */
+                id: components["parameters"]["ApprovalID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDecision"];
+            };
+        };
+        responses: {
+            /** @description The approval as decided, and its run or session as it now stands. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalOutcome"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    denyApproval: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The approval's ID. */
+                id: components["parameters"]["ApprovalID"];
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ApprovalDecision"];
+            };
+        };
+        responses: {
+            /** @description The approval as decided, and its run or session as it now stands. */
+            200: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApprovalOutcome"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];
