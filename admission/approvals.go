@@ -204,7 +204,7 @@ func (g *Gate) rejectStored(a sandgate.Approval, code sandgate.ErrorCode, msg st
 	log := g.d.Logger.With("approval_id", a.ID)
 	info := &sandgate.ErrorInfo{Code: code, Message: msg}
 	if a.RunID != "" {
-		saveRetrying("reject a run that waited for approval", time.Now().Add(finalStoreFor), 200*time.Millisecond, log,
+		SaveRetrying("reject a run that waited for approval", time.Now().Add(finalStoreFor), 200*time.Millisecond, log,
 			func(ctx context.Context) error {
 				run, err := g.d.Runs.GetRun(ctx, a.RunID)
 				if err != nil || run.State != sandgate.StatePendingApproval {
@@ -219,7 +219,7 @@ func (g *Gate) rejectStored(a sandgate.Approval, code sandgate.ErrorCode, msg st
 	if g.d.Sessions == nil {
 		return
 	}
-	saveRetrying("reject a session that waited for approval", time.Now().Add(finalStoreFor), 200*time.Millisecond, log,
+	SaveRetrying("reject a session that waited for approval", time.Now().Add(finalStoreFor), 200*time.Millisecond, log,
 		func(ctx context.Context) error {
 			ss, err := g.d.Sessions.GetSession(ctx, a.SessionID)
 			if err != nil || ss.State != sandgate.SessionPendingApproval {

@@ -53,7 +53,7 @@ func (p *pass) unstore(cause error) {
 	now := p.now()
 	run.State, run.Outcome, run.FinishedAt = sandgate.StateFinished, sandgate.OutcomeError, &now
 	run.Error = &sandgate.ErrorInfo{Code: sandgate.ErrorCodeOf(cause), Message: sandgate.ErrorMessageOf(cause)}
-	saveRetrying("store a run refused for the trail", time.Now().Add(finalStoreFor), 200*time.Millisecond, p.g.d.Logger.With("run_id", run.ID),
+	SaveRetrying("store a run refused for the trail", time.Now().Add(finalStoreFor), 200*time.Millisecond, p.g.d.Logger.With("run_id", run.ID),
 		func(ctx context.Context) error { return p.g.d.Runs.UpdateRun(ctx, &run) })
 }
 
@@ -66,7 +66,7 @@ func (g *Gate) endUnconfirmed(run sandgate.Run, msg string) {
 	now := g.d.Clock()
 	run.State, run.Outcome, run.FinishedAt = sandgate.StateFinished, sandgate.OutcomeError, &now
 	run.Error = &sandgate.ErrorInfo{Code: sandgate.CodeUnavailable, Message: msg}
-	saveRetrying("end a run whose store was not confirmed", time.Now().Add(finalStoreFor), 500*time.Millisecond, g.d.Logger.With("run_id", run.ID),
+	SaveRetrying("end a run whose store was not confirmed", time.Now().Add(finalStoreFor), 500*time.Millisecond, g.d.Logger.With("run_id", run.ID),
 		func(ctx context.Context) error {
 			if err := g.d.Runs.UpdateRun(ctx, &run); sandgate.ErrorCodeOf(err) != sandgate.CodeNotFound {
 				return err
@@ -75,10 +75,10 @@ func (g *Gate) endUnconfirmed(run sandgate.Run, msg string) {
 		})
 }
 
-// saveRetrying calls save until it succeeds, fails for good (NOT-FOUND,
+// SaveRetrying calls save until it succeeds, fails for good (NOT-FOUND,
 // INVALID-REQUEST) or until has passed, waiting first and then twice as
 // long each time, at most 5 s; each call gets storeTimeout.
-func saveRetrying(what string, until time.Time, first time.Duration, log *slog.Logger, save func(context.Context) error) {
+func SaveRetrying(what string, until time.Time, first time.Duration, log *slog.Logger, save func(context.Context) error) {
 	wait := first
 	for i := 1; ; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)

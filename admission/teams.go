@@ -179,7 +179,7 @@ func (g *Gate) reserveSlot(ctx context.Context, h *Hold, runID string) error {
 // releaseSlot gives the run's slot back, retrying while the database
 // does not answer.
 func (g *Gate) releaseSlot(runID string) {
-	saveRetrying("release run slot", time.Now().Add(finalStoreFor), 500*time.Millisecond, g.d.Logger.With("run_id", runID),
+	SaveRetrying("release run slot", time.Now().Add(finalStoreFor), 500*time.Millisecond, g.d.Logger.With("run_id", runID),
 		func(ctx context.Context) error { return g.d.Slots.ReleaseSlot(ctx, runID) })
 }
 

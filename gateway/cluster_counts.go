@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate"
+	"github.com/sandgate/sandgate/admission"
 )
 
 // The slots of the runs this node adopts, in the cluster's count
@@ -28,6 +29,6 @@ func (s *runs) releaseSlot(runID string) {
 	if s.d.Cluster == nil {
 		return
 	}
-	saveRetrying("release run slot", time.Now().Add(finalStoreFor), 500*time.Millisecond, s.log.With("run_id", runID),
+	admission.SaveRetrying("release run slot", time.Now().Add(finalStoreFor), 500*time.Millisecond, s.log.With("run_id", runID),
 		func(ctx context.Context) error { return s.d.Cluster.ReleaseSlot(ctx, runID) })
 }

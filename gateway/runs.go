@@ -202,7 +202,7 @@ func (r *runs) store(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 	if run.State == sandgate.StateFinished {
 		until = time.Now().Add(finalStoreFor)
 	}
-	saveRetrying("store run", until, 500*time.Millisecond, log.With("state", run.State), func(ctx context.Context) error {
+	admission.SaveRetrying("store run", until, 500*time.Millisecond, log.With("state", run.State), func(ctx context.Context) error {
 		return r.d.Runs.UpdateRun(ctx, &run)
 	})
 }
@@ -235,28 +235,6 @@ func (r *runs) storeLater(lr *liveRun, run sandgate.Run, log *slog.Logger) {
 			r.store(lr, *p, log)
 		}
 	}()
-}
-
-// saveRetrying calls save until it succeeds, fails for good (NOT-FOUND,
-// INVALID-REQUEST) or until has passed, waiting first and then twice as
-// long each time, at most 5 s; each call gets storeTimeout.
-func saveRetrying(what string, until time.Time, first time.Duration, log *slog.Logger, save func(context.Context) error) {
-	wait := first
-	for i := 1; ; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err := save(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if code := sandgate.ErrorCodeOf(err); time.Now().After(until) || code == sandgate.CodeNotFound || code == sandgate.CodeInvalidRequest {
-			log.Error(what, "attempts", i, "error", err)
-			return
-		}
-		log.Warn(what+", retrying", "attempt", i, "error", err)
-		time.Sleep(wait)
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // applyResult copies an execution's result onto the run. The outcome is

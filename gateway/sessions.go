@@ -364,7 +364,7 @@ func (s *sessions) end(l *liveSession, res sandgate.Result, err error, log *slog
 // storeSession saves the session, retrying a little while the store does
 // not answer: a session left open in the store would be adopted again.
 func (s *sessions) store(ss sandgate.Session, log *slog.Logger) {
-	saveRetrying("store session", time.Now().Add(finalStoreFor), 200*time.Millisecond, log.With("state", ss.State), func(ctx context.Context) error {
+	admission.SaveRetrying("store session", time.Now().Add(finalStoreFor), 200*time.Millisecond, log.With("state", ss.State), func(ctx context.Context) error {
 		return s.d.Sessions.UpdateSession(ctx, &ss)
 	})
 }
