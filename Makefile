@@ -5,6 +5,7 @@ PKGS      := ./...
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X github.com/sandgate/sandgate.Version=$(VERSION)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+E2E_SHARDS  ?= 3
 
 export CGO_ENABLED ?= 1
 
@@ -35,14 +36,17 @@ language-images: build bootstrap
 run: bootstrap build image
 	SANDGATE_DEV=1 ./$(BIN) serve
 
-# make test: every unit and integration test, race detector on, against the
+# make test: every unit and integration test, race detector on (the
+# end-to-end tests after the rest, in E2E_SHARDS processes at once:
+# deploy/test-e2e.sh), against the
 # real Docker daemon and PostgreSQL that bootstrap starts, with the sandbox
 # and language images built (the tests would build missing language images
 # themselves, once per test binary); then, as root,
 # the air-gapped bundle built, installed and run in a namespace with no
 # network (deploy/test-bundle.sh, about 30 s).
 test: bootstrap image language-images
-	$(GO) test -race -p 2 -count=1 -timeout 20m $(PKGS)
+	$(GO) test -race -p 2 -count=1 -timeout 20m $$($(GO) list $(PKGS) | grep -v '/cmd/sandgate/e2e$$')
+	@GO=$(GO) bash deploy/test-e2e.sh $(E2E_SHARDS)
 	@if [ "$$(id -u)" = 0 ]; then bash deploy/test-bundle.sh; \
 	elif [ "$$CI" = true ]; then echo "make test: the bundle test needs root (CI=true)"; exit 1; \
 	else echo "make test: skipping deploy/test-bundle.sh (needs root: sudo make test-bundle)"; fi
