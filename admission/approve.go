@@ -259,7 +259,6 @@ func (p *pass) reread(ctx context.Context, a sandgate.Approval) error {
 // approved is a granted request decided again: the waiting run or
 // session, as its requester's, with input.approval naming the approver.
 type approved struct {
-	none
 	a        sandgate.Approval
 	approver sandgate.Principal
 }

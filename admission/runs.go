@@ -12,7 +12,6 @@ import (
 // Run is POST /v1/runs: a run spec as JSON, or as multipart/form-data
 // with the spec first and a workspace archive after it.
 type Run struct {
-	none
 	// IdempotencyKey, when set, makes a retry answer the run the first
 	// request made.
 	IdempotencyKey string
