@@ -37,7 +37,6 @@ func (s runRoutes) submitRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	ans, err := s.admit(c, admission.Run{IdempotencyKey: key, Body: body})
 	if err != nil {
 		return err
@@ -46,11 +45,7 @@ func (s runRoutes) submitRun(c echo.Context) error {
 	if !created {
 		c.Response().Header().Set("Idempotent-Replayed", "true")
 	}
-	if wait > 0 && run.State != sandgate.StateFinished {
-		if r, err := s.waitRun(ctx, caller(c), run.ID, wait); err == nil {
-			run = r
-		}
-	}
+	run = s.waited(c, run, wait)
 	c.Response().Header().Set("Location", "/v1/runs/"+run.ID)
 	// 202 unless the client waited (or replayed) and the run has ended.
 	status := http.StatusAccepted

@@ -117,17 +117,12 @@ func (s sessionRoutes) execInSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
 	ans, err := s.admit(c, admission.Command{Session: c.Param("id"), Body: body})
 	if err != nil {
 		return err
 	}
 	run := ans.Run
-	if wait > 0 && run.State != sandgate.StateFinished {
-		if r, err := s.waitRun(ctx, caller(c), run.ID, wait); err == nil {
-			run = r
-		}
-	}
+	run = s.waited(c, run, wait)
 	c.Response().Header().Set("Location", "/v1/runs/"+run.ID)
 	status := http.StatusAccepted
 	if run.State == sandgate.StateFinished && wait > 0 {

@@ -115,6 +115,23 @@ func (s *web) waitRun(ctx context.Context, who admission.Caller, id string, d ti
 	return s.readRun(ctx, who, id, "")
 }
 
+// waited is run after waiting up to d for its end (a run already ended,
+// or d of 0, at once). A run that cannot be read again (the store failed,
+// the policy refuses the read) is answered as admitted, and why is
+// logged: never silently.
+func (s *web) waited(c echo.Context, run *sandgate.Run, d time.Duration) *sandgate.Run {
+	if d <= 0 || run.State == sandgate.StateFinished {
+		return run
+	}
+	r, err := s.waitRun(c.Request().Context(), caller(c), run.ID, d)
+	if err != nil {
+		s.log.Warn("the run waited for could not be read again; answering it as admitted",
+			"run_id", run.ID, "correlation_id", correlationID(c), "err", err)
+		return run
+	}
+	return r
+}
+
 // readRun is a run who may read (do action on, run.read when ""), through
 // the gate.
 func (s *web) readRun(ctx context.Context, who admission.Caller, id string, action sandgate.Action) (*sandgate.Run, error) {
