@@ -83,6 +83,7 @@ type mainProc struct {
 	// pumped is closed when the output stream has been read to its end.
 	pumped chan struct{}
 
+	pumping  sync.Once
 	watching sync.Once
 	exited   chan struct{}
 	exit     exitStatus // set before exited closes
@@ -129,7 +130,22 @@ func (p *mainProc) writeStdin(data string) {
 
 func (p *mainProc) wait() <-chan struct{} {
 	h := p.h
-	if p.pumped == nil {
+	p.pump()
+	p.watchExit()
+	if l, _ := h.link(); l != nil && h.job.SessionContainer {
+		go p.watchAgent(l)
+	}
+	return p.exited
+}
+
+// pump starts reading the container's output stream to its end, once:
+// the agent's link reads it when there is one. end calls it too, so that
+// a process ended without having been waited on (a warm member whose
+// agent went away) still has a stream to drain, never a nil channel to
+// wait on for ever.
+func (p *mainProc) pump() {
+	h := p.h
+	p.pumping.Do(func() {
 		p.pumped = make(chan struct{})
 		if l, _ := h.link(); l != nil {
 			// The agent reads the stream.
@@ -144,12 +160,7 @@ func (p *mainProc) wait() <-chan struct{} {
 		} else {
 			close(p.pumped)
 		}
-	}
-	p.watchExit()
-	if l, _ := h.link(); l != nil && h.job.SessionContainer {
-		go p.watchAgent(l)
-	}
-	return p.exited
+	})
 }
 
 // watchExit waits for the container's exit in the background, once.
@@ -228,6 +239,7 @@ func (p *mainProc) stop() {
 // exit code and OOM flag, and judges its end.
 func (p *mainProc) end(reason stopReason) ending {
 	h := p.h
+	p.pump()
 	var exit exitStatus
 	select {
 	case <-p.exited:
