@@ -78,22 +78,42 @@ func (e *fakeExecutor) DialPort(_ context.Context, _ string, port int) (net.Conn
 	return a, nil
 }
 
-// oneConnListener accepts one connection, then waits for it to close.
+// oneConnListener accepts one connection, then waits for it to close:
+// the server that serves it must not return (and leave its connection
+// to a race) before the connection is done.
 type oneConnListener struct {
-	mu sync.Mutex
-	c  net.Conn
+	mu     sync.Mutex
+	c      net.Conn
+	closed chan struct{}
 }
 
 func (l *oneConnListener) Accept() (net.Conn, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.c == nil {
+	if l.closed == nil {
+		l.closed = make(chan struct{})
+	}
+	c, closed := l.c, l.closed
+	l.c = nil
+	l.mu.Unlock()
+	if c == nil {
+		<-closed
 		return nil, io.EOF
 	}
-	c := l.c
-	l.c = nil
-	return c, nil
+	return &closeSignal{Conn: c, closed: closed}, nil
 }
+
+// closeSignal closes its channel when the connection is closed.
+type closeSignal struct {
+	net.Conn
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *closeSignal) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
 func (l *oneConnListener) Close() error   { return nil }
 func (l *oneConnListener) Addr() net.Addr { return &net.TCPAddr{} }
 
