@@ -69,6 +69,10 @@ func (e *fakeExecutor) DialPort(_ context.Context, _ string, port int) (net.Conn
 	a, b := net.Pipe()
 	go func() {
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The body is read before the answer, as a kernel's socket
+			// buffer would take it: a pipe has none, and a server that
+			// answers and closes first fails the proxy's write.
+			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Set-Cookie", "session=stolen; Path=/")
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string]any{"method": r.Method, "uri": r.RequestURI, "host": r.Host, "header": r.Header})
