@@ -385,16 +385,20 @@ func TestClusterTakeoverAdopts(t *testing.T) {
 
 	const gate = "while [ ! -e /tmp/go ]; do sleep 0.1; done; "
 	running := p.submitNoWait(t, "takeover-running", "sh", "-c", "echo before; "+gate+"echo after; exit 7")
-	exited := p.submitNoWait(t, "takeover-exited", "sh", "-c", "sleep 2; exit 3")
+	// This one ends while its node is dead: let go of right after the
+	// kill (a fixed sleep ended it before the kill on a loaded host).
+	exited := p.submitNoWait(t, "takeover-exited", "sh", "-c", strings.ReplaceAll(gate, "/tmp/go", "/tmp/end")+"exit 3")
 	p.waitRunning(t, running)
 	p.waitRunning(t, exited)
 	v, _ := p.runState(t, running)
 	container := v.ContainerID
+	ve, _ := p.runState(t, exited)
 	ss, err := p.Client.CreateSession(context.Background(), api.SessionRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Kill(t)
+	dockerCLI(t, "", "exec", ve.ContainerID, "touch", "/tmp/end")
 
 	var taker string
 	sandgatetest.WaitFor(t, "a survivor to take the dead node over", 60*time.Second, func() bool {
