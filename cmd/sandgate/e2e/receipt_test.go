@@ -30,7 +30,7 @@ func runReceiptFile(t *testing.T) (receipt, pub string, env map[string]string) {
 		t.Fatal(err)
 	}
 	receipt, pub = filepath.Join(dir, "receipt.json"), filepath.Join(dir, "gw.pub")
-	if out, err := auditCLI(s.Env, "audit", "receipt", run.ID, "-o", receipt); err != nil {
+	if out, err := auditCLI(s.Env, "audit", "receipt", "--database-url", s.DSN, run.ID, "-o", receipt); err != nil {
 		t.Fatalf("audit receipt: %v\n%s", err, out)
 	}
 	out, err := auditCLI(s.Env, "audit", "public-key", "--signing-key-file", keyFile)
