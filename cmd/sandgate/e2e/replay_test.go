@@ -134,12 +134,14 @@ func TestPolicyReplay(t *testing.T) {
 	want := map[string]api.ReplayExample{
 		bigRun.DecisionID: {DecisionID: bigRun.DecisionID, RunID: bigRun.ID, CorrelationID: bigRun.CorrelationID,
 			Principal: "dev", Team: "dev", Operation: "run", RecordedRevision: bigRun.PolicyRevision, RecordedAllow: true,
-			RecordedRules: []string{}, CandidateRules: []string{"memory_limit"}},
+			RecordedRules: []string{}, CandidateRules: []string{"memory_limit"},
+			RecordedOutcome: "allowed", CandidateOutcome: "denied"},
 		telnet.DecisionID: {DecisionID: telnet.DecisionID, Principal: "dev", Team: "dev", Operation: "review",
-			RecordedRevision: telnet.PolicyRevision, RecordedAllow: true, RecordedRules: []string{}, CandidateRules: []string{"no_telnet"}},
+			RecordedRevision: telnet.PolicyRevision, RecordedAllow: true, RecordedRules: []string{}, CandidateRules: []string{"no_telnet"},
+			RecordedOutcome: "allowed", CandidateOutcome: "denied"},
 		privBig.DecisionID: {DecisionID: privBig.DecisionID, Principal: "dev", Team: "dev", Operation: "review",
 			RecordedRevision: privBig.PolicyRevision, RecordedRules: []string{"no_privileged"},
-			CandidateRules: []string{"memory_limit", "no_privileged"}},
+			CandidateRules: []string{"memory_limit", "no_privileged"}, RecordedOutcome: "denied", CandidateOutcome: "denied"},
 	}
 	ignore := cmp.FilterPath(func(p cmp.Path) bool {
 		name := p.Last().String()
