@@ -307,7 +307,7 @@ func TestSessionCLI(t *testing.T) {
 	if code != 0 || len(id) != 36 {
 		t.Fatalf("session create: %d %q %q", code, out, errs)
 	}
-	if _, errs, code := sessionCLI(t, s, "", "session", "cp", dir+"/src", id+":"); code != 0 {
+	if _, errs, code := sessionCLI(t, s, "", "session", "cp", dir+"/src/.", id+":"); code != 0 {
 		t.Fatalf("session cp in: %d %s", code, errs)
 	}
 	if out, errs, code := sessionCLI(t, s, "", "session", "exec", id, "--", "sh", "-c", "sh main.sh && echo $MODE"); code != 0 || out != "test\n" {
