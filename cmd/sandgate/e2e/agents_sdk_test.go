@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/executor/executortest"
@@ -80,6 +81,18 @@ func npmReady(t *testing.T, s *testServer, dir string) string {
 	t.Helper()
 	npm := requireTool(t, "npm")
 	requireTool(t, "node")
+	// Tests run in concurrent processes (deploy/test-e2e.sh's shards):
+	// one npm ci at a time, under an exclusive lock on the directory
+	// itself, and the next one finds node_modules installed.
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("lock %s: %v", dir, err)
+	}
+	defer syscall.Flock(int(d.Fd()), syscall.LOCK_UN)
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
 		runTool(t, s, dir, npm, "ci", "--no-audit", "--no-fund")
 	}

@@ -33,21 +33,26 @@ type trailCluster struct {
 	base    map[string]string
 	envs    []map[string]string
 	servers []*testServer
+	names   []string // node-a-<hex> and node-b-<hex>
 }
 
 // twoNodeTrail starts node-a and node-b on one database (mod adjusts each
-// node's environment first) and runs one run on each.
+// node's environment first, given "node-a" or "node-b") and runs one run
+// on each. The node names carry a random suffix: a node holds a lease on
+// the docker daemon, which tests in other processes share.
 func twoNodeTrail(t *testing.T, mod func(node string, env map[string]string)) *trailCluster {
 	t.Helper()
 	base, tok := clusterBase(t)
 	// The trust tests set up (or leave out) the cluster's root themselves.
 	delete(base, "SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE")
 	c := &trailCluster{base: base}
-	for _, name := range []string{"node-a", "node-b"} {
-		env := nodeEnv(t, base, name)
+	suffix := sandgatetest.RandomHex(t, 3)
+	for _, label := range []string{"node-a", "node-b"} {
+		env := nodeEnv(t, base, label+"-"+suffix)
 		if mod != nil {
-			mod(name, env)
+			mod(label, env)
 		}
+		c.names = append(c.names, env["SANDGATE_NODE"])
 		s := withToken(t, startServerWithEnv(t, env), tok)
 		s.submitWait(t, s.Token, `{"command": ["true"]}`)
 		c.servers = append(c.servers, s)
@@ -123,7 +128,7 @@ func TestAuditVerifyStrayLocalKey(t *testing.T) {
 	}
 	// Its variant: the stray key's file under the name of a node of the
 	// trail (SANDGATE_NODE=node-a) is no anchor either.
-	env["SANDGATE_NODE"] = "node-a"
+	env["SANDGATE_NODE"] = c.names[0]
 	out, _ = auditCLI(env, "audit", "verify")
 	if rep := verifyReport(t, out); len(rep.Anchors) != 1 || rep.Anchors[0].Used || hasKind(rep, proof.ProblemUntrustedKey) {
 		t.Errorf("a stray key under a node's name: anchors %+v, problems %+v", rep.Anchors, rep.Problems)
@@ -190,7 +195,7 @@ func TestAuditVerifyCLIAndAPIAgree(t *testing.T) {
 			}
 			if !rooted {
 				for _, p := range api.Problems {
-					if p.Kind != proof.ProblemUntrustedKey || len(p.ChainID) < 6 || p.ChainID[:6] != "node-b" {
+					if p.Kind != proof.ProblemUntrustedKey || !strings.HasPrefix(p.ChainID, c.names[1]) {
 						t.Errorf("with node-a's own key the anchor, want untrusted_key on node-b's chains only: %+v", p)
 					}
 				}
@@ -249,7 +254,7 @@ func TestAuditVerifyForgedEndorsement(t *testing.T) {
 		if p.ChainID == "forged-endorsed" {
 			onForged = append(onForged, p.Kind)
 		}
-		if strings.HasPrefix(p.ChainID, "node-a") {
+		if strings.HasPrefix(p.ChainID, c.names[0]) {
 			t.Errorf("a problem on node-a's chains, whose key the root endorsed: %+v", p)
 		}
 	}
