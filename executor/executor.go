@@ -284,6 +284,7 @@ func (e *Executor) Close() error {
 	ctx, cancel := e.calls.cleanup(context.Background())
 	defer cancel()
 	e.lease.release(ctx)
+	e.stager.close()
 	if e.closer != nil {
 		return e.closer.Close()
 	}

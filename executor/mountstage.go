@@ -55,6 +55,9 @@ type stager struct {
 	mu    sync.Mutex
 	ready bool
 	err   error
+	// bound is whether setup bound the stage root onto itself (close
+	// undoes it); made, whether setup made the directory.
+	bound, made bool
 
 	// probeMu guards whether the daemon was seen to see staged mounts.
 	probeMu  sync.Mutex
@@ -112,6 +115,9 @@ func (s *stager) setup() error {
 	if os.Geteuid() != 0 {
 		return errors.New("sandgate is not running as root, so it cannot pin bind-mount sources (mount(2) needs CAP_SYS_ADMIN)")
 	}
+	if _, err := os.Lstat(s.root); errors.Is(err, os.ErrNotExist) {
+		s.made = true
+	}
 	if err := os.MkdirAll(s.root, 0o700); err != nil {
 		return fmt.Errorf("make the mount stage %s: %w", s.root, err)
 	}
@@ -141,11 +147,46 @@ func (s *stager) setup() error {
 		if err := unix.Mount(s.root, s.root, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind the mount stage %s onto itself: %w", s.root, err)
 		}
+		s.bound = true
 	}
 	if err := unix.Mount("", s.root, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("make the mount stage %s private: %w", s.root, err)
 	}
 	return nil
+}
+
+// close undoes what setup did to the host, when nothing is staged any
+// more: the stage root's bind mount onto itself, and the directory when
+// setup made it. A run still staged (a container this gateway leaves
+// running, to be adopted by its next start) keeps the stage as it is:
+// the unmount is not forced, so it fails while anything is mounted below.
+func (s *stager) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ready {
+		return
+	}
+	if s.bound {
+		if err := unix.Unmount(s.root, 0); err != nil {
+			if s.log != nil {
+				s.log.Info("mount stage left in place", "dir", s.root, "reason", err.Error())
+			}
+			return
+		}
+		s.bound = false
+	}
+	if s.made {
+		// Empty node directories go first; anything else keeps it.
+		if entries, err := os.ReadDir(s.root); err == nil {
+			for _, e := range entries {
+				os.Remove(filepath.Join(s.root, e.Name()))
+			}
+		}
+		if os.Remove(s.root) == nil {
+			s.made = false
+		}
+	}
+	s.ready = false
 }
 
 // isMountPoint reports whether p is the root of a mount: its device

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -178,5 +179,49 @@ func TestOpenNoFollow(t *testing.T) {
 				t.Errorf("openNoFollow(%q) error = %v, want ok=%v", tc.path, err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestStageCloseLeavesHostAsFound: a gateway that stops leaves no mount
+// of its stage behind (its tests ran many gateways, each leaving the
+// stage root bound onto itself), unless a run is still staged, whose
+// container the next start adopts.
+func TestStageCloseLeavesHostAsFound(t *testing.T) {
+	requireRoot(t)
+	parent := "/run/sandgate-test"
+	_, statErr := os.Stat(parent)
+	root := filepath.Join(parent, "close-"+filepath.Base(t.TempDir()))
+	s := newStager(Config{MountStageDir: root}, nil, calls{}, nil)
+	t.Cleanup(func() {
+		unmount(s.root)
+		os.RemoveAll(s.root)
+		if errors.Is(statErr, os.ErrNotExist) {
+			os.Remove(parent)
+		}
+	})
+	if err := s.init(); err != nil {
+		t.Fatalf("init: %v", err)
+	}
+	if !isMountPoint(root) {
+		t.Fatalf("%s is not a mount point after init", root)
+	}
+	src := t.TempDir()
+	if _, err := s.stage("node", "run-1", []sandgate.Mount{{Resolved: src, Target: "/w"}}); err != nil {
+		t.Fatalf("stage: %v", err)
+	}
+	s.close()
+	if !isMountPoint(root) {
+		t.Fatalf("close unmounted the stage while a run was staged in it")
+	}
+	s.unstage("node", "run-1")
+	if err := s.init(); err != nil {
+		t.Fatalf("init again: %v", err)
+	}
+	s.close()
+	if isMountPoint(root) {
+		t.Errorf("%s is still a mount point after close", root)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stage directory setup made is still there: %v", err)
 	}
 }
