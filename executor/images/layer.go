@@ -42,9 +42,22 @@ var recipeBaseExclude = []string{
 	"sbin/start-stop-daemon", "usr/sbin/start-stop-daemon",
 	"usr/bin/apt*", "usr/lib/apt",
 	"bin/tar", "usr/bin/tar", "usr/sbin/rmt*", "usr/sbin/tarcat", "etc/rmt",
-	"bin/sh", "bin/dash", "bin/bash", "bin/rbash", "usr/bin/sh", "usr/bin/dash", "usr/bin/bash", "usr/bin/rbash",
 	"etc/hostname", "etc/hosts", "etc/resolv.conf", "etc/fstab", "etc/passwd", "etc/group", "etc/shadow", "etc/gshadow",
 	"dev/*", "tmp", "cache", "workspace", packagesFile,
+}
+
+// recipeShells are the shells no recipe image keeps unless its recipe
+// says shell: true (recipeExclude).
+var recipeShells = []string{"bin/sh", "bin/dash", "bin/bash", "bin/rbash", "usr/bin/sh", "usr/bin/dash", "usr/bin/bash", "usr/bin/rbash"}
+
+// recipeExclude are the paths r's image leaves out: the base ones, the
+// shells unless r keeps one, and r's own.
+func recipeExclude(r Recipe) []string {
+	patterns := append([]string{}, recipeBaseExclude...)
+	if !r.Shell {
+		patterns = append(patterns, recipeShells...)
+	}
+	return append(patterns, r.Exclude...)
 }
 
 // recipeKeep are paths kept although an exclusion matches them.
@@ -81,7 +94,7 @@ func writeLayer(in io.Reader, r Recipe, epoch int64, dir string) (builtLayer, er
 	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
 	tw := tar.NewWriter(bw)
 	mtime := time.Unix(epoch, 0).UTC()
-	patterns := append(append([]string{}, recipeBaseExclude...), r.Exclude...)
+	patterns := recipeExclude(r)
 	var packages []sandgate.Package
 	seenEtc := false
 	tr := tar.NewReader(in)

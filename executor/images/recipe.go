@@ -39,6 +39,10 @@ type Recipe struct {
 	// what is below it) dropped on top of the paths every image drops:
 	// documentation, the package manager and its state, shells.
 	Exclude []string `json:"exclude"`
+	// Shell keeps the POSIX shell (/bin/sh and what it links to), which
+	// every other image drops: an image for agents needs it for make's
+	// recipes, git's hooks and commands chained with &&.
+	Shell bool `json:"shell"`
 	// Checks are run in a container of the new image, as the sandbox
 	// user with the run path's hardening; a check that fails fails the
 	// build and removes the image.

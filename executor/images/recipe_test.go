@@ -32,11 +32,11 @@ func TestRecipesEmbedded(t *testing.T) {
 			t.Errorf("recipe %s: digest %q, %d checks", r.Name, r.Digest, len(r.Checks))
 		}
 	}
-	want := map[string]string{"python": "sandgate/python:3", "node": "sandgate/node:18"}
+	want := map[string]string{"python": "sandgate/python:3", "node": "sandgate/node:18", "node-lts": "sandgate/node:20", "toolchain": "sandgate/toolchain:1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("recipes (-want +got):\n%s", diff)
 	}
-	if _, err := FindRecipe(recipes, "cobol"); err == nil || !strings.Contains(err.Error(), "node, python") {
+	if _, err := FindRecipe(recipes, "cobol"); err == nil || !strings.Contains(err.Error(), "node, node-lts, python, toolchain") {
 		t.Errorf("FindRecipe(cobol) = %v, want an error listing the recipes", err)
 	}
 }
@@ -49,7 +49,7 @@ func TestParseRecipeRefuses(t *testing.T) {
 	tests := []struct {
 		name, file, data, want string
 	}{
-		{"unknown field", "tool.yaml", good + "shell: bash\n", "unknown field"},
+		{"unknown field", "tool.yaml", good + "login_shell: bash\n", "unknown field"},
 		{"file named otherwise", "other.yaml", good, "file is named for"},
 		{"no tag", "tool.yaml", strings.Replace(good, "sandgate/tool:1", "sandgate/tool", 1), "name a tag"},
 		{"digest", "tool.yaml", strings.Replace(good, "sandgate/tool:1", "sandgate/tool:1@sha256:"+strings.Repeat("a", 64), 1), "registry digest"},
@@ -240,8 +240,15 @@ func TestExcluded(t *testing.T) {
 		{"dev", false},
 	}
 	for _, tt := range tests {
-		if got := excluded(tt.name, recipeBaseExclude); got != tt.want {
+		if got := excluded(tt.name, recipeExclude(Recipe{})); got != tt.want {
 			t.Errorf("excluded(%q) = %t, want %t", tt.name, got, tt.want)
+		}
+	}
+	// shell: true keeps the shells and nothing else of what is dropped.
+	withShell := recipeExclude(Recipe{Shell: true, Exclude: []string{"usr/bin/acorn"}})
+	for name, want := range map[string]bool{"bin/sh": false, "usr/bin/dash": false, "usr/bin/dpkg": true, "usr/bin/acorn": true, "bin/tar": true} {
+		if got := excluded(name, withShell); got != want {
+			t.Errorf("shell: true: excluded(%q) = %t, want %t", name, got, want)
 		}
 	}
 }
