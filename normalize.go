@@ -39,6 +39,10 @@ type Defaults struct {
 	// alone), "*" for any image not named; a session request may name
 	// its own.
 	SessionKeepalive map[string][]string `json:"session_keepalive"`
+	// Languages map a language a request may name instead of an image
+	// ("python", "node", "shell", "toolchain") to that image. The image
+	// is still judged by policy like any other.
+	Languages map[string]string `json:"languages"`
 }
 
 // BuiltinDefaults are used for any default the bundle's data leaves out.
@@ -57,6 +61,10 @@ var BuiltinDefaults = Defaults{
 	SessionIdleTimeoutSeconds: 600,
 	SessionMaxLifetimeSeconds: 3600,
 	SessionKeepalive:          map[string][]string{"*": {"sleep", "infinity"}},
+	Languages: map[string]string{
+		"shell": "sandgate/sandbox:latest", "python": "sandgate/python:3",
+		"node": "sandgate/node:20", "toolchain": "sandgate/toolchain:1",
+	},
 }
 
 // merge returns d with every zero field taken from BuiltinDefaults.
@@ -105,7 +113,34 @@ func (d Defaults) merge() Defaults {
 	if len(d.SessionKeepalive) == 0 {
 		d.SessionKeepalive = b.SessionKeepalive
 	}
+	if len(d.Languages) == 0 {
+		d.Languages = b.Languages
+	}
 	return d
+}
+
+// resolveLanguage sets s.Image from s.Language through d.Languages and
+// clears s.Language. A request names a language or an image, not both;
+// a language the data does not map is an INVALID-REQUEST error naming
+// the field and the languages there are.
+func (d Defaults) resolveLanguage(s *RunSpec) error {
+	if s.Language == "" {
+		return nil
+	}
+	if s.Image != "" {
+		return FieldError("language", "name a language or an image, not both (image %q)", s.Image)
+	}
+	image, ok := d.Languages[s.Language]
+	if !ok || image == "" {
+		names := make([]string, 0, len(d.Languages))
+		for name := range d.Languages {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		return FieldError("language", "unknown language %q (the policy maps: %s)", shortKey(s.Language), strings.Join(names, ", "))
+	}
+	s.Image, s.Language = image, ""
+	return nil
 }
 
 // Normalized is a run spec Normalize completed: every default filled in,
@@ -129,6 +164,9 @@ func Normalize(in RunSpec, d Defaults) (Normalized, error) {
 	d = d.merge()
 	s := in.clone()
 
+	if err := d.resolveLanguage(&s); err != nil {
+		return Normalized{}, err
+	}
 	if s.Image == "" {
 		s.Image = d.Image
 	}

@@ -302,3 +302,47 @@ func TestNormalizeWorkspace(t *testing.T) {
 		})
 	}
 }
+
+// TestNormalizeLanguage: a request names a language instead of an image;
+// sandgate.Normalize replaces it by the image the data maps it to (so policy and
+// the trail see the image), and refuses an unknown language or one named
+// with an image, naming the field.
+func TestNormalizeLanguage(t *testing.T) {
+	d := sandgate.Defaults{Languages: map[string]string{"python": "sandgate/python:3", "toolchain": "sandgate/toolchain:1"}}
+	n, err := sandgate.Normalize(sandgate.RunSpec{Language: "python", Command: []string{"python3"}}, d)
+	if err != nil || n.Image != "sandgate/python:3" || n.Language != "" {
+		t.Fatalf("sandgate.Normalize(language python) = image %q language %q, %v", n.Image, n.Language, err)
+	}
+	// Normalising again (as a mutation does) keeps the image.
+	if again, err := sandgate.Normalize(n.RunSpec, d); err != nil || again.Image != n.Image {
+		t.Errorf("normalised again = %q, %v", again.Image, err)
+	}
+	// Without data, the built-in map.
+	if n, err := sandgate.Normalize(sandgate.RunSpec{Language: "shell", Command: []string{"true"}}, sandgate.Defaults{}); err != nil || n.Image != sandgate.BuiltinDefaults.Languages["shell"] {
+		t.Errorf("built-in shell = %q, %v", n.Image, err)
+	}
+	for _, tt := range []struct {
+		spec sandgate.RunSpec
+		want string
+	}{
+		{sandgate.RunSpec{Language: "cobol", Command: []string{"x"}}, `unknown language "cobol" (the policy maps: python, toolchain)`},
+		{sandgate.RunSpec{Language: "python", Image: "busybox", Command: []string{"x"}}, "not both"},
+		{sandgate.RunSpec{Language: "PYTHON", Command: []string{"x"}}, "unknown language"},
+		// The keys of Go's map are not a path to another entry.
+		{sandgate.RunSpec{Language: "python ", Command: []string{"x"}}, "unknown language"},
+	} {
+		_, err := sandgate.Normalize(tt.spec, d)
+		var e *sandgate.Error
+		if !errors.As(err, &e) || e.Code != sandgate.CodeInvalidRequest || e.Field != "language" || !strings.Contains(e.Message, tt.want) {
+			t.Errorf("sandgate.Normalize(%+v) = %v, want INVALID-REQUEST on language with %q", tt.spec, err, tt.want)
+		}
+	}
+	// A session names a language too.
+	s, _, err := sandgate.NormalizeSession(sandgate.SessionSpec{RunSpec: sandgate.RunSpec{Language: "toolchain"}}, "s1", d)
+	if err != nil || s.Image != "sandgate/toolchain:1" {
+		t.Errorf("sandgate.NormalizeSession(language toolchain) = %q, %v", s.Image, err)
+	}
+	if _, _, err := sandgate.NormalizeSession(sandgate.SessionSpec{RunSpec: sandgate.RunSpec{Language: "cobol"}}, "s2", d); sandgate.ErrorCodeOf(err) != sandgate.CodeInvalidRequest {
+		t.Errorf("sandgate.NormalizeSession(language cobol) = %v", err)
+	}
+}

@@ -137,6 +137,9 @@ func NormalizeSession(in SessionSpec, id string, d Defaults) (Normalized, Sessio
 	d = d.merge()
 	rs := in.RunSpec
 	rs.SessionID = id
+	if err := d.resolveLanguage(&rs); err != nil {
+		return Normalized{}, SessionLimits{}, err
+	}
 	if rs.Image == "" {
 		rs.Image = d.Image
 	}

@@ -12,7 +12,11 @@ import (
 // only the server sets (Mount.Resolved, UID, GID, Security); a request that
 // sets them is refused by DecodeRunSpec.
 type RunSpec struct {
-	Image            string            `json:"image"`
+	Image string `json:"image"`
+	// Language names the image instead of Image: the bundle's data maps
+	// it to one (defaults.languages). Normalize sets Image from it and
+	// clears it, so policy, the executor and the trail see the image.
+	Language         string            `json:"language,omitempty"`
 	Command          []string          `json:"command"`
 	Stdin            string            `json:"stdin,omitempty"`
 	Env              map[string]string `json:"env,omitempty"`
@@ -288,6 +292,7 @@ func (s RunSpec) CheckBounds() error {
 			return nil
 		},
 		func() error { return size("image", s.Image, MaxNameBytes) },
+		func() error { return size("language", s.Language, MaxNameBytes) },
 		func() error { return size("user", s.User, MaxNameBytes) },
 		func() error { return size("network", s.Network, MaxNameBytes) },
 		func() error { return size("workdir", s.Workdir, MaxPathBytes) },
@@ -353,6 +358,7 @@ func shortKey(k string) string {
 func (s RunSpec) Document() map[string]any {
 	d := make(map[string]any, 16)
 	d["image"] = s.Image
+	setString(d, "language", s.Language)
 	d["command"] = stringsDoc(s.Command)
 	setString(d, "stdin", s.Stdin)
 	if len(s.Env) > 0 {

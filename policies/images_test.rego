@@ -1,5 +1,6 @@
 package sandgate.admission_test
 
+import data.sandgate.admission
 import data.sandgate.config
 import data.sandgate.fixtures
 
@@ -65,7 +66,8 @@ test_digest_required_and_missing_is_denied if {
 # sandgate does not own.
 test_other_repositories_of_a_namespace_are_denied if {
 	every image in [
-		"sandgate/python:3.12", "sandgate/python", "sandgate/python:latest", "sandgate/node:20", "sandgate/nodejs:18",
+		"sandgate/python:3.12", "sandgate/python", "sandgate/python:latest", "sandgate/node:22", "sandgate/nodejs:18",
+		"sandgate/toolchain", "sandgate/toolchain:2",
 		"sandgate/sandbox2", "library/sandgate/sandbox", "docker.io/library/sandgate/sandbox:latest",
 	] {
 		d := fixtures.check with input as fixtures.input_with({"image": image})
@@ -116,6 +118,7 @@ test_language_images_are_allowed_by_exact_name if {
 	every image in [
 		"sandgate/python:3", "docker.io/sandgate/python:3", concat("@", ["sandgate/python:3", digest]),
 		"sandgate/node:18", "index.docker.io/sandgate/node:18", concat("@", ["sandgate/node:18", digest]),
+		"sandgate/node:20", "sandgate/toolchain:1", concat("@", ["sandgate/toolchain:1", digest]),
 	] {
 		d := fixtures.check with input as fixtures.input_with({"image": image})
 			with config.require_digest as false
@@ -168,4 +171,25 @@ test_digests_of_other_names_do_not_apply if {
 		with config.image_digests as {"sandgate/python:3": [digest]}
 		with config.require_digest as false
 	d.allow == true
+}
+
+# A request that names a language is normalised to the image
+# data.sandgate.config.defaults.languages maps it to before policy runs:
+# every such image must pass every rule for a team with no exemption, and
+# stays subject to the allowlist (the data cannot admit an image by
+# naming it a language).
+test_data_language_images_are_allowed if {
+	count(config.defaults.languages) >= 4
+	every _, image in config.defaults.languages {
+		d := admission.decision with input as fixtures.input_with({"image": image})
+		d.allow == true
+	}
+}
+
+test_language_images_still_need_the_allowlist if {
+	every image in [config.defaults.languages.toolchain, config.defaults.languages.node] {
+		d := fixtures.check with input as fixtures.input_with({"image": image})
+			with config.allowed_images as ["sandgate/sandbox", "sandgate/python:3"]
+		fixtures.denied_by(d, "image_allowlist")
+	}
 }

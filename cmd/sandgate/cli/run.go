@@ -43,13 +43,14 @@ const maxStdinBytes = 768 << 10
 const cancelGrace = 30 * time.Second
 
 type runOptions struct {
-	image, network, workdir, user string
-	session, task, idemKey        string
-	env, mounts, labels           []string
-	memoryMB, outputLimit         int64
-	cpus                          float64
-	timeout                       time.Duration
-	detach, wait, stdin           bool
+	image, language        string
+	network, workdir, user string
+	session, task, idemKey string
+	env, mounts, labels    []string
+	memoryMB, outputLimit  int64
+	cpus                   float64
+	timeout                time.Duration
+	detach, wait, stdin    bool
 	// workspace is a local directory sent as the run's workspace;
 	// artifacts the patterns collected after the command; download where
 	// they are written once the run has ended.
@@ -81,6 +82,7 @@ Exit codes besides the container's own:
 Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 		Example: `  sandgate run -- sh -c 'echo hello'
   sandgate run --image sandgate/python:3 --workspace . --artifact 'out/**' --download ./out -- python3 main.py
+  sandgate run --language toolchain -- sh -c 'git --version && rg --version'
   sandgate run --env TOKEN --mount /srv/work/proj:/workspace:ro -- make test
   sandgate run --detach --timeout 10m -- ./long-job.sh
   sandgate run --egress pypi.org:443 --egress files.pythonhosted.org:443 -- pip download requests`,
@@ -92,6 +94,7 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 	f := cmd.Flags()
 	f.SetInterspersed(false)
 	f.StringVar(&o.image, "image", "", "image to run (default: the policy's default image)")
+	f.StringVar(&o.language, "language", "", "run in the image the policy names for this language (shell, python, node, toolchain) instead of --image")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable K=V, or K to pass the local value (repeatable)")
 	f.StringArrayVarP(&o.mounts, "mount", "m", nil, "bind mount SRC:DST[:ro] of a host directory under the mount roots (repeatable)")
 	f.StringVar(&o.network, "network", "", "network: none, bridge or egress (default: the policy's default)")
@@ -119,7 +122,7 @@ Ctrl-C cancels the run (SIGTERM, 10 s grace, SIGKILL) and waits for its end.`,
 // buildSpec turns the flags and command into a run spec.
 func buildSpec(a *app, o runOptions, args []string) (sandgate.RunSpec, error) {
 	spec := sandgate.RunSpec{
-		Image: o.image, Command: args, Network: o.network, Workdir: o.workdir, User: o.user,
+		Image: o.image, Language: o.language, Command: args, Network: o.network, Workdir: o.workdir, User: o.user,
 		SessionID: o.session, TaskID: o.task,
 		Resources: sandgate.Resources{MemoryMB: o.memoryMB, CPUs: o.cpus, WorkspaceMB: o.workspaceMB},
 		Artifacts: o.artifacts, Egress: o.egress,

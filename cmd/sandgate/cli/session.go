@@ -73,6 +73,7 @@ func newSessionCreateCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.image, "image", "", "image (default from the policy)")
+	f.StringVar(&o.language, "language", "", "the image the policy names for this language (shell, python, node, toolchain) instead of --image")
 	f.StringArrayVarP(&o.env, "env", "e", nil, "environment variable K=V (or K to take it from here); repeatable")
 	f.StringVar(&o.network, "network", "", "network: none, bridge or egress")
 	f.StringArrayVar(&o.egress, "egress", nil, "destination host:port, *.domain:port or cidr:port the session's commands may reach through the egress proxy; implies --network egress (repeatable)")
