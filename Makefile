@@ -26,8 +26,12 @@ image: build bootstrap
 
 # The language images (deploy/images/*.yaml) from Debian packages with
 # mmdebstrap, which needs the Debian mirror; --reuse keeps an image built
-# from the same recipe (a cold build of both takes about 10 s here).
-LANGUAGE_IMAGES := python node
+# from the same recipe (a cold build of python and node took about 10 s on a
+# quiet machine; node-lts, the image "node" names, about 22 s on a loaded
+# one). The toolchain image is left out: its cold build (266 MiB, perl
+# with git) took 52-76 s, so the tests that need it build it once per test
+# binary (executortest.RequireRecipeImage).
+LANGUAGE_IMAGES := python node node-lts
 language-images: build bootstrap
 	@for i in $(LANGUAGE_IMAGES); do ./$(BIN) image build --reuse $$i || exit 1; done
 
