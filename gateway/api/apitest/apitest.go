@@ -137,7 +137,8 @@ func (c *Checker) Client(hc *http.Client) *http.Client {
 // Transport returns a RoundTripper that sends requests with next
 // (http.DefaultTransport when nil) and checks each request and answer.
 // An event stream is checked when its body is closed, as far as it was
-// read; any other body is read whole first.
+// read; a WebSocket's handshake (101) as it arrives, without its body,
+// which is the connection; any other body is read whole first.
 func (c *Checker) Transport(next http.RoundTripper) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
@@ -206,6 +207,12 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	ex := t.c.exchange(req, reqBody)
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// A WebSocket's handshake: its answer is checked (status and
+		// headers); its body is the connection, the caller's to use.
+		t.c.checkResponse(ex, resp, nil)
+		return resp, nil
+	}
 	if mt, _, _ := strings.Cut(resp.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) == "text/event-stream" {
 		resp.Body = &streamBody{ReadCloser: resp.Body, check: func(b []byte) { t.c.checkResponse(ex, resp, completeEvents(b)) }}
 		return resp, nil
