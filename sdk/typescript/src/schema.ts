@@ -1119,6 +1119,8 @@ export interface components {
         RunSpec: {
             /** @description Image reference; default from the policy's data. */
             image?: string;
+            /** @description A language the policy's data maps to an image (`defaults.languages`: `shell`, `python`, `node`, `toolchain` by default), named instead of `image`; the run's image is the mapped one, judged by policy like any other. An unknown language is `INVALID-REQUEST` with `field` `language`. */
+            language?: string;
             /** @description The command and its arguments. */
             command: string[];
             /** @description Sent to the command's standard input. */
@@ -1700,6 +1702,10 @@ export interface components {
             session_keepalive: {
                 [key: string]: string[];
             };
+            /** @description The image each language a request may name instead of an image stands for. */
+            languages?: {
+                [key: string]: string;
+            };
         };
         /** @description Defaults and maxima in force, and the images sandgate built on this node: what clients may ask for. */
         Config: {
@@ -2032,6 +2038,8 @@ export interface components {
         SessionRequest: {
             /** @description Image reference; default from the policy's data. */
             image?: string;
+            /** @description A language the policy's data maps to an image (`defaults.languages`: `shell`, `python`, `node`, `toolchain` by default), named instead of `image`; the run's image is the mapped one, judged by policy like any other. An unknown language is `INVALID-REQUEST` with `field` `language`. */
+            language?: string;
             /** @description Refused unless empty or null: a session has no command; run commands with POST /v1/sessions/{id}/runs. */
             command?: string[] | null;
             /** @description Sent to the command's standard input. */
