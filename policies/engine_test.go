@@ -125,6 +125,10 @@ func TestDefaultsFromData(t *testing.T) {
 			"sandgate/python": {"python3", "-c", "import signal\nwhile True: signal.pause()"},
 			"sandgate/node":   {"node", "-e", "setInterval(() => {}, 1 << 30)"},
 		},
+		Languages: map[string]string{
+			"shell": "sandgate/sandbox:latest", "python": "sandgate/python:3",
+			"node": "sandgate/node:20", "toolchain": "sandgate/toolchain:1",
+		},
 	}
 	if diff := cmp.Diff(want, e.Defaults()); diff != "" {
 		t.Errorf("Defaults (-want +got):\n%s", diff)
@@ -248,12 +252,20 @@ func TestRequireDigest(t *testing.T) {
 	dir := copyBundle(t)
 	editData(t, dir, `"require_digest": false`, `"require_digest": true`)
 	pinned := "sandgate/sandbox@sha256:" + strings.Repeat("ab", 32)
-	// The bundle's own tests insist that the default image passes, so
-	// turning the switch on means pinning the default image too.
+	// The bundle's own tests insist that the default image and each
+	// language's image pass, so turning the switch on means pinning them
+	// too.
 	if _, err := policies.New(context.Background(), policies.Options{Dir: dir}); err == nil {
 		t.Fatal("require_digest with an unpinned default image was accepted")
 	}
 	editData(t, dir, `"image": "sandgate/sandbox:latest"`, `"image": "`+pinned+`"`)
+	if _, err := policies.New(context.Background(), policies.Options{Dir: dir}); err == nil || !strings.Contains(err.Error(), "test_data_language_images_are_allowed") {
+		t.Fatalf("require_digest with unpinned language images = %v, want the bundle refused", err)
+	}
+	for _, l := range []string{`"shell": "sandgate/sandbox:latest"`, `"python": "sandgate/python:3"`, `"node": "sandgate/node:20"`, `"toolchain": "sandgate/toolchain:1"`} {
+		name, image, _ := strings.Cut(l, ": ")
+		editData(t, dir, l, name+`: "`+strings.Trim(image, `"`)+"@sha256:"+strings.Repeat("cd", 32)+`"`)
+	}
 	e := newEngine(t, policies.Options{Dir: dir})
 	if d := decide(t, e, baseSpec()); !d.Allow {
 		t.Errorf("pinned default image denied: %+v", d.Violations)

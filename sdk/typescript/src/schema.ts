@@ -1227,6 +1227,8 @@ export interface components {
         NormalizedRunSpec: {
             /** @description Image reference; default from the policy's data. */
             image: string;
+            /** @description Never set: normalisation replaces a request's `language` by the image the policy's data maps it to. */
+            language?: string;
             /** @description The command and its arguments. */
             command: string[] | null;
             /** @description Sent to the command's standard input. */
@@ -1703,7 +1705,7 @@ export interface components {
                 [key: string]: string[];
             };
             /** @description The image each language a request may name instead of an image stands for. */
-            languages?: {
+            languages: {
                 [key: string]: string;
             };
         };
