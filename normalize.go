@@ -113,7 +113,8 @@ func (d Defaults) merge() Defaults {
 	if len(d.SessionKeepalive) == 0 {
 		d.SessionKeepalive = b.SessionKeepalive
 	}
-	if len(d.Languages) == 0 {
+	if d.Languages == nil {
+		// Data without the key; an empty map ({}) names no language.
 		d.Languages = b.Languages
 	}
 	return d
@@ -137,6 +138,9 @@ func (d Defaults) resolveLanguage(s *RunSpec) error {
 			names = append(names, name)
 		}
 		sort.Strings(names)
+		if len(names) == 0 {
+			names = []string{"none"}
+		}
 		return FieldError("language", "unknown language %q (the policy maps: %s)", shortKey(s.Language), strings.Join(names, ", "))
 	}
 	s.Image, s.Language = image, ""

@@ -337,6 +337,10 @@ func TestNormalizeLanguage(t *testing.T) {
 			t.Errorf("sandgate.Normalize(%+v) = %v, want INVALID-REQUEST on language with %q", tt.spec, err, tt.want)
 		}
 	}
+	// Data that maps none ({}) leaves every language unknown.
+	if _, err := sandgate.Normalize(sandgate.RunSpec{Language: "shell", Command: []string{"true"}}, sandgate.Defaults{Languages: map[string]string{}}); sandgate.ErrorCodeOf(err) != sandgate.CodeInvalidRequest {
+		t.Errorf("language with an empty map = %v", err)
+	}
 	// A session names a language too.
 	s, _, err := sandgate.NormalizeSession(sandgate.SessionSpec{RunSpec: sandgate.RunSpec{Language: "toolchain"}}, "s1", d)
 	if err != nil || s.Image != "sandgate/toolchain:1" {
