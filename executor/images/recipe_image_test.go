@@ -18,7 +18,8 @@ import (
 	"github.com/sandgate/sandgate/sandgatetest"
 )
 
-// TestRecipeImages checks the language images on the real daemon: the
+// TestRecipeImages checks the language images on the real daemon (the
+// Node LTS and toolchain images from trixie too): the
 // sandbox user, the workspace, the labels that record the recipe and
 // every package version, that a second build of the same recipe reuses
 // the image, and that BuiltImages lists them.
@@ -29,7 +30,9 @@ func TestRecipeImages(t *testing.T) {
 	}
 	im := newTestImages(t)
 	ctx := context.Background()
-	for _, tc := range []struct{ recipe, pkg string }{{"python", "python3="}, {"node", "nodejs="}} {
+	for _, tc := range []struct{ recipe, pkg string }{
+		{"python", "python3="}, {"node", "nodejs="}, {"node-lts", "nodejs=20."}, {"toolchain", "ripgrep="},
+	} {
 		t.Run(tc.recipe, func(t *testing.T) {
 			b := executortest.RequireRecipeImage(t, tc.recipe)
 			r, err := images.FindRecipe(recipes, tc.recipe)
@@ -65,8 +68,8 @@ func TestRecipeImages(t *testing.T) {
 			t.Errorf("BuiltImages: %+v", b)
 		}
 	}
-	if !recipesListed["python"] || !recipesListed["node"] || !recipesListed[""] {
-		t.Errorf("BuiltImages lists recipes %v, want python, node and the sandbox image", recipesListed)
+	if !recipesListed["python"] || !recipesListed["node"] || !recipesListed["node-lts"] || !recipesListed["toolchain"] || !recipesListed[""] {
+		t.Errorf("BuiltImages lists recipes %v, want python, node, node-lts, toolchain and the sandbox image", recipesListed)
 	}
 }
 
