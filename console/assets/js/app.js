@@ -56,6 +56,12 @@ function allowed(page) {
   return !page.roles || api.hasRole(...page.roles);
 }
 
+// issuerName is how the sign-in button names the identity provider: its
+// host, which is what a person recognises in the address bar.
+export function issuerName(issuer) {
+  try { return new URL(issuer).host || issuer; } catch (_) { return issuer || 'your identity provider'; }
+}
+
 function showSignIn(message) {
   if (cleanup) { cleanup(); cleanup = null; }
   document.getElementById('view').hidden = true;
@@ -132,9 +138,13 @@ function start() {
     await route();
     document.getElementById('main').focus();
   });
-  document.getElementById('signout').addEventListener('click', () => {
-    api.signOut();
-    showSignIn('Signed out.');
+  document.getElementById('signout').addEventListener('click', async () => {
+    try {
+      await api.signOut();
+      showSignIn('Signed out.');
+    } catch (e) {
+      showSignIn(`Signed out here, but the gateway did not confirm: ${e.message}`);
+    }
   });
   document.getElementById('skip').addEventListener('click', (ev) => {
     ev.preventDefault();
@@ -142,6 +152,28 @@ function start() {
   });
   window.addEventListener('hashchange', () => { if (api.signedIn()) route(); });
   showSignIn();
+  offerSSO();
+}
+
+// offerSSO shows the identity provider's button when the gateway has
+// console sign-in, and resumes the cookie session the provider's
+// callback left, if any: an ended one is said so.
+async function offerSSO() {
+  const a = await api.auth();
+  if (!a.sso) return;
+  document.getElementById('sso-issuer').textContent = issuerName(a.issuer);
+  document.getElementById('sso').hidden = false;
+  try {
+    await api.resumeSession();
+  } catch (e) {
+    if (e.details && e.details.sign_in === 'session_ended') showSignIn(`${e.code}: ${e.message}`);
+    return;
+  }
+  if (api.signedIn()) {
+    showShell();
+    await route();
+    document.getElementById('main').focus();
+  }
 }
 
 start();
