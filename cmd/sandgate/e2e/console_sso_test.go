@@ -51,6 +51,9 @@ func ssoSignIn(t *testing.T, b *browserSession, s *testServer, user oidctest.Use
 // the console's way (same-origin), with the headers given.
 func fetchStatus(b *browserSession, method, path, body string, headers map[string]string) int {
 	b.t.Helper()
+	if headers == nil {
+		headers = map[string]string{}
+	}
 	h, _ := json.Marshal(headers)
 	init := fmt.Sprintf(`{method: %q, credentials: 'same-origin', cache: 'no-store', headers: %s`, method, h)
 	if body != "" {
