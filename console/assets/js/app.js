@@ -1,6 +1,6 @@
 // app.js is the console's entry point: sign-in, navigation and the
 // router. Pages live at #/overview, #/runs, #/runs/<id>, #/sessions,
-// #/sessions/<id>, #/policies, #/audit and #/nodes; the part after "?"
+// #/sessions/<id>, #/approvals, #/policies, #/audit and #/nodes; the part after "?"
 // holds a page's filters. A new page is one entry in pages and one link
 // in index.html's navigation. Routing never
 // reloads the page, so the token held in memory stays until sign-out.
@@ -14,6 +14,7 @@ import * as policies from './pages/policies.js';
 import * as audit from './pages/audit.js';
 import * as sessions from './pages/sessions.js';
 import * as nodes from './pages/nodes.js';
+import * as approvals from './pages/approvals.js';
 
 // Which roles may open each page; the API refuses the rest anyway, this
 // only keeps the navigation to what will work.
@@ -25,6 +26,7 @@ const pages = {
   audit: {title: 'Audit', mod: audit, roles: ['auditor', 'admin']},
   sessions: {title: 'Sessions', mod: {render: sessions.renderList}, roles: ['submitter', 'auditor', 'admin']},
   session: {title: 'Session', mod: {render: sessions.renderOne}, roles: ['submitter', 'auditor', 'admin'], nav: 'sessions'},
+  approvals: {title: 'Approvals', mod: approvals, roles: null},
   nodes: {title: 'Nodes', mod: nodes, roles: ['admin']},
 };
 
