@@ -14,7 +14,8 @@ import (
 
 // The ways in: a bearer token (an OpenID Connect token of a trusted
 // issuer, or a token of the tokens file), a client certificate on the
-// TLS listener, or the console's session cookie. A sign-in other than a
+// TLS listener, the console's session cookie, or on a preview's path its
+// port link (port_links.go). A sign-in other than a
 // tokens-file token is a principal only once the policy's principal rule
 // maps it (Deps.Authorizer.MapPrincipal).
 
@@ -75,6 +76,10 @@ type signInFailure struct {
 func (s edge) signIn(c echo.Context) (sandgate.Principal, sandgate.SignIn, *signInFailure, bool) {
 	req := c.Request()
 	ctx := req.Context()
+	// A preview's link is its only credential (port_links.go).
+	if link := linkOf(c); link != "" {
+		return s.linkSignIn(c, link)
+	}
 	if h := req.Header.Get("Authorization"); h != "" {
 		token, ok := bearerToken(h)
 		if !ok {
