@@ -238,6 +238,7 @@ export async function features() {
     checkpoint: find(/^\/v1\/audit\/checkpoint$/),
     witness: find(/witness/),
     replay: find(/replay/, 'post'),
+    previews: find(/^\/v1\/sessions\/\{[^}]+\}\/previews$/, 'post'),
     eventTypes: (schemas.EventType && schemas.EventType.enum) || [],
     outcomes: (schemas.Outcome && schemas.Outcome.enum) || [],
   };
