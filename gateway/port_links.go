@@ -30,7 +30,7 @@ import (
 // the expiry. The preview's relative URLs keep the link; it works for
 // that session's port alone, until it expires, and every request through
 // it is admitted again as its principal (so a session that has closed,
-// or a principal the policy no longer lets in, is refused). docs/sessions.md
+// or a principal the policy no longer lets in, is refused). docs/agents.md
 // ("Port previews in a browser") gives the threats.
 
 // linkClaims is what a port link signs.

@@ -124,7 +124,7 @@ function egressSection(s) {
 }
 
 // previewSection opens a port of the session in the browser: a page a
-// person navigates to cannot carry the bearer token, so the console asks
+// person navigates to cannot carry a bearer header, so the console asks
 // the gateway for a short-lived link to the port (POST
 // /v1/sessions/{id}/previews, decided by the policy and recorded), and
 // shows it to open in a new tab. The link is a credential: it is shown,
