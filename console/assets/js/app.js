@@ -165,6 +165,8 @@ async function offerSSO() {
   if (!a.sso) return;
   document.getElementById('sso-issuer').textContent = issuerName(a.issuer);
   document.getElementById('sso').hidden = false;
+  // A token typed in the meantime has signed in already.
+  if (api.signedIn()) return;
   try {
     await api.resumeSession();
   } catch (e) {
