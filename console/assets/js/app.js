@@ -26,7 +26,7 @@ const pages = {
   audit: {title: 'Audit', mod: audit, roles: ['auditor', 'admin']},
   sessions: {title: 'Sessions', mod: {render: sessions.renderList}, roles: ['submitter', 'auditor', 'admin']},
   session: {title: 'Session', mod: {render: sessions.renderOne}, roles: ['submitter', 'auditor', 'admin'], nav: 'sessions'},
-  approvals: {title: 'Approvals', mod: approvals, roles: null},
+  approvals: {title: 'Approvals', mod: approvals, roles: ['submitter', 'approver', 'auditor', 'admin']},
   nodes: {title: 'Nodes', mod: nodes, roles: ['admin']},
 };
 
