@@ -96,6 +96,12 @@ func TestPortPreviewLinks(t *testing.T) {
 	if h.Get("Referrer-Policy") != "no-referrer" || !strings.HasPrefix(h.Get("Content-Security-Policy"), "sandbox") {
 		t.Errorf("the preview's headers: %v", h)
 	}
+	// Every method, through the document's checker.
+	for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		if status, _, body := s.doAs(t, "", m, link.URL+"m", ""); status != http.StatusOK {
+			t.Errorf("%s through the link: %d %s", m, status, body)
+		}
+	}
 
 	// A changed signature.
 	flip := "A"
