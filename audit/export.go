@@ -142,7 +142,7 @@ func (j *jsonlWriter) flush() error {
 // HTML escaping, and a newline: sandgate.Event's members in declaration
 // order (empty ones left out), then the record's. ok is false where that
 // is not certain (a time outside years 0 to 9999, which encoding/json
-// refuses; a payload that is not a plain object).
+// refuses; a payload that is not an object AppendCanonicalText reads).
 func appendRecord(dst []byte, r *eventRow) (_ []byte, ok bool) {
 	str := func(k, v string) {
 		dst = append(dst, ',', '"')
@@ -187,15 +187,17 @@ func appendRecord(dst []byte, r *eventRow) (_ []byte, ok bool) {
 		dst = strconv.AppendInt(dst, int64(r.ExitCode.Int32), 10)
 	}
 	if len(r.Payload) > 0 {
-		p, ok := decodePayload(r.Payload)
-		if !ok {
+		// The column's jsonb text straight into its canonical form: what
+		// decoding it into a map and encoding that writes, an empty
+		// object left out.
+		mark := len(dst)
+		dst = append(dst, `,"payload":`...)
+		var ok bool
+		if dst, ok = proof.AppendCanonicalText(dst, r.Payload); !ok {
 			return dst, false
 		}
-		if len(p) > 0 {
-			dst = append(dst, `,"payload":`...)
-			if dst, ok = proof.AppendJSON(dst, p); !ok {
-				return dst, false
-			}
+		if string(dst[mark+len(`,"payload":`):]) == "{}" {
+			dst = dst[:mark]
 		}
 	}
 	str("chain_id", r.ChainID)
@@ -211,18 +213,6 @@ func appendRecord(dst []byte, r *eventRow) (_ []byte, ok bool) {
 	dst = append(dst, `","hash":"`...)
 	dst = hex.AppendEncode(dst, r.Hash)
 	return append(dst, '"', '}', '\n'), true
-}
-
-// decodePayload decodes a payload column as eventRow.record does (numbers
-// kept as written); ok is false when it is not an object.
-func decodePayload(data []byte) (map[string]any, bool) {
-	var p map[string]any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&p); err != nil {
-		return nil, false
-	}
-	return p, true
 }
 
 // appendJSONBytes appends b as a JSON string without copying it into a

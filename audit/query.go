@@ -62,6 +62,26 @@ func (r *eventRow) scan(rows *sql.Rows) error {
 
 // record converts the row to the auditors' form.
 func (r *eventRow) record() sandgate.AuditRecord {
+	ev := r.event()
+	if len(r.Payload) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.Payload))
+		dec.UseNumber()
+		_ = dec.Decode(&ev.Payload)
+	}
+	return sandgate.AuditRecord{
+		Event:      ev,
+		ChainID:    r.ChainID,
+		Seq:        r.Seq,
+		RecordedAt: r.RecordedAt.UTC(),
+		Body:       string(r.Body),
+		PrevHash:   hex.EncodeToString(r.PrevHash),
+		Hash:       hex.EncodeToString(r.Hash),
+	}
+}
+
+// event is the row's event without its payload, which the verifier reads
+// as text (proof.Row.PayloadJSON) and record decodes.
+func (r *eventRow) event() sandgate.Event {
 	ev := sandgate.Event{
 		ID:             r.EventID,
 		Type:           sandgate.EventType(r.Type),
@@ -80,20 +100,7 @@ func (r *eventRow) record() sandgate.AuditRecord {
 		c := int(r.ExitCode.Int32)
 		ev.ExitCode = &c
 	}
-	if len(r.Payload) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(r.Payload))
-		dec.UseNumber()
-		_ = dec.Decode(&ev.Payload)
-	}
-	return sandgate.AuditRecord{
-		Event:      ev,
-		ChainID:    r.ChainID,
-		Seq:        r.Seq,
-		RecordedAt: r.RecordedAt.UTC(),
-		Body:       string(r.Body),
-		PrevHash:   hex.EncodeToString(r.PrevHash),
-		Hash:       hex.EncodeToString(r.Hash),
-	}
+	return ev
 }
 
 // eventCursor is where a page of events ended, in the trail's order

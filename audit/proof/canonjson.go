@@ -371,12 +371,6 @@ func appendBodyOf(dst []byte, ev *sandgate.Event, payload, recordedAt []byte) []
 	return append(dst, '}')
 }
 
-// AppendJSON appends v's JSON as encoding/json writes it without HTML
-// escaping (maps with sorted keys, json.Number as written), for the plain
-// values a decoded payload holds; ok is false for anything else (see
-// appendCanonical), which the caller then gives to encoding/json.
-func AppendJSON(dst []byte, v any) (_ []byte, ok bool) { return appendCanonical(dst, v) }
-
 // AppendJSONString appends s as a JSON string, as encoding/json writes it
 // without HTML escaping (invalid UTF-8 as \ufffd).
 func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }

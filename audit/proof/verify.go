@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -57,9 +58,24 @@ type Row struct {
 	Seq        int64
 	RecordedAt time.Time
 	Event      sandgate.Event
-	Body       []byte
-	PrevHash   []byte
-	Hash       []byte
+	// PayloadJSON is the payload column as JSON text (any spelling) when
+	// Event.Payload is left nil: the verifier then compares it with the
+	// body as text and decodes it only for what needs the values.
+	PayloadJSON []byte
+	Body        []byte
+	PrevHash    []byte
+	Hash        []byte
+}
+
+// payload decodes PayloadJSON into Event.Payload (numbers as written, as
+// the trail's readers decode the column) if it is not decoded yet.
+func (r *Row) payload() map[string]any {
+	if r.Event.Payload == nil && len(r.PayloadJSON) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.PayloadJSON))
+		dec.UseNumber()
+		_ = dec.Decode(&r.Event.Payload)
+	}
+	return r.Event.Payload
 }
 
 // Verifier checks chains row by row: online, audit feeds it the trail
@@ -232,11 +248,12 @@ func (v *Verifier) row(r *Row) {
 	}
 	v.checkBody(r)
 	if r.Event.Type == sandgate.EventRetentionApplied {
-		if p, err := DecodeArchived(r.Event.Payload); err == nil {
+		if p, err := DecodeArchived(r.payload()); err == nil {
 			v.retention = append(v.retention, RetentionRecord{EventID: r.Event.ID, ChainID: r.ChainID, Seq: r.Seq, Payload: p})
 		}
 	}
 	if v.keysFromRows {
+		r.payload()
 		if k, ok := KeyFromEvent(r.Event, r.RecordedAt); ok {
 			v.rowKeys = append(v.rowKeys, rowKey{k: k, at: r.RecordedAt})
 		}

@@ -65,7 +65,11 @@ func trailRows(tb testing.TB, n int) []*Row {
 // canonical body, columns against the body, links and tree), without the
 // database: ns/op is per row.
 func BenchmarkVerifyRows(b *testing.B) {
-	rows := trailRows(b, 10_000)
+	b.Run("payload=values", func(b *testing.B) { benchmarkVerifyRows(b, trailRows(b, 10_000)) })
+	b.Run("payload=text", func(b *testing.B) { benchmarkVerifyRows(b, textRows(b, trailRows(b, 10_000))) })
+}
+
+func benchmarkVerifyRows(b *testing.B, rows []*Row) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	v := newVerifier(Anchors{}, time.Now(), 0)

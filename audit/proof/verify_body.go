@@ -48,25 +48,31 @@ func (v *Verifier) bodyMatches(r *Row) bool {
 			return false
 		}
 	}
-	switch {
-	case len(ev.Payload) == 0:
-		// No payload column: the body holds none (an empty object in the
-		// column and none in the body are the same, as before).
-		if payload != nil {
-			return false
-		}
-	default:
-		if payload == nil {
-			return false
-		}
-		col, ok := appendCanonical(v.payload[:0], map[string]any(ev.Payload))
-		v.payload = col
-		if !ok || !bytes.Equal(col, payload) {
-			return false
-		}
+	col, ok := v.columnPayload(r)
+	if !ok || !bytes.Equal(col, payload) {
+		return false
 	}
 	v.rebuilt = appendBodyOf(v.rebuilt[:0], ev, payload, recordedAt)
 	return bytes.Equal(v.rebuilt, r.Body)
+}
+
+// columnPayload returns r's payload column in canonical form, nil when it
+// has none or an empty one (the same as none, as before); ok is false
+// when it cannot tell.
+func (v *Verifier) columnPayload(r *Row) (_ []byte, ok bool) {
+	if r.Event.Payload == nil && len(r.PayloadJSON) > 0 {
+		if v.payload, ok = AppendCanonicalText(v.payload[:0], r.PayloadJSON); ok {
+			if string(v.payload) == "{}" {
+				return nil, true
+			}
+			return v.payload, true
+		}
+	}
+	if len(r.payload()) == 0 {
+		return nil, true
+	}
+	v.payload, ok = appendCanonical(v.payload[:0], map[string]any(r.Event.Payload))
+	return v.payload, ok
 }
 
 // canonScanner reads JSON that is in canonical form (see canonjson.go):
@@ -272,6 +278,7 @@ func (s *canonScanner) number() bool {
 // canonical and compares it member by member with r's columns, naming
 // each difference.
 func (v *Verifier) checkBodyFull(r *Row) {
+	r.payload()
 	var b body
 	dec := json.NewDecoder(bytes.NewReader(r.Body))
 	if err := dec.Decode(&b); err != nil {

@@ -113,12 +113,24 @@ func TestBodyCheckPaths(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := cloneRow(tt.row)
 			tt.change(t, r)
+			// As the online verifier reads it: the payload column as
+			// Postgres spells it, decoded only when needed.
+			text := cloneRow(r)
+			if text.Event.Payload != nil {
+				text.PayloadJSON, _ = json.MarshalIndent(text.Event.Payload, "", " ")
+				text.Event.Payload = nil
+			}
 			fast := newVerifier(Anchors{}, time.Now(), 0)
 			fast.checkBody(r)
 			full := newVerifier(Anchors{}, time.Now(), 0)
 			full.checkBodyFull(r)
 			if diff := cmp.Diff(fast.report.Problems, full.report.Problems); diff != "" {
 				t.Errorf("checkBody and checkBodyFull disagree (-checkBody +full):\n%s", diff)
+			}
+			fromText := newVerifier(Anchors{}, time.Now(), 0)
+			fromText.checkBody(text)
+			if diff := cmp.Diff(fast.report.Problems, fromText.report.Problems); diff != "" {
+				t.Errorf("the payload as text and as values judged otherwise (-values +text):\n%s", diff)
 			}
 			got := map[string]int{}
 			for _, p := range fast.report.Problems {
@@ -157,6 +169,20 @@ func TestBodyFastPathTaken(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("bodyMatches allocates %v times for %d rows", allocs, len(rows))
+	}
+	texts := textRows(t, rows)
+	for _, r := range texts {
+		if !v.bodyMatches(r) || r.Event.Payload != nil {
+			t.Fatalf("row %d, its payload as text: the fast path does not vouch for it without decoding it: %s", r.Seq, r.Body)
+		}
+	}
+	allocs = testing.AllocsPerRun(100, func() {
+		for _, r := range texts {
+			v.bodyMatches(r)
+		}
+	})
+	if allocs > float64(len(texts)) {
+		t.Errorf("bodyMatches allocates %v times for %d rows with their payloads as text", allocs, len(texts))
 	}
 }
 
@@ -231,4 +257,24 @@ func FuzzBodyCheckPaths(f *testing.F) {
 			}
 		}
 	})
+}
+
+// textRows returns rows as the online verifier reads them: the payload
+// column as Postgres spells jsonb (spaces after colons and commas), not
+// decoded.
+func textRows(t testing.TB, rows []*Row) []*Row {
+	out := make([]*Row, len(rows))
+	for i, r := range rows {
+		c := *r
+		if c.Event.Payload != nil {
+			data, err := json.Marshal(c.Event.Payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.PayloadJSON = bytes.ReplaceAll(bytes.ReplaceAll(data, []byte(`,"`), []byte(`, "`)), []byte(`":`), []byte(`": `))
+			c.Event.Payload = nil
+		}
+		out[i] = &c
+	}
+	return out
 }
