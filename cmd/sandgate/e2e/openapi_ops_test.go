@@ -97,8 +97,8 @@ func openapiApprovals(t *testing.T, tok map[string]string, maxMB int, want wantF
 	want(request{method: "POST", path: "/v1/approvals/" + second + "/approve", token: tok["carol"], body: `{}`}, 409)
 }
 
-// openapiSessionAgents drives a session's port (each method) and its
-// terminal's handshake: alice's session serves the port server on 8080,
+// openapiSessionAgents drives a session's port (each method), a preview
+// link to it (each method) and its terminal's handshake: alice's session serves the port server on 8080,
 // which the default data admits.
 func openapiSessionAgents(t *testing.T, s *testServer, tok map[string]string, want wantFunc) {
 	t.Helper()
@@ -116,6 +116,22 @@ func openapiSessionAgents(t *testing.T, s *testServer, tok map[string]string, wa
 	}
 	want(request{method: "GET", path: "/v1/sessions/" + ss.ID + "/ports/9/", token: tok["alice"]}, 403)
 	want(request{method: "GET", path: base, token: tok["bob"]}, 404)
+
+	// A preview link to the port (mintSessionPreview), then each method
+	// through it with no credential but the link.
+	var link portLink
+	if err := json.Unmarshal(want(request{method: "POST", path: "/v1/sessions/" + ss.ID + "/previews", token: tok["alice"],
+		body: `{"port":8080,"ttl_seconds":600}`}, 201), &link); err != nil || !strings.HasPrefix(link.URL, "/v1/sessions/"+ss.ID+"/previews/") {
+		t.Fatalf("preview link = %+v, %v", link, err)
+	}
+	for _, m := range []string{"GET", "PUT", "POST", "PATCH", "DELETE"} {
+		var seen struct{ Method, URI string }
+		if err := json.Unmarshal(want(request{method: m, path: link.URL + "echo?y=2", body: `{"b":2}`}, 200), &seen); err != nil ||
+			seen.Method != m || seen.URI != "/echo?y=2" {
+			t.Errorf("%s through the link: the session saw %+v, %v", m, seen, err)
+		}
+	}
+	want(request{method: "POST", path: "/v1/sessions/" + ss.ID + "/previews", token: tok["bob"], body: `{"port":8080}`}, 404)
 
 	// The terminal: its handshake (101) through the checker, then a
 	// command and its exit, which closes it.
