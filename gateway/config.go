@@ -147,6 +147,11 @@ type Config struct {
 	Version       string
 }
 
+// capacity is the node's capacity as its teams share it.
+func (c Config) capacity() sandgate.Capacity {
+	return sandgate.Capacity{Runs: c.Capacity, Sessions: c.MaxSessions, SharePercent: c.TeamSharePercent}
+}
+
 // PolicyConfigReporter is implemented by an Admitter that can show the
 // configuration of the policy in force (the bundle's sandgate.config
 // data: "maxima", "allowed_images", …). GET /v1/config then reports the
