@@ -24,7 +24,7 @@ import (
 // the default team share (half of each), whose principals are
 // submitters named in principals (name: team); the server's own token
 // (do, Client) is an admin's of another team.
-func capacityServer(t *testing.T, sessions int, principals map[string]string) (*testServer, map[string]*client.Client) {
+func capacityServer(t testing.TB, sessions int, principals map[string]string) (*testServer, map[string]*client.Client) {
 	t.Helper()
 	var b strings.Builder
 	admin := "tok-root-" + sandgatetest.RandomHex(t, 8)
@@ -57,7 +57,7 @@ func capacityServer(t *testing.T, sessions int, principals map[string]string) (*
 
 // flood submits n runs that would hold a slot for an hour, spread over
 // clients, and returns their IDs once every one is admitted.
-func flood(t *testing.T, n int, clients ...*client.Client) []string {
+func flood(t testing.TB, n int, clients ...*client.Client) []string {
 	t.Helper()
 	ids := make([]string, n)
 	var wg sync.WaitGroup
