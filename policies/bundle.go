@@ -45,8 +45,11 @@ const EmbeddedSource = "embedded"
 // testTimeout bounds each Rego unit test while a bundle loads. A test
 // takes milliseconds; the bound is for a test that never ends, and is
 // wide enough that a loaded node (the race detector, other builds) does
-// not refuse a good bundle at start.
-const testTimeout = 30 * time.Second
+// not refuse a good bundle at start. In an evaluator child (see
+// limitSelf) the CPU limit is what stops a test that spins, so the wall
+// clock waits at least four times that limit: on a loaded host a spinning
+// test is still refused for its CPU, the cause the operator must see.
+var testTimeout = 30 * time.Second
 
 var decisionRef = ast.MustParseRef(DecisionQuery)
 

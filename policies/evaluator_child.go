@@ -94,6 +94,7 @@ func limitSelf(memoryArg, cpuArg string) (evalResponse, error) {
 			return evalResponse{}, fmt.Errorf("set the %s limit: %w", l.what, err)
 		}
 	}
+	testTimeout = max(testTimeout, 4*time.Duration(cpu)*time.Second)
 	return evalResponse{MemoryBytes: uint64(memoryMB) << 20, CPUSeconds: cpu}, nil
 }
 
