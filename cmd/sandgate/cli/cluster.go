@@ -58,8 +58,8 @@ func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logg
 			events.Emit(ev)
 		})
 		x, err := executor.New(executor.Config{
-			DockerHost:    dockerHost,
-			Node:          node,
+			DockerHost:       dockerHost,
+			Node:             node,
 			MaxConcurrent:    cfg.MaxConcurrent,
 			MaxSessions:      cfg.MaxSessions,
 			TeamSharePercent: cfg.TeamShare,
