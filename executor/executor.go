@@ -149,13 +149,13 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 	log := cfg.Logger.With("component", "executor", "node", cfg.Node)
 	c := newCalls(cfg, log)
 	e := &Executor{
-		cfg:    cfg,
-		docker: d,
-		calls:  c,
-		events: events,
-		log:    log,
-		now:    cfg.Clock,
-		runs:   newRegistry(cfg.Node),
+		cfg:      cfg,
+		docker:   d,
+		calls:    c,
+		events:   events,
+		log:      log,
+		now:      cfg.Clock,
+		runs:     newRegistry(cfg.Node),
 		slots:    newSlots(cfg.MaxConcurrent, cfg.capacity().Share(cfg.MaxConcurrent)),
 		sessions: newSlots(cfg.MaxSessions, cfg.capacity().Share(cfg.MaxSessions)),
 	}

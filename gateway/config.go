@@ -137,14 +137,15 @@ type Config struct {
 	NodeLapse     time.Duration
 	DockerHost    string
 	Capacity      int
+	KeyID         string
+	PublicKey     string
+	Version       string
+
 	// MaxSessions is the node's session budget (the executor's), and
 	// TeamSharePercent the most of it and of Capacity one team may hold:
 	// with them admission refuses a team over its share (0: no bound).
 	MaxSessions      int
 	TeamSharePercent int
-	KeyID         string
-	PublicKey     string
-	Version       string
 }
 
 // capacity is the node's capacity as its teams share it.
