@@ -2,6 +2,7 @@ package sandgate_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -263,5 +264,36 @@ func TestMasker(t *testing.T) {
 	}
 	if other := sandgate.NewMasker([]byte("other-key-0123456789")); other.Hash("t0k") == m.Hash("t0k") {
 		t.Errorf("two keys hash alike")
+	}
+}
+
+// TestStoredSpecDefaultMask: with the default mask (env, stdin) or paths
+// within env, StoredSpec hashes the spec directly, and the result is what
+// the JSON round trip that other paths take gives (forced here by a path
+// that names nothing).
+func TestStoredSpecDefaultMask(t *testing.T) {
+	m := sandgate.NewMasker(maskKey)
+	ro := true
+	specs := map[string]sandgate.RunSpec{
+		"empty": {},
+		"full": {Image: "img", Command: []string{"run", "--password", "pw"}, Stdin: "secret input",
+			Env:    map[string]string{"TOKEN": "t0k", "EMPTY": "", "com.example.key": "v"},
+			Labels: map[string]string{"token": "lab"}, Files: []sandgate.File{{Path: "a", Content: "file secret"}},
+			Mounts: []sandgate.Mount{{Source: "/s", Target: "/t"}}, ReadOnlyRootfs: &ro, Ports: []string{"8080"},
+			Resources: sandgate.Resources{MemoryMB: 512}},
+	}
+	for name, spec := range specs {
+		for _, paths := range [][]string{{"env", "stdin"}, {"stdin", "env.TOKEN"}, {"env.com.example.key"}} {
+			t.Run(name+"/"+strings.Join(paths, ","), func(t *testing.T) {
+				got := m.StoredSpec(spec, paths)
+				want := m.StoredSpec(spec, append(slices.Clone(paths), "labels.no-such-label"))
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("StoredSpec(%v) differs from the round trip (-want +got):\n%s", paths, diff)
+				}
+				if got.Env["TOKEN"] != "" && got.Env["TOKEN"] != h("t0k") {
+					t.Errorf("env not hashed: %v", got.Env)
+				}
+			})
+		}
 	}
 }

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -64,6 +62,26 @@ func (r *eventRow) scan(rows *sql.Rows) error {
 
 // record converts the row to the auditors' form.
 func (r *eventRow) record() sandgate.AuditRecord {
+	ev := r.event()
+	if len(r.Payload) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.Payload))
+		dec.UseNumber()
+		_ = dec.Decode(&ev.Payload)
+	}
+	return sandgate.AuditRecord{
+		Event:      ev,
+		ChainID:    r.ChainID,
+		Seq:        r.Seq,
+		RecordedAt: r.RecordedAt.UTC(),
+		Body:       string(r.Body),
+		PrevHash:   hex.EncodeToString(r.PrevHash),
+		Hash:       hex.EncodeToString(r.Hash),
+	}
+}
+
+// event is the row's event without its payload, which the verifier reads
+// as text (proof.Row.PayloadJSON) and record decodes.
+func (r *eventRow) event() sandgate.Event {
 	ev := sandgate.Event{
 		ID:             r.EventID,
 		Type:           sandgate.EventType(r.Type),
@@ -82,20 +100,7 @@ func (r *eventRow) record() sandgate.AuditRecord {
 		c := int(r.ExitCode.Int32)
 		ev.ExitCode = &c
 	}
-	if len(r.Payload) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(r.Payload))
-		dec.UseNumber()
-		_ = dec.Decode(&ev.Payload)
-	}
-	return sandgate.AuditRecord{
-		Event:      ev,
-		ChainID:    r.ChainID,
-		Seq:        r.Seq,
-		RecordedAt: r.RecordedAt.UTC(),
-		Body:       string(r.Body),
-		PrevHash:   hex.EncodeToString(r.PrevHash),
-		Hash:       hex.EncodeToString(r.Hash),
-	}
+	return ev
 }
 
 // eventCursor is where a page of events ended, in the trail's order
@@ -203,68 +208,6 @@ func (s *Reader) Query(ctx context.Context, f sandgate.AuditFilter) ([]sandgate.
 		return nil, "", sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
 	}
 	return out, next, nil
-}
-
-// Export streams every matching event (ignoring Limit and Cursor) to w,
-// oldest first, as JSON Lines (one AuditRecord per line) or CSV (header
-// proof.CSVHeader; payload and body as JSON text, hashes in hex). Rows are read
-// one at a time, never all held. An unknown format is INVALID-REQUEST.
-func (s *Reader) Export(ctx context.Context, f sandgate.AuditFilter, format sandgate.ExportFormat, w io.Writer) error {
-	if err := checkFilter(f); err != nil {
-		return err
-	}
-	if format != sandgate.ExportJSONL && format != sandgate.ExportCSV {
-		return sandgate.FieldError("format", "must be jsonl or csv, not %q", format)
-	}
-	rows, err := s.filtered(ctx, f).Select(eventColumns).Order("recorded_at, chain_id, seq").Rows()
-	if err != nil {
-		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "export audit events")
-	}
-	defer rows.Close()
-	var cw *csv.Writer
-	var enc *json.Encoder
-	if format == sandgate.ExportCSV {
-		cw = csv.NewWriter(w)
-		if err := cw.Write(proof.CSVHeader); err != nil {
-			return fmt.Errorf("write export: %w", err)
-		}
-	} else {
-		enc = json.NewEncoder(w)
-		enc.SetEscapeHTML(false)
-	}
-	for rows.Next() {
-		var r eventRow
-		if err := r.scan(rows); err != nil {
-			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
-		}
-		if enc != nil {
-			if err := enc.Encode(r.record()); err != nil {
-				return fmt.Errorf("write export: %w", err)
-			}
-			continue
-		}
-		exit := ""
-		if r.ExitCode.Valid {
-			exit = strconv.Itoa(int(r.ExitCode.Int32))
-		}
-		if err := cw.Write([]string{r.ChainID, strconv.FormatInt(r.Seq, 10), r.EventID,
-			r.RecordedAt.UTC().Format(time.RFC3339Nano), r.EventTime.UTC().Format(time.RFC3339Nano), r.Type,
-			r.Outcome.String, r.CorrelationID.String, r.RunID.String, r.DecisionID.String, r.ContainerID.String,
-			r.Actor.String, r.Team.String, r.Node.String, r.PolicyRevision.String, exit, string(r.Payload),
-			string(r.Body), hex.EncodeToString(r.PrevHash), hex.EncodeToString(r.Hash)}); err != nil {
-			return fmt.Errorf("write export: %w", err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
-	}
-	if cw != nil {
-		cw.Flush()
-		if err := cw.Error(); err != nil {
-			return fmt.Errorf("write export: %w", err)
-		}
-	}
-	return nil
 }
 
 // checkpointRow is one audit_checkpoints row.

@@ -123,9 +123,8 @@ func (s *Verifier) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (pro
 				rows.Close()
 				return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
 			}
-			rec := er.record()
-			v.Row(&proof.Row{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: rec.Event,
-				Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
+			v.Row(&proof.Row{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: er.event(),
+				PayloadJSON: er.Payload, Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
 		}
 		err = rows.Err()
 		rows.Close()

@@ -12,7 +12,8 @@ import (
 // The console's sign-in through the OpenID provider (Deps.Login): the
 // gateway is the client, with the authorization code flow and PKCE.
 //
-//	GET  /console/auth.json  {"sso": true|false}: whether to offer it
+//	GET  /console/auth.json  {"sso": true|false, "issuer": URL}: whether
+//	                         to offer it, and whose button it is
 //	GET  /console/login      to the provider, the flow's state in a
 //	                         __Host- cookie (SameSite=Lax: the provider's
 //	                         redirect back is a cross-site navigation)
@@ -34,10 +35,21 @@ func (s *Server) mountLogin(e *echo.Echo) {
 	e.POST("/console/logout", l.logout, s.edge.limitRate)
 }
 
+// consoleAuth is /console/auth.json: whether the console offers signing
+// in with the provider, and the provider's issuer URL for its button.
+type consoleAuth struct {
+	SSO    bool   `json:"sso"`
+	Issuer string `json:"issuer,omitempty"`
+}
+
 // offered says whether the console offers signing in with the provider.
 func (l loginRoutes) offered(c echo.Context) error {
 	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.JSON(http.StatusOK, map[string]bool{"sso": l.d.Login != nil})
+	a := consoleAuth{SSO: l.d.Login != nil}
+	if a.SSO {
+		a.Issuer = l.d.Login.Issuer()
+	}
+	return c.JSON(http.StatusOK, a)
 }
 
 func (l loginRoutes) begin(c echo.Context) error {

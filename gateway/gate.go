@@ -42,7 +42,7 @@ const drainWait = time.Second
 func caller(c echo.Context) admission.Caller {
 	via, client := viaOf(c)
 	return admission.Caller{Principal: principal(c), SignIn: signIn(c), CorrelationID: correlationID(c), Via: via, Client: client,
-		Origin: map[string]any{"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": c.RealIP()}}
+		Origin: map[string]any{"method": c.Request().Method, "path": recordedPath(c), "source": c.RealIP()}}
 }
 
 // requestBody is the request's body for the gate, unread: its declared

@@ -262,7 +262,7 @@ func (s edge) deny(c echo.Context, p sandgate.Principal, reason, detail string, 
 	s.metrics.authDenied.WithLabelValues(reason).Inc()
 	ctx, cancel := context.WithTimeout(c.Request().Context(), authAuditWait)
 	qerr := s.d.Recorder.Queue(ctx, sandgate.NewAuthDenied(sandgate.PrincipalSubject(p, correlationID(c), s.cfg.Node).By(signIn(c)), s.d.Clock(), reason,
-		map[string]any{"method": c.Request().Method, "path": shorten(c.Request().URL.Path, 256), "source": src, "reason": detail}))
+		map[string]any{"method": c.Request().Method, "path": recordedPath(c), "source": src, "reason": detail}))
 	cancel()
 	if qerr != nil {
 		s.logger(c).Error("request refused; the audit trail cannot take its auth.denied event", "reason", reason,

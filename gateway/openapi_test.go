@@ -302,6 +302,7 @@ func TestOpenAPIContract(t *testing.T) {
 		run(st)
 	}
 	exerciseAgentRoutes(t, e, session)
+	exercisePreviewRoutes(t, e, session)
 	// The answers of a failing dependency.
 	e.policies.reloadErr = &sandgate.Error{Code: sandgate.CodePolicyInvalid, Message: "policy does not compile",
 		Details: map[string]any{"errors": []string{"admission.rego:3: rego_parse_error"}}}

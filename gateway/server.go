@@ -85,7 +85,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s := &Server{web: &web{
 		cfg: cfg, d: deps, metrics: m, gatherer: deps.Gatherer, log: deps.Logger, mask: mask,
-		stopping: make(chan struct{}), openAPIDoc: api.OpenAPI(),
+		stopping: make(chan struct{}), openAPIDoc: api.OpenAPI(), links: newPortLinks(cfg.ClusterSecret, deps.Clock),
 	}}
 	s.edge = edge{web: s.web, authFailures: newLimiters(cfg.AuthFailureRate, cfg.AuthFailureBurst, deps.Clock)}
 	if cfg.RateLimit > 0 {
@@ -293,7 +293,9 @@ func (s *Server) routes() *echo.Echo {
 	v1.GET("/sessions/:id/terminal", str.terminal, mayList("session.terminal", "session"), toSessionOwner)
 	for _, m := range portMethods {
 		v1.add(m, portRoute, str.port, mayList("session.port", "session"), toSessionOwner)
+		v1.add(m, previewRoute, str.preview, mayList("session.port", "session"), toSessionOwner)
 	}
+	v1.POST("/sessions/:id/previews", str.mintPreview, mayList("session.port", "session"), toSessionOwner)
 	s.mountMCP(v1)
 
 	apr := approvalRoutes{s.web}

@@ -14,7 +14,8 @@ import (
 
 // The ways in: a bearer token (an OpenID Connect token of a trusted
 // issuer, or a token of the tokens file), a client certificate on the
-// TLS listener, or the console's session cookie. A sign-in other than a
+// TLS listener, the console's session cookie, or on a preview's path its
+// port link (port_links.go). A sign-in other than a
 // tokens-file token is a principal only once the policy's principal rule
 // maps it (Deps.Authorizer.MapPrincipal).
 
@@ -38,6 +39,9 @@ type ConsoleLogin interface {
 	// the code and verifies the ID token: the session it returns is the
 	// session cookie's value, valid until expires.
 	Finish(ctx context.Context, code, returnedState, kept string) (session string, expires time.Time, err error)
+	// Issuer is the issuer's URL, which the console names on its
+	// sign-in button.
+	Issuer() string
 	// Session verifies a session cookie's value.
 	Session(ctx context.Context, session string) (sandgate.Identity, sandgate.SignIn, error)
 }
@@ -72,6 +76,10 @@ type signInFailure struct {
 func (s edge) signIn(c echo.Context) (sandgate.Principal, sandgate.SignIn, *signInFailure, bool) {
 	req := c.Request()
 	ctx := req.Context()
+	// A preview's link is its only credential (port_links.go).
+	if link := linkOf(c); link != "" {
+		return s.linkSignIn(c, link)
+	}
 	if h := req.Header.Get("Authorization"); h != "" {
 		token, ok := bearerToken(h)
 		if !ok {
@@ -100,8 +108,11 @@ func (s edge) signIn(c echo.Context) (sandgate.Principal, sandgate.SignIn, *sign
 		}
 		id, in, err := s.d.Login.Session(ctx, ck.Value)
 		if err != nil {
-			return sandgate.Principal{}, sandgate.SignIn{}, &signInFailure{"unauthenticated", "console session: " + sandgate.ErrorMessageOf(err),
-				sandgate.Errorf(sandgate.CodeUnauthenticated, "the console session has ended (%s); sign in again", sandgate.ErrorMessageOf(err))}, true
+			ended := sandgate.Errorf(sandgate.CodeUnauthenticated, "the console session has ended (%s); sign in again", sandgate.ErrorMessageOf(err))
+			// The console tells a person whose session ended from one
+			// who never signed in by this detail, not by the message.
+			ended.Details = map[string]any{"sign_in": "session_ended"}
+			return sandgate.Principal{}, sandgate.SignIn{}, &signInFailure{"unauthenticated", "console session: " + sandgate.ErrorMessageOf(err), ended}, true
 		}
 		return s.mapped(ctx, id, in)
 	}

@@ -233,6 +233,13 @@ func (s streamRoutes) port(c echo.Context) error {
 	if err != nil || n < 1 || n > 65535 {
 		return sandgate.FieldError("port", "must be a port number from 1 to 65535")
 	}
+	return s.proxyPort(c, n, "/v1/sessions/"+c.Param("id")+"/ports/"+strconv.Itoa(n))
+}
+
+// proxyPort serves the request with port n of the session, admitted as
+// the caller's connection; prefix is where the session's root is, to
+// which its absolute redirects are moved.
+func (s streamRoutes) proxyPort(c echo.Context, n int, prefix string) error {
 	req := c.Request()
 	path := "/" + c.Param("*")
 	upgrade := headerHasToken(req.Header, "Connection", "upgrade")
@@ -265,7 +272,7 @@ func (s streamRoutes) port(c echo.Context) error {
 			confine(res.Header)
 			// The session's own absolute paths are under its preview.
 			if loc := res.Header.Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
-				res.Header.Set("Location", "/v1/sessions/"+c.Param("id")+"/ports/"+strconv.Itoa(n)+loc)
+				res.Header.Set("Location", prefix+loc)
 			}
 			return nil
 		},

@@ -33,6 +33,8 @@ type web struct {
 	// requests and log streams return.
 	stopping   chan struct{}
 	openAPIDoc []byte
+	// links mints and checks the port links of previews.
+	links *portLinks
 }
 
 // The kinds of route.

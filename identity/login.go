@@ -119,6 +119,10 @@ func (l *Login) Finish(ctx context.Context, code, returnedState, kept string) (s
 	return session, t.Expiry, nil
 }
 
+// Issuer is the URL of the issuer people sign in with: the console names
+// it on its sign-in button.
+func (l *Login) Issuer() string { return l.iss.url }
+
 // Session verifies a console session's ID token and returns its sign-in:
 // the gateway's ConsoleLogin.
 func (l *Login) Session(ctx context.Context, raw string) (sandgate.Identity, sandgate.SignIn, error) {

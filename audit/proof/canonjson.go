@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate"
 )
 
 // The canonical JSON of payloads and bodies, written straight into one
@@ -309,7 +311,19 @@ func appendJSONString(dst []byte, s string) []byte {
 // appendBody appends the canonical body of c recorded at recordedAt: the
 // fields of body, in its (sorted) order, empty ones left out.
 func (c *Canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
-	ev := &c.Event
+	var at [len(TimeLayout) + 2]byte
+	token := append(at[:0], '"')
+	token = CanonicalTime(recordedAt).AppendFormat(token, TimeLayout)
+	token = append(token, '"')
+	return appendBodyOf(dst, &c.Event, c.payload, token)
+}
+
+// appendBodyOf appends the canonical body of ev (its payload ignored) with
+// payload, its canonical JSON (nil without one), and recordedAt, the
+// recorded_at member's JSON string as it is written. The writer seals
+// bodies with it; the verifier rebuilds a stored body with it from the
+// row's columns.
+func appendBodyOf(dst []byte, ev *sandgate.Event, payload, recordedAt []byte) []byte {
 	first := true
 	key := func(k string) {
 		if !first {
@@ -335,7 +349,7 @@ func (c *Canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
 	dst = appendJSONString(dst, ev.ID)
 	key("event_time")
 	dst = append(dst, '"')
-	dst = ev.Time.AppendFormat(dst, TimeLayout)
+	dst = CanonicalTime(ev.Time).AppendFormat(dst, TimeLayout)
 	dst = append(dst, '"')
 	if ev.ExitCode != nil {
 		key("exit_code")
@@ -343,18 +357,20 @@ func (c *Canonical) appendBody(dst []byte, recordedAt time.Time) []byte {
 	}
 	text("node", ev.Node)
 	text("outcome", ev.Outcome)
-	if len(c.payload) > 0 {
+	if len(payload) > 0 {
 		key("payload")
-		dst = append(dst, c.payload...)
+		dst = append(dst, payload...)
 	}
 	text("policy_revision", ev.PolicyRevision)
 	key("recorded_at")
-	dst = append(dst, '"')
-	dst = CanonicalTime(recordedAt).AppendFormat(dst, TimeLayout)
-	dst = append(dst, '"')
+	dst = append(dst, recordedAt...)
 	text("run_id", ev.RunID)
 	text("team", ev.Team)
 	key("type")
 	dst = appendJSONString(dst, string(ev.Type))
 	return append(dst, '}')
 }
+
+// AppendJSONString appends s as a JSON string, as encoding/json writes it
+// without HTML escaping (invalid UTF-8 as \ufffd).
+func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }

@@ -6,11 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate"
@@ -61,9 +58,24 @@ type Row struct {
 	Seq        int64
 	RecordedAt time.Time
 	Event      sandgate.Event
-	Body       []byte
-	PrevHash   []byte
-	Hash       []byte
+	// PayloadJSON is the payload column as JSON text (any spelling) when
+	// Event.Payload is left nil: the verifier then compares it with the
+	// body as text and decodes it only for what needs the values.
+	PayloadJSON []byte
+	Body        []byte
+	PrevHash    []byte
+	Hash        []byte
+}
+
+// payload decodes PayloadJSON into Event.Payload (numbers as written, as
+// the trail's readers decode the column) if it is not decoded yet.
+func (r *Row) payload() map[string]any {
+	if r.Event.Payload == nil && len(r.PayloadJSON) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(r.PayloadJSON))
+		dec.UseNumber()
+		_ = dec.Decode(&r.Event.Payload)
+	}
+	return r.Event.Payload
 }
 
 // Verifier checks chains row by row: online, audit feeds it the trail
@@ -118,6 +130,10 @@ type Verifier struct {
 	// ranges already reported.
 	purged     map[string]PurgeBoundary
 	purgedSeen map[string]bool
+
+	// rebuilt and payload are checkBody's scratch, reused from row to
+	// row.
+	rebuilt, payload []byte
 }
 
 type chainState struct {
@@ -232,11 +248,12 @@ func (v *Verifier) row(r *Row) {
 	}
 	v.checkBody(r)
 	if r.Event.Type == sandgate.EventRetentionApplied {
-		if p, err := DecodeArchived(r.Event.Payload); err == nil {
+		if p, err := DecodeArchived(r.payload()); err == nil {
 			v.retention = append(v.retention, RetentionRecord{EventID: r.Event.ID, ChainID: r.ChainID, Seq: r.Seq, Payload: p})
 		}
 	}
 	if v.keysFromRows {
+		r.payload()
 		if k, ok := KeyFromEvent(r.Event, r.RecordedAt); ok {
 			v.rowKeys = append(v.rowKeys, rowKey{k: k, at: r.RecordedAt})
 		}
@@ -323,88 +340,6 @@ func (v *Verifier) Anchor(chain string, seq int64, prevHash []byte) {
 		c.lastHash = prevHash
 		c.started = true
 	}
-}
-
-func (v *Verifier) checkBody(r *Row) {
-	var b body
-	dec := json.NewDecoder(bytes.NewReader(r.Body))
-	if err := dec.Decode(&b); err != nil {
-		v.problem(r.ChainID, r.Seq, ProblemBadBody, "body is not JSON: %v", err)
-		return
-	}
-	if canon, err := marshalCanonical(jsonNumbers(r.Body)); err != nil || !bytes.Equal(canon, r.Body) {
-		v.problem(r.ChainID, r.Seq, ProblemBadBody, "body is not in canonical form")
-	}
-	ev := r.Event
-	var diffs []string
-	cmpStr := func(name, col, inBody string) {
-		if col != inBody {
-			diffs = append(diffs, fmt.Sprintf("%s: column %q, body %q", name, col, inBody))
-		}
-	}
-	cmpStr("event_id", ev.ID, b.EventID)
-	cmpStr("type", string(ev.Type), b.Type)
-	cmpStr("outcome", ev.Outcome, b.Outcome)
-	cmpStr("correlation_id", ev.CorrelationID, b.CorrelationID)
-	cmpStr("run_id", ev.RunID, b.RunID)
-	cmpStr("decision_id", ev.DecisionID, b.DecisionID)
-	cmpStr("container_id", ev.ContainerID, b.ContainerID)
-	cmpStr("actor", ev.Actor, b.Actor)
-	cmpStr("team", ev.Team, b.Team)
-	cmpStr("node", ev.Node, b.Node)
-	cmpStr("policy_revision", ev.PolicyRevision, b.PolicyRevision)
-	cmpStr("event_time", CanonicalTime(ev.Time).Format(TimeLayout), b.EventTime)
-	// recorded_at is not compared: the column is the database's clock when
-	// it took the row, the body the writer's when it sealed it (earlier for
-	// an event delivered late from the spool).
-	if (ev.ExitCode == nil) != (b.ExitCode == nil) || (ev.ExitCode != nil && *ev.ExitCode != *b.ExitCode) {
-		diffs = append(diffs, fmt.Sprintf("exit_code: column %s, body %s", intStr(ev.ExitCode), intStr(b.ExitCode)))
-	}
-	if !reflect.DeepEqual(jsonValue(mustJSON(ev.Payload)), jsonValue(mustJSON(b.Payload))) {
-		diffs = append(diffs, "payload differs")
-	}
-	if len(diffs) > 0 {
-		v.problem(r.ChainID, r.Seq, ProblemBodyMismatch, "columns disagree with the hashed body: %s", strings.Join(diffs, "; "))
-	}
-}
-
-func intStr(p *int) string {
-	if p == nil {
-		return "null"
-	}
-	return strconv.Itoa(*p)
-}
-
-func mustJSON(v any) []byte {
-	if m, ok := v.(map[string]any); ok && len(m) == 0 {
-		return []byte("null")
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return nil
-	}
-	return data
-}
-
-// jsonValue decodes data into plain Go values (float64 numbers), for
-// comparisons that do not care how a number was written.
-func jsonValue(data []byte) any {
-	var v any
-	if err := json.Unmarshal(data, &v); err != nil {
-		return string(data)
-	}
-	return v
-}
-
-// jsonNumbers decodes data keeping numbers as written.
-func jsonNumbers(data []byte) any {
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	if err := dec.Decode(&v); err != nil {
-		return string(data)
-	}
-	return v
 }
 
 // finish reports, per chain, what only the end can tell: rows that never

@@ -78,6 +78,7 @@ func TestConsolePages(t *testing.T) {
 		{"run", "#/runs/" + exited.ID, `document.getElementById('run-state')?.dataset.state === 'finished' && !!document.getElementById('sec-lifecycle')`},
 		{"sessions", "#/sessions", fmt.Sprintf(`!!document.querySelector('a[data-key="session-%s"]')`, sess.ID)},
 		{"session", "#/sessions/" + sess.ID, `!!document.getElementById('sec-commands')`},
+		{"approvals", "#/approvals", `!!document.querySelector('#approvals-body p, #approvals-body article')`},
 		{"policies", "#/policies", `document.getElementById('policy-revision')?.textContent.startsWith('sha256:') && !!document.querySelector('table.loads tbody tr')`},
 		{"audit", "#/audit", `!!document.querySelector('table.events tbody tr[data-type]') && document.getElementById('verify-result').textContent.includes('events checked')`},
 		{"nodes", "#/nodes", `!!document.querySelector('table.nodes tbody tr')`},
@@ -216,14 +217,14 @@ func TestConsoleKeyboard(t *testing.T) {
 
 	// From the content back through the header, in order.
 	var order []string
-	for range 8 {
+	for range 9 {
 		order = append(order, tab("shift-tab", true))
 	}
-	want := []string{"signout", "Nodes", "Audit", "Policies", "Sessions", "Runs", "Overview", "skip"}
+	want := []string{"signout", "Nodes", "Audit", "Policies", "Approvals", "Sessions", "Runs", "Overview", "skip"}
 	if strings.Join(order, ",") != strings.Join(want, ",") {
 		t.Errorf("Shift-Tab order from the content = %v, want %v", order, want)
 	}
-	for range 5 {
+	for range 6 {
 		tab("tab to Audit", false)
 	}
 	if got := b.text(active); got != "Audit" {

@@ -42,7 +42,9 @@ var validatedElsewhere = map[string]string{
 	"listApprovals": "TestApprovalsEndToEnd", "getApproval": "TestApprovalsEndToEnd",
 	"approveApproval": "TestApprovalsEndToEnd", "denyApproval": "TestApprovalsEndToEnd",
 	"postMCP": "TestMCPGoClientHTTP", "getMCP": "TestMCPGoClientHTTP", "deleteMCP": "TestMCPGoClientHTTP",
-	"imagePackages": "TestImagePackagesEndToEnd",
+	"imagePackages":      "TestImagePackagesEndToEnd",
+	"mintSessionPreview": "TestPortPreviewLinks", "getSessionPreview": "TestPortPreviewLinks", "putSessionPreview": "TestPortPreviewLinks",
+	"postSessionPreview": "TestPortPreviewLinks", "patchSessionPreview": "TestPortPreviewLinks", "deleteSessionPreview": "TestPortPreviewLinks",
 }
 
 func TestEndToEndOpenAPI(t *testing.T) {

@@ -1,10 +1,18 @@
-// api.js talks to the gateway's HTTP API. The bearer token lives in this
-// module's memory only: it goes out in the Authorization header of
-// same-origin requests, never in a URL, a cookie or storage, and is gone
-// when the page is closed or reloaded. Every role is enforced by the API;
-// the console only hides what the API would refuse.
+// api.js talks to the gateway's HTTP API, signed in one of two ways.
+// With a bearer token: the token lives in this module's memory only; it
+// goes out in the Authorization header of same-origin requests, never in
+// a URL, a cookie or storage, and is gone when the page is closed or
+// reloaded. With the identity provider (single sign-on): the gateway
+// keeps the session in a __Host- HttpOnly SameSite=Strict cookie that
+// this script never sees; requests send it same-origin only, and every
+// request that changes something carries the X-Sandgate-CSRF header the
+// gateway demands of a cookie session. Every role is enforced by the
+// API; the console only hides what the API would refuse.
 
 let token = null;
+// session is true when the console is signed in by the gateway's session
+// cookie (single sign-on) rather than a token.
+let session = false;
 let principal = null;
 let openapi = null;
 let onUnauthenticated = () => {};
@@ -38,14 +46,59 @@ export async function signIn(t) {
   }
 }
 
-// signOut forgets the token and everything learnt with it.
-export function signOut() {
+// auth reads how this gateway lets people sign in:
+// {sso: bool, issuer: URL}.
+export async function auth() {
+  try {
+    const resp = await fetch('/console/auth.json', {credentials: 'omit', cache: 'no-store', redirect: 'error'});
+    if (resp.ok) return await resp.json();
+  } catch (_) { /* an older gateway: tokens only */ }
+  return {sso: false};
+}
+
+// resumeSession checks with GET /v1/whoami whether the gateway's session
+// cookie signs this browser in, and keeps the principal when it does. It
+// throws the API's error otherwise (401: none, or it has ended).
+export async function resumeSession() {
+  session = true;
+  try {
+    principal = await getJSON('/v1/whoami');
+    return principal;
+  } catch (e) {
+    session = false;
+    principal = null;
+    throw e;
+  }
+}
+
+// viaSession reports whether the console is signed in by the session
+// cookie.
+export function viaSession() { return session; }
+
+// signOut forgets the token and everything learnt with it; a cookie
+// session is ended at the gateway too (POST /console/logout).
+export async function signOut() {
+  const wasSession = session;
   token = null;
+  session = false;
+  principal = null;
+  openapi = null;
+  if (wasSession) {
+    await fetch('/console/logout', {method: 'POST', headers: {'X-Sandgate-CSRF': '1'},
+      credentials: 'same-origin', cache: 'no-store', redirect: 'error', referrerPolicy: 'no-referrer'});
+  }
+}
+
+// forget drops what was learnt without asking the gateway: its answer
+// already said the session or token is gone.
+function forget() {
+  token = null;
+  session = false;
   principal = null;
   openapi = null;
 }
 
-export function signedIn() { return token !== null && principal !== null; }
+export function signedIn() { return (token !== null || session) && principal !== null; }
 export function me() { return principal; }
 
 // hasRole reports whether the principal holds one of roles.
@@ -73,17 +126,19 @@ async function toError(resp) {
 // request sends one request and returns the response, or throws an
 // ApiError for an error answer.
 export async function request(method, path, {params, body, accept, signal} = {}) {
-  if (token === null) throw new ApiError(401, 'SANDGATE-UNAUTHENTICATED', 'not signed in', '', {});
-  const headers = {Authorization: `Bearer ${token}`, Accept: accept || 'application/json'};
+  if (token === null && !session) throw new ApiError(401, 'SANDGATE-UNAUTHENTICATED', 'not signed in', '', {});
+  const headers = {Accept: accept || 'application/json'};
+  if (token !== null) headers.Authorization = `Bearer ${token}`;
+  else if (method !== 'GET' && method !== 'HEAD') headers['X-Sandgate-CSRF'] = '1';
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const resp = await fetch(url(path, params), {
     method, headers, body, signal,
-    credentials: 'omit', cache: 'no-store', redirect: 'error', referrerPolicy: 'no-referrer',
+    credentials: session ? 'same-origin' : 'omit', cache: 'no-store', redirect: 'error', referrerPolicy: 'no-referrer',
   });
   if (!resp.ok) {
     const err = await toError(resp);
     if (resp.status === 401 && principal !== null) {
-      signOut();
+      forget();
       onUnauthenticated(err);
     }
     throw err;
@@ -183,6 +238,7 @@ export async function features() {
     checkpoint: find(/^\/v1\/audit\/checkpoint$/),
     witness: find(/witness/),
     replay: find(/replay/, 'post'),
+    previews: find(/^\/v1\/sessions\/\{[^}]+\}\/previews$/, 'post'),
     eventTypes: (schemas.EventType && schemas.EventType.enum) || [],
     outcomes: (schemas.Outcome && schemas.Outcome.enum) || [],
   };

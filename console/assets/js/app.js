@@ -1,6 +1,6 @@
 // app.js is the console's entry point: sign-in, navigation and the
 // router. Pages live at #/overview, #/runs, #/runs/<id>, #/sessions,
-// #/sessions/<id>, #/policies, #/audit and #/nodes; the part after "?"
+// #/sessions/<id>, #/approvals, #/policies, #/audit and #/nodes; the part after "?"
 // holds a page's filters. A new page is one entry in pages and one link
 // in index.html's navigation. Routing never
 // reloads the page, so the token held in memory stays until sign-out.
@@ -14,6 +14,7 @@ import * as policies from './pages/policies.js';
 import * as audit from './pages/audit.js';
 import * as sessions from './pages/sessions.js';
 import * as nodes from './pages/nodes.js';
+import * as approvals from './pages/approvals.js';
 
 // Which roles may open each page; the API refuses the rest anyway, this
 // only keeps the navigation to what will work.
@@ -25,6 +26,7 @@ const pages = {
   audit: {title: 'Audit', mod: audit, roles: ['auditor', 'admin']},
   sessions: {title: 'Sessions', mod: {render: sessions.renderList}, roles: ['submitter', 'auditor', 'admin']},
   session: {title: 'Session', mod: {render: sessions.renderOne}, roles: ['submitter', 'auditor', 'admin'], nav: 'sessions'},
+  approvals: {title: 'Approvals', mod: approvals, roles: ['submitter', 'approver', 'auditor', 'admin']},
   nodes: {title: 'Nodes', mod: nodes, roles: ['admin']},
 };
 
@@ -54,6 +56,12 @@ export function go(path, params) {
 
 function allowed(page) {
   return !page.roles || api.hasRole(...page.roles);
+}
+
+// issuerName is how the sign-in button names the identity provider: its
+// host, which is what a person recognises in the address bar.
+export function issuerName(issuer) {
+  try { return new URL(issuer).host || issuer; } catch (_) { return issuer || 'your identity provider'; }
 }
 
 function showSignIn(message) {
@@ -132,9 +140,13 @@ function start() {
     await route();
     document.getElementById('main').focus();
   });
-  document.getElementById('signout').addEventListener('click', () => {
-    api.signOut();
-    showSignIn('Signed out.');
+  document.getElementById('signout').addEventListener('click', async () => {
+    try {
+      await api.signOut();
+      showSignIn('Signed out.');
+    } catch (e) {
+      showSignIn(`Signed out here, but the gateway did not confirm: ${e.message}`);
+    }
   });
   document.getElementById('skip').addEventListener('click', (ev) => {
     ev.preventDefault();
@@ -142,6 +154,30 @@ function start() {
   });
   window.addEventListener('hashchange', () => { if (api.signedIn()) route(); });
   showSignIn();
+  offerSSO();
+}
+
+// offerSSO shows the identity provider's button when the gateway has
+// console sign-in, and resumes the cookie session the provider's
+// callback left, if any: an ended one is said so.
+async function offerSSO() {
+  const a = await api.auth();
+  if (!a.sso) return;
+  document.getElementById('sso-issuer').textContent = issuerName(a.issuer);
+  document.getElementById('sso').hidden = false;
+  // A token typed in the meantime has signed in already.
+  if (api.signedIn()) return;
+  try {
+    await api.resumeSession();
+  } catch (e) {
+    if (e.details && e.details.sign_in === 'session_ended') showSignIn(`${e.code}: ${e.message}`);
+    return;
+  }
+  if (api.signedIn()) {
+    showShell();
+    await route();
+    document.getElementById('main').focus();
+  }
 }
 
 start();

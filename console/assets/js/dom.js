@@ -7,10 +7,14 @@
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 // Attributes that take a URL are given only fragment links made by the
-// console (#/runs/…) or blob: URLs it created; anything else is dropped.
+// console (#/runs/…), blob: URLs it created, or a port link the gateway
+// minted (/v1/sessions/<id>/previews/<link>/, same origin); anything else
+// is dropped.
+const PREVIEW_LINK = /^\/v1\/sessions\/[A-Za-z0-9-]+\/previews\/[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\/$/;
+
 function safeURL(v) {
   const s = String(v);
-  return s.startsWith('#') || s.startsWith('blob:') ? s : null;
+  return s.startsWith('#') || s.startsWith('blob:') || PREVIEW_LINK.test(s) ? s : null;
 }
 
 function setAttrs(el, attrs) {

@@ -231,9 +231,10 @@ func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 // prefix and the artifact's path.
 var artifactPath = regexp.MustCompile(`^(/v1/runs/[^/]+/artifacts/)(.+/.+)$`)
 
-// portPath splits /v1/sessions/{id}/ports/{port}/{path} likewise: the
+// portPath splits /v1/sessions/{id}/ports/{port}/{path} (and a port
+// link's /v1/sessions/{id}/previews/{link}/{path}) likewise: the
 // path asked of a session's port may have any number of segments, none.
-var portPath = regexp.MustCompile(`^(/v1/sessions/[^/]+/ports/[^/]+/)(.*)$`)
+var portPath = regexp.MustCompile(`^(/v1/sessions/[^/]+/(?:ports|previews)/[^/]+/)(.*)$`)
 
 // imagePath is GET /v1/images/{ref}/packages as sent: a ref's slashes
 // are percent-encoded, so the router is shown the path as sent.

@@ -1006,6 +1006,64 @@ export interface paths {
         patch: operations["patchSessionPort"];
         trace?: never;
     };
+    "/v1/sessions/{id}/previews": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A link to a session's port for a browser
+         * @description Makes a short-lived link to the session's port that a browser can open: a page a person navigates to cannot send a bearer token, and the console's session cookie is not sent from a preview's sandboxed origin. Asked of the policy as a connection to the port would be (operation `port`, `input.port.number`; the default bundle admits the ports `session_ports` lists for the team) and recorded: run.requested and admission.allowed or admission.denied with `link: true` and the link's expiry. The answer's `url` is `/v1/sessions/{id}/previews/{link}/`: the link is an HMAC-signed credential for this session's port and this principal alone, until `expires_at` (10 minutes by default, at most an hour). Every request through it is admitted again as its principal, so a closed session or a port the policy no longer admits is refused. Treat the URL as a secret.
+         *
+         *     Roles: submitter.
+         */
+        post: operations["mintSessionPreview"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sessions/{id}/previews/{link}/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A request through a port link (GET)
+         * @description The same as a request to the session's port (the port the link names), signed in by the link in the path instead of a bearer token: the link is checked (the gateway's HMAC, this session, not expired; else 401 UNAUTHENTICATED, recorded as auth.denied without the link), then the request is admitted as the link's principal with operation `port` and recorded with port.connection. Answers carry `Referrer-Policy: no-referrer`, so that a page of the session does not hand the link on. Links come from POST /v1/sessions/{id}/previews.
+         */
+        get: operations["getSessionPreview"];
+        /**
+         * A request through a port link (PUT)
+         * @description The same as a request to the session's port (the port the link names), signed in by the link in the path instead of a bearer token: the link is checked (the gateway's HMAC, this session, not expired; else 401 UNAUTHENTICATED, recorded as auth.denied without the link), then the request is admitted as the link's principal with operation `port` and recorded with port.connection. Answers carry `Referrer-Policy: no-referrer`, so that a page of the session does not hand the link on. Links come from POST /v1/sessions/{id}/previews.
+         */
+        put: operations["putSessionPreview"];
+        /**
+         * A request through a port link (POST)
+         * @description The same as a request to the session's port (the port the link names), signed in by the link in the path instead of a bearer token: the link is checked (the gateway's HMAC, this session, not expired; else 401 UNAUTHENTICATED, recorded as auth.denied without the link), then the request is admitted as the link's principal with operation `port` and recorded with port.connection. Answers carry `Referrer-Policy: no-referrer`, so that a page of the session does not hand the link on. Links come from POST /v1/sessions/{id}/previews.
+         */
+        post: operations["postSessionPreview"];
+        /**
+         * A request through a port link (DELETE)
+         * @description The same as a request to the session's port (the port the link names), signed in by the link in the path instead of a bearer token: the link is checked (the gateway's HMAC, this session, not expired; else 401 UNAUTHENTICATED, recorded as auth.denied without the link), then the request is admitted as the link's principal with operation `port` and recorded with port.connection. Answers carry `Referrer-Policy: no-referrer`, so that a page of the session does not hand the link on. Links come from POST /v1/sessions/{id}/previews.
+         */
+        delete: operations["deleteSessionPreview"];
+        options?: never;
+        head?: never;
+        /**
+         * A request through a port link (PATCH)
+         * @description The same as a request to the session's port (the port the link names), signed in by the link in the path instead of a bearer token: the link is checked (the gateway's HMAC, this session, not expired; else 401 UNAUTHENTICATED, recorded as auth.denied without the link), then the request is admitted as the link's principal with operation `port` and recorded with port.connection. Answers carry `Referrer-Policy: no-referrer`, so that a page of the session does not hand the link on. Links come from POST /v1/sessions/{id}/previews.
+         */
+        patch: operations["patchSessionPreview"];
+        trace?: never;
+    };
     "/v1/mcp": {
         parameters: {
             query?: never;
@@ -2454,6 +2512,24 @@ export interface components {
         };
         SecretList: {
             secrets: components["schemas"]["SecretInfo"][];
+        };
+        /** @description A link to a session's port. */
+        PreviewRequest: {
+            /** @description The session's port. */
+            port: number;
+            /** @description How long the link works; 600 when absent. */
+            ttl_seconds?: number;
+        };
+        /** @description A link to a session's port for a browser. The URL carries its credential: keep it secret. */
+        PreviewLink: {
+            /** @description The path to open on this gateway: /v1/sessions/{id}/previews/{link}/. */
+            url: string;
+            port: number;
+            /**
+             * Format: date-time
+             * @description When the link stops working.
+             */
+            expires_at: string;
         };
         /** @description A team's limits as this node enforces them: the policy's `team_limits`, with `concurrent` and `sessions` bounded by the team's share of the node's run slots and session budget (unset in the bundle: the share). 0 is no limit. */
         TeamLimits: {
@@ -4854,6 +4930,245 @@ export interface operations {
                 id: components["parameters"]["SessionID"];
                 /** @description The session's port. */
                 port: number;
+                /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on to the session as it is. */
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description The session's answer, as it gave it (less Set-Cookie), or a WebSocket upgrade. */
+            default: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    mintSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewRequest"];
+            };
+        };
+        responses: {
+            /** @description The link, and when it stops working. */
+            201: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PreviewLink"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+        };
+    };
+    getSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+                /** @description The link, as POST /v1/sessions/{id}/previews made it. */
+                link: string;
+                /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description The session's answer, as it gave it (less Set-Cookie), or a WebSocket upgrade. */
+            default: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    putSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+                /** @description The link, as POST /v1/sessions/{id}/previews made it. */
+                link: string;
+                /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on to the session as it is. */
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description The session's answer, as it gave it (less Set-Cookie), or a WebSocket upgrade. */
+            default: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    postSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+                /** @description The link, as POST /v1/sessions/{id}/previews made it. */
+                link: string;
+                /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /** @description Passed on to the session as it is. */
+        requestBody?: {
+            content: {
+                "*/*": unknown;
+            };
+        };
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description The session's answer, as it gave it (less Set-Cookie), or a WebSocket upgrade. */
+            default: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    deleteSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+                /** @description The link, as POST /v1/sessions/{id}/previews made it. */
+                link: string;
+                /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["ForbiddenOrDenied"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            /** @description The session's answer, as it gave it (less Set-Cookie), or a WebSocket upgrade. */
+            default: {
+                headers: {
+                    "X-Correlation-ID": components["headers"]["CorrelationID"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    patchSessionPreview: {
+        parameters: {
+            query?: never;
+            header?: {
+                /** @description A correlation ID for the request and everything it causes: 1–128 characters of `[A-Za-z0-9._:-]`; any other value is replaced by a new UUIDv7. */
+                "X-Correlation-ID"?: components["parameters"]["CorrelationID"];
+            };
+            path: {
+                /** @description The session's ID. */
+                id: components["parameters"]["SessionID"];
+                /** @description The link, as POST /v1/sessions/{id}/previews made it. */
+                link: string;
                 /** @description The path asked of the session, after the port (it may hold slashes; empty for the root). The query string is passed on as it is. */
                 path: string;
             };

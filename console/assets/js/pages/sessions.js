@@ -123,6 +123,35 @@ function egressSection(s) {
   ]));
 }
 
+// previewSection opens a port of the session in the browser: a page a
+// person navigates to cannot carry a bearer header, so the console asks
+// the gateway for a short-lived link to the port (POST
+// /v1/sessions/{id}/previews, decided by the policy and recorded), and
+// shows it to open in a new tab. The link is a credential: it is shown,
+// never stored.
+function previewSection(s) {
+  const port = h('input', {id: 'preview-port', type: 'number', min: '1', max: '65535', inputmode: 'numeric', value: '8080'});
+  const out = h('div', {id: 'preview-result', 'aria-live': 'polite'});
+  const b = h('button', {type: 'button', id: 'preview-open'}, 'Make a preview link');
+  b.addEventListener('click', async () => {
+    fill(out);
+    b.disabled = true;
+    try {
+      const link = await api.postJSON(`/v1/sessions/${encodeURIComponent(s.id)}/previews`, {port: Number(port.value)});
+      fill(out, h('p', null, h('a', {href: link.url, target: '_blank', rel: 'noopener noreferrer', id: 'preview-link'}, `Open port ${link.port}`),
+        h('span', {class: 'muted'}, ` — the link works until ${fmt.time(link.expires_at)}, for you alone; do not share it.`)));
+    } catch (e) {
+      fill(out, errorBox(e));
+    } finally {
+      b.disabled = false;
+    }
+  });
+  return section('Port previews',
+    h('p', {class: 'help'}, 'A port the session serves, reached through the gateway: the policy decides which ports, and every connection is recorded.'),
+    h('div', {class: 'filters'}, h('div', {class: 'field'}, h('label', {for: 'preview-port'}, 'Port'), port), h('div', {class: 'field actions'}, b)),
+    out);
+}
+
 // notYet names a part of a session the gateway's API does not serve yet.
 function notYet(title, what) {
   return section(title, h('p', {class: 'muted'}, `This gateway's API does not serve ${what} yet.`));
@@ -140,6 +169,7 @@ export async function renderOne(view, ctx) {
     h('h1', null, 'Session ', h('span', {class: 'mono', title: id}, fmt.shortID(id))),
     h('p', {class: 'runid'}, h('span', {class: 'muted'}, 'Session ID '), h('span', {class: 'mono'}, id), ' ', copyButton(id, 'session ID')),
     summary(s), commands(runs), filesSection(s, events), egressSection(s),
+    ctx.features && ctx.features.previews && s.state === 'open' && api.hasRole('submitter') ? previewSection(s) : null,
     notYet('Terminal recordings', 'terminal recordings'),
     notYet('Secrets use', 'which secrets a session used'));
   return null;
