@@ -218,10 +218,14 @@ type Enforcement struct {
 
 // TeamLimits bound what one team may hold at once, so that one team's
 // flood is refused for that team alone (data.sandgate.config.team_limits).
-// A zero field sets no limit.
+// A zero field sets no limit of the bundle's; Capacity.Effective bounds
+// Concurrent and Sessions by the node's share whatever the bundle says.
 type TeamLimits struct {
 	// Concurrent is how many of the team's runs may hold a container.
 	Concurrent int `json:"concurrent"`
+	// Sessions is how many of the team's sessions may be open at once on
+	// a node; they hold session places, not run slots.
+	Sessions int `json:"sessions"`
 	// Queued is how many of the team's admitted runs may wait for one.
 	Queued int `json:"queued"`
 	// MemoryMB and CPUs bound the sums of the memory and CPU limits of

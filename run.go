@@ -108,7 +108,9 @@ type Job struct {
 	Enforcement Enforcement
 	// TeamConcurrency is how many of the team's runs may hold a container
 	// on this node at once (the team's limits); 0 sets no limit of the
-	// team's own. Waiting runs get containers a team at a time in turn.
+	// team's own, and the node's share bounds it either way. For a
+	// session's container it is the team's limit of sessions. Waiting
+	// runs get containers a team at a time in turn.
 	TeamConcurrency int
 	// Stdout and Stderr, when set, are where the output is captured (the
 	// gateway makes them, to read them while the run goes on); otherwise

@@ -168,6 +168,10 @@ type Config struct {
 	Sessions bool
 	// Uploads bounds the bodies being uploaded.
 	Uploads UploadLimits
+	// Capacity is the node's: its teams' limits are bounded by their
+	// share of it, and its Sessions are the node's session budget. The
+	// zero value bounds nothing.
+	Capacity sandgate.Capacity
 }
 
 // Gate is the admission pipeline. It is safe for concurrent use.

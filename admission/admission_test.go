@@ -3,9 +3,11 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -258,5 +260,62 @@ func TestIsID(t *testing.T) {
 		if isID(s) != want {
 			t.Errorf("isID(%q) = %v", s, !want)
 		}
+	}
+}
+
+// TestTeamsCountSessions: sessions are counted apart from runs, against
+// the team's sessions and the node's budget, each refusal RATE-LIMITED
+// naming its limit; sessions opened at once never pass either together;
+// release gives the place back.
+func TestTeamsCountSessions(t *testing.T) {
+	teams := NewTeams()
+	l := sandgate.TeamLimits{Concurrent: 1, Queued: 1, Sessions: 2}
+	var held []*Hold
+	for range 2 {
+		h, err := teams.countSession("a", l, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, h)
+	}
+	var se *sandgate.Error
+	if _, err := teams.countSession("a", l, 3); !errors.As(err, &se) || se.Code != sandgate.CodeRateLimited || se.Details["field"] != "team_limits.sessions" {
+		t.Errorf("past the team's sessions: %v", err)
+	}
+	// Sessions leave the team's runs alone.
+	if _, err := teams.count("a", l); err != nil {
+		t.Errorf("a run beside the sessions: %v", err)
+	}
+	if _, err := teams.countSession("b", l, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := teams.countSession("c", l, 3); !errors.As(err, &se) || se.Details["field"] != "SANDGATE_MAX_SESSIONS" {
+		t.Errorf("past the node's budget: %v", err)
+	}
+	held[0].release()
+	held[0].release()
+	if _, err := teams.countSession("c", l, 3); err != nil {
+		t.Errorf("after a release: %v", err)
+	}
+
+	// Many teams' sessions at once: exactly the budget is counted.
+	race := NewTeams()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	got := 0
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := race.countSession(fmt.Sprintf("t%d", i%8), sandgate.TeamLimits{Sessions: 3}, 10); err == nil {
+				mu.Lock()
+				got++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if got != 10 || race.sessions != 10 {
+		t.Errorf("%d sessions counted at once (%d held), want the budget of 10", got, race.sessions)
 	}
 }

@@ -293,6 +293,9 @@ func (r approved) bounds(_ context.Context, p *pass) error {
 	if err := p.g.accepting(); err != nil {
 		return err
 	}
+	if p.session != nil {
+		return p.countSession()
+	}
 	return p.countTeam()
 }
 
@@ -438,7 +441,7 @@ func (r approved) execute(ctx context.Context, p *pass) error {
 	hold := p.hold
 	p.keep()
 	ss, err := p.g.d.Runner.Open(ctx, AdmittedSession{Session: *p.session, Spec: p.dec.Spec, Enforcement: p.dec.Enforcement,
-		TeamConcurrency: hold.limits.Concurrent, Release: hold.release})
+		TeamConcurrency: hold.limits.Sessions, Release: hold.release})
 	if err != nil {
 		return err
 	}

@@ -27,10 +27,30 @@ func (g *Gate) accepting() error {
 	return nil
 }
 
+// teamLimits are team's limits as this node enforces them: the policy's,
+// bounded by the node's share (sandgate.Capacity.Effective).
+func (g *Gate) teamLimits(team string) sandgate.TeamLimits {
+	return g.cfg.Capacity.Effective(g.d.Admitter.TeamLimits(team))
+}
+
 // countTeam counts the request against its team's runs.
 func (p *pass) countTeam() error {
 	team := p.who.Principal.Team
-	h, err := p.g.teams.count(team, p.g.d.Admitter.TeamLimits(team))
+	h, err := p.g.teams.count(team, p.g.teamLimits(team))
+	if err != nil {
+		p.g.d.Observer.TeamLimited(team)
+		return err
+	}
+	p.hold = h
+	p.onFail(h.release)
+	return nil
+}
+
+// countSession counts a session against its team's sessions and the
+// node's session budget.
+func (p *pass) countSession() error {
+	team := p.who.Principal.Team
+	h, err := p.g.teams.countSession(team, p.g.teamLimits(team), p.g.cfg.Capacity.Sessions)
 	if err != nil {
 		p.g.d.Observer.TeamLimited(team)
 		return err

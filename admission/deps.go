@@ -43,7 +43,7 @@ type Admitted struct {
 	Spec        sandgate.Normalized
 	Enforcement sandgate.Enforcement
 	// TeamConcurrency is how many of the team's runs may hold a
-	// container at once (its limits); 0 for none of its own.
+	// container at once (its limits as the node's share bounds them).
 	TeamConcurrency int
 	// Session is the session a command runs in; "" for a run.
 	Session string
@@ -60,7 +60,8 @@ type AdmittedSession struct {
 	Session     sandgate.Session
 	Spec        sandgate.Normalized
 	Enforcement sandgate.Enforcement
-	// TeamConcurrency is as Admitted's.
+	// TeamConcurrency is how many of the team's sessions may hold a
+	// session place at once (its limits as the node bounds them).
 	TeamConcurrency int
 	// Release gives back what the session holds of its team's bounds; the
 	// runner calls it once the session has ended.

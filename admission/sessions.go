@@ -28,7 +28,7 @@ func (OpenSession) bounds(_ context.Context, p *pass) error {
 	if err := p.g.accepting(); err != nil {
 		return err
 	}
-	return p.countTeam()
+	return p.countSession()
 }
 
 func (o OpenSession) normalize(ctx context.Context, p *pass) error {
@@ -110,7 +110,7 @@ func (OpenSession) execute(ctx context.Context, p *pass) error {
 	hold := p.hold
 	p.keep()
 	ss, err := p.g.d.Runner.Open(ctx, AdmittedSession{Session: *p.session, Spec: p.dec.Spec, Enforcement: p.dec.Enforcement,
-		TeamConcurrency: hold.limits.Concurrent, Release: hold.release})
+		TeamConcurrency: hold.limits.Sessions, Release: hold.release})
 	if err != nil {
 		return err
 	}

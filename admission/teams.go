@@ -13,9 +13,12 @@ import (
 // Step 3, a team's share: what each team's admitted, unfinished runs and
 // sessions hold on this node, so that one team's flood is refused for
 // that team alone. A team at its limits (the policy's
-// data.sandgate.config.team_limits: runs holding a container plus runs
-// waiting for one, and the sums of their memory and CPU limits) gets
-// RATE-LIMITED, and every other team's requests go on. A request is
+// data.sandgate.config.team_limits as the node's capacity bounds them,
+// sandgate.Capacity.Effective: runs holding a container plus runs
+// waiting for one, open sessions, and the sums of their memory and CPU
+// limits) gets RATE-LIMITED, and every other team's requests go on. A
+// session is counted apart from runs, against its team's sessions and the
+// node's session budget, which every team's sessions share. A request is
 // counted at step 3, before its body is read; its size is added once its
 // spec is normalised (Hold.fit), before its upload is read or anything is
 // decided. Across a cluster, the database counts the same (Slots).
@@ -24,10 +27,13 @@ import (
 type Teams struct {
 	mu     sync.Mutex
 	byTeam map[string]*teamUse
+	// sessions are the open sessions of every team.
+	sessions int
 }
 
 type teamUse struct {
 	runs     int
+	sessions int
 	memoryMB int64
 	cpus     float64
 }
@@ -35,17 +41,37 @@ type teamUse struct {
 // NewTeams returns an empty count.
 func NewTeams() *Teams { return &Teams{byTeam: map[string]*teamUse{}} }
 
-// Hold counts a run or a session of team whatever its limits (one adopted
-// after a restart or a takeover) and returns the function that gives it
-// back (call it once).
+// Hold counts a run of team whatever its limits (one adopted after a
+// restart or a takeover) and returns the function that gives it back
+// (call it once).
 func (t *Teams) Hold(team string, r sandgate.Resources) func() {
-	h := &Hold{t: t, team: team}
+	return t.hold(team, r, false)
+}
+
+// HoldSession counts a session of team as Hold counts a run.
+func (t *Teams) HoldSession(team string, r sandgate.Resources) func() {
+	return t.hold(team, r, true)
+}
+
+func (t *Teams) hold(team string, r sandgate.Resources, session bool) func() {
+	h := &Hold{t: t, team: team, session: session}
 	t.mu.Lock()
-	t.use(team).runs++
+	t.takeLocked(team, session)
 	t.addLocked(team, r)
 	t.mu.Unlock()
 	h.counted, h.r = true, r
 	return h.release
+}
+
+// takeLocked counts one run or session of team.
+func (t *Teams) takeLocked(team string, session bool) {
+	u := t.use(team)
+	if session {
+		u.sessions++
+		t.sessions++
+		return
+	}
+	u.runs++
 }
 
 func (t *Teams) use(team string) *teamUse {
@@ -70,6 +96,8 @@ type Hold struct {
 	limits  sandgate.TeamLimits
 	r       sandgate.Resources
 	counted bool
+	// session says the hold is a session's, counted apart from runs.
+	session bool
 	once    sync.Once
 	// slot gives back the request's slot in the cluster's count.
 	slot func()
@@ -94,6 +122,27 @@ func (t *Teams) count(team string, l sandgate.TeamLimits) (*Hold, error) {
 	}
 	u.runs++
 	return &Hold{t: t, team: team, limits: l, counted: true}, nil
+}
+
+// countSession counts a session of team against its limit of sessions
+// and the node's session budget: RATE-LIMITED, naming the limit, when
+// either is reached. The check and the count are one step under the
+// lock, so sessions opened at once cannot pass the budget together.
+func (t *Teams) countSession(team string, l sandgate.TeamLimits, budget int) (*Hold, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u := t.use(team)
+	if l.Sessions > 0 && u.sessions >= l.Sessions {
+		return nil, limited(team, fmt.Sprintf("%d open sessions", l.Sessions),
+			map[string]any{"limit": "sessions", "field": "team_limits.sessions", "sessions": u.sessions, "budget": l.Sessions})
+	}
+	if budget > 0 && t.sessions >= budget {
+		return nil, &sandgate.Error{Code: sandgate.CodeRateLimited,
+			Message: fmt.Sprintf("this gateway holds as many sessions as it may (%d, SANDGATE_MAX_SESSIONS); retry later", budget),
+			Details: map[string]any{"team": team, "limit": "node_sessions", "field": "SANDGATE_MAX_SESSIONS", "sessions": t.sessions, "budget": budget}}
+	}
+	t.takeLocked(team, true)
+	return &Hold{t: t, team: team, limits: l, counted: true, session: true}, nil
 }
 
 // fit adds the request's size to its team's: RATE-LIMITED when the team's
@@ -126,12 +175,16 @@ func (h *Hold) release() {
 		t := h.t
 		t.mu.Lock()
 		u := t.use(h.team)
-		if h.counted {
+		switch {
+		case h.counted && h.session:
+			u.sessions--
+			t.sessions--
+		case h.counted:
 			u.runs--
 		}
 		u.memoryMB -= h.r.MemoryMB
 		u.cpus -= h.r.CPUs
-		if u.runs <= 0 {
+		if u.runs <= 0 && u.sessions <= 0 {
 			delete(t.byTeam, h.team)
 		}
 		t.mu.Unlock()

@@ -44,11 +44,21 @@ type Config struct {
 	LeaseLapse time.Duration
 	// MaxConcurrent is how many runs may hold a container at once; further
 	// runs wait, and free places go to the waiting team that holds the
-	// fewest (within each team's Job.TeamConcurrency). Idle warm
-	// containers do not count: the pool keeps WarmPool of them per
-	// profile besides, so the node holds at most MaxConcurrent +
-	// WarmPool × profiles containers. Default 4.
+	// fewest (within each team's Job.TeamConcurrency and its share).
+	// Session containers and idle warm containers do not count: the pool
+	// keeps WarmPool of them per profile besides, so the node holds at
+	// most MaxConcurrent + MaxSessions + WarmPool × profiles containers.
+	// Default 4.
 	MaxConcurrent int
+	// MaxSessions is how many session containers may live at once, from
+	// their own places: an idle session never holds a run slot. A session
+	// container's Job.TeamConcurrency is its team's session limit.
+	// Default DefaultMaxSessions().
+	MaxSessions int
+	// TeamSharePercent is the most of MaxConcurrent, and of MaxSessions,
+	// one team may hold, in percent (sandgate.Capacity.Share), between 1
+	// and 100. Default sandgate.DefaultTeamSharePercent.
+	TeamSharePercent int
 	// StopGrace is how long a cancelled or timed-out container has between
 	// SIGTERM and SIGKILL. Default 10s.
 	StopGrace time.Duration
@@ -194,6 +204,9 @@ func (c *Config) Validate() error {
 		c.MaxConcurrent = 4
 	case c.MaxConcurrent < 0 || c.MaxConcurrent > 1024:
 		return fmt.Errorf("executor: MaxConcurrent must be between 1 and 1024, not %d", c.MaxConcurrent)
+	}
+	if err := c.validateCapacity(); err != nil {
+		return err
 	}
 	if c.StopGrace <= 0 {
 		c.StopGrace = 10 * time.Second

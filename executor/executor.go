@@ -75,6 +75,9 @@ type Executor struct {
 
 	runs  *registry
 	slots *slots
+	// sessions are the MaxSessions places of session containers, which
+	// never hold a run slot.
+	sessions *slots
 	// removing counts the containers being removed after their runs
 	// have answered (warm runs through the agent); Shutdown waits for them.
 	removing sync.WaitGroup
@@ -146,14 +149,15 @@ func newExecutor(cfg Config, events sandgate.EventSink, d dockerAPI) *Executor {
 	log := cfg.Logger.With("component", "executor", "node", cfg.Node)
 	c := newCalls(cfg, log)
 	e := &Executor{
-		cfg:    cfg,
-		docker: d,
-		calls:  c,
-		events: events,
-		log:    log,
-		now:    cfg.Clock,
-		runs:   newRegistry(cfg.Node),
-		slots:  newSlots(cfg.MaxConcurrent),
+		cfg:      cfg,
+		docker:   d,
+		calls:    c,
+		events:   events,
+		log:      log,
+		now:      cfg.Clock,
+		runs:     newRegistry(cfg.Node),
+		slots:    newSlots(cfg.MaxConcurrent, cfg.capacity().Share(cfg.MaxConcurrent)),
+		sessions: newSlots(cfg.MaxSessions, cfg.capacity().Share(cfg.MaxSessions)),
 	}
 	e.resolver = newResolver(cfg, d, c)
 	e.identities = newIdentities(d, c, cfg.HostGroups)

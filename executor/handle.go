@@ -70,9 +70,10 @@ type handle struct {
 	// usage reads the container's counters while its command runs.
 	usage *sampler
 
-	// What close undoes: the run's slot, its pinned mounts, the proxy's
+	// What close undoes: the run's place (a run slot, or a session
+	// container's session place), its pinned mounts, the proxy's
 	// registration of its address (which answers its egress summary).
-	slot      bool
+	slot      *slots
 	staged    bool
 	egressEnd func() *sandgate.EgressSummary
 	// secrets are a run with secrets' authority, placeholders and trust
@@ -191,8 +192,8 @@ func (h *handle) end(x ending) (sandgate.Result, error) {
 // left to the reaper.
 func (h *handle) close() {
 	h.usage.stop()
-	if h.slot {
-		defer h.e.slots.release(h.job.Team)
+	if h.slot != nil {
+		defer h.slot.release(h.job.Team)
 	}
 	if h.host != nil {
 		return

@@ -24,7 +24,7 @@ func (e *Executor) Execute(ctx context.Context, job sandgate.Job) (sandgate.Resu
 }
 
 // launch takes a live run from its slot to its end: a slot (fairly
-// between teams), the image resolved, then a warm container claimed or a
+// between teams, a session place for a session's container), the image resolved, then a warm container claimed or a
 // container prepared, created, checked, started and followed.
 func (e *Executor) launch(h *handle) ending {
 	ctx := h.ctx
@@ -35,12 +35,17 @@ func (e *Executor) launch(h *handle) ending {
 	if err := e.runtimes.check(ctx, h.trail, set.host.Runtime); err != nil {
 		return h.failedOr(err)
 	}
-	// Queue for a slot, fairly between teams; a run cancelled while
-	// queued never gets a container.
-	if !e.slots.acquire(ctx, h.job.Team, h.job.TeamConcurrency) {
+	// Queue for a place, fairly between teams: a run slot, or a session
+	// place for a session's container; a run cancelled while queued never
+	// gets a container.
+	places := e.slots
+	if h.job.SessionContainer {
+		places = e.sessions
+	}
+	if !places.acquire(ctx, h.job.Team, h.job.TeamConcurrency) {
 		return cancelledBeforeStart()
 	}
-	h.slot = true
+	h.slot = places
 	imageID, err := e.resolver.resolve(ctx, h.trail, h.job, set.config.Image)
 	if err != nil {
 		return h.failedOr(err)

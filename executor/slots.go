@@ -5,14 +5,19 @@ import (
 	"sync"
 )
 
-// slots hands out the MaxConcurrent places a run needs to hold a
-// container, fairly between teams: a team may hold at most its own limit
-// of them (the decision's Job.TeamConcurrency), and when one is freed it
-// goes to the waiting team that holds the fewest, not to whichever team
-// queued the most. One team's flood waits behind that team's own runs; the
-// others' runs go on.
+// slots hands out places fairly between teams: the MaxConcurrent run
+// slots a run needs to hold a container, or the MaxSessions places of
+// session containers (one slots each). A team may hold at most the lower
+// of its own limit (the decision's Job.TeamConcurrency) and its share of
+// the node (Config.TeamSharePercent of max): places are never taken back
+// from a run, so the share is what keeps room for another team however
+// long one team's runs last. When a place is freed it goes to the waiting
+// team that holds the fewest, not to whichever team queued the most. One
+// team's flood waits behind that team's own runs; the others' runs go on.
 type slots struct {
 	max int
+	// share is the most places one team may hold (0: max).
+	share int
 
 	mu      sync.Mutex
 	held    int
@@ -28,14 +33,17 @@ type slotWaiter struct {
 	granted chan struct{}
 }
 
-func newSlots(max int) *slots {
-	return &slots{max: max, byTeam: map[string]int{}, waiting: map[string][]*slotWaiter{}}
+func newSlots(max, share int) *slots {
+	return &slots{max: max, share: share, byTeam: map[string]int{}, waiting: map[string][]*slotWaiter{}}
 }
 
 // acquire waits for a place for a run of team, which may hold at most
-// limit places (0: no limit of its own). It returns false when ctx ends
-// first; the caller then holds nothing.
+// limit places (0: no limit of its own) and never more than its share.
+// It returns false when ctx ends first; the caller then holds nothing.
 func (s *slots) acquire(ctx context.Context, team string, limit int) bool {
+	if s.share > 0 && (limit <= 0 || limit > s.share) {
+		limit = s.share
+	}
 	s.mu.Lock()
 	if s.held < s.max && under(s.byTeam[team], limit) && len(s.waiting[team]) == 0 {
 		s.grantLocked(team)

@@ -11,7 +11,7 @@ import (
 // a team at its own limit waits while others go on; a waiter whose
 // context ends holds nothing.
 func TestSlotsFairBetweenTeams(t *testing.T) {
-	s := newSlots(2)
+	s := newSlots(2, 0)
 	// The waiters left at the end give up with the test.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -44,7 +44,7 @@ func TestSlotsFairBetweenTeams(t *testing.T) {
 	}
 
 	// Team c may hold one place: its second run waits, d's does not.
-	s2 := newSlots(3)
+	s2 := newSlots(3, 0)
 	if !s2.acquire(ctx, "c", 1) {
 		t.Fatal("acquire")
 	}
@@ -60,7 +60,7 @@ func TestSlotsFairBetweenTeams(t *testing.T) {
 	}
 
 	// A waiter that gives up leaves nothing behind.
-	s3 := newSlots(1)
+	s3 := newSlots(1, 0)
 	s3.acquire(ctx, "e", 0)
 	cctx, cancel := context.WithCancel(ctx)
 	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
@@ -91,5 +91,46 @@ func waitQueued(t *testing.T, s *slots, team string, n int) {
 			t.Fatalf("team %s has %d waiting, want %d", team, got, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSlotsTeamShare: a team that asks for no limit of its own, or for
+// more than its share, holds at most its share of the node's places, so a
+// place is left for another team however long the first team's runs last;
+// a team's own lower limit still holds.
+func TestSlotsTeamShare(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, tc := range []struct {
+		name         string
+		max, share   int
+		limit, holds int
+	}{
+		{"no limit of its own", 2, 1, 0, 1},
+		{"a limit above the share", 4, 2, 8, 2},
+		{"a limit below the share", 4, 3, 1, 1},
+		{"no share", 2, 0, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSlots(tc.max, tc.share)
+			for range tc.holds {
+				if !s.acquire(ctx, "a", tc.limit) {
+					t.Fatal("acquire within the share")
+				}
+			}
+			// The team's next run waits, whatever its limit says.
+			granted := make(chan bool, 1)
+			wctx, wcancel := context.WithCancel(ctx)
+			defer wcancel()
+			go func() { granted <- s.acquire(wctx, "a", tc.limit) }()
+			waitQueued(t, s, "a", 1)
+			if tc.holds < tc.max && !s.acquire(ctx, "b", 0) {
+				t.Fatal("team b found no place beside team a")
+			}
+			wcancel()
+			if <-granted {
+				t.Fatalf("team a was granted more than %d places", tc.holds)
+			}
+		})
 	}
 }

@@ -489,7 +489,7 @@ func (c *cluster) takeSessions(ctx context.Context, t sandgate.Takeover, rec Rem
 		l.exec = rec.Sessions()
 		rec.Hold(ss.ID)
 		rec.HoldContainers(ss.ContainerID)
-		release := s.teams.Hold(ss.Team, ss.Spec.Resources)
+		release := s.teams.HoldSession(ss.Team, ss.Spec.Resources)
 		wg.Add(1)
 		s.sessions.start(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
 		go func() {

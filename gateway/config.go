@@ -140,6 +140,17 @@ type Config struct {
 	KeyID         string
 	PublicKey     string
 	Version       string
+
+	// MaxSessions is the node's session budget (the executor's), and
+	// TeamSharePercent the most of it and of Capacity one team may hold:
+	// with them admission refuses a team over its share (0: no bound).
+	MaxSessions      int
+	TeamSharePercent int
+}
+
+// capacity is the node's capacity as its teams share it.
+func (c Config) capacity() sandgate.Capacity {
+	return sandgate.Capacity{Runs: c.Capacity, Sessions: c.MaxSessions, SharePercent: c.TeamSharePercent}
 }
 
 // PolicyConfigReporter is implemented by an Admitter that can show the

@@ -36,17 +36,24 @@ func (e *testEnv) plain(method, path string, header ...string) response {
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
-// TestWhoami checks GET /v1/whoami: each principal's name, team and roles,
-// and 401 without a token.
+// TestWhoami checks GET /v1/whoami: each principal's name, team, roles
+// and its team's limits as the node enforces them (the policy's, bounded
+// by the team's share of 2 run slots and 4 session places), and 401
+// without a token.
 func TestWhoami(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *Config, e *testEnv) {
+		c.Capacity, c.MaxSessions, c.TeamSharePercent = 2, 4, 50
+		e.admitter.limits = map[string]sandgate.TeamLimits{"payments": {Concurrent: 8, Queued: 64, Sessions: 1}}
+	})
+	share := &sandgate.TeamLimits{Concurrent: 1, Sessions: 2}
 	tests := []struct {
 		token string
 		want  api.PrincipalView
 	}{
-		{tokAlice, api.PrincipalView{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}, SignIn: &sandgate.SignInToken}},
-		{tokSec, api.PrincipalView{Name: "sec", Team: "security", Roles: []sandgate.Role{sandgate.RoleSecurity}, SignIn: &sandgate.SignInToken}},
-		{tokAuditor, api.PrincipalView{Name: "aud", Team: "compliance", Roles: []sandgate.Role{sandgate.RoleAuditor}, SignIn: &sandgate.SignInToken}},
+		{tokAlice, api.PrincipalView{Name: "alice", Team: "payments", Roles: []sandgate.Role{sandgate.RoleSubmitter}, SignIn: &sandgate.SignInToken,
+			TeamLimits: &sandgate.TeamLimits{Concurrent: 1, Sessions: 1, Queued: 64}}},
+		{tokSec, api.PrincipalView{Name: "sec", Team: "security", Roles: []sandgate.Role{sandgate.RoleSecurity}, SignIn: &sandgate.SignInToken, TeamLimits: share}},
+		{tokAuditor, api.PrincipalView{Name: "aud", Team: "compliance", Roles: []sandgate.Role{sandgate.RoleAuditor}, SignIn: &sandgate.SignInToken, TeamLimits: share}},
 	}
 	for _, tc := range tests {
 		r := e.do(http.MethodGet, "/v1/whoami", tc.token, "")

@@ -166,6 +166,7 @@ func newGate(cfg Config, d Deps, mask sandgate.Masker, m *Metrics, teams *admiss
 	return admission.New(admission.Config{
 		Node: cfg.Node, AirGapped: cfg.AirGapped, MountRoots: cfg.MountRoots,
 		Callbacks: len(cfg.CallbackKey) > 0, Sessions: d.keepsSessions(), Uploads: up,
+		Capacity: cfg.capacity(),
 	}, admission.Deps{
 		Admitter: d.Admitter, Authorizer: d.Authorizer, Recorder: d.Recorder, Runs: d.Runs, Keys: keys, Sessions: d.Sessions, Approvals: d.Approvals,
 		Artifacts: d.Artifacts, Slots: slots, Live: x, Runner: x, Streams: d.streams(), Transcripts: d.transcripts(),

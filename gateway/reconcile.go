@@ -122,7 +122,7 @@ func (s *node) reconcileSessions(ctx context.Context, rec sandgate.Reconciler) (
 		}
 		rec.Hold(ss.ID)
 		rec.HoldContainers(ss.ContainerID)
-		release := s.teams.Hold(ss.Team, ss.Spec.Resources)
+		release := s.teams.HoldSession(ss.Team, ss.Spec.Resources)
 		s.sessions.start(l, s.d.Admitter.Enforcement(ss.Team), 0, release, rec)
 	}
 	if n > 0 {

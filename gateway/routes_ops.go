@@ -32,7 +32,7 @@ func (s opsRoutes) config(c echo.Context) error {
 		Defaults: s.d.Admitter.Defaults(), Maxima: maxima, AllowedImages: images,
 		Images: built, ImagesError: builtErr,
 		MaxWaitSeconds: int64(s.cfg.MaxWait.Seconds()), BodyLimitBytes: s.cfg.BodyLimit,
-		PolicyRevision: s.d.Policies.Status().Revision,
+		PolicyRevision: s.d.Policies.Status().Revision, Capacity: s.cfg.capacity(),
 	})
 }
 
@@ -66,6 +66,10 @@ func (s opsRoutes) whoami(c echo.Context) error {
 	v := api.PrincipalView{Name: p.Name, Team: p.Team, Roles: roles}
 	if in := signIn(c); in.Method != "" {
 		v.SignIn = &in
+	}
+	if p.Team != "" {
+		l := s.cfg.capacity().Effective(s.d.Admitter.TeamLimits(p.Team))
+		v.TeamLimits = &l
 	}
 	return c.JSON(http.StatusOK, v)
 }

@@ -595,7 +595,8 @@ func TestTeamConfigFromData(t *testing.T) {
 	if !slices.Contains(got.PrivilegedGIDs, 0) || got.VolumeQuotaMB != 1024 || len(got.PullRegistries) != 0 {
 		t.Errorf("Enforcement(payments) = %+v", got)
 	}
-	if l := e.TeamLimits("payments"); l.Concurrent != 8 || l.Queued != 64 {
+	// The bundle leaves concurrent and sessions to the node's share.
+	if l := e.TeamLimits("payments"); l.Concurrent != 0 || l.Sessions != 0 || l.Queued != 64 {
 		t.Errorf("TeamLimits(payments) = %+v", l)
 	}
 	d := decide(t, e, baseSpec())
@@ -611,6 +612,7 @@ func TestTeamConfigMalformedRefused(t *testing.T) {
 		"registry with a path": `{"pull_registries": ["registry.example.com/team"]}`,
 		"unknown limit":        `{"team_limits": {"default": {"concurent": 3}}}`,
 		"negative team limit":  `{"team_limits": {"default": {}, "teams": {"a": {"queued": -2}}}}`,
+		"negative sessions":    `{"team_limits": {"default": {"sessions": -1}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := copyBundle(t)

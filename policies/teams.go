@@ -116,7 +116,7 @@ func (b *bundle) teamConfig() (teamConfig, error) {
 		return c, err
 	}
 	for team, l := range c.teamLimits.all() {
-		if l.Concurrent < 0 || l.Queued < 0 || l.MemoryMB < 0 || l.CPUs < 0 {
+		if l.Concurrent < 0 || l.Sessions < 0 || l.Queued < 0 || l.MemoryMB < 0 || l.CPUs < 0 {
 			return c, fmt.Errorf("data.sandgate.config.team_limits: %s: limits must not be negative", team)
 		}
 	}

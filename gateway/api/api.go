@@ -143,6 +143,8 @@ type ConfigView struct {
 	MaxWaitSeconds int64  `json:"max_wait_seconds"`
 	BodyLimitBytes int64  `json:"body_limit_bytes"`
 	PolicyRevision string `json:"policy_revision"`
+	// Capacity is this node's run slots, session budget and team share.
+	Capacity sandgate.Capacity `json:"capacity"`
 }
 
 // PrincipalView is GET /v1/whoami: the caller as the gateway
@@ -153,6 +155,10 @@ type PrincipalView struct {
 	Roles []sandgate.Role `json:"roles"`
 	// SignIn is how the principal signed in, as the trail keeps it.
 	SignIn *sandgate.SignIn `json:"sign_in,omitempty"`
+	// TeamLimits are its team's limits as this node enforces them: the
+	// policy's team_limits bounded by the team's share of the node
+	// (sandgate.Capacity.Effective). Absent for a principal without a team.
+	TeamLimits *sandgate.TeamLimits `json:"team_limits,omitempty"`
 }
 
 // Limits are the maxima in force, as GET /v1/config reports them; the

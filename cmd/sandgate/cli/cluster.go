@@ -58,12 +58,14 @@ func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logg
 			events.Emit(ev)
 		})
 		x, err := executor.New(executor.Config{
-			DockerHost:    dockerHost,
-			Node:          node,
-			MaxConcurrent: cfg.MaxConcurrent,
-			VolumeDir:     cfg.VolumeDir,
-			WorkspaceDir:  cfg.WorkspaceDir,
-			Logger:        logger.With("component", "takeover", "dead_node", node),
+			DockerHost:       dockerHost,
+			Node:             node,
+			MaxConcurrent:    cfg.MaxConcurrent,
+			MaxSessions:      cfg.MaxSessions,
+			TeamSharePercent: cfg.TeamShare,
+			VolumeDir:        cfg.VolumeDir,
+			WorkspaceDir:     cfg.WorkspaceDir,
+			Logger:           logger.With("component", "takeover", "dead_node", node),
 		}, sink)
 		if err != nil {
 			return nil, sandgate.WrapError(sandgate.CodeDockerUnavailable, err, "node %s's Docker daemon %q", node, dockerHost)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/executor"
 	"github.com/sandgate/sandgate/executor/images"
 	"github.com/sandgate/sandgate/imagesig"
@@ -27,7 +28,14 @@ func (c *executorConfig) imageKeys() (*imagesig.Keys, error) {
 type executorConfig struct {
 	DockerHost    string // DOCKER_HOST; empty, the local socket
 	MaxConcurrent int    // SANDGATE_MAX_CONCURRENT
-	WarmPool      int    // SANDGATE_WARM_POOL
+	// MaxSessions is how many sessions the node keeps open at once, from
+	// their own budget (SANDGATE_MAX_SESSIONS; default from the host's
+	// memory, executor.DefaultMaxSessions); TeamShare the most percent of
+	// the run slots and of the session budget one team may hold
+	// (SANDGATE_TEAM_SHARE).
+	MaxSessions int
+	TeamShare   int
+	WarmPool    int // SANDGATE_WARM_POOL
 	// AgentBinary is the statically linked sandgate binary bind-mounted
 	// read-only into session and warm containers as their in-sandbox
 	// agent (SANDGATE_AGENT_BINARY); empty takes this binary when it is
@@ -50,7 +58,7 @@ type executorConfig struct {
 }
 
 func readExecutorConfig(getenv func(string) string) executorConfig {
-	c := executorConfig{MaxConcurrent: 4}
+	c := executorConfig{MaxConcurrent: 4, TeamShare: sandgate.DefaultTeamSharePercent}
 	e := envReader{getenv: getenv}
 	e.str("DOCKER_HOST", &c.DockerHost)
 	e.str("SANDGATE_AGENT_BINARY", &c.AgentBinary)
@@ -59,6 +67,8 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 	c.ImageSignatureDir = "/var/lib/sandgate/image-signatures"
 	e.str("SANDGATE_IMAGE_SIGNATURE_DIR", &c.ImageSignatureDir)
 	e.int("SANDGATE_MAX_CONCURRENT", &c.MaxConcurrent)
+	e.int("SANDGATE_MAX_SESSIONS", &c.MaxSessions)
+	e.int("SANDGATE_TEAM_SHARE", &c.TeamShare)
 	e.int("SANDGATE_WARM_POOL", &c.WarmPool)
 	c.invalid = e.invalid
 	c.dockerCallsConfig = readDockerCallsConfig(getenv)
@@ -67,6 +77,8 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 
 func (c *executorConfig) bindFlags(f *pflag.FlagSet) {
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
+	f.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions open at once, from their own budget: a session never holds a run slot (SANDGATE_MAX_SESSIONS; default one per GiB of the host's memory, 2 to 256)")
+	f.IntVar(&c.TeamShare, "team-share", c.TeamShare, "the most percent of the run slots, and of the session budget, one team may hold, so another team always finds room (SANDGATE_TEAM_SHARE)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.StringVar(&c.AgentBinary, "agent-binary", c.AgentBinary, "statically linked sandgate binary mounted into sandboxes as their agent; off to use docker exec (SANDGATE_AGENT_BINARY; default: this binary when static)")
 	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
@@ -81,6 +93,13 @@ func (c *executorConfig) Validate() error {
 		return fmt.Errorf("SANDGATE_WARM_POOL must be between 0 and 64, not %d", c.WarmPool)
 	case c.MaxConcurrent < 1 || c.MaxConcurrent > 256:
 		return fmt.Errorf("SANDGATE_MAX_CONCURRENT must be between 1 and 256, not %d", c.MaxConcurrent)
+	case c.MaxSessions == 0:
+		c.MaxSessions = executor.DefaultMaxSessions()
+	case c.MaxSessions < executor.MinSessions || c.MaxSessions > executor.MaxSessions:
+		return fmt.Errorf("SANDGATE_MAX_SESSIONS must be between %d and %d, not %d", executor.MinSessions, executor.MaxSessions, c.MaxSessions)
+	}
+	if c.TeamShare < 1 || c.TeamShare > 100 {
+		return fmt.Errorf("SANDGATE_TEAM_SHARE must be a percent between 1 and 100, not %d", c.TeamShare)
 	}
 	return c.dockerCallsConfig.Validate()
 }
@@ -196,6 +215,8 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 		DockerHost:       cfg.DockerHost,
 		Node:             cfg.Node,
 		MaxConcurrent:    cfg.MaxConcurrent,
+		MaxSessions:      cfg.MaxSessions,
+		TeamSharePercent: cfg.TeamShare,
 		VolumeDir:        cfg.VolumeDir,
 		WorkspaceDir:     cfg.WorkspaceDir,
 		Blobs:            p.blobs,

@@ -139,6 +139,8 @@ func gatewaySettings(cfg *config, p *parts) gateway.Config {
 		NodeLapse:          cfg.NodeLapse,
 		DockerHost:         cfg.DockerHost,
 		Capacity:           cfg.MaxConcurrent,
+		MaxSessions:        cfg.MaxSessions,
+		TeamSharePercent:   cfg.TeamShare,
 		KeyID:              p.keys.id,
 		PublicKey:          p.keys.public,
 		Version:            sandgate.Version,

@@ -95,6 +95,7 @@ func BenchmarkOutputMemory(b *testing.B) {
 	}
 	env := processEnv(b)
 	env["SANDGATE_MAX_CONCURRENT"] = "16"
+	env["SANDGATE_TEAM_SHARE"] = "100"
 	p := startProcess(b, env)
 	idle, err := processRSS(p.Pid())
 	if err != nil {

@@ -35,8 +35,10 @@ func scaleServerOptions(b *testing.B, containers int) []serverOption {
 		c["team_limits"] = map[string]any{"default": map[string]any{"concurrent": containers + 16, "queued": containers + 16,
 			"memory_mb": 0, "cpus": 0}, "teams": map[string]any{}}
 	})
+	// One team may take the whole node, its run slots and its sessions.
 	return []serverOption{withEnv("SANDGATE_POLICY_DIR", policy),
-		withEnv("SANDGATE_MAX_CONCURRENT", strconv.Itoa(containers+16))}
+		withEnv("SANDGATE_MAX_CONCURRENT", strconv.Itoa(containers+16)),
+		withEnv("SANDGATE_MAX_SESSIONS", strconv.Itoa(min(containers+16, 1024))), withEnv("SANDGATE_TEAM_SHARE", "100")}
 }
 
 // procMemory is what /proc says of one process's memory, in bytes.

@@ -26,7 +26,7 @@ import (
 // afterwards. The rate is logged, never asserted.
 func TestConcurrentRunsThroughServer(t *testing.T) {
 	const runs, workers = 200, 16
-	s := startServer(t, withEnv("SANDGATE_MAX_CONCURRENT", "16"))
+	s := startServer(t, withEnv("SANDGATE_MAX_CONCURRENT", "16"), withEnv("SANDGATE_TEAM_SHARE", "100"))
 	codes := []int{0, 1, 2, 3, 7, 42, 100, 255}
 	bodyOf := func(code int) string {
 		if code == 0 {

@@ -220,16 +220,16 @@ func TestSessionKeepaliveLanguageImages(t *testing.T) {
 	}
 }
 
-// TestSessionHoldsSlot: a session holds one of the node's MAX_CONCURRENT
-// container slots for its life, and the orphan cleanup leaves its
-// container alone. With one slot, a run submitted while the
-// session is open waits for it (the session's commands need no slot and
-// go on), and runs once the session ends.
-func TestSessionHoldsSlot(t *testing.T) {
-	s := startServer(t, withEnv("SANDGATE_MAX_CONCURRENT", "1"))
+// TestSessionHoldsNoRunSlot: a session's container holds a place of the
+// node's session budget, never one of its MAX_CONCURRENT run slots, and
+// the orphan cleanup leaves it alone. With one run slot and a session
+// open, a run submitted beside it runs at once and ends while the session
+// is still open (before the fix it waited for the session to end).
+func TestSessionHoldsNoRunSlot(t *testing.T) {
+	s := startServer(t, withEnv("SANDGATE_MAX_CONCURRENT", "1"), withEnv("SANDGATE_MAX_SESSIONS", "2"))
 	c := s.Client
 	ss := openSession(t, c, api.SessionRequest{})
-	queued, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "after"}}, client.SubmitOptions{})
+	beside, err := c.Submit(context.Background(), sandgate.RunSpec{Command: []string{"echo", "beside"}}, client.SubmitOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,13 +241,13 @@ func TestSessionHoldsSlot(t *testing.T) {
 	if r.Stdout.Data != "inside\n" {
 		t.Errorf("command in the session: %q", r.Stdout.Data)
 	}
-	if v, ok := s.runState(t, queued.ID); !ok || v.State != sandgate.StateCreating && v.State != sandgate.StatePending || v.ContainerID != "" {
-		t.Errorf("run beside the session: %s container %q, want waiting for the slot", v.State, v.ContainerID)
+	if v := s.waitFinished(t, beside.ID, 60*time.Second); outcomeOf(v) != sandgate.OutcomeSucceeded || v.Stdout.Data != "beside\n" {
+		t.Errorf("the run beside the session: %s %q", outcomeOf(v), v.Stdout.Data)
+	}
+	if got, ok := s.sessionState(t, ss.ID); !ok || got != sandgate.SessionOpen {
+		t.Errorf("the session after the run beside it: %s, want open", got)
 	}
 	if _, err := c.DeleteSession(context.Background(), ss.ID); err != nil {
 		t.Fatal(err)
-	}
-	if v := s.waitFinished(t, queued.ID, 60*time.Second); outcomeOf(v) != sandgate.OutcomeSucceeded || v.Stdout.Data != "after\n" {
-		t.Errorf("the waiting run: %s %q", outcomeOf(v), v.Stdout.Data)
 	}
 }

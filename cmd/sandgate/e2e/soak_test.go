@@ -64,6 +64,7 @@ func TestSoak(t *testing.T) {
 	const workers = 8
 	env := processEnv(t)
 	env["SANDGATE_MAX_CONCURRENT"] = strconv.Itoa(workers)
+	env["SANDGATE_TEAM_SHARE"] = "100" // one team's workers fill the node
 	p := startProcess(t, env)
 
 	start := time.Now()

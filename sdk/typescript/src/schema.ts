@@ -1784,6 +1784,7 @@ export interface components {
             max_wait_seconds: number;
             body_limit_bytes: number;
             policy_revision: string;
+            capacity: components["schemas"]["Capacity"];
         };
         /** @description An image `sandgate image build` made (the sandbox image or a language image), built on or loaded into this node's daemon. */
         BuiltImage: {
@@ -1808,6 +1809,7 @@ export interface components {
             team: string;
             roles: components["schemas"]["Role"][];
             sign_in?: components["schemas"]["SignIn"];
+            team_limits?: components["schemas"]["TeamLimits"];
         };
         Health: {
             /** @enum {string} */
@@ -2538,6 +2540,23 @@ export interface components {
              * @description When the link stops working.
              */
             expires_at: string;
+        };
+        /** @description A team's limits as this node enforces them: the policy's `team_limits`, with `concurrent` and `sessions` bounded by the team's share of the node's run slots and session budget (unset in the bundle: the share). 0 is no limit. */
+        TeamLimits: {
+            /** @description Runs of the team that may hold a container at once. */
+            concurrent: number;
+            /** @description Sessions of the team that may be open at once. */
+            sessions: number;
+            /** @description Admitted runs that may wait for a slot. */
+            queued: number;
+            memory_mb: number;
+            cpus: number;
+        };
+        /** @description What this node holds at once: `runs` run slots (SANDGATE_MAX_CONCURRENT), `sessions` session places (SANDGATE_MAX_SESSIONS), and the most percent of each one team may hold (SANDGATE_TEAM_SHARE). */
+        Capacity: {
+            runs: number;
+            sessions: number;
+            share_percent: number;
         };
     };
     responses: {
