@@ -67,6 +67,9 @@ func clusterBase(t testing.TB) (map[string]string, string) {
 		"SANDGATE_NODE_LAPSE":                 "3s",
 		"DOCKER_HOST":                         executortest.DockerHost(),
 		"SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE": rootPub,
+		// One team (ops) is the cluster's whole workload: it may fill
+		// each node, as the tests' runs held at once need.
+		"SANDGATE_TEAM_SHARE": "100",
 	}, tok["ops"]
 }
 

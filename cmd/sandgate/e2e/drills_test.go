@@ -100,6 +100,8 @@ func clusterUp(t *testing.T) *cluster {
 		// Every verifier of the drills trusts the cluster's root: the
 		// nodes' GET /v1/audit/verify and the final audit verify.
 		"SANDGATE_AUDIT_ROOT_PUBLIC_KEY_FILE": rootPub,
+		// One team's runs are the drills' whole workload.
+		"SANDGATE_TEAM_SHARE": "100",
 	}
 	if os.Getenv("SANDGATE_CLUSTER_KEEP") != "1" {
 		t.Cleanup(func() {
