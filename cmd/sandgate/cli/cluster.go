@@ -62,7 +62,7 @@ func remoteReconcilers(cfg *config, events sandgate.EventSink, logger *slog.Logg
 			Node:             node,
 			MaxConcurrent:    cfg.MaxConcurrent,
 			MaxSessions:      cfg.MaxSessions,
-			TeamSharePercent: cfg.TeamShare,
+			TeamSharePercent: cfg.teamShare(),
 			VolumeDir:        cfg.VolumeDir,
 			WorkspaceDir:     cfg.WorkspaceDir,
 			Logger:           logger.With("component", "takeover", "dead_node", node),

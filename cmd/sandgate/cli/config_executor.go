@@ -58,7 +58,7 @@ type executorConfig struct {
 }
 
 func readExecutorConfig(getenv func(string) string) executorConfig {
-	c := executorConfig{MaxConcurrent: 4, TeamShare: sandgate.DefaultTeamSharePercent}
+	c := executorConfig{MaxConcurrent: 4}
 	e := envReader{getenv: getenv}
 	e.str("DOCKER_HOST", &c.DockerHost)
 	e.str("SANDGATE_AGENT_BINARY", &c.AgentBinary)
@@ -78,7 +78,7 @@ func readExecutorConfig(getenv func(string) string) executorConfig {
 func (c *executorConfig) bindFlags(f *pflag.FlagSet) {
 	f.IntVar(&c.MaxConcurrent, "max-concurrent", c.MaxConcurrent, "runs holding a container at once, shared fairly between teams; more wait in a queue. Idle warm containers are not counted: at most SANDGATE_WARM_POOL of them are kept besides (SANDGATE_MAX_CONCURRENT)")
 	f.IntVar(&c.MaxSessions, "max-sessions", c.MaxSessions, "sessions open at once, from their own budget: a session never holds a run slot (SANDGATE_MAX_SESSIONS; default one per GiB of the host's memory, 2 to 256)")
-	f.IntVar(&c.TeamShare, "team-share", c.TeamShare, "the most percent of the run slots, and of the session budget, one team may hold, so another team always finds room (SANDGATE_TEAM_SHARE)")
+	f.IntVar(&c.TeamShare, "team-share", c.TeamShare, "the most percent of the run slots, and of the session budget, one team may hold, so another team always finds room (SANDGATE_TEAM_SHARE; default 50, or 100 on a development gateway whose one principal is its only team)")
 	f.IntVar(&c.WarmPool, "warm-pool", c.WarmPool, "warm containers kept per pooled profile (SANDGATE_WARM_POOL)")
 	f.StringVar(&c.AgentBinary, "agent-binary", c.AgentBinary, "statically linked sandgate binary mounted into sandboxes as their agent; off to use docker exec (SANDGATE_AGENT_BINARY; default: this binary when static)")
 	f.StringVar(&c.VolumeDir, "volume-dir", c.VolumeDir, "where the file systems of the teams' cache volumes live (SANDGATE_VOLUME_DIR; default /var/lib/sandgate/volumes)")
@@ -98,8 +98,8 @@ func (c *executorConfig) Validate() error {
 	case c.MaxSessions < executor.MinSessions || c.MaxSessions > executor.MaxSessions:
 		return fmt.Errorf("SANDGATE_MAX_SESSIONS must be between %d and %d, not %d", executor.MinSessions, executor.MaxSessions, c.MaxSessions)
 	}
-	if c.TeamShare < 1 || c.TeamShare > 100 {
-		return fmt.Errorf("SANDGATE_TEAM_SHARE must be a percent between 1 and 100, not %d", c.TeamShare)
+	if c.TeamShare < 0 || c.TeamShare > 100 {
+		return fmt.Errorf("SANDGATE_TEAM_SHARE must be a percent between 1 and 100 (0: the default), not %d", c.TeamShare)
 	}
 	return c.dockerCallsConfig.Validate()
 }
@@ -216,7 +216,7 @@ func newExecutor(cfg *config, p *parts) (*executor.Executor, error) {
 		Node:             cfg.Node,
 		MaxConcurrent:    cfg.MaxConcurrent,
 		MaxSessions:      cfg.MaxSessions,
-		TeamSharePercent: cfg.TeamShare,
+		TeamSharePercent: cfg.teamShare(),
 		VolumeDir:        cfg.VolumeDir,
 		WorkspaceDir:     cfg.WorkspaceDir,
 		Blobs:            p.blobs,
@@ -293,4 +293,20 @@ func (c *egressConfig) upstreamRoots() (*x509.CertPool, error) {
 		return nil, fmt.Errorf("SANDGATE_EGRESS_UPSTREAM_CA_FILE %s: no PEM certificate in it", c.EgressUpstreamCAFile)
 	}
 	return pool, nil
+}
+
+// teamShare is the team share the node enforces: SANDGATE_TEAM_SHARE, or
+// by default sandgate.DefaultTeamSharePercent, except on a development
+// gateway that signs in its development principal alone (no tokens file,
+// no identity provider): its one team is the node's whole workload, and a
+// share would only leave half the node idle.
+func (c *config) teamShare() int {
+	switch {
+	case c.TeamShare > 0:
+		return c.TeamShare
+	case c.Dev && c.TokensFile == "" && len(c.OIDCIssuers) == 0:
+		return 100
+	default:
+		return sandgate.DefaultTeamSharePercent
+	}
 }

@@ -140,7 +140,7 @@ func gatewaySettings(cfg *config, p *parts) gateway.Config {
 		DockerHost:         cfg.DockerHost,
 		Capacity:           cfg.MaxConcurrent,
 		MaxSessions:        cfg.MaxSessions,
-		TeamSharePercent:   cfg.TeamShare,
+		TeamSharePercent:   cfg.teamShare(),
 		KeyID:              p.keys.id,
 		PublicKey:          p.keys.public,
 		Version:            sandgate.Version,

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"github.com/sandgate/sandgate"
 	"strings"
 	"testing"
 	"time"
@@ -75,19 +76,31 @@ func TestConfigFromEnvironment(t *testing.T) {
 		{name: "backlog zero", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "0"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between 1 and 1000000, not 0"},
 		{name: "backlog huge", env: map[string]string{"SANDGATE_AUDIT_MAX_BACKLOG": "99999999999999"}, wantErr: "SANDGATE_AUDIT_MAX_BACKLOG must be between"},
 		{name: "capacity defaults", check: func(t *testing.T, c config) {
-			if c.MaxSessions != executor.DefaultMaxSessions() || c.MaxSessions < 2 || c.TeamShare != 50 {
-				t.Errorf("capacity defaults: sessions %d, share %d", c.MaxSessions, c.TeamShare)
+			// The base is a development gateway with its one principal:
+			// its one team may fill the node.
+			if c.MaxSessions != executor.DefaultMaxSessions() || c.MaxSessions < 2 || c.teamShare() != 100 {
+				t.Errorf("capacity defaults: sessions %d, share %d", c.MaxSessions, c.teamShare())
+			}
+		}},
+		{name: "capacity defaults with a tokens file", env: map[string]string{"SANDGATE_TOKENS_FILE": "/nonexistent/tokens.yaml"}, check: func(t *testing.T, c config) {
+			if c.teamShare() != sandgate.DefaultTeamSharePercent {
+				t.Errorf("team share with a tokens file: %d, want %d", c.teamShare(), sandgate.DefaultTeamSharePercent)
+			}
+		}},
+		{name: "capacity defaults with an identity provider", env: map[string]string{"SANDGATE_OIDC_ISSUER": "https://idp.example.test", "SANDGATE_OIDC_AUDIENCE": "sandgate"}, check: func(t *testing.T, c config) {
+			if c.teamShare() != sandgate.DefaultTeamSharePercent {
+				t.Errorf("team share with an identity provider: %d, want %d", c.teamShare(), sandgate.DefaultTeamSharePercent)
 			}
 		}},
 		{name: "capacity values", env: map[string]string{"SANDGATE_MAX_SESSIONS": "12", "SANDGATE_TEAM_SHARE": "100"}, check: func(t *testing.T, c config) {
-			if c.MaxSessions != 12 || c.TeamShare != 100 {
+			if c.MaxSessions != 12 || c.teamShare() != 100 {
 				t.Errorf("capacity values: sessions %d, share %d", c.MaxSessions, c.TeamShare)
 			}
 		}},
 		{name: "sessions negative", env: map[string]string{"SANDGATE_MAX_SESSIONS": "-1"}, wantErr: "SANDGATE_MAX_SESSIONS must be between 1 and 1024, not -1"},
 		{name: "sessions not a number", env: map[string]string{"SANDGATE_MAX_SESSIONS": "lots"}, wantErr: `SANDGATE_MAX_SESSIONS="lots" is not a whole number`},
-		{name: "team share zero", env: map[string]string{"SANDGATE_TEAM_SHARE": "0"}, wantErr: "SANDGATE_TEAM_SHARE must be a percent between 1 and 100, not 0"},
-		{name: "team share over the node", env: map[string]string{"SANDGATE_TEAM_SHARE": "150"}, wantErr: "SANDGATE_TEAM_SHARE must be a percent between 1 and 100, not 150"},
+		{name: "team share negative", env: map[string]string{"SANDGATE_TEAM_SHARE": "-1"}, wantErr: "SANDGATE_TEAM_SHARE must be a percent between 1 and 100 (0: the default), not -1"},
+		{name: "team share over the node", env: map[string]string{"SANDGATE_TEAM_SHARE": "150"}, wantErr: "SANDGATE_TEAM_SHARE must be a percent between 1 and 100 (0: the default), not 150"},
 		{name: "warm pool negative", env: map[string]string{"SANDGATE_WARM_POOL": "-1"}, wantErr: "SANDGATE_WARM_POOL must be between 0 and 64"},
 		{name: "docker call defaults", check: func(t *testing.T, c config) {
 			if c.DockerRetries != 4 || c.DockerBackoff != 100*time.Millisecond || c.DockerBackoffMax != 2*time.Second ||
