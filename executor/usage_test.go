@@ -282,7 +282,10 @@ func TestRunCPUThrottled(t *testing.T) {
 		}
 	}
 
-	idle := newJob(t, limited, "sleep", "1")
+	// Its start (runc's init and exec: ~50 ms of CPU, which a tenth of a
+	// CPU serves in about five periods) may be throttled for ~0.3 s; a
+	// 3 s sleep keeps that well under a quarter (1 s did not, once).
+	idle := newJob(t, limited, "sleep", "3")
 	res = execute(t, ex, idle)
 	if u := res.Usage; u == nil || u.CPUThrottledMS == nil || *u.CPUThrottledMS*4 >= u.WallMS {
 		// The container's start may be throttled in a period or two;
