@@ -95,9 +95,12 @@ func pumpTerminal(ctx context.Context, ws *websocket.Conn, st *admission.Stream)
 	go func() {
 		defer wg.Done()
 		defer cancel()
+		// Whether the client left is known before the terminal is
+		// closed, which is what ends the output's copy below.
 		if readInput(ctx, ws, st) {
 			left.Store(true)
 		}
+		_ = term.Close()
 	}()
 	buf := make([]byte, 32<<10)
 	outcome := "exited"
@@ -137,11 +140,10 @@ func pumpTerminal(ctx context.Context, ws *websocket.Conn, st *admission.Stream)
 }
 
 // readInput gives the terminal what the client sends, until it leaves
-// (true) or the terminal ends (false); the terminal is then closed, which
-// ends the output's copy.
+// (true) or the terminal ends (false); the caller then closes the
+// terminal, which ends the output's copy.
 func readInput(ctx context.Context, ws *websocket.Conn, st *admission.Stream) (clientLeft bool) {
 	term := st.Terminal
-	defer term.Close()
 	for {
 		typ, b, err := ws.Read(ctx)
 		if err != nil {
