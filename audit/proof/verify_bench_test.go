@@ -38,7 +38,7 @@ func trailRows(tb testing.TB, n int) []*Row {
 			Time: at.Add(time.Duration(i) * time.Millisecond), Outcome: "succeeded", CorrelationID: "run-1", RunID: "run-1",
 			DecisionID: "dec-1", ContainerID: "3f2a9c", Actor: "alice", Team: "t1", Node: "node-a",
 			PolicyRevision: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
-			ExitCode: &code, Payload: payloads[i%len(payloads)]}
+			ExitCode:       &code, Payload: payloads[i%len(payloads)]}
 		c, err := Canonicalize(ev)
 		if err != nil {
 			tb.Fatal(err)
