@@ -65,17 +65,7 @@ func BenchmarkSessionExec(b *testing.B) {
 	}
 	measured = nil
 	b.ResetTimer()
-	sg := make([]time.Duration, 0, pairs)
-	de := make([]time.Duration, 0, pairs)
-	for i := range pairs {
-		if i%2 == 0 {
-			sg = append(sg, viaSandgate())
-			de = append(de, viaDocker())
-		} else {
-			de = append(de, viaDocker())
-			sg = append(sg, viaSandgate())
-		}
-	}
+	sg, de := interleaved(pairs, viaSandgate, viaDocker)
 	b.StopTimer()
 
 	sgMed, deMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(de))

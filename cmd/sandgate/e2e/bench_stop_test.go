@@ -87,17 +87,7 @@ func BenchmarkStopVsDockerStop(b *testing.B) {
 	viaSandgate()
 	viaDocker()
 	b.ResetTimer()
-	sg := make([]time.Duration, 0, pairs)
-	dr := make([]time.Duration, 0, pairs)
-	for i := range pairs {
-		if i%2 == 0 {
-			sg = append(sg, viaSandgate())
-			dr = append(dr, viaDocker())
-		} else {
-			dr = append(dr, viaDocker())
-			sg = append(sg, viaSandgate())
-		}
-	}
+	sg, dr := interleaved(pairs, viaSandgate, viaDocker)
 	b.StopTimer()
 	sgMed, drMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(dr))
 	b.ReportMetric(float64(pairs), "pairs")

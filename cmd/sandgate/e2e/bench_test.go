@@ -126,17 +126,7 @@ func BenchmarkRunVsDockerRun(b *testing.B) {
 		viaDocker()
 	}
 	b.ResetTimer()
-	sg := make([]time.Duration, 0, pairs)
-	dr := make([]time.Duration, 0, pairs)
-	for i := range pairs {
-		if i%2 == 0 {
-			sg = append(sg, viaSandgate())
-			dr = append(dr, viaDocker())
-		} else {
-			dr = append(dr, viaDocker())
-			sg = append(sg, viaSandgate())
-		}
-	}
+	sg, dr := interleaved(pairs, viaSandgate, viaDocker)
 	b.StopTimer()
 
 	sgMed, drMed := sandgatetest.Median(slices.Clone(sg)), sandgatetest.Median(slices.Clone(dr))
@@ -574,4 +564,20 @@ Transfer/sec:      2.46MB
 	if _, err := parseWrk("Running 15s test\n  1 requests in 1.00s, 1KB read\nRequests/sec: 1\n"); err == nil {
 		t.Error("a report without --latency was accepted")
 	}
+}
+
+// interleaved measures a and b pairs times each, alternating which goes
+// first, so that neither is favoured by what the other left warm or busy.
+func interleaved(pairs int, a, b func() time.Duration) (as, bs []time.Duration) {
+	as, bs = make([]time.Duration, 0, pairs), make([]time.Duration, 0, pairs)
+	for i := range pairs {
+		if i%2 == 0 {
+			as = append(as, a())
+			bs = append(bs, b())
+		} else {
+			bs = append(bs, b())
+			as = append(as, a())
+		}
+	}
+	return as, bs
 }
