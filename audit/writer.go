@@ -177,9 +177,13 @@ func (w *writer) loadHead(ctx context.Context, recs []*sealed) error {
 		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read last checkpoint")
 	}
 	w.sinceCP = w.headSeq - cpSeq
-	if w.lastCP.IsZero() {
+	if w.lastCP.IsZero() && w.headSeq == 0 {
 		w.lastCP = w.cfg.Clock() // the first interval runs from the first start
 	}
+	// A chain with rows and no checkpoint was left by an earlier process
+	// of this node that died before its first one (SIGKILL, power loss):
+	// lastCP stays zero, so the first cycle signs those rows, once the
+	// spool is delivered, instead of an interval after this start.
 	for _, r := range recs {
 		if r.ChainID == w.chainID && r.Seq > w.headSeq {
 			w.headSeq, w.headHash = r.Seq, r.Hash

@@ -42,9 +42,9 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 	}
 
 	// Killed after its first checkpoint, as a gateway that has served for
-	// a while is. A process killed before any checkpoint leaves chains no
-	// key vouches for, which verify rightly reports and which a restart
-	// of the same node does not close yet (see docs/audit.md).
+	// a while is. (A process killed before any checkpoint leaves chains
+	// no key vouches for until the node starts again and signs them:
+	// audit/TestRestartSignsKilledProcessRows.)
 	sandgatetest.WaitFor(t, "a checkpoint of each of the first process's chains", 30*time.Second, func() bool {
 		db, err := sql.Open("pgx", env["SANDGATE_DATABASE_URL"])
 		if err != nil {
