@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
@@ -13,6 +12,9 @@ import (
 	"strconv"
 	"time"
 
+	"gorm.io/gorm"
+
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
 )
@@ -51,51 +53,130 @@ func (s *Reader) export(ctx context.Context, f sandgate.AuditFilter, format sand
 	default:
 		return sandgate.FieldError("format", "must be jsonl or csv, not %q", format)
 	}
-	var after *eventCursor
-	for {
-		n, last, err := s.exportPage(ctx, f, after, batch, out)
-		if err != nil {
-			// What was read before the failure still reaches w, as it
-			// did row by row; the caller ends the stream early.
-			_ = out.flush()
-			return err
+	// One goroutine reads the pages and this one writes the lines:
+	// reading a row and writing its line cost about the same, so the two
+	// overlap, a chunk of rows at a time.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &exportPipe{chunks: make(chan []eventRow, 2), free: make(chan []eventRow, 3)}
+	var readErr error
+	go func() {
+		defer close(p.chunks)
+		readErr = s.readPages(ctx, f, batch, p)
+	}()
+	var writeErr error
+	for chunk := range p.chunks {
+		for i := 0; i < len(chunk) && writeErr == nil; i++ {
+			if writeErr = out.row(&chunk[i]); writeErr != nil {
+				cancel() // the reader stops at its next chunk
+			}
 		}
-		if n < batch {
-			break
+		select {
+		case p.free <- chunk[:0]:
+		default:
 		}
-		after = &last
+	}
+	// The reader has returned: p.chunks is closed.
+	if writeErr != nil {
+		return writeErr
+	}
+	if readErr != nil {
+		// What was read before the failure still reaches w; the caller
+		// ends the stream early.
+		_ = out.flush()
+		return readErr
 	}
 	return out.flush()
 }
 
-// exportPage writes the page of matching rows after the cursor (from the
-// first without one) and returns how many there were and where it ended.
-func (s *Reader) exportPage(ctx context.Context, f sandgate.AuditFilter, after *eventCursor, batch int, out exportWriter) (int, eventCursor, error) {
+// exportChunk is how many rows the export's reader hands its writer at a
+// time.
+const exportChunk = 256
+
+// exportPipe carries an export's rows from its reader to its writer in
+// chunks; free returns the writer's empty chunks for reuse.
+type exportPipe struct {
+	chunks chan []eventRow
+	free   chan []eventRow
+}
+
+func (p *exportPipe) take() []eventRow {
+	select {
+	case c := <-p.free:
+		return c
+	default:
+		return make([]eventRow, 0, exportChunk)
+	}
+}
+
+func (p *exportPipe) send(ctx context.Context, c []eventRow) error {
+	select {
+	case p.chunks <- c:
+		return nil
+	case <-ctx.Done():
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, ctx.Err(), "export audit events")
+	}
+}
+
+// readPages reads every page of matching rows into p.
+func (s *Reader) readPages(ctx context.Context, f sandgate.AuditFilter, batch int, p *exportPipe) error {
+	var after *eventCursor
+	for {
+		n, last, err := s.exportPage(ctx, f, after, batch, p)
+		if err != nil {
+			return err
+		}
+		if n < batch {
+			return nil
+		}
+		after = &last
+	}
+}
+
+// exportPage reads the page of matching rows after the cursor (from the
+// first without one) into p and returns how many there were and where it
+// ended.
+func (s *Reader) exportPage(ctx context.Context, f sandgate.AuditFilter, after *eventCursor, batch int, p *exportPipe) (int, eventCursor, error) {
 	q := s.filtered(ctx, f)
 	if after != nil {
 		q = q.Where("(recorded_at, chain_id, seq) > (?, ?, ?)", after.T, after.C, after.S)
 	}
-	rows, err := q.Select(eventColumns).Order("recorded_at, chain_id, seq").Limit(batch).Rows()
+	// gorm writes the statement; pgx's own rows read it, without
+	// database/sql's copies of every column.
+	stmt := q.Session(&gorm.Session{DryRun: true}).Select(eventColumns).Order("recorded_at, chain_id, seq").Limit(batch).
+		Find(&[]eventRow{}).Statement
+	rows, err := s.pool.Query(ctx, stmt.SQL.String(), stmt.Vars...)
 	if err != nil {
 		return 0, eventCursor{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "export audit events")
 	}
 	defer rows.Close()
 	var n int
-	var r eventRow
+	var last eventCursor
+	chunk := p.take()
 	for rows.Next() {
-		r = eventRow{}
+		chunk = append(chunk, eventRow{})
+		r := &chunk[len(chunk)-1]
 		if err := r.scan(rows); err != nil {
 			return n, eventCursor{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
 		}
-		if err := out.row(&r); err != nil {
-			return n, eventCursor{}, err
-		}
 		n++
+		last = eventCursor{T: r.RecordedAt, C: r.ChainID, S: r.Seq}
+		if len(chunk) == exportChunk {
+			if err := p.send(ctx, chunk); err != nil {
+				return n, eventCursor{}, err
+			}
+			chunk = p.take()
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return n, eventCursor{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read audit events")
 	}
-	return n, eventCursor{T: r.RecordedAt, C: r.ChainID, S: r.Seq}, nil
+	if len(chunk) > 0 {
+		if err := p.send(ctx, chunk); err != nil {
+			return n, eventCursor{}, err
+		}
+	}
+	return n, last, nil
 }
 
 // exportWriter writes an export's rows in one format.
@@ -150,7 +231,7 @@ func appendRecord(dst []byte, r *eventRow) (_ []byte, ok bool) {
 		dst = append(dst, '"', ':')
 		dst = proof.AppendJSONString(dst, v)
 	}
-	opt := func(k string, v sql.NullString) {
+	opt := func(k string, v pgtype.Text) {
 		if v.String != "" {
 			str(k, v.String)
 		}

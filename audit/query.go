@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
 	"github.com/sandgate/sandgate/pgstore"
@@ -31,16 +31,16 @@ type eventRow struct {
 	RecordedAt     time.Time
 	EventTime      time.Time
 	Type           string
-	Outcome        sql.NullString
-	CorrelationID  sql.NullString
-	RunID          sql.NullString
-	DecisionID     sql.NullString
-	ContainerID    sql.NullString
-	Actor          sql.NullString
-	Team           sql.NullString
-	Node           sql.NullString
-	PolicyRevision sql.NullString
-	ExitCode       sql.NullInt32
+	Outcome        pgtype.Text
+	CorrelationID  pgtype.Text
+	RunID          pgtype.Text
+	DecisionID     pgtype.Text
+	ContainerID    pgtype.Text
+	Actor          pgtype.Text
+	Team           pgtype.Text
+	Node           pgtype.Text
+	PolicyRevision pgtype.Text
+	ExitCode       pgtype.Int4
 	Payload        []byte
 	Body           []byte
 	PrevHash       []byte
@@ -54,7 +54,10 @@ const eventColumns = `event_id, chain_id, seq, recorded_at, event_time, type, ou
 	run_id, decision_id, container_id, actor, team, node, policy_revision, exit_code, payload, body,
 	prev_hash, hash`
 
-func (r *eventRow) scan(rows *sql.Rows) error {
+// scanner is a row of database/sql's or of pgx's.
+type scanner interface{ Scan(dest ...any) error }
+
+func (r *eventRow) scan(rows scanner) error {
 	return rows.Scan(&r.EventID, &r.ChainID, &r.Seq, &r.RecordedAt, &r.EventTime, &r.Type, &r.Outcome,
 		&r.CorrelationID, &r.RunID, &r.DecisionID, &r.ContainerID, &r.Actor, &r.Team, &r.Node,
 		&r.PolicyRevision, &r.ExitCode, &r.Payload, &r.Body, &r.PrevHash, &r.Hash)

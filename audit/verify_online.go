@@ -2,7 +2,11 @@ package audit
 
 import (
 	"context"
+	"math"
+	"runtime"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sandgate/sandgate"
 	"github.com/sandgate/sandgate/audit/proof"
@@ -71,66 +75,23 @@ func (s *Verifier) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (pro
 	if err != nil {
 		return proof.Report{}, err
 	}
-	for _, chain := range chains {
-		from, to := r.FromSeq, r.ToSeq
-		if !r.Since.IsZero() || !r.Until.IsZero() {
-			q := s.db.WithContext(ctx).Table("audit_events").Where("chain_id = ?", chain)
-			if !r.Since.IsZero() {
-				q = q.Where("recorded_at >= ?", r.Since)
-			}
-			if !r.Until.IsZero() {
-				q = q.Where("recorded_at < ?", r.Until)
-			}
-			var span struct{ Lo, Hi *int64 }
-			if err := q.Select("min(seq) AS lo, max(seq) AS hi").Scan(&span).Error; err != nil {
-				return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain span")
-			}
-			if span.Lo == nil {
-				continue
-			}
-			from, to = max(from, *span.Lo), *span.Hi
-			if r.ToSeq > 0 {
-				to = min(to, r.ToSeq)
-			}
-		}
-		if a, ok := purged[chain]; ok && from <= a.Seq+1 {
-			// Retention dropped the chain's rows up to a.Seq.
-			from = a.Seq + 1
-			v.StartAfterPurge(chain, a)
-		} else if from > 1 {
-			var prev []byte
-			err := s.db.WithContext(ctx).Table("audit_events").Select("hash").
-				Where("chain_id = ? AND seq = ?", chain, from-1).Row().Scan(&prev)
-			if err != nil {
-				prev = nil
-			}
-			v.Anchor(chain, from, prev)
-		}
-		q := s.db.WithContext(ctx).Table("audit_events").Select(eventColumns).Where("chain_id = ?", chain)
-		if from > 0 {
-			q = q.Where("seq >= ?", from)
-		}
-		if to > 0 {
-			q = q.Where("seq <= ?", to)
-		}
-		rows, err := q.Order("seq").Rows()
-		if err != nil {
-			return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
-		}
-		for rows.Next() {
-			var er eventRow
-			if err := er.scan(rows); err != nil {
-				rows.Close()
-				return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
-			}
-			v.Row(&proof.Row{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: er.event(),
-				PayloadJSON: er.Payload, Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
-		}
+	// Chains are read and checked on as many goroutines as there are
+	// CPUs, each on its own connection, and their findings joined in chain
+	// order: the report is the one reading them in turn gives.
+	forks := make([]*proof.Verifier, len(chains))
+	for i, chain := range chains {
+		forks[i] = v.Fork(chain)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(1, min(runtime.GOMAXPROCS(0), int(s.cfg.MaxConns)/2)))
+	for i, chain := range chains {
+		g.Go(func() error { return s.verifyChain(gctx, forks[i], chain, r, purged) })
+	}
+	if err := g.Wait(); err != nil {
+		return proof.Report{}, err
+	}
+	for _, f := range forks {
+		v.Join(f)
 	}
 	// Every row read was committed before this.
 	var end time.Time
@@ -138,6 +99,66 @@ func (s *Verifier) VerifyTrail(ctx context.Context, r sandgate.VerifyRange) (pro
 		return proof.Report{}, sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read the database's clock")
 	}
 	return v.Finish(end), nil
+}
+
+// verifyChain feeds v, a fork of the trail's verifier, the rows of chain
+// within r (after the rows retention purged), read with pgx's own rows.
+func (s *Verifier) verifyChain(ctx context.Context, v *proof.Verifier, chain string, r sandgate.VerifyRange, purged map[string]proof.PurgeBoundary) error {
+	from, to := r.FromSeq, r.ToSeq
+	if !r.Since.IsZero() || !r.Until.IsZero() {
+		q := s.db.WithContext(ctx).Table("audit_events").Where("chain_id = ?", chain)
+		if !r.Since.IsZero() {
+			q = q.Where("recorded_at >= ?", r.Since)
+		}
+		if !r.Until.IsZero() {
+			q = q.Where("recorded_at < ?", r.Until)
+		}
+		var span struct{ Lo, Hi *int64 }
+		if err := q.Select("min(seq) AS lo, max(seq) AS hi").Scan(&span).Error; err != nil {
+			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain span")
+		}
+		if span.Lo == nil {
+			return nil
+		}
+		from, to = max(from, *span.Lo), *span.Hi
+		if r.ToSeq > 0 {
+			to = min(to, r.ToSeq)
+		}
+	}
+	if a, ok := purged[chain]; ok && from <= a.Seq+1 {
+		// Retention dropped the chain's rows up to a.Seq.
+		from = a.Seq + 1
+		v.StartAfterPurge(chain, a)
+	} else if from > 1 {
+		var prev []byte
+		err := s.pool.QueryRow(ctx, `SELECT hash FROM audit_events WHERE chain_id = $1 AND seq = $2`, chain, from-1).Scan(&prev)
+		if err != nil {
+			prev = nil
+		}
+		v.Anchor(chain, from, prev)
+	}
+	if to <= 0 {
+		to = math.MaxInt64
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM audit_events WHERE chain_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq`,
+		chain, from, to)
+	if err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+	}
+	defer rows.Close()
+	var er eventRow
+	for rows.Next() {
+		er = eventRow{}
+		if err := er.scan(rows); err != nil {
+			return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+		}
+		v.Row(&proof.Row{ChainID: er.ChainID, Seq: er.Seq, RecordedAt: er.RecordedAt, Event: er.event(),
+			PayloadJSON: er.Payload, Body: er.Body, PrevHash: er.PrevHash, Hash: er.Hash})
+	}
+	if err := rows.Err(); err != nil {
+		return sandgate.WrapError(sandgate.CodeAuditUnavailable, err, "read chain %s", chain)
+	}
+	return nil
 }
 
 // endorsements reads the root endorsements the trail records

@@ -217,15 +217,54 @@ func (v *Verifier) Finish(dbNow time.Time) Report {
 }
 
 func (v *Verifier) problem(chain string, seq int64, kind, format string, args ...any) {
+	if len(v.report.Problems) > maxProblems {
+		return
+	}
+	v.add(sandgate.VerifyProblem{ChainID: chain, Seq: seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+}
+
+// add lists p, or from the maxProblems-th on says that the list was cut.
+func (v *Verifier) add(p sandgate.VerifyProblem) {
 	if len(v.report.Problems) == maxProblems {
 		v.report.Problems = append(v.report.Problems, sandgate.VerifyProblem{Kind: ProblemTooMany, Detail: "further problems not listed"})
 	}
 	if len(v.report.Problems) > maxProblems {
 		return
 	}
-	v.report.Problems = append(v.report.Problems, sandgate.VerifyProblem{
-		ChainID: chain, Seq: seq, Kind: kind, Detail: fmt.Sprintf(format, args...),
-	})
+	v.report.Problems = append(v.report.Problems, p)
+}
+
+// Fork hands chain's rows to a verifier of their own, so that chains are
+// checked on several goroutines at once: until the end a chain's check
+// needs nothing of another's. Give the fork the chain's rows (Row, and
+// Anchor or StartAfterPurge before them) and nothing else; this verifier
+// must not be used for that chain meanwhile. Join takes the fork's
+// findings back; joining the forks in the order the chains would have
+// been read gives the report a verifier reading them one after another
+// gives. Only an online verifier forks: offline, every chain's rows come
+// in one stream, and its key events are read from them.
+func (v *Verifier) Fork(chain string) *Verifier {
+	if !v.ordered || v.keysFromRows {
+		panic("proof: Fork of an offline verifier")
+	}
+	f := *v
+	f.chains = map[string]*chainState{chain: v.chain(chain)}
+	f.report = sandgate.VerifyReport{Problems: []sandgate.VerifyProblem{}}
+	f.retention = nil
+	f.rebuilt, f.payload = nil, nil
+	return &f
+}
+
+// Join takes back what fork, made by Fork, found in its chain's rows.
+func (v *Verifier) Join(fork *Verifier) {
+	v.report.Checked += fork.report.Checked
+	for _, p := range fork.report.Problems {
+		if p.Kind != ProblemTooMany {
+			v.add(p)
+		}
+	}
+	v.report.Purged = append(v.report.Purged, fork.report.Purged...)
+	v.retention = append(v.retention, fork.retention...)
 }
 
 func (v *Verifier) chain(id string) *chainState {

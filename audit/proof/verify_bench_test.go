@@ -15,7 +15,10 @@ import (
 // exit with output digests, events without payload), as the online
 // verifier reads them: the columns with the payload decoded from its
 // JSON (numbers as written), the body and the links.
-func trailRows(tb testing.TB, n int) []*Row {
+func trailRows(tb testing.TB, n int) []*Row { return lifecycleRows(tb, "c", n) }
+
+// lifecycleRows is trailRows for a chain of another name.
+func lifecycleRows(tb testing.TB, chain string, n int) []*Row {
 	tb.Helper()
 	at := time.Date(2026, 11, 28, 7, 0, 0, 0, time.UTC)
 	spec := map[string]any{"image": "sandgate/sandbox:latest", "command": []any{"sh", "-c", "make test"},
@@ -54,8 +57,8 @@ func trailRows(tb testing.TB, n int) []*Row {
 			}
 		}
 		seq := int64(i + 1)
-		h := ChainHash(prev, "c", seq, body)
-		rows = append(rows, &Row{ChainID: "c", Seq: seq, RecordedAt: recorded, Event: cols, Body: body, PrevHash: prev, Hash: h})
+		h := ChainHash(prev, chain, seq, body)
+		rows = append(rows, &Row{ChainID: chain, Seq: seq, RecordedAt: recorded, Event: cols, Body: body, PrevHash: prev, Hash: h})
 		prev = h
 	}
 	return rows

@@ -164,6 +164,11 @@ func crossSitePost(t *testing.T, b *browserSession, s *testServer) {
 		t.Errorf("the cross-site post answered %q, want %s", got, sandgate.CodeForbidden)
 	}
 	b.do("back to the console", chromedp.Navigate(s.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS("#nav")))
+	// The resumed session's page is drawn, and the console moves the
+	// focus to it, after #nav shows: a click before then can land where
+	// the layout no longer has its button (CI once saw the sign-out
+	// click do nothing).
+	b.waitJS("the console's page drawn", `document.activeElement !== null && document.activeElement.id === 'main'`, 30*time.Second)
 }
 
 // assertRunCount checks that token's principal has exactly n runs.
