@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -104,6 +105,25 @@ func TestMCPHTTP(t *testing.T) {
 	if r["isError"] != true || errDoc["code"] != string(sandgate.CodePolicyDenied) ||
 		!strings.Contains(errDoc["violations"].([]any)[0].(map[string]any)["rule"].(string), "allowed_images") {
 		t.Fatalf("denied run: %v", res)
+	}
+	// A language instead of an image: the policy's image for it, in the
+	// run as stored; an unknown one is refused naming the field.
+	res = call(6, "run", map[string]any{"command": []string{"true"}, "language": "python"})
+	r, _ = res["result"].(map[string]any)
+	sc, _ = r["structuredContent"].(map[string]any)
+	runID, _ := sc["run_id"].(string)
+	if r["isError"] == true || runID == "" {
+		t.Fatalf("run with a language: %v", res)
+	}
+	if got := e.do("GET", "/v1/runs/"+runID, tokAlice, "").run(t); got.Spec.Image != "sandgate/python:3" {
+		t.Errorf("run with language python has image %q, want sandgate/python:3", got.Spec.Image)
+	}
+	res = call(7, "run", map[string]any{"command": []string{"true"}, "language": "cobol"})
+	r, _ = res["result"].(map[string]any)
+	sc, _ = r["structuredContent"].(map[string]any)
+	errDoc, _ = sc["error"].(map[string]any)
+	if r["isError"] != true || errDoc["code"] != string(sandgate.CodeInvalidRequest) || !strings.Contains(fmt.Sprint(errDoc), "language") {
+		t.Errorf("run with an unknown language: %v", res)
 	}
 	res = call(4, "no_such_tool", map[string]any{})
 	if res["error"] == nil {

@@ -31,6 +31,7 @@ const maxWait = 5 * time.Minute
 type RunInput struct {
 	Command        []string          `json:"command" jsonschema:"the program and its arguments, such as [\"sh\", \"-c\", \"make test\"]"`
 	Image          string            `json:"image,omitempty" jsonschema:"the container image; the policy's default when empty"`
+	Language       string            `json:"language,omitempty" jsonschema:"a language (shell, python, node, toolchain) whose image the policy names, instead of image"`
 	Files          []sandgate.File   `json:"files,omitempty" jsonschema:"files written into the workdir before the command runs"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"the command's standard input"`
@@ -39,7 +40,7 @@ type RunInput struct {
 }
 
 func (in RunInput) spec() sandgate.RunSpec {
-	return sandgate.RunSpec{Image: in.Image, Command: in.Command, Files: in.Files, Env: in.Env, Stdin: in.Stdin,
+	return sandgate.RunSpec{Image: in.Image, Language: in.Language, Command: in.Command, Files: in.Files, Env: in.Env, Stdin: in.Stdin,
 		Artifacts: in.Artifacts, TimeoutSeconds: in.TimeoutSeconds}
 }
 
@@ -83,6 +84,7 @@ type Violation struct {
 // SessionOpenInput is the arguments of session_open.
 type SessionOpenInput struct {
 	Image              string `json:"image,omitempty"`
+	Language           string `json:"language,omitempty" jsonschema:"a language (shell, python, node, toolchain) whose image the policy names, instead of image"`
 	IdleTimeoutSeconds int    `json:"idle_timeout_seconds,omitempty"`
 	MaxLifetimeSeconds int    `json:"max_lifetime_seconds,omitempty"`
 	MemoryMB           int64  `json:"memory_mb,omitempty"`
@@ -228,7 +230,7 @@ func (t tools) review(ctx context.Context, req *sdk.CallToolRequest, in RunInput
 func (t tools) sessionOpen(ctx context.Context, req *sdk.CallToolRequest, in SessionOpenInput) (*sdk.CallToolResult, any, error) {
 	return t.call(ctx, req, func(c *client.Client) (any, error) {
 		spec := api.SessionRequest{IdleTimeoutSeconds: in.IdleTimeoutSeconds, MaxLifetimeSeconds: in.MaxLifetimeSeconds}
-		spec.Image = in.Image
+		spec.Image, spec.Language = in.Image, in.Language
 		if in.MemoryMB > 0 {
 			spec.Resources = sandgate.Resources{MemoryMB: in.MemoryMB}
 		}

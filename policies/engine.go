@@ -375,8 +375,16 @@ func revisionOf(p *policy) string {
 	return p.revision
 }
 
+// testedRevisions holds the revisions whose Rego tests passed in this
+// process. A revision digests every file of its bundle (rules, data and
+// tests), so the same revision loaded again (a reload that changed
+// nothing, another engine on the same bundle) passes the same tests:
+// they are not run again.
+var testedRevisions sync.Map
+
 // prepare compiles b, runs its tests (unless the evaluator has run them:
-// tests false) and prepares the decision query.
+// tests false; or they passed for this revision before) and prepares the
+// decision query.
 func (e *Engine) prepare(ctx context.Context, b *bundle, tests bool) (*policy, error) {
 	compiler, err := b.compile()
 	if err != nil {
@@ -413,7 +421,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle, tests bool) (*policy, e
 		return nil, &loadError{[]string{err.Error()}}
 	}
 	store := b.store()
-	if tests {
+	if _, passed := testedRevisions.Load(b.revision); tests && (!passed || b.revision == "") {
 		results, err := b.runTests(ctx, store, false)
 		if err != nil {
 			return nil, err
@@ -421,6 +429,7 @@ func (e *Engine) prepare(ctx context.Context, b *bundle, tests bool) (*policy, e
 		if failed := testFailures(results); len(failed) > 0 {
 			return nil, &loadError{failed}
 		}
+		testedRevisions.Store(b.revision, true)
 	}
 	query, err := rego.New(
 		rego.Query(DecisionQuery),
