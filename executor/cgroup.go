@@ -147,6 +147,9 @@ type usageSample struct {
 	// (cpu.stat); valid with throttleOK.
 	periods, throttled, throttledNs int64
 	throttleOK                      bool
+	// kernelPeaks says the memory and pids peaks are the kernel's own
+	// high-water marks (memory.peak, pids.peak), not the most seen.
+	kernelPeaks bool
 }
 
 // errCgroupGone means the container's cgroup is not there any more: it
@@ -251,12 +254,13 @@ func (c *cgroupReader) readV2(s *usageSample) error {
 	_, throttleOK := kv["nr_periods"]
 	s.periods, s.throttled, s.throttledNs, s.throttleOK = kv["nr_periods"], kv["nr_throttled"], kv["throttled_usec"]*1000, throttleOK
 	// memory.peak is there from Linux 5.19; before, the most seen.
+	memPeak := false
 	if v, err := readInt(filepath.Join(d.memory, "memory.peak")); err == nil {
-		s.memPeak, s.memOK = v, true
+		s.memPeak, s.memOK, memPeak = v, true, true
 	} else if v, err := readInt(filepath.Join(d.memory, "memory.current")); err == nil {
 		s.memPeak, s.memOK = v, true
 	}
-	c.readPids(s)
+	s.kernelPeaks = c.readPids(s) && memPeak
 	if b, err := os.ReadFile(filepath.Join(d.blkio, "io.stat")); err == nil {
 		s.ioRead, s.ioWrite = parseIOStatV2(string(b))
 		s.ioOK = true
@@ -266,12 +270,14 @@ func (c *cgroupReader) readV2(s *usageSample) error {
 
 // readPids reads pids.peak (Linux 6.1 on), else pids.current: the most
 // seen.
-func (c *cgroupReader) readPids(s *usageSample) {
+func (c *cgroupReader) readPids(s *usageSample) (kernelPeak bool) {
 	if v, err := readInt(filepath.Join(c.dirs.pids, "pids.peak")); err == nil {
 		s.pidsPeak, s.pidsOK = v, true
+		return true
 	} else if v, err := readInt(filepath.Join(c.dirs.pids, "pids.current")); err == nil {
 		s.pidsPeak, s.pidsOK = v, true
 	}
+	return false
 }
 
 // readNet reads the container's network counters from /proc/<pid>/net/dev

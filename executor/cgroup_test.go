@@ -290,3 +290,32 @@ func TestUsageOf(t *testing.T) {
 		})
 	}
 }
+
+// TestNextUsageWait: the readings' waits double from the first up to the
+// interval; a container whose CPU time stops moving is read less often,
+// up to idleUsageInterval, but only where the peaks are the kernel's own
+// (otherwise a reading is how a peak is seen); an interval configured
+// above the idle one is kept.
+func TestNextUsageWait(t *testing.T) {
+	const iv = 200 * time.Millisecond
+	for _, tc := range []struct {
+		wait        time.Duration
+		moved, peak bool
+		want        time.Duration
+	}{
+		{firstUsageInterval, true, true, 2 * firstUsageInterval},
+		{iv, true, true, iv},
+		{iv, false, true, 2 * iv},
+		{4 * time.Second, false, true, idleUsageInterval},
+		{idleUsageInterval, false, true, idleUsageInterval},
+		{iv, false, false, iv},
+		{idleUsageInterval, true, true, iv},
+	} {
+		if got := nextUsageWait(tc.wait, iv, tc.moved, tc.peak); got != tc.want {
+			t.Errorf("nextUsageWait(%v, moved %v, kernel peaks %v) = %v, want %v", tc.wait, tc.moved, tc.peak, got, tc.want)
+		}
+	}
+	if got := nextUsageWait(20*time.Second, 30*time.Second, false, true); got != 30*time.Second {
+		t.Errorf("an interval above the idle one: %v", got)
+	}
+}
