@@ -82,25 +82,14 @@ func BenchmarkWarmRunVsDockerRun(b *testing.B) {
 	}
 	measured = nil
 	b.ResetTimer()
-	sg := make([]time.Duration, 0, pairs)
-	dr := make([]time.Duration, 0, pairs)
-	for i := range pairs {
-		b.StopTimer()
+	sg, dr := interleavedAfter(b, pairs, func() {
 		if len(measured) > 0 {
 			// The container of a warm run is removed after its answer:
 			// gone before the pool is counted.
 			benchRunEvents(b, client, s, measured[len(measured)-1])
 		}
 		waitFull()
-		b.StartTimer()
-		if i%2 == 0 {
-			sg = append(sg, viaSandgate())
-			dr = append(dr, viaDocker())
-		} else {
-			dr = append(dr, viaDocker())
-			sg = append(sg, viaSandgate())
-		}
-	}
+	}, viaSandgate, viaDocker)
 	b.StopTimer()
 
 	// Every measured run was warm, and its phases by the trail's clock.

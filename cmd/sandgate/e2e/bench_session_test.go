@@ -260,20 +260,7 @@ func BenchmarkSessionCreateVsDockerRun(b *testing.B) {
 	}
 	sessions = sessions[len(sessions)-1:]
 	b.ResetTimer()
-	sg := make([]time.Duration, 0, pairs)
-	dr := make([]time.Duration, 0, pairs)
-	for i := range pairs {
-		b.StopTimer()
-		settle()
-		b.StartTimer()
-		if i%2 == 0 {
-			sg = append(sg, viaSandgate())
-			dr = append(dr, viaDocker())
-		} else {
-			dr = append(dr, viaDocker())
-			sg = append(sg, viaSandgate())
-		}
-	}
+	sg, dr := interleavedAfter(b, pairs, settle, viaSandgate, viaDocker)
 	b.StopTimer()
 	settle()
 	for _, id := range sessions[1:] {

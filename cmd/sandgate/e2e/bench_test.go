@@ -569,8 +569,23 @@ Transfer/sec:      2.46MB
 // interleaved measures a and b pairs times each, alternating which goes
 // first, so that neither is favoured by what the other left warm or busy.
 func interleaved(pairs int, a, b func() time.Duration) (as, bs []time.Duration) {
+	return interleavedAfter(nil, pairs, nil, a, b)
+}
+
+// interleavedAfter is interleaved with before run ahead of each pair,
+// outside tb's timer (tb and before may be nil).
+func interleavedAfter(tb *testing.B, pairs int, before func(), a, b func() time.Duration) (as, bs []time.Duration) {
 	as, bs = make([]time.Duration, 0, pairs), make([]time.Duration, 0, pairs)
 	for i := range pairs {
+		if before != nil {
+			if tb != nil {
+				tb.StopTimer()
+			}
+			before()
+			if tb != nil {
+				tb.StartTimer()
+			}
+		}
 		if i%2 == 0 {
 			as = append(as, a())
 			bs = append(bs, b())

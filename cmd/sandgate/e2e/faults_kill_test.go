@@ -45,16 +45,7 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 	// a while is. (A process killed before any checkpoint leaves chains
 	// no key vouches for until the node starts again and signs them:
 	// audit/TestRestartSignsKilledProcessRows.)
-	sandgatetest.WaitFor(t, "a checkpoint of each of the first process's chains", 30*time.Second, func() bool {
-		db, err := sql.Open("pgx", env["SANDGATE_DATABASE_URL"])
-		if err != nil {
-			return false
-		}
-		defer db.Close()
-		var uncovered int
-		err = db.QueryRow(`SELECT count(*) FROM audit_chains c WHERE NOT EXISTS (SELECT FROM audit_checkpoints k WHERE k.chain_id = c.chain_id)`).Scan(&uncovered)
-		return err == nil && uncovered == 0
-	})
+	waitChainsCheckpointed(t, "a checkpoint of each of the first process's chains", env["SANDGATE_DATABASE_URL"])
 	p1.Kill(t)
 	dockerCLI(t, "", "rm", "-f", containers[vanished])
 	dockerCLI(t, "", "exec", containers[exited], "touch", "/tmp/go")
@@ -140,4 +131,20 @@ func TestFaultGatewaySIGKILL(t *testing.T) {
 		t.Fatalf("stop: %v", err)
 	}
 	assertNoContainers(t, env["SANDGATE_NODE"])
+}
+
+// waitChainsCheckpointed waits until every chain registered in the
+// database at dsn has a checkpoint.
+func waitChainsCheckpointed(t testing.TB, what, dsn string) {
+	t.Helper()
+	sandgatetest.WaitFor(t, what, 30*time.Second, func() bool {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return false
+		}
+		defer db.Close()
+		var uncovered int
+		err = db.QueryRow(`SELECT count(*) FROM audit_chains c WHERE NOT EXISTS (SELECT FROM audit_checkpoints k WHERE k.chain_id = c.chain_id)`).Scan(&uncovered)
+		return err == nil && uncovered == 0
+	})
 }

@@ -168,16 +168,7 @@ func TestAuditVerifyCLIAndAPIAgree(t *testing.T) {
 			// The nodes have signed no checkpoint yet: wait for one of
 			// each chain, so that both verifications judge the same
 			// checkpoints.
-			sandgatetest.WaitFor(t, "a checkpoint of each chain", 30*time.Second, func() bool {
-				db, err := sql.Open("pgx", c.base["SANDGATE_DATABASE_URL"])
-				if err != nil {
-					return false
-				}
-				defer db.Close()
-				var uncovered int
-				err = db.QueryRow(`SELECT count(*) FROM audit_chains c WHERE NOT EXISTS (SELECT FROM audit_checkpoints k WHERE k.chain_id = c.chain_id)`).Scan(&uncovered)
-				return err == nil && uncovered == 0
-			})
+			waitChainsCheckpointed(t, "a checkpoint of each chain", c.base["SANDGATE_DATABASE_URL"])
 			a := c.servers[0]
 			api := apiVerify(t, a)
 			out, _ := auditCLI(c.envs[0], "audit", "verify")
